@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs everything alpaca-train needs to build and test, on a fresh Debian 12 machine as root.
+# Idempotent: re-running only does what is missing. The single source of truth for setup;
+# README and .ci/run both call it.
+#   - Debian packages: compiler, CMake, Ninja, CLI11, nlohmann/json, spdlog, sentencepiece,
+#     GoogleTest, Open MPI.
+#   - .venv/ in the repo: the pinned torch wheel (our LibTorch) and the reference-test packages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
+  libsentencepiece-dev sentencepiece
+  libgtest-dev libgmock-dev
+  libopenmpi-dev openmpi-bin
+  python3 python3-venv
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "[install_deps] apt-get install: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "[install_deps] Debian packages: all present"
+fi
+
+# Python: prefer the python3 on PATH (pyenv or Debian); the venv lives in the repo, git-ignored.
+PY=${ALPACA_PYTHON_BOOTSTRAP:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "[install_deps] creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.requirements.sha256
+want=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "[install_deps] pip install -r requirements.txt (torch wheel = LibTorch; a few minutes the first time)"
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$want" > "$stamp"
+else
+  echo "[install_deps] .venv: requirements.txt already installed"
+fi
+.venv/bin/python -c "import torch; print('[install_deps] torch', torch.__version__, 'cuda', torch.version.cuda)"

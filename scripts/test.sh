@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Configures, builds (both cores) and runs the whole CPU test suite. Extra arguments go to ctest,
+# e.g. `scripts/test.sh -L unit` or `scripts/test.sh -R fsdp`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${ALPACA_BUILD_DIR:-build}
+JOBS=${ALPACA_JOBS:-$(nproc)}
+[ -f "$BUILD/build.ninja" ] || cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build "$BUILD" -j "$JOBS"
+# GPU tests need a GPU; everything else runs here. Multi-rank tests use mpirun with Open MPI's
+# root/oversubscribe settings from tests/CMakeLists.txt.
+ctest --test-dir "$BUILD" --output-on-failure -LE gpu -j 1 "$@"

@@ -1,0 +1,51 @@
+#include "test_util.h"
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <sys/wait.h>
+
+namespace alpaca::testing {
+namespace {
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? std::string(v) : fallback;
+}
+}  // namespace
+
+std::filesystem::path source_dir() { return env_or("ALPACA_SOURCE_DIR", "."); }
+std::filesystem::path binary_dir() { return env_or("ALPACA_BINARY_DIR", "."); }
+std::filesystem::path shared_dir() { return env_or("ALPACA_SHARED_DIR", (source_dir() / ".." / "shared").string()); }
+std::string python() { return env_or("ALPACA_PYTHON", (source_dir() / ".venv" / "bin" / "python").string()); }
+std::string train_bin() { return env_or("ALPACA_TRAIN_BIN", (binary_dir() / "alpaca-train").string()); }
+
+int run_command(const std::string& cmd, std::string* output) {
+  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
+  if (!pipe) return -1;
+  std::array<char, 4096> buf;
+  std::string out;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  int status = pclose(pipe);
+  if (output) *output = out;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TempDir::TempDir(const std::string& tag) {
+  std::random_device rd;
+  auto base = binary_dir() / "test_tmp";
+  std::filesystem::create_directories(base);
+  path_ = base / (tag + "_" + std::to_string(rd()));
+  std::filesystem::remove_all(path_);
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  if (!std::getenv("ALPACA_KEEP_TMP")) {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+}
+
+}  // namespace alpaca::testing

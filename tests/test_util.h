@@ -1,0 +1,40 @@
+// Helpers shared by the test executables: where the repo, the shared test data and the
+// reference Python live, and scratch directories that clean up after themselves.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace alpaca::testing {
+
+std::filesystem::path source_dir();   // the repository root
+std::filesystem::path binary_dir();   // the CMake build directory
+std::filesystem::path shared_dir();   // ../shared (may not exist outside this repo's CI)
+std::string python();                 // the Python with torch/transformers (the repo's .venv)
+std::string train_bin();              // path of the built alpaca-train
+
+// Runs a shell command, returns its exit status and (optionally) its combined output.
+int run_command(const std::string& cmd, std::string* output = nullptr);
+
+// A fresh directory under the build tree, removed on destruction unless ALPACA_KEEP_TMP is set.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag);
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace alpaca::testing
+
+// Skips the current test with a message when the shared data folder is absent.
+#define ALPACA_REQUIRE_SHARED(relpath)                                                   \
+  do {                                                                                   \
+    if (!std::filesystem::exists(::alpaca::testing::shared_dir() / (relpath)))           \
+      GTEST_SKIP() << "shared test data " << (relpath) << " not found under "            \
+                   << ::alpaca::testing::shared_dir() << "; skipping";                   \
+  } while (0)
