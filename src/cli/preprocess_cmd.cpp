@@ -1,0 +1,9 @@
+// PLACEHOLDER until its module lands: replaced wholesale by the owning module's implementation.
+#include "alpaca/cli/commands.h"
+#include "alpaca/util/error.h"
+
+namespace alpaca::cli {
+int run_preprocess(const std::vector<std::string>&) {
+  ALPACA_FAIL("preprocess is not part of this build yet");
+}
+}  // namespace alpaca::cli
