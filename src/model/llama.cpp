@@ -63,9 +63,10 @@ LayerContext LlamaForCausalLMImpl::make_context(const at::Tensor& input_ids_bt, 
                    "segment_ids must match input_ids " << input_ids_bt.sizes() << ", got " << segment_ids_bt.sizes());
       allow_b1tt = allow_b1tt & (segment_ids_bt.view({b, 1, t, 1}) == segment_ids_bt.view({b, 1, 1, t}));
     }
-    // A query always sees itself: a padded query with no real key would otherwise give NaN
-    // (its output is never used for the loss, but NaN would poison the gradients).
-    allow_b1tt = allow_b1tt | at::eye(t, bopts).view({1, 1, t, t});
+    // A query with no key to attend to (a left-padded position) would give NaN, which would
+    // poison the gradients although its output never reaches the loss: let it see itself.
+    at::Tensor empty_row_b1t1 = at::logical_not(allow_b1tt.any(-1, /*keepdim=*/true));
+    allow_b1tt = allow_b1tt | (empty_row_b1t1 & at::eye(t, bopts).view({1, 1, t, t}));
     ctx.attn_mask = allow_b1tt.expand({b, 1, t, t});
   }
   return ctx;
