@@ -65,6 +65,33 @@ TEST(HfCheckpoint, SaveAndLoadSingleFile) {
   EXPECT_EQ(cfg["torch_dtype"], "float32");
 }
 
+TEST(HfCheckpoint, ZeroCopyLoadSharesTheMappingCopyOnWrite) {
+  alpaca::testing::TempDir tmp("hf_zero_copy");
+  model::LlamaForCausalLM m(tiny(false));
+  model::init_weights(m, 9);
+  const std::string dir = (tmp.path() / "out").string();
+  io::save_hf_directory(m, dir);
+  io::LoadOptions opts;
+  opts.zero_copy = true;
+  model::LlamaForCausalLM a = io::load_hf_model(dir, at::kFloat, opts);
+  model::LlamaForCausalLM b = io::load_hf_model(dir, at::kFloat, opts);
+  expect_same_params(m, a);
+  // Both models read the same mapped file, yet writing one (an optimizer step) changes neither
+  // the other nor the file.
+  at::Tensor w = a->named_parameters(true)["model.norm.weight"];
+  {
+    at::NoGradGuard g;
+    w.add_(1.0);
+  }
+  EXPECT_FALSE(at::equal(w, b->named_parameters(true)["model.norm.weight"]));
+  model::LlamaForCausalLM fresh = io::load_hf_model(dir);
+  expect_same_params(m, fresh);
+  // Gradients flow through zero-copy parameters.
+  at::Tensor loss = model::causal_lm_loss(b->forward(at::ones({1, 4}, at::kLong)), at::ones({1, 4}, at::kLong));
+  loss.backward();
+  EXPECT_TRUE(b->named_parameters(true)["lm_head.weight"].grad().defined());
+}
+
 TEST(HfCheckpoint, ShardsLikeTransformersAndKeepsOtherFiles) {
   alpaca::testing::TempDir tmp("hf_sharded");
   model::LlamaForCausalLM m(tiny(false));
