@@ -57,7 +57,13 @@ TEST(HfCheckpoint, SaveAndLoadSingleFile) {
   EXPECT_TRUE(fs::exists(fs::path(dir) / "model.safetensors"));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "generation_config.json"));
   EXPECT_FALSE(fs::exists(fs::path(dir) / "model.safetensors.index.json"));
-  EXPECT_FALSE(io::CheckpointReader::open(dir).contains("lm_head.weight"));  // tied: not stored
+  io::CheckpointReader reader = io::CheckpointReader::open(dir);
+  EXPECT_FALSE(reader.contains("lm_head.weight"));  // tied: not stored
+  // Range reads give an FSDP rank its flat slice of a tensor without reading the rest.
+  at::Tensor q = m->named_parameters(true)["model.layers.1.self_attn.q_proj.weight"];
+  EXPECT_TRUE(at::equal(reader.read_range("model.layers.1.self_attn.q_proj.weight", 100, 50),
+                        q.reshape({-1}).narrow(0, 100, 50)));
+  EXPECT_EQ(reader.read("model.norm.weight", at::kBFloat16).scalar_type(), at::kBFloat16);
   model::LlamaForCausalLM back = io::load_hf_model(dir);
   expect_same_params(m, back);
   auto cfg = nlohmann::json::parse(std::ifstream(fs::path(dir) / "config.json"));
