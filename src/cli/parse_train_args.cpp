@@ -110,7 +110,8 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
   for (const auto& f : train_flags()) {
     CLI::Option* opt = app.add_option("--" + f.name, f.help);
     // A bool may stand bare (--bf16) or take a value (--bf16 True); other flags take one value.
-    opt->expected(is_bool_type(f.type) ? 0 : 1, 1);
+    // --fsdp may stand bare too (HF: nargs="?", const=True, meaning full_shard).
+    opt->expected(is_bool_type(f.type) || f.name == "fsdp" ? 0 : 1, 1);
     opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     options[f.name] = opt;
   }
