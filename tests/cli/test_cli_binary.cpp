@@ -106,5 +106,23 @@ TEST(CliBinary, OnlyRankZeroLogsInfoByDefault) {
   EXPECT_TRUE(fs::exists(dir.path() / "out" / "training_args.json"));
 }
 
+// .ci/run must run exactly the README's test command, so CI proves what a newcomer runs.
+TEST(Repo, CiRunsTheReadmeTestCommand) {
+  auto read = [](const fs::path& p) {
+    std::stringstream ss;
+    ss << std::ifstream(p).rdbuf();
+    return ss.str();
+  };
+  std::string readme = read(testing::source_dir() / "README.md");
+  std::string ci = read(testing::source_dir() / ".ci" / "run");
+  const std::string test_cmd = "bash scripts/install_deps.sh && bash scripts/test.sh";
+  size_t test_section = readme.find("## Test");
+  ASSERT_NE(test_section, std::string::npos);
+  EXPECT_NE(readme.find("    " + test_cmd + "\n", test_section), std::string::npos) << "README's test command changed";
+  EXPECT_NE(ci.find("\n" + test_cmd + "\n"), std::string::npos) << ".ci/run does not run the README's test command";
+  EXPECT_NE(readme.find("    bash scripts/quickstart.sh\n"), std::string::npos);
+  EXPECT_TRUE(fs::exists(testing::source_dir() / "scripts" / "quickstart.sh"));
+}
+
 }  // namespace
 }  // namespace alpaca::cli
