@@ -168,7 +168,8 @@ TEST(TrainArgs, NumbersAndOptionals) {
   EXPECT_USAGE_ERROR(kRequired + "--per_device_train_batch_size four", "--per_device_train_batch_size expects an integer, got 'four'");
   EXPECT_USAGE_ERROR(kRequired + "--learning_rate fast", "--learning_rate expects a number, got 'fast'");
   EXPECT_USAGE_ERROR(kRequired + "--max_steps 0", "--max_steps must be a positive number");
-  EXPECT_USAGE_ERROR(kRequired + "--learning_rate", "--learning_rate");  // a value is required
+  EXPECT_USAGE_ERROR(kRequired + "--learning_rate", "--learning_rate needs a value, e.g. --learning_rate VALUE");
+  EXPECT_USAGE_ERROR(kRequired + "--output_dir --bf16", "--output_dir needs a value, but the next argument is the flag --bf16");
 }
 
 TEST(TrainArgs, UnknownFlagsSuggestTheClosestName) {
