@@ -101,6 +101,10 @@ TEST(CliBinary, OnlyRankZeroLogsInfoByDefault) {
   EXPECT_EQ(rank1.out.find("effective arguments"), std::string::npos) << rank1.out;
   EXPECT_FALSE(fs::exists(dir.path() / "out" / "training_args.json")) << "only rank 0 writes the arguments";
 
+  Result rank0 = run(flags, "OMPI_COMM_WORLD_RANK=0");
+  EXPECT_NE(rank0.out.find("[info] [rank 0] effective arguments"), std::string::npos) << rank0.out;
+
+  fs::remove_all(dir.path() / "out");
   Result quiet = run(flags + " --log_level warning", "RANK=0");
   EXPECT_EQ(quiet.out.find("effective arguments"), std::string::npos) << quiet.out;
   EXPECT_TRUE(fs::exists(dir.path() / "out" / "training_args.json"));
