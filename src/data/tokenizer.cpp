@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "alpaca/util/error.h"
+#include "tokenizer_json.h"
 
 namespace alpaca::data {
 namespace {
@@ -502,7 +503,23 @@ void Tokenizer::save(const std::string& dir_str) const {
   }
   if (!extra.empty()) special_map["additional_special_tokens"] = extra;
 
+  detail::TokenizerJsonSpec spec;
+  for (int i = 0; i < m.sp.GetPieceSize(); ++i) {
+    spec.pieces.push_back(m.sp.IdToPiece(i));
+    spec.scores.push_back(m.sp.GetScore(i));
+  }
+  spec.added = sorted;
+  spec.unk_token = m.unk_token;
+  spec.bos_token = m.bos_token;
+  spec.eos_token = m.eos_token;
+  spec.bos_id = bos_id();
+  spec.eos_id = eos_id();
+  spec.add_bos = m.add_bos_token;
+  spec.add_eos = m.add_eos_token;
+  spec.legacy = m.legacy;
+
   write(dir / "tokenizer.model", m.model_bytes);
+  write(dir / "tokenizer.json", detail::make_tokenizer_json(spec));
   write(dir / "tokenizer_config.json", config.dump(2) + "\n");
   write(dir / "special_tokens_map.json", special_map.dump(2) + "\n");
   if (!added_beyond.empty()) write(dir / "added_tokens.json", added_beyond.dump(2) + "\n");

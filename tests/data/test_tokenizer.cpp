@@ -51,7 +51,8 @@ TEST(Tokenizer, AddsPadAndSavesForTransformers) {
   TempDir dir("tokenizer_save");
   tok.set_model_max_length(512);
   tok.save(dir.path().string());
-  for (const char* f : {"tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+  for (const char* f : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+                        "special_tokens_map.json",
                         "added_tokens.json"})
     EXPECT_TRUE(std::filesystem::exists(dir.path() / f)) << f;
 

@@ -68,7 +68,8 @@ class Tokenizer {
   // Sets model_max_length written to tokenizer_config.json by save().
   void set_model_max_length(int64_t n);
 
-  // Writes tokenizer.model, tokenizer_config.json, special_tokens_map.json and, when there are
+  // Writes tokenizer.model, tokenizer.json (the `tokenizers` form, which transformers 5 loads
+  // without protobuf), tokenizer_config.json, special_tokens_map.json and, when there are
   // tokens beyond the SentencePiece vocab, added_tokens.json; transformers' AutoTokenizer loads
   // the directory with the same ids. Creates `dir` if needed.
   void save(const std::string& dir) const;
