@@ -7,13 +7,18 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <unordered_set>
 
 #include "alpaca/dist/runtime.h"
 #include "alpaca/fsdp/fsdp_llama.h"
+#include "alpaca/fsdp/load_checkpoint.h"
+#include "alpaca/io/hf_model.h"
+#include "test_util.h"
 #include "alpaca/optim/grad_clip.h"
+#include "alpaca/util/error.h"
 #include "fsdp_test_env.h"
 
 namespace alpaca::testing {
@@ -176,7 +181,7 @@ TEST(FsdpLlama, ExportHasHfNamesAndLoadRoundTrips) {
   EXPECT_FALSE(state.count("lm_head.weight"));  // tied: stored once, under the embedding's name
   EXPECT_TRUE(state.count("model.layers.2.mlp.up_proj.bias"));
   EXPECT_EQ(static_cast<int64_t>(state.size()), 2 + 3 * 12);
-  auto reader = [&](const std::string& n, int64_t begin, int64_t end, at::Tensor out) {
+  auto reader = [&](const std::string& n, const std::vector<int64_t>&, int64_t begin, int64_t end, at::Tensor out) {
     out.copy_(state.at(n).reshape({-1}).narrow(0, begin, end - begin));
   };
   for (bool rank0_only : {false, true}) {
@@ -203,6 +208,40 @@ TEST(FsdpLlama, ExportHasHfNamesAndLoadRoundTrips) {
   }, true);
   for (const auto& [k, m] : moments)
     for (const auto& [n, t] : m) EXPECT_TRUE(at::equal(again[k][n], t)) << k << " " << n;
+}
+
+// The real loading path: an HF directory (rank 0 writes it) read into shards by byte ranges, or by
+// rank 0 and broadcast; a shape mismatch is an error naming the tensor.
+TEST(FsdpLlama, LoadsHfCheckpointIntoShards) {
+  TempDir dir("fsdp_load");
+  const std::string path = (dir.path() / "ckpt").string();
+  // Rank 0 writes (small shards, so the sharded-index layout is exercised); TempDir names differ
+  // per process, so everybody reads the path rank 0 broadcasts.
+  model::LlamaForCausalLM src = make(false);
+  model::init_weights(src, 99);
+  std::string shared_path = path;
+  if (g_comm->rank() == 0) io::save_hf_directory(src, shared_path, std::nullopt, /*max_shard_bytes=*/4000);
+  at::Tensor buf = at::zeros({512}, at::kByte);
+  if (g_comm->rank() == 0) std::memcpy(buf.data_ptr(), shared_path.data(), shared_path.size());
+  g_comm->broadcast(buf, 0)->wait();
+  shared_path = std::string(static_cast<const char*>(buf.data_ptr()));
+  g_comm->barrier()->wait();
+  ParamMap want;
+  for (const auto& p : src->named_parameters()) want[p.key()] = p.value().detach().clone();
+  for (bool rank0_only : {false, true}) {
+    auto f = fsdp::apply_fsdp(make(false), g_comm, FsdpPolicy{});
+    fsdp::load_checkpoint(f->engine(), shared_path, rank0_only);
+    ParamMap got = exported(f->engine());
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [n, t] : want) EXPECT_TRUE(at::equal(got.at(n), t)) << n << " rank0_only=" << rank0_only;
+  }
+  // A model whose vocabulary differs from the checkpoint's.
+  model::LlamaConfig other = tiny(false);
+  other.vocab_size = 38;
+  model::LlamaForCausalLM m2(other);
+  auto f2 = fsdp::apply_fsdp(m2, g_comm, FsdpPolicy{});
+  EXPECT_THROW(fsdp::load_checkpoint(f2->engine(), shared_path, false), Error);
+  g_comm->barrier()->wait();  // rank 0's TempDir outlives every reader
 }
 
 }  // namespace
