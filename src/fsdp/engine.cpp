@@ -394,6 +394,7 @@ FsdpEngine::FsdpEngine(const FsdpModelParts& parts, std::shared_ptr<dist::Commun
     : comm_(comm), policy_(policy) {
   ALPACA_CHECK(comm_ != nullptr, "apply_fsdp: no communicator");
   impl_ = std::make_unique<Impl>(parts, comm_, policy_);
+  log_memory_account();
 }
 
 FsdpEngine::~FsdpEngine() = default;
