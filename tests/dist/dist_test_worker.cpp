@@ -1,0 +1,71 @@
+// A test-only worker for the launcher and failure tests (started by mpirun or by our launcher):
+//   dist_test_worker report                  prints its rank, world and the sum of all ranks
+//   dist_test_worker fail  <rank> <code>     <rank> exits with <code>; the others wait in a barrier
+//   dist_test_worker die   <rank> <timeout>  <rank> SIGKILLs itself while the others are in all_reduce
+//   dist_test_worker stuck <rank> <timeout>  <rank> sleeps forever while the others are in all_reduce
+//   dist_test_worker --nproc_per_node N ...  runs the built-in launcher on itself, as alpaca-train does
+// Each process writes its pid to $ALPACA_TEST_PIDDIR/<pid> (when set) so tests can check that
+// nothing is left behind.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "alpaca/cli/commands.h"
+#include "alpaca/dist/runtime.h"
+#include "alpaca/util/error.h"
+
+namespace dist = alpaca::dist;
+
+int run(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "report";
+  const int victim = argc > 2 ? std::atoi(argv[2]) : -1;
+  if (const char* dir = std::getenv("ALPACA_TEST_PIDDIR")) std::ofstream(std::string(dir) + "/" + std::to_string(getpid()));
+  dist::Runtime runtime;
+  dist::CommOptions opts;
+  if (mode == "die" || mode == "stuck") opts.timeout = std::chrono::seconds(argc > 3 ? std::atoi(argv[3]) : 5);
+  auto comm = dist::make_communicator(opts);
+  const auto& li = runtime.launch();
+
+  at::Tensor t = at::full({1}, static_cast<int64_t>(comm->rank()), at::kLong);
+  comm->all_reduce(t, dist::ReduceOp::kSum)->wait();
+  std::cout << "RANK " << comm->rank() << " WORLD " << comm->world_size() << " LOCAL " << li.local_rank << "/"
+            << li.local_world_size << " SOURCE " << dist::to_string(li.source) << " BACKEND " << comm->backend()
+            << " SUM " << t.item<int64_t>() << std::endl;
+
+  if (mode == "fail") {
+    if (comm->rank() == victim) {
+      dist::finalize(/*clean=*/false);  // a failing rank must not wait for the healthy ones
+      return argc > 3 ? std::atoi(argv[3]) : 3;
+    }
+    comm->barrier()->wait();  // never completes: the victim is gone
+  } else if (mode == "die" || mode == "stuck") {
+    if (comm->rank() == victim) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      if (mode == "die") raise(SIGKILL);
+      std::this_thread::sleep_for(std::chrono::hours(1));
+    }
+    at::Tensor big = at::ones({1 << 16}, at::kBFloat16);
+    comm->all_reduce(big, dist::ReduceOp::kSum)->wait();  // the victim never joins
+  }
+  comm->barrier()->wait();
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    for (const auto& a : args)
+      if (a.rfind("--nproc_per_node", 0) == 0) return alpaca::cli::run_launcher(args);
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return 1;
+  }
+}
