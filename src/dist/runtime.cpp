@@ -279,7 +279,7 @@ std::shared_ptr<Communicator> make_communicator(const CommOptions& options) {
       return detail::make_mpi_communicator(options);
     case Backend::kStore: return detail::make_store_communicator(options);
     case Backend::kNccl:
-#ifdef ALPACA_NCCL_BACKEND
+#ifdef ALPACA_WITH_CUDA
       return detail::make_nccl_communicator(options);
 #else
       ALPACA_FAIL("the nccl backend is not part of this build (LibTorch without CUDA); use a CPU backend");

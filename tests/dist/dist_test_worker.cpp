@@ -4,6 +4,7 @@
 //   dist_test_worker die   <rank> <timeout>  <rank> SIGKILLs itself while the others are in all_reduce
 //   dist_test_worker stuck <rank> <timeout>  <rank> sleeps forever while the others are in all_reduce
 //   dist_test_worker --nproc_per_node N ...  runs the built-in launcher on itself, as alpaca-train does
+// ALPACA_TEST_BACKEND=mpi|store|nccl picks the backend (default auto, CPU).
 // Each process writes its pid to $ALPACA_TEST_PIDDIR/<pid> (when set) so tests can check that
 // nothing is left behind.
 #include <signal.h>
@@ -29,11 +30,13 @@ int run(int argc, char** argv) {
   if (const char* dir = std::getenv("ALPACA_TEST_PIDDIR")) std::ofstream(std::string(dir) + "/" + std::to_string(getpid()));
   dist::Runtime runtime;
   dist::CommOptions opts;
+  if (const char* b = std::getenv("ALPACA_TEST_BACKEND")) opts.backend = dist::parse_backend(b);
+  opts.cuda = opts.backend == dist::Backend::kNccl;
   if (mode == "die" || mode == "stuck") opts.timeout = std::chrono::seconds(argc > 3 ? std::atoi(argv[3]) : 5);
   auto comm = dist::make_communicator(opts);
   const auto& li = runtime.launch();
 
-  at::Tensor t = at::full({1}, static_cast<int64_t>(comm->rank()), at::kLong);
+  at::Tensor t = at::full({1}, static_cast<int64_t>(comm->rank()), at::kLong).to(comm->device());
   comm->all_reduce(t, dist::ReduceOp::kSum)->wait();
   std::cout << "RANK " << comm->rank() << " WORLD " << comm->world_size() << " LOCAL " << li.local_rank << "/"
             << li.local_world_size << " SOURCE " << dist::to_string(li.source) << " BACKEND " << comm->backend()
@@ -51,8 +54,9 @@ int run(int argc, char** argv) {
       if (mode == "die") raise(SIGKILL);
       std::this_thread::sleep_for(std::chrono::hours(1));
     }
-    at::Tensor big = at::ones({1 << 16}, at::kBFloat16);
+    at::Tensor big = at::ones({1 << 16}, at::kBFloat16).to(comm->device());
     comm->all_reduce(big, dist::ReduceOp::kSum)->wait();  // the victim never joins
+    (void)big.sum().item<float>();                        // host waits (CUDA: stream-ordered wait)
   }
   comm->barrier()->wait();
   return 0;

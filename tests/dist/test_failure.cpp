@@ -134,3 +134,16 @@ TEST_P(DeadOrStuck, OthersExitNonZeroInTimeNamingTheCollective) {
 
 INSTANTIATE_TEST_SUITE_P(Failure, DeadOrStuck,
                          ::testing::Values("mpirun_die", "mpirun_stuck", "launcher_die", "launcher_stuck"));
+
+// Checked wherever the tests run: with no GPU, or with fewer GPUs than local ranks, the nccl
+// backend refuses with a hint instead of putting two ranks on one GPU.
+TEST(Nccl, ALocalRankBeyondTheGpusIsAnErrorWithAHint) {
+  Outcome r = run("RANK=7 WORLD_SIZE=8 LOCAL_RANK=7 LOCAL_WORLD_SIZE=8 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 "
+                  "ALPACA_TEST_BACKEND=nccl " +
+                  worker() + " report");
+  EXPECT_EQ(r.rc, 1) << r.output;
+  const bool no_gpu = r.output.find("needs a CUDA GPU but none is visible") != std::string::npos;
+  const bool too_few = r.output.find("local rank 7 has no GPU") != std::string::npos &&
+                       r.output.find("start at most one rank per GPU") != std::string::npos;
+  EXPECT_TRUE(no_gpu || too_few) << r.output;
+}
