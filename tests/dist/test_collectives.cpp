@@ -228,3 +228,16 @@ TEST(Collectives, MisuseIsAnErrorNamingTheCollective) {
     EXPECT_NE(e.message().find("reduce_scatter"), std::string::npos) << e.message();
   }
 }
+
+// Over the 8 MiB value limit of the TCPStore (the store backend sends parts).
+TEST(Collectives, LargePayloadAllReduceAndGather) {
+  const int R = g_comm->rank(), W = g_comm->world_size();
+  const int64_t n = (int64_t{10} << 20) / 4 + 3;  // 10 MiB of fp32, odd
+  at::Tensor t = on_dev(at::full({n}, static_cast<float>(R + 1)));
+  g_comm->all_reduce(t, ReduceOp::kSum)->wait();
+  expect_equal(t, at::full({n}, static_cast<float>(W * (W + 1) / 2)), "10 MiB all_reduce");
+  at::Tensor out = on_dev(at::empty({W * n}));
+  g_comm->all_gather_into(out, on_dev(at::full({n}, static_cast<float>(R))))->wait();
+  at::Tensor want = at::arange(W, at::kFloat).repeat_interleave(n);
+  expect_equal(out, want, "10 MiB all_gather_into");
+}
