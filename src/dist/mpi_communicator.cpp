@@ -101,20 +101,23 @@ class MpiWork final : public Work {
     if (done_) return;
     check_mpi_thread(what_.c_str());
     WaitScope scope(what_);
-    // Spin briefly (collectives of small tensors finish in microseconds), then back off to
-    // sleeps so a long wait for a slow peer does not burn a core the other ranks need.
-    int polls = 0;
-    auto sleep = std::chrono::microseconds(20);
+    // Open MPI's nonblocking collectives advance only inside MPI calls, so poll MPI_Test
+    // continuously (yielding the core to other ranks on oversubscribed hosts) for the first
+    // second; after that the peer is evidently late: back off to sleeps so a long wait does not
+    // burn a core the other ranks need.
+    const auto spin_until = Clock::now() + std::chrono::seconds(1);
+    auto sleep = std::chrono::microseconds(50);
     while (!test_locked()) {
-      if (Clock::now() > deadline_) {
+      const auto now = Clock::now();
+      if (now > deadline_) {
         fail_collective(what_ + " did not complete within the timeout (--ddp_timeout); a peer rank is dead, stuck, or "
                                 "called the collectives in a different order");
       }
-      if (++polls < 200) {
+      if (now < spin_until) {
         std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(sleep);
-        sleep = std::min(sleep * 2, std::chrono::microseconds(2000));
+        sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
       }
     }
   }

@@ -7,7 +7,9 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>  // defines: c10d::HashStore
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>   // defines: c10d::TCPStore
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -31,6 +33,8 @@ struct State {
   int mpi_thread_level = 0;
   std::thread::id init_thread;
   c10::intrusive_ptr<c10d::Store> store;
+  MPI_Comm shutdown_comm = MPI_COMM_NULL;  // private to the bounded barrier in finalize()
+  std::chrono::milliseconds timeout{0};  // the largest CommOptions::timeout seen (0: none yet, use 1800 s)
 };
 State& state() {
   static State s;
@@ -79,6 +83,7 @@ void init_mpi(State& s) {
   ALPACA_CHECK(s.mpi_thread_level >= MPI_THREAD_FUNNELED,
                "the MPI library offers only MPI_THREAD_SINGLE; alpaca-train needs at least MPI_THREAD_FUNNELED");
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_dup(MPI_COMM_WORLD, &s.shutdown_comm);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -88,6 +93,23 @@ void init_mpi(State& s) {
                                    << " launch variables say rank " << li.rank << " of " << li.world_size
                                    << "; was the binary started by a different MPI than it was built with?");
 }
+
+// MPI_Finalize waits for every rank; a bounded barrier first turns "a peer never arrives" into a
+// warning and an exit without MPI_Finalize (the MPI launcher then ends the job) instead of a hang.
+bool shutdown_barrier(State& s) {
+  if (s.shutdown_comm == MPI_COMM_NULL) return true;
+  MPI_Request req;
+  if (MPI_Ibarrier(s.shutdown_comm, &req) != MPI_SUCCESS) return false;
+  auto deadline = std::chrono::steady_clock::now() + (s.timeout.count() > 0 ? s.timeout : std::chrono::seconds(1800));
+  for (int flag = 0;;) {
+    if (MPI_Test(&req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (flag) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+void finalize_at_exit() { finalize(/*clean=*/true); }
 
 void finalize_store(State& s, bool clean) {
   if (!s.store) return;
@@ -148,6 +170,8 @@ const LaunchInfo& init() {
     throw;
   }
   install_signal_handlers();
+  // Programs that never call finalize() (tests, early returns) still shut MPI down properly.
+  std::atexit(finalize_at_exit);
   return *s.launch;
 }
 
@@ -175,7 +199,15 @@ void finalize(bool clean) {
     MPI_Finalized(&done);
     // MPI_Finalize synchronises; a failing rank skips it and exits non-zero so the MPI launcher
     // ends the job instead of this rank waiting for healthy ones (or vice versa).
-    if (!done && clean) MPI_Finalize();
+    if (!done && clean) {
+      if (shutdown_barrier(s)) {
+        MPI_Finalize();
+      } else {
+        std::cerr << g_rank_prefix << ": warning: not every rank reached the end of the job within the timeout; "
+                                      "exiting without MPI_Finalize"
+                  << std::endl;
+      }
+    }
   }
 }
 
@@ -269,6 +301,11 @@ const char* to_string(ReduceOp op) {
 
 std::shared_ptr<Communicator> make_communicator(const CommOptions& options) {
   const LaunchInfo& li = init();
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.timeout = std::max(s.timeout, options.timeout);
+  }
   Backend b = options.backend;
   if (b == Backend::kAuto) b = options.cuda ? Backend::kNccl : (detail::mpi_active() ? Backend::kMpi : Backend::kStore);
   switch (b) {
@@ -279,7 +316,7 @@ std::shared_ptr<Communicator> make_communicator(const CommOptions& options) {
       return detail::make_mpi_communicator(options);
     case Backend::kStore: return detail::make_store_communicator(options);
     case Backend::kNccl:
-#ifdef ALPACA_NCCL_BACKEND
+#ifdef ALPACA_WITH_CUDA
       return detail::make_nccl_communicator(options);
 #else
       ALPACA_FAIL("the nccl backend is not part of this build (LibTorch without CUDA); use a CPU backend");
