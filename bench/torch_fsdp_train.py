@@ -1,6 +1,6 @@
 """The PyTorch side of the benchmark: transformers' LlamaForCausalLM under PyTorch's own FSDP
-(fully_shard, i.e. FSDP2; --fsdp1 for FullyShardedDataParallel) with the Gloo backend on CPU,
-launched by torchrun. It trains on exactly the sequences bench.py prepared (bench_data.pt:
+(fully_shard, i.e. FSDP2; --fsdp1 for FullyShardedDataParallel) with the Gloo backend on CPU
+(or NCCL with --device cuda, for scripts/gpu_check.sh), launched by torchrun. It trains on exactly the sequences bench.py prepared (bench_data.pt:
 input_ids and labels, already tokenized, every one model_max_length long) with torch AdamW and
 HF's loss, and writes per-step wall times and each rank's peak RSS to --out (JSON, rank 0).
 
@@ -37,11 +37,19 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--fsdp1", action="store_true")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--grad_ckpt", action="store_true", help="activation checkpointing of every decoder layer")
+    ap.add_argument("--offload", action="store_true", help="FSDP CPU offload of parameters, gradients, optimizer")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo")
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.backends.cuda.matmul.allow_tf32 = True
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     torch.manual_seed(0)
 
     from transformers import LlamaForCausalLM
@@ -50,6 +58,10 @@ def main() -> None:
     # fp32 master weights as Alpaca's train.py loads them; bf16 = FSDP mixed precision.
     model = LlamaForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32, attn_implementation="sdpa")
     model.config.use_cache = False
+    if args.grad_ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if cuda and not args.offload:
+        model = model.to(dev)
     mp_dtype = torch.bfloat16 if args.dtype == "bf16" else None
     if args.fsdp1:
         from functools import partial
@@ -63,12 +75,13 @@ def main() -> None:
                      sharding_strategy=ShardingStrategy.FULL_SHARD, mixed_precision=mp, device_id=None,
                      use_orig_params=True)
     else:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
         mp = MixedPrecisionPolicy(param_dtype=mp_dtype, reduce_dtype=mp_dtype) if mp_dtype else MixedPrecisionPolicy()
+        off = CPUOffloadPolicy(pin_memory=cuda) if args.offload else OffloadPolicy()
         for layer in model.model.layers:
-            fully_shard(layer, mp_policy=mp)
-        fully_shard(model, mp_policy=mp)
+            fully_shard(layer, mp_policy=mp, offload_policy=off)
+        fully_shard(model, mp_policy=mp, offload_policy=off)
     optim = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
     data = torch.load(args.data)
@@ -87,8 +100,8 @@ def main() -> None:
         step_loss = 0.0
         for micro in range(args.grad_accum):
             lo = (micro * world + rank) * args.per_device_batch
-            ids = batch_ids[lo:lo + args.per_device_batch]
-            lab = batch_labels[lo:lo + args.per_device_batch]
+            ids = batch_ids[lo:lo + args.per_device_batch].to(dev)
+            lab = batch_labels[lo:lo + args.per_device_batch].to(dev)
             logits = model(input_ids=ids).logits.float()
             loss_sum = torch.nn.functional.cross_entropy(
                 logits[:, :-1].reshape(-1, logits.size(-1)), lab[:, 1:].reshape(-1), ignore_index=-100, reduction="sum")
@@ -98,12 +111,14 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optim.step()
         optim.zero_grad(set_to_none=True)
-        t = torch.tensor([step_loss], dtype=torch.float64)
+        t = torch.tensor([step_loss], dtype=torch.float64, device=dev)
         dist.all_reduce(t)
+        if cuda:
+            torch.cuda.synchronize()
         step_times.append(time.perf_counter() - t0)
         losses.append(float(t.item()))
 
-    rss = torch.tensor([peak_rss_bytes()], dtype=torch.int64)
+    rss = torch.tensor([peak_rss_bytes()], dtype=torch.int64, device=dev)
     gathered = [torch.zeros_like(rss) for _ in range(world)]
     dist.all_gather(gathered, rss)
     if rank == 0:
@@ -112,7 +127,9 @@ def main() -> None:
                        "global_batch": global_batch, "tokens_per_step": global_batch * seq,
                        "step_times": step_times, "losses": losses,
                        "peak_rss_bytes_per_rank": [int(g.item()) for g in gathered],
-                       "torch": torch.__version__}, f, indent=1)
+                       "torch": torch.__version__,
+                       **({"gpu_peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+                           "gpu_peak_reserved_bytes": torch.cuda.max_memory_reserved()} if cuda else {})}, f, indent=1)
     dist.destroy_process_group()
 
 
