@@ -1,0 +1,66 @@
+// Loading weights into LlamaForCausalLM from an HF directory, and writing HF directories
+// (config.json, generation_config.json, safetensors sharded the way transformers shards).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>  // defines: at::Tensor
+
+#include "alpaca/io/safetensors.h"
+#include "alpaca/model/llama.h"
+
+namespace alpaca::io {
+
+// Copies every parameter of `m` from the checkpoint in `dir` (converting dtype as needed, one
+// tensor at a time). Errors name the tensor and file: missing tensor, wrong shape.
+void load_hf_weights(model::LlamaForCausalLM& m, const std::string& dir);
+
+// Reads `dir`/config.json, builds the model with `options` and loads its weights.
+model::LlamaForCausalLM load_hf_model(const std::string& dir, const at::TensorOptions& options = at::kFloat);
+
+// "5GB" -> 5e9, "500MB", "2GiB", "1000" (bytes), as transformers' max_shard_size.
+int64_t parse_shard_size(const std::string& text);
+
+// Streams an HF directory: tensors are added one at a time (FSDP gathers one unit at a time,
+// so no rank holds the whole model) and cut into shards like transformers / huggingface_hub
+// (a new shard when the next tensor would exceed max_shard_bytes; a tensor larger than that gets
+// a shard of its own). Files are written under a temporary name and moved into `dir` by finish().
+class HfExportWriter {
+ public:
+  // dtype: convert every tensor to it (and record it in config.json); nullopt keeps each dtype.
+  HfExportWriter(std::string dir, int64_t max_shard_bytes, std::optional<at::ScalarType> dtype = std::nullopt);
+  ~HfExportWriter();  // an unfinished export is removed
+  HfExportWriter(const HfExportWriter&) = delete;
+  HfExportWriter& operator=(const HfExportWriter&) = delete;
+
+  void add(const std::string& name, const at::Tensor& t);
+  // Writes config.json (with architectures and dtype), generation_config.json and the index (when
+  // sharded), then moves everything into `dir` (replacing any weights already there).
+  void finish(const model::LlamaConfig& cfg);
+
+ private:
+  struct Shard;
+  void close_shard(std::unique_ptr<Shard>& shard);
+  std::string dir_, tmp_dir_;
+  int64_t max_shard_bytes_;
+  std::optional<at::ScalarType> dtype_;
+  std::unique_ptr<Shard> open_;
+  std::vector<std::unique_ptr<Shard>> closed_;  // in transformers' shard order
+  int next_tmp_id_ = 0;
+  int64_t total_bytes_ = 0;
+  at::ScalarType seen_dtype_ = at::kFloat;
+  bool finished_ = false;
+};
+
+// Writes `m` as an HF directory (tied lm_head omitted, as transformers does).
+void save_hf_directory(model::LlamaForCausalLM& m, const std::string& dir,
+                       std::optional<at::ScalarType> dtype = std::nullopt, int64_t max_shard_bytes = 5'000'000'000);
+
+// "float32" / "bfloat16" / "float16" <-> dtype; throws naming `flag` otherwise.
+at::ScalarType parse_dtype_name(const std::string& name, const std::string& flag);
+std::string dtype_name(at::ScalarType dtype);
+
+}  // namespace alpaca::io

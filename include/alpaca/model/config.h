@@ -1,0 +1,52 @@
+// LlamaConfig: the Hugging Face `config.json` of a LLaMA-family checkpoint (LLaMA 1, 2, 3/3.1),
+// read with validation (errors name the file and the field) and written back in HF form.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace alpaca::model {
+
+// RoPE scaling as in HF `rope_scaling` / `rope_parameters`. type "" = plain RoPE.
+struct RopeScaling {
+  std::string type;  // "", "linear", "dynamic", "llama3"
+  double factor = 1.0;
+  double low_freq_factor = 1.0;                 // llama3 only
+  double high_freq_factor = 4.0;                // llama3 only
+  int64_t original_max_position_embeddings = 0; // llama3 only (0 = max_position_embeddings)
+};
+
+struct LlamaConfig {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;  // GQA; defaults to num_attention_heads
+  int64_t head_dim = 0;             // defaults to hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  double initializer_range = 0.02;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;
+  bool mlp_bias = false;
+  RopeScaling rope_scaling;
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_id;  // LLaMA 3 lists several end tokens; LLaMA 1/2 have one
+  std::optional<int64_t> pad_token_id;
+  std::string torch_dtype;            // "float32", "bfloat16", "float16" or "" when absent
+
+  // Parses HF config.json text. `source` names the file in error messages.
+  static LlamaConfig from_json_string(const std::string& text, const std::string& source);
+  // Reads `path`; errors name the file and the offending field.
+  static LlamaConfig from_json_file(const std::string& path);
+  // HF config.json text (architectures = ["LlamaForCausalLM"], model_type = "llama").
+  std::string to_json() const;
+  // Checks the cross-field invariants (heads divide, positive sizes); `source` names the origin.
+  void validate(const std::string& source) const;
+};
+
+}  // namespace alpaca::model

@@ -1,0 +1,80 @@
+// The LLaMA building blocks (linear, RMSNorm, attention, MLP, decoder layer) as LibTorch modules
+// whose parameter names match Hugging Face's, so a named_parameters() walk is a state dict.
+// Single-device code: the FSDP engine wraps each LlamaDecoderLayer call from outside.
+#pragma once
+
+#include <ATen/ATen.h>          // defines: at::Tensor
+#include <torch/nn/module.h>    // defines: torch::nn::Module
+#include <torch/nn/pimpl.h>     // defines: TORCH_MODULE
+
+#include "alpaca/model/config.h"
+
+namespace alpaca::model {
+
+// Per-forward tensors shared by every decoder layer (computed once by the root module).
+struct LayerContext {
+  at::Tensor cos;        // (B, T, head_dim) in the compute dtype
+  at::Tensor sin;        // (B, T, head_dim) in the compute dtype
+  at::Tensor attn_mask;  // undefined => pure causal; else bool (B, 1, T, T), true = attend
+};
+
+// y = x W^T (+ b). Parameters "weight" (out, in) and optionally "bias" (out).
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in_features, int64_t out_features, bool bias, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x) const;
+  at::Tensor weight;
+  at::Tensor bias;  // undefined without bias
+};
+TORCH_MODULE(Linear);
+
+// Token embedding table "weight" (V, D).
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(int64_t num_embeddings, int64_t dim, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& ids) const;
+  at::Tensor weight;
+};
+TORCH_MODULE(Embedding);
+
+// LLaMA RMSNorm exactly as transformers: normalise in fp32, cast back, then scale.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x) const;
+  at::Tensor weight;  // (dim)
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+class LlamaAttentionImpl : public torch::nn::Module {
+ public:
+  LlamaAttentionImpl(const LlamaConfig& cfg, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x_btd, const LayerContext& ctx) const;
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  int64_t num_heads_, num_kv_heads_, head_dim_;
+};
+TORCH_MODULE(LlamaAttention);
+
+class LlamaMLPImpl : public torch::nn::Module {
+ public:
+  LlamaMLPImpl(const LlamaConfig& cfg, const at::TensorOptions& options);
+  at::Tensor forward(const at::Tensor& x_btd) const;
+  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(LlamaMLP);
+
+class LlamaDecoderLayerImpl : public torch::nn::Module {
+ public:
+  LlamaDecoderLayerImpl(const LlamaConfig& cfg, const at::TensorOptions& options);
+  // hidden_btd: (B, T, hidden) in the parameter dtype; returns the same shape.
+  at::Tensor forward(const at::Tensor& hidden_btd, const LayerContext& ctx);
+  LlamaAttention self_attn{nullptr};
+  LlamaMLP mlp{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(LlamaDecoderLayer);
+
+}  // namespace alpaca::model

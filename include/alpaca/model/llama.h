@@ -1,0 +1,80 @@
+// LlamaForCausalLM: the Hugging Face LLaMA causal LM as a single-device LibTorch module whose
+// named_parameters() are exactly the HF state-dict names. The FSDP engine drives the decoder
+// layers through set_layer_runner(); the model knows nothing of sharding or communicators.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include <ATen/ATen.h>          // defines: at::Tensor
+#include <torch/nn/module.h>    // defines: torch::nn::Module
+#include <torch/nn/pimpl.h>     // defines: TORCH_MODULE
+
+#include "alpaca/model/config.h"
+#include "alpaca/model/layers.h"
+#include "alpaca/model/loss.h"
+
+namespace alpaca::model {
+
+// Runs decoder layer `layer_idx`; FSDP installs one that unshards / reshards around the call.
+using LayerRunner =
+    std::function<at::Tensor(int64_t layer_idx, const at::Tensor& hidden_btd, const LayerContext& ctx)>;
+
+// "model": embed_tokens, layers.{i}, norm.
+class LlamaModelImpl : public torch::nn::Module {
+ public:
+  LlamaModelImpl(const LlamaConfig& cfg, const at::TensorOptions& options);
+  Embedding embed_tokens{nullptr};
+  std::vector<LlamaDecoderLayer> layers;  // also registered as "layers.{i}"
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(LlamaModel);
+
+class LlamaForCausalLMImpl : public torch::nn::Module {
+ public:
+  // Parameters are created with `options` (dtype, device; the meta device gives a model with no
+  // storage for FSDP to materialise). Values: zeros for linear/embedding weights and biases, ones
+  // for norms; call init_weights() for a random model or io::load_hf_weights() for a checkpoint.
+  explicit LlamaForCausalLMImpl(const LlamaConfig& cfg, const at::TensorOptions& options = at::kFloat);
+
+  // input_ids_bt: int64 (B, T). attention_mask_bt: 1/true = real token (undefined = all real).
+  // position_ids_bt: (B, T) or (1, T) (undefined = 0..T-1). segment_ids_bt: packing, attend only
+  // inside equal ids. Returns logits (B, T, V) in the parameter dtype.
+  at::Tensor forward(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt = {},
+                     const at::Tensor& position_ids_bt = {}, const at::Tensor& segment_ids_bt = {});
+
+  // The pieces of forward, for callers that run the root unit themselves.
+  at::Tensor embed(const at::Tensor& input_ids_bt) const;  // (B, T, D)
+  LayerContext make_context(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt,
+                            const at::Tensor& position_ids_bt, const at::Tensor& segment_ids_bt,
+                            at::ScalarType dtype) const;
+  at::Tensor head(const at::Tensor& hidden_btd) const;     // final norm + lm_head -> (B, T, V)
+
+  std::vector<LlamaDecoderLayer>& layers() { return model->layers; }
+  void set_layer_runner(LayerRunner runner);  // empty = default: layers()[i]->forward(h, ctx)
+
+  // Grows (or shrinks) the vocabulary; new rows are the mean of the old rows in the input and
+  // output embeddings (Stanford Alpaca's smart_tokenizer_and_embedding_resize).
+  void resize_token_embeddings(int64_t new_vocab_size);
+
+  const LlamaConfig& config() const { return cfg_; }
+  // The output projection (V, D): lm_head.weight, or embed_tokens.weight when tied.
+  at::Tensor lm_head_weight() const;
+
+  LlamaModel model{nullptr};
+  Linear lm_head{nullptr};  // null when tie_word_embeddings (then embed_tokens' weight is used)
+
+ private:
+  LlamaConfig cfg_;
+  LayerRunner runner_;
+};
+TORCH_MODULE(LlamaForCausalLM);
+
+// transformers' _init_weights: normal(0, initializer_range) for linear and embedding weights,
+// zero biases, zero padding row of the embedding, ones for norms. Deterministic in `seed`.
+void init_weights(LlamaForCausalLM& m, uint64_t seed);
+
+// Number of parameters (tied weights counted once).
+int64_t num_parameters(LlamaForCausalLM& m);
+
+}  // namespace alpaca::model

@@ -1,0 +1,208 @@
+// HF directories <-> LlamaForCausalLM: weight loading one tensor at a time and the streaming,
+// transformers-compatible exporter.
+#include "alpaca/io/hf_model.h"
+
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>  // defines: nlohmann::json
+
+#include "alpaca/io/checkpoint.h"
+#include "alpaca/util/error.h"
+#include "alpaca/util/log.h"
+
+namespace alpaca::io {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+at::ScalarType parse_dtype_name(const std::string& name, const std::string& flag) {
+  if (name == "float32" || name == "fp32") return at::kFloat;
+  if (name == "bfloat16" || name == "bf16") return at::kBFloat16;
+  if (name == "float16" || name == "fp16") return at::kHalf;
+  ALPACA_FAIL(flag << ": unknown dtype \"" << name << "\"; use float32, bfloat16 or float16");
+}
+
+std::string dtype_name(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return "float32";
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    default: ALPACA_FAIL("dtype " << dtype << " has no Hugging Face torch_dtype name");
+  }
+}
+
+void load_hf_weights(model::LlamaForCausalLM& m, const std::string& dir) {
+  CheckpointReader ckpt = CheckpointReader::open(dir);
+  at::NoGradGuard no_grad;
+  size_t used = 0;
+  for (auto& item : m->named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    at::Tensor& p = item.value();
+    ALPACA_CHECK(ckpt.contains(name), dir << " (" << ckpt.format() << "): tensor \"" << name
+                                          << "\" is missing; the checkpoint does not match config.json");
+    TensorInfo ti = ckpt.info(name);
+    ALPACA_CHECK(at::IntArrayRef(ti.shape) == p.sizes(),
+                 ti.file << ": tensor \"" << name << "\" has shape " << at::IntArrayRef(ti.shape)
+                         << " but the model built from config.json expects " << p.sizes());
+    p.copy_(ckpt.read(name));  // converts dtype/device on the fly; no second full copy
+    ckpt.release(name);
+    ++used;
+  }
+  for (const auto& name : ckpt.names()) {
+    if (name.ends_with("rotary_emb.inv_freq")) continue;  // old checkpoints saved this buffer
+    if (name == "lm_head.weight" && m->config().tie_word_embeddings) continue;
+    bool known = false;
+    for (const auto& item : m->named_parameters(true))
+      if (item.key() == name) known = true;
+    if (!known) ALPACA_WARN(dir << ": ignoring tensor \"" << name << "\" that the LLaMA model does not use");
+  }
+  ALPACA_DEBUG("loaded " << used << " tensors from " << dir);
+}
+
+model::LlamaForCausalLM load_hf_model(const std::string& dir, const at::TensorOptions& options) {
+  model::LlamaConfig cfg = model::LlamaConfig::from_json_file((fs::path(dir) / "config.json").string());
+  model::LlamaForCausalLM m(cfg, options);
+  load_hf_weights(m, dir);
+  return m;
+}
+
+int64_t parse_shard_size(const std::string& text) {
+  std::string s;
+  for (char c : text)
+    if (!std::isspace(static_cast<unsigned char>(c))) s += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  ALPACA_CHECK(i > 0, "--save_max_shard_size: \"" << text << "\" is not a size; use e.g. 5GB, 500MB or a byte count");
+  const double v = std::stod(s.substr(0, i));
+  const std::string unit = s.substr(i);
+  double mult = 0;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "KB") mult = 1e3;
+  else if (unit == "MB") mult = 1e6;
+  else if (unit == "GB") mult = 1e9;
+  else if (unit == "KIB") mult = 1024.0;
+  else if (unit == "MIB") mult = 1024.0 * 1024;
+  else if (unit == "GIB") mult = 1024.0 * 1024 * 1024;
+  ALPACA_CHECK(mult > 0, "--save_max_shard_size: unknown unit in \"" << text << "\"; use B, KB, MB, GB, KiB, MiB or GiB");
+  const auto bytes = static_cast<int64_t>(v * mult);
+  ALPACA_CHECK(bytes > 0, "--save_max_shard_size must be positive, got \"" << text << "\"");
+  return bytes;
+}
+
+// ------------------------------------------------------------------------------- export
+
+struct HfExportWriter::Shard {
+  std::string tmp_path;
+  std::unique_ptr<SafetensorsWriter> writer;
+  std::vector<std::string> names;
+  int64_t bytes = 0;
+};
+
+HfExportWriter::HfExportWriter(std::string dir, int64_t max_shard_bytes, std::optional<at::ScalarType> dtype)
+    : dir_(std::move(dir)), max_shard_bytes_(max_shard_bytes), dtype_(dtype) {
+  ALPACA_CHECK(max_shard_bytes_ > 0, "export to " << dir_ << ": max shard size must be positive");
+  // Build the export in a hidden sibling so a crash never leaves a half-written directory.
+  fs::path d = fs::absolute(dir_);
+  tmp_dir_ = (d.parent_path() / ("." + d.filename().string() + ".export-tmp")).string();
+  fs::remove_all(tmp_dir_);
+  fs::create_directories(tmp_dir_);
+}
+
+HfExportWriter::~HfExportWriter() {
+  if (finished_) return;
+  open_.reset();
+  closed_.clear();
+  std::error_code ec;
+  fs::remove_all(tmp_dir_, ec);
+}
+
+void HfExportWriter::close_shard(std::unique_ptr<Shard>& shard) {
+  shard->writer->finish({{"format", "pt"}});
+  shard->writer.reset();
+  closed_.push_back(std::move(shard));
+}
+
+void HfExportWriter::add(const std::string& name, const at::Tensor& t) {
+  ALPACA_CHECK(!finished_, "export to " << dir_ << ": add(\"" << name << "\") after finish()");
+  at::Tensor c = dtype_ ? t.detach().to(*dtype_) : t.detach();
+  seen_dtype_ = c.scalar_type();
+  const int64_t bytes = static_cast<int64_t>(c.numel() * c.element_size());
+  auto new_shard = [&]() {
+    auto s = std::make_unique<Shard>();
+    s->tmp_path = (fs::path(tmp_dir_) / ("shard-" + std::to_string(next_tmp_id_++) + ".safetensors")).string();
+    s->writer = std::make_unique<SafetensorsWriter>(s->tmp_path);
+    return s;
+  };
+  std::unique_ptr<Shard> own;
+  Shard* target = nullptr;
+  if (bytes > max_shard_bytes_) {
+    own = new_shard();  // huggingface_hub: an oversized tensor gets a shard of its own
+    target = own.get();
+  } else {
+    if (open_ && open_->bytes + bytes > max_shard_bytes_) close_shard(open_);
+    if (!open_) open_ = new_shard();
+    target = open_.get();
+  }
+  target->writer->add(name, c);
+  target->names.push_back(name);
+  target->bytes += bytes;
+  total_bytes_ += bytes;
+  if (own) close_shard(own);
+}
+
+void HfExportWriter::finish(const model::LlamaConfig& cfg_in) {
+  ALPACA_CHECK(!finished_, "export to " << dir_ << ": finish() called twice");
+  if (open_) close_shard(open_);
+  ALPACA_CHECK(!closed_.empty(), "export to " << dir_ << ": no tensors were added");
+  const fs::path tmp(tmp_dir_);
+  const size_t n = closed_.size();
+  json weight_map = json::object();
+  if (n == 1) {
+    fs::rename(closed_[0]->tmp_path, tmp / "model.safetensors");
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "model-%05zu-of-%05zu.safetensors", i + 1, n);
+      fs::rename(closed_[i]->tmp_path, tmp / buf);
+      for (const auto& name : closed_[i]->names) weight_map[name] = buf;
+    }
+    json index = {{"metadata", {{"total_size", total_bytes_}}}, {"weight_map", weight_map}};
+    std::ofstream(tmp / "model.safetensors.index.json") << index.dump(2) << "\n";
+  }
+  model::LlamaConfig cfg = cfg_in;
+  cfg.torch_dtype = dtype_name(dtype_ ? *dtype_ : seen_dtype_);
+  std::ofstream(tmp / "config.json") << cfg.to_json();
+  json gen = {{"_from_model_config", true}, {"transformers_version", "5.23.0"}};
+  if (cfg.bos_token_id) gen["bos_token_id"] = *cfg.bos_token_id;
+  if (cfg.eos_token_id.size() == 1) gen["eos_token_id"] = cfg.eos_token_id.front();
+  else if (!cfg.eos_token_id.empty()) gen["eos_token_id"] = cfg.eos_token_id;
+  if (cfg.pad_token_id) gen["pad_token_id"] = *cfg.pad_token_id;
+  std::ofstream(tmp / "generation_config.json") << gen.dump(2) << "\n";
+
+  const fs::path dir(dir_);
+  if (!fs::exists(dir)) {
+    fs::create_directories(fs::absolute(dir).parent_path());
+    fs::rename(tmp, dir);
+  } else {
+    // The directory holds other files (tokenizer, trainer state): replace only the weights.
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string f = e.path().filename().string();
+      if ((f.starts_with("model") && f.ends_with(".safetensors")) || f == "model.safetensors.index.json" ||
+          f.starts_with("pytorch_model"))
+        fs::remove(e.path());
+    }
+    for (const auto& e : fs::directory_iterator(tmp)) fs::rename(e.path(), dir / e.path().filename());
+    fs::remove_all(tmp);
+  }
+  finished_ = true;
+}
+
+void save_hf_directory(model::LlamaForCausalLM& m, const std::string& dir, std::optional<at::ScalarType> dtype,
+                       int64_t max_shard_bytes) {
+  HfExportWriter w(dir, max_shard_bytes, dtype);
+  for (const auto& item : m->named_parameters(/*recurse=*/true)) w.add(item.key(), item.value());
+  w.finish(m->config());
+}
+
+}  // namespace alpaca::io

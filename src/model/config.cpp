@@ -1,0 +1,246 @@
+// LlamaConfig <-> HF config.json. Accepts both the transformers 4 layout (rope_theta +
+// rope_scaling) and the transformers 5 one (rope_parameters), and writes both so either loads it.
+#include "alpaca/model/config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>  // defines: nlohmann::json
+
+#include "alpaca/util/error.h"
+
+namespace alpaca::model {
+namespace {
+
+using nlohmann::json;
+
+// Typed field access whose errors say which file and which field is wrong.
+class Fields {
+ public:
+  Fields(const json& j, std::string source) : j_(j), source_(std::move(source)) {}
+
+  bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+
+  int64_t require_int(const char* key) const {
+    ALPACA_CHECK(has(key), source_ << ": required field \"" << key
+                                   << "\" is missing; add it to the model config");
+    return get_int(key, 0);
+  }
+  int64_t get_int(const char* key, int64_t fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = j_.at(key);
+    ALPACA_CHECK(v.is_number_integer(), source_ << ": field \"" << key << "\" must be an integer, got "
+                                                << v.dump());
+    return v.get<int64_t>();
+  }
+  double get_double(const char* key, double fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = j_.at(key);
+    ALPACA_CHECK(v.is_number(), source_ << ": field \"" << key << "\" must be a number, got " << v.dump());
+    return v.get<double>();
+  }
+  bool get_bool(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = j_.at(key);
+    ALPACA_CHECK(v.is_boolean(), source_ << ": field \"" << key << "\" must be true or false, got "
+                                         << v.dump());
+    return v.get<bool>();
+  }
+  std::string get_string(const char* key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = j_.at(key);
+    ALPACA_CHECK(v.is_string(), source_ << ": field \"" << key << "\" must be a string, got " << v.dump());
+    return v.get<std::string>();
+  }
+
+ private:
+  const json& j_;
+  std::string source_;
+};
+
+RopeScaling parse_rope(const json& r, const std::string& source, const char* field) {
+  RopeScaling rs;
+  ALPACA_CHECK(r.is_object(), source << ": field \"" << field << "\" must be an object, got " << r.dump());
+  std::string where = source + " field \"" + field + "\"";
+  Fields f(r, where);
+  std::string type = f.get_string("rope_type", f.get_string("type", "default"));
+  if (type == "default") type = "";
+  ALPACA_CHECK(type.empty() || type == "linear" || type == "dynamic" || type == "llama3",
+               where << ": rope type \"" << type
+                     << "\" is not supported (supported: default, linear, dynamic, llama3)");
+  rs.type = type;
+  if (!type.empty()) {
+    ALPACA_CHECK(f.has("factor"), where << ": \"factor\" is required for rope type " << type);
+    rs.factor = f.get_double("factor", 1.0);
+    ALPACA_CHECK(rs.factor >= 1.0, where << ": \"factor\" must be >= 1, got " << rs.factor);
+  }
+  if (type == "llama3") {
+    for (const char* k : {"low_freq_factor", "high_freq_factor"})
+      ALPACA_CHECK(f.has(k), where << ": \"" << k << "\" is required for rope type llama3");
+    rs.low_freq_factor = f.get_double("low_freq_factor", 1.0);
+    rs.high_freq_factor = f.get_double("high_freq_factor", 4.0);
+    rs.original_max_position_embeddings = f.get_int("original_max_position_embeddings", 0);
+    ALPACA_CHECK(rs.high_freq_factor > rs.low_freq_factor,
+                 where << ": high_freq_factor must exceed low_freq_factor");
+  }
+  return rs;
+}
+
+std::vector<int64_t> parse_token_list(const json& j, const std::string& source, const char* key) {
+  if (!j.contains(key) || j.at(key).is_null()) return {};
+  const json& v = j.at(key);
+  if (v.is_number_integer()) return {v.get<int64_t>()};
+  ALPACA_CHECK(v.is_array(), source << ": field \"" << key << "\" must be an integer or a list of integers");
+  std::vector<int64_t> out;
+  for (const json& e : v) {
+    ALPACA_CHECK(e.is_number_integer(), source << ": field \"" << key << "\" must hold integers, got " << e.dump());
+    out.push_back(e.get<int64_t>());
+  }
+  return out;
+}
+
+}  // namespace
+
+LlamaConfig LlamaConfig::from_json_string(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    ALPACA_FAIL(source << ": not valid JSON (" << e.what() << "); fix or regenerate the config");
+  }
+  ALPACA_CHECK(j.is_object(), source << ": a model config must be a JSON object");
+  Fields f(j, source);
+  ALPACA_CHECK(f.has("model_type"), source << ": required field \"model_type\" is missing (expected \"llama\")");
+  std::string model_type = f.get_string("model_type", "");
+  ALPACA_CHECK(model_type == "llama", source << ": field \"model_type\" is \"" << model_type
+                                             << "\"; only LLaMA-family checkpoints (\"llama\") are supported");
+  std::string act = f.get_string("hidden_act", "silu");
+  ALPACA_CHECK(act == "silu", source << ": field \"hidden_act\" is \"" << act << "\"; only silu is supported");
+  ALPACA_CHECK(f.get_double("attention_dropout", 0.0) == 0.0,
+               source << ": field \"attention_dropout\" must be 0 (attention dropout is unsupported)");
+
+  LlamaConfig c;
+  c.vocab_size = f.require_int("vocab_size");
+  c.hidden_size = f.require_int("hidden_size");
+  c.intermediate_size = f.require_int("intermediate_size");
+  c.num_hidden_layers = f.require_int("num_hidden_layers");
+  c.num_attention_heads = f.require_int("num_attention_heads");
+  c.num_key_value_heads = f.get_int("num_key_value_heads", c.num_attention_heads);
+  ALPACA_CHECK(c.num_attention_heads > 0, source << ": field \"num_attention_heads\" must be positive");
+  c.head_dim = f.get_int("head_dim", c.hidden_size / c.num_attention_heads);
+  c.max_position_embeddings = f.get_int("max_position_embeddings", 2048);
+  c.rms_norm_eps = f.get_double("rms_norm_eps", 1e-6);
+  c.initializer_range = f.get_double("initializer_range", 0.02);
+  c.tie_word_embeddings = f.get_bool("tie_word_embeddings", false);
+  c.attention_bias = f.get_bool("attention_bias", false);
+  c.mlp_bias = f.get_bool("mlp_bias", false);
+
+  // transformers 5 keeps rope_theta inside rope_parameters; 4.x keeps it at top level.
+  c.rope_theta = f.get_double("rope_theta", 10000.0);
+  if (f.has("rope_scaling")) {
+    c.rope_scaling = parse_rope(j.at("rope_scaling"), source, "rope_scaling");
+    Fields rf(j.at("rope_scaling"), source + " field \"rope_scaling\"");
+    c.rope_theta = rf.get_double("rope_theta", c.rope_theta);
+  } else if (f.has("rope_parameters")) {
+    c.rope_scaling = parse_rope(j.at("rope_parameters"), source, "rope_parameters");
+    Fields rf(j.at("rope_parameters"), source + " field \"rope_parameters\"");
+    c.rope_theta = rf.get_double("rope_theta", c.rope_theta);
+  }
+  if (c.rope_scaling.type == "llama3" && c.rope_scaling.original_max_position_embeddings == 0)
+    c.rope_scaling.original_max_position_embeddings = c.max_position_embeddings;
+
+  auto bos = parse_token_list(j, source, "bos_token_id");
+  if (!bos.empty()) c.bos_token_id = bos.front();
+  c.eos_token_id = parse_token_list(j, source, "eos_token_id");
+  auto pad = parse_token_list(j, source, "pad_token_id");
+  // Old LLaMA-1 conversions write pad_token_id = -1 for "none".
+  if (!pad.empty() && pad.front() >= 0) c.pad_token_id = pad.front();
+  c.torch_dtype = f.get_string("torch_dtype", f.get_string("dtype", ""));
+  c.validate(source);
+  return c;
+}
+
+LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ALPACA_CHECK(in.good(), path << ": cannot open the model config; check --model_name_or_path / --config");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return from_json_string(ss.str(), path);
+}
+
+void LlamaConfig::validate(const std::string& source) const {
+  auto positive = [&](int64_t v, const char* name) {
+    ALPACA_CHECK(v > 0, source << ": field \"" << name << "\" must be positive, got " << v);
+  };
+  positive(vocab_size, "vocab_size");
+  positive(hidden_size, "hidden_size");
+  positive(intermediate_size, "intermediate_size");
+  positive(num_hidden_layers, "num_hidden_layers");
+  positive(num_attention_heads, "num_attention_heads");
+  positive(num_key_value_heads, "num_key_value_heads");
+  positive(head_dim, "head_dim");
+  positive(max_position_embeddings, "max_position_embeddings");
+  ALPACA_CHECK(num_attention_heads % num_key_value_heads == 0,
+               source << ": field \"num_key_value_heads\" (" << num_key_value_heads
+                      << ") must divide num_attention_heads (" << num_attention_heads << ")");
+  ALPACA_CHECK(head_dim % 2 == 0, source << ": field \"head_dim\" must be even for RoPE, got " << head_dim);
+  ALPACA_CHECK(rms_norm_eps > 0, source << ": field \"rms_norm_eps\" must be positive");
+  ALPACA_CHECK(rope_theta > 0, source << ": field \"rope_theta\" must be positive");
+  ALPACA_CHECK(torch_dtype.empty() || torch_dtype == "float32" || torch_dtype == "bfloat16" ||
+                   torch_dtype == "float16",
+               source << ": field \"torch_dtype\" is \"" << torch_dtype
+                      << "\"; expected float32, bfloat16 or float16");
+}
+
+std::string LlamaConfig::to_json() const {
+  json j;
+  j["architectures"] = json::array({"LlamaForCausalLM"});
+  j["model_type"] = "llama";
+  j["attention_bias"] = attention_bias;
+  j["attention_dropout"] = 0.0;
+  j["bos_token_id"] = bos_token_id ? json(*bos_token_id) : json(nullptr);
+  if (eos_token_id.empty()) j["eos_token_id"] = nullptr;
+  else if (eos_token_id.size() == 1) j["eos_token_id"] = eos_token_id.front();
+  else j["eos_token_id"] = eos_token_id;
+  j["pad_token_id"] = pad_token_id ? json(*pad_token_id) : json(nullptr);
+  j["head_dim"] = head_dim;
+  j["hidden_act"] = "silu";
+  j["hidden_size"] = hidden_size;
+  j["initializer_range"] = initializer_range;
+  j["intermediate_size"] = intermediate_size;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["mlp_bias"] = mlp_bias;
+  j["num_attention_heads"] = num_attention_heads;
+  j["num_hidden_layers"] = num_hidden_layers;
+  j["num_key_value_heads"] = num_key_value_heads;
+  j["pretraining_tp"] = 1;
+  j["rms_norm_eps"] = rms_norm_eps;
+  j["rope_theta"] = rope_theta;
+  json rope;
+  rope["rope_type"] = rope_scaling.type.empty() ? "default" : rope_scaling.type;
+  rope["rope_theta"] = rope_theta;
+  if (!rope_scaling.type.empty()) rope["factor"] = rope_scaling.factor;
+  if (rope_scaling.type == "llama3") {
+    rope["low_freq_factor"] = rope_scaling.low_freq_factor;
+    rope["high_freq_factor"] = rope_scaling.high_freq_factor;
+    rope["original_max_position_embeddings"] = rope_scaling.original_max_position_embeddings;
+  }
+  j["rope_parameters"] = rope;
+  if (rope_scaling.type.empty()) {
+    j["rope_scaling"] = nullptr;
+  } else {
+    json legacy = rope;
+    legacy.erase("rope_theta");
+    legacy["type"] = rope_scaling.type;  // transformers < 4.45 reads "type"
+    j["rope_scaling"] = legacy;
+  }
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  std::string dtype = torch_dtype.empty() ? "float32" : torch_dtype;
+  j["torch_dtype"] = dtype;
+  j["dtype"] = dtype;
+  j["use_cache"] = true;
+  j["vocab_size"] = vocab_size;
+  return j.dump(2) + "\n";
+}
+
+}  // namespace alpaca::model

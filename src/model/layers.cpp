@@ -1,0 +1,102 @@
+// LLaMA blocks, op for op as transformers' modeling_llama.py (sdpa attention path).
+#include "alpaca/model/layers.h"
+
+#include <cmath>
+
+#include "alpaca/model/rope.h"
+#include "alpaca/util/error.h"
+
+namespace alpaca::model {
+
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias,
+                       const at::TensorOptions& options) {
+  weight = register_parameter("weight", at::zeros({out_features, in_features}, options));
+  if (with_bias) bias = register_parameter("bias", at::zeros({out_features}, options));
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor& x) const {
+  return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
+}
+
+EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim, const at::TensorOptions& options) {
+  weight = register_parameter("weight", at::zeros({num_embeddings, dim}, options));
+}
+
+at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) const { return at::embedding(weight, ids); }
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps_in, const at::TensorOptions& options) : eps(eps_in) {
+  weight = register_parameter("weight", at::ones({dim}, options));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
+  at::Tensor h = x.to(at::kFloat);
+  at::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
+  h = h * at::rsqrt(variance + eps);
+  return weight * h.to(x.scalar_type());
+}
+
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg, const at::TensorOptions& options)
+    : num_heads_(cfg.num_attention_heads), num_kv_heads_(cfg.num_key_value_heads), head_dim_(cfg.head_dim) {
+  const int64_t d = cfg.hidden_size;
+  q_proj = register_module("q_proj", Linear(d, num_heads_ * head_dim_, cfg.attention_bias, options));
+  k_proj = register_module("k_proj", Linear(d, num_kv_heads_ * head_dim_, cfg.attention_bias, options));
+  v_proj = register_module("v_proj", Linear(d, num_kv_heads_ * head_dim_, cfg.attention_bias, options));
+  o_proj = register_module("o_proj", Linear(num_heads_ * head_dim_, d, cfg.attention_bias, options));
+}
+
+namespace {
+// (B, Hkv, T, Dh) -> (B, Hkv * n_rep, T, Dh), as transformers' repeat_kv.
+at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
+  if (n_rep == 1) return x;
+  const int64_t b = x.size(0), h = x.size(1), t = x.size(2), dh = x.size(3);
+  return x.unsqueeze(2).expand({b, h, n_rep, t, dh}).reshape({b, h * n_rep, t, dh});
+}
+}  // namespace
+
+at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x_btd, const LayerContext& ctx) const {
+  const int64_t b = x_btd.size(0), t = x_btd.size(1);
+  at::Tensor q_bhtd = q_proj->forward(x_btd).view({b, t, -1, head_dim_}).transpose(1, 2);
+  at::Tensor k_bhtd = k_proj->forward(x_btd).view({b, t, -1, head_dim_}).transpose(1, 2);
+  at::Tensor v_bhtd = v_proj->forward(x_btd).view({b, t, -1, head_dim_}).transpose(1, 2);
+  q_bhtd = apply_rope(q_bhtd, ctx.cos, ctx.sin);
+  k_bhtd = apply_rope(k_bhtd, ctx.cos, ctx.sin);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  const int64_t n_rep = num_heads_ / num_kv_heads_;
+  at::Tensor out_bhtd;
+  if (!ctx.attn_mask.defined()) {
+    // Pure causal: the fused path handles GQA itself (what transformers does without a mask).
+    out_bhtd = at::scaled_dot_product_attention(q_bhtd, k_bhtd, v_bhtd, std::nullopt, 0.0,
+                                                /*is_causal=*/t > 1, scale, /*enable_gqa=*/n_rep > 1);
+  } else {
+    out_bhtd = at::scaled_dot_product_attention(q_bhtd, repeat_kv(k_bhtd, n_rep), repeat_kv(v_bhtd, n_rep),
+                                                ctx.attn_mask, 0.0, /*is_causal=*/false, scale);
+  }
+  at::Tensor out_btd = out_bhtd.transpose(1, 2).reshape({b, t, -1});
+  return o_proj->forward(out_btd);
+}
+
+LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& cfg, const at::TensorOptions& options) {
+  const int64_t d = cfg.hidden_size, f = cfg.intermediate_size;
+  gate_proj = register_module("gate_proj", Linear(d, f, cfg.mlp_bias, options));
+  up_proj = register_module("up_proj", Linear(d, f, cfg.mlp_bias, options));
+  down_proj = register_module("down_proj", Linear(f, d, cfg.mlp_bias, options));
+}
+
+at::Tensor LlamaMLPImpl::forward(const at::Tensor& x_btd) const {
+  return down_proj->forward(at::silu(gate_proj->forward(x_btd)) * up_proj->forward(x_btd));
+}
+
+LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg, const at::TensorOptions& options) {
+  self_attn = register_module("self_attn", LlamaAttention(cfg, options));
+  mlp = register_module("mlp", LlamaMLP(cfg, options));
+  input_layernorm = register_module("input_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, options));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, options));
+}
+
+at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& hidden_btd, const LayerContext& ctx) {
+  at::Tensor h = hidden_btd + self_attn->forward(input_layernorm->forward(hidden_btd), ctx);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
+}  // namespace alpaca::model

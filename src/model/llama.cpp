@@ -1,0 +1,118 @@
+// LlamaForCausalLM: embeddings -> decoder layers (through the layer runner) -> norm -> lm_head.
+#include "alpaca/model/llama.h"
+
+#include <torch/nn/modules/container/modulelist.h>  // defines: torch::nn::ModuleList
+
+#include "alpaca/model/rope.h"
+#include "alpaca/util/error.h"
+
+namespace alpaca::model {
+
+LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const at::TensorOptions& options) {
+  embed_tokens = register_module("embed_tokens", Embedding(cfg.vocab_size, cfg.hidden_size, options));
+  torch::nn::ModuleList list;
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    layers.emplace_back(cfg, options);
+    list->push_back(layers.back());
+  }
+  register_module("layers", list);
+  norm = register_module("norm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, options));
+}
+
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& cfg, const at::TensorOptions& options) : cfg_(cfg) {
+  cfg_.validate("LlamaForCausalLM config");
+  model = register_module("model", LlamaModel(cfg_, options));
+  if (!cfg_.tie_word_embeddings)
+    lm_head = register_module("lm_head", Linear(cfg_.hidden_size, cfg_.vocab_size, false, options));
+}
+
+at::Tensor LlamaForCausalLMImpl::lm_head_weight() const {
+  return lm_head ? lm_head->weight : model->embed_tokens->weight;
+}
+
+void LlamaForCausalLMImpl::set_layer_runner(LayerRunner runner) { runner_ = std::move(runner); }
+
+at::Tensor LlamaForCausalLMImpl::embed(const at::Tensor& input_ids_bt) const {
+  return model->embed_tokens->forward(input_ids_bt);
+}
+
+LayerContext LlamaForCausalLMImpl::make_context(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt,
+                                                const at::Tensor& position_ids_bt, const at::Tensor& segment_ids_bt,
+                                                at::ScalarType dtype) const {
+  const int64_t b = input_ids_bt.size(0), t = input_ids_bt.size(1);
+  const at::Device device = input_ids_bt.device();
+  at::Tensor pos = position_ids_bt;
+  if (!pos.defined()) pos = at::arange(t, at::TensorOptions().dtype(at::kLong).device(device)).unsqueeze(0);
+  ALPACA_CHECK(pos.dim() == 2 && pos.size(1) == t && (pos.size(0) == 1 || pos.size(0) == b),
+               "position_ids must be (" << b << ", " << t << ") or (1, " << t << "), got " << pos.sizes());
+  pos = pos.to(at::kLong).expand({b, t});
+  LayerContext ctx;
+  std::tie(ctx.cos, ctx.sin) = rope_cos_sin(cfg_, pos, dtype);
+
+  if (attention_mask_bt.defined() || segment_ids_bt.defined()) {
+    auto bopts = at::TensorOptions().dtype(at::kBool).device(device);
+    at::Tensor allow_b1tt = at::ones({t, t}, bopts).tril().view({1, 1, t, t});
+    if (attention_mask_bt.defined()) {
+      ALPACA_CHECK(attention_mask_bt.sizes() == input_ids_bt.sizes(),
+                   "attention_mask must match input_ids " << input_ids_bt.sizes() << ", got "
+                                                          << attention_mask_bt.sizes());
+      allow_b1tt = allow_b1tt & attention_mask_bt.to(at::kBool).view({b, 1, 1, t});
+    }
+    if (segment_ids_bt.defined()) {
+      ALPACA_CHECK(segment_ids_bt.sizes() == input_ids_bt.sizes(),
+                   "segment_ids must match input_ids " << input_ids_bt.sizes() << ", got " << segment_ids_bt.sizes());
+      allow_b1tt = allow_b1tt & (segment_ids_bt.view({b, 1, t, 1}) == segment_ids_bt.view({b, 1, 1, t}));
+    }
+    // A query with no key to attend to (a left-padded position) would give NaN, which would
+    // poison the gradients although its output never reaches the loss: let it see itself.
+    at::Tensor empty_row_b1t1 = at::logical_not(allow_b1tt.any(-1, /*keepdim=*/true));
+    allow_b1tt = allow_b1tt | (empty_row_b1t1 & at::eye(t, bopts).view({1, 1, t, t}));
+    ctx.attn_mask = allow_b1tt.expand({b, 1, t, t});
+  }
+  return ctx;
+}
+
+at::Tensor LlamaForCausalLMImpl::head(const at::Tensor& hidden_btd) const {
+  return at::linear(model->norm->forward(hidden_btd), lm_head_weight());
+}
+
+at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt,
+                                         const at::Tensor& position_ids_bt, const at::Tensor& segment_ids_bt) {
+  ALPACA_CHECK(input_ids_bt.dim() == 2 && input_ids_bt.scalar_type() == at::kLong,
+               "input_ids must be int64 (batch, seq), got " << input_ids_bt.scalar_type() << " "
+                                                            << input_ids_bt.sizes());
+  at::Tensor h_btd = embed(input_ids_bt);
+  LayerContext ctx = make_context(input_ids_bt, attention_mask_bt, position_ids_bt, segment_ids_bt,
+                                  h_btd.scalar_type());
+  auto& ls = model->layers;
+  for (int64_t i = 0; i < static_cast<int64_t>(ls.size()); ++i)
+    h_btd = runner_ ? runner_(i, h_btd, ctx) : ls[i]->forward(h_btd, ctx);
+  return head(h_btd);
+}
+
+void LlamaForCausalLMImpl::resize_token_embeddings(int64_t new_vocab_size) {
+  ALPACA_CHECK(new_vocab_size > 0, "resize_token_embeddings: new vocabulary size must be positive");
+  const int64_t old = cfg_.vocab_size;
+  if (new_vocab_size == old) return;
+  at::NoGradGuard no_grad;
+  auto resized = [&](const at::Tensor& w) {
+    at::Tensor out = at::empty({new_vocab_size, w.size(1)}, w.options());
+    const int64_t keep = std::min(old, new_vocab_size);
+    out.narrow(0, 0, keep).copy_(w.narrow(0, 0, keep));
+    if (new_vocab_size > old)  // mean in fp32 so bf16 weights get an accurate mean
+      out.narrow(0, old, new_vocab_size - old).copy_(w.to(at::kFloat).mean(0, true).expand({new_vocab_size - old, w.size(1)}));
+    return out;
+  };
+  auto& emb = model->embed_tokens->weight;
+  emb.set_data(resized(emb));
+  if (lm_head) lm_head->weight.set_data(resized(lm_head->weight));
+  cfg_.vocab_size = new_vocab_size;
+}
+
+int64_t num_parameters(LlamaForCausalLM& m) {
+  int64_t n = 0;
+  for (const auto& p : m->parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace alpaca::model
