@@ -98,13 +98,15 @@ void Trainer::Impl::setup_tokenizer_and_model() {
 
   if (resume_dir) {
     const auto rs = ckpt::ResumeState::load((*resume_dir / ckpt::kResumeStateName).string());
-    std::string why = ckpt::fingerprint_mismatch("model", rs.model, model_fingerprint);
+    // The tokenizer first: a different tokenizer also changes the vocabulary, and so the model.
+    std::string why = ckpt::fingerprint_mismatch("tokenizer", rs.tokenizer, tokenizer_fingerprint);
+    ALPACA_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why << " (the tokenizer of "
+                                                    << base.string()
+                                                    << "); resume with the tokenizer the checkpoint was trained with");
+    why = ckpt::fingerprint_mismatch("model", rs.model, model_fingerprint);
     ALPACA_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why
                                                     << " (--model_name_or_path " << base.string()
                                                     << "); resume with the model the checkpoint was trained from");
-    why = ckpt::fingerprint_mismatch("tokenizer", rs.tokenizer, tokenizer_fingerprint);
-    ALPACA_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why
-                                                    << "; resume with the tokenizer the checkpoint was trained with");
     model = io::load_hf_model(resume_dir->string(), at::kFloat);
   } else {
     model = io::load_hf_model(base.string(), at::kFloat);
