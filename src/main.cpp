@@ -1,18 +1,25 @@
-// alpaca-train entry point: the only place that catches alpaca::Error and chooses an exit code.
+// alpaca-train entry point: the only place that catches errors and chooses an exit code
+// (0 success, 1 failure, 2 bad usage: unknown flag, bad value, contradiction).
 #include <exception>
 #include <iostream>
+#include <string>
+#include <vector>
 
+#include "alpaca/cli/dispatch.h"
+#include "alpaca/cli/usage_error.h"
 #include "alpaca/util/error.h"
 
 int main(int argc, char** argv) {
   try {
-    std::cout << "alpaca-train: the CLI is not wired yet\n";
-    return 0;
+    return alpaca::cli::dispatch(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const alpaca::cli::UsageError& e) {
+    std::cerr << "alpaca-train: error: " << e.message() << "\n";
+    return 2;
   } catch (const alpaca::Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "alpaca-train: error: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "alpaca-train: error: " << e.what() << "\n";
     return 1;
   }
 }

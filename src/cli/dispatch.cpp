@@ -1,0 +1,57 @@
+// Subcommand dispatch for the alpaca-train binary (see dispatch.h).
+#include "alpaca/cli/dispatch.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include "alpaca/cli/commands.h"
+#include "alpaca/cli/flag_table.h"
+#include "alpaca/cli/train_args.h"
+#include "alpaca/cli/usage_error.h"
+
+namespace alpaca::cli {
+namespace {
+
+bool has_nproc_per_node(const std::vector<std::string>& argv) {
+  return std::any_of(argv.begin(), argv.end(), [](const std::string& a) {
+    return a == "--nproc_per_node" || a.rfind("--nproc_per_node=", 0) == 0 || a == "--nproc-per-node" ||
+           a.rfind("--nproc-per-node=", 0) == 0;
+  });
+}
+
+}  // namespace
+
+const std::vector<std::string>& subcommand_names() {
+  static const std::vector<std::string> names = {"train", "init-model", "preprocess", "help"};
+  return names;
+}
+
+int dispatch(const std::vector<std::string>& argv) {
+  ALPACA_USAGE_CHECK(!argv.empty(), "no arguments: give training flags (`alpaca-train --help` lists them) or a "
+                                    "subcommand: train, init-model, preprocess");
+  const std::string& first = argv.front();
+  std::vector<std::string> rest(argv.begin() + 1, argv.end());
+  if (first == "init-model") return run_init_model(rest);
+  if (first == "preprocess") return run_preprocess(rest);
+  if (first == "help") {
+    std::cout << train_help();
+    return 0;
+  }
+  if (first == "generate") {
+    ALPACA_USAGE_FAIL("`alpaca-train generate` is not implemented in this build; load the output directory with "
+                      "transformers (AutoModelForCausalLM.from_pretrained) to generate text");
+  }
+  std::vector<std::string> train_argv = first == "train" ? rest : argv;
+  if (first != "train" && first.rfind("-", 0) != 0) {
+    std::vector<std::string> names = subcommand_names();
+    names.push_back("generate");
+    std::string guess = closest_name(first, names);
+    ALPACA_USAGE_FAIL("unknown subcommand '" << first << "'"
+                      << (guess.empty() ? "; use train, init-model or preprocess, or start with a --flag"
+                                        : "; did you mean '" + guess + "'?"));
+  }
+  if (has_nproc_per_node(train_argv)) return run_launcher(train_argv);
+  return run_train(train_argv);
+}
+
+}  // namespace alpaca::cli

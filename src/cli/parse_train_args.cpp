@@ -1,0 +1,203 @@
+// Command line + --config file -> TrainArgs. CLI11 tokenises argv against the flag table (every
+// flag takes a value; booleans may also stand bare); the config file's keys are the same flag
+// names; the command line wins over the file. Unknown names are errors with a suggestion.
+#include <CLI/CLI.hpp>         // defines: CLI::App, CLI::ParseError
+#include <nlohmann/json.hpp>   // defines: nlohmann::json
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "alpaca/cli/flag_table.h"
+#include "alpaca/cli/train_args.h"
+#include "alpaca/cli/usage_error.h"
+
+namespace alpaca::cli {
+namespace {
+
+using nlohmann::json;
+
+std::vector<std::string> known_spellings() {
+  std::vector<std::string> names;
+  for (const auto& f : train_flags()) names.push_back(f.name);
+  for (const auto& [alias, target] : train_flag_aliases()) names.push_back(alias);
+  names.push_back("config");
+  return names;
+}
+
+// Maps an alias to its flag name; returns the input when it is not an alias.
+std::string canonical_name(const std::string& name) {
+  for (const auto& [alias, target] : train_flag_aliases()) {
+    if (alias == name) return target;
+  }
+  return name;
+}
+
+// "unknown flag --learnig_rate; did you mean --learning_rate?" (`quote` spells names as in the source).
+std::string unknown_flag_message(const std::string& what, const std::string& name, const std::string& quote) {
+  std::ostringstream os;
+  const std::string close = quote == "--" ? "" : quote;
+  os << what << " " << quote << name << close;
+  std::string guess = closest_name(name, known_spellings());
+  if (!guess.empty()) os << "; did you mean " << quote << guess << close << "?";
+  else os << "; run 'alpaca-train --help' for the list of flags";
+  return os.str();
+}
+
+// A JSON config value as the text the same flag takes on the command line.
+std::string json_value_text(const std::string& file, const std::string& key, const json& v) {
+  if (v.is_null()) return "None";
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_number_integer() || v.is_number_unsigned()) return std::to_string(v.get<int64_t>());
+  if (v.is_number_float()) {
+    std::ostringstream os;
+    os.precision(17);
+    os << v.get<double>();
+    return os.str();
+  }
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object()) return v.dump();  // inline JSON: fsdp_config, deepspeed, lr_scheduler_kwargs
+  if (v.is_array()) {
+    // Word lists (fsdp, report_to, fsdp_transformer_layer_cls_to_wrap) as HF's space-separated text.
+    std::string out;
+    for (const auto& item : v) {
+      ALPACA_USAGE_CHECK(item.is_string(), "config file " << file << ": key '" << key
+                                                           << "' holds a list with a non-string item " << item.dump());
+      out += (out.empty() ? "" : " ") + item.get<std::string>();
+    }
+    return out;
+  }
+  ALPACA_USAGE_FAIL("config file " << file << ": key '" << key << "' has an unsupported value " << v.dump());
+}
+
+// Reads --config: a JSON object whose keys are flag names (without --).
+std::map<std::string, std::string> read_config_file(const std::string& path) {
+  std::ifstream in(path);
+  ALPACA_USAGE_CHECK(in.good(), "--config " << path << ": cannot open the file; check the path");
+  json doc;
+  try {
+    doc = json::parse(in, nullptr, true, /*ignore_comments=*/true);
+  } catch (const json::exception& e) {
+    ALPACA_USAGE_FAIL("--config " << path << " is not valid JSON: " << e.what());
+  }
+  ALPACA_USAGE_CHECK(doc.is_object(), "--config " << path << " must hold a JSON object {\"flag_name\": value, ...}");
+  std::map<std::string, std::string> values;
+  for (const auto& [key, v] : doc.items()) {
+    std::string name = key.rfind("--", 0) == 0 ? key.substr(2) : key;
+    ALPACA_USAGE_CHECK(name != "config", "config file " << path << ": a config file cannot name another --config");
+    std::string flag = canonical_name(name);
+    ALPACA_USAGE_CHECK(find_train_flag(flag), unknown_flag_message("config file " + path + ": unknown key", name, "'"));
+    ALPACA_USAGE_CHECK(!values.count(flag), "config file " << path << ": '" << flag << "' is given twice (once as an alias)");
+    values[flag] = json_value_text(path, name, v);
+  }
+  return values;
+}
+
+struct CommandLine {
+  std::map<std::string, std::string> values;  // flag -> text, aliases resolved
+  std::string config_path;
+};
+
+CommandLine parse_command_line(const std::vector<std::string>& argv) {
+  CLI::App app{"alpaca-train"};
+  app.set_help_flag();      // --help is handled before parsing (train_help lists the groups)
+  app.allow_extras();       // collected below into errors that suggest the closest flag
+  app.allow_windows_style_options(false);
+
+  std::map<std::string, CLI::Option*> options;  // spelling -> option
+  for (const auto& f : train_flags()) {
+    CLI::Option* opt = app.add_option("--" + f.name, f.help);
+    // A bool may stand bare (--bf16) or take a value (--bf16 True); other flags take one value.
+    // --fsdp may stand bare too (HF: nargs="?", const=True, meaning full_shard).
+    opt->expected(is_bool_type(f.type) || f.name == "fsdp" ? 0 : 1, 1);
+    opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    options[f.name] = opt;
+  }
+  std::map<std::string, CLI::Option*> negations;  // HF adds --no_<flag> for booleans that default to True
+  for (const auto& f : train_flags()) {
+    if (f.type == FlagType::kBool && f.default_text == "True") negations[f.name] = app.add_flag("--no_" + f.name);
+  }
+  for (const auto& [alias, target] : train_flag_aliases()) {
+    CLI::Option* opt = app.add_option("--" + alias);
+    opt->expected(1)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    options[alias] = opt;
+  }
+  std::string config_path;
+  app.add_option("--config", config_path);
+
+  std::vector<std::string> reversed(argv.rbegin(), argv.rend());  // CLI11 consumes from the back
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 says "--learning_rate: 1 required TEXT missing"; say it in our words.
+    std::string what = e.what();
+    if (what.find("required") != std::string::npos && what.find("missing") != std::string::npos && what.find(':') != std::string::npos) {
+      ALPACA_USAGE_FAIL(what.substr(0, what.find(':')) << " needs a value, e.g. " << what.substr(0, what.find(':')) << " VALUE");
+    }
+    ALPACA_USAGE_FAIL(what);
+  }
+
+  for (const auto& extra : app.remaining()) {
+    if (extra.rfind("-", 0) == 0) {
+      std::string name = extra.substr(extra.find_first_not_of('-'));
+      name = name.substr(0, name.find('='));
+      ALPACA_USAGE_FAIL(unknown_flag_message("unknown flag", name, "--"));
+    }
+    ALPACA_USAGE_FAIL("unexpected argument '" << extra << "': every value belongs to a --flag; quote values "
+                      "that hold spaces, e.g. --fsdp \"full_shard auto_wrap\"");
+  }
+
+  CommandLine cl;
+  cl.config_path = config_path;
+  for (const auto& [spelling, opt] : options) {
+    if (opt->count() == 0) continue;
+    std::string flag = canonical_name(spelling);
+    ALPACA_USAGE_CHECK(!cl.values.count(flag), "--" << spelling << " and --" << flag
+                                                    << " are the same flag; give only --" << flag);
+    const auto& results = opt->results();
+    // CLI11 hands a following "--flag" to an option that takes a value; never take a flag as a value.
+    for (const auto& r : results) {
+      ALPACA_USAGE_CHECK(r.rfind("--", 0) != 0, "--" << spelling << " needs a value, but the next argument is the flag "
+                                                     << r << "; give --" << spelling << " VALUE");
+    }
+    cl.values[flag] = results.empty() || results.back().empty() ? "true" : results.back();
+  }
+  for (const auto& [flag, opt] : negations) {
+    if (opt->count() == 0) continue;
+    ALPACA_USAGE_CHECK(!cl.values.count(flag), "--" << flag << " and --no_" << flag << " contradict; give one");
+    cl.values[flag] = "false";
+  }
+  return cl;
+}
+
+}  // namespace
+
+TrainArgs parse_train_args(const std::vector<std::string>& argv) {
+  CommandLine cl = parse_command_line(argv);
+  TrainArgs args;
+  if (!cl.config_path.empty()) {
+    args.config_path = cl.config_path;
+    for (const auto& [flag, text] : read_config_file(cl.config_path)) {
+      try {
+        set_flag_from_text(args, flag, text);
+      } catch (const UsageError& e) {
+        ALPACA_USAGE_FAIL("config file " << cl.config_path << ": " << e.message());
+      }
+      args.explicit_flags.insert(flag);
+    }
+  }
+  for (const auto& [flag, text] : cl.values) {  // the command line wins over the config file
+    set_flag_from_text(args, flag, text);
+    args.explicit_flags.insert(flag);
+  }
+  validate_train_args(args);
+  return args;
+}
+
+bool wants_help(const std::vector<std::string>& argv) {
+  return std::any_of(argv.begin(), argv.end(), [](const std::string& a) { return a == "-h" || a == "--help"; });
+}
+
+}  // namespace alpaca::cli

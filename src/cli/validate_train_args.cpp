@@ -1,0 +1,384 @@
+// Validation of TrainArgs after parsing: contradictions and unsupported values become usage
+// errors that say what to change (HF's __post_init__ messages as the guide), and the derived
+// fields (FSDP options, resolved JSON configs, defaults that depend on other flags) are filled.
+#include <nlohmann/json.hpp>  // defines: nlohmann::json
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "alpaca/cli/deepspeed_config.h"
+#include "alpaca/cli/flag_table.h"
+#include "alpaca/cli/train_args.h"
+#include "alpaca/cli/usage_error.h"
+#include "alpaca/util/error.h"
+#include "alpaca/util/log.h"
+
+namespace alpaca::cli {
+namespace {
+
+using nlohmann::json;
+
+std::vector<std::string> split_words(const std::string& text) {
+  std::vector<std::string> words;
+  std::string w;
+  for (char c : text) {
+    if (c == ' ' || c == ',' || c == '\t') {
+      if (!w.empty()) words.push_back(w), w.clear();
+    } else {
+      w += c;
+    }
+  }
+  if (!w.empty()) words.push_back(w);
+  return words;
+}
+
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+bool one_of(const std::string& v, const std::vector<std::string>& choices) {
+  for (const auto& c : choices) {
+    if (v == c) return true;
+  }
+  return false;
+}
+
+void check_choice(const std::string& flag, const std::string& value, const std::vector<std::string>& choices) {
+  if (one_of(value, choices)) return;
+  std::string guess = closest_name(value, choices);
+  ALPACA_USAGE_FAIL("--" << flag << " '" << value << "' is not one of: " << join(choices, ", ")
+                         << (guess.empty() ? "" : "; did you mean '" + guess + "'?"));
+}
+
+// Reads a flag that holds JSON: inline text starting with '{', else a path to a JSON file.
+json read_json_flag(const std::string& flag, const std::string& value) {
+  std::string text = value;
+  std::string where = "--" + flag;
+  if (value.find_first_not_of(" \t\n") != std::string::npos && value[value.find_first_not_of(" \t\n")] != '{') {
+    std::ifstream in(value);
+    ALPACA_USAGE_CHECK(in.good(), "--" << flag << " " << value << ": no such file; give a JSON file or an inline JSON object");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+    where += " file " + value;
+  }
+  json j;
+  try {
+    j = json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  } catch (const json::exception& e) {
+    ALPACA_USAGE_FAIL(where << " is not valid JSON: " << e.what());
+  }
+  ALPACA_USAGE_CHECK(j.is_object(), where << " must be a JSON object {...}");
+  return j;
+}
+
+// HF: an interval given as a ratio must be in (0,1); above 1 it must be a whole number of steps.
+void check_interval(const std::string& flag, double v) {
+  ALPACA_USAGE_CHECK(v > 0, "--" << flag << " must be > 0 (a step count, or a ratio in (0,1) of the total steps), got " << v);
+  ALPACA_USAGE_CHECK(v < 1 || v == std::floor(v), "--" << flag << " must be an integer if bigger than 1, got " << v);
+}
+
+int64_t parse_byte_size(const std::string& text) {
+  // transformers' convert_file_size_to_int: GB = 10^9, GiB = 2^30, a lower-case b means bits.
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  ALPACA_USAGE_CHECK(i > 0, "--save_max_shard_size '" << text << "' is not a size; use e.g. 5GB, 500MB or a byte count");
+  double number = std::strtod(text.substr(0, i).c_str(), nullptr);
+  std::string unit = text.substr(i);
+  double scale = 0;
+  bool bits = unit.size() >= 2 && unit.back() == 'b';
+  std::string u;
+  for (char c : unit) u += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (u.empty()) scale = 1;
+  else if (u == "KB") scale = 1e3;
+  else if (u == "MB") scale = 1e6;
+  else if (u == "GB") scale = 1e9;
+  else if (u == "KIB") scale = 1024.0;
+  else if (u == "MIB") scale = 1024.0 * 1024;
+  else if (u == "GIB") scale = 1024.0 * 1024 * 1024;
+  ALPACA_USAGE_CHECK(scale > 0, "--save_max_shard_size '" << text << "': unknown unit '" << unit
+                                                          << "'; use B, KB, MB, GB, KiB, MiB or GiB");
+  auto bytes = static_cast<int64_t>(number * scale / (bits ? 8 : 1));
+  ALPACA_USAGE_CHECK(bytes > 0, "--save_max_shard_size '" << text << "' must be more than 0 bytes");
+  return bytes;
+}
+
+// Launchers export the local rank; torch.distributed.launch also passes --local_rank.
+int env_local_rank() {
+  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    if (const char* v = std::getenv(name); v && *v) return std::atoi(v);
+  }
+  return -1;
+}
+
+void validate_required(TrainArgs& a) {
+  ALPACA_USAGE_CHECK(!a.model_name_or_path.empty(),
+                     "--model_name_or_path is required: a local Hugging Face LLaMA directory "
+                     "(create a small one with `alpaca-train init-model`)");
+  ALPACA_USAGE_CHECK(!a.data_path.empty(), "--data_path is required: an Alpaca JSON file of {instruction, input, output} records");
+  ALPACA_USAGE_CHECK(!a.output_dir.empty(), "--output_dir must not be empty");
+}
+
+void validate_sizes(TrainArgs& a) {
+  ALPACA_USAGE_CHECK(a.per_device_train_batch_size >= 1, "--per_device_train_batch_size must be >= 1, got " << a.per_device_train_batch_size);
+  ALPACA_USAGE_CHECK(a.per_device_eval_batch_size >= 1, "--per_device_eval_batch_size must be >= 1, got " << a.per_device_eval_batch_size);
+  ALPACA_USAGE_CHECK(a.gradient_accumulation_steps >= 1, "--gradient_accumulation_steps must be >= 1, got " << a.gradient_accumulation_steps);
+  ALPACA_USAGE_CHECK(a.model_max_length >= 2, "--model_max_length must be >= 2 tokens, got " << a.model_max_length);
+  ALPACA_USAGE_CHECK(a.max_steps == -1 || a.max_steps > 0,
+                     "--max_steps must be a positive number of optimizer steps, or -1 to train for --num_train_epochs; got " << a.max_steps);
+  ALPACA_USAGE_CHECK(a.max_steps > 0 || a.num_train_epochs > 0,
+                     "--num_train_epochs must be > 0 (or give --max_steps), got " << a.num_train_epochs);
+  ALPACA_USAGE_CHECK(a.ddp_timeout > 0, "--ddp_timeout must be a positive number of seconds, got " << a.ddp_timeout);
+  ALPACA_USAGE_CHECK(!a.save_total_limit || *a.save_total_limit >= 1,
+                     "--save_total_limit must be >= 1 (or None to keep every checkpoint), got " << *a.save_total_limit);
+  ALPACA_USAGE_CHECK(a.dataloader_num_workers == 0, "--dataloader_num_workers " << a.dataloader_num_workers
+                     << " is not supported: alpaca-train tokenizes the data in-process before training; drop the flag");
+  a.save_max_shard_bytes = parse_byte_size(a.save_max_shard_size);
+}
+
+void validate_optimizer(TrainArgs& a) {
+  check_choice("optim", a.optim, {"adamw_torch", "adamw_torch_fused"});
+  ALPACA_USAGE_CHECK(a.learning_rate >= 0, "--learning_rate must be >= 0, got " << a.learning_rate);
+  ALPACA_USAGE_CHECK(a.weight_decay >= 0, "--weight_decay must be >= 0, got " << a.weight_decay);
+  ALPACA_USAGE_CHECK(a.adam_beta1 >= 0 && a.adam_beta1 < 1, "--adam_beta1 must be in [0, 1), got " << a.adam_beta1);
+  ALPACA_USAGE_CHECK(a.adam_beta2 >= 0 && a.adam_beta2 < 1, "--adam_beta2 must be in [0, 1), got " << a.adam_beta2);
+  ALPACA_USAGE_CHECK(a.adam_epsilon > 0, "--adam_epsilon must be > 0, got " << a.adam_epsilon);
+  ALPACA_USAGE_CHECK(a.max_grad_norm >= 0, "--max_grad_norm must be >= 0 (0 disables clipping), got " << a.max_grad_norm);
+
+  check_choice("lr_scheduler_type", a.lr_scheduler_type,
+               {"linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+                "inverse_sqrt", "cosine_with_min_lr"});
+  a.lr_scheduler_kwargs_json = a.lr_scheduler_kwargs.empty() ? "{}" : read_json_flag("lr_scheduler_kwargs", a.lr_scheduler_kwargs).dump();
+  ALPACA_USAGE_CHECK(a.warmup_ratio >= 0 && a.warmup_ratio <= 1, "--warmup_ratio must be in [0, 1], got " << a.warmup_ratio);
+  ALPACA_USAGE_CHECK(a.warmup_steps >= 0, "--warmup_steps must be >= 0, got " << a.warmup_steps);
+  ALPACA_USAGE_CHECK(a.warmup_steps < 1 || a.warmup_steps == std::floor(a.warmup_steps),
+                     "--warmup_steps must be an integer if bigger than 1, got " << a.warmup_steps);
+  ALPACA_USAGE_CHECK(!(a.warmup_ratio > 0 && a.warmup_steps > 0),
+                     "--warmup_ratio " << a.warmup_ratio << " and --warmup_steps " << a.warmup_steps
+                                       << " both set the warmup; give only one");
+  ALPACA_USAGE_CHECK(!(a.bf16 && a.fp16), "--bf16 and --fp16 are both set; choose one mixed-precision mode "
+                                          "(bf16 on Ampere or newer GPUs and on CPU, fp16 on older GPUs)");
+}
+
+void validate_strategies(TrainArgs& a) {
+  const std::vector<std::string> intervals = {"no", "steps", "epoch"};
+  check_choice("logging_strategy", a.logging_strategy, intervals);
+  check_choice("eval_strategy", a.eval_strategy, intervals);
+  ALPACA_USAGE_CHECK(a.save_strategy != "best", "--save_strategy best is not supported (it needs best-model tracking); use steps or epoch");
+  check_choice("save_strategy", a.save_strategy, intervals);
+
+  // A *_steps flag the user set only acts under the matching "steps" strategy.
+  struct Pair { const char* steps; const char* strategy; const std::string& value; };
+  for (const Pair& p : {Pair{"save_steps", "save_strategy", a.save_strategy},
+                        Pair{"logging_steps", "logging_strategy", a.logging_strategy},
+                        Pair{"eval_steps", "eval_strategy", a.eval_strategy}}) {
+    // Default values do not count: training_args.json lists every flag and must read back.
+    const FlagInfo* info = find_train_flag(p.steps);
+    bool given = a.is_set(p.steps) && flag_value_text(a, p.steps) != info->default_text;
+    ALPACA_USAGE_CHECK(!given || p.value == "steps",
+                       "--" << p.steps << " " << flag_value_text(a, p.steps) << " has no effect with --" << p.strategy << " "
+                            << p.value << "; set --" << p.strategy << " steps, or drop --" << p.steps);
+  }
+  if (a.save_strategy == "steps") check_interval("save_steps", a.save_steps);
+  if (a.logging_strategy == "steps") check_interval("logging_steps", a.logging_steps);
+  if (a.eval_strategy == "steps") {
+    if (!a.eval_steps) {
+      ALPACA_USAGE_CHECK(a.logging_strategy == "steps" && a.logging_steps > 0,
+                         "--eval_strategy steps needs --eval_steps (or --logging_steps with --logging_strategy steps, "
+                         "which it defaults to)");
+      a.eval_steps = a.logging_steps;  // HF: eval_steps defaults to logging_steps
+    }
+    check_interval("eval_steps", *a.eval_steps);
+  }
+  if (a.eval_strategy != "no") a.do_eval = true;  // HF sets do_eval when evaluation is scheduled
+  ALPACA_USAGE_CHECK(!(a.is_set("do_eval") && a.do_eval && a.eval_strategy == "no"),
+                     "--do_eval True with --eval_strategy no would never evaluate; set --eval_strategy steps or epoch");
+  ALPACA_USAGE_CHECK(a.eval_data_path.empty() || a.eval_strategy != "no",
+                     "--eval_data_path is given but --eval_strategy is 'no', so it would never be read; "
+                     "set --eval_strategy steps or epoch, or drop --eval_data_path");
+
+  if (a.load_best_model_at_end) {
+    ALPACA_USAGE_CHECK(a.eval_strategy == a.save_strategy,
+                       "--load_best_model_at_end requires the save and eval strategy to match, but found --eval_strategy "
+                           << a.eval_strategy << " and --save_strategy " << a.save_strategy);
+    if (a.eval_strategy == "steps") {
+      double ratio = a.save_steps / *a.eval_steps;
+      ALPACA_USAGE_CHECK(ratio == std::floor(ratio),
+                         "--load_best_model_at_end requires --save_steps to be a round multiple of --eval_steps, but found "
+                             << a.save_steps << " and " << *a.eval_steps);
+    }
+    ALPACA_USAGE_FAIL("--load_best_model_at_end is not supported yet (the trainer does not track the best checkpoint); "
+                      "drop the flag and pick a checkpoint-<step> by its eval loss in trainer_state.json");
+  }
+}
+
+void validate_logging(TrainArgs& a) {
+  for (const char* flag : {"log_level", "log_level_replica"}) {
+    try {
+      log::parse_level(flag_value_text(a, flag));
+    } catch (const Error& e) {
+      ALPACA_USAGE_FAIL("--" << flag << " '" << flag_value_text(a, flag) << "' is not a level; use one of debug, info, "
+                             "warning, error, critical, passive");
+    }
+  }
+  if (!a.disable_tqdm) a.disable_tqdm = a.log_level == "error" || a.log_level == "critical";
+  std::vector<std::string> targets = split_words(a.report_to);
+  ALPACA_USAGE_CHECK(!targets.empty(), "--report_to must name at least one target: none, jsonl or all");
+  for (const auto& t : targets) {
+    ALPACA_USAGE_CHECK(one_of(t, {"none", "jsonl", "all"}),
+                       "--report_to '" << t << "' is not available: alpaca-train writes no wandb/tensorboard/mlflow logs; "
+                                       "use jsonl (metrics.jsonl in logging_dir) or none");
+  }
+  ALPACA_USAGE_CHECK(targets.size() == 1 || !one_of("none", targets), "--report_to none cannot be combined with other targets");
+  if (a.logging_dir.empty()) a.logging_dir = a.output_dir;
+  if (a.run_name.empty()) a.run_name = a.output_dir;  // HF: run_name defaults to output_dir
+}
+
+void validate_data(TrainArgs& a) {
+  ALPACA_USAGE_CHECK(a.remove_unused_columns, "--remove_unused_columns False is not supported: the Alpaca pipeline "
+                                              "builds only input_ids, labels and attention_mask; drop the flag");
+  ALPACA_USAGE_CHECK(!(a.packing && a.group_by_length),
+                     "--packing and --group_by_length contradict: packed sequences all have model_max_length tokens; "
+                     "choose one");
+  if (!a.resume_from_checkpoint.empty()) {
+    auto b = parse_bool_text(a.resume_from_checkpoint);
+    if (b.has_value()) {
+      a.resume_from_checkpoint = *b ? "True" : "";
+    } else {
+      ALPACA_USAGE_CHECK(std::filesystem::is_directory(a.resume_from_checkpoint),
+                         "--resume_from_checkpoint " << a.resume_from_checkpoint << ": no such directory; give a "
+                         "checkpoint-<step> directory, or True for the newest checkpoint in --output_dir");
+    }
+  }
+  if (a.local_rank >= 0) {
+    int env = env_local_rank();
+    ALPACA_USAGE_CHECK(env < 0 || env == a.local_rank, "--local_rank " << a.local_rank << " contradicts the launcher's local rank "
+                                                                       << env << "; drop --local_rank");
+  }
+}
+
+// --fsdp words -> fsdp_options, with HF's errors plus what our engine does not implement.
+void validate_fsdp(TrainArgs& a) {
+  static const std::vector<std::pair<std::string, FsdpOption>> kWords = {
+      {"full_shard", FsdpOption::kFullShard},       {"shard_grad_op", FsdpOption::kShardGradOp},
+      {"no_shard", FsdpOption::kNoShard},           {"hybrid_shard", FsdpOption::kHybridShard},
+      {"hybrid_shard_zero2", FsdpOption::kHybridShardZero2}, {"offload", FsdpOption::kOffload},
+      {"auto_wrap", FsdpOption::kAutoWrap}};
+  std::vector<std::string> words = split_words(a.fsdp);
+  auto flag_bool = parse_bool_text(a.fsdp);
+  if (flag_bool.has_value()) words = *flag_bool ? std::vector<std::string>{"full_shard"} : std::vector<std::string>{};
+  std::vector<std::string> strategies;
+  for (const auto& w : words) {
+    bool found = false;
+    for (const auto& [name, opt] : kWords) {
+      if (name == w) a.fsdp_options.insert(opt), found = true;
+    }
+    if (!found) {
+      std::vector<std::string> names;
+      for (const auto& kw : kWords) names.push_back(kw.first);
+      std::string guess = closest_name(w, names);
+      ALPACA_USAGE_FAIL("--fsdp word '" << w << "' is not one of " << join(names, ", ")
+                                       << (guess.empty() ? "" : "; did you mean '" + guess + "'?"));
+    }
+    if (w != "offload" && w != "auto_wrap") strategies.push_back(w);
+  }
+  if (!words.empty()) {
+    ALPACA_USAGE_CHECK(strategies.size() <= 1, "--fsdp \"" << a.fsdp << "\" names " << join(strategies, " and ")
+                                                           << "; choose one sharding strategy");
+    ALPACA_USAGE_CHECK(!(strategies.empty() && a.has_fsdp(FsdpOption::kOffload)),
+                       "--fsdp offload can't work on its own; add it to a strategy, e.g. --fsdp \"full_shard auto_wrap offload\"");
+    if (strategies.empty()) a.fsdp_options.insert(FsdpOption::kFullShard);  // auto_wrap alone: full_shard, as accelerate
+    ALPACA_USAGE_CHECK(!a.has_fsdp(FsdpOption::kHybridShardZero2),
+                       "--fsdp hybrid_shard_zero2 is not implemented by the FSDP engine; use hybrid_shard or shard_grad_op");
+    ALPACA_USAGE_CHECK(!(a.has_fsdp(FsdpOption::kNoShard) && a.has_fsdp(FsdpOption::kOffload)),
+                       "--fsdp \"no_shard offload\" is not supported (nothing is sharded to offload); use "
+                       "\"full_shard auto_wrap offload\"");
+  }
+
+  json config = json::object();
+  if (!a.fsdp_config.empty()) {
+    ALPACA_USAGE_CHECK(!words.empty(), "--fsdp_config has no effect without --fsdp; add --fsdp \"full_shard auto_wrap\" or drop it");
+    config = read_json_flag("fsdp_config", a.fsdp_config);
+  }
+  if (!a.fsdp_transformer_layer_cls_to_wrap.empty()) {
+    ALPACA_USAGE_CHECK(a.has_fsdp(FsdpOption::kAutoWrap),
+                       "--fsdp_transformer_layer_cls_to_wrap only acts with --fsdp auto_wrap; add auto_wrap, e.g. "
+                       "--fsdp \"full_shard auto_wrap\"");
+    std::vector<std::string> classes = split_words(a.fsdp_transformer_layer_cls_to_wrap);
+    for (const char* key : {"transformer_layer_cls_to_wrap", "fsdp_transformer_layer_cls_to_wrap"}) {
+      if (!config.contains(key)) continue;
+      json v = config[key];
+      std::vector<std::string> in_config = v.is_array() ? v.get<std::vector<std::string>>() : split_words(v.get<std::string>());
+      ALPACA_USAGE_CHECK(in_config == classes, "--fsdp_transformer_layer_cls_to_wrap " << a.fsdp_transformer_layer_cls_to_wrap
+                         << " contradicts fsdp_config " << key << " " << v.dump() << "; give it once");
+      config.erase(key);
+    }
+    config["transformer_layer_cls_to_wrap"] = classes;
+  }
+  a.fsdp_config_json = config.dump();
+  // Alpaca issue #58: the pre-release class name silently wrapped nothing in PyTorch FSDP.
+  if (config.contains("transformer_layer_cls_to_wrap")) {
+    for (const auto& cls : config["transformer_layer_cls_to_wrap"]) {
+      ALPACA_USAGE_CHECK(cls == "LlamaDecoderLayer", "FSDP layer class '" << cls.get<std::string>()
+                         << "' does not exist in this trainer, which trains LLaMA models: use LlamaDecoderLayer "
+                            "(LLaMADecoderLayer was the pre-release spelling)");
+    }
+  }
+}
+
+}  // namespace
+
+void validate_train_args(TrainArgs& a) {
+  a.fsdp_options.clear();
+  a.notes.clear();
+  a.deepspeed_zero_stage = 0;
+  validate_required(a);
+  validate_sizes(a);
+  if (!a.deepspeed.empty()) {
+    ALPACA_USAGE_CHECK(a.fsdp.empty(), "--deepspeed and --fsdp both choose the sharding engine; give one "
+                                       "(alpaca-train maps the DeepSpeed config onto its FSDP engine)");
+    ALPACA_USAGE_CHECK(a.fsdp_config.empty() && a.fsdp_transformer_layer_cls_to_wrap.empty(),
+                       "--fsdp_config / --fsdp_transformer_layer_cls_to_wrap do not combine with --deepspeed; drop them");
+  }
+  validate_optimizer(a);
+  validate_strategies(a);
+  validate_logging(a);
+  validate_data(a);
+  validate_fsdp(a);
+  if (!a.deepspeed.empty()) apply_deepspeed_config(a.deepspeed, a);
+}
+
+int64_t resolve_interval_steps(double value, int64_t total_steps) {
+  if (value <= 0) return 0;
+  if (value < 1) return static_cast<int64_t>(std::ceil(value * static_cast<double>(total_steps)));
+  return static_cast<int64_t>(value);
+}
+
+int64_t warmup_steps_for(const TrainArgs& args, int64_t total_steps) {
+  if (args.warmup_steps > 0) return resolve_interval_steps(args.warmup_steps, total_steps);
+  return static_cast<int64_t>(std::ceil(static_cast<double>(total_steps) * args.warmup_ratio));
+}
+
+int64_t effective_data_seed(const TrainArgs& args) { return args.data_seed.value_or(args.seed); }
+
+bool resume_from_latest(const TrainArgs& args) { return args.resume_from_checkpoint == "True"; }
+
+std::string fsdp_option_name(FsdpOption o) {
+  switch (o) {
+    case FsdpOption::kFullShard: return "full_shard";
+    case FsdpOption::kShardGradOp: return "shard_grad_op";
+    case FsdpOption::kNoShard: return "no_shard";
+    case FsdpOption::kHybridShard: return "hybrid_shard";
+    case FsdpOption::kHybridShardZero2: return "hybrid_shard_zero2";
+    case FsdpOption::kOffload: return "offload";
+    case FsdpOption::kAutoWrap: return "auto_wrap";
+  }
+  return "?";
+}
+
+}  // namespace alpaca::cli

@@ -1,0 +1,315 @@
+// The MPI backend for CPU tensors: nonblocking MPI collectives (MPI_I*) whose handles are waited
+// by polling MPI_Test against the communicator's deadline. 16-bit floats travel as raw words in
+// gathers and broadcasts, and are reduced in fp32 (convert, reduce, convert back) so every rank
+// gets the correctly rounded result of an fp32 sum.
+#include "mpi_include.h"
+
+#include <climits>
+#include <functional>
+#include <iostream>
+#include <optional>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "alpaca/util/error.h"
+#include "runtime_internal.h"
+
+namespace alpaca::dist::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string mpi_error_string(int code) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, buf, &len);
+  return std::string(buf, len);
+}
+
+#define ALPACA_MPI_CHECK(call, what)                                                              \
+  do {                                                                                            \
+    int alpaca_mpi_rc_ = (call);                                                                  \
+    ALPACA_CHECK(alpaca_mpi_rc_ == MPI_SUCCESS, what << ": " #call " failed: "                    \
+                                                     << mpi_error_string(alpaca_mpi_rc_));        \
+  } while (0)
+
+// The type of raw element words, for moves that do no arithmetic (gather, broadcast).
+MPI_Datatype raw_type(const at::Tensor& t) {
+  switch (t.element_size()) {
+    case 1: return MPI_UINT8_T;
+    case 2: return MPI_UINT16_T;
+    case 4: return MPI_UINT32_T;
+    case 8: return MPI_UINT64_T;
+  }
+  ALPACA_FAIL("tensor of " << describe(t) << " has element size " << t.element_size() << ", which MPI cannot move");
+}
+
+// The arithmetic type for reductions; 16-bit floats are reduced as fp32 by the caller.
+MPI_Datatype reduce_type(at::ScalarType st) {
+  switch (st) {
+    case at::kFloat: return MPI_FLOAT;
+    case at::kDouble: return MPI_DOUBLE;
+    case at::kLong: return MPI_INT64_T;
+    case at::kInt: return MPI_INT32_T;
+    default: break;
+  }
+  ALPACA_FAIL("MPI reductions support Float, Double, Long, Int, BFloat16 and Half tensors, not " << st);
+}
+
+bool is_16bit_float(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf; }
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM; }
+
+int checked_count(int64_t n, const char* op) {
+  ALPACA_CHECK(n <= INT_MAX, op << ": " << n << " elements exceed MPI's int count limit; split the tensor");
+  return static_cast<int>(n);
+}
+
+void check_cpu(const at::Tensor& t, const char* op, const char* name) {
+  ALPACA_CHECK(t.defined() && t.device().is_cpu(), op << ": " << name << " must be a CPU tensor for the mpi backend, got "
+                                                      << (t.defined() ? t.device().str() : std::string("undefined")));
+}
+
+// Divides a summed tensor by the world size in place (ReduceOp::kAvg); integers truncate.
+void finish_avg(at::Tensor& t, int world) {
+  if (at::isFloatingType(t.scalar_type())) {
+    t.div_(world);
+  } else {
+    t.div_(world, "trunc");
+  }
+}
+
+class MpiWork final : public Work {
+ public:
+  MpiWork(MPI_Request req, std::string what, Clock::time_point deadline, std::function<void()> finish)
+      : req_(req), what_(std::move(what)), deadline_(deadline), finish_(std::move(finish)) {}
+
+  ~MpiWork() override {
+    // A handle dropped without wait() must still complete before its buffers go away.
+    if (!done_) {
+      try {
+        wait();
+      } catch (const std::exception& e) {
+        std::cerr << "alpaca-train: error while completing an unwaited " << what_ << ": " << e.what() << "\n";
+      }
+    }
+  }
+
+  void wait() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;
+    check_mpi_thread(what_.c_str());
+    WaitScope scope(what_);
+    // Open MPI's nonblocking collectives advance only inside MPI calls, so poll MPI_Test
+    // continuously (yielding the core to other ranks on oversubscribed hosts) for the first
+    // second; after that the peer is evidently late: back off to sleeps so a long wait does not
+    // burn a core the other ranks need.
+    const auto spin_until = Clock::now() + std::chrono::seconds(1);
+    auto sleep = std::chrono::microseconds(50);
+    while (!test_locked()) {
+      const auto now = Clock::now();
+      if (now > deadline_) {
+        fail_collective(what_ + " did not complete within the timeout (--ddp_timeout); a peer rank is dead, stuck, or "
+                                "called the collectives in a different order");
+      }
+      if (now < spin_until) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(sleep);
+        sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
+      }
+    }
+  }
+
+  bool is_completed() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return true;
+    check_mpi_thread(what_.c_str());
+    return test_locked();
+  }
+
+ private:
+  bool test_locked() {
+    int flag = 0;
+    int rc = MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) fail_collective(what_ + " failed in MPI: " + mpi_error_string(rc));
+    if (!flag) return false;
+    done_ = true;
+    if (finish_) finish_();
+    finish_ = nullptr;  // releases the buffers it held
+    return true;
+  }
+
+  std::mutex mu_;
+  MPI_Request req_;
+  std::string what_;
+  Clock::time_point deadline_;
+  std::function<void()> finish_;
+  bool done_ = false;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, bool owned, const CommOptions& options, std::string name)
+      : comm_(comm), owned_(owned), options_(options), name_(std::move(name)) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &world_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  }
+
+  ~MpiCommunicator() override {
+    if (owned_ && mpi_active()) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  at::Device device() const override { return at::Device(at::kCPU); }
+  std::string backend() const override { return "mpi"; }
+
+  WorkHandle all_gather_into(at::Tensor out, const at::Tensor& in) override {
+    const char* op = "all_gather_into";
+    check_cpu(out, op, "out");
+    check_cpu(in, op, "in");
+    ALPACA_CHECK(out.is_contiguous() && in.is_contiguous(), op << ": out and in must be contiguous");
+    ALPACA_CHECK(out.scalar_type() == in.scalar_type(), op << ": out is " << out.scalar_type() << " but in is "
+                                                           << in.scalar_type());
+    ALPACA_CHECK(out.numel() == in.numel() * world_, op << ": out has " << out.numel() << " elements, expected world "
+                                                        << world_ << " x in " << in.numel());
+    std::string what = label(op, in);
+    const int n = checked_count(in.numel(), op);
+    const int64_t bytes = in.nbytes();
+    char* out_base = static_cast<char*>(out.data_ptr());
+    const char* in_ptr = static_cast<const char*>(in.data_ptr());
+    // In place when `in` already is this rank's slot of `out` (FSDP's gather of its own shard).
+    const bool in_place = in_ptr == out_base + rank_ * bytes;
+    ALPACA_CHECK(in_place || in_ptr + bytes <= out_base || in_ptr >= out_base + out.nbytes(),
+                 op << ": in overlaps out but is not this rank's slot of it");
+    MPI_Request req;
+    check_mpi_thread(op);
+    ALPACA_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : in_ptr, n, raw_type(in), out_base, n, raw_type(out),
+                                    comm_, &req),
+                     what);
+    return make_work(req, what, [out, in] {});
+  }
+
+  WorkHandle reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp op_kind) override {
+    const char* op = "reduce_scatter";
+    check_cpu(out, op, "out");
+    check_cpu(in, op, "in");
+    ALPACA_CHECK(out.is_contiguous() && in.is_contiguous(), op << ": out and in must be contiguous");
+    ALPACA_CHECK(out.scalar_type() == in.scalar_type(), op << ": out is " << out.scalar_type() << " but in is "
+                                                           << in.scalar_type());
+    ALPACA_CHECK(in.numel() == out.numel() * world_, op << ": in has " << in.numel() << " elements, expected world "
+                                                        << world_ << " x out " << out.numel());
+    std::string what = label(op, in, op_kind);
+    const int n = checked_count(out.numel(), op);
+    // Reduce in fp32 for 16-bit floats; into scratch when out aliases in (MPI forbids it).
+    at::Tensor send = is_16bit_float(in) ? in.to(at::kFloat) : in;
+    const bool overlap = out.data_ptr() >= in.data_ptr() &&
+                         static_cast<const char*>(out.data_ptr()) < static_cast<const char*>(in.data_ptr()) + in.nbytes();
+    at::Tensor recv = (is_16bit_float(out) || overlap) ? at::empty({out.numel()}, send.options()) : out;
+    MPI_Request req;
+    check_mpi_thread(op);
+    ALPACA_MPI_CHECK(MPI_Ireduce_scatter_block(send.data_ptr(), recv.data_ptr(), n, reduce_type(send.scalar_type()),
+                                               mpi_op(op_kind), comm_, &req),
+                     what);
+    const int world = world_;
+    return make_work(req, what, [out, in, send, recv, op_kind, world]() mutable {
+      if (op_kind == ReduceOp::kAvg) finish_avg(recv, world);
+      if (!recv.is_same(out)) out.view(-1).copy_(recv);
+    });
+  }
+
+  WorkHandle all_reduce(at::Tensor t, ReduceOp op_kind) override {
+    const char* op = "all_reduce";
+    check_cpu(t, op, "t");
+    std::string what = label(op, t, op_kind);
+    const int n = checked_count(t.numel(), op);
+    at::Tensor buf = is_16bit_float(t) ? t.to(at::kFloat).contiguous() : t.contiguous();
+    MPI_Request req;
+    check_mpi_thread(op);
+    ALPACA_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf.data_ptr(), n, reduce_type(buf.scalar_type()), mpi_op(op_kind),
+                                    comm_, &req),
+                     what);
+    const int world = world_;
+    return make_work(req, what, [t, buf, op_kind, world]() mutable {
+      if (op_kind == ReduceOp::kAvg) finish_avg(buf, world);
+      if (!buf.is_same(t)) t.copy_(buf);
+    });
+  }
+
+  WorkHandle broadcast(at::Tensor t, int root) override {
+    const char* op = "broadcast";
+    check_cpu(t, op, "t");
+    ALPACA_CHECK(root >= 0 && root < world_, op << ": root " << root << " is outside the " << world_ << " ranks");
+    std::string what = label(op, t) + " from rank " + std::to_string(root);
+    const int n = checked_count(t.numel(), op);
+    at::Tensor buf = t.contiguous();
+    MPI_Request req;
+    check_mpi_thread(op);
+    ALPACA_MPI_CHECK(MPI_Ibcast(buf.data_ptr(), n, raw_type(buf), root, comm_, &req), what);
+    return make_work(req, what, [t, buf]() mutable {
+      if (!buf.is_same(t)) t.copy_(buf);
+    });
+  }
+
+  WorkHandle barrier() override {
+    std::string what = label("barrier");
+    MPI_Request req;
+    check_mpi_thread("barrier");
+    ALPACA_MPI_CHECK(MPI_Ibarrier(comm_, &req), what);
+    return make_work(req, what, nullptr);
+  }
+
+  std::shared_ptr<Communicator> split(int color, int key) override {
+    // MPI_Comm_split itself cannot be bounded; a bounded barrier first makes sure every rank
+    // arrived, so a dead peer is caught by the timeout rather than hanging here.
+    barrier()->wait();
+    MPI_Comm sub = MPI_COMM_NULL;
+    check_mpi_thread("split");
+    ALPACA_MPI_CHECK(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub),
+                     "split(color " << color << ", key " << key << ") of " << name_);
+    if (sub == MPI_COMM_NULL) return nullptr;
+    std::ostringstream os;
+    os << name_ << "/split(" << color << ")";
+    return std::make_shared<MpiCommunicator>(sub, true, options_, os.str());
+  }
+
+ private:
+  std::string label(const char* op, const at::Tensor& t = {}, std::optional<ReduceOp> r = std::nullopt) {
+    std::ostringstream os;
+    os << op << " #" << ++seq_;
+    if (t.defined() || r) {
+      os << " (";
+      if (t.defined()) os << describe(t);
+      if (r) os << (t.defined() ? ", " : "") << to_string(*r);
+      os << ")";
+    }
+    os << " on mpi communicator " << name_ << " (rank " << rank_ << " of " << world_ << ")";
+    return os.str();
+  }
+
+  WorkHandle make_work(MPI_Request req, const std::string& what, std::function<void()> finish) {
+    return std::make_shared<MpiWork>(req, what, deadline_after(options_.timeout), std::move(finish));
+  }
+
+  MPI_Comm comm_;
+  bool owned_;
+  CommOptions options_;
+  std::string name_;
+  int rank_ = 0;
+  int world_ = 1;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> make_mpi_communicator(const CommOptions& options) {
+  // A duplicate of MPI_COMM_WORLD, so our collectives never match anyone else's traffic.
+  MPI_Comm dup = MPI_COMM_NULL;
+  ALPACA_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "make_communicator(mpi)");
+  return std::make_shared<MpiCommunicator>(dup, true, options, "world");
+}
+
+}  // namespace alpaca::dist::detail

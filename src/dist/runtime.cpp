@@ -1,0 +1,329 @@
+// The process-level runtime: launch discovery, MPI init/finalize, the torchrun-style store,
+// failure handling that ends the whole job, and signal handlers that name the collective.
+#include "alpaca/dist/runtime.h"
+
+#include "mpi_include.h"
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>  // defines: c10d::HashStore
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>   // defines: c10d::TCPStore
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unistd.h>
+
+#include "alpaca/util/error.h"
+#include "runtime_internal.h"
+
+namespace alpaca::dist {
+namespace {
+
+struct State {
+  std::mutex mu;
+  std::optional<LaunchInfo> launch;
+  bool mpi_inited_by_us = false;
+  bool finalized = false;
+  int mpi_thread_level = 0;
+  std::thread::id init_thread;
+  c10::intrusive_ptr<c10d::Store> store;
+  MPI_Comm shutdown_comm = MPI_COMM_NULL;  // private to the bounded barrier in finalize()
+  std::chrono::milliseconds timeout{0};  // the largest CommOptions::timeout seen (0: none yet, use 1800 s)
+};
+State& state() {
+  static State s;
+  return s;
+}
+
+// Signal-handler view of the collective in flight (written by WaitScope, read by the handler).
+char g_op[512];
+volatile sig_atomic_t g_op_set = 0;
+char g_rank_prefix[64] = "alpaca-train";
+struct sigaction g_prev_term, g_prev_int;
+
+void on_terminate(int sig) {
+  if (g_op_set) {
+    char line[700];
+    int n = std::snprintf(line, sizeof line, "%s: terminated by signal %d while waiting in %s\n", g_rank_prefix, sig, g_op);
+    if (n > 0) (void)!write(STDERR_FILENO, line, std::min<size_t>(n, sizeof line - 1));
+  }
+  sigaction(sig, sig == SIGTERM ? &g_prev_term : &g_prev_int, nullptr);
+  raise(sig);
+}
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_terminate;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;
+  sigaction(SIGTERM, nullptr, &g_prev_term);
+  sigaction(SIGINT, nullptr, &g_prev_int);
+  // Leave handlers that someone else (a debugger, the MPI library) installed alone.
+  if (g_prev_term.sa_handler == SIG_DFL) sigaction(SIGTERM, &sa, nullptr);
+  if (g_prev_int.sa_handler == SIG_DFL) sigaction(SIGINT, &sa, nullptr);
+}
+
+void init_mpi(State& s) {
+  int already = 0;
+  MPI_Initialized(&already);
+  if (already) {  // someone else (a test harness, an embedding program) owns MPI
+    MPI_Query_thread(&s.mpi_thread_level);
+  } else {
+    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &s.mpi_thread_level);
+    ALPACA_CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed (code " << rc
+                                                                    << "); check the MPI installation and the launcher");
+    s.mpi_inited_by_us = true;
+  }
+  ALPACA_CHECK(s.mpi_thread_level >= MPI_THREAD_FUNNELED,
+               "the MPI library offers only MPI_THREAD_SINGLE; alpaca-train needs at least MPI_THREAD_FUNNELED");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_dup(MPI_COMM_WORLD, &s.shutdown_comm);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const LaunchInfo& li = *s.launch;
+  ALPACA_CHECK(rank == li.rank && size == li.world_size,
+               "MPI reports rank " << rank << " of " << size << " but the " << to_string(li.source)
+                                   << " launch variables say rank " << li.rank << " of " << li.world_size
+                                   << "; was the binary started by a different MPI than it was built with?");
+}
+
+// MPI_Finalize waits for every rank; a bounded barrier first turns "a peer never arrives" into a
+// warning and an exit without MPI_Finalize (the MPI launcher then ends the job) instead of a hang.
+bool shutdown_barrier(State& s) {
+  if (s.shutdown_comm == MPI_COMM_NULL) return true;
+  MPI_Request req;
+  if (MPI_Ibarrier(s.shutdown_comm, &req) != MPI_SUCCESS) return false;
+  auto deadline = std::chrono::steady_clock::now() + (s.timeout.count() > 0 ? s.timeout : std::chrono::seconds(1800));
+  for (int flag = 0;;) {
+    if (MPI_Test(&req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (flag) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+void finalize_at_exit() { finalize(/*clean=*/true); }
+
+void finalize_store(State& s, bool clean) {
+  if (!s.store) return;
+  const LaunchInfo& li = *s.launch;
+  if (clean && li.world_size > 1) {
+    // Rank 0 hosts the store: it must outlive every other rank's last request.
+    try {
+      if (s.store->add("alpaca/finalize/arrived", 1) == li.world_size) s.store->set("alpaca/finalize/done", std::vector<uint8_t>{1});
+      s.store->wait({"alpaca/finalize/done"});
+      if (li.rank != 0) {
+        s.store->add("alpaca/finalize/left", 1);
+      } else {
+        auto deadline = std::chrono::steady_clock::now() + s.store->getTimeout();
+        while (s.store->add("alpaca/finalize/left", 0) < li.world_size - 1 && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    } catch (const std::exception& e) {
+      std::cerr << g_rank_prefix << ": warning: the store barrier at shutdown failed: " << e.what() << "\n";
+    }
+  }
+  s.store.reset();
+}
+
+}  // namespace
+
+Backend parse_backend(const std::string& word) {
+  if (word == "auto") return Backend::kAuto;
+  if (word == "mpi") return Backend::kMpi;
+  if (word == "store") return Backend::kStore;
+  if (word == "nccl") return Backend::kNccl;
+  ALPACA_FAIL("unknown communicator backend '" << word << "'; use one of auto, mpi, store, nccl");
+}
+
+const char* to_string(Backend backend) {
+  switch (backend) {
+    case Backend::kAuto: return "auto";
+    case Backend::kMpi: return "mpi";
+    case Backend::kStore: return "store";
+    case Backend::kNccl: return "nccl";
+  }
+  return "unknown";
+}
+
+const LaunchInfo& init() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.launch) return *s.launch;
+  ALPACA_CHECK(!s.finalized, "dist::init() after dist::finalize(): the runtime lives once per process");
+  LaunchInfo li = discover_launch();
+  s.launch = li;
+  s.init_thread = std::this_thread::get_id();
+  set_process_rank(li.world_size > 1 ? li.rank : -1);
+  std::snprintf(g_rank_prefix, sizeof g_rank_prefix, "alpaca-train [rank %d]", li.rank);
+  try {
+    if (li.mpi_launched() || li.source == LaunchSource::kSingle) init_mpi(s);
+  } catch (...) {
+    s.launch.reset();
+    throw;
+  }
+  install_signal_handlers();
+  // Programs that never call finalize() (tests, early returns) still shut MPI down properly.
+  std::atexit(finalize_at_exit);
+  return *s.launch;
+}
+
+bool is_initialized() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.launch.has_value() && !s.finalized;
+}
+
+const LaunchInfo& launch_info() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  ALPACA_CHECK(s.launch.has_value(), "dist::launch_info() before dist::init(); create a dist::Runtime first");
+  return *s.launch;
+}
+
+void finalize(bool clean) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.launch || s.finalized) return;
+  s.finalized = true;
+  finalize_store(s, clean);
+  if (s.mpi_inited_by_us) {
+    int done = 0;
+    MPI_Finalized(&done);
+    // MPI_Finalize synchronises; a failing rank skips it and exits non-zero so the MPI launcher
+    // ends the job instead of this rank waiting for healthy ones (or vice versa).
+    if (!done && clean) {
+      if (shutdown_barrier(s)) {
+        MPI_Finalize();
+      } else {
+        std::cerr << g_rank_prefix << ": warning: not every rank reached the end of the job within the timeout; "
+                                      "exiting without MPI_Finalize"
+                  << std::endl;
+      }
+    }
+  }
+}
+
+Runtime::Runtime() { init(); }
+Runtime::~Runtime() { finalize(std::uncaught_exceptions() == 0); }
+
+namespace detail {
+
+bool mpi_active() {
+  State& s = state();
+  if (!s.launch || s.finalized) return false;
+  int inited = 0, done = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&done);
+  return inited && !done;
+}
+
+void check_mpi_thread(const char* op) {
+  State& s = state();
+  if (s.mpi_thread_level >= MPI_THREAD_MULTIPLE) return;
+  ALPACA_CHECK(std::this_thread::get_id() == s.init_thread,
+               op << " called from a thread other than the one that initialised MPI, but this MPI library only "
+                     "offers thread level "
+                  << s.mpi_thread_level << " (< MPI_THREAD_MULTIPLE); issue and wait collectives from the main thread");
+}
+
+c10::intrusive_ptr<c10d::Store> torchrun_store(std::chrono::milliseconds timeout) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  ALPACA_CHECK(s.launch.has_value(), "the rendezvous store is needed before dist::init(); create a dist::Runtime first");
+  if (s.store) return s.store;
+  const LaunchInfo& li = *s.launch;
+  if (li.world_size == 1) {
+    s.store = c10::make_intrusive<c10d::HashStore>();
+    s.store->setTimeout(timeout);
+    return s.store;
+  }
+  ALPACA_CHECK(!li.master_addr.empty() && li.master_port > 0,
+               "a store-based communicator needs MASTER_ADDR and MASTER_PORT (torchrun-style launch); this process was "
+               "launched by "
+                   << to_string(li.source));
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(li.master_port);
+  opts.isServer = li.rank == 0;
+  opts.numWorkers = li.world_size;
+  opts.waitWorkers = true;
+  opts.timeout = timeout;
+  try {
+    s.store = c10::make_intrusive<c10d::TCPStore>(li.master_addr, opts);
+  } catch (const std::exception& e) {
+    ALPACA_FAIL("cannot " << (opts.isServer ? "host" : "reach") << " the rendezvous store at " << li.master_addr << ":"
+                          << li.master_port << " (" << e.what()
+                          << "); check MASTER_ADDR/MASTER_PORT, that the port is free on rank 0's host, and that every "
+                             "rank was started");
+  }
+  return s.store;
+}
+
+void fail_collective(const std::string& msg) {
+  std::cerr << g_rank_prefix << ": error: " << msg << std::endl;
+  if (mpi_active()) {
+    std::cerr << g_rank_prefix << ": aborting the MPI job" << std::endl;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  ALPACA_FAIL(msg);
+}
+
+WaitScope::WaitScope(const std::string& what) {
+  g_op_set = 0;
+  std::snprintf(g_op, sizeof g_op, "%s", what.c_str());
+  g_op_set = 1;
+}
+WaitScope::~WaitScope() { g_op_set = 0; }
+
+std::string describe(const at::Tensor& t) {
+  std::ostringstream os;
+  os << t.numel() << " x " << t.scalar_type();
+  return os.str();
+}
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+  }
+  return "?";
+}
+
+}  // namespace detail
+
+std::shared_ptr<Communicator> make_communicator(const CommOptions& options) {
+  const LaunchInfo& li = init();
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.timeout = std::max(s.timeout, options.timeout);
+  }
+  Backend b = options.backend;
+  if (b == Backend::kAuto) b = options.cuda ? Backend::kNccl : (detail::mpi_active() ? Backend::kMpi : Backend::kStore);
+  switch (b) {
+    case Backend::kMpi:
+      ALPACA_CHECK(detail::mpi_active(), "the mpi backend needs an MPI launch (mpirun, mpiexec, srun); this process was "
+                                         "launched by "
+                                             << to_string(li.source) << "; use the store backend or launch with mpirun");
+      return detail::make_mpi_communicator(options);
+    case Backend::kStore: return detail::make_store_communicator(options);
+    case Backend::kNccl:
+#ifdef ALPACA_WITH_CUDA
+      return detail::make_nccl_communicator(options);
+#else
+      ALPACA_FAIL("the nccl backend is not part of this build (LibTorch without CUDA); use a CPU backend");
+#endif
+    case Backend::kAuto: break;
+  }
+  ALPACA_FAIL("unreachable backend " << to_string(b));
+}
+
+}  // namespace alpaca::dist

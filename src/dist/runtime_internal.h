@@ -1,0 +1,55 @@
+// Private to src/dist: what the backends share with the runtime (MPI state, the rendezvous
+// store, failure handling and the "which collective am I in" record for signal handlers).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <c10/util/intrusive_ptr.h>  // defines: c10::intrusive_ptr
+
+#include "alpaca/dist/runtime.h"
+
+namespace c10d {
+class Store;
+}
+
+namespace alpaca::dist::detail {
+
+// True between MPI_Init_thread (by us) and MPI_Finalize.
+bool mpi_active();
+// Throws unless the calling thread may call MPI (FUNNELED/SERIALIZED: only the init thread).
+void check_mpi_thread(const char* op);
+
+// The torchrun-style rendezvous store (rank 0 hosts it), made on first use; its operations are
+// bounded by `timeout`. For a world of one it is an in-process store.
+c10::intrusive_ptr<c10d::Store> torchrun_store(std::chrono::milliseconds timeout);
+
+// Prints `msg` (the failed/timed-out collective) to stderr with the rank, then ends the job:
+// MPI_Abort under MPI, else throws alpaca::Error(msg). Never returns.
+[[noreturn]] void fail_collective(const std::string& msg);
+
+// Records the collective this thread is waiting in, so a SIGTERM/SIGINT (e.g. mpirun or our
+// launcher stopping the job after another rank died) prints what this rank was doing.
+class WaitScope {
+ public:
+  explicit WaitScope(const std::string& what);
+  ~WaitScope();
+};
+
+// Steady-clock deadline of a collective issued now.
+inline std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  return std::chrono::steady_clock::now() + timeout;
+}
+
+// A short description of a tensor for error messages: "4099 x BFloat16".
+std::string describe(const at::Tensor& t);
+const char* to_string(ReduceOp op);
+
+std::shared_ptr<Communicator> make_mpi_communicator(const CommOptions& options);
+std::shared_ptr<Communicator> make_store_communicator(const CommOptions& options);
+#ifdef ALPACA_WITH_CUDA
+std::shared_ptr<Communicator> make_nccl_communicator(const CommOptions& options);
+#endif
+
+}  // namespace alpaca::dist::detail

@@ -1,0 +1,121 @@
+// Launch discovery over environment maps: every launcher's variables, precedence, and the
+// errors for inconsistent ones (which must show the variables).
+#include <gtest/gtest.h>
+
+#include "alpaca/dist/launch.h"
+#include "alpaca/util/error.h"
+
+using alpaca::dist::discover_launch;
+using alpaca::dist::EnvMap;
+using alpaca::dist::LaunchSource;
+
+namespace {
+std::string error_of(const EnvMap& env) {
+  try {
+    discover_launch(env);
+  } catch (const alpaca::Error& e) {
+    return e.message();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Launch, NothingSetIsASingleProcess) {
+  auto li = discover_launch(EnvMap{{"HOME", "/root"}});
+  EXPECT_EQ(li.source, LaunchSource::kSingle);
+  EXPECT_EQ(li.rank, 0);
+  EXPECT_EQ(li.world_size, 1);
+  EXPECT_EQ(li.local_world_size, 1);
+  EXPECT_FALSE(li.mpi_launched());
+}
+
+TEST(Launch, Torchrun) {
+  auto li = discover_launch(EnvMap{{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
+                                   {"GROUP_RANK", "1"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}});
+  EXPECT_EQ(li.source, LaunchSource::kTorchrun);
+  EXPECT_EQ(li.rank, 5);
+  EXPECT_EQ(li.world_size, 8);
+  EXPECT_EQ(li.local_rank, 1);
+  EXPECT_EQ(li.local_world_size, 4);
+  EXPECT_EQ(li.node_rank, 1);
+  EXPECT_EQ(li.num_nodes, 2);
+  EXPECT_EQ(li.master_addr, "node0");
+  EXPECT_EQ(li.master_port, 29500);
+  EXPECT_FALSE(li.mpi_launched());
+}
+
+TEST(Launch, TorchrunWinsOverMpiVariables) {
+  auto li = discover_launch(EnvMap{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"OMPI_COMM_WORLD_RANK", "3"},
+                                   {"OMPI_COMM_WORLD_SIZE", "4"}});
+  EXPECT_EQ(li.source, LaunchSource::kTorchrun);
+  EXPECT_EQ(li.world_size, 1);
+}
+
+TEST(Launch, OpenMpi) {
+  auto li = discover_launch(EnvMap{{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                   {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  EXPECT_EQ(li.source, LaunchSource::kOpenMpi);
+  EXPECT_EQ(li.rank, 3);
+  EXPECT_EQ(li.world_size, 4);
+  EXPECT_EQ(li.local_rank, 1);
+  EXPECT_EQ(li.local_world_size, 2);
+  EXPECT_EQ(li.node_rank, 1);
+  EXPECT_EQ(li.num_nodes, 2);
+  EXPECT_TRUE(li.mpi_launched());
+}
+
+TEST(Launch, MpichHydra) {
+  auto li = discover_launch(
+      EnvMap{{"PMI_RANK", "2"}, {"PMI_SIZE", "3"}, {"MPI_LOCALRANKID", "2"}, {"MPI_LOCALNRANKS", "3"}});
+  EXPECT_EQ(li.source, LaunchSource::kMpich);
+  EXPECT_EQ(li.rank, 2);
+  EXPECT_EQ(li.local_rank, 2);
+  EXPECT_EQ(li.num_nodes, 1);
+}
+
+TEST(Launch, SlurmWithCompressedTasksPerNode) {
+  auto li = discover_launch(EnvMap{{"SLURM_PROCID", "9"}, {"SLURM_NTASKS", "11"}, {"SLURM_LOCALID", "1"},
+                                   {"SLURM_NODEID", "2"}, {"SLURM_STEP_TASKS_PER_NODE", "4(x2),3"}});
+  EXPECT_EQ(li.source, LaunchSource::kSlurm);
+  EXPECT_EQ(li.rank, 9);
+  EXPECT_EQ(li.world_size, 11);
+  EXPECT_EQ(li.local_rank, 1);
+  EXPECT_EQ(li.local_world_size, 3);
+  EXPECT_EQ(li.node_rank, 2);
+  EXPECT_EQ(li.num_nodes, 3);
+}
+
+TEST(Launch, SlurmStepTasksWinOverAllocation) {
+  auto li = discover_launch(EnvMap{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "8"}, {"SLURM_STEP_NUM_TASKS", "2"},
+                                   {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS_PER_NODE", "2"}});
+  EXPECT_EQ(li.world_size, 2);
+  EXPECT_EQ(li.local_world_size, 2);
+}
+
+TEST(Launch, InconsistentVariablesAreErrorsThatShowThem) {
+  std::string msg = error_of(EnvMap{{"OMPI_COMM_WORLD_RANK", "4"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                    {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}});
+  EXPECT_NE(msg.find("rank 4 is outside the world of 4"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("OMPI_COMM_WORLD_RANK=4 OMPI_COMM_WORLD_SIZE=4"), std::string::npos) << msg;
+
+  msg = error_of(EnvMap{{"RANK", "1"}, {"MASTER_ADDR", "x"}});
+  EXPECT_NE(msg.find("needs both RANK and WORLD_SIZE"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("RANK=1"), std::string::npos) << msg;
+
+  msg = error_of(EnvMap{{"RANK", "1"}, {"WORLD_SIZE", "2"}});
+  EXPECT_NE(msg.find("needs MASTER_ADDR and MASTER_PORT"), std::string::npos) << msg;
+
+  msg = error_of(EnvMap{{"RANK", "1"}, {"WORLD_SIZE", "two"}, {"MASTER_ADDR", "x"}, {"MASTER_PORT", "1"}});
+  EXPECT_NE(msg.find("WORLD_SIZE=two is not a non-negative integer"), std::string::npos) << msg;
+
+  msg = error_of(EnvMap{{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "3"}, {"MPI_LOCALNRANKS", "2"}});
+  EXPECT_NE(msg.find("local rank 3 is outside the 2 processes of this node"), std::string::npos) << msg;
+
+  msg = error_of(EnvMap{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "5"}, {"SLURM_LOCALID", "0"},
+                        {"SLURM_NODEID", "0"}, {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}});
+  EXPECT_NE(msg.find("adds up to 4 tasks but the step has 5"), std::string::npos) << msg;
+
+  msg = error_of(EnvMap{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"},
+                        {"SLURM_STEP_TASKS_PER_NODE", "2(y2)"}});
+  EXPECT_NE(msg.find("cannot read tasks per node '2(y2)'"), std::string::npos) << msg;
+}
