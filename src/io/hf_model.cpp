@@ -98,6 +98,15 @@ int64_t parse_shard_size(const std::string& text) {
 
 // ------------------------------------------------------------------------------- export
 
+namespace {
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  ALPACA_CHECK(out.good(), path.string() << ": write failed; check free disk space and permissions");
+}
+}  // namespace
+
 struct HfExportWriter::Shard {
   std::string tmp_path;
   std::unique_ptr<SafetensorsWriter> writer;
@@ -109,7 +118,9 @@ HfExportWriter::HfExportWriter(std::string dir, int64_t max_shard_bytes, std::op
     : dir_(std::move(dir)), max_shard_bytes_(max_shard_bytes), dtype_(dtype) {
   ALPACA_CHECK(max_shard_bytes_ > 0, "export to " << dir_ << ": max shard size must be positive");
   // Build the export in a hidden sibling so a crash never leaves a half-written directory.
-  fs::path d = fs::absolute(dir_);
+  fs::path d = fs::absolute(dir_).lexically_normal();
+  if (d.filename().empty()) d = d.parent_path();  // "out/" -> "out"
+  dir_ = d.string();
   tmp_dir_ = (d.parent_path() / ("." + d.filename().string() + ".export-tmp")).string();
   fs::remove_all(tmp_dir_);
   fs::create_directories(tmp_dir_);
@@ -154,6 +165,7 @@ void HfExportWriter::add(const std::string& name, const at::Tensor& t) {
   target->names.push_back(name);
   target->bytes += bytes;
   total_bytes_ += bytes;
+  total_params_ += c.numel();
   if (own) close_shard(own);
 }
 
@@ -173,18 +185,19 @@ void HfExportWriter::finish(const model::LlamaConfig& cfg_in) {
       fs::rename(closed_[i]->tmp_path, tmp / buf);
       for (const auto& name : closed_[i]->names) weight_map[name] = buf;
     }
-    json index = {{"metadata", {{"total_size", total_bytes_}}}, {"weight_map", weight_map}};
-    std::ofstream(tmp / "model.safetensors.index.json") << index.dump(2) << "\n";
+    json index = {{"metadata", {{"total_parameters", total_params_}, {"total_size", total_bytes_}}},
+                  {"weight_map", weight_map}};
+    write_text(tmp / "model.safetensors.index.json", index.dump(2) + "\n");
   }
   model::LlamaConfig cfg = cfg_in;
   cfg.torch_dtype = dtype_name(dtype_ ? *dtype_ : seen_dtype_);
-  std::ofstream(tmp / "config.json") << cfg.to_json();
+  write_text(tmp / "config.json", cfg.to_json());
   json gen = {{"_from_model_config", true}, {"transformers_version", "5.23.0"}};
   if (cfg.bos_token_id) gen["bos_token_id"] = *cfg.bos_token_id;
   if (cfg.eos_token_id.size() == 1) gen["eos_token_id"] = cfg.eos_token_id.front();
   else if (!cfg.eos_token_id.empty()) gen["eos_token_id"] = cfg.eos_token_id;
   if (cfg.pad_token_id) gen["pad_token_id"] = *cfg.pad_token_id;
-  std::ofstream(tmp / "generation_config.json") << gen.dump(2) << "\n";
+  write_text(tmp / "generation_config.json", gen.dump(2) + "\n");
 
   const fs::path dir(dir_);
   if (!fs::exists(dir)) {

@@ -49,14 +49,16 @@ LayerContext LlamaForCausalLMImpl::make_context(const at::Tensor& input_ids_bt, 
   pos = pos.to(at::kLong).expand({b, t});
   LayerContext ctx;
   std::tie(ctx.cos, ctx.sin) = rope_cos_sin(cfg_, pos, dtype);
+  ALPACA_CHECK(!attention_mask_bt.defined() || attention_mask_bt.sizes() == input_ids_bt.sizes(),
+               "attention_mask must match input_ids " << input_ids_bt.sizes() << ", got " << attention_mask_bt.sizes());
 
-  if (attention_mask_bt.defined() || segment_ids_bt.defined()) {
+  // Like transformers, drop an all-ones padding mask so the fused causal kernel runs (and the
+  // numbers match transformers', which takes the same shortcut).
+  const bool has_padding = attention_mask_bt.defined() && !attention_mask_bt.to(at::kBool).all().item<bool>();
+  if (has_padding || segment_ids_bt.defined()) {
     auto bopts = at::TensorOptions().dtype(at::kBool).device(device);
     at::Tensor allow_b1tt = at::ones({t, t}, bopts).tril().view({1, 1, t, t});
     if (attention_mask_bt.defined()) {
-      ALPACA_CHECK(attention_mask_bt.sizes() == input_ids_bt.sizes(),
-                   "attention_mask must match input_ids " << input_ids_bt.sizes() << ", got "
-                                                          << attention_mask_bt.sizes());
       allow_b1tt = allow_b1tt & attention_mask_bt.to(at::kBool).view({b, 1, 1, t});
     }
     if (segment_ids_bt.defined()) {

@@ -137,6 +137,14 @@ TEST(HfCheckpoint, ShardsLikeTransformersAndKeepsOtherFiles) {
   EXPECT_FALSE(fs::exists(tmp.path() / ".out.export-tmp"));
 }
 
+TEST(HfCheckpoint, ExportToPathWithTrailingSlash) {
+  alpaca::testing::TempDir tmp("hf_slash");
+  model::LlamaForCausalLM m(tiny(true));
+  io::save_hf_directory(m, (tmp.path() / "nested" / "out").string() + "/");
+  EXPECT_TRUE(fs::exists(tmp.path() / "nested" / "out" / "model.safetensors"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(tmp.path() / "nested"), fs::directory_iterator()), 1);
+}
+
 TEST(HfCheckpoint, AbandonedExportLeavesNothing) {
   alpaca::testing::TempDir tmp("hf_abandon");
   const fs::path dir = tmp.path() / "out";

@@ -2,6 +2,10 @@
 // by init-model) loads with from_pretrained and reproduces our logits.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "alpaca/cli/commands.h"
 #include "alpaca/io/hf_model.h"
 #include "alpaca/model/llama.h"
@@ -61,6 +65,22 @@ TEST(HfRoundTrip, TransformersLoadsWhatWeSave) {
     check.add(m, sharded, "float32", 1e-5);
   }
   check.expect_all_match();
+}
+
+TEST(HfRoundTrip, ShardsExactlyLikeTransformers) {
+  // The fixture saved each model with transformers' save_pretrained(max_shard_size="20KB").
+  alpaca::testing::TempDir tmp("hf_shard_layout");
+  for (const std::string config : {"tiny_mha_untied", "tiny_gqa_tied", "tiny_llama3_rope"}) {
+    SCOPED_TRACE(config);
+    const fs::path theirs = fixture(config).parent_path() / "hf_sharded";
+    model::LlamaForCausalLM m = io::load_hf_model(fixture(config).string());
+    const fs::path ours = tmp.path() / config;
+    io::save_hf_directory(m, ours.string(), std::nullopt, io::parse_shard_size("20KB"));
+    auto a = nlohmann::json::parse(std::ifstream(ours / "model.safetensors.index.json"));
+    auto b = nlohmann::json::parse(std::ifstream(theirs / "model.safetensors.index.json"));
+    EXPECT_EQ(a["weight_map"], b["weight_map"]);
+    EXPECT_EQ(a["metadata"], b["metadata"]);
+  }
 }
 
 TEST(HfRoundTrip, Bf16ExportAndInitModelLoadInTransformers) {

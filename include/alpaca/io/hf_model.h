@@ -61,6 +61,7 @@ class HfExportWriter {
   std::vector<std::unique_ptr<Shard>> closed_;  // in transformers' shard order
   int next_tmp_id_ = 0;
   int64_t total_bytes_ = 0;
+  int64_t total_params_ = 0;
   at::ScalarType seen_dtype_ = at::kFloat;
   bool finished_ = false;
 };
