@@ -200,6 +200,7 @@ TEST(HfCheckpoint, MissingTensorAndWrongShapeNameTensorAndFile) {
   msg = error_of([&] { io::CheckpointReader::open(bad_bin.string()); });
   EXPECT_NE(msg.find("pytorch_model.bin"), std::string::npos) << msg;
   EXPECT_NE(msg.find("cannot read"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("frame #"), std::string::npos) << "no LibTorch backtrace in user errors: " << msg;
 }
 
 TEST(HfCheckpoint, ParseShardSize) {
