@@ -193,6 +193,7 @@ void finalize(bool clean) {
   std::lock_guard<std::mutex> lock(s.mu);
   if (!s.launch || s.finalized) return;
   s.finalized = true;
+  if (s.mpi_thread_level >= MPI_THREAD_MULTIPLE) detail::stop_mpi_progress();
   finalize_store(s, clean);
   if (s.mpi_inited_by_us) {
     int done = 0;
@@ -223,6 +224,14 @@ bool mpi_active() {
   MPI_Initialized(&inited);
   MPI_Finalized(&done);
   return inited && !done;
+}
+
+bool mpi_progress_thread() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("ALPACA_MPI_PROGRESS_THREAD");
+    return !(v && std::string(v) == "0");
+  }();
+  return enabled && state().mpi_thread_level >= MPI_THREAD_MULTIPLE;
 }
 
 void check_mpi_thread(const char* op) {

@@ -18,6 +18,11 @@ namespace alpaca::dist::detail {
 
 // True between MPI_Init_thread (by us) and MPI_Finalize.
 bool mpi_active();
+// True when a progress thread drives MPI collectives: MPI runs with MPI_THREAD_MULTIPLE and
+// ALPACA_MPI_PROGRESS_THREAD is not 0.
+bool mpi_progress_thread();
+// Stops the MPI progress thread; finalize() calls it before MPI_Finalize.
+void stop_mpi_progress();
 // Throws unless the calling thread may call MPI (FUNNELED/SERIALIZED: only the init thread).
 void check_mpi_thread(const char* op);
 
