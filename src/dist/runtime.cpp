@@ -69,6 +69,30 @@ void install_signal_handlers() {
   if (g_prev_int.sa_handler == SIG_DFL) sigaction(SIGINT, &sa, nullptr);
 }
 
+// Where this rank sits, from MPI itself: the launch variables only give node indices for block
+// placement (rank / local size), but mpirun --map-by node or srun -m cyclic place ranks round
+// robin. Nodes are numbered by their lowest world rank. Collective over MPI_COMM_WORLD.
+void place_on_nodes(LaunchInfo& li) {
+  MPI_Comm local = MPI_COMM_NULL, leaders = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, li.rank, MPI_INFO_NULL, &local) != MPI_SUCCESS) return;
+  int local_rank = 0, local_size = 1;
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_split(MPI_COMM_WORLD, local_rank == 0 ? 0 : MPI_UNDEFINED, li.rank, &leaders);
+  int node_and_count[2] = {0, 1};
+  if (leaders != MPI_COMM_NULL) {
+    MPI_Comm_rank(leaders, &node_and_count[0]);
+    MPI_Comm_size(leaders, &node_and_count[1]);
+    MPI_Comm_free(&leaders);
+  }
+  MPI_Bcast(node_and_count, 2, MPI_INT, 0, local);
+  MPI_Comm_free(&local);
+  li.local_rank = local_rank;
+  li.local_world_size = local_size;
+  li.node_rank = node_and_count[0];
+  li.num_nodes = node_and_count[1];
+}
+
 void init_mpi(State& s) {
   int already = 0;
   MPI_Initialized(&already);
@@ -87,11 +111,12 @@ void init_mpi(State& s) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const LaunchInfo& li = *s.launch;
+  LaunchInfo& li = *s.launch;
   ALPACA_CHECK(rank == li.rank && size == li.world_size,
                "MPI reports rank " << rank << " of " << size << " but the " << to_string(li.source)
                                    << " launch variables say rank " << li.rank << " of " << li.world_size
                                    << "; was the binary started by a different MPI than it was built with?");
+  place_on_nodes(li);
 }
 
 // MPI_Finalize waits for every rank; a bounded barrier first turns "a peer never arrives" into a

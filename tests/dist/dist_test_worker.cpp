@@ -40,7 +40,7 @@ int run(int argc, char** argv) {
   at::Tensor t = at::full({1}, static_cast<int64_t>(comm->rank()), at::kLong).to(comm->device());
   comm->all_reduce(t, dist::ReduceOp::kSum)->wait();
   std::cout << "RANK " << comm->rank() << " WORLD " << comm->world_size() << " LOCAL " << li.local_rank << "/"
-            << li.local_world_size << " SOURCE " << dist::to_string(li.source) << " BACKEND " << comm->backend()
+            << li.local_world_size << " NODE " << li.node_rank << "/" << li.num_nodes << " SOURCE " << dist::to_string(li.source) << " BACKEND " << comm->backend()
             << " SUM " << t.item<int64_t>() << std::endl;
 
   if (mode == "bench") {

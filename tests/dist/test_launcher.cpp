@@ -14,7 +14,7 @@ TEST(Launcher, WorkersSeeDistinctRanksAndOneWorld) {
   ASSERT_EQ(r.rc, 0) << r.output;
   for (int rank = 0; rank < 3; ++rank) {
     std::string line = "[rank " + std::to_string(rank) + "]: RANK " + std::to_string(rank) + " WORLD 3 LOCAL " +
-                       std::to_string(rank) + "/3 SOURCE torchrun BACKEND store SUM 3";
+                       std::to_string(rank) + "/3 NODE 0/1 SOURCE torchrun BACKEND store SUM 3";
     EXPECT_NE(r.output.find(line), std::string::npos) << "missing '" << line << "' in:\n" << r.output;
   }
 }
@@ -31,7 +31,7 @@ TEST(Launcher, TwoNodesFormOneWorld) {
   ASSERT_EQ(r.rc, 0) << r.output;
   for (int rank = 0; rank < 4; ++rank) {
     std::string line = "[rank " + std::to_string(rank) + "]: RANK " + std::to_string(rank) + " WORLD 4 LOCAL " +
-                       std::to_string(rank % 2) + "/2 SOURCE torchrun BACKEND store SUM 6";
+                       std::to_string(rank % 2) + "/2 NODE " + std::to_string(rank / 2) + "/2 SOURCE torchrun BACKEND store SUM 6";
     EXPECT_NE(r.output.find(line), std::string::npos) << "missing '" << line << "' in:\n" << r.output;
   }
 }
@@ -45,6 +45,17 @@ TEST(Launcher, BadFlagsAreErrors) {
   EXPECT_NE(r.output.find("--nproc_per_node expects a non-negative integer, got 'two'"), std::string::npos) << r.output;
   r = run(worker() + " --nproc_per_node 2 --nnodes 1:2 report");
   EXPECT_NE(r.output.find("elastic node ranges are not supported"), std::string::npos) << r.output;
+}
+
+// Under mpirun the placement comes from MPI itself (one node here).
+TEST(Runtime, MpirunPlacement) {
+  Outcome r = run(mpirun(3) + worker() + " report");
+  ASSERT_EQ(r.rc, 0) << r.output;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::string line = "RANK " + std::to_string(rank) + " WORLD 3 LOCAL " + std::to_string(rank) +
+                       "/3 NODE 0/1 SOURCE openmpi BACKEND mpi SUM 3";
+    EXPECT_NE(r.output.find(line), std::string::npos) << "missing '" << line << "' in:\n" << r.output;
+  }
 }
 
 // The mpi backend without an MPI launcher is refused with the way out.
@@ -61,7 +72,7 @@ TEST(Runtime, MpiBackendNeedsAnMpiLauncher) {
 TEST(Runtime, SingleProcessWorks) {
   Outcome r = run("env -u RANK -u WORLD_SIZE " + worker() + " report");
   EXPECT_EQ(r.rc, 0) << r.output;
-  EXPECT_NE(r.output.find("RANK 0 WORLD 1 LOCAL 0/1 SOURCE single BACKEND mpi SUM 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("RANK 0 WORLD 1 LOCAL 0/1 NODE 0/1 SOURCE single BACKEND mpi SUM 0"), std::string::npos) << r.output;
 }
 
 TEST(Launcher, AFailingWorkerEndsTheRestAndItsExitCodeComesBack) {
