@@ -69,6 +69,18 @@ void install_signal_handlers() {
   if (g_prev_int.sa_handler == SIG_DFL) sigaction(SIGINT, &sa, nullptr);
 }
 
+// MPI_THREAD_MULTIPLE unless ALPACA_MPI_THREAD_LEVEL asks for less (for MPI libraries whose
+// MULTIPLE mode is slow or broken); below MULTIPLE there is no progress thread and collectives
+// must be issued and waited from the initialising thread.
+int requested_thread_level() {
+  const char* v = std::getenv("ALPACA_MPI_THREAD_LEVEL");
+  const std::string word = v ? v : "multiple";
+  if (word == "multiple") return MPI_THREAD_MULTIPLE;
+  if (word == "serialized") return MPI_THREAD_SERIALIZED;
+  if (word == "funneled") return MPI_THREAD_FUNNELED;
+  ALPACA_FAIL("ALPACA_MPI_THREAD_LEVEL=" << word << " is not one of multiple, serialized, funneled");
+}
+
 // Where this rank sits, from MPI itself: the launch variables only give node indices for block
 // placement (rank / local size), but mpirun --map-by node or srun -m cyclic place ranks round
 // robin. Nodes are numbered by their lowest world rank. Collective over MPI_COMM_WORLD.
@@ -99,7 +111,7 @@ void init_mpi(State& s) {
   if (already) {  // someone else (a test harness, an embedding program) owns MPI
     MPI_Query_thread(&s.mpi_thread_level);
   } else {
-    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &s.mpi_thread_level);
+    int rc = MPI_Init_thread(nullptr, nullptr, requested_thread_level(), &s.mpi_thread_level);
     ALPACA_CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed (code " << rc
                                                                     << "); check the MPI installation and the launcher");
     s.mpi_inited_by_us = true;
