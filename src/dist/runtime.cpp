@@ -4,6 +4,7 @@
 
 #include "mpi_include.h"
 
+#include <c10/util/Logging.h>  // defines: FLAGS_caffe2_log_level
 #include <torch/csrc/distributed/c10d/HashStore.hpp>  // defines: c10d::HashStore
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>   // defines: c10d::TCPStore
 
@@ -164,7 +165,7 @@ void finalize_store(State& s, bool clean) {
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
     } catch (const std::exception& e) {
-      std::cerr << g_rank_prefix << ": warning: the store barrier at shutdown failed: " << e.what() << "\n";
+      std::cerr << g_rank_prefix << ": warning: the store barrier at shutdown failed: " << detail::short_what(e) << "\n";
     }
   }
   s.store.reset();
@@ -295,6 +296,9 @@ c10::intrusive_ptr<c10d::Store> torchrun_store(std::chrono::milliseconds timeout
                "a store-based communicator needs MASTER_ADDR and MASTER_PORT (torchrun-style launch); this process was "
                "launched by "
                    << to_string(li.source));
+  // c10d logs every socket hiccup as a warning with a backtrace; our errors name the collective
+  // and the cause already. TORCH_CPP_LOG_LEVEL=INFO/WARNING brings them back for debugging.
+  if (!std::getenv("TORCH_CPP_LOG_LEVEL")) FLAGS_caffe2_log_level = 2;  // errors only
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(li.master_port);
   opts.isServer = li.rank == 0;
@@ -305,7 +309,7 @@ c10::intrusive_ptr<c10d::Store> torchrun_store(std::chrono::milliseconds timeout
     s.store = c10::make_intrusive<c10d::TCPStore>(li.master_addr, opts);
   } catch (const std::exception& e) {
     ALPACA_FAIL("cannot " << (opts.isServer ? "host" : "reach") << " the rendezvous store at " << li.master_addr << ":"
-                          << li.master_port << " (" << e.what()
+                          << li.master_port << " (" << detail::short_what(e)
                           << "); check MASTER_ADDR/MASTER_PORT, that the port is free on rank 0's host, and that every "
                              "rank was started");
   }
@@ -313,9 +317,8 @@ c10::intrusive_ptr<c10d::Store> torchrun_store(std::chrono::milliseconds timeout
 }
 
 void fail_collective(const std::string& msg) {
-  std::cerr << g_rank_prefix << ": error: " << msg << std::endl;
-  if (mpi_active()) {
-    std::cerr << g_rank_prefix << ": aborting the MPI job" << std::endl;
+  if (mpi_active()) {  // MPI cannot recover a communicator with a collective in flight: end the job
+    std::cerr << g_rank_prefix << ": error: " << msg << "\n" << g_rank_prefix << ": aborting the MPI job" << std::endl;
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   ALPACA_FAIL(msg);
@@ -327,6 +330,11 @@ WaitScope::WaitScope(const std::string& what) {
   g_op_set = 1;
 }
 WaitScope::~WaitScope() { g_op_set = 0; }
+
+std::string short_what(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
 
 std::string describe(const at::Tensor& t) {
   std::ostringstream os;
