@@ -3,12 +3,13 @@
 // (mpi backend) and under our launcher (store backend); nothing is left running.
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "alpaca/dist/launcher.h"
 #include "dist_test_helpers.h"
 
-#include <sstream>
-
 using namespace alpaca::testing::dist;
+
 class DeadOrStuck : public ::testing::TestWithParam<std::string> {};
 
 // One rank dies (SIGKILL) or hangs while the others are in an all_reduce with a 5 s timeout.
