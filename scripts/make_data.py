@@ -4,8 +4,8 @@ Stanford Alpaca's JSON format and a small SentencePiece tokenizer trained on it.
 
 The tasks are ones a tiny LLaMA learns in minutes on a CPU: small-number arithmetic, reversing
 and copying words, sorting and taking the maximum of short lists, counting words, upper-casing,
-and lookups in fixed tables (capitals, opposites, animal sounds). Roughly half of the records use
-the `input` field so both Alpaca prompt templates are exercised. The held-out split is drawn from
+and lookups in fixed tables (capitals, opposites, animal sounds). About 40% of the records use
+the `input` field (as in Alpaca) so both Alpaca prompt templates are exercised. The held-out split is drawn from
 the same task distribution but shares no (instruction, input) pair with the training split.
 
 Everything is deterministic in --seed (Python's random.Random and a single-threaded
@@ -61,7 +61,15 @@ def words(rng, lo, hi):
 
 
 def make_record(rng):
-    """One (instruction, input, output) of a random task."""
+    """One (instruction, input, output) of a random task; tasks with an input put it inline in
+    the instruction half of the time, so both prompt templates are common."""
+    instruction, inp, out = make_task(rng)
+    if inp and rng.random() < 0.5:
+        return (f"{instruction[:-1]}: {inp}", "", out)
+    return (instruction, inp, out)
+
+
+def make_task(rng):
     task = rng.randrange(12)
     if task == 0:
         a, b = rng.randint(0, 99), rng.randint(0, 99)
