@@ -170,8 +170,8 @@ struct Tokenizer::Impl {
     if (!leading_space) return append_sp(chunk, true, out);
     std::vector<int64_t> ids;
     append_sp(unk_token + chunk, true, &ids);
-    int64_t skip = std::min<int64_t>(unk_token_length, static_cast<int64_t>(ids.size()));
-    if (static_cast<int64_t>(ids.size()) < unk_token_length) skip = 0;
+    // HF: tokens[unk_token_length:] if len(tokens) >= unk_token_length else tokens
+    const int64_t skip = static_cast<int64_t>(ids.size()) >= unk_token_length ? unk_token_length : 0;
     out->insert(out->end(), ids.begin() + skip, ids.end());
   }
 
