@@ -104,12 +104,19 @@ struct TrainRun {
   std::unique_ptr<optim::ShardedAdamW> opt;
 };
 
+void train_steps(TrainRun& r, int accum, int steps, dist::Communicator& comm);
+
 TrainRun train(bool tied, const FsdpPolicy& policy, int accum, int steps) {
   TrainRun r;
   r.fsdp = fsdp::apply_fsdp(make(tied), g_comm, policy);
+  r.opt = std::make_unique<optim::ShardedAdamW>(r.fsdp->engine().optim_shards(), optim::AdamWOptions{0.9, 0.999, 1e-8, kWd});
+  train_steps(r, accum, steps, *g_comm);
+  return r;
+}
+
+void train_steps(TrainRun& r, int accum, int steps, dist::Communicator& comm) {
   fsdp::FsdpEngine& eng = r.fsdp->engine();
-  r.opt = std::make_unique<optim::ShardedAdamW>(eng.optim_shards(), optim::AdamWOptions{0.9, 0.999, 1e-8, kWd});
-  const int world = g_comm->world_size(), rank = g_comm->rank();
+  const int world = comm.world_size(), rank = comm.rank();
   GlobalBatch b = make_global_batch(37, kGlobal, kSeqLen, 5);
   const int64_t tokens = (b.labels_bt.narrow(1, 1, kSeqLen - 1) != -100).sum().item<int64_t>();
   const int64_t mb = kGlobal / (world * accum);
@@ -123,7 +130,6 @@ TrainRun train(bool tied, const FsdpPolicy& policy, int accum, int steps) {
     r.opt->step(kLr);
     eng.zero_grad();
   }
-  return r;
 }
 
 ParamMap exported(fsdp::FsdpEngine& eng) {
@@ -208,6 +214,39 @@ TEST(FsdpLlama, ExportHasHfNamesAndLoadRoundTrips) {
   }, true);
   for (const auto& [k, m] : moments)
     for (const auto& [n, t] : m) EXPECT_TRUE(at::equal(again[k][n], t)) << k << " " << n;
+}
+
+// Resume on another world size: state gathered by name at world W (parameters + AdamW moments +
+// step) is loaded into a world-1 engine (a split communicator of one rank); one more step there
+// equals one more step at world W.
+TEST(FsdpLlama, ResumesOnAnotherWorldSize) {
+  FsdpPolicy p;
+  p.backward_prefetch = fsdp::BackwardPrefetch::kBackwardPre;
+  TrainRun r = train(/*tied=*/false, p, 1, 2);
+  ParamMap params = exported(r.fsdp->engine());
+  std::map<std::string, ParamMap> moments;
+  r.fsdp->engine().gather_optimizer_state_by_name(*r.opt, [&](const std::string& n, const std::string& k,
+                                                              const at::Tensor& t) { moments[k][n] = t; }, true);
+  const int64_t step = r.opt->step_count();
+  train_steps(r, 1, 1, *g_comm);
+  ParamMap continued = exported(r.fsdp->engine());
+
+  std::shared_ptr<dist::Communicator> solo = g_comm->split(g_comm->rank(), 0);
+  ASSERT_EQ(solo->world_size(), 1);
+  TrainRun resumed;
+  resumed.fsdp = fsdp::apply_fsdp(make(false), solo, p);
+  resumed.fsdp->engine().load_parameters(
+      [&](const std::string& n, const std::vector<int64_t>&, int64_t begin, int64_t end, at::Tensor out) {
+        out.copy_(params.at(n).reshape({-1}).narrow(0, begin, end - begin));
+      }, false);
+  resumed.opt = std::make_unique<optim::ShardedAdamW>(resumed.fsdp->engine().optim_shards(),
+                                                      optim::AdamWOptions{0.9, 0.999, 1e-8, kWd});
+  resumed.fsdp->engine().load_optimizer_state_by_name(
+      *resumed.opt, [&](const std::string& n, const std::string& k) { return moments.at(k).at(n); });
+  resumed.opt->set_step_count(step);
+  train_steps(resumed, 1, 1, *solo);
+  ParamMap after = exported(resumed.fsdp->engine());
+  expect_close(after, continued, 1e-5, "resume world->1");
 }
 
 // The real loading path: an HF directory (rank 0 writes it) read into shards by byte ranges, or by
