@@ -7,6 +7,7 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
+#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -273,6 +274,21 @@ TEST(FsdpLlama, LoadsHfCheckpointIntoShards) {
     ParamMap got = exported(f->engine());
     ASSERT_EQ(got.size(), want.size());
     for (const auto& [n, t] : want) EXPECT_TRUE(at::equal(got.at(n), t)) << n << " rank0_only=" << rank0_only;
+  }
+  // The low-memory path: a model built on the meta device gets its values only from the checkpoint.
+  for (bool rank0_only : {false, true}) {
+    auto f = fsdp::apply_fsdp(model::LlamaForCausalLM(tiny(false), at::TensorOptions().device(at::kMeta)), g_comm,
+                              FsdpPolicy{});
+    fsdp::load_checkpoint(f->engine(), shared_path, rank0_only);
+    ParamMap got = exported(f->engine());
+    for (const auto& [n, t] : want) EXPECT_TRUE(at::equal(got.at(n), t)) << "meta " << n;
+    // and it trains
+    GlobalBatch b = make_global_batch(37, 2, kSeqLen, 5);
+    auto ls = model::causal_lm_loss_sum(f->forward(b.ids_bt), b.labels_bt);
+    EXPECT_TRUE(std::isfinite(ls.sum.item<double>()));
+    ls.sum.backward();
+    EXPECT_GT(optim::global_grad_norm(f->engine().grad_shards(), f->engine().norm_comm()), 0.0);
+    for (const auto& p : f->model()->parameters()) EXPECT_FALSE(p.is_meta());
   }
   // A model whose vocabulary differs from the checkpoint's.
   model::LlamaConfig other = tiny(false);

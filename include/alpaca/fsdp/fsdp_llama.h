@@ -14,8 +14,9 @@ class FsdpLlama {
  public:
   // Collective over comm. The model's current parameter values become the initial shards (all
   // ranks must hold the same values unless policy.sync_module_states, which broadcasts rank 0's);
-  // afterwards the model holds no full copy of its parameters. Parameters must not be on the meta
-  // device (LibTorch cannot repoint a meta tensor at real storage): construct on CPU.
+  // afterwards the model holds no full copy of its parameters. A model built on the meta device
+  // (no storage at all) is the low-memory path: its shards start at zero and take their values
+  // from load_checkpoint / load_parameters, so no rank ever allocates the full model.
   FsdpLlama(model::LlamaForCausalLM model, std::shared_ptr<dist::Communicator> comm, const FsdpPolicy& policy);
   ~FsdpLlama();
   FsdpLlama(const FsdpLlama&) = delete;
