@@ -177,7 +177,10 @@ void validate_strategies(TrainArgs& a) {
   for (const Pair& p : {Pair{"save_steps", "save_strategy", a.save_strategy},
                         Pair{"logging_steps", "logging_strategy", a.logging_strategy},
                         Pair{"eval_steps", "eval_strategy", a.eval_strategy}}) {
-    ALPACA_USAGE_CHECK(!a.is_set(p.steps) || p.value == "steps",
+    // Default values do not count: training_args.json lists every flag and must read back.
+    const FlagInfo* info = find_train_flag(p.steps);
+    bool given = a.is_set(p.steps) && flag_value_text(a, p.steps) != info->default_text;
+    ALPACA_USAGE_CHECK(!given || p.value == "steps",
                        "--" << p.steps << " " << flag_value_text(a, p.steps) << " has no effect with --" << p.strategy << " "
                             << p.value << "; set --" << p.strategy << " steps, or drop --" << p.steps);
   }

@@ -32,7 +32,7 @@ std::string dtype_name(at::ScalarType dtype) {
   }
 }
 
-void load_hf_weights(model::LlamaForCausalLM& m, const std::string& dir) {
+void load_hf_weights(model::LlamaForCausalLM& m, const std::string& dir, const LoadOptions& opts) {
   CheckpointReader ckpt = CheckpointReader::open(dir);
   at::NoGradGuard no_grad;
   size_t used = 0;
@@ -45,25 +45,31 @@ void load_hf_weights(model::LlamaForCausalLM& m, const std::string& dir) {
     ALPACA_CHECK(at::IntArrayRef(ti.shape) == p.sizes(),
                  ti.file << ": tensor \"" << name << "\" has shape " << at::IntArrayRef(ti.shape)
                          << " but the model built from config.json expects " << p.sizes());
-    p.copy_(ckpt.read(name));  // converts dtype/device on the fly; no second full copy
-    ckpt.release(name);
+    at::Tensor src = ckpt.read(name);  // a view of the mapping for safetensors
+    if (opts.zero_copy && ckpt.format().starts_with("safetensors") && p.device().is_cpu() &&
+        src.scalar_type() == p.scalar_type()) {
+      p.set_data(src);  // the parameter now lives in the (copy-on-write) mapping
+    } else {
+      p.copy_(src);  // converts dtype/device on the fly; no second full copy
+      ckpt.release(name);
+    }
     ++used;
   }
   for (const auto& name : ckpt.names()) {
     if (name.ends_with("rotary_emb.inv_freq")) continue;  // old checkpoints saved this buffer
     if (name == "lm_head.weight" && m->config().tie_word_embeddings) continue;
-    bool known = false;
-    for (const auto& item : m->named_parameters(true))
-      if (item.key() == name) known = true;
-    if (!known) ALPACA_WARN(dir << ": ignoring tensor \"" << name << "\" that the LLaMA model does not use");
+    if (!m->named_parameters(true).contains(name))
+      ALPACA_WARN(dir << ": ignoring tensor \"" << name << "\" that the LLaMA model does not use");
   }
   ALPACA_DEBUG("loaded " << used << " tensors from " << dir);
 }
 
-model::LlamaForCausalLM load_hf_model(const std::string& dir, const at::TensorOptions& options) {
+model::LlamaForCausalLM load_hf_model(const std::string& dir, const at::TensorOptions& options,
+                                      const LoadOptions& opts) {
   model::LlamaConfig cfg = model::LlamaConfig::from_json_file((fs::path(dir) / "config.json").string());
-  model::LlamaForCausalLM m(cfg, options);
-  load_hf_weights(m, dir);
+  // No fill pass: every parameter is overwritten, and untouched pages cost no memory.
+  model::LlamaForCausalLM m(cfg, options, model::ParamInit::kUninitialized);
+  load_hf_weights(m, dir, opts);
   return m;
 }
 

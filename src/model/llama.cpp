@@ -8,22 +8,23 @@
 
 namespace alpaca::model {
 
-LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const at::TensorOptions& options) {
-  embed_tokens = register_module("embed_tokens", Embedding(cfg.vocab_size, cfg.hidden_size, options));
+LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const at::TensorOptions& options, ParamInit init) {
+  embed_tokens = register_module("embed_tokens", Embedding(cfg.vocab_size, cfg.hidden_size, options, init));
   torch::nn::ModuleList list;
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
-    layers.emplace_back(cfg, options);
+    layers.emplace_back(cfg, options, init);
     list->push_back(layers.back());
   }
   register_module("layers", list);
-  norm = register_module("norm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, options));
+  norm = register_module("norm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, options, init));
 }
 
-LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& cfg, const at::TensorOptions& options) : cfg_(cfg) {
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& cfg, const at::TensorOptions& options, ParamInit init)
+    : cfg_(cfg) {
   cfg_.validate("LlamaForCausalLM config");
-  model = register_module("model", LlamaModel(cfg_, options));
+  model = register_module("model", LlamaModel(cfg_, options, init));
   if (!cfg_.tie_word_embeddings)
-    lm_head = register_module("lm_head", Linear(cfg_.hidden_size, cfg_.vocab_size, false, options));
+    lm_head = register_module("lm_head", Linear(cfg_.hidden_size, cfg_.vocab_size, false, options, init));
 }
 
 at::Tensor LlamaForCausalLMImpl::lm_head_weight() const {

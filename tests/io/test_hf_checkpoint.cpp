@@ -57,12 +57,45 @@ TEST(HfCheckpoint, SaveAndLoadSingleFile) {
   EXPECT_TRUE(fs::exists(fs::path(dir) / "model.safetensors"));
   EXPECT_TRUE(fs::exists(fs::path(dir) / "generation_config.json"));
   EXPECT_FALSE(fs::exists(fs::path(dir) / "model.safetensors.index.json"));
-  EXPECT_FALSE(io::CheckpointReader::open(dir).contains("lm_head.weight"));  // tied: not stored
+  io::CheckpointReader reader = io::CheckpointReader::open(dir);
+  EXPECT_FALSE(reader.contains("lm_head.weight"));  // tied: not stored
+  // Range reads give an FSDP rank its flat slice of a tensor without reading the rest.
+  at::Tensor q = m->named_parameters(true)["model.layers.1.self_attn.q_proj.weight"];
+  EXPECT_TRUE(at::equal(reader.read_range("model.layers.1.self_attn.q_proj.weight", 100, 50),
+                        q.reshape({-1}).narrow(0, 100, 50)));
+  EXPECT_EQ(reader.read("model.norm.weight", at::kBFloat16).scalar_type(), at::kBFloat16);
   model::LlamaForCausalLM back = io::load_hf_model(dir);
   expect_same_params(m, back);
   auto cfg = nlohmann::json::parse(std::ifstream(fs::path(dir) / "config.json"));
   EXPECT_EQ(cfg["architectures"][0], "LlamaForCausalLM");
   EXPECT_EQ(cfg["torch_dtype"], "float32");
+}
+
+TEST(HfCheckpoint, ZeroCopyLoadSharesTheMappingCopyOnWrite) {
+  alpaca::testing::TempDir tmp("hf_zero_copy");
+  model::LlamaForCausalLM m(tiny(false));
+  model::init_weights(m, 9);
+  const std::string dir = (tmp.path() / "out").string();
+  io::save_hf_directory(m, dir);
+  io::LoadOptions opts;
+  opts.zero_copy = true;
+  model::LlamaForCausalLM a = io::load_hf_model(dir, at::kFloat, opts);
+  model::LlamaForCausalLM b = io::load_hf_model(dir, at::kFloat, opts);
+  expect_same_params(m, a);
+  // Both models read the same mapped file, yet writing one (an optimizer step) changes neither
+  // the other nor the file.
+  at::Tensor w = a->named_parameters(true)["model.norm.weight"];
+  {
+    at::NoGradGuard g;
+    w.add_(1.0);
+  }
+  EXPECT_FALSE(at::equal(w, b->named_parameters(true)["model.norm.weight"]));
+  model::LlamaForCausalLM fresh = io::load_hf_model(dir);
+  expect_same_params(m, fresh);
+  // Gradients flow through zero-copy parameters.
+  at::Tensor loss = model::causal_lm_loss(b->forward(at::ones({1, 4}, at::kLong)), at::ones({1, 4}, at::kLong));
+  loss.backward();
+  EXPECT_TRUE(b->named_parameters(true)["lm_head.weight"].grad().defined());
 }
 
 TEST(HfCheckpoint, ShardsLikeTransformersAndKeepsOtherFiles) {
