@@ -330,7 +330,7 @@ void FsdpEngine::Impl::on_param_grad(int u, int e, const at::Tensor& param) {
   }
   const auto& entry = unit.train->entries()[e];
   unit.flat_grad.narrow(0, entry.offset, entry.numel).view(entry.shape).add_(g);
-  const_cast<at::Tensor&>(param).mutable_grad().reset();
+  param.mutable_grad().reset();
   if (!unit.got[e]) {
     unit.got[e] = 1;
     ++unit.grads_in;

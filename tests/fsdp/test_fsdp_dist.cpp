@@ -247,6 +247,15 @@ void run_equivalence(const TinyConfig& cfg, bool freeze, const std::string& labe
       EXPECT_LE(got.memory.peak_unsharded_units, 2) << "limit_all_gathers violated";
     }
   }
+  // Without auto_wrap the whole model is one (root) unit, as HF's --fsdp full_shard alone.
+  for (bool ckpt : {false, true}) {
+    SCOPED_TRACE(label + " FULL_SHARD without auto_wrap, ckpt=" + std::to_string(ckpt));
+    FsdpPolicy p = policy_for({ShardingStrategy::kFullShard, 2, ckpt, false});
+    p.auto_wrap = false;
+    Result got = fsdp_run(cfg, freeze, p, 2, 3);
+    worst = std::max(worst, compare_maps(got.params, ref.params, "params", 1e-5));
+    EXPECT_LE(got.memory.peak_unsharded_units, 1);
+  }
   if (job_comm()->rank() == 0)
     std::cout << "[equivalence " << label << "] world " << world << ": worst relative error " << worst << "\n";
 }
