@@ -159,8 +159,10 @@ def run_ours(case: dict, model_dir: Path, data_json: Path, work: Path, timeout: 
             step_times.append(e["step_time"])
             losses.append(e.get("loss"))
             tokens_per_step = e.get("tokens_per_step", tokens_per_step)
-        if "peak_host_rss_bytes_per_rank" in e:
-            rss = e["peak_host_rss_bytes_per_rank"]
+        per_rank = sorted((int(k.rsplit("rank", 1)[1]), v) for k, v in e.items()
+                          if k.startswith("peak_host_rss_bytes_rank"))
+        if per_rank:
+            rss = [v for _, v in per_rank]
     shutil.rmtree(out_dir, ignore_errors=True)
     return {"impl": "alpaca-train", "world": case["ranks"], "step_times": step_times, "losses": losses,
             "tokens_per_step": tokens_per_step or case["ranks"] * case["batch"] * case["accum"] * case["seq_len"],

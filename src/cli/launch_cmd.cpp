@@ -38,6 +38,7 @@ std::string self_exe() {
 int run_launcher(const std::vector<std::string>& args) {
   dist::LauncherOptions opts;
   opts.program = self_exe();
+  bool master_addr_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string a = args[i], value;
     bool has_value = false;
@@ -71,10 +72,13 @@ int run_launcher(const std::vector<std::string>& args) {
       opts.node_rank = parse_int(a, value);
     } else if (key == "__master_addr") {
       opts.master_addr = value;
+      master_addr_given = true;
     } else if (key == "__master_port") {
       opts.master_port = parse_int(a, value);
     }
   }
+  ALPACA_CHECK(opts.nnodes == 1 || master_addr_given,
+               "--nnodes " << opts.nnodes << " needs --master_addr: the host of node 0, reachable from every node");
   return dist::run_workers(opts);
 }
 

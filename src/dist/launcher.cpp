@@ -27,7 +27,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 volatile sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
+volatile sig_atomic_t g_signal_count = 0;
+void on_signal(int sig) {
+  g_signal = sig;
+  g_signal_count = g_signal_count + 1;
+}
 
 struct Stream {
   int fd = -1;
@@ -169,6 +173,7 @@ class SignalGuard {
     sigaction(SIGINT, &sa, &old_int_);
     sigaction(SIGTERM, &sa, &old_term_);
     g_signal = 0;
+    g_signal_count = 0;
   }
   ~SignalGuard() {
     sigaction(SIGINT, &old_int_, nullptr);
@@ -251,11 +256,14 @@ int run_workers(const LauncherOptions& o) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
 
-    // 2. Signals to forward.
+    // 2. Signals to forward; a second one (impatient Ctrl-C) kills the workers at once.
     if (g_signal && !stop_signal) {
       stop_signal = g_signal;
-      note("received signal " + std::to_string(stop_signal) + "; forwarding it to the workers");
+      note("received signal " + std::to_string(stop_signal) + "; forwarding it to the workers (again to kill them)");
       stop(stop_signal);
+    } else if (stop_signal && g_signal_count > 1 && Clock::now() < kill_at) {
+      note("received a second signal; killing the workers");
+      kill_at = Clock::now();
     }
 
     // 3. Exits.
@@ -278,7 +286,7 @@ int run_workers(const LauncherOptions& o) {
     // Any worker still alive after the grace period is killed, with its process group.
     if (stopping && Clock::now() > kill_at) {
       for (auto& w : workers)
-        if (w.running) note("worker rank " + std::to_string(w.rank) + " ignored SIGTERM; killing it");
+        if (w.running) note("worker rank " + std::to_string(w.rank) + " is still running after the stop request; killing it");
       signal_all(workers, SIGKILL);
       kill_at = Clock::now() + std::chrono::hours(1);
     }

@@ -1,10 +1,13 @@
 // The MPI backend for CPU tensors: nonblocking MPI collectives (MPI_I*) whose handles are waited
-// by polling MPI_Test against the communicator's deadline. 16-bit floats travel as raw words in
+// by polling MPI_Test against the communicator's deadline. Open MPI's nonblocking collectives
+// advance only inside MPI calls, so under MPI_THREAD_MULTIPLE a progress thread tests pending
+// requests every ~100 us: a prefetched all-gather moves while the caller computes. 16-bit floats travel as raw words in
 // gathers and broadcasts, and are reduced in fp32 (convert, reduce, convert back) so every rank
 // gets the correctly rounded result of an fp32 sum.
 #include "mpi_include.h"
 
 #include <climits>
+#include <condition_variable>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -130,15 +133,43 @@ class MpiWork final : public Work {
   }
 
  private:
+  friend class ProgressEngine;
+
+  // For the progress thread: advances the request if nobody else holds it; true once finished
+  // (or failed: the failure is kept for the waiter, who reports it).
+  bool progress() {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return false;
+    if (done_ || !error_.empty()) return true;
+    int flag = 0;
+    int rc = MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      error_ = what_ + " failed in MPI: " + mpi_error_string(rc);
+      return true;
+    }
+    if (!flag) return false;
+    try {
+      complete_locked();
+    } catch (const std::exception& e) {
+      error_ = what_ + " failed to finish: " + e.what();
+    }
+    return true;
+  }
+
   bool test_locked() {
+    if (!error_.empty()) fail_collective(error_);
     int flag = 0;
     int rc = MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) fail_collective(what_ + " failed in MPI: " + mpi_error_string(rc));
     if (!flag) return false;
+    complete_locked();
+    return true;
+  }
+
+  void complete_locked() {
     done_ = true;
     if (finish_) finish_();
     finish_ = nullptr;  // releases the buffers it held
-    return true;
   }
 
   std::mutex mu_;
@@ -147,6 +178,65 @@ class MpiWork final : public Work {
   Clock::time_point deadline_;
   std::function<void()> finish_;
   bool done_ = false;
+  std::string error_;  // set by the progress thread, reported by the waiter
+};
+
+// The process's progress thread (MPI_THREAD_MULTIPLE only). Started with the first collective,
+// stopped by dist::finalize() before MPI_Finalize (and at static destruction).
+class ProgressEngine {
+ public:
+  static ProgressEngine& get() {
+    static ProgressEngine engine;
+    return engine;
+  }
+  ~ProgressEngine() { stop(); }
+
+  void add(const std::shared_ptr<MpiWork>& work) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    works_.push_back(work);
+    cv_.notify_one();
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void loop() {
+    std::vector<std::weak_ptr<MpiWork>> batch;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopped_ || !works_.empty(); });
+        if (stopped_) return;
+        batch.swap(works_);
+      }
+      std::vector<std::weak_ptr<MpiWork>> still;
+      for (auto& weak : batch) {
+        auto work = weak.lock();
+        if (work && !work->progress()) still.push_back(weak);
+      }
+      batch.clear();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        works_.insert(works_.end(), still.begin(), still.end());
+      }
+      if (!still.empty()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::weak_ptr<MpiWork>> works_;
+  bool stopped_ = false;
+  std::thread thread_;
 };
 
 class MpiCommunicator final : public Communicator {
@@ -291,7 +381,9 @@ class MpiCommunicator final : public Communicator {
   }
 
   WorkHandle make_work(MPI_Request req, const std::string& what, std::function<void()> finish) {
-    return std::make_shared<MpiWork>(req, what, deadline_after(options_.timeout), std::move(finish));
+    auto work = std::make_shared<MpiWork>(req, what, deadline_after(options_.timeout), std::move(finish));
+    if (mpi_progress_thread()) ProgressEngine::get().add(work);
+    return work;
   }
 
   MPI_Comm comm_;
@@ -304,6 +396,8 @@ class MpiCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+void stop_mpi_progress() { ProgressEngine::get().stop(); }
 
 std::shared_ptr<Communicator> make_mpi_communicator(const CommOptions& options) {
   // A duplicate of MPI_COMM_WORLD, so our collectives never match anyone else's traffic.

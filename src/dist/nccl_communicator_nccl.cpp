@@ -94,7 +94,7 @@ ncclUniqueId exchange_unique_id(int rank, const std::string& store_key, std::chr
     try {
       store->wait({store_key}, timeout);
     } catch (const std::exception& e) {
-      fail_collective(std::string("waiting for the NCCL unique id from rank 0 failed: ") + e.what());
+      fail_collective(std::string("waiting for the NCCL unique id from rank 0 failed: ") + short_what(e));
     }
     std::vector<uint8_t> b = store->get(store_key);
     ALPACA_CHECK(b.size() == sizeof id, "the NCCL unique id in the store has " << b.size() << " bytes, expected "

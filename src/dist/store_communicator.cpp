@@ -227,7 +227,7 @@ class StoreCommunicator final : public Communicator {
     } catch (const alpaca::Error&) {
       throw;
     } catch (const std::exception& e) {
-      fail_collective(what + " failed: " + e.what() +
+      fail_collective(what + " failed: " + short_what(e) +
                       " (a peer rank is dead, stuck, or called the collectives in a different order; --ddp_timeout "
                       "bounds the wait)");
     }

@@ -9,9 +9,6 @@ namespace alpaca::fsdp {
 FsdpLlama::FsdpLlama(model::LlamaForCausalLM model, std::shared_ptr<dist::Communicator> comm,
                      const FsdpPolicy& policy)
     : model_(std::move(model)) {
-  for (const auto& p : model_->named_parameters(true))
-    ALPACA_CHECK(!p.value().is_meta(), "apply_fsdp: parameter " << p.key() << " is on the meta device; "
-                 "construct the model on the CPU (its values are replaced by load_parameters)");
   FsdpModelParts parts;
   parts.root = model_.get();
   for (auto& layer : model_->layers()) parts.layers.push_back(layer.get());

@@ -2,13 +2,21 @@
 #include "alpaca/train/run.h"
 
 #include "alpaca/cli/train_args.h"
+#include "alpaca/dist/runtime.h"
 #include "alpaca/train/trainer.h"
 
 namespace alpaca::train {
 
 int run_training(const cli::TrainArgs& args) {
-  Trainer trainer(args);
-  return trainer.train();
+  // The runtime outlives the trainer (its communicator is gone before MPI is finalized); on an
+  // exception it finalizes uncleanly so the launcher ends the other ranks.
+  dist::Runtime runtime;
+  int rc = 0;
+  {
+    Trainer trainer(args);
+    rc = trainer.train();
+  }
+  return rc;
 }
 
 }  // namespace alpaca::train

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "alpaca/ckpt/preemption.h"
 #include "alpaca/data/collate.h"
@@ -97,6 +98,7 @@ int Trainer::Impl::train() {
   int64_t window_steps = 0, window_tokens = 0, window_local_tokens = 0;
   double last_grad_norm = std::numeric_limits<double>::quiet_NaN(), last_lr = 0;
   int exit_code = 0;
+  std::optional<double> last_eval_loss;
 
   auto do_log = [&] {
     const double secs = window_timer.seconds();
@@ -228,9 +230,10 @@ int Trainer::Impl::train() {
          (state.global_step % logging_steps == 0 || (args.logging_first_step && state.global_step == 1))) ||
         (log_interval == Interval::kEpoch && epoch_end))
       do_log();
-    if ((eval_interval == Interval::kSteps && state.global_step % eval_steps == 0) ||
+    // HF also evaluates after the last step under the steps strategy.
+    if ((eval_interval == Interval::kSteps && (state.global_step % eval_steps == 0 || last)) ||
         (eval_interval == Interval::kEpoch && epoch_end))
-      do_eval();
+      last_eval_loss = do_eval();
     const bool save_now = (save_interval == Interval::kSteps && (state.global_step % save_steps == 0 || last)) ||
                           (save_interval == Interval::kEpoch && epoch_end);
     if (save_now || stop) save_checkpoint();
@@ -271,10 +274,9 @@ int Trainer::Impl::train() {
   }
   save_final();
   if (rank == 0) save_metrics(output_dir, "train", final_metrics);
-  if (eval_interval != Interval::kNo) {
-    const double loss = evaluate_loss();
-    if (rank == 0) save_metrics(output_dir, "eval", {{"eval_loss", loss}, {"eval_perplexity", std::exp(loss)}, {"epoch", state.epoch}});
-  }
+  if (last_eval_loss && rank == 0)
+    save_metrics(output_dir, "eval",
+                 {{"eval_loss", *last_eval_loss}, {"eval_perplexity", std::exp(*last_eval_loss)}, {"epoch", state.epoch}});
   barrier();
   return 0;
 }

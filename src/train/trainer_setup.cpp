@@ -10,6 +10,7 @@
 #include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/ckpt/preemption.h"
 #include "alpaca/data/alpaca_record.h"
+#include "alpaca/data/packing.h"
 #include "alpaca/dist/runtime.h"
 #include "alpaca/fsdp/policy.h"
 #include "alpaca/io/hf_model.h"
@@ -122,7 +123,6 @@ void Trainer::Impl::setup_tokenizer_and_model() {
 }
 
 void Trainer::Impl::setup_data() {
-  ALPACA_CHECK(!args.packing, "--packing is not supported by this build's trainer yet; drop --packing");
   ALPACA_CHECK(!args.data_path.empty(), "--data_path is required: an Alpaca JSON file of {instruction, input, output}");
   const auto records = data::load_alpaca_records(args.data_path);
   data::TokenizeStats stats;
@@ -130,6 +130,12 @@ void Trainer::Impl::setup_data() {
   ALPACA_INFO("tokenized " << train_examples.size() << " training examples from " << args.data_path << " ("
                            << stats.num_truncated << " truncated to " << args.model_max_length << " tokens, "
                            << stats.num_no_label_tokens << " with no response tokens left)");
+  if (args.packing) {
+    data::PackingStats ps;
+    train_examples = data::pack_examples(train_examples, args.model_max_length, &ps);
+    ALPACA_INFO("packed into " << ps.num_blocks << " sequences of up to " << args.model_max_length << " tokens ("
+                               << static_cast<int>(ps.fill_ratio * 100) << "% filled)");
+  }
   if (eval_interval != Interval::kNo) {
     ALPACA_CHECK(!args.eval_data_path.empty(), "--eval_strategy " << args.eval_strategy
                                                                   << " needs --eval_data_path (an Alpaca JSON file)");

@@ -199,7 +199,7 @@ TEST(TrainArgs, ContradictionsSayWhatToChange) {
   EXPECT_USAGE_ERROR(kRequired + "--fsdp \"full_shard shard_grad_op\"", "names full_shard and shard_grad_op; choose one sharding strategy");
   EXPECT_USAGE_ERROR(kRequired + "--fsdp offload", "--fsdp offload can't work on its own");
   EXPECT_USAGE_ERROR(kRequired + "--fsdp \"no_shard offload\"", "is not supported");
-  EXPECT_USAGE_ERROR(kRequired + "--fsdp hybrid_shard_zero2", "hybrid_shard_zero2 is not implemented");
+  EXPECT_USAGE_ERROR(kRequired + "--fsdp hybrid_shard_zero2", "--fsdp hybrid_shard_zero2 is not implemented by the FSDP engine; use one of full_shard, shard_grad_op, no_shard, hybrid_shard");
   EXPECT_USAGE_ERROR(kRequired + "--fsdp full_shard --fsdp_transformer_layer_cls_to_wrap LlamaDecoderLayer",
                      "only acts with --fsdp auto_wrap");
   EXPECT_USAGE_ERROR(kRequired + "--fsdp \"full_shard auto_wrap\" --fsdp_transformer_layer_cls_to_wrap LLaMADecoderLayer",

@@ -40,7 +40,7 @@ int run(int argc, char** argv) {
   at::Tensor t = at::full({1}, static_cast<int64_t>(comm->rank()), at::kLong).to(comm->device());
   comm->all_reduce(t, dist::ReduceOp::kSum)->wait();
   std::cout << "RANK " << comm->rank() << " WORLD " << comm->world_size() << " LOCAL " << li.local_rank << "/"
-            << li.local_world_size << " SOURCE " << dist::to_string(li.source) << " BACKEND " << comm->backend()
+            << li.local_world_size << " NODE " << li.node_rank << "/" << li.num_nodes << " SOURCE " << dist::to_string(li.source) << " BACKEND " << comm->backend()
             << " SUM " << t.item<int64_t>() << std::endl;
 
   if (mode == "bench") {
@@ -64,6 +64,11 @@ int run(int argc, char** argv) {
     time_it("all_reduce fp32", [&] { comm->all_reduce(f32, dist::ReduceOp::kSum)->wait(); });
     time_it("all_gather_into bf16", [&] { comm->all_gather_into(b16_full, b16_shard)->wait(); });
     time_it("reduce_scatter bf16", [&] { comm->reduce_scatter(b16_shard, b16_full, dist::ReduceOp::kAvg)->wait(); });
+    at::Tensor f32_shard = at::ones({bytes / 4 / W}, opts_f.dtype(at::kFloat));
+    at::Tensor f32_full = at::ones({bytes / 4 / W * W}, opts_f.dtype(at::kFloat));
+    time_it("reduce_scatter fp32", [&] { comm->reduce_scatter(f32_shard, f32_full, dist::ReduceOp::kSum)->wait(); });
+    at::Tensor b16 = at::ones({bytes / 2}, opts_f.dtype(at::kBFloat16));
+    time_it("all_reduce bf16", [&] { comm->all_reduce(b16, dist::ReduceOp::kSum)->wait(); });
     if (comm->device().is_cuda()) (void)f32.sum().item<float>();
   } else if (mode == "fail") {
     if (comm->rank() == victim) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <thread>
 
 #include "alpaca/dist/runtime.h"
 #include "alpaca/util/error.h"
@@ -240,4 +241,28 @@ TEST(Collectives, LargePayloadAllReduceAndGather) {
   g_comm->all_gather_into(out, on_dev(at::full({n}, static_cast<float>(R))))->wait();
   at::Tensor want = at::arange(W, at::kFloat).repeat_interleave(n);
   expect_equal(out, want, "10 MiB all_gather_into");
+}
+
+// Collectives from another thread: fine with MPI_THREAD_MULTIPLE (and other backends); refused
+// with a clear error when MPI was initialised FUNNELED (ALPACA_MPI_THREAD_LEVEL=funneled).
+TEST(Collectives, FromAnotherThread) {
+  const char* level = std::getenv("ALPACA_MPI_THREAD_LEVEL");
+  const bool refused = g_comm->backend() == "mpi" && level && std::string(level) == "funneled";
+  std::string error;
+  at::Tensor t = on_dev(at::full({3}, static_cast<float>(g_comm->rank())));
+  std::thread th([&] {
+    try {
+      g_comm->all_reduce(t, ReduceOp::kMax)->wait();
+    } catch (const alpaca::Error& e) {
+      error = e.message();
+    }
+  });
+  th.join();
+  if (refused) {
+    EXPECT_NE(error.find("all_reduce called from a thread other than the one that initialised MPI"), std::string::npos)
+        << error;
+  } else {
+    EXPECT_EQ(error, "");
+    expect_equal(t, at::full({3}, static_cast<float>(g_comm->world_size() - 1)), "all_reduce from another thread");
+  }
 }
