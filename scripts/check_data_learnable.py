@@ -67,12 +67,19 @@ def main():
             print(f"step {step:4d} loss {loss.item():.4f} ({time.time() - t0:.0f} s)", flush=True)
     model.eval()
     correct = 0
+    per_task = {}
     with torch.no_grad():
         for r in held:
             ids = torch.tensor([[1] + sp.encode(prompt(r))])
             out = model.generate(ids, max_new_tokens=16, do_sample=False, eos_token_id=2, pad_token_id=pad)
             answer = sp.decode(out[0, ids.shape[1]:].tolist())
-            correct += answer.strip() == r["output"]
+            ok = answer.strip() == r["output"]
+            correct += ok
+            task = " ".join(r["instruction"].split()[:2])
+            hit, total = per_task.get(task, (0, 0))
+            per_task[task] = (hit + ok, total + 1)
+    for task, (hit, total) in sorted(per_task.items()):
+        print(f"  {task:<24} {hit}/{total}")
     print(f"held-out exact match: {correct}/{len(held)} = {correct / len(held):.1%} after {args.steps} steps, "
           f"{time.time() - t0:.0f} s")
 

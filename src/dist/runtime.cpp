@@ -155,7 +155,8 @@ void finalize_store(State& s, bool clean) {
   if (clean && li.world_size > 1) {
     // Rank 0 hosts the store: it must outlive every other rank's last request.
     try {
-      if (s.store->add("alpaca/finalize/arrived", 1) == li.world_size) s.store->set("alpaca/finalize/done", std::vector<uint8_t>{1});
+      if (s.store->add("alpaca/finalize/arrived", 1) == li.world_size)
+        s.store->set("alpaca/finalize/done", std::vector<uint8_t>{1});
       s.store->wait({"alpaca/finalize/done"});
       if (li.rank != 0) {
         s.store->add("alpaca/finalize/left", 1);

@@ -292,6 +292,21 @@ TEST(FsdpLlama, LoadsHfCheckpointIntoShards) {
     EXPECT_GT(optim::global_grad_norm(f->engine().grad_shards(), f->engine().norm_comm()), 0.0);
     for (const auto& p : f->model()->parameters()) EXPECT_FALSE(p.is_meta());
   }
+  // Alpaca's [PAD]: a meta model with 3 more rows loads the stored rows and mean-initialises the
+  // new ones exactly as resize_token_embeddings does after a full load.
+  {
+    model::LlamaForCausalLM full = io::load_hf_model(shared_path);
+    full->resize_token_embeddings(40);
+    model::LlamaConfig grown = tiny(false);
+    grown.vocab_size = 40;
+    for (bool rank0_only : {false, true}) {
+      auto f = fsdp::apply_fsdp(model::LlamaForCausalLM(grown, at::TensorOptions().device(at::kMeta)), g_comm, FsdpPolicy{});
+      fsdp::load_checkpoint(f->engine(), shared_path, rank0_only, /*grow_vocab=*/true);
+      ParamMap got = exported(f->engine());
+      for (const auto& p : full->named_parameters())
+        EXPECT_TRUE(at::equal(got.at(p.key()), p.value())) << "grown " << p.key() << " rank0_only=" << rank0_only;
+    }
+  }
   // A model whose vocabulary differs from the checkpoint's.
   model::LlamaConfig other = tiny(false);
   other.vocab_size = 38;

@@ -10,11 +10,15 @@
 namespace alpaca::fsdp {
 
 // A ParamRangeReader over `ckpt` that checks each tensor's shape against the model's and
-// releases the mapped pages once a range has been copied.
-ParamRangeReader checkpoint_range_reader(std::shared_ptr<io::CheckpointReader> ckpt);
+// releases the mapped pages once a range has been copied. With grow_vocab, an embedding or
+// lm_head whose model shape has more rows than the checkpoint's (Stanford Alpaca adds [PAD])
+// reads the stored rows and fills the new ones with the fp32 mean of the stored rows, exactly
+// as model::LlamaForCausalLM::resize_token_embeddings (the mean costs one full read of that tensor).
+ParamRangeReader checkpoint_range_reader(std::shared_ptr<io::CheckpointReader> ckpt, bool grow_vocab = false);
 
 // Collective. Throws alpaca::Error naming the tensor and file when a parameter is missing or has
-// another shape (e.g. the vocabulary was resized after the checkpoint was written).
-void load_checkpoint(FsdpEngine& engine, const std::string& dir, bool rank0_only);
+// another shape (other than vocabulary growth when grow_vocab). The low-memory way to start: build
+// the model on the meta device with the final vocabulary, apply_fsdp, then load_checkpoint.
+void load_checkpoint(FsdpEngine& engine, const std::string& dir, bool rank0_only, bool grow_vocab = false);
 
 }  // namespace alpaca::fsdp
