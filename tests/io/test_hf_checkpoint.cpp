@@ -2,6 +2,8 @@
 // shards like transformers, keeps other files in an existing directory, and reloads bit-exactly.
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +13,7 @@
 #include "alpaca/io/hf_model.h"
 #include "alpaca/model/llama.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/sys.h"
 #include "test_util.h"
 
 using namespace alpaca;
@@ -201,6 +204,37 @@ TEST(HfCheckpoint, MissingTensorAndWrongShapeNameTensorAndFile) {
   EXPECT_NE(msg.find("pytorch_model.bin"), std::string::npos) << msg;
   EXPECT_NE(msg.find("cannot read"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("frame #"), std::string::npos) << "no LibTorch backtrace in user errors: " << msg;
+}
+
+TEST(HfCheckpoint, LoadingNeverHoldsTwoCopiesOfTheWeights) {
+  alpaca::testing::TempDir tmp("hf_peak_rss");
+  model::LlamaConfig c = tiny(false);
+  c.vocab_size = 8000;
+  c.hidden_size = 512;
+  c.intermediate_size = 1376;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 8;
+  c.head_dim = 64;
+  const std::string dir = (tmp.path() / "ckpt").string();
+  {
+    // Write the checkpoint one tensor at a time so this process never held the model itself.
+    model::LlamaForCausalLM shapes(c, at::TensorOptions().device(at::kMeta));
+    io::HfExportWriter w(dir, 5'000'000'000, at::kBFloat16);
+    for (const auto& item : shapes->named_parameters(true)) w.add(item.key(), at::randn(item.value().sizes()) * 0.02);
+    w.finish(c);
+  }
+  malloc_trim(0);
+  // Linux resets the peak-RSS counter (VmHWM) when "5" is written to clear_refs.
+  if (!(std::ofstream("/proc/self/clear_refs") << "5")) GTEST_SKIP() << "cannot reset VmHWM here";
+  const int64_t base = sys::rss_bytes();
+  model::LlamaForCausalLM m = io::load_hf_model(dir, at::kFloat);
+  int64_t param_bytes = 0;
+  for (const auto& p : m->parameters()) param_bytes += p.numel() * p.element_size();
+  const int64_t grew = sys::peak_rss_bytes() - base;
+  std::cout << "fp32 parameters " << param_bytes / 1e6 << " MB; peak RSS grew " << grew / 1e6 << " MB\n";
+  // One copy plus slack; reading the bf16 file fully first would need 1.5x.
+  EXPECT_LE(grew, param_bytes * 12 / 10);
 }
 
 TEST(HfCheckpoint, ParseShardSize) {
