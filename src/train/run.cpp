@@ -1,7 +1,22 @@
-// PLACEHOLDER until the trainer lands: replaced wholesale by src/train's implementation.
+// alpaca::train::run_training: the `alpaca-train [train]` job on this rank.
 #include "alpaca/train/run.h"
-#include "alpaca/util/error.h"
+
+#include "alpaca/cli/train_args.h"
+#include "alpaca/dist/runtime.h"
+#include "alpaca/train/trainer.h"
 
 namespace alpaca::train {
-int run_training(const cli::TrainArgs&) { ALPACA_FAIL("training is not part of this build yet"); }
+
+int run_training(const cli::TrainArgs& args) {
+  // The runtime outlives the trainer (its communicator is gone before MPI is finalized); on an
+  // exception it finalizes uncleanly so the launcher ends the other ranks.
+  dist::Runtime runtime;
+  int rc = 0;
+  {
+    Trainer trainer(args);
+    rc = trainer.train();
+  }
+  return rc;
+}
+
 }  // namespace alpaca::train

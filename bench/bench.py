@@ -1,0 +1,325 @@
+"""alpaca-train vs PyTorch FSDP on CPU, side by side, in one command (issue 9).
+
+Both sides train the same randomly initialised LLaMA (an HF directory written here with
+transformers, so both load identical weights) on the same Alpaca-format data, tokenized to full
+model_max_length sequences (every example is longer than the limit, so every sequence has exactly
+seq_len tokens and no padding on either side), with the same global batch, steps, AdamW and
+threads per rank. Runs alternate (ours, theirs, ours, ...) so machine noise hits both.
+Reported per case: median step time (first --warmup steps excluded), tokens/s, peak RSS per
+rank, and ours/PyTorch ratios; written as results.json, results.md and chart.png in --out.
+
+  python bench/bench.py --quick                 # CI: tiny model, 2 ranks, fp32, a few steps
+  python bench/bench.py                         # full: tiny+small, 1/2/4 ranks, fp32+bf16
+  python bench/bench.py --sizes small --ranks 2 --dtypes bf16 --steps 8 --reps 3
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+from png_chart import write_bar_chart  # noqa: E402
+
+MODELS = {
+    # CI-sized: the real 32k vocabulary dominates (8M of 9M parameters).
+    "tiny": dict(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=4),
+    # ~106M parameters: 8 layers of width 768 plus 2 x 32001 x 768 embeddings.
+    "small": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=8, num_attention_heads=12,
+                  num_key_value_heads=12),
+}
+PROMPT_NO_INPUT = ("Below is an instruction that describes a task. Write a response that appropriately completes "
+                   "the request.\n\n### Instruction:\n{instruction}\n\n### Response:")
+PROMPT_INPUT = ("Below is an instruction that describes a task, paired with an input that provides further context. "
+                "Write a response that appropriately completes the request.\n\n### Instruction:\n{instruction}\n\n"
+                "### Input:\n{input}\n\n### Response:")
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", flush=True)
+
+
+def shared_dir() -> Path:
+    return Path(os.environ.get("ALPACA_SHARED_DIR", ROOT.parent / "shared")) / "data"
+
+
+def python_bin() -> str:
+    venv = ROOT / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def make_model(size: str, out: Path, tokenizer_model: Path) -> Path:
+    d = out / f"model_{size}"
+    if (d / "config.json").exists():
+        return d
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1234)
+    # 32001 = LLaMA-2's 32000 + [PAD], the vocabulary train.py ends with; pad id 32000.
+    cfg = LlamaConfig(vocab_size=32001, max_position_embeddings=2048, rms_norm_eps=1e-5, bos_token_id=1,
+                      eos_token_id=2, pad_token_id=32000, tie_word_embeddings=False, **MODELS[size])
+    model = LlamaForCausalLM(cfg)
+    model.save_pretrained(d, safe_serialization=True)
+    shutil.copy(tokenizer_model, d / "tokenizer.model")
+    (d / "special_tokens_map.json").write_text(json.dumps(
+        {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "[PAD]"}))
+    (d / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+         "pad_token": "[PAD]", "add_bos_token": True, "add_eos_token": False, "model_max_length": 4096}))
+    n = sum(p.numel() for p in model.parameters())
+    log(f"model {size}: {n / 1e6:.1f}M parameters -> {d}")
+    return d
+
+
+def make_data(out: Path, alpaca_json: Path, tokenizer_model: Path, seq_len: int, num: int) -> tuple[Path, Path]:
+    """Alpaca records whose response is long enough that every example fills seq_len tokens."""
+    js, pt = out / f"data_{seq_len}.json", out / f"data_{seq_len}.pt"
+    if js.exists() and pt.exists():
+        return js, pt
+    import sentencepiece as spm
+    import torch
+
+    sp = spm.SentencePieceProcessor(model_file=str(tokenizer_model))
+    records = json.loads(alpaca_json.read_text())[:num]
+    out_records, ids, labels = [], [], []
+    for r in records:
+        source = (PROMPT_INPUT if r.get("input", "") else PROMPT_NO_INPUT).format_map(r)
+        src_ids = [sp.bos_id()] + sp.encode(source)
+        output = r["output"]
+        while len(src_ids) + len(sp.encode(output)) < seq_len + 8:
+            output = output + " " + r["output"]
+        full = ([sp.bos_id()] + sp.encode(source + output))[:seq_len]
+        lab = list(full)
+        for i in range(min(len(src_ids), seq_len)):
+            lab[i] = -100
+        out_records.append({"instruction": r["instruction"], "input": r.get("input", ""), "output": output})
+        ids.append(full)
+        labels.append(lab)
+    js.write_text(json.dumps(out_records))
+    torch.save({"input_ids": torch.tensor(ids), "labels": torch.tensor(labels)}, pt)
+    log(f"data: {len(ids)} examples x {seq_len} tokens -> {js}")
+    return js, pt
+
+
+def peak_rss_list(results: dict) -> list:
+    return results.get("peak_rss_bytes_per_rank", [])
+
+
+def run_torch(case: dict, model_dir: Path, data_pt: Path, work: Path, timeout: int) -> dict:
+    out = work / f"torch_{case['name']}_{time.time_ns()}.json"
+    env = dict(os.environ, OMP_NUM_THREADS=str(case["threads"]), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    torchrun = str(Path(python_bin()).parent / "torchrun")
+    cmd = [torchrun, "--standalone", f"--nproc_per_node={case['ranks']}", str(HERE / "torch_fsdp_train.py"),
+           "--model_dir", str(model_dir), "--data", str(data_pt), "--out", str(out),
+           "--per_device_batch", str(case["batch"]), "--grad_accum", str(case["accum"]), "--steps", str(case["steps"]),
+           "--dtype", case["dtype"], "--threads", str(case["threads"])]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        return {"error": f"exit {p.returncode}: {(p.stdout + p.stderr)[-1500:]}"}
+    return json.loads(out.read_text())
+
+
+def train_bin() -> Path:
+    return Path(os.environ.get("ALPACA_TRAIN_BIN", ROOT / "build" / "alpaca-train"))
+
+
+def run_ours(case: dict, model_dir: Path, data_json: Path, work: Path, timeout: int) -> dict:
+    out_dir = work / f"ours_{case['name']}_{time.time_ns()}"
+    env = dict(os.environ, OMP_NUM_THREADS=str(case["threads"]), OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    train = [str(train_bin()), "--model_name_or_path", str(model_dir), "--data_path", str(data_json),
+             "--output_dir", str(out_dir), "--max_steps", str(case["steps"]),
+             "--per_device_train_batch_size", str(case["batch"]), "--gradient_accumulation_steps", str(case["accum"]),
+             "--model_max_length", str(case["seq_len"]), "--learning_rate", "1e-5", "--weight_decay", "0.",
+             "--lr_scheduler_type", "constant", "--logging_steps", "1", "--save_strategy", "no",
+             "--report_to", "jsonl", "--fsdp", "full_shard auto_wrap",
+             "--fsdp_transformer_layer_cls_to_wrap", "LlamaDecoderLayer", "--seed", "42",
+             "--dataloader_num_workers", "0"]
+    if case["dtype"] == "bf16":
+        train += ["--bf16", "True"]
+    cmd = ["mpirun", "-np", str(case["ranks"]), "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+           "-x", "OMP_NUM_THREADS"] + train
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    metrics = out_dir / "metrics.jsonl"
+    if p.returncode != 0 or not metrics.exists():
+        return {"error": f"exit {p.returncode}: {(p.stdout + p.stderr)[-1500:]}"}
+    step_times, losses, rss = [], [], []
+    tokens_per_step = None
+    for line in metrics.read_text().splitlines():
+        e = json.loads(line)
+        if "step_time" in e:
+            step_times.append(e["step_time"])
+            losses.append(e.get("loss"))
+            tokens_per_step = e.get("tokens_per_step", tokens_per_step)
+        per_rank = sorted((int(k.rsplit("rank", 1)[1]), v) for k, v in e.items()
+                          if k.startswith("peak_host_rss_bytes_rank"))
+        if per_rank:
+            rss = [v for _, v in per_rank]
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return {"impl": "alpaca-train", "world": case["ranks"], "step_times": step_times, "losses": losses,
+            "tokens_per_step": tokens_per_step or case["ranks"] * case["batch"] * case["accum"] * case["seq_len"],
+            "peak_rss_bytes_per_rank": rss}
+
+
+def summarize(runs: list, warmup: int) -> dict:
+    ok = [r for r in runs if "error" not in r and r.get("step_times")]
+    if not ok:
+        return {"error": runs[-1].get("error", "no steps recorded") if runs else "not run"}
+    times = [t for r in ok for t in r["step_times"][warmup:]] or [t for r in ok for t in r["step_times"]]
+    med = statistics.median(times)
+    tokens = ok[0]["tokens_per_step"]
+    rss = max((max(r["peak_rss_bytes_per_rank"]) for r in ok if r["peak_rss_bytes_per_rank"]), default=None)
+    return {"median_step_s": med, "tokens_per_s": tokens / med, "tokens_per_step": tokens,
+            "peak_rss_mb_per_rank_max": rss / 2**20 if rss else None, "num_step_samples": len(times),
+            "final_loss": ok[-1]["losses"][-1] if ok[-1].get("losses") else None}
+
+
+def ratio(a, b):
+    return a / b if a and b else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="CI mode: tiny, 2 ranks, fp32, 4 steps, 1 repetition")
+    ap.add_argument("--sizes", default="tiny,small")
+    ap.add_argument("--ranks", default="1,2,4")
+    ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--seq_len", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=2, help="per-device micro-batch")
+    ap.add_argument("--accum", type=int, default=1)
+    ap.add_argument("--global_batch", type=int, default=8,
+                    help="kept fixed across world sizes by adjusting accumulation (0 = batch*accum*ranks)")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=2, help="steps excluded from the median")
+    ap.add_argument("--reps", type=int, default=2, help="alternating repetitions per side")
+    ap.add_argument("--threads", type=int, default=1, help="intra-op threads per rank (both sides)")
+    ap.add_argument("--out", default=str(ROOT / "build" / "bench"))
+    ap.add_argument("--only", choices=["ours", "torch"], help="run one side only")
+    ap.add_argument("--timeout", type=int, default=1800)
+    args = ap.parse_args()
+    if args.quick:
+        args.sizes, args.ranks, args.dtypes, args.steps, args.warmup, args.reps = "tiny", "2", "fp32", 4, 1, 1
+        args.seq_len = min(args.seq_len, 512)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = shared_dir() / "llama2-tokenizer" / "tokenizer.model"
+    alpaca = shared_dir() / "alpaca" / "alpaca_5000.json"
+    for p in (tok, alpaca):
+        if not p.exists():
+            log(f"missing {p}; set ALPACA_SHARED_DIR to the shared/ folder holding data/llama2-tokenizer/ and data/alpaca/")
+            return 2
+    n_examples = 256
+    data_json, data_pt = make_data(out, alpaca, tok, args.seq_len, n_examples)
+
+    cases = []
+    for size in args.sizes.split(","):
+        for ranks in [int(r) for r in args.ranks.split(",")]:
+            for dtype in args.dtypes.split(","):
+                batch, accum = args.batch, args.accum
+                if args.global_batch:
+                    per_rank = max(args.global_batch // ranks, 1)
+                    batch = min(args.batch, per_rank)
+                    accum = max(per_rank // batch, 1)
+                cases.append(dict(name=f"{size}_{ranks}r_{dtype}", size=size, ranks=ranks, dtype=dtype, batch=batch,
+                                  accum=accum, steps=args.steps, seq_len=args.seq_len, threads=args.threads))
+    have_ours = train_bin().exists()
+    if not have_ours and args.only != "torch":
+        log(f"{train_bin()} not built; only the PyTorch side runs (build with ninja -C build alpaca-train)")
+
+    results = []
+    for case in cases:
+        model_dir = make_model(case["size"], out, tok)
+        runs = {"ours": [], "torch": []}
+        for rep in range(args.reps):
+            for side in ("ours", "torch"):
+                if args.only and side != args.only:
+                    continue
+                if side == "ours" and not have_ours:
+                    continue
+                t0 = time.time()
+                try:
+                    r = (run_ours(case, model_dir, data_json, out, args.timeout) if side == "ours"
+                         else run_torch(case, model_dir, data_pt, out, args.timeout))
+                except subprocess.TimeoutExpired:
+                    r = {"error": f"timed out after {args.timeout} s"}
+                runs[side].append(r)
+                status = r.get("error", "ok")[:300]
+                log(f"{case['name']} rep {rep} {side}: {time.time() - t0:.1f} s wall, {status}")
+        ours, theirs = summarize(runs["ours"], args.warmup), summarize(runs["torch"], args.warmup)
+        row = dict(case=case, ours=ours, pytorch=theirs,
+                   tokens_per_s_ratio=ratio(ours.get("tokens_per_s"), theirs.get("tokens_per_s")),
+                   peak_rss_ratio=ratio(ours.get("peak_rss_mb_per_rank_max"), theirs.get("peak_rss_mb_per_rank_max")))
+        results.append(row)
+        log(f"{case['name']}: ours {ours.get('tokens_per_s')} tok/s, pytorch {theirs.get('tokens_per_s')} tok/s, "
+            f"ratio {row['tokens_per_s_ratio']}, rss ratio {row['peak_rss_ratio']}")
+
+    import platform
+
+    meta = dict(host=platform.node(), cpus=os.cpu_count(), when=time.strftime("%Y-%m-%d %H:%M:%S"),
+                seq_len=args.seq_len, steps=args.steps, warmup=args.warmup, reps=args.reps, threads=args.threads,
+                quick=args.quick)
+    (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    md = write_markdown(out / "results.md", meta, results)
+    groups = [r["case"]["name"].replace("_", " ") for r in results]
+    write_bar_chart(str(out / "chart.png"), "TOKENS/S PER CASE (CPU)", groups,
+                    {"alpaca-train": [r["ours"].get("tokens_per_s") for r in results],
+                     "pytorch fsdp": [r["pytorch"].get("tokens_per_s") for r in results]}, "TOK/S")
+    print(md)
+    log(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'chart.png'}")
+    # Figures are printed, not asserted; but a side that was run and failed fails the command.
+    failed = [r["case"]["name"] for r in results for side, key in (("ours", "ours"), ("torch", "pytorch"))
+              if (not args.only or args.only == side) and not (side == "ours" and not have_ours) and "error" in r[key]]
+    if failed:
+        log(f"failed cases: {', '.join(failed)}")
+        return 1
+    return 0
+
+
+def _f(v, fmt="{:.1f}"):
+    return fmt.format(v) if isinstance(v, (int, float)) else "n/a"
+
+
+def write_markdown(path: Path, meta: dict, results: list) -> str:
+    lines = [f"# alpaca-train vs PyTorch FSDP (CPU, gloo) — {meta['when']}, {meta['cpus']} CPUs",
+             "",
+             f"seq {meta['seq_len']}, {meta['steps']} steps ({meta['warmup']} warm-up excluded), "
+             f"{meta['reps']} alternating reps, {meta['threads']} thread(s) per rank",
+             "",
+             "| case | ranks | dtype | global batch | ours step s | torch step s | ours tok/s | torch tok/s | "
+             "tok/s ratio | ours RSS MB/rank | torch RSS MB/rank | RSS ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        c, o, t = r["case"], r["ours"], r["pytorch"]
+        gb = c["ranks"] * c["batch"] * c["accum"]
+        lines.append(f"| {c['size']} | {c['ranks']} | {c['dtype']} | {gb} | {_f(o.get('median_step_s'), '{:.3f}')} | "
+                     f"{_f(t.get('median_step_s'), '{:.3f}')} | {_f(o.get('tokens_per_s'))} | {_f(t.get('tokens_per_s'))} | "
+                     f"{_f(r['tokens_per_s_ratio'], '{:.2f}')} | {_f(o.get('peak_rss_mb_per_rank_max'))} | "
+                     f"{_f(t.get('peak_rss_mb_per_rank_max'))} | {_f(r['peak_rss_ratio'], '{:.2f}')} |")
+    errors = [(r["case"]["name"], side, r[side]["error"]) for r in results for side in ("ours", "pytorch")
+              if "error" in r[side]]
+    if errors:
+        lines += ["", "Errors:"] + [f"- {n} {s}: `{e[:200]}`" for n, s, e in errors]
+    # Scaling: tokens/s and per-rank memory against world size, per size and dtype.
+    lines += ["", "## Scaling (tokens/s, peak RSS MB per rank)", "", "| size | dtype | ranks | ours tok/s | torch tok/s | "
+              "ours RSS | torch RSS |", "|---|---|---|---|---|---|---|"]
+    for r in sorted(results, key=lambda r: (r["case"]["size"], r["case"]["dtype"], r["case"]["ranks"])):
+        c, o, t = r["case"], r["ours"], r["pytorch"]
+        lines.append(f"| {c['size']} | {c['dtype']} | {c['ranks']} | {_f(o.get('tokens_per_s'))} | "
+                     f"{_f(t.get('tokens_per_s'))} | {_f(o.get('peak_rss_mb_per_rank_max'))} | "
+                     f"{_f(t.get('peak_rss_mb_per_rank_max'))} |")
+    text = "\n".join(lines) + "\n"
+    path.write_text(text)
+    return text
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The PyTorch side of the benchmark: transformers' LlamaForCausalLM under PyTorch's own FSDP
+(fully_shard, i.e. FSDP2; --fsdp1 for FullyShardedDataParallel) with the Gloo backend on CPU
+(or NCCL with --device cuda, for scripts/gpu_check.sh), launched by torchrun. It trains on exactly the sequences bench.py prepared (bench_data.pt:
+input_ids and labels, already tokenized, every one model_max_length long) with torch AdamW and
+HF's loss, and writes per-step wall times and each rank's peak RSS to --out (JSON, rank 0).
+
+  torchrun --nproc_per_node 2 bench/torch_fsdp_train.py --model_dir M --data D --out r.json \
+      --per_device_batch 4 --grad_accum 1 --steps 10 --dtype fp32 --threads 1
+"""
+import argparse
+import json
+import os
+import resource
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def peak_rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model_dir", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--per_device_batch", type=int, default=4)
+    ap.add_argument("--grad_accum", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--fsdp1", action="store_true")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--grad_ckpt", action="store_true", help="activation checkpointing of every decoder layer")
+    ap.add_argument("--offload", action="store_true", help="FSDP CPU offload of parameters, gradients, optimizer")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.backends.cuda.matmul.allow_tf32 = True
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    torch.manual_seed(0)
+
+    from transformers import LlamaForCausalLM
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    # fp32 master weights as Alpaca's train.py loads them; bf16 = FSDP mixed precision.
+    model = LlamaForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    model.config.use_cache = False
+    if args.grad_ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if cuda and not args.offload:
+        model = model.to(dev)
+    mp_dtype = torch.bfloat16 if args.dtype == "bf16" else None
+    if args.fsdp1:
+        from functools import partial
+
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
+        from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+        mp = MixedPrecision(param_dtype=mp_dtype, reduce_dtype=mp_dtype, buffer_dtype=mp_dtype) if mp_dtype else None
+        model = FSDP(model, auto_wrap_policy=partial(transformer_auto_wrap_policy, transformer_layer_cls={LlamaDecoderLayer}),
+                     sharding_strategy=ShardingStrategy.FULL_SHARD, mixed_precision=mp, device_id=None,
+                     use_orig_params=True)
+    else:
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+        mp = MixedPrecisionPolicy(param_dtype=mp_dtype, reduce_dtype=mp_dtype) if mp_dtype else MixedPrecisionPolicy()
+        off = CPUOffloadPolicy(pin_memory=cuda) if args.offload else OffloadPolicy()
+        for layer in model.model.layers:
+            fully_shard(layer, mp_policy=mp, offload_policy=off)
+        fully_shard(model, mp_policy=mp, offload_policy=off)
+    optim = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+
+    data = torch.load(args.data)
+    input_ids, labels = data["input_ids"], data["labels"]
+    n, seq = input_ids.shape
+    global_batch = args.per_device_batch * args.grad_accum * world
+    step_times, losses = [], []
+    cursor = 0
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        # The global batch in example order; rank r takes every world-th micro-batch slice, as ours does.
+        idx = [(cursor + i) % n for i in range(global_batch)]
+        cursor += global_batch
+        batch_ids, batch_labels = input_ids[idx], labels[idx]
+        num_tokens = int((batch_labels[:, 1:] != -100).sum())
+        step_loss = 0.0
+        for micro in range(args.grad_accum):
+            lo = (micro * world + rank) * args.per_device_batch
+            ids = batch_ids[lo:lo + args.per_device_batch].to(dev)
+            lab = batch_labels[lo:lo + args.per_device_batch].to(dev)
+            logits = model(input_ids=ids).logits.float()
+            loss_sum = torch.nn.functional.cross_entropy(
+                logits[:, :-1].reshape(-1, logits.size(-1)), lab[:, 1:].reshape(-1), ignore_index=-100, reduction="sum")
+            # Sum of token losses / global token count, times world because FSDP averages gradients.
+            (loss_sum * world / num_tokens).backward()
+            step_loss += loss_sum.item() / num_tokens
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optim.step()
+        optim.zero_grad(set_to_none=True)
+        t = torch.tensor([step_loss], dtype=torch.float64, device=dev)
+        dist.all_reduce(t)
+        if cuda:
+            torch.cuda.synchronize()
+        step_times.append(time.perf_counter() - t0)
+        losses.append(float(t.item()))
+
+    rss = torch.tensor([peak_rss_bytes()], dtype=torch.int64, device=dev)
+    gathered = [torch.zeros_like(rss) for _ in range(world)]
+    dist.all_gather(gathered, rss)
+    if rank == 0:
+        with open(args.out, "w") as f:
+            json.dump({"impl": "pytorch_fsdp1" if args.fsdp1 else "pytorch_fsdp2", "world": world, "seq_len": seq,
+                       "global_batch": global_batch, "tokens_per_step": global_batch * seq,
+                       "step_times": step_times, "losses": losses,
+                       "peak_rss_bytes_per_rank": [int(g.item()) for g in gathered],
+                       "torch": torch.__version__,
+                       **({"gpu_peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+                           "gpu_peak_reserved_bytes": torch.cuda.max_memory_reserved()} if cuda else {})}, f, indent=1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

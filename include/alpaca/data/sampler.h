@@ -1,0 +1,87 @@
+// Which examples each rank trains on at each optimizer step.
+//
+// Global-batch semantics (DESIGN.md): an epoch is a permutation of all example indices drawn
+// from (seed, epoch) with torch's CPU randperm (the generator DistributedSampler seeds with
+// seed + epoch). Global batch k is positions [k*G, (k+1)*G) of that order, G = world_size *
+// per_device_batch * grad_accum. Position j of a global batch goes to micro-step j / (world*B),
+// rank (j % (world*B)) / B, so the SET of examples in global batch k never depends on how G is
+// split into ranks and accumulation steps.
+//
+// The last partial global batch (N % G != 0):
+//  - drop_last = false (HF default): it is filled up to G with the first indices of the same
+//    epoch order (DistributedSampler pads the same way), so every rank runs `grad_accum` full
+//    micro-batches on every step and every example is seen each epoch.
+//    steps_per_epoch = ceil(N / G). HF Trainer instead counts len(dataloader) // accum steps
+//    per epoch and lets the leftover micro-batches leak into the next step; that count can be
+//    one lower than ours (e.g. 406 vs 407 for 52,002 records at 4x4x8) and depends on the world
+//    size, which our contract forbids.
+//  - drop_last = true: the partial batch is dropped; steps_per_epoch = floor(N / G).
+//
+// group_by_length follows HF's get_length_grouped_indices with batch size G: the epoch order is
+// cut into mega-batches of min(N / (4G), 50) * G indices, each sorted by length (longest first,
+// stable), and the longest example overall is moved to the very first position.
+//
+// Resumption: micro_batches(epoch, step) is a pure function of its arguments, so the sampler
+// position is just (epoch, step) and restoring it is calling it with the saved values.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace alpaca::data {
+
+struct SamplerOptions {
+  int64_t per_device_batch = 1;
+  int64_t grad_accum = 1;
+  int64_t world_size = 1;
+  int64_t rank = 0;
+  uint64_t seed = 42;
+  bool shuffle = true;
+  bool drop_last = false;
+  bool group_by_length = false;
+  std::vector<int64_t> lengths;  // one per example; required when group_by_length
+};
+
+// Position within training: the next optimizer step to run.
+struct SamplerPosition {
+  int64_t epoch = 0;
+  int64_t step = 0;  // optimizer step within the epoch
+};
+
+class DistributedBatchSampler {
+ public:
+  // Throws when sizes are not positive, rank is outside [0, world), the dataset is smaller than
+  // one global batch with drop_last, or lengths are missing for group_by_length.
+  DistributedBatchSampler(int64_t num_examples, SamplerOptions options);
+
+  int64_t num_examples() const { return num_examples_; }
+  int64_t global_batch_size() const;
+  int64_t steps_per_epoch() const;  // optimizer steps per epoch
+
+  // The epoch's order of all example indices (length num_examples). The sampler caches the
+  // last epoch's order, so one instance must not be used from several threads at once.
+  std::vector<int64_t> epoch_order(int64_t epoch) const { return order(epoch); }
+  // All G example indices of global batch `step` of `epoch` (every rank, every micro-step).
+  std::vector<int64_t> global_batch(int64_t epoch, int64_t step) const;
+  // This rank's grad_accum micro-batches (per_device_batch indices each) for optimizer step
+  // `step` of `epoch`.
+  std::vector<std::vector<int64_t>> micro_batches(int64_t epoch, int64_t step) const;
+
+  // The position after `pos`, rolling over to the next epoch.
+  SamplerPosition next(SamplerPosition pos) const;
+
+ private:
+  const std::vector<int64_t>& order(int64_t epoch) const;
+
+  int64_t num_examples_;
+  SamplerOptions opt_;
+  mutable int64_t cached_epoch_ = -1;
+  mutable std::vector<int64_t> cached_order_;
+};
+
+// HF get_length_grouped_indices for an already drawn random order `perm` (exposed for tests).
+std::vector<int64_t> length_grouped_order(const std::vector<int64_t>& perm,
+                                          const std::vector<int64_t>& lengths,
+                                          int64_t batch_size);
+
+}  // namespace alpaca::data

@@ -1,0 +1,127 @@
+// The FSDP engine (DESIGN.md "FSDP"): wraps a single-device model from outside. One unit per
+// decoder layer plus the root unit (every other parameter: embeddings, final norm, lm_head; tied
+// weights stored once). Each unit's parameters live in FlatParameters sharded across ranks; the
+// engine all-gathers a unit just before it runs (prefetching one unit ahead), frees it after
+// (FULL_SHARD/HYBRID), gathers it again for backward, and reduce-scatters its gradient into fp32
+// gradient shards that accumulate across micro-steps.
+//
+// Gradient scaling (explicit): with GradReduction::kSum the engine sums per-rank gradients and
+// never divides, so the trainer must differentiate sum(token losses on this rank) / (label tokens
+// over all ranks and all micro-steps of the optimizer step); the accumulated gradient shard is then
+// exactly the gradient of the global mean loss, for any split into world x micro-batch x
+// accumulation. kMean divides by the world size (each rank differentiates its own mean loss).
+//
+// Model contract: the model calls every decoder layer through a hook (`run_layer`), and uses its
+// root parameters only before the first and after the last decoder layer. Every trainable
+// parameter gets a gradient in every backward (or none on any rank).
+#pragma once
+
+#include <ATen/ATen.h>          // defines: at::Tensor
+#include <torch/nn/module.h>    // defines: torch::nn::Module
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "alpaca/fsdp/flat_param.h"
+#include "alpaca/fsdp/policy.h"
+#include "alpaca/optim/adamw.h"
+
+namespace alpaca::dist {
+class Communicator;
+}
+
+namespace alpaca::fsdp {
+
+// Per-rank model-state bytes (printed at start, queried by tests).
+struct MemoryAccount {
+  int64_t param_bytes = 0;       // fp32 master shards (trainable + frozen)
+  int64_t grad_bytes = 0;        // fp32 gradient shards
+  int64_t optimizer_bytes = 0;   // optimizer moments (when an optimizer is passed)
+  int64_t unsharded_bytes = 0;   // full buffers allocated now (params in param_dtype + grads in reduce_dtype)
+  int64_t peak_unsharded_bytes = 0;
+  int num_unsharded_units = 0;   // units whose full parameters are allocated now
+  int peak_unsharded_units = 0;  // maximum since construction / reset_peaks()
+  int64_t persistent_bytes() const { return param_bytes + grad_bytes + optimizer_bytes; }
+  std::string to_string() const;
+};
+
+// Reads elements [begin, end) of the flattened HF parameter `name` (whose model shape is `shape`;
+// the reader must fail naming the tensor if its source differs) into `out` (1-D, end - begin
+// elements, fp32, CPU). Backed by a safetensors byte-range reader, so each rank reads only its shard.
+using ParamRangeReader = std::function<void(const std::string& name, const std::vector<int64_t>& shape,
+                                            int64_t begin, int64_t end, at::Tensor out)>;
+// Receives one full parameter (fp32, CPU, its original shape) under its primary HF name.
+using NamedTensorSink = std::function<void(const std::string& name, const at::Tensor& value)>;
+// Receives one optimizer state tensor: (parameter name, state key "exp_avg"/"exp_avg_sq", value).
+using OptimStateSink =
+    std::function<void(const std::string& name, const std::string& key, const at::Tensor& value)>;
+// Returns the full optimizer state tensor for (name, key) (fp32, CPU, parameter shape).
+using OptimStateSource = std::function<at::Tensor(const std::string& name, const std::string& key)>;
+
+struct FsdpModelParts {
+  torch::nn::Module* root = nullptr;            // named_parameters() gives HF names
+  std::vector<torch::nn::Module*> layers;       // decoder layers, in forward order
+};
+
+class FsdpEngine {
+ public:
+  // Collective over comm (and the sub-communicators it creates for HYBRID_SHARD).
+  FsdpEngine(const FsdpModelParts& parts, std::shared_ptr<dist::Communicator> comm, FsdpPolicy policy);
+  ~FsdpEngine();
+  FsdpEngine(const FsdpEngine&) = delete;
+  FsdpEngine& operator=(const FsdpEngine&) = delete;
+
+  // Runs the whole model's forward `fn` (which calls run_layer for each decoder layer).
+  at::Tensor forward(const std::function<at::Tensor()>& fn);
+  // Runs decoder layer `idx` on `hidden_btd`: unshard/prefetch, optional activation checkpointing,
+  // reshard. `layer_fn` must be callable again in backward when checkpointing (capture by value).
+  at::Tensor run_layer(int64_t idx, const at::Tensor& hidden_btd,
+                       std::function<at::Tensor(const at::Tensor&)> layer_fn);
+
+  // Zeroes the fp32 gradient shards (call after each optimizer step).
+  void zero_grad();
+  // The optimizer's view of this rank's trainable shards (segments carry HF's weight-decay mask).
+  std::vector<optim::OptimShard> optim_shards() const;
+  std::vector<at::Tensor> grad_shards() const;
+  // The communicator whose ranks hold disjoint gradient shards (nullptr: this rank holds all),
+  // for global-norm clipping and overflow checks.
+  dist::Communicator* norm_comm() const;
+  dist::Communicator& comm() const { return *comm_; }
+
+  // Loads parameter values; each rank reads only its own shard's ranges unless rank0_only
+  // (sync_module_states / cpu_ram_efficient_loading), where rank 0 reads one unit at a time and
+  // broadcasts it. Collective.
+  void load_parameters(const ParamRangeReader& reader, bool rank0_only);
+  // Gathers every parameter one unit at a time (fp32) and hands it to `sink` on rank 0 only (all
+  // ranks when all_ranks). Collective; no rank ever holds more than one unit in full.
+  void export_full_state(const NamedTensorSink& sink, bool all_ranks = false);
+  // Optimizer moments per parameter name (resume on another world size). Collective.
+  void gather_optimizer_state_by_name(const optim::ShardedAdamW& opt, const OptimStateSink& sink,
+                                      bool all_ranks = false);
+  void load_optimizer_state_by_name(optim::ShardedAdamW& opt, const OptimStateSource& source);
+
+  MemoryAccount memory_account(const optim::ShardedAdamW* opt = nullptr) const;
+  void reset_peaks();
+  void log_memory_account(const optim::ShardedAdamW* opt = nullptr) const;
+
+  const FsdpPolicy& policy() const { return policy_; }
+  int num_units() const;
+  // Introspection for tests: the trainable FlatParameter of unit u (nullptr if none);
+  // u = num_layers is the root.
+  const FlatParameter* trainable_flat(int u) const;
+  const FlatParameter* frozen_flat(int u) const;
+
+  struct Impl;  // public so the autograd glue in the .cpp can reach it
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<dist::Communicator> comm_;
+  FsdpPolicy policy_;
+};
+
+// HF's weight-decay exclusion (Trainer.get_decay_parameter_names): biases and norm weights.
+bool hf_no_weight_decay(const std::string& param_name);
+
+}  // namespace alpaca::fsdp

@@ -1,0 +1,59 @@
+// What the FSDP engine does, as one validated options struct, and the builder that maps
+// Hugging Face's --fsdp words and --fsdp_config keys onto it (transformers' TrainingArguments and
+// accelerate's FullyShardedDataParallelPlugin meanings). Only cli/ and train/ know TrainArgs; they
+// pass plain strings here.
+#pragma once
+
+#include <c10/core/ScalarType.h>  // defines: at::ScalarType
+
+#include <string>
+#include <vector>
+
+namespace alpaca::fsdp {
+
+enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
+enum class BackwardPrefetch { kBackwardPre, kBackwardPost, kNone };
+
+// How per-rank gradients are combined. kSum: the loss each rank differentiates is already
+// normalised globally (sum of token losses / global label-token count, the trainer's contract), so
+// the gradient of the global loss is the plain sum over ranks. kMean: each rank's loss is its own
+// mean (HF without average_tokens_across_devices), so the reduction divides by the world size.
+enum class GradReduction { kSum, kMean };
+
+struct FsdpPolicy {
+  ShardingStrategy strategy = ShardingStrategy::kFullShard;
+  // One unit per decoder layer (HF "auto_wrap" with transformer_layer_cls_to_wrap); false = the
+  // whole model is the root unit.
+  bool auto_wrap = true;
+  std::vector<std::string> wrap_classes{"LlamaDecoderLayer"};
+  at::ScalarType param_dtype = at::kFloat;   // compute dtype of unsharded parameters
+  at::ScalarType reduce_dtype = at::kFloat;  // dtype gradients travel in
+  bool offload = false;                      // fp32 shards, grads, optimizer state on the host
+  bool activation_checkpointing = false;     // recompute each decoder layer in backward
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::kNone;  // HF: NO_PREFETCH unless given
+  bool forward_prefetch = false;
+  bool limit_all_gathers = true;     // at most two units unsharded at once
+  bool sync_module_states = true;    // HF default: rank 0's values are broadcast at wrap time
+  bool cpu_ram_efficient_loading = false;  // only rank 0 reads the checkpoint (needs sync_module_states)
+  int hybrid_shard_size = 0;         // ranks per shard group for HYBRID_SHARD (0 = caller's local world)
+  GradReduction grad_reduction = GradReduction::kSum;
+};
+
+const char* to_string(ShardingStrategy s);
+const char* to_string(BackwardPrefetch p);
+
+struct FsdpPolicyInputs {
+  std::string fsdp;          // --fsdp, e.g. "full_shard auto_wrap offload"; "" = no sharding (DDP-like)
+  std::string fsdp_config;   // JSON text of --fsdp_config ("" = none)
+  std::string fsdp_config_origin = "--fsdp_config";  // file name for error messages
+  std::vector<std::string> transformer_layer_cls_to_wrap;  // deprecated --fsdp_transformer_layer_cls_to_wrap
+  std::string mixed_precision = "no";  // "no", "bf16" or "fp16" (--bf16 / --fp16)
+  bool gradient_checkpointing = false; // --gradient_checkpointing
+  int local_world_size = 1;            // ranks per node (hybrid shard group size)
+};
+
+// Builds and validates the policy. Throws alpaca::Error naming the word/key and what is accepted
+// for anything unknown, contradictory, or that alpaca-train does not act on.
+FsdpPolicy build_fsdp_policy(const FsdpPolicyInputs& in);
+
+}  // namespace alpaca::fsdp

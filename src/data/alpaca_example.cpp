@@ -1,0 +1,100 @@
+// Alpaca prompt formatting and the parallel tokenization of a dataset (train.py's preprocess).
+#include "alpaca/data/alpaca_example.h"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "alpaca/util/error.h"
+
+namespace alpaca::data {
+namespace {
+
+// The templates of stanford_alpaca train.py PROMPT_DICT, byte for byte.
+constexpr const char* kPromptInputHead =
+    "Below is an instruction that describes a task, paired with an input that provides further "
+    "context. Write a response that appropriately completes the request.\n\n### Instruction:\n";
+constexpr const char* kPromptInputMid = "\n\n### Input:\n";
+constexpr const char* kPromptNoInputHead =
+    "Below is an instruction that describes a task. Write a response that appropriately "
+    "completes the request.\n\n### Instruction:\n";
+constexpr const char* kPromptTail = "\n\n### Response:";
+
+}  // namespace
+
+std::string format_alpaca_prompt(const AlpacaRecord& r) {
+  if (!r.input.empty())
+    return kPromptInputHead + r.instruction + kPromptInputMid + r.input + kPromptTail;
+  return kPromptNoInputHead + r.instruction + kPromptTail;
+}
+
+std::vector<Example> tokenize_alpaca(const std::vector<AlpacaRecord>& records,
+                                     const Tokenizer& tokenizer, int64_t model_max_length,
+                                     int num_threads, TokenizeStats* stats) {
+  ALPACA_CHECK(model_max_length > 0,
+               "--model_max_length must be positive, got " << model_max_length);
+  const int64_t n = static_cast<int64_t>(records.size());
+  std::vector<Example> examples(records.size());
+  std::vector<char> truncated(records.size(), 0);
+  const std::string eos = tokenizer.eos_token();
+
+  auto work = [&](int64_t i) {
+    const AlpacaRecord& r = records[i];
+    std::string source = format_alpaca_prompt(r);
+    std::vector<int64_t> full = tokenizer.encode(source + r.output + eos);
+    // The source is tokenized on its own and its (truncated) length masks the labels; the two
+    // tokenizations are not checked against each other, as in train.py.
+    int64_t source_len = std::min<int64_t>(tokenizer.encode(source).size(), model_max_length);
+    if (static_cast<int64_t>(full.size()) > model_max_length) {
+      full.resize(model_max_length);
+      truncated[i] = 1;
+    }
+    Example& ex = examples[i];
+    ex.labels = full;
+    std::fill(ex.labels.begin(),
+              ex.labels.begin() + std::min<int64_t>(source_len, ex.labels.size()), kIgnoreIndex);
+    ex.input_ids = std::move(full);
+  };
+
+  int threads = num_threads > 0 ? num_threads
+                                : std::max(1u, std::thread::hardware_concurrency());
+  threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n, 1)));
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mu;
+  auto worker = [&] {
+    try {
+      // Small chunks keep threads balanced when record lengths vary.
+      constexpr int64_t kChunk = 16;
+      for (int64_t b = next.fetch_add(kChunk); b < n; b = next.fetch_add(kChunk))
+        for (int64_t i = b; i < std::min(n, b + kChunk); ++i) work(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!error) error = std::current_exception();
+      next = n;
+    }
+  };
+  if (threads <= 1) {
+    worker();
+  } else {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
+    for (auto& t : pool) t.join();
+  }
+  if (error) std::rethrow_exception(error);
+
+  if (stats) {
+    *stats = TokenizeStats{};
+    for (int64_t i = 0; i < n; ++i) {
+      stats->num_truncated += truncated[i];
+      bool any = std::any_of(examples[i].labels.begin(), examples[i].labels.end(),
+                             [](int64_t l) { return l != kIgnoreIndex; });
+      stats->num_no_label_tokens += any ? 0 : 1;
+    }
+  }
+  return examples;
+}
+
+}  // namespace alpaca::data

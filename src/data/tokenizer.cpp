@@ -1,0 +1,536 @@
+// Tokenizer: SentencePiece + HF special/added tokens, encoding as transformers' slow
+// LlamaTokenizer (see the header). The HF json files are read and written here so that a saved
+// directory round-trips through transformers' AutoTokenizer with the same ids.
+#include "alpaca/data/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_map>
+
+#include "alpaca/util/error.h"
+#include "tokenizer_json.h"
+
+namespace alpaca::data {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kSpieceUnderline = "\xE2\x96\x81";  // "▁"
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  ALPACA_CHECK(in.good(), "cannot open " << path << " for reading; check the path and permissions");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+json read_json(const fs::path& path) {
+  std::string text = read_file(path);
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    ALPACA_FAIL("tokenizer file " << path << " is not valid JSON (" << e.what()
+                                  << "); fix or delete it");
+  }
+}
+
+// HF writes a special token either as a plain string or as {"content": ..., ...} (AddedToken).
+std::optional<std::string> token_string(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
+  return std::nullopt;
+}
+
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  std::string model_bytes;               // serialized ModelProto, written back by save()
+  sentencepiece::SentencePieceProcessor sp;
+  // The same model with add_dummy_prefix off: what HF's non-legacy LlamaTokenizer encodes with.
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_no_prefix;
+  std::vector<AddedToken> added;         // every token matched before SentencePiece runs
+  std::string bos_token, eos_token, unk_token;
+  std::optional<std::string> pad_token;
+  bool add_bos_token = true;
+  bool add_eos_token = false;
+  bool legacy = true;
+  int64_t unk_token_length = 0;          // pieces of the unk string (non-legacy prefix trick)
+  int64_t model_max_length = 0;          // 0 = not set
+  std::unordered_map<std::string, int64_t> added_index;  // content -> index into `added`
+  std::array<bool, 256> starts_token{};  // first bytes of added tokens: a quick split pre-check
+
+  int64_t sp_size() const { return sp.GetPieceSize(); }
+
+  std::optional<int64_t> sp_piece_id(const std::string& piece) const {
+    int id = sp.PieceToId(piece);
+    if (id >= 0 && id < sp.GetPieceSize() && sp.IdToPiece(id) == piece) return id;
+    return std::nullopt;
+  }
+
+  std::optional<int64_t> lookup(const std::string& token) const {
+    auto it = added_index.find(token);
+    if (it != added_index.end()) return added[it->second].id;
+    return sp_piece_id(token);
+  }
+
+  int64_t size() const {
+    int64_t n = sp_size();
+    for (const auto& t : added) n = std::max(n, t.id + 1);
+    return n;
+  }
+
+  // Registers `content` as a no-split token (HF _add_tokens): an existing piece keeps its id.
+  int64_t add(const std::string& content, bool special, std::optional<int64_t> id = std::nullopt,
+              bool lstrip = false, bool rstrip = false) {
+    ALPACA_CHECK(!content.empty(), "cannot add an empty token to the tokenizer");
+    auto it = added_index.find(content);
+    if (it != added_index.end()) {
+      AddedToken& t = added[it->second];
+      ALPACA_CHECK(!id || *id == t.id, "tokenizer files disagree on the id of token '"
+                                           << content << "' (" << t.id << " vs " << *id
+                                           << "); fix tokenizer_config.json / added_tokens.json");
+      t.special = t.special || special;
+      return t.id;
+    }
+    int64_t new_id = id ? *id : sp_piece_id(content).value_or(size());
+    ALPACA_CHECK(new_id >= 0, "token '" << content << "' has a negative id " << new_id);
+    for (const auto& t : added)
+      ALPACA_CHECK(t.id != new_id, "tokens '" << t.content << "' and '" << content
+                                             << "' both claim id " << new_id
+                                             << "; fix the tokenizer files");
+    if (new_id < sp_size()) {
+      ALPACA_CHECK(sp.IdToPiece(static_cast<int>(new_id)) == content,
+                   "added token '" << content << "' claims id " << new_id
+                                   << " which is SentencePiece piece '"
+                                   << sp.IdToPiece(static_cast<int>(new_id)) << "'");
+    }
+    added_index[content] = static_cast<int64_t>(added.size());
+    added.push_back(AddedToken{content, new_id, special, lstrip, rstrip});
+    starts_token[static_cast<unsigned char>(content[0])] = true;
+    return new_id;
+  }
+
+  void load_model(const std::string& bytes, const std::string& where) {
+    model_bytes = bytes;
+    auto status = sp.LoadFromSerializedProto(model_bytes);
+    ALPACA_CHECK(status.ok(), "cannot load SentencePiece model " << where << ": "
+                                  << status.ToString()
+                                  << "; pass a directory holding tokenizer.model or the file");
+    // A later occurrence of an embedded message merges into the earlier one (protobuf wire
+    // rules), so appending normalizer_spec{add_dummy_prefix: false} (field 3 / field 3) turns
+    // the dummy prefix off without needing the generated protobuf classes.
+    static const std::string kNoDummyPrefix("\x1a\x02\x18\x00", 4);
+    sp_no_prefix = std::make_unique<sentencepiece::SentencePieceProcessor>();
+    status = sp_no_prefix->LoadFromSerializedProto(model_bytes + kNoDummyPrefix);
+    ALPACA_CHECK(status.ok(), "cannot derive the no-prefix SentencePiece model from " << where);
+  }
+
+  void defaults_from_model() {
+    auto piece = [&](int id) { return id >= 0 ? sp.IdToPiece(id) : std::string(); };
+    bos_token = piece(sp.bos_id());
+    eos_token = piece(sp.eos_id());
+    unk_token = piece(sp.unk_id());
+    if (sp.pad_id() >= 0) pad_token = piece(sp.pad_id());
+  }
+
+  // HF marks bos/eos/unk/pad as no-split special tokens, so their strings in the text become ids.
+  void register_special_tokens() {
+    ALPACA_CHECK(!bos_token.empty() && !eos_token.empty() && !unk_token.empty(),
+                 "the tokenizer has no bos/eos/unk token; set them in tokenizer_config.json");
+    add(unk_token, true);
+    add(bos_token, true);
+    add(eos_token, true);
+    if (pad_token) add(*pad_token, true);
+    std::vector<int> unk_ids;
+    sp_no_prefix->Encode(unk_token, &unk_ids);
+    unk_token_length = static_cast<int64_t>(unk_ids.size());
+  }
+
+  void append_sp(const std::string& chunk, bool no_prefix, std::vector<int64_t>* out) const {
+    std::vector<int> ids;
+    auto status = (no_prefix ? *sp_no_prefix : sp).Encode(chunk, &ids);
+    ALPACA_CHECK(status.ok(), "SentencePiece failed to encode text: " << status.ToString());
+    out->insert(out->end(), ids.begin(), ids.end());
+  }
+
+  // HF non-legacy _tokenize: a chunk that starts with a space keeps exactly that space.
+  void encode_chunk(const std::string& chunk, std::vector<int64_t>* out) const {
+    if (legacy) return append_sp(chunk, false, out);
+    bool leading_space = chunk.rfind(kSpieceUnderline, 0) == 0 || chunk.rfind(" ", 0) == 0;
+    if (!leading_space) return append_sp(chunk, true, out);
+    std::vector<int64_t> ids;
+    append_sp(unk_token + chunk, true, &ids);
+    // HF: tokens[unk_token_length:] if len(tokens) >= unk_token_length else tokens
+    const int64_t skip = static_cast<int64_t>(ids.size()) >= unk_token_length ? unk_token_length : 0;
+    out->insert(out->end(), ids.begin() + skip, ids.end());
+  }
+
+  // Splits `text` at added-token strings (leftmost, then longest match, like HF's Trie) and
+  // encodes the pieces between them.
+  std::vector<int64_t> encode_text(std::string text) const {
+    std::vector<int64_t> out;
+    if (text.empty()) return out;
+    if (!legacy) {  // HF non-legacy: "▁" means a space, and one prefix space for the whole text
+      std::string replaced;
+      for (size_t i = 0; i < text.size();) {
+        if (text.compare(i, 3, kSpieceUnderline) == 0) {
+          replaced += ' ';
+          i += 3;
+        } else {
+          replaced += text[i++];
+        }
+      }
+      text = kSpieceUnderline + replaced;
+    }
+    struct Piece {
+      std::string text;
+      const AddedToken* token = nullptr;
+    };
+    std::vector<Piece> pieces;
+    size_t start = 0;
+    for (size_t i = 0; i < text.size();) {
+      if (!starts_token[static_cast<unsigned char>(text[i])]) {
+        ++i;
+        continue;
+      }
+      const AddedToken* best = nullptr;
+      for (const auto& t : added) {
+        if (text.compare(i, t.content.size(), t.content) == 0 &&
+            (!best || t.content.size() > best->content.size()))
+          best = &t;
+      }
+      if (!best) {
+        ++i;
+        continue;
+      }
+      if (i > start) pieces.push_back({text.substr(start, i - start), nullptr});
+      pieces.push_back({best->content, best});
+      i += best->content.size();
+      start = i;
+    }
+    if (start < text.size()) pieces.push_back({text.substr(start), nullptr});
+    // lstrip/rstrip tokens eat the whitespace next to them.
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const AddedToken* t = pieces[i].token;
+      if (!t) continue;
+      if (t->rstrip && i + 1 < pieces.size() && !pieces[i + 1].token) {
+        std::string& s = pieces[i + 1].text;
+        size_t k = 0;
+        while (k < s.size() && is_space(s[k])) ++k;
+        s.erase(0, k);
+      }
+      if (t->lstrip && i > 0 && !pieces[i - 1].token) {
+        std::string& s = pieces[i - 1].text;
+        while (!s.empty() && is_space(s.back())) s.pop_back();
+      }
+    }
+    bool first = true;
+    bool drop_leading_underline = false;
+    for (const auto& p : pieces) {
+      if (p.token) {
+        out.push_back(p.token->id);
+      } else if (!p.text.empty()) {
+        if (first && !legacy && p.text == kSpieceUnderline) drop_leading_underline = true;
+        encode_chunk(p.text, &out);
+      }
+      first = false;
+    }
+    // HF non-legacy drops the prefix "▁" when a special token starts the text.
+    if (drop_leading_underline && out.size() > 1) {
+      bool next_special = false;
+      for (const auto& t : added) next_special |= (t.special && t.id == out[1]);
+      if (next_special) out.erase(out.begin());
+    }
+    return out;
+  }
+
+  bool is_special_id(int64_t id) const {
+    for (const auto& t : added)
+      if (t.id == id && t.special) return true;
+    return false;
+  }
+};
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer::Tokenizer(const Tokenizer& other) : impl_(std::make_unique<Impl>()) { *this = other; }
+
+Tokenizer& Tokenizer::operator=(const Tokenizer& other) {
+  if (this == &other) return *this;
+  auto impl = std::make_unique<Impl>();
+  impl->load_model(other.impl_->model_bytes, "(copy)");
+  const Impl& o = *other.impl_;
+  impl->added = o.added;
+  impl->added_index = o.added_index;
+  impl->starts_token = o.starts_token;
+  impl->bos_token = o.bos_token;
+  impl->eos_token = o.eos_token;
+  impl->unk_token = o.unk_token;
+  impl->pad_token = o.pad_token;
+  impl->add_bos_token = o.add_bos_token;
+  impl->add_eos_token = o.add_eos_token;
+  impl->legacy = o.legacy;
+  impl->unk_token_length = o.unk_token_length;
+  impl->model_max_length = o.model_max_length;
+  impl_ = std::move(impl);
+  return *this;
+}
+
+Tokenizer Tokenizer::from_serialized_model(const std::string& model_bytes) {
+  auto impl = std::make_unique<Impl>();
+  impl->load_model(model_bytes, "(in memory)");
+  impl->defaults_from_model();
+  impl->register_special_tokens();
+  return Tokenizer(std::move(impl));
+}
+
+Tokenizer Tokenizer::load(const std::string& dir_or_model_file) {
+  fs::path path(dir_or_model_file);
+  ALPACA_CHECK(fs::exists(path), "tokenizer path " << path << " does not exist");
+  fs::path dir = fs::is_directory(path) ? path : path.parent_path();
+  fs::path model = fs::is_directory(path) ? path / "tokenizer.model" : path;
+  ALPACA_CHECK(fs::exists(model), "no tokenizer.model in " << dir
+                                      << "; only SentencePiece (LLaMA) tokenizers are supported");
+  auto impl = std::make_unique<Impl>();
+  impl->load_model(read_file(model), model.string());
+  impl->defaults_from_model();
+  if (!fs::is_directory(path)) {
+    impl->register_special_tokens();
+    return Tokenizer(std::move(impl));
+  }
+
+  // Explicit ids first (added_tokens_decoder, added_tokens.json) so later name-only tokens
+  // cannot take their ids.
+  json config = fs::exists(dir / "tokenizer_config.json") ? read_json(dir / "tokenizer_config.json")
+                                                          : json::object();
+  ALPACA_CHECK(config.is_object(), dir / "tokenizer_config.json" << " must hold a JSON object");
+  if (config.contains("added_tokens_decoder")) {
+    const json& dec = config["added_tokens_decoder"];
+    ALPACA_CHECK(dec.is_object(), "added_tokens_decoder in " << dir / "tokenizer_config.json"
+                                                              << " must be an object");
+    for (auto it = dec.begin(); it != dec.end(); ++it) {
+      int64_t id = 0;
+      try {
+        id = std::stoll(it.key());
+      } catch (const std::exception&) {
+        ALPACA_FAIL("added_tokens_decoder key '" << it.key() << "' in "
+                                                 << dir / "tokenizer_config.json"
+                                                 << " is not an integer id");
+      }
+      auto content = token_string(it.value());
+      ALPACA_CHECK(content, "added_tokens_decoder[" << it.key() << "] in "
+                                                    << dir / "tokenizer_config.json"
+                                                    << " has no string 'content'");
+      const json& v = it.value();
+      impl->add(*content, v.value("special", false), id, v.value("lstrip", false),
+                v.value("rstrip", false));
+    }
+  }
+  if (fs::exists(dir / "added_tokens.json")) {
+    json added = read_json(dir / "added_tokens.json");
+    ALPACA_CHECK(added.is_object(), dir / "added_tokens.json" << " must map token -> id");
+    for (auto it = added.begin(); it != added.end(); ++it) {
+      ALPACA_CHECK(it.value().is_number_integer(),
+                   "id of '" << it.key() << "' in " << dir / "added_tokens.json"
+                             << " is not an integer");
+      impl->add(it.key(), false, it.value().get<int64_t>());
+    }
+  }
+  json special_map = fs::exists(dir / "special_tokens_map.json")
+                         ? read_json(dir / "special_tokens_map.json")
+                         : json::object();
+  ALPACA_CHECK(special_map.is_object(),
+               dir / "special_tokens_map.json" << " must hold a JSON object");
+  // Which special token each role names: special_tokens_map.json wins over tokenizer_config.
+  auto role = [&](const char* key) -> std::optional<std::optional<std::string>> {
+    for (const json* src : {&special_map, &config}) {
+      if (!src->contains(key)) continue;
+      const json& v = (*src)[key];
+      if (v.is_null()) return std::optional<std::string>();
+      auto s = token_string(v);
+      ALPACA_CHECK(s, "'" << key << "' in the tokenizer files of " << dir
+                          << " must be a string or an AddedToken object");
+      return s;
+    }
+    return std::nullopt;
+  };
+  if (auto v = role("bos_token"); v && *v) impl->bos_token = **v;
+  if (auto v = role("eos_token"); v && *v) impl->eos_token = **v;
+  if (auto v = role("unk_token"); v && *v) impl->unk_token = **v;
+  if (auto v = role("pad_token")) impl->pad_token = *v;
+  for (const json* src : {&config, &special_map}) {
+    if (!src->contains("additional_special_tokens")) continue;
+    for (const json& t : (*src)["additional_special_tokens"]) {
+      auto s = token_string(t);
+      ALPACA_CHECK(s, "additional_special_tokens in " << dir << " must hold strings");
+      impl->add(*s, true);
+    }
+  }
+  if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
+    impl->add_bos_token = config["add_bos_token"].get<bool>();
+  if (config.contains("add_eos_token") && config["add_eos_token"].is_boolean())
+    impl->add_eos_token = config["add_eos_token"].get<bool>();
+  if (config.contains("legacy") && config["legacy"].is_boolean())
+    impl->legacy = config["legacy"].get<bool>();
+  if (config.contains("add_prefix_space") && config["add_prefix_space"].is_boolean())
+    ALPACA_CHECK(config["add_prefix_space"].get<bool>(),
+                 "add_prefix_space: false in " << dir / "tokenizer_config.json"
+                                               << " is not supported; remove it");
+  if (config.contains("model_max_length") && config["model_max_length"].is_number_integer())
+    impl->model_max_length = config["model_max_length"].get<int64_t>();
+  impl->register_special_tokens();
+  return Tokenizer(std::move(impl));
+}
+
+std::vector<int64_t> Tokenizer::encode(const std::string& text, bool add_special_tokens) const {
+  std::vector<int64_t> ids;
+  if (add_special_tokens && impl_->add_bos_token) ids.push_back(bos_id());
+  std::vector<int64_t> body = impl_->encode_text(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  if (add_special_tokens && impl_->add_eos_token) ids.push_back(eos_id());
+  return ids;
+}
+
+std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special) const {
+  std::string out;
+  std::vector<int> run;  // consecutive SentencePiece ids, decoded together
+  auto flush = [&] {
+    if (run.empty()) return;
+    out += impl_->sp.DecodeIds(run);
+    run.clear();
+  };
+  const int64_t n = vocab_size();
+  for (int64_t id : ids) {
+    ALPACA_CHECK(id >= 0 && id < n, "token id " << id << " is outside the vocabulary [0, " << n
+                                                << ")");
+    bool special = impl_->is_special_id(id);
+    if (special && skip_special) continue;
+    auto it = std::find_if(impl_->added.begin(), impl_->added.end(),
+                           [&](const AddedToken& t) { return t.id == id; });
+    if (it != impl_->added.end()) {
+      flush();
+      out += it->content;
+    } else {
+      run.push_back(static_cast<int>(id));
+    }
+  }
+  flush();
+  return out;
+}
+
+int64_t Tokenizer::vocab_size() const { return impl_->size(); }
+int64_t Tokenizer::sp_vocab_size() const { return impl_->sp_size(); }
+std::optional<int64_t> Tokenizer::pad_id() const {
+  if (!impl_->pad_token) return std::nullopt;
+  return impl_->lookup(*impl_->pad_token);
+}
+int64_t Tokenizer::bos_id() const { return *impl_->lookup(impl_->bos_token); }
+int64_t Tokenizer::eos_id() const { return *impl_->lookup(impl_->eos_token); }
+int64_t Tokenizer::unk_id() const { return *impl_->lookup(impl_->unk_token); }
+std::string Tokenizer::bos_token() const { return impl_->bos_token; }
+std::string Tokenizer::eos_token() const { return impl_->eos_token; }
+std::optional<std::string> Tokenizer::pad_token() const { return impl_->pad_token; }
+const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
+std::optional<int64_t> Tokenizer::token_to_id(const std::string& token) const {
+  return impl_->lookup(token);
+}
+
+int64_t Tokenizer::add_special_token(const std::string& token) { return impl_->add(token, true); }
+
+void Tokenizer::set_pad_token(const std::string& token) {
+  impl_->add(token, true);
+  impl_->pad_token = token;
+}
+
+void Tokenizer::set_model_max_length(int64_t n) { impl_->model_max_length = n; }
+
+void Tokenizer::save(const std::string& dir_str) const {
+  fs::path dir(dir_str);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  ALPACA_CHECK(!ec, "cannot create tokenizer directory " << dir << ": " << ec.message());
+  const Impl& m = *impl_;
+  auto write = [&](const fs::path& p, const std::string& text) {
+    std::ofstream out(p, std::ios::binary);
+    ALPACA_CHECK(out.good(), "cannot write " << p);
+    out << text;
+    ALPACA_CHECK(out.good(), "failed writing " << p << " (disk full?)");
+  };
+  auto token_json = [](const std::string& content, bool special, bool lstrip, bool rstrip) {
+    return json{{"content", content}, {"lstrip", lstrip},   {"normalized", !special},
+                {"rstrip", rstrip},   {"single_word", false}, {"special", special}};
+  };
+  json decoder = json::object();
+  std::vector<AddedToken> sorted = m.added;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const AddedToken& a, const AddedToken& b) { return a.id < b.id; });
+  json added_beyond = json::object();
+  for (const auto& t : sorted) {
+    decoder[std::to_string(t.id)] = token_json(t.content, t.special, t.lstrip, t.rstrip);
+    if (t.id >= m.sp_size()) added_beyond[t.content] = t.id;
+  }
+  json config = {
+      {"add_bos_token", m.add_bos_token},
+      {"add_eos_token", m.add_eos_token},
+      {"added_tokens_decoder", decoder},
+      {"bos_token", m.bos_token},
+      {"clean_up_tokenization_spaces", false},
+      {"eos_token", m.eos_token},
+      {"legacy", m.legacy},
+      {"pad_token", m.pad_token ? json(*m.pad_token) : json(nullptr)},
+      {"padding_side", "right"},
+      {"sp_model_kwargs", json::object()},
+      {"tokenizer_class", "LlamaTokenizer"},
+      {"unk_token", m.unk_token},
+  };
+  if (m.model_max_length > 0) config["model_max_length"] = m.model_max_length;
+  json special_map = {{"bos_token", m.bos_token}, {"eos_token", m.eos_token},
+                      {"unk_token", m.unk_token}};
+  if (m.pad_token) special_map["pad_token"] = *m.pad_token;
+  json extra = json::array();
+  for (const auto& t : sorted) {
+    bool role = t.content == m.bos_token || t.content == m.eos_token ||
+                t.content == m.unk_token || (m.pad_token && t.content == *m.pad_token);
+    if (t.special && !role) extra.push_back(t.content);
+  }
+  if (!extra.empty()) special_map["additional_special_tokens"] = extra;
+
+  detail::TokenizerJsonSpec spec;
+  for (int i = 0; i < m.sp.GetPieceSize(); ++i) {
+    spec.pieces.push_back(m.sp.IdToPiece(i));
+    spec.scores.push_back(m.sp.GetScore(i));
+  }
+  spec.added = sorted;
+  spec.unk_token = m.unk_token;
+  spec.bos_token = m.bos_token;
+  spec.eos_token = m.eos_token;
+  spec.bos_id = bos_id();
+  spec.eos_id = eos_id();
+  spec.add_bos = m.add_bos_token;
+  spec.add_eos = m.add_eos_token;
+  spec.legacy = m.legacy;
+
+  write(dir / "tokenizer.model", m.model_bytes);
+  write(dir / "tokenizer.json", detail::make_tokenizer_json(spec));
+  write(dir / "tokenizer_config.json", config.dump(2) + "\n");
+  write(dir / "special_tokens_map.json", special_map.dump(2) + "\n");
+  if (!added_beyond.empty()) write(dir / "added_tokens.json", added_beyond.dump(2) + "\n");
+}
+
+}  // namespace alpaca::data

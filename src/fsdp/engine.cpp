@@ -1,0 +1,495 @@
+// FsdpEngine: unit construction, the per-micro-step lifecycle, gradient reduction.
+// See include/alpaca/fsdp/engine.h; state export/loading live in engine_state.cpp.
+#include "alpaca/fsdp/engine.h"
+
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <regex>
+#include <sstream>
+#include <unordered_map>
+
+#include "alpaca/dist/communicator.h"
+#include "alpaca/util/error.h"
+#include "alpaca/util/log.h"
+#include "engine_impl.h"
+
+namespace alpaca::fsdp {
+namespace {
+
+// Runs after AccumulateGrad stored a parameter's gradient: moves it into the unit's flat gradient
+// buffer and clears .grad, so unsharded gradients never outlive their unit's reduction.
+class GradHook : public torch::autograd::PostAccumulateGradHook {
+ public:
+  GradHook(FsdpEngine::Impl* impl, int unit, int entry) : impl_(impl), unit_(unit), entry_(entry) {}
+  void operator()(const torch::autograd::Variable& param) override {
+    impl_->on_param_grad(unit_, entry_, param);
+  }
+
+ private:
+  FsdpEngine::Impl* impl_;
+  int unit_, entry_;
+};
+
+// Activation checkpointing as a custom autograd node: the forward ran without saving activations;
+// backward re-runs the layer with grad enabled on the (re-gathered) parameters and back-propagates
+// through it, which also delivers the layer's parameter gradients to their hooks.
+class CheckpointBackward : public torch::autograd::Node {
+ public:
+  CheckpointBackward(FsdpEngine::Impl* impl, int unit, at::Tensor input,
+                     std::function<at::Tensor(const at::Tensor&)> fn, bool input_requires_grad)
+      : impl_(impl), unit_(unit), input_(std::move(input)), fn_(std::move(fn)),
+        input_requires_grad_(input_requires_grad) {}
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    ALPACA_CHECK(fn_, "activation checkpointing: layer " << unit_ << " backward ran twice "
+                      "(retain_graph is not supported with checkpointing)");
+    if (unit_ >= 0) impl_->unshard(unit_, /*wait=*/true);
+    at::Tensor x = input_.detach();
+    if (input_requires_grad_) x.requires_grad_(true);
+    at::Tensor y;
+    {
+      at::AutoGradMode grad_on(true);
+      y = fn_(x);
+    }
+    if (grads[0].defined() && y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
+    at::Tensor gx = input_requires_grad_ ? x.grad() : at::Tensor();
+    input_ = at::Tensor();
+    fn_ = nullptr;
+    return {gx};
+  }
+  std::string name() const override { return "FsdpCheckpointBackward"; }
+  void release_variables() override {
+    input_ = at::Tensor();
+    fn_ = nullptr;
+  }
+
+ private:
+  FsdpEngine::Impl* impl_;
+  int unit_;
+  at::Tensor input_;
+  std::function<at::Tensor(const at::Tensor&)> fn_;
+  bool input_requires_grad_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Construction
+
+FsdpEngine::Impl::Impl(const FsdpModelParts& parts, std::shared_ptr<dist::Communicator> comm_in,
+                       const FsdpPolicy& pol)
+    : comm(std::move(comm_in)), policy(pol), device(comm->device()) {
+  ALPACA_CHECK(parts.root != nullptr, "apply_fsdp: no root module");
+  num_layers = policy.auto_wrap ? static_cast<int>(parts.layers.size()) : 0;
+  setup_comms();
+
+  // Primary HF name per distinct tensor (tied weights stored once), in named_parameters order.
+  auto named = parts.root->named_parameters(/*recurse=*/true);
+  std::unordered_map<c10::TensorImpl*, int> layer_of;
+  if (policy.auto_wrap) {
+    for (size_t i = 0; i < parts.layers.size(); ++i)
+      for (const auto& p : parts.layers[i]->parameters(/*recurse=*/true))
+        layer_of[p.unsafeGetTensorImpl()] = static_cast<int>(i);
+  }
+  if (policy.sync_module_states && comm->world_size() > 1) {
+    // HF: rank 0's values win (it may be the only rank that loaded the checkpoint).
+    for (const auto& item : named) {
+      if (item.value().is_meta()) continue;  // nothing to send: values arrive by load_parameters
+      at::Tensor p = item.value().detach();
+      at::Tensor t = p.to(device).contiguous();
+      comm->broadcast(t, 0)->wait();
+      p.copy_(t);
+    }
+  }
+  const int root_index = num_layers;
+  std::vector<std::vector<FlatParamEntry>> train_entries(num_layers + 1), frozen_entries(num_layers + 1);
+  std::unordered_map<c10::TensorImpl*, std::pair<int, std::pair<bool, size_t>>> placed;
+  for (const auto& item : named) {
+    const at::Tensor& p = item.value();
+    c10::TensorImpl* key = p.unsafeGetTensorImpl();
+    auto it = placed.find(key);
+    if (it != placed.end()) {
+      auto& list = it->second.second.first ? train_entries : frozen_entries;
+      list[it->second.first][it->second.second.second].aliases.push_back(item.key());
+      continue;
+    }
+    auto lit = layer_of.find(key);
+    const int u = lit != layer_of.end() ? lit->second : root_index;
+    const bool trainable = p.requires_grad();
+    auto& list = trainable ? train_entries[u] : frozen_entries[u];
+    FlatParamEntry e;
+    e.name = item.key();
+    e.param = p;
+    list.push_back(std::move(e));
+    placed[key] = {u, {trainable, list.size() - 1}};
+  }
+  if (policy.auto_wrap)
+    ALPACA_CHECK(layer_of.size() <= placed.size(),
+                 "apply_fsdp: some decoder-layer parameters are not reachable from the root module");
+
+  FlatParamOptions opt;
+  opt.param_dtype = policy.param_dtype;
+  opt.compute_device = device;
+  opt.master_device = policy.offload ? at::Device(at::kCPU) : device;
+  opt.pin_memory = policy.offload && device.is_cuda();
+  units.resize(num_layers + 1);
+  for (int u = 0; u <= num_layers; ++u) {
+    Unit& unit = units[u];
+    unit.index = u;
+    unit.label = u == root_index ? std::string("root") : "layer " + std::to_string(u);
+    if (!train_entries[u].empty()) {
+      opt.with_grad = true;
+      unit.train = std::make_unique<FlatParameter>(std::move(train_entries[u]), shard_world, shard_rank, opt);
+      unit.got.assign(unit.train->entries().size(), 0);
+      for (size_t e = 0; e < unit.train->entries().size(); ++e)
+        torch::autograd::impl::set_post_acc_grad_hooks(
+            unit.train->entries()[e].param, std::make_unique<GradHook>(this, u, static_cast<int>(e)));
+    }
+    if (!frozen_entries[u].empty()) {
+      opt.with_grad = false;
+      unit.frozen = std::make_unique<FlatParameter>(std::move(frozen_entries[u]), shard_world, shard_rank, opt);
+    }
+  }
+}
+
+void FsdpEngine::Impl::setup_comms() {
+  const int world = comm->world_size();
+  const int rank = comm->rank();
+  switch (policy.strategy) {
+    case ShardingStrategy::kFullShard:
+    case ShardingStrategy::kShardGradOp:
+      shard_comm = comm;
+      break;
+    case ShardingStrategy::kNoShard:
+      replicate_comm = comm;
+      break;
+    case ShardingStrategy::kHybridShard: {
+      const int hs = policy.hybrid_shard_size > 0 ? policy.hybrid_shard_size : world;
+      ALPACA_CHECK(world % hs == 0, "HYBRID_SHARD: shard group size " << hs << " does not divide world size "
+                   << world << "; set fsdp_config hybrid_shard_size to the ranks per node");
+      // Ranks [k*hs, (k+1)*hs) share a node: shard there, replicate across nodes.
+      shard_comm = comm->split(rank / hs, rank);
+      replicate_comm = comm->split(rank % hs, rank);
+      break;
+    }
+  }
+  shard_world = shard_comm ? shard_comm->world_size() : 1;
+  shard_rank = shard_comm ? shard_comm->rank() : 0;
+  if (replicate_comm && replicate_comm->world_size() == 1) replicate_comm.reset();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unshard / reshard
+
+bool FsdpEngine::Impl::reshard_after_forward() const {
+  return policy.strategy == ShardingStrategy::kFullShard || policy.strategy == ShardingStrategy::kHybridShard;
+}
+
+void FsdpEngine::Impl::gather_flat(Unit& unit, FlatParameter& flat) {
+  flat.alloc_full();
+  at::Tensor lp = flat.shard().to(device, policy.param_dtype, /*non_blocking=*/flat.shard().is_pinned());
+  if (shard_world == 1) {
+    flat.full().copy_(lp);
+    return;
+  }
+  unit.gather_work.push_back(shard_comm->all_gather_into(flat.full(), lp));
+  unit.gather_inputs.push_back(lp);
+}
+
+void FsdpEngine::Impl::unshard(int u, bool wait) {
+  Unit& unit = units.at(u);
+  if (!unit.has_params()) return;
+  if (!unit.unsharded) {
+    if (unit.train) gather_flat(unit, *unit.train);
+    if (unit.frozen) gather_flat(unit, *unit.frozen);
+    unit.unsharded = true;
+    ++num_unsharded;
+    peak_unsharded = std::max(peak_unsharded, num_unsharded);
+    add_bytes(unit.full_bytes());
+  }
+  if (wait) wait_gather(unit);
+}
+
+void FsdpEngine::Impl::wait_gather(Unit& unit) {
+  for (auto& w : unit.gather_work) w->wait();
+  unit.gather_work.clear();
+  unit.gather_inputs.clear();
+}
+
+void FsdpEngine::Impl::reshard(int u) {
+  Unit& unit = units.at(u);
+  if (!unit.unsharded) return;
+  wait_gather(unit);  // never free a buffer a collective still writes
+  if (unit.train) unit.train->free_full();
+  if (unit.frozen) unit.frozen->free_full();
+  unit.unsharded = false;
+  --num_unsharded;
+  add_bytes(-unit.full_bytes());
+}
+
+void FsdpEngine::Impl::prefetch(int u) {
+  if (u < 0 || u > num_layers || units[u].unsharded || !units[u].has_params()) return;
+  // limit_all_gathers: a prefetch may not make a third unit resident; it then happens on demand.
+  if (policy.limit_all_gathers && num_unsharded >= 2) return;
+  unshard(u, /*wait=*/false);
+}
+
+void FsdpEngine::Impl::add_bytes(int64_t delta) {
+  unsharded_bytes += delta;
+  peak_bytes = std::max(peak_bytes, unsharded_bytes);
+}
+
+int64_t FsdpEngine::Impl::Unit::full_bytes() const {
+  return (train ? train->full_bytes() : 0) + (frozen ? frozen->full_bytes() : 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward
+
+at::Tensor FsdpEngine::Impl::forward(const std::function<at::Tensor()>& fn) {
+  ALPACA_CHECK(!backward_started, "FsdpEngine::forward called while a backward is still running");
+  // A forward whose output never saw backward (e.g. evaluation) may have left units resident.
+  for (int u = 0; u < num_layers; ++u) reshard(u);
+  const int root = num_layers;
+  unshard(root, /*wait=*/true);
+  at::Tensor out = fn();
+  if (out.requires_grad()) {
+    out.register_hook([this](const at::Tensor&) { root_pre_backward(); });
+  } else {
+    for (int u = 0; u <= num_layers; ++u) reshard(u);
+  }
+  return out;
+}
+
+at::Tensor FsdpEngine::Impl::run_layer(int64_t idx, const at::Tensor& hidden,
+                                       std::function<at::Tensor(const at::Tensor&)> fn) {
+  const bool grad = at::GradMode::is_enabled();
+  const bool ckpt = policy.activation_checkpointing && grad;
+  if (num_layers == 0) return ckpt ? checkpoint(-1, hidden, std::move(fn)) : fn(hidden);
+  ALPACA_CHECK(idx >= 0 && idx < num_layers, "FsdpEngine: layer index " << idx << " outside [0, " << num_layers << ")");
+  const int u = static_cast<int>(idx);
+  const int root = num_layers;
+  // The root's parameters are done after the embedding lookup and needed again after the last layer.
+  if (u == 0 && reshard_after_forward()) reshard(root);
+  unshard(u, /*wait=*/true);
+  if (policy.forward_prefetch) prefetch(u + 1);
+  at::Tensor y = ckpt ? checkpoint(u, hidden, std::move(fn)) : fn(hidden);
+  if (y.requires_grad()) y.register_hook([this, u](const at::Tensor&) { pre_backward(u); });
+  if (reshard_after_forward()) reshard(u);
+  if (u == num_layers - 1) unshard(root, /*wait=*/true);
+  return y;
+}
+
+at::Tensor FsdpEngine::Impl::checkpoint(int u, const at::Tensor& hidden,
+                                        std::function<at::Tensor(const at::Tensor&)> fn) {
+  at::Tensor y;
+  {
+    at::NoGradGuard no_grad;
+    y = fn(hidden);
+  }
+  auto node = c10::make_intrusive<CheckpointBackward>(this, u, hidden.detach(), std::move(fn),
+                                                   hidden.requires_grad());
+  node->set_next_edges(torch::autograd::collect_next_edges(hidden));
+  torch::autograd::create_gradient_edge(y, node);
+  return y;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward
+
+void FsdpEngine::Impl::root_pre_backward() {
+  if (backward_started) return;
+  backward_started = true;
+  torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+  unshard(num_layers, /*wait=*/true);
+}
+
+void FsdpEngine::Impl::pre_backward(int u) {
+  // Units later in forward order with nothing to reduce are done once backward reaches u.
+  for (int v = u + 1; v < num_layers; ++v)
+    if (!units[v].train) reshard(v);
+  if (u == num_layers - 1 && reshard_after_forward()) reshard(num_layers);
+  unshard(u, /*wait=*/true);
+  if (policy.backward_prefetch == BackwardPrefetch::kBackwardPre) prefetch(u - 1);
+}
+
+void FsdpEngine::Impl::on_param_grad(int u, int e, const at::Tensor& param) {
+  Unit& unit = units.at(u);
+  ALPACA_CHECK(!unit.reduced, "FSDP " << unit.label << ": gradient of " << unit.train->entries()[e].name
+               << " arrived after the unit was reduced; each parameter must be used once per backward graph");
+  at::Tensor g = param.grad();
+  if (!g.defined()) return;
+  if (!unit.flat_grad.defined()) {
+    unit.flat_grad = at::zeros({unit.train->shard_info().padded_numel},
+                               at::TensorOptions().dtype(policy.reduce_dtype).device(device));
+    add_bytes(unit.flat_grad.nbytes());
+  }
+  const auto& entry = unit.train->entries()[e];
+  unit.flat_grad.narrow(0, entry.offset, entry.numel).view(entry.shape).add_(g);
+  param.mutable_grad().reset();
+  if (!unit.got[e]) {
+    unit.got[e] = 1;
+    ++unit.grads_in;
+  }
+  if (unit.grads_in == static_cast<int64_t>(unit.got.size())) post_backward(u);
+}
+
+void FsdpEngine::Impl::post_backward(int u) {
+  issue_reduce(u);
+  reshard(u);
+  if (policy.backward_prefetch == BackwardPrefetch::kBackwardPost && u < num_layers) prefetch(u - 1);
+}
+
+void FsdpEngine::Impl::issue_reduce(int u) {
+  flush_reduce();  // one reduction in flight: bounds the memory of full gradients
+  Unit& unit = units.at(u);
+  unit.reduced = true;
+  Pending p;
+  p.unit = u;
+  p.flat = unit.flat_grad;
+  unit.flat_grad = at::Tensor();
+  if (policy.grad_reduction == GradReduction::kMean) p.flat.div_(comm->world_size());
+  if (shard_world > 1) {
+    p.out = at::empty({unit.train->shard_info().shard_numel}, p.flat.options());
+    p.work = shard_comm->reduce_scatter(p.out, p.flat, dist::ReduceOp::kSum);
+  } else {
+    p.out = p.flat;
+  }
+  pending = std::move(p);
+}
+
+void FsdpEngine::Impl::flush_reduce() {
+  if (!pending) return;
+  Pending p = std::move(*pending);
+  pending.reset();
+  if (p.work) p.work->wait();
+  if (replicate_comm) replicate_comm->all_reduce(p.out, dist::ReduceOp::kSum)->wait();
+  at::Tensor grad = units[p.unit].train->grad();
+  grad.add_(p.out.to(grad.device(), at::kFloat));
+  add_bytes(-p.flat.nbytes());
+}
+
+void FsdpEngine::Impl::finish_backward() {
+  // Units whose parameters did not all receive gradients: the missing ones count as zero.
+  for (int u = num_layers; u >= 0; --u)
+    if (units[u].flat_grad.defined() && !units[u].reduced) post_backward(u);
+  flush_reduce();
+  for (int u = 0; u <= num_layers; ++u) {
+    reshard(u);
+    units[u].reduced = false;
+    units[u].grads_in = 0;
+    std::fill(units[u].got.begin(), units[u].got.end(), 0);
+  }
+  backward_started = false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// FsdpEngine forwarding
+
+FsdpEngine::FsdpEngine(const FsdpModelParts& parts, std::shared_ptr<dist::Communicator> comm,
+                       FsdpPolicy policy)
+    : comm_(comm), policy_(policy) {
+  ALPACA_CHECK(comm_ != nullptr, "apply_fsdp: no communicator");
+  impl_ = std::make_unique<Impl>(parts, comm_, policy_);
+  log_memory_account();
+}
+
+FsdpEngine::~FsdpEngine() = default;
+
+at::Tensor FsdpEngine::forward(const std::function<at::Tensor()>& fn) { return impl_->forward(fn); }
+
+at::Tensor FsdpEngine::run_layer(int64_t idx, const at::Tensor& hidden_btd,
+                                 std::function<at::Tensor(const at::Tensor&)> layer_fn) {
+  return impl_->run_layer(idx, hidden_btd, std::move(layer_fn));
+}
+
+void FsdpEngine::zero_grad() {
+  for (auto& unit : impl_->units)
+    if (unit.train) unit.train->grad().zero_();
+}
+
+std::vector<optim::OptimShard> FsdpEngine::optim_shards() const {
+  std::vector<optim::OptimShard> out;
+  for (const auto& unit : impl_->units) {
+    if (!unit.train) continue;
+    optim::OptimShard s;
+    s.param = unit.train->shard();
+    s.grad = unit.train->grad();
+    for (const auto& e : unit.train->entries()) {
+      auto slice = param_shard_slice(e.offset, e.numel, unit.train->shard_info());
+      if (!slice) continue;
+      const bool decay = !hf_no_weight_decay(e.name);
+      if (!s.segments.empty() && s.segments.back().decay == decay &&
+          s.segments.back().offset + s.segments.back().numel == slice->shard_offset) {
+        s.segments.back().numel += slice->numel();
+      } else {
+        s.segments.push_back({slice->shard_offset, slice->numel(), decay});
+      }
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<at::Tensor> FsdpEngine::grad_shards() const {
+  std::vector<at::Tensor> out;
+  for (const auto& unit : impl_->units)
+    if (unit.train) out.push_back(unit.train->grad());
+  return out;
+}
+
+dist::Communicator* FsdpEngine::norm_comm() const { return impl_->shard_comm.get(); }
+
+int FsdpEngine::num_units() const { return static_cast<int>(impl_->units.size()); }
+
+const FlatParameter* FsdpEngine::trainable_flat(int u) const { return impl_->units.at(u).train.get(); }
+const FlatParameter* FsdpEngine::frozen_flat(int u) const { return impl_->units.at(u).frozen.get(); }
+
+MemoryAccount FsdpEngine::memory_account(const optim::ShardedAdamW* opt) const {
+  MemoryAccount m;
+  for (const auto& unit : impl_->units) {
+    for (const FlatParameter* f : {unit.train.get(), unit.frozen.get()}) {
+      if (!f) continue;
+      m.param_bytes += f->shard().nbytes();
+      if (f->grad().defined()) m.grad_bytes += f->grad().nbytes();
+    }
+  }
+  if (opt) m.optimizer_bytes = opt->state_bytes();
+  m.unsharded_bytes = impl_->unsharded_bytes;
+  m.peak_unsharded_bytes = impl_->peak_bytes;
+  m.num_unsharded_units = impl_->num_unsharded;
+  m.peak_unsharded_units = impl_->peak_unsharded;
+  return m;
+}
+
+void FsdpEngine::reset_peaks() {
+  impl_->peak_unsharded = impl_->num_unsharded;
+  impl_->peak_bytes = impl_->unsharded_bytes;
+}
+
+std::string MemoryAccount::to_string() const {
+  std::ostringstream os;
+  auto mib = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+  os << "params " << mib(param_bytes) << " MiB, grads " << mib(grad_bytes) << " MiB, optimizer "
+     << mib(optimizer_bytes) << " MiB, unsharded now " << mib(unsharded_bytes) << " MiB (peak "
+     << mib(peak_unsharded_bytes) << " MiB, " << peak_unsharded_units << " units)";
+  return os.str();
+}
+
+void FsdpEngine::log_memory_account(const optim::ShardedAdamW* opt) const {
+  ALPACA_INFO("FSDP " << to_string(policy_.strategy) << " over " << comm_->world_size() << " ranks, "
+              << num_units() << " units; per-rank model state: " << memory_account(opt).to_string());
+}
+
+bool hf_no_weight_decay(const std::string& param_name) {
+  static const std::regex kPattern(R"(bias|layernorm|rmsnorm|(?:^|\.)norm(?:$|\.)|_norm(?:$|\.))");
+  std::string lower = param_name;
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return std::regex_search(lower, kPattern);
+}
+
+}  // namespace alpaca::fsdp

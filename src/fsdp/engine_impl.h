@@ -1,0 +1,72 @@
+// Private state of FsdpEngine, shared by engine.cpp (lifecycle) and engine_state.cpp (loading,
+// export). Units 0..num_layers-1 are decoder layers; unit num_layers is the root.
+#pragma once
+
+#include <optional>
+
+#include "alpaca/dist/communicator.h"
+#include "alpaca/fsdp/engine.h"
+
+namespace alpaca::fsdp {
+
+struct FsdpEngine::Impl {
+  struct Unit {
+    int index = 0;
+    std::string label;
+    std::unique_ptr<FlatParameter> train;   // trainable parameters (with fp32 grad shard)
+    std::unique_ptr<FlatParameter> frozen;  // requires_grad=false parameters: no grad, no optimizer state
+    bool unsharded = false;                 // full buffers allocated (a gather may still be in flight)
+    std::vector<dist::WorkHandle> gather_work;
+    std::vector<at::Tensor> gather_inputs;  // kept alive until the gather completes
+    at::Tensor flat_grad;                   // (padded,) reduce_dtype; while gradients arrive
+    std::vector<char> got;                  // per trainable entry: gradient arrived this backward
+    int64_t grads_in = 0;
+    bool reduced = false;
+    bool has_params() const { return train || frozen; }
+    int64_t full_bytes() const;
+  };
+  struct Pending {
+    int unit = 0;
+    at::Tensor flat, out;
+    dist::WorkHandle work;
+  };
+
+  Impl(const FsdpModelParts& parts, std::shared_ptr<dist::Communicator> comm, const FsdpPolicy& policy);
+
+  void setup_comms();
+  bool reshard_after_forward() const;
+  void gather_flat(Unit& unit, FlatParameter& flat);
+  void unshard(int u, bool wait);
+  void wait_gather(Unit& unit);
+  void reshard(int u);
+  void prefetch(int u);
+  void add_bytes(int64_t delta);
+
+  at::Tensor forward(const std::function<at::Tensor()>& fn);
+  at::Tensor run_layer(int64_t idx, const at::Tensor& hidden, std::function<at::Tensor(const at::Tensor&)> fn);
+  at::Tensor checkpoint(int u, const at::Tensor& hidden, std::function<at::Tensor(const at::Tensor&)> fn);
+  void root_pre_backward();
+  void pre_backward(int u);
+  void on_param_grad(int u, int e, const at::Tensor& param);
+  void post_backward(int u);
+  void issue_reduce(int u);
+  void flush_reduce();
+  void finish_backward();
+
+  std::shared_ptr<dist::Communicator> comm;
+  std::shared_ptr<dist::Communicator> shard_comm;      // gathers / reduce-scatters (null: no sharding)
+  std::shared_ptr<dist::Communicator> replicate_comm;  // all-reduce across replicas (null: none)
+  int shard_world = 1, shard_rank = 0;
+  FsdpPolicy policy;
+  at::Device device;
+  int num_layers = 0;
+  std::vector<Unit> units;
+
+  bool backward_started = false;
+  std::optional<Pending> pending;
+
+  int num_unsharded = 0, peak_unsharded = 0;
+  int64_t unsharded_bytes = 0, peak_bytes = 0;
+};
+
+}  // namespace alpaca::fsdp

@@ -1,0 +1,69 @@
+// Sharded AdamW; see include/alpaca/optim/adamw.h. The fused kernel updates a list of tensors
+// with one weight decay, so each shard's segments are split into a decay list and a no-decay list
+// of views into the flat buffers (views write through to the shard).
+#include "alpaca/optim/adamw.h"
+
+#include "alpaca/util/error.h"
+
+namespace alpaca::optim {
+
+ShardedAdamW::ShardedAdamW(std::vector<OptimShard> shards, AdamWOptions options)
+    : shards_(std::move(shards)), options_(options) {
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    const auto& s = shards_[i];
+    ALPACA_CHECK(s.param.defined() && s.grad.defined(), "ShardedAdamW: shard " << i << " has no tensor");
+    ALPACA_CHECK(s.param.scalar_type() == at::kFloat && s.grad.scalar_type() == at::kFloat,
+                 "ShardedAdamW: shard " << i << " must be fp32 master values and fp32 gradients");
+    ALPACA_CHECK(s.param.sizes() == s.grad.sizes() && s.param.device() == s.grad.device(),
+                 "ShardedAdamW: shard " << i << " gradient does not match its parameter");
+    for (const auto& seg : s.segments)
+      ALPACA_CHECK(seg.offset >= 0 && seg.numel >= 0 && seg.offset + seg.numel <= s.param.numel(),
+                   "ShardedAdamW: segment outside shard " << i);
+    exp_avg_.push_back(at::zeros_like(s.param));
+    exp_avg_sq_.push_back(at::zeros_like(s.param));
+  }
+}
+
+void ShardedAdamW::set_step_count(int64_t step) {
+  ALPACA_CHECK(step >= 0, "ShardedAdamW: negative step count " << step);
+  step_count_ = step;
+}
+
+void ShardedAdamW::step(double lr) {
+  ++step_count_;
+  // Lists per (device, decay) group; the kernel needs every list on one device.
+  struct Group {
+    std::vector<at::Tensor> p, g, m, v, steps;
+  };
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    Group groups[2];  // [0] no decay, [1] decay
+    const auto& s = shards_[i];
+    for (const auto& seg : s.segments) {
+      if (seg.numel == 0) continue;
+      Group& gr = groups[seg.decay ? 1 : 0];
+      gr.p.push_back(s.param.narrow(0, seg.offset, seg.numel));
+      gr.g.push_back(s.grad.narrow(0, seg.offset, seg.numel));
+      gr.m.push_back(exp_avg_[i].narrow(0, seg.offset, seg.numel));
+      gr.v.push_back(exp_avg_sq_[i].narrow(0, seg.offset, seg.numel));
+      // The kernel reads the step count (after increment, as torch.optim does) from a tensor.
+      gr.steps.push_back(at::full({}, static_cast<double>(step_count_),
+                                  at::TensorOptions().dtype(at::kFloat).device(s.param.device())));
+    }
+    for (int d = 0; d < 2; ++d) {
+      Group& gr = groups[d];
+      if (gr.p.empty()) continue;
+      at::_fused_adamw_(gr.p, gr.g, gr.m, gr.v, /*max_exp_avg_sqs=*/{}, gr.steps, lr, options_.beta1,
+                        options_.beta2, d == 1 ? options_.weight_decay : 0.0, options_.eps,
+                        /*amsgrad=*/false, /*maximize=*/false);
+    }
+  }
+}
+
+int64_t ShardedAdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < exp_avg_.size(); ++i)
+    bytes += exp_avg_[i].nbytes() + exp_avg_sq_[i].nbytes();
+  return bytes;
+}
+
+}  // namespace alpaca::optim

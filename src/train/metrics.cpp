@@ -1,0 +1,134 @@
+#include "alpaca/train/metrics.h"
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>  // defines: nlohmann::json
+#include <sstream>
+
+#include "alpaca/ckpt/checkpoint_dir.h"
+#include "alpaca/util/error.h"
+
+namespace alpaca::train {
+namespace {
+
+nlohmann::json to_json(const LogEntry& entry) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, v] : entry) {
+    if (std::holds_alternative<int64_t>(v)) j[k] = std::get<int64_t>(v);
+    else if (std::isfinite(std::get<double>(v))) j[k] = std::get<double>(v);
+    else j[k] = nullptr;  // JSON has no NaN/Inf; null says "not a number" without breaking readers
+  }
+  return j;
+}
+
+// Python's repr of a float: the shortest string that round-trips.
+std::string py_float(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char buf[32];
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof(buf), "%.*g", prec, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
+}
+
+}  // namespace
+
+double LossAccumulator::take_log_average(int64_t global_step) {
+  ALPACA_CHECK(global_step > last_logged_step_, "logging step " << global_step << " is not after the last logged step "
+                                                                << last_logged_step_);
+  const double avg = since_log_ / static_cast<double>(global_step - last_logged_step_);
+  total_logged_ += since_log_;
+  since_log_ = 0;
+  last_logged_step_ = global_step;
+  return avg;
+}
+
+double LossAccumulator::train_loss(int64_t global_step, int64_t initial_step) const {
+  const double steps = std::max<double>(static_cast<double>(global_step - initial_step), 0.001);
+  return (total_logged_ + since_log_) / steps;
+}
+
+double round_to(double x, int ndigits) {
+  // Python rounds the exact binary value; going through the shortest decimal is equivalent for the
+  // 3-4 digit rounding HF does on timings.
+  const double scale = std::pow(10.0, ndigits);
+  return std::nearbyint(x * scale) / scale;
+}
+
+LogEntry speed_metrics(const std::string& split, double runtime_s, std::optional<double> num_samples,
+                       std::optional<int64_t> num_steps) {
+  LogEntry e = {{split + "_runtime", round_to(runtime_s, 4)}};
+  if (runtime_s == 0) return e;
+  if (num_samples) e.emplace_back(split + "_samples_per_second", round_to(*num_samples / runtime_s, 3));
+  if (num_steps) e.emplace_back(split + "_steps_per_second", round_to(static_cast<double>(*num_steps) / runtime_s, 3));
+  return e;
+}
+
+void save_metrics(const std::filesystem::path& output_dir, const std::string& split, const LogEntry& metrics,
+                  bool combined) {
+  std::filesystem::create_directories(output_dir);
+  const nlohmann::json j = to_json(metrics);
+  ckpt::write_file_durable(output_dir / (split + "_results.json"), j.dump(4));
+  if (!combined) return;
+  const auto all_path = output_dir / "all_results.json";
+  nlohmann::json all = nlohmann::json::object();
+  if (std::filesystem::exists(all_path)) {
+    std::ifstream f(all_path);
+    try {
+      all = nlohmann::json::parse(f);
+    } catch (const std::exception& e) {
+      ALPACA_FAIL(all_path.string() << " is not valid JSON (" << e.what() << "); delete it or choose another --output_dir");
+    }
+  }
+  all.update(j);
+  ckpt::write_file_durable(all_path, all.dump(4));
+}
+
+bool parse_report_to(const std::vector<std::string>& words) {
+  bool jsonl = false;
+  for (const std::string& w : words) {
+    if (w == "none" || w.empty()) continue;
+    if (w == "jsonl" || w == "all") {
+      jsonl = true;
+      continue;
+    }
+    ALPACA_FAIL("--report_to " << w << " is not supported by alpaca-train (no " << w
+                               << " integration in C++); use --report_to jsonl to write output_dir/metrics.jsonl, or none");
+  }
+  return jsonl;
+}
+
+MetricsJsonl::MetricsJsonl(const std::filesystem::path& output_dir, bool append) {
+  std::filesystem::create_directories(output_dir);
+  const auto path = output_dir / "metrics.jsonl";
+  out_.open(path, append ? std::ios::app : std::ios::trunc);
+  ALPACA_CHECK(out_.is_open(), "cannot open " << path << " for writing; check --output_dir permissions");
+}
+
+std::string MetricsJsonl::to_json_line(const LogEntry& entry) { return to_json(entry).dump(); }
+
+void MetricsJsonl::write(const LogEntry& entry) {
+  if (!out_.is_open()) return;
+  out_ << to_json_line(entry) << '\n';
+  out_.flush();
+}
+
+std::string format_log_line(const LogEntry& entry) {
+  std::ostringstream os;
+  os << '{';
+  bool first = true;
+  for (const auto& [k, v] : entry) {
+    os << (first ? "" : ", ") << '\'' << k << "': ";
+    if (std::holds_alternative<int64_t>(v)) os << std::get<int64_t>(v);
+    else os << py_float(std::get<double>(v));
+    first = false;
+  }
+  os << '}';
+  return os.str();
+}
+
+}  // namespace alpaca::train

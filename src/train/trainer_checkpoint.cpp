@@ -1,0 +1,143 @@
+// Checkpoints and the final save. A checkpoint-<step>/ holds the HF export (gathered one FSDP
+// unit at a time; rank 0 writes), the tokenizer, trainer_state.json, our resume state and the
+// AdamW moments per parameter name (optimizer.safetensors, "exp_avg.<name>" / "exp_avg_sq.<name>"),
+// so it can be resumed on any world size. It is staged, fsync'ed and renamed (ckpt/).
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "alpaca/ckpt/checkpoint_dir.h"
+#include "alpaca/io/hf_model.h"
+#include "alpaca/io/safetensors.h"
+#include "alpaca/util/error.h"
+#include "alpaca/util/log.h"
+#include "alpaca/util/sys.h"
+#include "trainer_impl.h"
+
+namespace fs = std::filesystem;
+
+namespace alpaca::train {
+namespace {
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+}
+
+void Trainer::Impl::barrier() { comm->barrier()->wait(); }
+
+void Trainer::Impl::export_model(const fs::path& dir, bool write_tokenizer) {
+  std::unique_ptr<io::HfExportWriter> writer;
+  const int64_t shard = args.save_max_shard_bytes > 0 ? args.save_max_shard_bytes : int64_t{5'000'000'000};
+  if (rank == 0) writer = std::make_unique<io::HfExportWriter>(dir.string(), shard, std::nullopt);
+  const int64_t rss_before = sys::rss_bytes();
+  int64_t rss_peak = rss_before;
+  engine->export_full_state([&](const std::string& name, const at::Tensor& value) {
+    writer->add(name, value);
+    rss_peak = std::max(rss_peak, sys::rss_bytes());
+  });
+  if (rank == 0) {
+    writer->finish(model->config());
+    if (write_tokenizer) tokenizer->save(dir.string());
+    ALPACA_INFO("exported the model to " << dir.string() << " (rank 0 RSS grew by at most "
+                                         << (rss_peak - rss_before) / (1 << 20) << " MiB while writing)");
+  }
+}
+
+void Trainer::Impl::save_checkpoint() {
+  ckpt::CheckpointWriter writer(output_dir, state.global_step);
+  if (rank == 0) writer.begin();
+  barrier();
+  const fs::path dir = writer.staging_dir();
+  export_model(dir, /*write_tokenizer=*/true);
+  if (!args.save_only_model) {
+    std::unique_ptr<io::SafetensorsWriter> opt_writer;
+    if (rank == 0) opt_writer = std::make_unique<io::SafetensorsWriter>((dir / kOptimizerFile).string());
+    engine->gather_optimizer_state_by_name(*optimizer, [&](const std::string& name, const std::string& key,
+                                                           const at::Tensor& value) {
+      opt_writer->add(key + "." + name, value);
+    });
+    if (rank == 0) {
+      opt_writer->finish({{"format", "pt"}, {"step", std::to_string(optimizer->step_count())}});
+      ckpt::ResumeState rs;
+      rs.global_step = state.global_step;
+      rs.epoch = epoch;
+      rs.steps_in_epoch = step_in_epoch;
+      rs.samples_in_epoch = step_in_epoch * length.global_batch_size;
+      rs.seed = args.seed;
+      rs.data_seed = cli::effective_data_seed(args);
+      rs.world_size = world;
+      rs.global_batch_size = length.global_batch_size;
+      rs.scheduler_step = scheduler_step;
+      rs.num_input_tokens_seen = state.num_input_tokens_seen;
+      rs.total_loss_sum = losses.total_logged();
+      if (scaler) rs.loss_scaler = ckpt::LossScalerState{scaler->scale(), scaler->growth_tracker()};
+      rs.cpu_rng_state = ckpt::capture_cpu_rng_state();
+      rs.cuda_rng_states = ckpt::capture_cuda_rng_states();
+      rs.model = model_fingerprint;
+      rs.tokenizer = tokenizer_fingerprint;
+      rs.save((dir / ckpt::kResumeStateName).string());
+    }
+  }
+  if (rank == 0) state.save((dir / ckpt::kTrainerStateName).string());
+  // Fault injection for the crash tests: hold the checkpoint half-written for a while.
+  if (const char* pause = std::getenv("ALPACA_TEST_CKPT_PAUSE_MS"); pause && *pause)
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(pause)));
+  barrier();  // every rank's writes are done before rank 0 seals the checkpoint
+  if (rank == 0) {
+    const fs::path final_dir = writer.commit();
+    ALPACA_INFO("saved checkpoint " << final_dir.string());
+    if (args.save_total_limit)
+      ckpt::rotate_checkpoints(output_dir, *args.save_total_limit, state.best_model_checkpoint.value_or(""), true);
+  }
+  barrier();
+}
+
+void Trainer::Impl::load_checkpoint(const fs::path& dir) {
+  const auto rs = ckpt::ResumeState::load((dir / ckpt::kResumeStateName).string());
+  ALPACA_CHECK(fs::exists(dir / kOptimizerFile), dir.string() << " was saved with --save_only_model (no " << kOptimizerFile
+                                                              << "); it holds a model but cannot be resumed from");
+  ALPACA_CHECK(rs.global_batch_size == length.global_batch_size,
+               "cannot resume from " << dir.string() << ": it was trained with a global batch of " << rs.global_batch_size
+                                     << " examples per step, this run has " << length.global_batch_size
+                                     << " (per_device_train_batch_size x ranks x gradient_accumulation_steps); keep the "
+                                        "global batch, e.g. change gradient_accumulation_steps when the rank count changes");
+  const ckpt::TrainerState saved = ckpt::TrainerState::load((dir / ckpt::kTrainerStateName).string());
+  state.global_step = saved.global_step;
+  state.epoch = saved.epoch;
+  state.log_history = saved.log_history;
+  state.total_flos = saved.total_flos;
+  state.num_input_tokens_seen = rs.num_input_tokens_seen;
+  state.best_metric = saved.best_metric;
+  state.best_global_step = saved.best_global_step;
+  state.best_model_checkpoint = saved.best_model_checkpoint;
+  epoch = rs.epoch;
+  step_in_epoch = rs.steps_in_epoch;
+  scheduler_step = rs.scheduler_step;
+  losses.restore(state.global_step, rs.total_loss_sum);
+
+  auto file = io::SafetensorsFile::open((dir / kOptimizerFile).string());
+  engine->load_optimizer_state_by_name(*optimizer, [&](const std::string& name, const std::string& key) {
+    const std::string k = key + "." + name;
+    ALPACA_CHECK(file->contains(k), dir.string() << "/" << kOptimizerFile << " has no tensor " << k
+                                                 << "; the checkpoint is incomplete, resume from an older one");
+    return file->tensor(k).to(at::kFloat).clone();
+  });
+  const auto& meta = file->metadata();
+  auto it = meta.find("step");
+  optimizer->set_step_count(it != meta.end() ? std::stoll(it->second) : rs.scheduler_step);
+  if (scaler && rs.loss_scaler) scaler->set_state(rs.loss_scaler->scale, rs.loss_scaler->growth_tracker);
+  ckpt::restore_cpu_rng_state(rs.cpu_rng_state);
+  ckpt::restore_cuda_rng_states(rs.cuda_rng_states);
+  if (rs.world_size != world)
+    ALPACA_INFO("resharding: the checkpoint was written by " << rs.world_size << " ranks, this run has " << world);
+  ALPACA_INFO("resumed at step " << state.global_step << " (epoch " << epoch << ", step " << step_in_epoch
+                                 << " of the epoch)");
+}
+
+void Trainer::Impl::save_final() {
+  export_model(output_dir, /*write_tokenizer=*/true);
+  if (rank == 0) state.save((output_dir / ckpt::kTrainerStateName).string());
+  barrier();
+}
+
+}  // namespace alpaca::train

@@ -1,0 +1,201 @@
+// Checkpoints of real training runs (the alpaca-train binary on the tiny parity model, CPU):
+// bitwise resume, resume on another world size (2 -> 3), kill -9 in the middle of a save,
+// rotation, SIGTERM, and resuming with another model or tokenizer.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "alpaca/ckpt/checkpoint_dir.h"
+#include "alpaca/io/safetensors.h"
+#include "test_util.h"
+#include "train_test_util.h"
+
+namespace fs = std::filesystem;
+using namespace alpaca::testing;
+
+namespace {
+
+fs::path fixture() { return binary_dir() / "fixtures" / "train_parity"; }
+
+std::string run_args(const fs::path& model, const fs::path& out, int64_t max_steps, int per_device, int accum) {
+  return "--model_name_or_path " + model.string() + " --data_path " + (fixture() / "data.json").string() +
+         " --output_dir " + out.string() + " --max_steps " + std::to_string(max_steps) +
+         " --per_device_train_batch_size " + std::to_string(per_device) + " --gradient_accumulation_steps " +
+         std::to_string(accum) +
+         " --learning_rate 1e-3 --warmup_ratio 0.1 --lr_scheduler_type cosine --model_max_length 64"
+         " --logging_steps 1 --report_to jsonl --seed 42 --fsdp 'full_shard auto_wrap'";
+}
+
+std::map<std::string, at::Tensor> weights(const fs::path& dir) {
+  auto f = alpaca::io::SafetensorsFile::open((dir / "model.safetensors").string());
+  std::map<std::string, at::Tensor> out;
+  for (const auto& n : f->names()) out[n] = f->tensor(n).clone();
+  return out;
+}
+
+std::set<std::string> checkpoints_in(const fs::path& dir) {
+  std::set<std::string> s;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind("checkpoint-", 0) == 0) s.insert(e.path().filename().string());
+  return s;
+}
+
+#define SKIP_WITHOUT_FIXTURE() \
+  if (fs::exists(fixture() / "SKIPPED")) GTEST_SKIP() << "fixture skipped (no shared data)"
+
+}  // namespace
+
+TEST(TrainerResume, BitwiseTenStraightVersusFivePlusFive) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir a("resume_a"), b("resume_b");
+  std::string log;
+  ASSERT_EQ(run_trainer(run_args(fixture() / "model", a.path(), 10, 2, 2) + " --save_steps 5", 2, &log), 0) << log;
+  ASSERT_TRUE(fs::exists(a.path() / "checkpoint-5"));
+  // "Stop after 5": a fresh output_dir holding only checkpoint-5; resume it for the last 5 steps.
+  fs::copy(a.path() / "checkpoint-5", b.path() / "checkpoint-5", fs::copy_options::recursive);
+  ASSERT_EQ(run_trainer(run_args(fixture() / "model", b.path(), 10, 2, 2) +
+                            " --save_steps 5 --resume_from_checkpoint True", 2, &log), 0) << log;
+  const auto la = read_step_logs(a.path()), lb = read_step_logs(b.path());
+  ASSERT_EQ(la.size(), 10u);
+  ASSERT_EQ(lb.size(), 5u) << log;
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(lb[i].step, la[5 + i].step);
+    EXPECT_EQ(lb[i].loss, la[5 + i].loss) << "step " << lb[i].step << " must be bitwise identical";
+    EXPECT_EQ(lb[i].learning_rate, la[5 + i].learning_rate);
+  }
+  const auto wa = weights(a.path()), wb = weights(b.path());
+  ASSERT_EQ(wa.size(), wb.size());
+  for (const auto& [name, t] : wa) EXPECT_TRUE(at::equal(t, wb.at(name))) << name << " differs after resume";
+  // HF's trainer_state.json carries the whole log history across the resume.
+  std::ifstream st(b.path() / "trainer_state.json");
+  const auto state = nlohmann::json::parse(st);
+  EXPECT_EQ(state["global_step"], 10);
+  EXPECT_GE(state["log_history"].size(), 10u);
+}
+
+TEST(TrainerResume, TwoRanksToThreeMatchesWithinFp32Tolerance) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir a("reshard_a"), b("reshard_b");
+  std::string log;
+  // Global batch 6 both times: 2 ranks x 3, then 3 ranks x 2.
+  ASSERT_EQ(run_trainer(run_args(fixture() / "model", a.path(), 10, 3, 1) + " --save_steps 5", 2, &log), 0) << log;
+  fs::copy(a.path() / "checkpoint-5", b.path() / "checkpoint-5", fs::copy_options::recursive);
+  ASSERT_EQ(run_trainer(run_args(fixture() / "model", b.path(), 10, 2, 1) +
+                            " --save_steps 5 --resume_from_checkpoint " + (b.path() / "checkpoint-5").string(), 3, &log), 0)
+      << log;
+  const auto la = read_step_logs(a.path()), lb = read_step_logs(b.path());
+  ASSERT_EQ(lb.size(), 5u) << log;
+  for (int i = 0; i < 5; ++i)
+    EXPECT_NEAR(lb[i].loss, la[5 + i].loss, 1e-4 * std::abs(la[5 + i].loss)) << "step " << lb[i].step;
+  const auto wa = weights(a.path()), wb = weights(b.path());
+  for (const auto& [name, t] : wa) {
+    const double rel = (t - wb.at(name)).norm().item<double>() / std::max(t.norm().item<double>(), 1e-12);
+    EXPECT_LE(rel, 1e-4) << name;
+  }
+}
+
+TEST(TrainerResume, KillNineMidSaveLeavesPreviousCheckpointAndResumes) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir out("kill9");
+  const std::string cmd = "ALPACA_TEST_CKPT_PAUSE_MS=3000 exec " + train_bin() + " " +
+                          run_args(fixture() / "model", out.path(), 6, 4, 1) + " --save_steps 2 > " +
+                          (out.path() / "run.log").string() + " 2>&1";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // checkpoint-2 completes (after a 3 s pause); kill as soon as checkpoint-4 is being staged.
+  bool staged = false;
+  for (int i = 0; i < 6000 && !staged; ++i) {
+    staged = fs::exists(out.path() / "tmp-checkpoint-4" / "trainer_state.json");
+    if (!staged) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(staged) << "the run never reached the second save";
+  EXPECT_TRUE(WIFSIGNALED(status));
+  EXPECT_FALSE(fs::exists(out.path() / "checkpoint-4"));
+  EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out.path() / "checkpoint-2"), "");
+  std::string log;
+  ASSERT_EQ(run_trainer(run_args(fixture() / "model", out.path(), 6, 4, 1) + " --save_steps 2 --resume_from_checkpoint True",
+                        1, &log), 0) << log;
+  EXPECT_NE(log.find("checkpoint-2"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(out.path() / "tmp-checkpoint-4")) << "the stale staging directory is cleaned up";
+  EXPECT_TRUE(fs::exists(out.path() / "checkpoint-6"));
+  EXPECT_TRUE(fs::exists(out.path() / "model.safetensors"));
+}
+
+TEST(TrainerResume, RotationKeepsSaveTotalLimit) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir out("rotation");
+  std::string log;
+  ASSERT_EQ(run_trainer(run_args(fixture() / "model", out.path(), 10, 4, 1) + " --save_steps 2 --save_total_limit 2", 1,
+                        &log), 0) << log;
+  EXPECT_EQ(checkpoints_in(out.path()), (std::set<std::string>{"checkpoint-8", "checkpoint-10"}));
+}
+
+TEST(TrainerResume, SigtermSavesAndExits143) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir out("sigterm");
+  const std::string cmd = "exec " + train_bin() + " " + run_args(fixture() / "model", out.path(), 100000, 4, 1) +
+                          " --save_strategy no > " + (out.path() / "run.log").string() + " 2>&1";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool training = false;
+  for (int i = 0; i < 6000 && !training; ++i) {
+    training = read_step_logs(out.path()).size() >= 3;
+    if (!training) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(training) << "no training steps logged";
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 143);
+  const auto latest = alpaca::ckpt::find_latest_complete_checkpoint(out.path());
+  ASSERT_TRUE(latest) << "SIGTERM must leave a complete checkpoint";
+  EXPECT_GE(*alpaca::ckpt::parse_checkpoint_step(latest->filename().string()), 3);
+}
+
+TEST(TrainerResume, DifferentModelOrTokenizerIsAnErrorThatSaysWhich) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir out("mismatch"), other("other_model");
+  std::string log;
+  ASSERT_EQ(run_trainer(run_args(fixture() / "model", out.path(), 2, 4, 1) + " --save_steps 2", 1, &log), 0) << log;
+  const fs::path ckpt = out.path() / "checkpoint-2";
+
+  // Another model: the same files with a wider intermediate size in config.json.
+  fs::copy(fixture() / "model", other.path() / "m", fs::copy_options::recursive);
+  {
+    std::ifstream f(other.path() / "m" / "config.json");
+    auto cfg = nlohmann::json::parse(f);
+    cfg["intermediate_size"] = 96;
+    std::ofstream(other.path() / "m" / "config.json") << cfg.dump(2);
+  }
+  int rc = run_trainer(run_args(other.path() / "m", out.path(), 4, 4, 1) + " --resume_from_checkpoint " + ckpt.string(), 1, &log);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(log.find("different model: intermediate_size is 64 in the checkpoint, 96 here"), std::string::npos) << log;
+
+  // Another tokenizer: same model, but the tokenizer's pad token is <unk> (so no [PAD] is added).
+  fs::copy(fixture() / "model", other.path() / "t", fs::copy_options::recursive);
+  std::ofstream(other.path() / "t" / "special_tokens_map.json") << R"({"pad_token": "<unk>"})";
+  rc = run_trainer(run_args(other.path() / "t", out.path(), 4, 4, 1) + " --resume_from_checkpoint " + ckpt.string(), 1, &log);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(log.find("different tokenizer"), std::string::npos) << log;
+  EXPECT_NE(log.find("pad_token is [PAD] in the checkpoint, <unk> here"), std::string::npos) << log;
+}

@@ -1,0 +1,89 @@
+// `alpaca-train preprocess` end to end: the written examples equal tokenize_alpaca's, the report
+// has the counts, and bad flags/data are errors with a non-zero exit.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "alpaca/data/alpaca_example.h"
+#include "test_util.h"
+
+namespace alpaca::data {
+namespace {
+
+using ::alpaca::testing::run_command;
+using ::alpaca::testing::source_dir;
+using ::alpaca::testing::TempDir;
+using ::alpaca::testing::train_bin;
+
+std::vector<nlohmann::json> read_lines(const std::filesystem::path& p) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(p);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+TEST(Preprocess, WritesTheTrainingExamplesAndReports) {
+  TempDir dir("preprocess");
+  const auto data = source_dir() / "data/synthetic_eval.json";
+  const auto tok_dir = source_dir() / "data/tokenizer";
+  const auto out_path = dir.path() / "tokens.jsonl";
+  std::string out;
+  int rc = run_command(train_bin() + " preprocess --data_path " + data.string() +
+                           " --model_name_or_path " + tok_dir.string() + " --output " +
+                           out_path.string() + " --model_max_length 40 2>&1",
+                       &out);
+  ASSERT_EQ(rc, 0) << out;
+  for (const char* key : {"records:            400", "truncated:", "no label tokens:", "p50",
+                          "p99", "pad id 512"})
+    EXPECT_NE(out.find(key), std::string::npos) << key << " missing from:\n" << out;
+
+  Tokenizer tok = Tokenizer::load(tok_dir.string());
+  tok.set_pad_token("[PAD]");
+  TokenizeStats stats;
+  auto expect = tokenize_alpaca(load_alpaca_records(data.string()), tok, 40, 1, &stats);
+  auto lines = read_lines(out_path);
+  ASSERT_EQ(lines.size(), expect.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["input_ids"].get<std::vector<int64_t>>(), expect[i].input_ids) << i;
+    EXPECT_EQ(lines[i]["labels"].get<std::vector<int64_t>>(), expect[i].labels) << i;
+  }
+  EXPECT_NE(out.find("truncated:          " + std::to_string(stats.num_truncated)),
+            std::string::npos)
+      << out;
+
+  const auto packed_path = dir.path() / "packed.jsonl";
+  rc = run_command(train_bin() + " preprocess --data_path " + data.string() + " --tokenizer " +
+                       tok_dir.string() + " --output " + packed_path.string() +
+                       " --packing True --model_max_length 128 2>&1",
+                   &out);
+  ASSERT_EQ(rc, 0) << out;
+  auto packed = read_lines(packed_path);
+  EXPECT_LT(packed.size(), 400u);
+  EXPECT_TRUE(packed[0].contains("segment_ids"));
+  EXPECT_NE(out.find("packed blocks:"), std::string::npos) << out;
+}
+
+TEST(Preprocess, BadInputFailsWithoutWriting) {
+  TempDir dir("preprocess_bad");
+  const auto bad = dir.path() / "bad.json";
+  std::ofstream(bad) << R"([{"instruction": "a", "output": "b"}, {"instruction": 1, "output": "b"}])";
+  const auto out_path = dir.path() / "tokens.jsonl";
+  std::string out;
+  int rc = run_command(train_bin() + " preprocess --data_path " + bad.string() + " --tokenizer " +
+                           (source_dir() / "data/tokenizer").string() + " --output " +
+                           out_path.string() + " 2>&1",
+                       &out);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("record 1"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(out_path));
+  rc = run_command(train_bin() + " preprocess --data_path " + bad.string() + " --output " +
+                       out_path.string() + " 2>&1",
+                   &out);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--model_name_or_path"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace alpaca::data

@@ -1,0 +1,188 @@
+// Pure parts of fsdp/: shard arithmetic, flat parameters (views, padding, freeing), the HF
+// weight-decay rule, and --fsdp / --fsdp_config parsing.
+#include <gtest/gtest.h>
+
+#include "alpaca/fsdp/engine.h"
+#include "alpaca/fsdp/flat_param.h"
+#include "alpaca/fsdp/policy.h"
+#include "alpaca/fsdp/shard_info.h"
+#include "alpaca/util/error.h"
+
+namespace alpaca::fsdp {
+namespace {
+
+TEST(ShardInfo, PadsToMultipleOfWorldAndCoversEveryElementOnce) {
+  for (int64_t numel : {0, 1, 3, 7, 8, 82, 135}) {
+    for (int world : {1, 2, 3, 4, 5, 8}) {
+      std::vector<int> owner(numel, -1);
+      for (int r = 0; r < world; ++r) {
+        ShardInfo s = shard_info(numel, world, r);
+        EXPECT_EQ(s.padded_numel % world, 0);
+        EXPECT_GE(s.padded_numel, numel);
+        EXPECT_LT(s.padded_numel - numel, world);
+        EXPECT_EQ(s.shard_begin, r * s.shard_numel);
+        for (int64_t i = 0; i < s.valid_numel; ++i) {
+          ASSERT_EQ(owner[s.shard_begin + i], -1);
+          owner[s.shard_begin + i] = r;
+        }
+      }
+      for (int64_t i = 0; i < numel; ++i) EXPECT_GE(owner[i], 0) << numel << "/" << world;
+    }
+  }
+}
+
+TEST(ShardInfo, WorldLargerThanBuffer) {
+  ShardInfo s = shard_info(3, 4, 3);
+  EXPECT_EQ(s.shard_numel, 1);
+  EXPECT_EQ(s.valid_numel, 0);  // rank 3 holds only padding
+  EXPECT_EQ(shard_info(3, 4, 2).valid_numel, 1);
+}
+
+TEST(ShardInfo, ParamSlices) {
+  // flat = [a(5) b(4) c(3)] = 12, world 5 -> shard 3 (padded 15)
+  ShardInfo s1 = shard_info(12, 5, 1);  // elements 3..5
+  auto a = param_shard_slice(0, 5, s1);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->param_begin, 3);
+  EXPECT_EQ(a->param_end, 5);
+  EXPECT_EQ(a->shard_offset, 0);
+  auto b = param_shard_slice(5, 4, s1);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->param_begin, 0);
+  EXPECT_EQ(b->param_end, 1);
+  EXPECT_EQ(b->shard_offset, 2);
+  EXPECT_FALSE(param_shard_slice(9, 3, s1));
+  EXPECT_FALSE(param_shard_slice(9, 3, shard_info(12, 5, 4)));  // rank 4: padding only (12..14)
+  EXPECT_THROW(shard_info(4, 0, 0), Error);
+  EXPECT_THROW(shard_info(4, 2, 2), Error);
+}
+
+TEST(FlatParameter, ParamsBecomeViewsOfTheFreedFullBuffer) {
+  at::Tensor w = at::arange(6, at::kFloat).reshape({2, 3}).requires_grad_(true);
+  at::Tensor b = at::arange(6, 9, at::kFloat).requires_grad_(true);
+  std::vector<FlatParamEntry> entries(2);
+  entries[0].name = "w";
+  entries[0].param = w;
+  entries[1].name = "b";
+  entries[1].param = b;
+  FlatParamOptions opt;
+  opt.param_dtype = at::kBFloat16;
+  FlatParameter flat(std::move(entries), /*world=*/4, /*rank=*/2, opt);  // 9 -> padded 12, shard 3: 6..8
+  EXPECT_EQ(flat.shard_info().padded_numel, 12);
+  EXPECT_TRUE(at::equal(flat.shard(), at::tensor({6.f, 7.f, 8.f})));
+  EXPECT_FALSE(flat.full_allocated());
+  EXPECT_EQ(w.scalar_type(), at::kBFloat16);
+  EXPECT_EQ(w.sizes(), (std::vector<int64_t>{2, 3}));
+  EXPECT_TRUE(w.is_leaf());
+  EXPECT_TRUE(w.requires_grad());
+  flat.alloc_full();
+  flat.full().copy_(at::arange(12, at::kFloat));
+  // The module's tensors see the buffer's values through the shared storage.
+  EXPECT_TRUE(at::equal(w.to(at::kFloat), at::arange(6, at::kFloat).reshape({2, 3})));
+  EXPECT_TRUE(at::equal(b.to(at::kFloat), at::arange(6, 9, at::kFloat)));
+  flat.free_full();
+  EXPECT_EQ(flat.full().storage().nbytes(), 0u);
+  flat.alloc_full();
+  flat.full().fill_(2);
+  EXPECT_TRUE(at::equal(b.to(at::kFloat), at::full({3}, 2.f)));
+}
+
+TEST(WeightDecay, HfRule) {
+  EXPECT_TRUE(hf_no_weight_decay("model.layers.0.input_layernorm.weight"));
+  EXPECT_TRUE(hf_no_weight_decay("model.layers.3.post_attention_layernorm.weight"));
+  EXPECT_TRUE(hf_no_weight_decay("model.norm.weight"));
+  EXPECT_TRUE(hf_no_weight_decay("model.layers.0.mlp.up_proj.bias"));
+  EXPECT_TRUE(hf_no_weight_decay("q_norm.weight"));
+  EXPECT_FALSE(hf_no_weight_decay("model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_FALSE(hf_no_weight_decay("model.embed_tokens.weight"));
+  EXPECT_FALSE(hf_no_weight_decay("lm_head.weight"));
+  EXPECT_FALSE(hf_no_weight_decay("model.normalizer.weight"));
+}
+
+FsdpPolicy build(const std::string& words, const std::string& cfg = "", const std::string& mp = "no",
+                 bool gc = false) {
+  FsdpPolicyInputs in;
+  in.fsdp = words;
+  in.fsdp_config = cfg;
+  in.mixed_precision = mp;
+  in.gradient_checkpointing = gc;
+  in.local_world_size = 2;
+  return build_fsdp_policy(in);
+}
+
+TEST(Policy, AlpacaReadmeFlags) {
+  FsdpPolicyInputs in;
+  in.fsdp = "full_shard auto_wrap";
+  in.transformer_layer_cls_to_wrap = {"LlamaDecoderLayer"};
+  in.mixed_precision = "bf16";
+  FsdpPolicy p = build_fsdp_policy(in);
+  EXPECT_EQ(p.strategy, ShardingStrategy::kFullShard);
+  EXPECT_TRUE(p.auto_wrap);
+  EXPECT_FALSE(p.offload);
+  EXPECT_EQ(p.param_dtype, at::kBFloat16);
+  EXPECT_EQ(p.reduce_dtype, at::kBFloat16);  // accelerate: reduce in param dtype
+  EXPECT_EQ(p.backward_prefetch, BackwardPrefetch::kNone);  // HF: NO_PREFETCH unless configured
+  EXPECT_TRUE(p.sync_module_states);
+  EXPECT_FALSE(p.activation_checkpointing);
+}
+
+TEST(Policy, Words) {
+  EXPECT_EQ(build("shard_grad_op auto_wrap").strategy, ShardingStrategy::kShardGradOp);
+  EXPECT_EQ(build("no_shard").strategy, ShardingStrategy::kNoShard);
+  EXPECT_FALSE(build("full_shard").auto_wrap);  // no auto_wrap: the whole model is one unit
+  FsdpPolicy h = build("hybrid_shard offload auto_wrap");
+  EXPECT_EQ(h.strategy, ShardingStrategy::kHybridShard);
+  EXPECT_TRUE(h.offload);
+  EXPECT_EQ(h.hybrid_shard_size, 2);
+  EXPECT_EQ(build("True").strategy, ShardingStrategy::kFullShard);
+  EXPECT_EQ(build("").strategy, ShardingStrategy::kNoShard);
+  EXPECT_THROW(build("offload"), Error);
+  EXPECT_THROW(build("full_shard shard_grad_op"), Error);
+  EXPECT_THROW(build("full_shard zero3"), Error);
+  EXPECT_THROW(build("hybrid_shard_zero2"), Error);
+  EXPECT_TRUE(build("full_shard", "", "no", /*gc=*/true).activation_checkpointing);
+  EXPECT_EQ(build("full_shard", "", "fp16").param_dtype, at::kHalf);
+  EXPECT_THROW(build("full_shard", "", "fp8"), Error);
+}
+
+TEST(Policy, ConfigKeysWithAndWithoutPrefix) {
+  FsdpPolicy p = build("full_shard auto_wrap", R"({
+    "fsdp_backward_prefetch": "backward_pre", "forward_prefetch": "true", "limit_all_gathers": false,
+    "sync_module_states": true, "cpu_ram_efficient_loading": true, "activation_checkpointing": true,
+    "use_orig_params": true, "transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"], "min_num_params": 0,
+    "fsdp_version": 1, "reduce_dtype": "fp32"})", "bf16");
+  EXPECT_EQ(p.backward_prefetch, BackwardPrefetch::kBackwardPre);
+  EXPECT_TRUE(p.forward_prefetch);
+  EXPECT_FALSE(p.limit_all_gathers);
+  EXPECT_TRUE(p.cpu_ram_efficient_loading);
+  EXPECT_TRUE(p.activation_checkpointing);
+  EXPECT_EQ(p.param_dtype, at::kBFloat16);
+  EXPECT_EQ(p.reduce_dtype, at::kFloat);
+  EXPECT_EQ(build("full_shard", R"({"backward_prefetch":"BACKWARD_POST"})").backward_prefetch,
+            BackwardPrefetch::kBackwardPost);
+}
+
+TEST(Policy, KeysNotActedOnAreErrors) {
+  for (const char* bad : {R"({"xla": true})", R"({"fsdp_version": 2})", R"({"min_num_params": 1000})",
+                          R"({"use_orig_params": false})", R"({"transformer_layer_cls_to_wrap": "GPT2Block"})",
+                          R"({"backward_prefetch": "sometimes"})", R"({"limit_all_gathers": "maybe"})",
+                          R"({"sync_module_states": false, "cpu_ram_efficient_loading": true})",
+                          R"({"state_dict_type": "SHARDED_STATE_DICT"})", R"([1, 2])", R"({not json)",
+                          R"({"backward_prefetch": "backward_pre", "fsdp_backward_prefetch": "backward_pre"})"}) {
+    EXPECT_THROW(build("full_shard auto_wrap", bad), Error) << bad;
+  }
+  try {
+    build("full_shard", R"({"xla_fsdp_grad_ckpt": true})");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("xla_fsdp_grad_ckpt"), std::string::npos) << e.message();
+  }
+  FsdpPolicyInputs in;
+  in.fsdp = "full_shard auto_wrap";
+  in.fsdp_config = R"({"transformer_layer_cls_to_wrap": "LlamaDecoderLayer"})";
+  in.transformer_layer_cls_to_wrap = {"LlamaDecoderLayer"};
+  EXPECT_THROW(build_fsdp_policy(in), Error);  // given twice, as HF forbids
+}
+
+}  // namespace
+}  // namespace alpaca::fsdp
