@@ -55,7 +55,7 @@ int run_train(const std::vector<std::string>& argv) {
   if (rank >= 0) set_process_rank(rank);  // error messages name the rank from the start
   setup_logging(args, rank);
   if (rank <= 0) {
-    ALPACA_INFO(format_train_args(args));
+    ALPACA_INFO("run " << args.run_name << ": " << format_train_args(args));
     for (const auto& note : args.notes) ALPACA_INFO(note);
     write_args_json(args);
     ALPACA_INFO("wrote " << (fs::path(args.output_dir) / "training_args.json").string());

@@ -3,6 +3,7 @@
 // fields (FSDP options, resolved JSON configs, defaults that depend on other flags) are filled.
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>

@@ -102,7 +102,8 @@ TEST(CliBinary, OnlyRankZeroLogsInfoByDefault) {
   EXPECT_FALSE(fs::exists(dir.path() / "out" / "training_args.json")) << "only rank 0 writes the arguments";
 
   Result rank0 = run(flags, "OMPI_COMM_WORLD_RANK=0");
-  EXPECT_NE(rank0.out.find("[info] [rank 0] effective arguments"), std::string::npos) << rank0.out;
+  EXPECT_NE(rank0.out.find("[info] [rank 0] run " + (dir.path() / "out").string() + ": effective arguments"), std::string::npos)
+      << rank0.out;  // run_name defaults to output_dir
 
   fs::remove_all(dir.path() / "out");
   Result quiet = run(flags + " --log_level warning", "RANK=0");
