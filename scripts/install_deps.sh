@@ -7,6 +7,7 @@
 #   - .venv/ in the repo: the pinned torch wheel (our LibTorch) and the reference-test packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+t0=$(date +%s)
 
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
@@ -46,3 +47,4 @@ else
   echo "[install_deps] .venv: requirements.txt already installed"
 fi
 .venv/bin/python -c "import torch; print('[install_deps] torch', torch.__version__, 'cuda', torch.version.cuda)"
+echo "[install_deps] done in $(( $(date +%s) - t0 )) s"

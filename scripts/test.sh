@@ -5,8 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${ALPACA_BUILD_DIR:-build}
 JOBS=${ALPACA_JOBS:-$(nproc)}
+t0=$(date +%s)
 [ -f "$BUILD/build.ninja" ] || cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$BUILD" -j "$JOBS"
+t1=$(date +%s)
+echo "[test] build took $((t1 - t0)) s"
 # GPU tests need a GPU; everything else runs here. Multi-rank tests use mpirun with Open MPI's
 # root/oversubscribe settings from tests/CMakeLists.txt.
 ctest --test-dir "$BUILD" --output-on-failure -LE gpu -j 1 "$@"
+echo "[test] tests took $(( $(date +%s) - t1 )) s"

@@ -1,9 +1,85 @@
-// PLACEHOLDER until its module lands: replaced wholesale by the owning module's implementation.
+// `alpaca-train --nproc_per_node N [--nnodes M --node_rank R --master_addr A --master_port P] <train flags>`:
+// torchrun's flags on our binary. Takes the launcher flags out of the arguments (wherever they
+// are) and starts N copies of this very binary (/proc/self/exe) with the rest.
+#include <unistd.h>
+
+#include <climits>
+#include <string>
+
 #include "alpaca/cli/commands.h"
+#include "alpaca/dist/launcher.h"
 #include "alpaca/util/error.h"
 
 namespace alpaca::cli {
-int run_launcher(const std::vector<std::string>&) {
-  ALPACA_FAIL("the built-in launcher (--nproc_per_node) is not part of this build yet");
+namespace {
+
+int parse_int(const std::string& flag, const std::string& value) {
+  size_t used = 0;
+  long v = -1;
+  try {
+    v = std::stol(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  ALPACA_CHECK(used == value.size() && !value.empty() && v >= 0 && v <= INT_MAX,
+               flag << " expects a non-negative integer, got '" << value << "'");
+  return static_cast<int>(v);
 }
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  ALPACA_CHECK(n > 0, "launcher: cannot find this program's path (/proc/self/exe)");
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+int run_launcher(const std::vector<std::string>& args) {
+  dist::LauncherOptions opts;
+  opts.program = self_exe();
+  bool master_addr_given = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i], value;
+    bool has_value = false;
+    if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      has_value = true;
+    }
+    // torchrun spells them with '-' or '_'.
+    std::string key = a;
+    for (char& c : key)
+      if (c == '-') c = '_';
+    const bool launcher_flag = key == "__nproc_per_node" || key == "__nnodes" || key == "__node_rank" ||
+                               key == "__master_addr" || key == "__master_port" || key == "__standalone";
+    if (!launcher_flag) {
+      opts.args.push_back(args[i]);
+      continue;
+    }
+    if (key == "__standalone") continue;  // single node on a free port: our default
+    if (!has_value) {
+      ALPACA_CHECK(i + 1 < args.size(), a << " needs a value");
+      value = args[++i];
+    }
+    if (key == "__nproc_per_node") {
+      opts.nproc_per_node = parse_int(a, value);
+    } else if (key == "__nnodes") {
+      ALPACA_CHECK(value.find(':') == std::string::npos,
+                   "--nnodes " << value << ": elastic node ranges are not supported; give a fixed node count");
+      opts.nnodes = parse_int(a, value);
+    } else if (key == "__node_rank") {
+      opts.node_rank = parse_int(a, value);
+    } else if (key == "__master_addr") {
+      opts.master_addr = value;
+      master_addr_given = true;
+    } else if (key == "__master_port") {
+      opts.master_port = parse_int(a, value);
+    }
+  }
+  ALPACA_CHECK(opts.nnodes == 1 || master_addr_given,
+               "--nnodes " << opts.nnodes << " needs --master_addr: the host of node 0, reachable from every node");
+  return dist::run_workers(opts);
+}
+
 }  // namespace alpaca::cli

@@ -110,7 +110,8 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
   for (const auto& f : train_flags()) {
     CLI::Option* opt = app.add_option("--" + f.name, f.help);
     // A bool may stand bare (--bf16) or take a value (--bf16 True); other flags take one value.
-    opt->expected(is_bool_type(f.type) ? 0 : 1, 1);
+    // --fsdp may stand bare too (HF: nargs="?", const=True, meaning full_shard).
+    opt->expected(is_bool_type(f.type) || f.name == "fsdp" ? 0 : 1, 1);
     opt->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     options[f.name] = opt;
   }
@@ -130,7 +131,12 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
-    ALPACA_USAGE_FAIL(e.what());
+    // CLI11 says "--learning_rate: 1 required TEXT missing"; say it in our words.
+    std::string what = e.what();
+    if (what.find("required") != std::string::npos && what.find("missing") != std::string::npos && what.find(':') != std::string::npos) {
+      ALPACA_USAGE_FAIL(what.substr(0, what.find(':')) << " needs a value, e.g. " << what.substr(0, what.find(':')) << " VALUE");
+    }
+    ALPACA_USAGE_FAIL(what);
   }
 
   for (const auto& extra : app.remaining()) {
@@ -151,6 +157,11 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
     ALPACA_USAGE_CHECK(!cl.values.count(flag), "--" << spelling << " and --" << flag
                                                     << " are the same flag; give only --" << flag);
     const auto& results = opt->results();
+    // CLI11 hands a following "--flag" to an option that takes a value; never take a flag as a value.
+    for (const auto& r : results) {
+      ALPACA_USAGE_CHECK(r.rfind("--", 0) != 0, "--" << spelling << " needs a value, but the next argument is the flag "
+                                                     << r << "; give --" << spelling << " VALUE");
+    }
     cl.values[flag] = results.empty() || results.back().empty() ? "true" : results.back();
   }
   for (const auto& [flag, opt] : negations) {

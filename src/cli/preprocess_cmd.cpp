@@ -53,7 +53,19 @@ int run_preprocess(const std::vector<std::string>& args) {
                "Pack examples into --model_max_length blocks (position/segment ids per example)");
   app.add_option("--num_threads", num_threads, "Tokenizer threads (0 = every core)")
       ->capture_default_str();
-  std::vector<std::string> argv(args.rbegin(), args.rend());  // CLI11 parses a reversed vector
+  // HF-style booleans ("--packing True") as well as the bare flag: fold a following boolean word
+  // into "--packing=<word>", which CLI11 reads for flags.
+  std::vector<std::string> folded;
+  for (size_t i = 0; i < args.size(); ++i) {
+    static const std::vector<std::string> kWords = {"True", "False", "true", "false", "1", "0"};
+    if (args[i] == "--packing" && i + 1 < args.size() &&
+        std::find(kWords.begin(), kWords.end(), args[i + 1]) != kWords.end()) {
+      folded.push_back("--packing=" + args[++i]);
+    } else {
+      folded.push_back(args[i]);
+    }
+  }
+  std::vector<std::string> argv(folded.rbegin(), folded.rend());  // CLI11 parses reversed
   try {
     app.parse(argv);
   } catch (const CLI::CallForHelp&) {

@@ -52,6 +52,7 @@ int run_train(const std::vector<std::string>& argv) {
   }
   TrainArgs args = parse_train_args(argv);
   int rank = log::env_rank();
+  if (rank >= 0) set_process_rank(rank);  // error messages name the rank from the start
   setup_logging(args, rank);
   if (rank <= 0) {
     ALPACA_INFO(format_train_args(args));

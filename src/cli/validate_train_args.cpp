@@ -177,7 +177,10 @@ void validate_strategies(TrainArgs& a) {
   for (const Pair& p : {Pair{"save_steps", "save_strategy", a.save_strategy},
                         Pair{"logging_steps", "logging_strategy", a.logging_strategy},
                         Pair{"eval_steps", "eval_strategy", a.eval_strategy}}) {
-    ALPACA_USAGE_CHECK(!a.is_set(p.steps) || p.value == "steps",
+    // Default values do not count: training_args.json lists every flag and must read back.
+    const FlagInfo* info = find_train_flag(p.steps);
+    bool given = a.is_set(p.steps) && flag_value_text(a, p.steps) != info->default_text;
+    ALPACA_USAGE_CHECK(!given || p.value == "steps",
                        "--" << p.steps << " " << flag_value_text(a, p.steps) << " has no effect with --" << p.strategy << " "
                             << p.value << "; set --" << p.strategy << " steps, or drop --" << p.steps);
   }
@@ -290,8 +293,14 @@ void validate_fsdp(TrainArgs& a) {
     ALPACA_USAGE_CHECK(!(strategies.empty() && a.has_fsdp(FsdpOption::kOffload)),
                        "--fsdp offload can't work on its own; add it to a strategy, e.g. --fsdp \"full_shard auto_wrap offload\"");
     if (strategies.empty()) a.fsdp_options.insert(FsdpOption::kFullShard);  // auto_wrap alone: full_shard, as accelerate
-    ALPACA_USAGE_CHECK(!a.has_fsdp(FsdpOption::kHybridShardZero2),
-                       "--fsdp hybrid_shard_zero2 is not implemented by the FSDP engine; use hybrid_shard or shard_grad_op");
+    for (FsdpOption o : a.fsdp_options) {
+      if (o == FsdpOption::kOffload || o == FsdpOption::kAutoWrap) continue;
+      bool supported = false;
+      for (FsdpOption s : kSupportedFsdpStrategies) supported = supported || s == o;
+      std::string names;
+      for (FsdpOption s : kSupportedFsdpStrategies) names += (names.empty() ? "" : ", ") + fsdp_option_name(s);
+      ALPACA_USAGE_CHECK(supported, "--fsdp " << fsdp_option_name(o) << " is not implemented by the FSDP engine; use one of " << names);
+    }
     ALPACA_USAGE_CHECK(!(a.has_fsdp(FsdpOption::kNoShard) && a.has_fsdp(FsdpOption::kOffload)),
                        "--fsdp \"no_shard offload\" is not supported (nothing is sharded to offload); use "
                        "\"full_shard auto_wrap offload\"");

@@ -6,6 +6,7 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -69,6 +70,7 @@ struct Tokenizer::Impl {
   int64_t unk_token_length = 0;          // pieces of the unk string (non-legacy prefix trick)
   int64_t model_max_length = 0;          // 0 = not set
   std::unordered_map<std::string, int64_t> added_index;  // content -> index into `added`
+  std::array<bool, 256> starts_token{};  // first bytes of added tokens: a quick split pre-check
 
   int64_t sp_size() const { return sp.GetPieceSize(); }
 
@@ -117,6 +119,7 @@ struct Tokenizer::Impl {
     }
     added_index[content] = static_cast<int64_t>(added.size());
     added.push_back(AddedToken{content, new_id, special, lstrip, rstrip});
+    starts_token[static_cast<unsigned char>(content[0])] = true;
     return new_id;
   }
 
@@ -170,8 +173,8 @@ struct Tokenizer::Impl {
     if (!leading_space) return append_sp(chunk, true, out);
     std::vector<int64_t> ids;
     append_sp(unk_token + chunk, true, &ids);
-    int64_t skip = std::min<int64_t>(unk_token_length, static_cast<int64_t>(ids.size()));
-    if (static_cast<int64_t>(ids.size()) < unk_token_length) skip = 0;
+    // HF: tokens[unk_token_length:] if len(tokens) >= unk_token_length else tokens
+    const int64_t skip = static_cast<int64_t>(ids.size()) >= unk_token_length ? unk_token_length : 0;
     out->insert(out->end(), ids.begin() + skip, ids.end());
   }
 
@@ -199,6 +202,10 @@ struct Tokenizer::Impl {
     std::vector<Piece> pieces;
     size_t start = 0;
     for (size_t i = 0; i < text.size();) {
+      if (!starts_token[static_cast<unsigned char>(text[i])]) {
+        ++i;
+        continue;
+      }
       const AddedToken* best = nullptr;
       for (const auto& t : added) {
         if (text.compare(i, t.content.size(), t.content) == 0 &&
@@ -271,6 +278,7 @@ Tokenizer& Tokenizer::operator=(const Tokenizer& other) {
   const Impl& o = *other.impl_;
   impl->added = o.added;
   impl->added_index = o.added_index;
+  impl->starts_token = o.starts_token;
   impl->bos_token = o.bos_token;
   impl->eos_token = o.eos_token;
   impl->unk_token = o.unk_token;

@@ -1,10 +1,13 @@
 // The MPI backend for CPU tensors: nonblocking MPI collectives (MPI_I*) whose handles are waited
-// by polling MPI_Test against the communicator's deadline. 16-bit floats travel as raw words in
+// by polling MPI_Test against the communicator's deadline. Open MPI's nonblocking collectives
+// advance only inside MPI calls, so under MPI_THREAD_MULTIPLE a progress thread tests pending
+// requests every ~100 us: a prefetched all-gather moves while the caller computes. 16-bit floats travel as raw words in
 // gathers and broadcasts, and are reduced in fp32 (convert, reduce, convert back) so every rank
 // gets the correctly rounded result of an fp32 sum.
 #include "mpi_include.h"
 
 #include <climits>
+#include <condition_variable>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -101,20 +104,23 @@ class MpiWork final : public Work {
     if (done_) return;
     check_mpi_thread(what_.c_str());
     WaitScope scope(what_);
-    // Spin briefly (collectives of small tensors finish in microseconds), then back off to
-    // sleeps so a long wait for a slow peer does not burn a core the other ranks need.
-    int polls = 0;
-    auto sleep = std::chrono::microseconds(20);
+    // Open MPI's nonblocking collectives advance only inside MPI calls, so poll MPI_Test
+    // continuously (yielding the core to other ranks on oversubscribed hosts) for the first
+    // second; after that the peer is evidently late: back off to sleeps so a long wait does not
+    // burn a core the other ranks need.
+    const auto spin_until = Clock::now() + std::chrono::seconds(1);
+    auto sleep = std::chrono::microseconds(50);
     while (!test_locked()) {
-      if (Clock::now() > deadline_) {
+      const auto now = Clock::now();
+      if (now > deadline_) {
         fail_collective(what_ + " did not complete within the timeout (--ddp_timeout); a peer rank is dead, stuck, or "
                                 "called the collectives in a different order");
       }
-      if (++polls < 200) {
+      if (now < spin_until) {
         std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(sleep);
-        sleep = std::min(sleep * 2, std::chrono::microseconds(2000));
+        sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
       }
     }
   }
@@ -127,15 +133,43 @@ class MpiWork final : public Work {
   }
 
  private:
+  friend class ProgressEngine;
+
+  // For the progress thread: advances the request if nobody else holds it; true once finished
+  // (or failed: the failure is kept for the waiter, who reports it).
+  bool progress() {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return false;
+    if (done_ || !error_.empty()) return true;
+    int flag = 0;
+    int rc = MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      error_ = what_ + " failed in MPI: " + mpi_error_string(rc);
+      return true;
+    }
+    if (!flag) return false;
+    try {
+      complete_locked();
+    } catch (const std::exception& e) {
+      error_ = what_ + " failed to finish: " + e.what();
+    }
+    return true;
+  }
+
   bool test_locked() {
+    if (!error_.empty()) fail_collective(error_);
     int flag = 0;
     int rc = MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) fail_collective(what_ + " failed in MPI: " + mpi_error_string(rc));
     if (!flag) return false;
+    complete_locked();
+    return true;
+  }
+
+  void complete_locked() {
     done_ = true;
     if (finish_) finish_();
     finish_ = nullptr;  // releases the buffers it held
-    return true;
   }
 
   std::mutex mu_;
@@ -144,6 +178,65 @@ class MpiWork final : public Work {
   Clock::time_point deadline_;
   std::function<void()> finish_;
   bool done_ = false;
+  std::string error_;  // set by the progress thread, reported by the waiter
+};
+
+// The process's progress thread (MPI_THREAD_MULTIPLE only). Started with the first collective,
+// stopped by dist::finalize() before MPI_Finalize (and at static destruction).
+class ProgressEngine {
+ public:
+  static ProgressEngine& get() {
+    static ProgressEngine engine;
+    return engine;
+  }
+  ~ProgressEngine() { stop(); }
+
+  void add(const std::shared_ptr<MpiWork>& work) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    works_.push_back(work);
+    cv_.notify_one();
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void loop() {
+    std::vector<std::weak_ptr<MpiWork>> batch;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopped_ || !works_.empty(); });
+        if (stopped_) return;
+        batch.swap(works_);
+      }
+      std::vector<std::weak_ptr<MpiWork>> still;
+      for (auto& weak : batch) {
+        auto work = weak.lock();
+        if (work && !work->progress()) still.push_back(weak);
+      }
+      batch.clear();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        works_.insert(works_.end(), still.begin(), still.end());
+      }
+      if (!still.empty()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::weak_ptr<MpiWork>> works_;
+  bool stopped_ = false;
+  std::thread thread_;
 };
 
 class MpiCommunicator final : public Communicator {
@@ -288,7 +381,9 @@ class MpiCommunicator final : public Communicator {
   }
 
   WorkHandle make_work(MPI_Request req, const std::string& what, std::function<void()> finish) {
-    return std::make_shared<MpiWork>(req, what, deadline_after(options_.timeout), std::move(finish));
+    auto work = std::make_shared<MpiWork>(req, what, deadline_after(options_.timeout), std::move(finish));
+    if (mpi_progress_thread()) ProgressEngine::get().add(work);
+    return work;
   }
 
   MPI_Comm comm_;
@@ -301,6 +396,8 @@ class MpiCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+void stop_mpi_progress() { ProgressEngine::get().stop(); }
 
 std::shared_ptr<Communicator> make_mpi_communicator(const CommOptions& options) {
   // A duplicate of MPI_COMM_WORLD, so our collectives never match anyone else's traffic.

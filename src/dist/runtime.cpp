@@ -4,10 +4,13 @@
 
 #include "mpi_include.h"
 
+#include <c10/util/Logging.h>  // defines: FLAGS_caffe2_log_level
 #include <torch/csrc/distributed/c10d/HashStore.hpp>  // defines: c10d::HashStore
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>   // defines: c10d::TCPStore
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -31,6 +34,8 @@ struct State {
   int mpi_thread_level = 0;
   std::thread::id init_thread;
   c10::intrusive_ptr<c10d::Store> store;
+  MPI_Comm shutdown_comm = MPI_COMM_NULL;  // private to the bounded barrier in finalize()
+  std::chrono::milliseconds timeout{0};  // the largest CommOptions::timeout seen (0: none yet, use 1800 s)
 };
 State& state() {
   static State s;
@@ -65,13 +70,49 @@ void install_signal_handlers() {
   if (g_prev_int.sa_handler == SIG_DFL) sigaction(SIGINT, &sa, nullptr);
 }
 
+// MPI_THREAD_MULTIPLE unless ALPACA_MPI_THREAD_LEVEL asks for less (for MPI libraries whose
+// MULTIPLE mode is slow or broken); below MULTIPLE there is no progress thread and collectives
+// must be issued and waited from the initialising thread.
+int requested_thread_level() {
+  const char* v = std::getenv("ALPACA_MPI_THREAD_LEVEL");
+  const std::string word = v ? v : "multiple";
+  if (word == "multiple") return MPI_THREAD_MULTIPLE;
+  if (word == "serialized") return MPI_THREAD_SERIALIZED;
+  if (word == "funneled") return MPI_THREAD_FUNNELED;
+  ALPACA_FAIL("ALPACA_MPI_THREAD_LEVEL=" << word << " is not one of multiple, serialized, funneled");
+}
+
+// Where this rank sits, from MPI itself: the launch variables only give node indices for block
+// placement (rank / local size), but mpirun --map-by node or srun -m cyclic place ranks round
+// robin. Nodes are numbered by their lowest world rank. Collective over MPI_COMM_WORLD.
+void place_on_nodes(LaunchInfo& li) {
+  MPI_Comm local = MPI_COMM_NULL, leaders = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, li.rank, MPI_INFO_NULL, &local) != MPI_SUCCESS) return;
+  int local_rank = 0, local_size = 1;
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_size(local, &local_size);
+  MPI_Comm_split(MPI_COMM_WORLD, local_rank == 0 ? 0 : MPI_UNDEFINED, li.rank, &leaders);
+  int node_and_count[2] = {0, 1};
+  if (leaders != MPI_COMM_NULL) {
+    MPI_Comm_rank(leaders, &node_and_count[0]);
+    MPI_Comm_size(leaders, &node_and_count[1]);
+    MPI_Comm_free(&leaders);
+  }
+  MPI_Bcast(node_and_count, 2, MPI_INT, 0, local);
+  MPI_Comm_free(&local);
+  li.local_rank = local_rank;
+  li.local_world_size = local_size;
+  li.node_rank = node_and_count[0];
+  li.num_nodes = node_and_count[1];
+}
+
 void init_mpi(State& s) {
   int already = 0;
   MPI_Initialized(&already);
   if (already) {  // someone else (a test harness, an embedding program) owns MPI
     MPI_Query_thread(&s.mpi_thread_level);
   } else {
-    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &s.mpi_thread_level);
+    int rc = MPI_Init_thread(nullptr, nullptr, requested_thread_level(), &s.mpi_thread_level);
     ALPACA_CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed (code " << rc
                                                                     << "); check the MPI installation and the launcher");
     s.mpi_inited_by_us = true;
@@ -79,15 +120,34 @@ void init_mpi(State& s) {
   ALPACA_CHECK(s.mpi_thread_level >= MPI_THREAD_FUNNELED,
                "the MPI library offers only MPI_THREAD_SINGLE; alpaca-train needs at least MPI_THREAD_FUNNELED");
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_dup(MPI_COMM_WORLD, &s.shutdown_comm);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const LaunchInfo& li = *s.launch;
+  LaunchInfo& li = *s.launch;
   ALPACA_CHECK(rank == li.rank && size == li.world_size,
                "MPI reports rank " << rank << " of " << size << " but the " << to_string(li.source)
                                    << " launch variables say rank " << li.rank << " of " << li.world_size
                                    << "; was the binary started by a different MPI than it was built with?");
+  place_on_nodes(li);
 }
+
+// MPI_Finalize waits for every rank; a bounded barrier first turns "a peer never arrives" into a
+// warning and an exit without MPI_Finalize (the MPI launcher then ends the job) instead of a hang.
+bool shutdown_barrier(State& s) {
+  if (s.shutdown_comm == MPI_COMM_NULL) return true;
+  MPI_Request req;
+  if (MPI_Ibarrier(s.shutdown_comm, &req) != MPI_SUCCESS) return false;
+  auto deadline = std::chrono::steady_clock::now() + (s.timeout.count() > 0 ? s.timeout : std::chrono::seconds(1800));
+  for (int flag = 0;;) {
+    if (MPI_Test(&req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (flag) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+void finalize_at_exit() { finalize(/*clean=*/true); }
 
 void finalize_store(State& s, bool clean) {
   if (!s.store) return;
@@ -105,7 +165,7 @@ void finalize_store(State& s, bool clean) {
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
     } catch (const std::exception& e) {
-      std::cerr << g_rank_prefix << ": warning: the store barrier at shutdown failed: " << e.what() << "\n";
+      std::cerr << g_rank_prefix << ": warning: the store barrier at shutdown failed: " << detail::short_what(e) << "\n";
     }
   }
   s.store.reset();
@@ -148,6 +208,8 @@ const LaunchInfo& init() {
     throw;
   }
   install_signal_handlers();
+  // Programs that never call finalize() (tests, early returns) still shut MPI down properly.
+  std::atexit(finalize_at_exit);
   return *s.launch;
 }
 
@@ -169,13 +231,22 @@ void finalize(bool clean) {
   std::lock_guard<std::mutex> lock(s.mu);
   if (!s.launch || s.finalized) return;
   s.finalized = true;
+  if (s.mpi_thread_level >= MPI_THREAD_MULTIPLE) detail::stop_mpi_progress();
   finalize_store(s, clean);
   if (s.mpi_inited_by_us) {
     int done = 0;
     MPI_Finalized(&done);
     // MPI_Finalize synchronises; a failing rank skips it and exits non-zero so the MPI launcher
     // ends the job instead of this rank waiting for healthy ones (or vice versa).
-    if (!done && clean) MPI_Finalize();
+    if (!done && clean) {
+      if (shutdown_barrier(s)) {
+        MPI_Finalize();
+      } else {
+        std::cerr << g_rank_prefix << ": warning: not every rank reached the end of the job within the timeout; "
+                                      "exiting without MPI_Finalize"
+                  << std::endl;
+      }
+    }
   }
 }
 
@@ -191,6 +262,14 @@ bool mpi_active() {
   MPI_Initialized(&inited);
   MPI_Finalized(&done);
   return inited && !done;
+}
+
+bool mpi_progress_thread() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("ALPACA_MPI_PROGRESS_THREAD");
+    return !(v && std::string(v) == "0");
+  }();
+  return enabled && state().mpi_thread_level >= MPI_THREAD_MULTIPLE;
 }
 
 void check_mpi_thread(const char* op) {
@@ -217,6 +296,9 @@ c10::intrusive_ptr<c10d::Store> torchrun_store(std::chrono::milliseconds timeout
                "a store-based communicator needs MASTER_ADDR and MASTER_PORT (torchrun-style launch); this process was "
                "launched by "
                    << to_string(li.source));
+  // c10d logs every socket hiccup as a warning with a backtrace; our errors name the collective
+  // and the cause already. TORCH_CPP_LOG_LEVEL=INFO/WARNING brings them back for debugging.
+  if (!std::getenv("TORCH_CPP_LOG_LEVEL")) FLAGS_caffe2_log_level = 2;  // errors only
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(li.master_port);
   opts.isServer = li.rank == 0;
@@ -227,7 +309,7 @@ c10::intrusive_ptr<c10d::Store> torchrun_store(std::chrono::milliseconds timeout
     s.store = c10::make_intrusive<c10d::TCPStore>(li.master_addr, opts);
   } catch (const std::exception& e) {
     ALPACA_FAIL("cannot " << (opts.isServer ? "host" : "reach") << " the rendezvous store at " << li.master_addr << ":"
-                          << li.master_port << " (" << e.what()
+                          << li.master_port << " (" << detail::short_what(e)
                           << "); check MASTER_ADDR/MASTER_PORT, that the port is free on rank 0's host, and that every "
                              "rank was started");
   }
@@ -235,9 +317,8 @@ c10::intrusive_ptr<c10d::Store> torchrun_store(std::chrono::milliseconds timeout
 }
 
 void fail_collective(const std::string& msg) {
-  std::cerr << g_rank_prefix << ": error: " << msg << std::endl;
-  if (mpi_active()) {
-    std::cerr << g_rank_prefix << ": aborting the MPI job" << std::endl;
+  if (mpi_active()) {  // MPI cannot recover a communicator with a collective in flight: end the job
+    std::cerr << g_rank_prefix << ": error: " << msg << "\n" << g_rank_prefix << ": aborting the MPI job" << std::endl;
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   ALPACA_FAIL(msg);
@@ -249,6 +330,11 @@ WaitScope::WaitScope(const std::string& what) {
   g_op_set = 1;
 }
 WaitScope::~WaitScope() { g_op_set = 0; }
+
+std::string short_what(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
 
 std::string describe(const at::Tensor& t) {
   std::ostringstream os;
@@ -269,6 +355,11 @@ const char* to_string(ReduceOp op) {
 
 std::shared_ptr<Communicator> make_communicator(const CommOptions& options) {
   const LaunchInfo& li = init();
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.timeout = std::max(s.timeout, options.timeout);
+  }
   Backend b = options.backend;
   if (b == Backend::kAuto) b = options.cuda ? Backend::kNccl : (detail::mpi_active() ? Backend::kMpi : Backend::kStore);
   switch (b) {
@@ -279,7 +370,7 @@ std::shared_ptr<Communicator> make_communicator(const CommOptions& options) {
       return detail::make_mpi_communicator(options);
     case Backend::kStore: return detail::make_store_communicator(options);
     case Backend::kNccl:
-#ifdef ALPACA_NCCL_BACKEND
+#ifdef ALPACA_WITH_CUDA
       return detail::make_nccl_communicator(options);
 #else
       ALPACA_FAIL("the nccl backend is not part of this build (LibTorch without CUDA); use a CPU backend");

@@ -18,6 +18,11 @@ namespace alpaca::dist::detail {
 
 // True between MPI_Init_thread (by us) and MPI_Finalize.
 bool mpi_active();
+// True when a progress thread drives MPI collectives: MPI runs with MPI_THREAD_MULTIPLE and
+// ALPACA_MPI_PROGRESS_THREAD is not 0.
+bool mpi_progress_thread();
+// Stops the MPI progress thread; finalize() calls it before MPI_Finalize.
+void stop_mpi_progress();
 // Throws unless the calling thread may call MPI (FUNNELED/SERIALIZED: only the init thread).
 void check_mpi_thread(const char* op);
 
@@ -25,8 +30,8 @@ void check_mpi_thread(const char* op);
 // bounded by `timeout`. For a world of one it is an in-process store.
 c10::intrusive_ptr<c10d::Store> torchrun_store(std::chrono::milliseconds timeout);
 
-// Prints `msg` (the failed/timed-out collective) to stderr with the rank, then ends the job:
-// MPI_Abort under MPI, else throws alpaca::Error(msg). Never returns.
+// Ends the job for a failed/timed-out collective: under MPI prints `msg` with the rank and calls
+// MPI_Abort; otherwise throws alpaca::Error(msg) (main prints it, the launcher stops the rest).
 [[noreturn]] void fail_collective(const std::string& msg);
 
 // Records the collective this thread is waiting in, so a SIGTERM/SIGINT (e.g. mpirun or our
@@ -41,6 +46,9 @@ class WaitScope {
 inline std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
   return std::chrono::steady_clock::now() + timeout;
 }
+
+// An exception's message without the C++ backtrace that c10::Error appends to what().
+std::string short_what(const std::exception& e);
 
 // A short description of a tensor for error messages: "4099 x BFloat16".
 std::string describe(const at::Tensor& t);

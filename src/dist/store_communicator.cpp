@@ -20,6 +20,10 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
+// TCPStore (libuv server) refuses values over 8 MiB: larger payloads travel as numbered parts.
+constexpr size_t kPartBytes = size_t{4} << 20;
+size_t num_parts(size_t bytes) { return std::max<size_t>(1, (bytes + kPartBytes - 1) / kPartBytes); }
+
 Bytes to_bytes(const at::Tensor& t) {
   at::Tensor c = t.contiguous();
   const auto* p = static_cast<const uint8_t*>(c.data_ptr());
@@ -63,7 +67,7 @@ class StoreCommunicator final : public Communicator {
     run(what, [&](uint64_t seq) {
       publish({key(seq, rank_)}, {to_bytes(in)}, what);  // copied before out's slot may be written (in place)
       for (int r = 0; r < world_; ++r)
-        from_bytes(fetch(key(seq, r), what), out.view(-1).narrow(0, r * in.numel(), in.numel()), what);
+        from_bytes(fetch(key(seq, r), what, in.nbytes()), out.view(-1).narrow(0, r * in.numel(), in.numel()), what);
     });
     return std::make_shared<DoneWork>();
   }
@@ -88,7 +92,7 @@ class StoreCommunicator final : public Communicator {
       std::vector<at::Tensor> parts;
       for (int src = 0; src < world_; ++src) {
         at::Tensor part = at::empty({n}, in.options());
-        from_bytes(fetch(key(seq, src) + "/" + std::to_string(rank_), what), part, what);
+        from_bytes(fetch(key(seq, src) + "/" + std::to_string(rank_), what, part.nbytes()), part, what);
         parts.push_back(part);
       }
       out.view(-1).copy_(reduce(parts, op_kind));
@@ -106,7 +110,7 @@ class StoreCommunicator final : public Communicator {
       std::vector<at::Tensor> parts;
       for (int src = 0; src < world_; ++src) {
         at::Tensor part = at::empty({t.numel()}, t.options());
-        from_bytes(fetch(key(seq, src), what), part, what);
+        from_bytes(fetch(key(seq, src), what, part.nbytes()), part, what);
         parts.push_back(part);
       }
       t.copy_(reduce(parts, op_kind).view(t.sizes()));
@@ -123,7 +127,7 @@ class StoreCommunicator final : public Communicator {
     run(what, [&](uint64_t seq) {
       // Every rank publishes (non-roots an empty marker) so that reaching `seq` is visible.
       publish({key(seq, rank_)}, {rank_ == root ? to_bytes(t) : Bytes{}}, what);
-      Bytes b = fetch(key(seq, root), what);
+      Bytes b = fetch(key(seq, root), what, t.nbytes());
       if (rank_ != root) {
         at::Tensor buf = at::empty({t.numel()}, t.options());
         from_bytes(b, buf, what);
@@ -223,7 +227,7 @@ class StoreCommunicator final : public Communicator {
     } catch (const alpaca::Error&) {
       throw;
     } catch (const std::exception& e) {
-      fail_collective(what + " failed: " + e.what() +
+      fail_collective(what + " failed: " + short_what(e) +
                       " (a peer rank is dead, stuck, or called the collectives in a different order; --ddp_timeout "
                       "bounds the wait)");
     }
@@ -232,8 +236,15 @@ class StoreCommunicator final : public Communicator {
   }
 
   void publish(const std::vector<std::string>& keys, const std::vector<Bytes>& values, const std::string& what) {
-    for (size_t i = 0; i < keys.size(); ++i) store_->set(keys[i], values[i]);
-    cur_keys_.insert(cur_keys_.end(), keys.begin(), keys.end());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const Bytes& v = values[i];
+      for (size_t p = 0, n = num_parts(v.size()); p < n; ++p) {
+        const size_t begin = p * kPartBytes, end = std::min(v.size(), begin + kPartBytes);
+        const std::string part_key = keys[i] + "#" + std::to_string(p);
+        store_->set(part_key, Bytes(v.begin() + begin, v.begin() + end));
+        cur_keys_.push_back(part_key);
+      }
+    }
   }
 
   std::chrono::milliseconds remaining() const {
@@ -241,14 +252,21 @@ class StoreCommunicator final : public Communicator {
     return std::max(left, std::chrono::milliseconds(1));
   }
 
-  Bytes fetch(const std::string& k, const std::string& what) {
-    store_->wait({k}, remaining());
-    return store_->get(k);
+  // Reads a value of `bytes` bytes (its part count follows from the size; small values: 1 part).
+  Bytes fetch(const std::string& k, const std::string& what, size_t bytes = 0) {
+    Bytes out;
+    for (size_t p = 0, n = num_parts(bytes); p < n; ++p) {
+      const std::string part_key = k + "#" + std::to_string(p);
+      store_->wait({part_key}, remaining());
+      Bytes part = store_->get(part_key);
+      out.insert(out.end(), part.begin(), part.end());
+    }
+    return out;
   }
 
   void wait_all(uint64_t seq, const std::string& what) {
     std::vector<std::string> keys;
-    for (int r = 0; r < world_; ++r) keys.push_back(key(seq, r));
+    for (int r = 0; r < world_; ++r) keys.push_back(key(seq, r) + "#0");
     store_->wait(keys, remaining());
   }
 

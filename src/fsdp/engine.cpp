@@ -98,6 +98,7 @@ FsdpEngine::Impl::Impl(const FsdpModelParts& parts, std::shared_ptr<dist::Commun
   if (policy.sync_module_states && comm->world_size() > 1) {
     // HF: rank 0's values win (it may be the only rank that loaded the checkpoint).
     for (const auto& item : named) {
+      if (item.value().is_meta()) continue;  // nothing to send: values arrive by load_parameters
       at::Tensor p = item.value().detach();
       at::Tensor t = p.to(device).contiguous();
       comm->broadcast(t, 0)->wait();
@@ -329,7 +330,7 @@ void FsdpEngine::Impl::on_param_grad(int u, int e, const at::Tensor& param) {
   }
   const auto& entry = unit.train->entries()[e];
   unit.flat_grad.narrow(0, entry.offset, entry.numel).view(entry.shape).add_(g);
-  const_cast<at::Tensor&>(param).mutable_grad().reset();
+  param.mutable_grad().reset();
   if (!unit.got[e]) {
     unit.got[e] = 1;
     ++unit.grads_in;
@@ -394,6 +395,7 @@ FsdpEngine::FsdpEngine(const FsdpModelParts& parts, std::shared_ptr<dist::Commun
     : comm_(comm), policy_(policy) {
   ALPACA_CHECK(comm_ != nullptr, "apply_fsdp: no communicator");
   impl_ = std::make_unique<Impl>(parts, comm_, policy_);
+  log_memory_account();
 }
 
 FsdpEngine::~FsdpEngine() = default;

@@ -39,9 +39,14 @@ void FsdpEngine::load_parameters(const ParamRangeReader& reader, bool rank0_only
         for (const auto& e : flat->entries()) {
           auto slice = param_shard_slice(e.offset, e.numel, si);
           if (!slice) continue;
-          at::Tensor buf = at::empty({slice->numel()}, at::kFloat);
-          reader(e.name, slice->param_begin, slice->param_end, buf);
-          flat->shard().narrow(0, slice->shard_offset, slice->numel()).copy_(buf);
+          at::Tensor dst = flat->shard().narrow(0, slice->shard_offset, slice->numel());
+          if (dst.device().is_cpu()) {
+            reader(e.name, e.shape, slice->param_begin, slice->param_end, dst);  // straight into the shard
+          } else {
+            at::Tensor buf = at::empty({slice->numel()}, at::kFloat);
+            reader(e.name, e.shape, slice->param_begin, slice->param_end, buf);
+            dst.copy_(buf);
+          }
         }
         continue;
       }
@@ -49,7 +54,7 @@ void FsdpEngine::load_parameters(const ParamRangeReader& reader, bool rank0_only
       at::Tensor full = at::zeros({si.padded_numel}, at::TensorOptions().dtype(at::kFloat).device(impl.device));
       if (impl.comm->rank() == 0) {
         at::Tensor host = at::zeros({si.padded_numel}, at::kFloat);
-        for (const auto& e : flat->entries()) reader(e.name, 0, e.numel, host.narrow(0, e.offset, e.numel));
+        for (const auto& e : flat->entries()) reader(e.name, e.shape, 0, e.numel, host.narrow(0, e.offset, e.numel));
         full.copy_(host);
       }
       if (impl.comm->world_size() > 1) impl.comm->broadcast(full, 0)->wait();

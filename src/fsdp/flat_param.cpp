@@ -28,6 +28,7 @@ FlatParameter::FlatParameter(std::vector<FlatParamEntry> entries, int shard_worl
   shard_fp32_ = at::zeros({shard_.shard_numel}, master);
   if (options_.with_grad) grad_fp32_ = at::zeros({shard_.shard_numel}, master);
   for (const auto& e : entries_) {
+    if (e.param.is_meta()) continue;  // no values yet: they come from FsdpEngine::load_parameters
     auto slice = param_shard_slice(e.offset, e.numel, shard_);
     if (!slice) continue;
     at::Tensor src = e.param.detach().reshape({-1}).narrow(0, slice->param_begin, slice->numel());
@@ -39,6 +40,9 @@ FlatParameter::FlatParameter(std::vector<FlatParamEntry> entries, int shard_worl
   for (auto& e : entries_) {
     // set_data keeps the tensor's identity (autograd meta, module references) and moves it onto
     // our storage; the old values are released here so no rank keeps a full copy of the model.
+    // A meta-device parameter (a model built without storage) first becomes a dense tensor of the
+    // compute device: set_data only moves between dense backends.
+    if (e.param.is_meta()) e.param.unsafeGetTensorImpl()->_change_backend_component_keys(options_.compute_device);
     e.param.set_data(full_.narrow(0, e.offset, e.numel).view(e.shape));
   }
   free_full();

@@ -44,9 +44,10 @@ struct CheckpointReader::Impl {
       c10::IValue v;
       try {
         v = torch::jit::pickle_load(bytes);
-      } catch (const std::exception& e) {
-        ALPACA_FAIL(path << ": LibTorch cannot read this .bin file (" << e.what()
-                         << "); convert it to safetensors with transformers' save_pretrained(safe_serialization=True)");
+      } catch (const c10::Error& e) {
+        ALPACA_FAIL(path << ": LibTorch cannot read this .bin file (" << e.what_without_backtrace()
+                         << "). Only torch.save's zip format (PyTorch >= 1.6) is supported; convert the checkpoint "
+                            "to safetensors: load it with transformers' from_pretrained and save_pretrained it");
       }
       ALPACA_CHECK(v.isGenericDict(), path << ": a .bin checkpoint must hold a dict of tensors (a state dict)");
       for (const auto& kv : v.toGenericDict()) {

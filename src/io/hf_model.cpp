@@ -32,7 +32,7 @@ std::string dtype_name(at::ScalarType dtype) {
   }
 }
 
-void load_hf_weights(model::LlamaForCausalLM& m, const std::string& dir) {
+void load_hf_weights(model::LlamaForCausalLM& m, const std::string& dir, const LoadOptions& opts) {
   CheckpointReader ckpt = CheckpointReader::open(dir);
   at::NoGradGuard no_grad;
   size_t used = 0;
@@ -45,25 +45,31 @@ void load_hf_weights(model::LlamaForCausalLM& m, const std::string& dir) {
     ALPACA_CHECK(at::IntArrayRef(ti.shape) == p.sizes(),
                  ti.file << ": tensor \"" << name << "\" has shape " << at::IntArrayRef(ti.shape)
                          << " but the model built from config.json expects " << p.sizes());
-    p.copy_(ckpt.read(name));  // converts dtype/device on the fly; no second full copy
-    ckpt.release(name);
+    at::Tensor src = ckpt.read(name);  // a view of the mapping for safetensors
+    if (opts.zero_copy && ckpt.format().starts_with("safetensors") && p.device().is_cpu() &&
+        src.scalar_type() == p.scalar_type()) {
+      p.set_data(src);  // the parameter now lives in the (copy-on-write) mapping
+    } else {
+      p.copy_(src);  // converts dtype/device on the fly; no second full copy
+      ckpt.release(name);
+    }
     ++used;
   }
   for (const auto& name : ckpt.names()) {
     if (name.ends_with("rotary_emb.inv_freq")) continue;  // old checkpoints saved this buffer
     if (name == "lm_head.weight" && m->config().tie_word_embeddings) continue;
-    bool known = false;
-    for (const auto& item : m->named_parameters(true))
-      if (item.key() == name) known = true;
-    if (!known) ALPACA_WARN(dir << ": ignoring tensor \"" << name << "\" that the LLaMA model does not use");
+    if (!m->named_parameters(true).contains(name))
+      ALPACA_WARN(dir << ": ignoring tensor \"" << name << "\" that the LLaMA model does not use");
   }
   ALPACA_DEBUG("loaded " << used << " tensors from " << dir);
 }
 
-model::LlamaForCausalLM load_hf_model(const std::string& dir, const at::TensorOptions& options) {
+model::LlamaForCausalLM load_hf_model(const std::string& dir, const at::TensorOptions& options,
+                                      const LoadOptions& opts) {
   model::LlamaConfig cfg = model::LlamaConfig::from_json_file((fs::path(dir) / "config.json").string());
-  model::LlamaForCausalLM m(cfg, options);
-  load_hf_weights(m, dir);
+  // No fill pass: every parameter is overwritten, and untouched pages cost no memory.
+  model::LlamaForCausalLM m(cfg, options, model::ParamInit::kUninitialized);
+  load_hf_weights(m, dir, opts);
   return m;
 }
 
@@ -92,6 +98,15 @@ int64_t parse_shard_size(const std::string& text) {
 
 // ------------------------------------------------------------------------------- export
 
+namespace {
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  out.close();
+  ALPACA_CHECK(out.good(), path.string() << ": write failed; check free disk space and permissions");
+}
+}  // namespace
+
 struct HfExportWriter::Shard {
   std::string tmp_path;
   std::unique_ptr<SafetensorsWriter> writer;
@@ -103,7 +118,9 @@ HfExportWriter::HfExportWriter(std::string dir, int64_t max_shard_bytes, std::op
     : dir_(std::move(dir)), max_shard_bytes_(max_shard_bytes), dtype_(dtype) {
   ALPACA_CHECK(max_shard_bytes_ > 0, "export to " << dir_ << ": max shard size must be positive");
   // Build the export in a hidden sibling so a crash never leaves a half-written directory.
-  fs::path d = fs::absolute(dir_);
+  fs::path d = fs::absolute(dir_).lexically_normal();
+  if (d.filename().empty()) d = d.parent_path();  // "out/" -> "out"
+  dir_ = d.string();
   tmp_dir_ = (d.parent_path() / ("." + d.filename().string() + ".export-tmp")).string();
   fs::remove_all(tmp_dir_);
   fs::create_directories(tmp_dir_);
@@ -148,6 +165,7 @@ void HfExportWriter::add(const std::string& name, const at::Tensor& t) {
   target->names.push_back(name);
   target->bytes += bytes;
   total_bytes_ += bytes;
+  total_params_ += c.numel();
   if (own) close_shard(own);
 }
 
@@ -167,18 +185,19 @@ void HfExportWriter::finish(const model::LlamaConfig& cfg_in) {
       fs::rename(closed_[i]->tmp_path, tmp / buf);
       for (const auto& name : closed_[i]->names) weight_map[name] = buf;
     }
-    json index = {{"metadata", {{"total_size", total_bytes_}}}, {"weight_map", weight_map}};
-    std::ofstream(tmp / "model.safetensors.index.json") << index.dump(2) << "\n";
+    json index = {{"metadata", {{"total_parameters", total_params_}, {"total_size", total_bytes_}}},
+                  {"weight_map", weight_map}};
+    write_text(tmp / "model.safetensors.index.json", index.dump(2) + "\n");
   }
   model::LlamaConfig cfg = cfg_in;
   cfg.torch_dtype = dtype_name(dtype_ ? *dtype_ : seen_dtype_);
-  std::ofstream(tmp / "config.json") << cfg.to_json();
+  write_text(tmp / "config.json", cfg.to_json());
   json gen = {{"_from_model_config", true}, {"transformers_version", "5.23.0"}};
   if (cfg.bos_token_id) gen["bos_token_id"] = *cfg.bos_token_id;
   if (cfg.eos_token_id.size() == 1) gen["eos_token_id"] = cfg.eos_token_id.front();
   else if (!cfg.eos_token_id.empty()) gen["eos_token_id"] = cfg.eos_token_id;
   if (cfg.pad_token_id) gen["pad_token_id"] = *cfg.pad_token_id;
-  std::ofstream(tmp / "generation_config.json") << gen.dump(2) << "\n";
+  write_text(tmp / "generation_config.json", gen.dump(2) + "\n");
 
   const fs::path dir(dir_);
   if (!fs::exists(dir)) {

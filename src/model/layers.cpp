@@ -7,25 +7,33 @@
 #include "alpaca/util/error.h"
 
 namespace alpaca::model {
+namespace {
+at::Tensor make_param(at::IntArrayRef sizes, const at::TensorOptions& options, ParamInit init, double fill) {
+  if (init == ParamInit::kUninitialized) return at::empty(sizes, options);
+  return at::full(sizes, fill, options);
+}
+}  // namespace
 
 LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias,
-                       const at::TensorOptions& options) {
-  weight = register_parameter("weight", at::zeros({out_features, in_features}, options));
-  if (with_bias) bias = register_parameter("bias", at::zeros({out_features}, options));
+                       const at::TensorOptions& options, ParamInit init) {
+  weight = register_parameter("weight", make_param({out_features, in_features}, options, init, 0.0));
+  if (with_bias) bias = register_parameter("bias", make_param({out_features}, options, init, 0.0));
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) const {
   return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
 }
 
-EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim, const at::TensorOptions& options) {
-  weight = register_parameter("weight", at::zeros({num_embeddings, dim}, options));
+EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim, const at::TensorOptions& options,
+                             ParamInit init) {
+  weight = register_parameter("weight", make_param({num_embeddings, dim}, options, init, 0.0));
 }
 
 at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) const { return at::embedding(weight, ids); }
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps_in, const at::TensorOptions& options) : eps(eps_in) {
-  weight = register_parameter("weight", at::ones({dim}, options));
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps_in, const at::TensorOptions& options, ParamInit init)
+    : eps(eps_in) {
+  weight = register_parameter("weight", make_param({dim}, options, init, 1.0));
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
@@ -35,13 +43,13 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
   return weight * h.to(x.scalar_type());
 }
 
-LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg, const at::TensorOptions& options)
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg, const at::TensorOptions& options, ParamInit init)
     : num_heads_(cfg.num_attention_heads), num_kv_heads_(cfg.num_key_value_heads), head_dim_(cfg.head_dim) {
   const int64_t d = cfg.hidden_size;
-  q_proj = register_module("q_proj", Linear(d, num_heads_ * head_dim_, cfg.attention_bias, options));
-  k_proj = register_module("k_proj", Linear(d, num_kv_heads_ * head_dim_, cfg.attention_bias, options));
-  v_proj = register_module("v_proj", Linear(d, num_kv_heads_ * head_dim_, cfg.attention_bias, options));
-  o_proj = register_module("o_proj", Linear(num_heads_ * head_dim_, d, cfg.attention_bias, options));
+  q_proj = register_module("q_proj", Linear(d, num_heads_ * head_dim_, cfg.attention_bias, options, init));
+  k_proj = register_module("k_proj", Linear(d, num_kv_heads_ * head_dim_, cfg.attention_bias, options, init));
+  v_proj = register_module("v_proj", Linear(d, num_kv_heads_ * head_dim_, cfg.attention_bias, options, init));
+  o_proj = register_module("o_proj", Linear(num_heads_ * head_dim_, d, cfg.attention_bias, options, init));
 }
 
 namespace {
@@ -75,23 +83,24 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x_btd, const LayerConte
   return o_proj->forward(out_btd);
 }
 
-LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& cfg, const at::TensorOptions& options) {
+LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& cfg, const at::TensorOptions& options, ParamInit init) {
   const int64_t d = cfg.hidden_size, f = cfg.intermediate_size;
-  gate_proj = register_module("gate_proj", Linear(d, f, cfg.mlp_bias, options));
-  up_proj = register_module("up_proj", Linear(d, f, cfg.mlp_bias, options));
-  down_proj = register_module("down_proj", Linear(f, d, cfg.mlp_bias, options));
+  gate_proj = register_module("gate_proj", Linear(d, f, cfg.mlp_bias, options, init));
+  up_proj = register_module("up_proj", Linear(d, f, cfg.mlp_bias, options, init));
+  down_proj = register_module("down_proj", Linear(f, d, cfg.mlp_bias, options, init));
 }
 
 at::Tensor LlamaMLPImpl::forward(const at::Tensor& x_btd) const {
   return down_proj->forward(at::silu(gate_proj->forward(x_btd)) * up_proj->forward(x_btd));
 }
 
-LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg, const at::TensorOptions& options) {
-  self_attn = register_module("self_attn", LlamaAttention(cfg, options));
-  mlp = register_module("mlp", LlamaMLP(cfg, options));
-  input_layernorm = register_module("input_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, options));
+LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg, const at::TensorOptions& options,
+                                             ParamInit init) {
+  self_attn = register_module("self_attn", LlamaAttention(cfg, options, init));
+  mlp = register_module("mlp", LlamaMLP(cfg, options, init));
+  input_layernorm = register_module("input_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, options, init));
   post_attention_layernorm =
-      register_module("post_attention_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, options));
+      register_module("post_attention_layernorm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, options, init));
 }
 
 at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& hidden_btd, const LayerContext& ctx) {

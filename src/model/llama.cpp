@@ -8,22 +8,23 @@
 
 namespace alpaca::model {
 
-LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const at::TensorOptions& options) {
-  embed_tokens = register_module("embed_tokens", Embedding(cfg.vocab_size, cfg.hidden_size, options));
+LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const at::TensorOptions& options, ParamInit init) {
+  embed_tokens = register_module("embed_tokens", Embedding(cfg.vocab_size, cfg.hidden_size, options, init));
   torch::nn::ModuleList list;
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
-    layers.emplace_back(cfg, options);
+    layers.emplace_back(cfg, options, init);
     list->push_back(layers.back());
   }
   register_module("layers", list);
-  norm = register_module("norm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, options));
+  norm = register_module("norm", RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, options, init));
 }
 
-LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& cfg, const at::TensorOptions& options) : cfg_(cfg) {
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& cfg, const at::TensorOptions& options, ParamInit init)
+    : cfg_(cfg) {
   cfg_.validate("LlamaForCausalLM config");
-  model = register_module("model", LlamaModel(cfg_, options));
+  model = register_module("model", LlamaModel(cfg_, options, init));
   if (!cfg_.tie_word_embeddings)
-    lm_head = register_module("lm_head", Linear(cfg_.hidden_size, cfg_.vocab_size, false, options));
+    lm_head = register_module("lm_head", Linear(cfg_.hidden_size, cfg_.vocab_size, false, options, init));
 }
 
 at::Tensor LlamaForCausalLMImpl::lm_head_weight() const {
@@ -48,14 +49,16 @@ LayerContext LlamaForCausalLMImpl::make_context(const at::Tensor& input_ids_bt, 
   pos = pos.to(at::kLong).expand({b, t});
   LayerContext ctx;
   std::tie(ctx.cos, ctx.sin) = rope_cos_sin(cfg_, pos, dtype);
+  ALPACA_CHECK(!attention_mask_bt.defined() || attention_mask_bt.sizes() == input_ids_bt.sizes(),
+               "attention_mask must match input_ids " << input_ids_bt.sizes() << ", got " << attention_mask_bt.sizes());
 
-  if (attention_mask_bt.defined() || segment_ids_bt.defined()) {
+  // Like transformers, drop an all-ones padding mask so the fused causal kernel runs (and the
+  // numbers match transformers', which takes the same shortcut).
+  const bool has_padding = attention_mask_bt.defined() && !attention_mask_bt.to(at::kBool).all().item<bool>();
+  if (has_padding || segment_ids_bt.defined()) {
     auto bopts = at::TensorOptions().dtype(at::kBool).device(device);
     at::Tensor allow_b1tt = at::ones({t, t}, bopts).tril().view({1, 1, t, t});
     if (attention_mask_bt.defined()) {
-      ALPACA_CHECK(attention_mask_bt.sizes() == input_ids_bt.sizes(),
-                   "attention_mask must match input_ids " << input_ids_bt.sizes() << ", got "
-                                                          << attention_mask_bt.sizes());
       allow_b1tt = allow_b1tt & attention_mask_bt.to(at::kBool).view({b, 1, 1, t});
     }
     if (segment_ids_bt.defined()) {

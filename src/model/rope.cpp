@@ -49,7 +49,10 @@ at::Tensor rope_inv_freq(const LlamaConfig& cfg, int64_t seq_len, const at::Devi
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const LlamaConfig& cfg, const at::Tensor& position_ids_bt,
                                                at::ScalarType dtype) {
   ALPACA_CHECK(position_ids_bt.dim() == 2, "position_ids must be (batch, seq), got " << position_ids_bt.sizes());
-  const int64_t seq_len = position_ids_bt.numel() ? position_ids_bt.max().item<int64_t>() + 1 : 0;
+  // Only dynamic scaling depends on the length; reading it is a device sync, so skip it otherwise.
+  const int64_t seq_len = cfg.rope_scaling.type == "dynamic" && position_ids_bt.numel()
+                              ? position_ids_bt.max().item<int64_t>() + 1
+                              : 0;
   at::Tensor inv_freq = rope_inv_freq(cfg, seq_len, position_ids_bt.device());
   at::Tensor freqs_btf = position_ids_bt.unsqueeze(-1).to(at::kFloat) * inv_freq;
   at::Tensor emb_btd = at::cat({freqs_btf, freqs_btf}, -1);

@@ -56,7 +56,7 @@ TEST(Preprocess, WritesTheTrainingExamplesAndReports) {
   const auto packed_path = dir.path() / "packed.jsonl";
   rc = run_command(train_bin() + " preprocess --data_path " + data.string() + " --tokenizer " +
                        tok_dir.string() + " --output " + packed_path.string() +
-                       " --packing --model_max_length 128 2>&1",
+                       " --packing True --model_max_length 128 2>&1",
                    &out);
   ASSERT_EQ(rc, 0) << out;
   auto packed = read_lines(packed_path);

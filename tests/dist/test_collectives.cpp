@@ -1,9 +1,10 @@
-// Every CPU collective against a value each rank computes locally from the formula every rank
-// used for its input. Run under real mpirun with 1-4 ranks (mpi backend), and under our launcher
-// with ALPACA_TEST_BACKEND=store (store backend).
+// Every collective against a value each rank computes locally from the formula every rank used
+// for its input. Run under real mpirun with 1-4 ranks (mpi backend), under our launcher with
+// ALPACA_TEST_BACKEND=store (store backend), and with ALPACA_TEST_BACKEND=nccl on CUDA (label gpu).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <thread>
 
 #include "alpaca/dist/runtime.h"
 #include "alpaca/util/error.h"
@@ -21,6 +22,7 @@ class DistEnv : public ::testing::Environment {
     dist::init();
     dist::CommOptions opts;
     if (const char* b = std::getenv("ALPACA_TEST_BACKEND")) opts.backend = dist::parse_backend(b);
+    opts.cuda = opts.backend == dist::Backend::kNccl;
     opts.timeout = std::chrono::seconds(60);
     g_comm = dist::make_communicator(opts);
   }
@@ -55,9 +57,21 @@ at::Tensor expected(int world, int64_t n, at::ScalarType dtype, ReduceOp op) {
   return acc.to(dtype == at::kLong ? at::kLong : at::kFloat).to(dtype);
 }
 
-void expect_equal(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+// Where the communicator's tensors live (CPU, or cuda:local_rank for nccl).
+at::Tensor on_dev(const at::Tensor& t) { return t.to(g_comm->device()); }
+
+void expect_equal(const at::Tensor& got_any, const at::Tensor& want, const std::string& what) {
+  at::Tensor got = got_any.cpu();  // for CUDA: ordered after the collective by wait()
   ASSERT_EQ(got.scalar_type(), want.scalar_type()) << what;
   ASSERT_EQ(got.numel(), want.numel()) << what;
+  // NCCL reduces 16-bit floats in their own precision at each ring step (the CPU backends
+  // accumulate in fp32 and round once): allow one rounding per rank there.
+  if (g_comm->backend() == "nccl" && g_comm->world_size() > 1 &&
+      (got.scalar_type() == at::kBFloat16 || got.scalar_type() == at::kHalf)) {
+    double tol = (got.scalar_type() == at::kBFloat16 ? 1.0 / 128 : 1.0 / 1024) * g_comm->world_size();
+    EXPECT_TRUE(at::allclose(got.to(at::kDouble), want.to(at::kDouble), tol, tol)) << what;
+    return;
+  }
   EXPECT_TRUE(at::equal(got.reshape(-1), want.reshape(-1)))
       << what << " on rank " << g_comm->rank() << ": max abs diff "
       << (got.to(at::kDouble).reshape(-1) - want.to(at::kDouble).reshape(-1)).abs().max().item<double>();
@@ -76,7 +90,10 @@ TEST(Collectives, RankAndWorldMatchTheLaunch) {
   const auto& li = dist::launch_info();
   EXPECT_EQ(g_comm->rank(), li.rank);
   EXPECT_EQ(g_comm->world_size(), li.world_size);
-  EXPECT_TRUE(g_comm->device().is_cpu());
+  EXPECT_EQ(g_comm->device().is_cuda(), g_comm->backend() == "nccl");
+  if (g_comm->device().is_cuda()) {
+    EXPECT_EQ(g_comm->device().index(), li.local_rank);
+  }
 }
 
 TEST(Collectives, AllReduceEveryDtypeAndOpWithOddSizes) {
@@ -84,7 +101,7 @@ TEST(Collectives, AllReduceEveryDtypeAndOpWithOddSizes) {
   for (int64_t n : {1, 1001}) {  // 1001 is divisible by none of 2, 3, 4
     for (auto dt : kDtypes) {
       for (auto op : kOps) {
-        at::Tensor t = input(R, n, dt);
+        at::Tensor t = on_dev(input(R, n, dt));
         g_comm->all_reduce(t, op)->wait();
         expect_equal(t, expected(W, n, dt, op), "all_reduce " + name(dt, op) + " n=" + std::to_string(n));
       }
@@ -94,7 +111,7 @@ TEST(Collectives, AllReduceEveryDtypeAndOpWithOddSizes) {
 
 TEST(Collectives, AllReduceOfANonContiguousTensor) {
   const int R = g_comm->rank(), W = g_comm->world_size();
-  at::Tensor base = input(R, 12, at::kFloat).view({3, 4});
+  at::Tensor base = on_dev(input(R, 12, at::kFloat)).view({3, 4});
   at::Tensor t = base.t();  // a transposed view: the result must land in base's storage
   g_comm->all_reduce(t, ReduceOp::kSum)->wait();
   expect_equal(base.reshape(-1), expected(W, 12, at::kFloat, ReduceOp::kSum), "all_reduce of a transposed view");
@@ -109,14 +126,14 @@ TEST(Collectives, AllGatherIntoOneTensorAndInPlace) {
       for (int r = 0; r < W; ++r) parts.push_back(input(r, n, dt));
       return parts;
     }());
-    at::Tensor out = at::full({W * n}, 99, at::TensorOptions().dtype(dt));
-    g_comm->all_gather_into(out, input(R, n, dt))->wait();
+    at::Tensor out = on_dev(at::full({W * n}, 99, at::TensorOptions().dtype(dt)));
+    g_comm->all_gather_into(out, on_dev(input(R, n, dt)))->wait();
     expect_equal(out, want, std::string("all_gather_into ") + c10::toString(dt));
 
     // In place: this rank's shard already sits in its slot of the output (FSDP's unshard).
-    at::Tensor full = at::zeros({W * n}, at::TensorOptions().dtype(dt));
+    at::Tensor full = on_dev(at::zeros({W * n}, at::TensorOptions().dtype(dt)));
     at::Tensor slot = full.narrow(0, R * n, n);
-    slot.copy_(input(R, n, dt));
+    slot.copy_(on_dev(input(R, n, dt)));
     g_comm->all_gather_into(full, slot)->wait();
     expect_equal(full, want, std::string("in-place all_gather_into ") + c10::toString(dt));
   }
@@ -127,14 +144,14 @@ TEST(Collectives, ReduceScatterEveryDtypeAndOpAndInPlace) {
   const int64_t n = 7;
   for (auto dt : kDtypes) {
     for (auto op : kOps) {
-      at::Tensor in = input(R, W * n, dt);
+      at::Tensor in = on_dev(input(R, W * n, dt));
       at::Tensor want = expected(W, W * n, dt, op).narrow(0, R * n, n);
       at::Tensor out = at::empty({n}, in.options());
       g_comm->reduce_scatter(out, in, op)->wait();
       expect_equal(out, want, "reduce_scatter " + name(dt, op));
 
       // In place: the output is this rank's block of the input.
-      at::Tensor buf = input(R, W * n, dt);
+      at::Tensor buf = on_dev(input(R, W * n, dt));
       g_comm->reduce_scatter(buf.narrow(0, R * n, n), buf, op)->wait();
       expect_equal(buf.narrow(0, R * n, n), want, "in-place reduce_scatter " + name(dt, op));
     }
@@ -145,7 +162,7 @@ TEST(Collectives, BroadcastFromEveryRoot) {
   const int R = g_comm->rank(), W = g_comm->world_size();
   for (int root = 0; root < W; ++root) {
     for (auto dt : kDtypes) {
-      at::Tensor t = input(R, 101, dt);
+      at::Tensor t = on_dev(input(R, 101, dt));
       g_comm->broadcast(t, root)->wait();
       expect_equal(t, input(root, 101, dt), "broadcast from " + std::to_string(root) + " " + c10::toString(dt));
     }
@@ -157,7 +174,7 @@ TEST(Collectives, AsyncHandlesWaitedInAnyOrder) {
   std::vector<at::Tensor> ts;
   std::vector<dist::WorkHandle> works;
   for (int k = 0; k < 4; ++k) {
-    ts.push_back(input(R + k, 4097, at::kBFloat16));
+    ts.push_back(on_dev(input(R + k, 4097, at::kBFloat16)));
     works.push_back(g_comm->all_reduce(ts.back(), ReduceOp::kSum));
   }
   works.push_back(g_comm->barrier());
@@ -179,13 +196,14 @@ TEST(Collectives, SplitByParityInReverseKeyOrder) {
     if (r % 2 == R % 2) members.push_back(r);  // ordered by key = -rank
   EXPECT_EQ(sub->world_size(), static_cast<int>(members.size()));
   EXPECT_EQ(members[sub->rank()], R);
-  at::Tensor t = at::full({5}, static_cast<int64_t>(R + 1), at::kLong);
+  at::Tensor t = on_dev(at::full({5}, static_cast<int64_t>(R + 1), at::kLong));
   sub->all_reduce(t, ReduceOp::kSum)->wait();
   int64_t want = 0;
   for (int r : members) want += r + 1;
-  EXPECT_TRUE(at::equal(t, at::full({5}, want, at::kLong))) << t;
-  at::Tensor g = at::empty({static_cast<int64_t>(members.size())}, at::kLong);
-  sub->all_gather_into(g, at::full({1}, static_cast<int64_t>(R), at::kLong))->wait();
+  EXPECT_TRUE(at::equal(t.cpu(), at::full({5}, want, at::kLong))) << t;
+  at::Tensor g = on_dev(at::empty({static_cast<int64_t>(members.size())}, at::kLong));
+  sub->all_gather_into(g, on_dev(at::full({1}, static_cast<int64_t>(R), at::kLong)))->wait();
+  g = g.cpu();
   for (size_t i = 0; i < members.size(); ++i) EXPECT_EQ(g[i].item<int64_t>(), members[i]);
   // A rank passing a negative color gets no communicator.
   auto none = g_comm->split(R == 0 ? -1 : 0, R);
@@ -199,15 +217,52 @@ TEST(Collectives, SplitByParityInReverseKeyOrder) {
 TEST(Collectives, MisuseIsAnErrorNamingTheCollective) {
   const int W = g_comm->world_size();
   try {
-    g_comm->all_gather_into(at::empty({W * 3 + 1}), at::empty({3}));
+    g_comm->all_gather_into(on_dev(at::empty({W * 3 + 1})), on_dev(at::empty({3})));
     FAIL() << "a wrong output size must throw";
   } catch (const alpaca::Error& e) {
     EXPECT_NE(e.message().find("all_gather_into"), std::string::npos) << e.message();
   }
   try {
-    g_comm->reduce_scatter(at::empty({3}, at::kFloat), at::empty({W * 3}, at::kBFloat16), ReduceOp::kSum);
+    g_comm->reduce_scatter(on_dev(at::empty({3}, at::kFloat)), on_dev(at::empty({W * 3}, at::kBFloat16)), ReduceOp::kSum);
     FAIL() << "mixed dtypes must throw";
   } catch (const alpaca::Error& e) {
     EXPECT_NE(e.message().find("reduce_scatter"), std::string::npos) << e.message();
+  }
+}
+
+// Over the 8 MiB value limit of the TCPStore (the store backend sends parts).
+TEST(Collectives, LargePayloadAllReduceAndGather) {
+  const int R = g_comm->rank(), W = g_comm->world_size();
+  const int64_t n = (int64_t{10} << 20) / 4 + 3;  // 10 MiB of fp32, odd
+  at::Tensor t = on_dev(at::full({n}, static_cast<float>(R + 1)));
+  g_comm->all_reduce(t, ReduceOp::kSum)->wait();
+  expect_equal(t, at::full({n}, static_cast<float>(W * (W + 1) / 2)), "10 MiB all_reduce");
+  at::Tensor out = on_dev(at::empty({W * n}));
+  g_comm->all_gather_into(out, on_dev(at::full({n}, static_cast<float>(R))))->wait();
+  at::Tensor want = at::arange(W, at::kFloat).repeat_interleave(n);
+  expect_equal(out, want, "10 MiB all_gather_into");
+}
+
+// Collectives from another thread: fine with MPI_THREAD_MULTIPLE (and other backends); refused
+// with a clear error when MPI was initialised FUNNELED (ALPACA_MPI_THREAD_LEVEL=funneled).
+TEST(Collectives, FromAnotherThread) {
+  const char* level = std::getenv("ALPACA_MPI_THREAD_LEVEL");
+  const bool refused = g_comm->backend() == "mpi" && level && std::string(level) == "funneled";
+  std::string error;
+  at::Tensor t = on_dev(at::full({3}, static_cast<float>(g_comm->rank())));
+  std::thread th([&] {
+    try {
+      g_comm->all_reduce(t, ReduceOp::kMax)->wait();
+    } catch (const alpaca::Error& e) {
+      error = e.message();
+    }
+  });
+  th.join();
+  if (refused) {
+    EXPECT_NE(error.find("all_reduce called from a thread other than the one that initialised MPI"), std::string::npos)
+        << error;
+  } else {
+    EXPECT_EQ(error, "");
+    expect_equal(t, at::full({3}, static_cast<float>(g_comm->world_size() - 1)), "all_reduce from another thread");
   }
 }

@@ -10,7 +10,7 @@
 
 namespace alpaca::testing {
 
-std::shared_ptr<dist::Communicator> job_comm();
+std::shared_ptr<dist::Communicator> job_comm();  // defined by test_fsdp_dist.cpp only
 
 struct GlobalBatch {
   at::Tensor ids_bt, labels_bt;  // (G, T) int64; labels -100 where ignored

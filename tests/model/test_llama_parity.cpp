@@ -76,6 +76,11 @@ TEST_P(LlamaParity, Fp32LogitsLossAndGradients) {
     }
     std::cout << "  " << checked << " gradients, worst relative diff " << worst << " (" << worst_name << ")\n";
   }
+  // An explicit all-ones mask is the unpadded case (transformers drops it; so do we).
+  at::NoGradGuard no_grad;
+  at::Tensor ids = ref("nopad.input_ids");
+  at::Tensor ones_logits = m->forward(ids, at::ones_like(ids));
+  EXPECT_LE((ones_logits - ref("nopad.logits")).abs().max().item<double>(), 1e-4);
 }
 
 TEST_P(LlamaParity, Bf16Loss) {

@@ -9,8 +9,10 @@
 // Backends (CommOptions::backend, or "auto"):
 // - "mpi":   CPU tensors over MPI. Used when mpirun/mpiexec/srun started us, and for a single
 //            process (MPI singleton). MPI is initialised with MPI_THREAD_MULTIPLE when the library
-//            offers it; otherwise (FUNNELED/SERIALIZED) every collective and wait must come from
-//            the thread that called init(), which is checked.
+//            offers it (ALPACA_MPI_THREAD_LEVEL=serialized|funneled asks for less); then a
+//            progress thread advances pending collectives (ALPACA_MPI_PROGRESS_THREAD=0 turns it
+//            off). Below MULTIPLE every collective and wait must come from the thread that called
+//            init(), which is checked (alpaca::Error naming the collective).
 // - "store": CPU tensors exchanged through LibTorch's c10d::TCPStore at MASTER_ADDR:MASTER_PORT
 //            (rank 0 hosts it). Used for torchrun-style launches (our --nproc_per_node launcher
 //            or torchrun) where no MPI launcher exists. Correct and bounded, but every byte goes

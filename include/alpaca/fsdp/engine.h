@@ -47,10 +47,11 @@ struct MemoryAccount {
   std::string to_string() const;
 };
 
-// Reads elements [begin, end) of the flattened HF parameter `name` into `out` (1-D, end - begin
+// Reads elements [begin, end) of the flattened HF parameter `name` (whose model shape is `shape`;
+// the reader must fail naming the tensor if its source differs) into `out` (1-D, end - begin
 // elements, fp32, CPU). Backed by a safetensors byte-range reader, so each rank reads only its shard.
-using ParamRangeReader =
-    std::function<void(const std::string& name, int64_t begin, int64_t end, at::Tensor out)>;
+using ParamRangeReader = std::function<void(const std::string& name, const std::vector<int64_t>& shape,
+                                            int64_t begin, int64_t end, at::Tensor out)>;
 // Receives one full parameter (fp32, CPU, its original shape) under its primary HF name.
 using NamedTensorSink = std::function<void(const std::string& name, const at::Tensor& value)>;
 // Receives one optimizer state tensor: (parameter name, state key "exp_avg"/"exp_avg_sq", value).

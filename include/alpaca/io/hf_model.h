@@ -14,12 +14,22 @@
 
 namespace alpaca::io {
 
-// Copies every parameter of `m` from the checkpoint in `dir` (converting dtype as needed, one
-// tensor at a time). Errors name the tensor and file: missing tensor, wrong shape.
-void load_hf_weights(model::LlamaForCausalLM& m, const std::string& dir);
+struct LoadOptions {
+  // Parameters whose dtype matches the file become views of the (private, copy-on-write)
+  // safetensors mapping instead of copies, as transformers does: near-zero load time, and clean
+  // pages the kernel can drop. Keep the files in place while the model lives.
+  bool zero_copy = false;
+};
 
-// Reads `dir`/config.json, builds the model with `options` and loads its weights.
-model::LlamaForCausalLM load_hf_model(const std::string& dir, const at::TensorOptions& options = at::kFloat);
+// Fills every parameter of `m` from the checkpoint in `dir`, one tensor at a time (converting
+// dtype and device as needed, releasing each mapped tensor once copied, so the process never
+// holds two copies of the weights). Errors name the tensor and file: missing tensor, wrong shape.
+void load_hf_weights(model::LlamaForCausalLM& m, const std::string& dir, const LoadOptions& opts = {});
+
+// Reads `dir`/config.json, builds the model uninitialised with `options` (dtype, device) and
+// loads its weights.
+model::LlamaForCausalLM load_hf_model(const std::string& dir, const at::TensorOptions& options = at::kFloat,
+                                      const LoadOptions& opts = {});
 
 // "5GB" -> 5e9, "500MB", "2GiB", "1000" (bytes), as transformers' max_shard_size.
 int64_t parse_shard_size(const std::string& text);
@@ -51,6 +61,7 @@ class HfExportWriter {
   std::vector<std::unique_ptr<Shard>> closed_;  // in transformers' shard order
   int next_tmp_id_ = 0;
   int64_t total_bytes_ = 0;
+  int64_t total_params_ = 0;
   at::ScalarType seen_dtype_ = at::kFloat;
   bool finished_ = false;
 };

@@ -52,7 +52,8 @@ class SafetensorsFile {
   // Elements [elem_begin, elem_begin + elem_count) of the flattened tensor, as a 1-D view.
   at::Tensor tensor_range(const std::string& name, int64_t elem_begin, int64_t elem_count) const;
   // Tells the kernel this process is done with the tensor's pages, so a loader that copied it
-  // into a parameter does not keep the mapped copy resident too.
+  // into a parameter does not keep the mapped copy resident too. Views of this tensor taken
+  // earlier must not be used afterwards for anything written: their pages revert to the file.
   void release(const std::string& name) const;
 
  private:

@@ -11,6 +11,10 @@
 
 namespace alpaca::model {
 
+// How constructors fill parameters. kUninitialized (at::empty) is for loaders that overwrite
+// every parameter: no fill pass, and untouched pages cost no resident memory.
+enum class ParamInit { kDefault /* zeros; ones for norm weights */, kUninitialized };
+
 // Per-forward tensors shared by every decoder layer (computed once by the root module).
 struct LayerContext {
   at::Tensor cos;        // (B, T, head_dim) in the compute dtype
@@ -21,7 +25,8 @@ struct LayerContext {
 // y = x W^T (+ b). Parameters "weight" (out, in) and optionally "bias" (out).
 class LinearImpl : public torch::nn::Module {
  public:
-  LinearImpl(int64_t in_features, int64_t out_features, bool bias, const at::TensorOptions& options);
+  LinearImpl(int64_t in_features, int64_t out_features, bool bias, const at::TensorOptions& options,
+             ParamInit init = ParamInit::kDefault);
   at::Tensor forward(const at::Tensor& x) const;
   at::Tensor weight;
   at::Tensor bias;  // undefined without bias
@@ -31,7 +36,8 @@ TORCH_MODULE(Linear);
 // Token embedding table "weight" (V, D).
 class EmbeddingImpl : public torch::nn::Module {
  public:
-  EmbeddingImpl(int64_t num_embeddings, int64_t dim, const at::TensorOptions& options);
+  EmbeddingImpl(int64_t num_embeddings, int64_t dim, const at::TensorOptions& options,
+                ParamInit init = ParamInit::kDefault);
   at::Tensor forward(const at::Tensor& ids) const;
   at::Tensor weight;
 };
@@ -40,7 +46,7 @@ TORCH_MODULE(Embedding);
 // LLaMA RMSNorm exactly as transformers: normalise in fp32, cast back, then scale.
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(int64_t dim, double eps, const at::TensorOptions& options);
+  RMSNormImpl(int64_t dim, double eps, const at::TensorOptions& options, ParamInit init = ParamInit::kDefault);
   at::Tensor forward(const at::Tensor& x) const;
   at::Tensor weight;  // (dim)
   double eps;
@@ -49,7 +55,8 @@ TORCH_MODULE(RMSNorm);
 
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
-  LlamaAttentionImpl(const LlamaConfig& cfg, const at::TensorOptions& options);
+  LlamaAttentionImpl(const LlamaConfig& cfg, const at::TensorOptions& options,
+                     ParamInit init = ParamInit::kDefault);
   at::Tensor forward(const at::Tensor& x_btd, const LayerContext& ctx) const;
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
@@ -60,7 +67,8 @@ TORCH_MODULE(LlamaAttention);
 
 class LlamaMLPImpl : public torch::nn::Module {
  public:
-  LlamaMLPImpl(const LlamaConfig& cfg, const at::TensorOptions& options);
+  LlamaMLPImpl(const LlamaConfig& cfg, const at::TensorOptions& options,
+               ParamInit init = ParamInit::kDefault);
   at::Tensor forward(const at::Tensor& x_btd) const;
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
@@ -68,7 +76,8 @@ TORCH_MODULE(LlamaMLP);
 
 class LlamaDecoderLayerImpl : public torch::nn::Module {
  public:
-  LlamaDecoderLayerImpl(const LlamaConfig& cfg, const at::TensorOptions& options);
+  LlamaDecoderLayerImpl(const LlamaConfig& cfg, const at::TensorOptions& options,
+                        ParamInit init = ParamInit::kDefault);
   // hidden_btd: (B, T, hidden) in the parameter dtype; returns the same shape.
   at::Tensor forward(const at::Tensor& hidden_btd, const LayerContext& ctx);
   LlamaAttention self_attn{nullptr};

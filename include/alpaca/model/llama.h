@@ -23,7 +23,7 @@ using LayerRunner =
 // "model": embed_tokens, layers.{i}, norm.
 class LlamaModelImpl : public torch::nn::Module {
  public:
-  LlamaModelImpl(const LlamaConfig& cfg, const at::TensorOptions& options);
+  LlamaModelImpl(const LlamaConfig& cfg, const at::TensorOptions& options, ParamInit init = ParamInit::kDefault);
   Embedding embed_tokens{nullptr};
   std::vector<LlamaDecoderLayer> layers;  // also registered as "layers.{i}"
   RMSNorm norm{nullptr};
@@ -33,9 +33,10 @@ TORCH_MODULE(LlamaModel);
 class LlamaForCausalLMImpl : public torch::nn::Module {
  public:
   // Parameters are created with `options` (dtype, device; the meta device gives a model with no
-  // storage for FSDP to materialise). Values: zeros for linear/embedding weights and biases, ones
-  // for norms; call init_weights() for a random model or io::load_hf_weights() for a checkpoint.
-  explicit LlamaForCausalLMImpl(const LlamaConfig& cfg, const at::TensorOptions& options = at::kFloat);
+  // storage). Values (kDefault): zeros for linear/embedding weights and biases, ones for norms;
+  // call init_weights() for a random model or io::load_hf_weights() for a checkpoint.
+  explicit LlamaForCausalLMImpl(const LlamaConfig& cfg, const at::TensorOptions& options = at::kFloat,
+                                ParamInit init = ParamInit::kDefault);
 
   // input_ids_bt: int64 (B, T). attention_mask_bt: 1/true = real token (undefined = all real).
   // position_ids_bt: (B, T) or (1, T) (undefined = 0..T-1). segment_ids_bt: packing, attend only

@@ -1,0 +1,36 @@
+// The built-in torchrun-style launcher: starts this node's workers with torchrun's environment
+// (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT), streams their output with "[rank r]: " prefixes, forwards SIGINT/SIGTERM, and
+// when one worker fails stops the others and returns the failing worker's exit code.
+// The workers rendezvous through rank 0's c10d::TCPStore (dist::make_communicator).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace alpaca::dist {
+
+struct LauncherOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: a free port on this host (single node only; several nodes need a fixed one)
+  std::string program;            // the worker executable
+  std::vector<std::string> args;  // its arguments
+  // Between SIGTERM and SIGKILL when stopping workers after a failure or a signal.
+  std::chrono::milliseconds stop_grace = std::chrono::seconds(10);
+};
+
+// Runs the workers to completion. Returns 0 when all succeed; otherwise the exit code of the
+// first worker that failed (128 + signal number for a worker killed by a signal), or 128 + the
+// signal that stopped the launcher. Throws alpaca::Error on bad options or when a worker cannot
+// be started. Must be called from the main thread (it installs SIGINT/SIGTERM/SIGCHLD handlers
+// for its duration).
+int run_workers(const LauncherOptions& options);
+
+// A TCP port that is free on this host now (for a single-node job's store).
+int pick_free_port();
+
+}  // namespace alpaca::dist

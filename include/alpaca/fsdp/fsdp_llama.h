@@ -1,0 +1,55 @@
+// apply_fsdp for the project's LlamaForCausalLM: one unit per LlamaDecoderLayer plus the root
+// (embed_tokens, model.norm, lm_head; tied weights stored once), installed through the model's
+// layer-runner hook. The returned object owns the engine and uninstalls the hook when destroyed.
+//
+// The training step the engine expects (train/ owns the real loop):
+//   FsdpPolicy policy = build_fsdp_policy({.fsdp = "full_shard auto_wrap", .mixed_precision = "bf16", ...});
+//   auto fsdp = apply_fsdp(model::LlamaForCausalLM(cfg, at::TensorOptions().device(at::kMeta)), comm, policy);
+//   load_checkpoint(fsdp->engine(), dir, policy.cpu_ram_efficient_loading);
+//   optim::ShardedAdamW opt(fsdp->engine().optim_shards(), {beta1, beta2, eps, weight_decay});
+//   per optimizer step: global_tokens = all-reduced label-token count of all micro-batches
+//     per micro-batch: loss = causal_lm_loss_sum(fsdp->forward(ids, mask), labels).sum / global_tokens;
+//                      (fp16: loss * scaler.scale()).backward();
+//     [fp16: if (!scaler.unscale_or_skip(engine.grad_shards(), &comm)) { engine.zero_grad(); skip; }]
+//     norm = optim::clip_grad_norm(engine.grad_shards(), max_grad_norm, engine.norm_comm());
+//     opt.step(optim::learning_rate(schedule, step)); engine.zero_grad();
+//   save: engine.export_full_state(sink into io::HfExportWriter on rank 0) and
+//         engine.gather_optimizer_state_by_name(opt, sink) (+ opt.step_count()).
+#pragma once
+
+#include <memory>
+
+#include "alpaca/fsdp/engine.h"
+#include "alpaca/model/llama.h"
+
+namespace alpaca::fsdp {
+
+class FsdpLlama {
+ public:
+  // Collective over comm. The model's current parameter values become the initial shards (all
+  // ranks must hold the same values unless policy.sync_module_states, which broadcasts rank 0's);
+  // afterwards the model holds no full copy of its parameters. A model built on the meta device
+  // (no storage at all) is the low-memory path: its shards start at zero and take their values
+  // from load_checkpoint / load_parameters, so no rank ever allocates the full model.
+  FsdpLlama(model::LlamaForCausalLM model, std::shared_ptr<dist::Communicator> comm, const FsdpPolicy& policy);
+  ~FsdpLlama();
+  FsdpLlama(const FsdpLlama&) = delete;
+  FsdpLlama& operator=(const FsdpLlama&) = delete;
+
+  // The model's forward under the engine: logits (B, T, V) in param_dtype.
+  at::Tensor forward(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt = {},
+                     const at::Tensor& position_ids_bt = {}, const at::Tensor& segment_ids_bt = {});
+
+  FsdpEngine& engine() { return *engine_; }
+  model::LlamaForCausalLM& model() { return model_; }
+
+ private:
+  model::LlamaForCausalLM model_;
+  std::unique_ptr<FsdpEngine> engine_;
+};
+
+// Convenience: the same as std::make_unique<FsdpLlama>(...).
+std::unique_ptr<FsdpLlama> apply_fsdp(model::LlamaForCausalLM model, std::shared_ptr<dist::Communicator> comm,
+                                      const FsdpPolicy& policy);
+
+}  // namespace alpaca::fsdp

@@ -1,0 +1,314 @@
+// The built-in launcher's process management: fork/exec the workers with torchrun's variables,
+// multiplex their output line by line with rank prefixes, forward signals, and stop everyone
+// when one worker fails (SIGTERM, then SIGKILL after a grace period).
+#include "alpaca/dist/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "alpaca/util/error.h"
+
+namespace alpaca::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+volatile sig_atomic_t g_signal = 0;
+volatile sig_atomic_t g_signal_count = 0;
+void on_signal(int sig) {
+  g_signal = sig;
+  g_signal_count = g_signal_count + 1;
+}
+
+struct Stream {
+  int fd = -1;
+  int out_fd = STDOUT_FILENO;  // where its lines go
+  std::string partial;
+};
+
+struct Worker {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int exit_code = 0;
+  Stream out, err;
+};
+
+void write_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+// Forwards complete lines (or everything at EOF) with the worker's rank prefix.
+void emit(Stream& s, int rank, bool eof) {
+  const std::string prefix = "[rank " + std::to_string(rank) + "]: ";
+  size_t start = 0, nl;
+  std::string out;
+  while ((nl = s.partial.find('\n', start)) != std::string::npos) {
+    out += prefix + s.partial.substr(start, nl - start + 1);
+    start = nl + 1;
+  }
+  s.partial.erase(0, start);
+  if (eof && !s.partial.empty()) {
+    out += prefix + s.partial + "\n";
+    s.partial.clear();
+  }
+  if (!out.empty()) write_all(s.out_fd, out);
+}
+
+// Reads what is available; at EOF closes the fd and flushes the last partial line.
+void drain(Stream& s, int rank) {
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(s.fd, buf, sizeof buf);
+    if (n > 0) {
+      s.partial.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EINTR)) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    ::close(s.fd);  // EOF or error
+    s.fd = -1;
+    emit(s, rank, true);
+    return;
+  }
+  emit(s, rank, false);
+}
+
+std::vector<std::pair<std::string, std::string>> worker_env(const LauncherOptions& o, int local_rank, int port) {
+  const int world = o.nproc_per_node * o.nnodes;
+  return {{"RANK", std::to_string(o.node_rank * o.nproc_per_node + local_rank)},
+          {"WORLD_SIZE", std::to_string(world)},
+          {"LOCAL_RANK", std::to_string(local_rank)},
+          {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
+          {"GROUP_RANK", std::to_string(o.node_rank)},
+          {"GROUP_WORLD_SIZE", std::to_string(o.nnodes)},
+          {"ROLE_RANK", std::to_string(o.node_rank * o.nproc_per_node + local_rank)},
+          {"ROLE_WORLD_SIZE", std::to_string(world)},
+          {"MASTER_ADDR", o.master_addr},
+          {"MASTER_PORT", std::to_string(port)},
+          {"TORCHELASTIC_RESTART_COUNT", "0"},
+          {"TORCHELASTIC_MAX_RESTARTS", "0"}};
+}
+
+void start(Worker& w, const LauncherOptions& o, int local_rank, int port) {
+  int out_pipe[2], err_pipe[2];
+  ALPACA_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0,
+               "launcher: cannot create pipes for worker " << local_rank << ": " << std::strerror(errno));
+  auto env = worker_env(o, local_rank, port);
+  std::vector<std::string> argv_s{o.program};
+  argv_s.insert(argv_s.end(), o.args.begin(), o.args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  ALPACA_CHECK(pid >= 0, "launcher: fork failed for worker " << local_rank << ": " << std::strerror(errno));
+  if (pid == 0) {
+    // Child: own process group (signals reach it only through the launcher), die with the
+    // launcher even if it is SIGKILLed, default signal dispositions.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::signal(SIGCHLD, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::dup2(out_pipe[1], STDOUT_FILENO);
+    ::dup2(err_pipe[1], STDERR_FILENO);
+    for (auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    ::execv(o.program.c_str(), argv.data());
+    std::string msg = "launcher: cannot execute " + o.program + ": " + std::strerror(errno) + "\n";
+    write_all(STDERR_FILENO, msg);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also from the parent, so it holds before we ever signal the group
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  w.rank = o.node_rank * o.nproc_per_node + local_rank;
+  w.pid = pid;
+  w.running = true;
+  w.out.fd = out_pipe[0];
+  w.out.out_fd = STDOUT_FILENO;
+  w.err.fd = err_pipe[0];
+  w.err.out_fd = STDERR_FILENO;
+  ::fcntl(w.out.fd, F_SETFL, O_NONBLOCK);
+  ::fcntl(w.err.fd, F_SETFL, O_NONBLOCK);
+}
+
+void signal_all(std::vector<Worker>& workers, int sig) {
+  for (auto& w : workers)
+    if (w.running) ::kill(-w.pid, sig);
+}
+
+void note(const std::string& msg) { write_all(STDERR_FILENO, "alpaca-train launcher: " + msg + "\n"); }
+
+// Restores the launcher's previous signal handlers on scope exit.
+class SignalGuard {
+ public:
+  SignalGuard() {
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+    g_signal = 0;
+    g_signal_count = 0;
+  }
+  ~SignalGuard() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_, old_term_;
+};
+
+}  // namespace
+
+int pick_free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ALPACA_CHECK(fd >= 0, "launcher: cannot open a socket to find a free port: " << std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  ALPACA_CHECK(ok, "launcher: cannot find a free port; pass --master_port");
+  return ntohs(addr.sin_port);
+}
+
+int run_workers(const LauncherOptions& o) {
+  ALPACA_CHECK(o.nproc_per_node >= 1, "--nproc_per_node must be at least 1, got " << o.nproc_per_node);
+  ALPACA_CHECK(o.nnodes >= 1, "--nnodes must be at least 1, got " << o.nnodes);
+  ALPACA_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes,
+               "--node_rank " << o.node_rank << " is outside the " << o.nnodes << " nodes (--nnodes)");
+  ALPACA_CHECK(o.master_port >= 0 && o.master_port < 65536, "--master_port " << o.master_port << " is not a TCP port");
+  ALPACA_CHECK(o.master_port > 0 || o.nnodes == 1,
+               "a job on " << o.nnodes << " nodes needs the same --master_port on every node");
+  ALPACA_CHECK(!o.program.empty() && ::access(o.program.c_str(), X_OK) == 0,
+               "launcher: the worker program '" << o.program << "' is not executable");
+  const int port = o.master_port > 0 ? o.master_port : pick_free_port();
+
+  SignalGuard guard;
+  std::vector<Worker> workers(o.nproc_per_node);
+  for (int i = 0; i < o.nproc_per_node; ++i) {
+    try {
+      start(workers[i], o, i, port);
+    } catch (...) {
+      signal_all(workers, SIGKILL);
+      for (auto& w : workers)
+        if (w.running) ::waitpid(w.pid, nullptr, 0);
+      throw;
+    }
+  }
+
+  int first_failure = 0;   // exit code to return
+  int stop_signal = 0;     // signal that stopped the launcher
+  bool stopping = false;
+  Clock::time_point kill_at{};
+  auto stop = [&](int sig) {
+    if (stopping) return;
+    stopping = true;
+    signal_all(workers, sig);
+    kill_at = Clock::now() + o.stop_grace;
+  };
+
+  for (;;) {
+    // 1. Output.
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Worker*, Stream*>> owners;
+    for (auto& w : workers)
+      for (Stream* s : {&w.out, &w.err})
+        if (s->fd >= 0) {
+          fds.push_back({s->fd, POLLIN, 0});
+          owners.push_back({&w, s});
+        }
+    if (!fds.empty()) {
+      int n = ::poll(fds.data(), fds.size(), 50);
+      if (n > 0)
+        for (size_t i = 0; i < fds.size(); ++i)
+          if (fds[i].revents) drain(*owners[i].second, owners[i].first->rank);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+
+    // 2. Signals to forward; a second one (impatient Ctrl-C) kills the workers at once.
+    if (g_signal && !stop_signal) {
+      stop_signal = g_signal;
+      note("received signal " + std::to_string(stop_signal) + "; forwarding it to the workers (again to kill them)");
+      stop(stop_signal);
+    } else if (stop_signal && g_signal_count > 1 && Clock::now() < kill_at) {
+      note("received a second signal; killing the workers");
+      kill_at = Clock::now();
+    }
+
+    // 3. Exits.
+    for (auto& w : workers) {
+      if (!w.running) continue;
+      int status = 0;
+      pid_t r = ::waitpid(w.pid, &status, WNOHANG);
+      if (r != w.pid) continue;
+      w.running = false;
+      w.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (w.exit_code != 0 && first_failure == 0 && !stop_signal) {
+        first_failure = w.exit_code;
+        note("worker rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ") " +
+             (WIFEXITED(status) ? "exited with code " + std::to_string(w.exit_code)
+                                : "was killed by signal " + std::to_string(WTERMSIG(status))) +
+             "; stopping the other workers");
+        stop(SIGTERM);
+      }
+    }
+    // Any worker still alive after the grace period is killed, with its process group.
+    if (stopping && Clock::now() > kill_at) {
+      for (auto& w : workers)
+        if (w.running) note("worker rank " + std::to_string(w.rank) + " is still running after the stop request; killing it");
+      signal_all(workers, SIGKILL);
+      kill_at = Clock::now() + std::chrono::hours(1);
+    }
+
+    bool any_running = false;
+    for (auto& w : workers) any_running |= w.running;
+    // Pipes stay open while a worker's own children live; do not wait on them once all exited.
+    if (!any_running) {
+      for (auto& w : workers)
+        for (Stream* s : {&w.out, &w.err})
+          if (s->fd >= 0) drain(*s, w.rank);
+      break;
+    }
+  }
+  // Kill leftovers in the workers' process groups (e.g. grandchildren holding the pipes).
+  for (auto& w : workers) ::kill(-w.pid, SIGKILL);
+  for (auto& w : workers)
+    for (Stream* s : {&w.out, &w.err})
+      if (s->fd >= 0) ::close(s->fd);
+  if (first_failure) return first_failure;
+  if (stop_signal) return 128 + stop_signal;
+  return 0;
+}
+
+}  // namespace alpaca::dist

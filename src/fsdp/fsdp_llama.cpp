@@ -1,0 +1,41 @@
+// FsdpLlama; see include/alpaca/fsdp/fsdp_llama.h.
+#include "alpaca/fsdp/fsdp_llama.h"
+
+#include "alpaca/dist/communicator.h"
+#include "alpaca/util/error.h"
+
+namespace alpaca::fsdp {
+
+FsdpLlama::FsdpLlama(model::LlamaForCausalLM model, std::shared_ptr<dist::Communicator> comm,
+                     const FsdpPolicy& policy)
+    : model_(std::move(model)) {
+  FsdpModelParts parts;
+  parts.root = model_.get();
+  for (auto& layer : model_->layers()) parts.layers.push_back(layer.get());
+  engine_ = std::make_unique<FsdpEngine>(parts, std::move(comm), policy);
+  FsdpEngine* eng = engine_.get();
+  model::LlamaForCausalLMImpl* m = model_.get();
+  model_->set_layer_runner([eng, m](int64_t i, const at::Tensor& h, const model::LayerContext& ctx) {
+    model::LlamaDecoderLayerImpl* layer = m->layers()[static_cast<size_t>(i)].get();
+    // ctx is captured by value: a checkpointed layer re-runs with it in backward.
+    return eng->run_layer(i, h, [layer, ctx](const at::Tensor& x) { return layer->forward(x, ctx); });
+  });
+}
+
+FsdpLlama::~FsdpLlama() { model_->set_layer_runner({}); }
+
+at::Tensor FsdpLlama::forward(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt,
+                              const at::Tensor& position_ids_bt, const at::Tensor& segment_ids_bt) {
+  const at::Device dev = engine_->comm().device();
+  auto to_dev = [&](const at::Tensor& t) { return t.defined() ? t.to(dev) : t; };
+  at::Tensor ids = to_dev(input_ids_bt), mask = to_dev(attention_mask_bt), pos = to_dev(position_ids_bt),
+             seg = to_dev(segment_ids_bt);
+  return engine_->forward([&] { return model_->forward(ids, mask, pos, seg); });
+}
+
+std::unique_ptr<FsdpLlama> apply_fsdp(model::LlamaForCausalLM model, std::shared_ptr<dist::Communicator> comm,
+                                      const FsdpPolicy& policy) {
+  return std::make_unique<FsdpLlama>(std::move(model), std::move(comm), policy);
+}
+
+}  // namespace alpaca::fsdp

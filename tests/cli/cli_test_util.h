@@ -1,0 +1,63 @@
+// Helpers for the CLI tests: split a command line the way a POSIX shell does (quotes, line
+// continuations), so README commands are pasted verbatim, and capture usage-error messages.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "alpaca/cli/train_args.h"
+#include "alpaca/cli/usage_error.h"
+
+namespace alpaca::cli::test {
+
+// Splits `cmd` into words: '...' and "..." quote, backslash-newline continues the line.
+inline std::vector<std::string> shell_split(const std::string& cmd) {
+  std::vector<std::string> words;
+  std::string w;
+  bool in_word = false;
+  char quote = 0;
+  for (size_t i = 0; i < cmd.size(); ++i) {
+    char c = cmd[i];
+    if (quote) {
+      if (c == quote) quote = 0;
+      else w += c;
+    } else if (c == '\'' || c == '"') {
+      quote = c;
+      in_word = true;
+    } else if (c == '\\' && i + 1 < cmd.size() && cmd[i + 1] == '\n') {
+      ++i;
+    } else if (c == ' ' || c == '\n' || c == '\t') {
+      if (in_word) words.push_back(w), w.clear(), in_word = false;
+    } else {
+      w += c;
+      in_word = true;
+    }
+  }
+  if (in_word) words.push_back(w);
+  return words;
+}
+
+// Parses `cmd` and returns the usage-error message, or "" if it parsed.
+inline std::string parse_error(const std::string& cmd) {
+  try {
+    parse_train_args(shell_split(cmd));
+  } catch (const UsageError& e) {
+    return e.message();
+  }
+  return "";
+}
+
+// The flags every valid test command needs.
+inline const std::string kRequired = "--model_name_or_path /models/llama --data_path data.json ";
+
+}  // namespace alpaca::cli::test
+
+// EXPECT that `cmd` fails to parse with a message containing `needle`.
+#define EXPECT_USAGE_ERROR(cmd, needle)                                                        \
+  do {                                                                                         \
+    std::string msg_ = ::alpaca::cli::test::parse_error(cmd);                                  \
+    EXPECT_FALSE(msg_.empty()) << "expected a usage error for: " << (cmd);                     \
+    EXPECT_NE(msg_.find(needle), std::string::npos) << "message: " << msg_ << "\nwanted: " << (needle); \
+  } while (0)

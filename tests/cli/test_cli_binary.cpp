@@ -1,0 +1,132 @@
+// The alpaca-train binary end to end: grouped --help, exit codes and messages of usage errors,
+// subcommand dispatch, the effective arguments printed once and written to output_dir, and
+// rank-aware logging driven by the launcher's environment.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "alpaca/cli/flag_table.h"
+#include "test_util.h"
+
+namespace alpaca::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_command;
+using testing::train_bin;
+
+struct Result {
+  int rc;
+  std::string out;
+};
+
+Result run(const std::string& args, const std::string& env = "") {
+  Result r;
+  r.rc = run_command(env + " " + train_bin() + " " + args, &r.out);
+  return r;
+}
+
+size_t count(const std::string& hay, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1)) ++n;
+  return n;
+}
+
+TEST(CliBinary, HelpListsEveryFlagInGroups) {
+  for (const char* form : {"--help", "-h", "train --help", "help"}) {
+    Result r = run(form);
+    EXPECT_EQ(r.rc, 0) << form << "\n" << r.out;
+    for (const auto& f : train_flags()) EXPECT_NE(r.out.find("  --" + f.name + " "), std::string::npos) << form << ": --" << f.name;
+    for (const char* group : {"Model and data:", "Output and checkpoints:", "Training length and batches:", "Optimizer:",
+                              "Learning-rate schedule:", "Precision:", "Distributed and sharding", "Logging:", "Evaluation:"}) {
+      EXPECT_NE(r.out.find(group), std::string::npos) << form << ": group " << group;
+    }
+  }
+}
+
+TEST(CliBinary, UsageErrorsExitWithTwoAndSayWhatToDo) {
+  Result r = run("--model_name_or_path m --data_path d --learning_rat 1e-4");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("alpaca-train: error: unknown flag --learning_rat; did you mean --learning_rate?"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(".cpp:"), std::string::npos) << "usage errors show no source location: " << r.out;
+
+  r = run("--model_name_or_path m --data_path d --bf16 True --fp16 True");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("choose one mixed-precision mode"), std::string::npos) << r.out;
+
+  r = run("");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("no arguments"), std::string::npos) << r.out;
+
+  r = run("trian --bf16");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("unknown subcommand 'trian'; did you mean 'train'?"), std::string::npos) << r.out;
+
+  r = run("generate --model_name_or_path m");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.out.find("`alpaca-train generate` is not implemented"), std::string::npos) << r.out;
+}
+
+TEST(CliBinary, PrintsEffectiveArgsOnceAndWritesThemToOutputDir) {
+  testing::TempDir dir("cli_binary");
+  fs::path out = dir.path() / "run";
+  // The model does not exist: whatever the trainer does next, it fails after the CLI has done its part.
+  Result r = run("train --model_name_or_path " + (dir.path() / "no-model").string() +
+                 " --data_path d.json --output_dir " + out.string() + " --learning_rate 2e-5 --bf16");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.rc, 2) << "a valid command line is not a usage error:\n" << r.out;
+  EXPECT_EQ(count(r.out, "effective arguments"), 1u) << r.out;
+  EXPECT_NE(r.out.find("* learning_rate = 2e-05"), std::string::npos) << r.out;
+  ASSERT_TRUE(fs::exists(out / "training_args.json")) << r.out;
+  std::stringstream json;
+  json << std::ifstream(out / "training_args.json").rdbuf();
+  EXPECT_NE(json.str().find("\"learning_rate\": 2e-05"), std::string::npos) << json.str();
+  EXPECT_NE(json.str().find("\"bf16\": true"), std::string::npos) << json.str();
+  EXPECT_FALSE(fs::exists(out / "training_args.json.tmp"));
+
+  // The recorded arguments reproduce the run: they parse back as --config.
+  fs::path out2 = dir.path() / "run2";
+  r = run("--config " + (out / "training_args.json").string() + " --output_dir " + out2.string());
+  EXPECT_NE(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("* learning_rate = 2e-05"), std::string::npos) << r.out;
+}
+
+TEST(CliBinary, OnlyRankZeroLogsInfoByDefault) {
+  testing::TempDir dir("cli_ranks");
+  std::string flags = "--model_name_or_path " + (dir.path() / "no-model").string() + " --data_path d.json --output_dir " +
+                      (dir.path() / "out").string();
+  Result rank1 = run(flags, "OMPI_COMM_WORLD_RANK=1");
+  EXPECT_EQ(rank1.out.find("effective arguments"), std::string::npos) << rank1.out;
+  EXPECT_FALSE(fs::exists(dir.path() / "out" / "training_args.json")) << "only rank 0 writes the arguments";
+
+  Result rank0 = run(flags, "OMPI_COMM_WORLD_RANK=0");
+  EXPECT_NE(rank0.out.find("[info] [rank 0] effective arguments"), std::string::npos) << rank0.out;
+
+  fs::remove_all(dir.path() / "out");
+  Result quiet = run(flags + " --log_level warning", "RANK=0");
+  EXPECT_EQ(quiet.out.find("effective arguments"), std::string::npos) << quiet.out;
+  EXPECT_TRUE(fs::exists(dir.path() / "out" / "training_args.json"));
+}
+
+// .ci/run must run exactly the README's test command, so CI proves what a newcomer runs.
+TEST(Repo, CiRunsTheReadmeTestCommand) {
+  auto read = [](const fs::path& p) {
+    std::stringstream ss;
+    ss << std::ifstream(p).rdbuf();
+    return ss.str();
+  };
+  std::string readme = read(testing::source_dir() / "README.md");
+  std::string ci = read(testing::source_dir() / ".ci" / "run");
+  const std::string test_cmd = "bash scripts/install_deps.sh && bash scripts/test.sh";
+  size_t test_section = readme.find("## Test");
+  ASSERT_NE(test_section, std::string::npos);
+  EXPECT_NE(readme.find("    " + test_cmd + "\n", test_section), std::string::npos) << "README's test command changed";
+  EXPECT_NE(ci.find("\n" + test_cmd + "\n"), std::string::npos) << ".ci/run does not run the README's test command";
+  EXPECT_NE(readme.find("    bash scripts/quickstart.sh\n"), std::string::npos);
+  EXPECT_TRUE(fs::exists(testing::source_dir() / "scripts" / "quickstart.sh"));
+}
+
+}  // namespace
+}  // namespace alpaca::cli

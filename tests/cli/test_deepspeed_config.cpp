@@ -1,0 +1,120 @@
+// --deepspeed: the mapping of ZeRO configs onto the FSDP engine's options, "auto" filling,
+// mismatch errors, and refusal of anything without an equivalent.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "alpaca/cli/train_args.h"
+#include "cli_test_util.h"
+#include "test_util.h"
+
+namespace alpaca::cli {
+namespace {
+
+using test::kRequired;
+using test::shell_split;
+
+// Parses the required flags plus `extra` with an inline DeepSpeed config.
+TrainArgs with_ds(const std::string& ds_json, const std::string& extra = "") {
+  std::vector<std::string> argv = shell_split(kRequired + extra);
+  argv.push_back("--deepspeed");
+  argv.push_back(ds_json);
+  return parse_train_args(argv);
+}
+
+std::string ds_error(const std::string& ds_json, const std::string& extra = "") {
+  try {
+    with_ds(ds_json, extra);
+  } catch (const UsageError& e) {
+    return e.message();
+  }
+  return "";
+}
+
+#define EXPECT_DS_ERROR(json, extra, needle)                                                  \
+  do {                                                                                       \
+    std::string m_ = ds_error(json, extra);                                                  \
+    EXPECT_NE(m_.find(needle), std::string::npos) << "message: " << m_ << "\nwanted: " << (needle); \
+  } while (0)
+
+TEST(DeepSpeedConfig, AlpacaOffloadConfigMapsToFullShardWithOffload) {
+  std::string path = (testing::source_dir() / "configs" / "default_offload_opt_param.json").string();
+  TrainArgs a = parse_train_args(shell_split(kRequired + "--bf16 True --learning_rate 2e-5 --deepspeed " + path));
+  EXPECT_EQ(a.deepspeed_zero_stage, 3);
+  EXPECT_EQ(a.fsdp_options, (std::set<FsdpOption>{FsdpOption::kFullShard, FsdpOption::kAutoWrap, FsdpOption::kOffload}));
+  EXPECT_EQ(a.lr_scheduler_type, "linear");
+  EXPECT_TRUE(a.bf16);
+  // Its tuning knobs are reported, not silently dropped.
+  std::string notes;
+  for (const auto& n : a.notes) notes += n + "\n";
+  EXPECT_NE(notes.find("stage3_max_live_parameters"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("steps_per_print"), std::string::npos) << notes;
+}
+
+TEST(DeepSpeedConfig, StagesMapToStrategies) {
+  EXPECT_EQ(with_ds(R"({"zero_optimization": {"stage": 2}})").fsdp_options,
+            (std::set<FsdpOption>{FsdpOption::kShardGradOp, FsdpOption::kAutoWrap}));
+  EXPECT_EQ(with_ds(R"({"zero_optimization": {"stage": 0}})").fsdp_options,
+            (std::set<FsdpOption>{FsdpOption::kNoShard, FsdpOption::kAutoWrap}));
+  TrainArgs z2 = with_ds(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})");
+  EXPECT_TRUE(z2.has_fsdp(FsdpOption::kOffload));
+  EXPECT_EQ(z2.lr_scheduler_type, "linear");  // no scheduler block: --lr_scheduler_type applies
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 1}})", "", "zero_optimization.stage 1 is not supported");
+  EXPECT_DS_ERROR(R"({"bf16": {"enabled": true}})", "--bf16 True", "zero_optimization is missing");
+}
+
+TEST(DeepSpeedConfig, AutoTakesTheFlagsAndExplicitValuesMustAgree) {
+  TrainArgs a = with_ds(R"({"zero_optimization": {"stage": 3}, "optimizer": {"type": "AdamW", "params": {"lr": 3e-5,
+                           "betas": [0.9, 0.95], "eps": "auto", "weight_decay": 0.1}}, "gradient_accumulation_steps": 4,
+                           "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.5})",
+                        "--learning_rate 3e-5 --adam_beta2 0.95 --weight_decay 0.1 --gradient_accumulation_steps 4 "
+                        "--per_device_train_batch_size 2 --max_grad_norm 0.5");
+  EXPECT_DOUBLE_EQ(a.learning_rate, 3e-5);
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}})",
+                  "--learning_rate 2e-5",
+                  "optimizer.params.lr is 0.0001 but --learning_rate is 2e-05; set it to \"auto\" or pass --learning_rate 0.0001");
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "bf16": {"enabled": true}})", "",
+                  "bf16.enabled is true but --bf16 is False");
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "gradient_accumulation_steps": 16})", "",
+                  "gradient_accumulation_steps is 16 but --gradient_accumulation_steps is 1");
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "train_batch_size": 999})", "", "train_batch_size is 999");
+}
+
+TEST(DeepSpeedConfig, SchedulerMapping) {
+  TrainArgs a = with_ds(R"({"zero_optimization": {"stage": 3}, "scheduler": {"type": "WarmupDecayLR",
+                           "params": {"warmup_num_steps": 10, "warmup_type": "linear", "total_num_steps": "auto"}}})");
+  EXPECT_EQ(a.lr_scheduler_type, "linear");
+  EXPECT_DOUBLE_EQ(a.warmup_steps, 10);
+  EXPECT_TRUE(a.notes.empty() || a.notes.front().find("warmup_type") == std::string::npos);
+  EXPECT_EQ(with_ds(R"({"zero_optimization": {"stage": 3}, "scheduler": {"type": "WarmupLR"}})").lr_scheduler_type,
+            "constant_with_warmup");
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "scheduler": {"type": "WarmupCosineLR"}})", "",
+                  "scheduler.type 'WarmupCosineLR' is not supported");
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_type": "log"}}})",
+                  "", "warmup_type 'log' is not supported");
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "scheduler": {"type": "WarmupDecayLR"}})", "--lr_scheduler_type cosine",
+                  "contradicts --lr_scheduler_type cosine");
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 100}}})",
+                  "", "total_num_steps must be \"auto\"");
+}
+
+TEST(DeepSpeedConfig, UnsupportedKeysAndValuesAreErrors) {
+  EXPECT_DS_ERROR(R"({"zero_optimisation": {"stage": 3}})", "", "zero_optimisation is not supported by alpaca-train's FSDP engine; did you mean 'zero_optimization'?");
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}, "offload_optimizer": {"device": "cpu"}}})",
+                  "", "offload_param.device 'nvme' is not supported");
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})", "",
+                  "offload_param without offload_optimizer has no equivalent");
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3, "round_robin_gradients": true}})", "",
+                  "zero_optimization.round_robin_gradients is not supported");
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "optimizer": {"type": "Lamb"}})", "", "optimizer.type 'Lamb' is not supported");
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "fp16": {"enabled": "auto", "initial_scale_power": 12}})", "",
+                  "fp16.initial_scale_power is not supported");
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "wall_clock_breakdown": true})", "", "wall_clock_breakdown must be false");
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}})", "--fsdp_config x.json", "do not combine with --deepspeed");
+  EXPECT_DS_ERROR("/no/such/ds.json", "", "--deepspeed /no/such/ds.json: cannot open the file");
+  EXPECT_DS_ERROR("{\"zero_optimization\": ", "", "is not valid JSON");
+}
+
+}  // namespace
+}  // namespace alpaca::cli

@@ -1,0 +1,346 @@
+// TrainArgs parsing: the Stanford Alpaca README commands verbatim, boolean forms, unknown and
+// contradictory flags, --config precedence, the JSON dump reading back, the derived values.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "alpaca/cli/flag_table.h"
+#include "alpaca/cli/train_args.h"
+#include "cli_test_util.h"
+#include "test_util.h"
+
+namespace alpaca::cli {
+namespace {
+
+using test::kRequired;
+using test::parse_error;
+using test::shell_split;
+
+// The README's FSDP command (stanford_alpaca README, "Fine-tuning"), from the first flag on;
+// only the <placeholders> are filled in.
+const char* kAlpacaFsdpCommand = R"(--model_name_or_path /models/llama-7b-hf \
+    --data_path ./alpaca_data.json \
+    --bf16 True \
+    --output_dir /tmp/alpaca-out \
+    --num_train_epochs 3 \
+    --per_device_train_batch_size 4 \
+    --per_device_eval_batch_size 4 \
+    --gradient_accumulation_steps 8 \
+    --evaluation_strategy "no" \
+    --save_strategy "steps" \
+    --save_steps 2000 \
+    --save_total_limit 1 \
+    --learning_rate 2e-5 \
+    --weight_decay 0. \
+    --warmup_ratio 0.03 \
+    --lr_scheduler_type "cosine" \
+    --logging_steps 1 \
+    --fsdp "full_shard auto_wrap" \
+    --fsdp_transformer_layer_cls_to_wrap 'LlamaDecoderLayer' \
+    --tf32 True)";
+
+// The README's DeepSpeed command ("Addressing OOM").
+const char* kAlpacaDeepSpeedCommand = R"(--model_name_or_path /models/llama-7b-hf \
+    --data_path ./alpaca_data.json \
+    --bf16 True \
+    --output_dir /tmp/alpaca-out \
+    --num_train_epochs 3 \
+    --per_device_train_batch_size 4 \
+    --per_device_eval_batch_size 4 \
+    --gradient_accumulation_steps 8 \
+    --evaluation_strategy "no" \
+    --save_strategy "steps" \
+    --save_steps 2000 \
+    --save_total_limit 1 \
+    --learning_rate 2e-5 \
+    --weight_decay 0. \
+    --warmup_ratio 0.03 \
+    --deepspeed "./configs/default_offload_opt_param.json" \
+    --tf32 True)";
+
+// The DeepSpeed command names ./configs/...: run from the repository root, as the README does.
+class FromRepoRoot : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    saved_ = std::filesystem::current_path();
+    std::filesystem::current_path(testing::source_dir());
+  }
+  void TearDown() override { std::filesystem::current_path(saved_); }
+  std::filesystem::path saved_;
+};
+
+void expect_alpaca_common(const TrainArgs& a) {
+  EXPECT_EQ(a.model_name_or_path, "/models/llama-7b-hf");
+  EXPECT_EQ(a.data_path, "./alpaca_data.json");
+  EXPECT_TRUE(a.bf16);
+  EXPECT_FALSE(a.fp16);
+  EXPECT_EQ(a.output_dir, "/tmp/alpaca-out");
+  EXPECT_DOUBLE_EQ(a.num_train_epochs, 3.0);
+  EXPECT_EQ(a.max_steps, -1);
+  EXPECT_EQ(a.per_device_train_batch_size, 4);
+  EXPECT_EQ(a.per_device_eval_batch_size, 4);
+  EXPECT_EQ(a.gradient_accumulation_steps, 8);
+  EXPECT_EQ(a.eval_strategy, "no");
+  EXPECT_FALSE(a.do_eval);
+  EXPECT_EQ(a.save_strategy, "steps");
+  EXPECT_DOUBLE_EQ(a.save_steps, 2000);
+  ASSERT_TRUE(a.save_total_limit.has_value());
+  EXPECT_EQ(*a.save_total_limit, 1);
+  EXPECT_DOUBLE_EQ(a.learning_rate, 2e-5);
+  EXPECT_DOUBLE_EQ(a.weight_decay, 0.0);
+  EXPECT_DOUBLE_EQ(a.warmup_ratio, 0.03);
+  ASSERT_TRUE(a.tf32.has_value());
+  EXPECT_TRUE(*a.tf32);
+  // HF / Alpaca defaults the README relies on.
+  EXPECT_EQ(a.model_max_length, 512);
+  EXPECT_EQ(a.optim, "adamw_torch");
+  EXPECT_DOUBLE_EQ(a.adam_beta1, 0.9);
+  EXPECT_DOUBLE_EQ(a.adam_beta2, 0.999);
+  EXPECT_DOUBLE_EQ(a.adam_epsilon, 1e-8);
+  EXPECT_DOUBLE_EQ(a.max_grad_norm, 1.0);
+  EXPECT_EQ(a.seed, 42);
+  EXPECT_EQ(effective_data_seed(a), 42);
+  EXPECT_FALSE(a.gradient_checkpointing);
+  EXPECT_EQ(a.ddp_timeout, 1800);
+  // 52,002 examples on 4 GPUs x 4 x 8: 1,218 steps, 37 of them warmup (stanford_alpaca_facts §1.9).
+  EXPECT_EQ(warmup_steps_for(a, 1218), 37);
+}
+
+TEST(TrainArgs, AlpacaFsdpCommandParsesVerbatim) {
+  TrainArgs a = parse_train_args(shell_split(kAlpacaFsdpCommand));
+  expect_alpaca_common(a);
+  EXPECT_EQ(a.lr_scheduler_type, "cosine");
+  EXPECT_DOUBLE_EQ(a.logging_steps, 1);
+  EXPECT_EQ(a.logging_strategy, "steps");
+  EXPECT_EQ(a.fsdp, "full_shard auto_wrap");
+  EXPECT_EQ(a.fsdp_options, (std::set<FsdpOption>{FsdpOption::kFullShard, FsdpOption::kAutoWrap}));
+  EXPECT_EQ(a.fsdp_transformer_layer_cls_to_wrap, "LlamaDecoderLayer");
+  EXPECT_EQ(a.fsdp_config_json, R"({"transformer_layer_cls_to_wrap":["LlamaDecoderLayer"]})");
+  EXPECT_EQ(a.deepspeed_zero_stage, 0);
+  EXPECT_TRUE(a.is_set("eval_strategy"));  // given as --evaluation_strategy
+  EXPECT_FALSE(a.is_set("seed"));
+}
+
+TEST_F(FromRepoRoot, AlpacaDeepSpeedCommandParsesVerbatim) {
+  TrainArgs a = parse_train_args(shell_split(kAlpacaDeepSpeedCommand));
+  expect_alpaca_common(a);
+  EXPECT_EQ(a.deepspeed, "./configs/default_offload_opt_param.json");
+  // ZeRO-3 with parameter and optimizer offload = FSDP full_shard + offload, a unit per layer.
+  EXPECT_EQ(a.deepspeed_zero_stage, 3);
+  EXPECT_EQ(a.fsdp_options,
+            (std::set<FsdpOption>{FsdpOption::kFullShard, FsdpOption::kAutoWrap, FsdpOption::kOffload}));
+  // WarmupDecayLR: linear warmup, then linear decay (no cosine in the DeepSpeed run).
+  EXPECT_EQ(a.lr_scheduler_type, "linear");
+  bool noted_warmup = false;
+  for (const auto& n : a.notes) noted_warmup = noted_warmup || n.find("warmup_type") != std::string::npos;
+  EXPECT_TRUE(noted_warmup) << "the log-vs-linear warmup difference must be reported";
+}
+
+TEST(TrainArgs, BooleanForms) {
+  for (const char* t : {"True", "true", "1", "yes"}) {
+    EXPECT_TRUE(parse_train_args(shell_split(kRequired + "--bf16 " + t)).bf16) << t;
+  }
+  for (const char* f : {"False", "false", "0", "no"}) {
+    EXPECT_FALSE(parse_train_args(shell_split(kRequired + "--bf16 " + f)).bf16) << f;
+  }
+  // Bare, at the end and before another flag; --flag=value.
+  EXPECT_TRUE(parse_train_args(shell_split(kRequired + "--bf16")).bf16);
+  TrainArgs a = parse_train_args(shell_split(kRequired + "--gradient_checkpointing --tf32 False --bf16=True"));
+  EXPECT_TRUE(a.gradient_checkpointing);
+  ASSERT_TRUE(a.tf32.has_value());
+  EXPECT_FALSE(*a.tf32);
+  EXPECT_TRUE(a.bf16);
+  // Optional booleans stay None unless given; HF's --no_<flag> for flags that default to True.
+  EXPECT_FALSE(parse_train_args(shell_split(kRequired)).tf32.has_value());
+  EXPECT_FALSE(parse_train_args(shell_split(kRequired + "--no_save_safetensors")).save_safetensors);
+  EXPECT_USAGE_ERROR(kRequired + "--bf16 maybe", "--bf16 expects a boolean (True/False, true/false, 1/0), got 'maybe'");
+  EXPECT_USAGE_ERROR(kRequired + "--save_safetensors True --no_save_safetensors", "contradict");
+}
+
+TEST(TrainArgs, NumbersAndOptionals) {
+  TrainArgs a = parse_train_args(shell_split(kRequired + "--max_steps -1 --save_total_limit None --learning_rate 3e-4 "
+                                                         "--data_seed 7 --max_steps=20"));
+  EXPECT_EQ(a.max_steps, 20);  // the last occurrence wins, as with argparse
+  EXPECT_FALSE(a.save_total_limit.has_value());
+  EXPECT_DOUBLE_EQ(a.learning_rate, 3e-4);
+  EXPECT_EQ(effective_data_seed(a), 7);
+  EXPECT_USAGE_ERROR(kRequired + "--per_device_train_batch_size four", "--per_device_train_batch_size expects an integer, got 'four'");
+  EXPECT_USAGE_ERROR(kRequired + "--learning_rate fast", "--learning_rate expects a number, got 'fast'");
+  EXPECT_USAGE_ERROR(kRequired + "--max_steps 0", "--max_steps must be a positive number");
+  EXPECT_USAGE_ERROR(kRequired + "--learning_rate", "--learning_rate needs a value, e.g. --learning_rate VALUE");
+  EXPECT_USAGE_ERROR(kRequired + "--output_dir --bf16", "--output_dir needs a value, but the next argument is the flag --bf16");
+}
+
+TEST(TrainArgs, UnknownFlagsSuggestTheClosestName) {
+  EXPECT_USAGE_ERROR(kRequired + "--learning_rat 1e-4", "unknown flag --learning_rat; did you mean --learning_rate?");
+  EXPECT_USAGE_ERROR(kRequired + "--per_device_train_batch 4", "did you mean --per_device_train_batch_size?");
+  EXPECT_USAGE_ERROR(kRequired + "--evaluation_strateg no", "did you mean --evaluation_strategy?");
+  EXPECT_USAGE_ERROR(kRequired + "--gradient_accumulation=8", "did you mean --gradient_accumulation_steps?");
+  EXPECT_USAGE_ERROR(kRequired + "--frobnicate 3", "unknown flag --frobnicate; run 'alpaca-train --help'");
+  // An unquoted multi-word value leaves a stray word behind.
+  EXPECT_USAGE_ERROR(kRequired + "--fsdp full_shard auto_wrap", "unexpected argument 'auto_wrap'");
+  // Values of choice flags get suggestions too.
+  EXPECT_USAGE_ERROR(kRequired + "--lr_scheduler_type cosin", "did you mean 'cosine'?");
+  EXPECT_USAGE_ERROR(kRequired + "--fsdp \"full_shard auto_wrapp\"", "did you mean 'auto_wrap'?");
+}
+
+TEST(TrainArgs, ContradictionsSayWhatToChange) {
+  EXPECT_USAGE_ERROR(kRequired + "--bf16 True --fp16 True", "--bf16 and --fp16 are both set; choose one mixed-precision mode");
+  EXPECT_USAGE_ERROR(kRequired + "--save_strategy epoch --save_steps 100",
+                     "--save_steps 100.0 has no effect with --save_strategy epoch; set --save_strategy steps, or drop --save_steps");
+  EXPECT_USAGE_ERROR(kRequired + "--logging_strategy no --logging_steps 5", "--logging_steps 5.0 has no effect with --logging_strategy no");
+  EXPECT_USAGE_ERROR(kRequired + "--eval_steps 10", "--eval_steps 10.0 has no effect with --eval_strategy no");
+  EXPECT_USAGE_ERROR(kRequired + "--eval_strategy steps --logging_strategy epoch", "--eval_strategy steps needs --eval_steps");
+  EXPECT_USAGE_ERROR(kRequired + "--evaluation_strategy steps --eval_strategy steps",
+                     "--evaluation_strategy and --eval_strategy are the same flag; give only --eval_strategy");
+  EXPECT_USAGE_ERROR(kRequired + "--fsdp full_shard --deepspeed configs/default_offload_opt_param.json",
+                     "--deepspeed and --fsdp both choose the sharding engine; give one");
+  EXPECT_USAGE_ERROR(kRequired + "--fsdp \"full_shard shard_grad_op\"", "names full_shard and shard_grad_op; choose one sharding strategy");
+  EXPECT_USAGE_ERROR(kRequired + "--fsdp offload", "--fsdp offload can't work on its own");
+  EXPECT_USAGE_ERROR(kRequired + "--fsdp \"no_shard offload\"", "is not supported");
+  EXPECT_USAGE_ERROR(kRequired + "--fsdp hybrid_shard_zero2", "--fsdp hybrid_shard_zero2 is not implemented by the FSDP engine; use one of full_shard, shard_grad_op, no_shard, hybrid_shard");
+  EXPECT_USAGE_ERROR(kRequired + "--fsdp full_shard --fsdp_transformer_layer_cls_to_wrap LlamaDecoderLayer",
+                     "only acts with --fsdp auto_wrap");
+  EXPECT_USAGE_ERROR(kRequired + "--fsdp \"full_shard auto_wrap\" --fsdp_transformer_layer_cls_to_wrap LLaMADecoderLayer",
+                     "use LlamaDecoderLayer");
+  EXPECT_USAGE_ERROR(kRequired + "--fsdp_config '{\"backward_prefetch\": \"backward_pre\"}'", "--fsdp_config has no effect without --fsdp");
+  EXPECT_USAGE_ERROR(kRequired + "--warmup_ratio 0.1 --warmup_steps 10", "both set the warmup; give only one");
+  EXPECT_USAGE_ERROR(kRequired + "--load_best_model_at_end --eval_strategy epoch --save_strategy steps",
+                     "--load_best_model_at_end requires the save and eval strategy to match");
+  EXPECT_USAGE_ERROR(kRequired + "--load_best_model_at_end --eval_strategy steps --eval_steps 30 --save_steps 50",
+                     "--save_steps to be a round multiple of --eval_steps");
+  EXPECT_USAGE_ERROR(kRequired + "--eval_data_path eval.json", "--eval_data_path is given but --eval_strategy is 'no'");
+  EXPECT_USAGE_ERROR(kRequired + "--do_eval True", "would never evaluate");
+  EXPECT_USAGE_ERROR(kRequired + "--packing --group_by_length", "--packing and --group_by_length contradict");
+  EXPECT_USAGE_ERROR(kRequired + "--logging_steps 2.5", "--logging_steps must be an integer if bigger than 1");
+}
+
+TEST(TrainArgs, UnsupportedValuesAreRefusedNotIgnored) {
+  EXPECT_USAGE_ERROR(kRequired + "--optim sgd", "--optim 'sgd' is not one of: adamw_torch, adamw_torch_fused");
+  EXPECT_USAGE_ERROR(kRequired + "--report_to wandb", "--report_to 'wandb' is not available");
+  EXPECT_USAGE_ERROR(kRequired + "--dataloader_num_workers 4", "--dataloader_num_workers 4 is not supported");
+  EXPECT_USAGE_ERROR(kRequired + "--remove_unused_columns False", "--remove_unused_columns False is not supported");
+  EXPECT_USAGE_ERROR(kRequired + "--save_strategy best", "--save_strategy best is not supported");
+  EXPECT_USAGE_ERROR(kRequired + "--load_best_model_at_end --eval_strategy steps --eval_steps 10 --save_steps 10",
+                     "--load_best_model_at_end is not supported yet");
+  EXPECT_USAGE_ERROR(kRequired + "--log_level verbose", "--log_level 'verbose' is not a level");
+  EXPECT_USAGE_ERROR(kRequired + "--resume_from_checkpoint /no/such/checkpoint-5", "no such directory");
+  EXPECT_USAGE_ERROR("--data_path d.json", "--model_name_or_path is required");
+  EXPECT_USAGE_ERROR("--model_name_or_path m", "--data_path is required");
+}
+
+TEST(TrainArgs, DerivedValues) {
+  TrainArgs a = parse_train_args(shell_split(kRequired + "--fsdp --eval_strategy steps --logging_steps 10 "
+                                                         "--save_max_shard_size 500MiB --resume_from_checkpoint true "
+                                                         "--lr_scheduler_kwargs '{\"num_cycles\": 2}' --output_dir o"));
+  EXPECT_EQ(a.fsdp_options, std::set<FsdpOption>{FsdpOption::kFullShard});  // bare --fsdp = full_shard, as HF
+  ASSERT_TRUE(a.eval_steps.has_value());
+  EXPECT_DOUBLE_EQ(*a.eval_steps, 10);  // defaults to logging_steps
+  EXPECT_TRUE(a.do_eval);
+  EXPECT_EQ(a.save_max_shard_bytes, 500LL * 1024 * 1024);
+  EXPECT_TRUE(resume_from_latest(a));
+  EXPECT_EQ(a.lr_scheduler_kwargs_json, R"({"num_cycles":2})");
+  EXPECT_EQ(a.logging_dir, "o");
+  EXPECT_EQ(a.run_name, "o");
+  EXPECT_EQ(parse_train_args(shell_split(kRequired)).save_max_shard_bytes, 5'000'000'000LL);
+  EXPECT_EQ(resolve_interval_steps(0.1, 95), 10);  // ratios round up, as HF
+  EXPECT_EQ(resolve_interval_steps(500, 95), 500);
+  EXPECT_USAGE_ERROR(kRequired + "--save_max_shard_size 5XB", "unknown unit 'XB'");
+  EXPECT_USAGE_ERROR(kRequired + "--lr_scheduler_kwargs '{num_cycles: 2}'", "--lr_scheduler_kwargs is not valid JSON");
+}
+
+class ConfigFile : public ::testing::Test {
+ protected:
+  std::string write(const std::string& text) {
+    auto p = dir_.path() / ("config" + std::to_string(n_++) + ".json");
+    std::ofstream(p) << text;
+    return p.string();
+  }
+  testing::TempDir dir_{"cli_config"};
+  int n_ = 0;
+};
+
+TEST_F(ConfigFile, CommandLineWinsOverFileAndFileOverDefaults) {
+  std::string cfg = write(R"({
+    "model_name_or_path": "/models/from-config",
+    "data_path": "cfg.json",
+    "learning_rate": 1e-4,
+    "num_train_epochs": 5,
+    "bf16": true,
+    "fsdp": ["full_shard", "auto_wrap"],
+    "save_total_limit": null,
+    "evaluation_strategy": "no",
+    "tf32": "True"
+  })");
+  TrainArgs a = parse_train_args(shell_split("--config " + cfg + " --learning_rate 3e-5 --data_path cli.json"));
+  EXPECT_EQ(a.config_path, cfg);
+  EXPECT_DOUBLE_EQ(a.learning_rate, 3e-5);  // command line over file
+  EXPECT_EQ(a.data_path, "cli.json");
+  EXPECT_DOUBLE_EQ(a.num_train_epochs, 5);  // file over default
+  EXPECT_EQ(a.model_name_or_path, "/models/from-config");
+  EXPECT_TRUE(a.bf16);
+  EXPECT_TRUE(a.tf32.value_or(false));
+  EXPECT_FALSE(a.save_total_limit.has_value());
+  EXPECT_EQ(a.fsdp_options, (std::set<FsdpOption>{FsdpOption::kFullShard, FsdpOption::kAutoWrap}));
+  EXPECT_DOUBLE_EQ(a.weight_decay, 0.0);  // default
+  EXPECT_TRUE(a.is_set("num_train_epochs"));
+  EXPECT_FALSE(a.is_set("weight_decay"));
+  // The flag order does not matter: --config after the flags still loses to them.
+  TrainArgs b = parse_train_args(shell_split("--learning_rate 3e-5 --config " + cfg));
+  EXPECT_DOUBLE_EQ(b.learning_rate, 3e-5);
+}
+
+TEST_F(ConfigFile, BadFilesNameTheFileAndKey) {
+  std::string typo = write(R"({"model_name_or_path": "m", "data_path": "d", "learnig_rate": 1})");
+  EXPECT_USAGE_ERROR("--config " + typo, "config file " + typo + ": unknown key 'learnig_rate'; did you mean 'learning_rate'?");
+  std::string bad_value = write(R"({"model_name_or_path": "m", "data_path": "d", "bf16": "sometimes"})");
+  EXPECT_USAGE_ERROR("--config " + bad_value, "config file " + bad_value + ": --bf16 expects a boolean");
+  std::string not_json = write("{\"bf16\": tru");
+  EXPECT_USAGE_ERROR("--config " + not_json, "is not valid JSON");
+  std::string a_list = write("[1, 2]");
+  EXPECT_USAGE_ERROR("--config " + a_list, "must hold a JSON object");
+  EXPECT_USAGE_ERROR("--config /no/such/config.json", "--config /no/such/config.json: cannot open the file");
+}
+
+TEST_F(ConfigFile, JsonDumpReadsBackAsConfig) {
+  TrainArgs a = parse_train_args(shell_split(kAlpacaFsdpCommand));
+  std::string cfg = write(train_args_to_json(a));
+  TrainArgs b = parse_train_args({"--config", cfg});
+  for (const auto& f : train_flags()) {
+    EXPECT_EQ(flag_value_text(a, f.name), flag_value_text(b, f.name)) << f.name;
+  }
+  EXPECT_EQ(a.fsdp_options, b.fsdp_options);
+  EXPECT_EQ(a.fsdp_config_json, b.fsdp_config_json);
+}
+
+TEST(TrainArgs, HelpListsEveryFlagUnderItsGroup) {
+  std::string help = train_help();
+  for (const auto& f : train_flags()) {
+    size_t at = help.find("\n  --" + f.name + " ");
+    ASSERT_NE(at, std::string::npos) << "--help misses --" << f.name;
+    // The nearest group title above the flag is its own group.
+    size_t group_at = help.rfind("\n" + group_title(f.group) + ":\n", at);
+    ASSERT_NE(group_at, std::string::npos) << f.name;
+    for (const auto& other : train_flags()) {
+      if (other.group == f.group) continue;
+      size_t other_at = help.rfind("\n" + group_title(other.group) + ":\n", at);
+      EXPECT_TRUE(other_at == std::string::npos || other_at < group_at) << f.name << " is listed under " << group_title(other.group);
+    }
+    EXPECT_NE(help.find(f.help.substr(0, 20)), std::string::npos) << "--help misses the text of --" << f.name;
+  }
+  EXPECT_NE(help.find("--config FILE"), std::string::npos);
+  EXPECT_NE(help.find("Alias: --evaluation_strategy"), std::string::npos);
+}
+
+TEST(TrainArgs, EffectiveArgsListingMarksWhatWasSet) {
+  TrainArgs a = parse_train_args(shell_split(kAlpacaFsdpCommand));
+  std::string text = format_train_args(a);
+  EXPECT_NE(text.find("* learning_rate = 2e-05"), std::string::npos) << text;
+  EXPECT_NE(text.find("  seed = 42"), std::string::npos) << text;
+  EXPECT_NE(text.find("fsdp options = full_shard auto_wrap"), std::string::npos) << text;
+  for (const auto& f : train_flags()) EXPECT_NE(text.find(" " + f.name + " = "), std::string::npos) << f.name;
+}
+
+}  // namespace
+}  // namespace alpaca::cli

@@ -1,0 +1,155 @@
+// optim/: HF LR schedules against transformers.get_scheduler (python fixture), sharded AdamW
+// against torch::optim::AdamW (decay mask inside one flat buffer), global-norm clipping against
+// torch::nn::utils::clip_grad_norm_, and the dynamic loss scaler.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+
+#include <fstream>
+
+#include "alpaca/optim/adamw.h"
+#include "alpaca/optim/grad_clip.h"
+#include "alpaca/optim/loss_scaler.h"
+#include "alpaca/optim/lr_schedule.h"
+#include "alpaca/util/error.h"
+#include "test_util.h"
+
+namespace alpaca::optim {
+namespace {
+
+TEST(LrSchedule, MatchesTransformersGetScheduler) {
+  const auto path = testing::binary_dir() / "fixtures" / "optim_lr_schedules" / "lr_schedules.json";
+  std::ifstream f(path);
+  ASSERT_TRUE(f) << "fixture " << path << " missing; run ctest (it generates it) or tests/reference/optim_lr_schedules.py";
+  const auto cases = nlohmann::json::parse(f);
+  ASSERT_GE(cases.size(), 14u);
+  int checked = 0;
+  for (const auto& c : cases) {
+    LrSchedule s;
+    s.type = parse_schedule_type(c["name"].get<std::string>());
+    s.num_warmup_steps = c["warmup"].get<int64_t>();
+    s.num_training_steps = c["total"].get<int64_t>();
+    s.base_lr = c["base_lr"].get<double>();
+    const auto& kw = c["kwargs"];
+    if (kw.contains("num_cycles")) s.num_cycles = kw["num_cycles"].get<double>();
+    if (kw.contains("power")) s.power = kw["power"].get<double>();
+    if (kw.contains("lr_end")) s.lr_end = kw["lr_end"].get<double>();
+    if (kw.contains("timescale")) s.timescale = kw["timescale"].get<int64_t>();
+    if (kw.contains("min_lr")) s.min_lr = kw["min_lr"].get<double>();
+    if (kw.contains("min_lr_rate")) s.min_lr_rate = kw["min_lr_rate"].get<double>();
+    validate(s);
+    const auto& lrs = c["lrs"];
+    for (size_t step = 0; step < lrs.size(); ++step) {
+      const double want = lrs[step].get<double>();
+      EXPECT_NEAR(learning_rate(s, static_cast<int64_t>(step)), want, 1e-15 + 1e-12 * std::abs(want))
+          << c["name"] << " warmup " << s.num_warmup_steps << " step " << step;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 200);
+}
+
+TEST(LrSchedule, RejectsUnknownAndInvalid) {
+  EXPECT_THROW(parse_schedule_type("reduce_lr_on_plateau"), Error);
+  EXPECT_THROW(parse_schedule_type("cosineish"), Error);
+  LrSchedule s;
+  s.type = ScheduleType::kCosineWithMinLr;
+  EXPECT_THROW(validate(s), Error);
+  s.min_lr = 1e-6;
+  s.min_lr_rate = 0.1;
+  EXPECT_THROW(validate(s), Error);
+  LrSchedule p;
+  p.type = ScheduleType::kPolynomial;
+  p.base_lr = 1e-8;
+  EXPECT_THROW(validate(p), Error);
+}
+
+TEST(ShardedAdamW, MatchesTorchAdamWWithDecayMask) {
+  // One flat "shard" holding w (decayed, 6), b (not decayed, 3), padding (2) and v (decayed, 4).
+  at::manual_seed(3);
+  at::Tensor w0 = at::randn({2, 3}), b0 = at::randn({3}), v0 = at::randn({4});
+  at::Tensor flat = at::zeros({15});
+  flat.narrow(0, 0, 6).copy_(w0.reshape({-1}));
+  flat.narrow(0, 6, 3).copy_(b0);
+  flat.narrow(0, 11, 4).copy_(v0);
+  at::Tensor grad = at::zeros({15});
+  ShardedAdamW opt({OptimShard{flat, grad, {{0, 6, true}, {6, 3, false}, {11, 4, true}}}},
+                   AdamWOptions{0.9, 0.999, 1e-8, 0.1});
+
+  at::Tensor w = w0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true), v = v0.clone().requires_grad_(true);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<at::Tensor>{w, v},
+                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(1e-2).weight_decay(0.1)));
+  groups.emplace_back(std::vector<at::Tensor>{b},
+                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(1e-2).weight_decay(0.0)));
+  torch::optim::AdamW ref(std::move(groups), torch::optim::AdamWOptions(1e-2));
+  for (int step = 0; step < 5; ++step) {
+    const double lr = 1e-2 * (1.0 - 0.1 * step);  // the schedule changes lr every step
+    for (auto& g : ref.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+    at::Tensor gw = at::randn({2, 3}), gb = at::randn({3}), gv = at::randn({4});
+    w.mutable_grad() = gw.clone();
+    b.mutable_grad() = gb.clone();
+    v.mutable_grad() = gv.clone();
+    grad.zero_();
+    grad.narrow(0, 0, 6).copy_(gw.reshape({-1}));
+    grad.narrow(0, 6, 3).copy_(gb);
+    grad.narrow(0, 11, 4).copy_(gv);
+    ref.step();
+    opt.step(lr);
+  }
+  EXPECT_TRUE(at::allclose(flat.narrow(0, 0, 6), w.detach().reshape({-1}), 1e-6, 1e-7));
+  EXPECT_TRUE(at::allclose(flat.narrow(0, 6, 3), b.detach(), 1e-6, 1e-7));
+  EXPECT_TRUE(at::allclose(flat.narrow(0, 11, 4), v.detach(), 1e-6, 1e-7));
+  EXPECT_TRUE(at::equal(flat.narrow(0, 9, 2), at::zeros({2})));  // padding never moves
+  EXPECT_EQ(opt.step_count(), 5);
+  EXPECT_EQ(opt.state_bytes(), 2 * 15 * 4);
+  auto& st = static_cast<torch::optim::AdamWParamState&>(*ref.state().at(b.unsafeGetTensorImpl()));
+  EXPECT_TRUE(at::allclose(opt.exp_avg_sq(0).narrow(0, 6, 3), st.exp_avg_sq(), 1e-6, 1e-9));
+}
+
+TEST(ShardedAdamW, RejectsMismatchedShards) {
+  EXPECT_THROW(ShardedAdamW({OptimShard{at::zeros({4}), at::zeros({3}), {}}}, AdamWOptions{}), Error);
+  EXPECT_THROW(ShardedAdamW({OptimShard{at::zeros({4}), at::zeros({4}), {{2, 3, true}}}}, AdamWOptions{}), Error);
+  EXPECT_THROW(ShardedAdamW({OptimShard{at::zeros({4}, at::kHalf), at::zeros({4}, at::kHalf), {}}}, AdamWOptions{}), Error);
+}
+
+TEST(GradClip, MatchesTorchClipGradNorm) {
+  at::manual_seed(5);
+  for (double max_norm : {0.1, 1.0, 100.0}) {
+    at::Tensor a = at::randn({7}), b = at::randn({3, 2});
+    at::Tensor pa = at::zeros({7}).requires_grad_(true), pb = at::zeros({3, 2}).requires_grad_(true);
+    pa.mutable_grad() = a.clone();
+    pb.mutable_grad() = b.clone();
+    const double want = torch::nn::utils::clip_grad_norm_(std::vector<at::Tensor>{pa, pb}, max_norm);
+    const double got = clip_grad_norm({a, b}, max_norm, nullptr);
+    EXPECT_NEAR(got, want, 1e-5 * want);
+    EXPECT_TRUE(at::allclose(a, pa.grad(), 1e-6, 1e-7)) << max_norm;
+    EXPECT_TRUE(at::allclose(b, pb.grad(), 1e-6, 1e-7)) << max_norm;
+  }
+}
+
+TEST(LossScaler, SkipsOnOverflowAndGrows) {
+  LossScalerOptions o;
+  o.init_scale = 1024;
+  o.growth_interval = 2;
+  DynamicLossScaler s(o);
+  at::Tensor g = at::full({3}, 2048.0);
+  EXPECT_TRUE(s.unscale_or_skip({g}, nullptr));
+  EXPECT_TRUE(at::allclose(g, at::full({3}, 2.0)));
+  EXPECT_EQ(s.scale(), 1024);
+  at::Tensor bad = at::tensor({1.0f, std::numeric_limits<float>::infinity()});
+  EXPECT_FALSE(s.unscale_or_skip({g, bad}, nullptr));
+  EXPECT_EQ(s.scale(), 512);
+  EXPECT_EQ(s.num_skipped(), 1);
+  at::Tensor nan = at::tensor({std::numeric_limits<float>::quiet_NaN()});
+  EXPECT_FALSE(s.unscale_or_skip({nan}, nullptr));
+  EXPECT_EQ(s.scale(), 256);
+  EXPECT_TRUE(s.unscale_or_skip({at::ones({2})}, nullptr));
+  EXPECT_TRUE(s.unscale_or_skip({at::ones({2})}, nullptr));
+  EXPECT_EQ(s.scale(), 512);  // grew after growth_interval clean steps
+}
+
+}  // namespace
+}  // namespace alpaca::optim
