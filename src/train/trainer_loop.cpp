@@ -25,7 +25,11 @@ struct DeviceBatch {
 
 DeviceBatch to_device(const data::Batch& b, const at::Device& d) {
   auto mv = [&](const at::Tensor& t) { return t.defined() ? t.to(d) : t; };
-  return {mv(b.input_ids_bt), mv(b.labels_bt), mv(b.attention_mask_bt), mv(b.position_ids_bt), mv(b.segment_ids_bt)};
+  // A batch without padding needs no mask: the model then runs SDPA's causal kernel instead of
+  // materialising a (B, 1, T, T) mask (transformers drops an all-ones mask the same way).
+  const bool no_padding = b.attention_mask_bt.defined() && b.attention_mask_bt.all().item<bool>();
+  return {mv(b.input_ids_bt), mv(b.labels_bt), no_padding ? at::Tensor() : mv(b.attention_mask_bt),
+          mv(b.position_ids_bt), mv(b.segment_ids_bt)};
 }
 
 data::Batch collate_indices(const std::vector<data::Example>& examples, const std::vector<int64_t>& idx, int64_t pad) {

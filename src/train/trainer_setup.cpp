@@ -293,7 +293,7 @@ Trainer::Trainer(const cli::TrainArgs& args) : impl_(std::make_unique<Impl>(args
   s.progress = std::make_unique<ProgressReporter>(std::cout, s.length.max_steps, bar, is_stdout_tty());
   s.peak_flops = s.device.is_cuda() ? gpu_peak_bf16_flops(device_name(s.device)) : std::nullopt;
   ckpt::install_preemption_handlers();
-  ALPACA_INFO("***** Running training *****\n  Num examples = " << s.train_examples.size()
+  ALPACA_INFO("***** Running training *****\n  Run name = " << args.run_name << "\n  Num examples = " << s.train_examples.size()
               << "\n  Num Epochs = " << s.length.num_train_epochs << "\n  Instantaneous batch size per device = "
               << args.per_device_train_batch_size << "\n  Total train batch size (w. parallel, distributed & accumulation) = "
               << s.length.global_batch_size << "\n  Gradient Accumulation steps = " << args.gradient_accumulation_steps
