@@ -36,6 +36,11 @@ struct Trainer::Impl {
 
   std::optional<data::Tokenizer> tokenizer;  // set in setup (no empty Tokenizer exists)
   model::LlamaForCausalLM model{nullptr};
+  // Where the weights come from and how: the model is built on the meta device and each rank
+  // reads only its own shards after apply_fsdp (setup_engine), unless weights_loaded.
+  std::filesystem::path weights_dir;
+  bool grow_vocab = false;
+  bool weights_loaded = false;
   std::unique_ptr<fsdp::FsdpEngine> engine;
   std::unique_ptr<optim::ShardedAdamW> optimizer;
   std::optional<optim::DynamicLossScaler> scaler;  // fp16 only

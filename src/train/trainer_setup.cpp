@@ -13,6 +13,7 @@
 #include "alpaca/data/packing.h"
 #include "alpaca/dist/runtime.h"
 #include "alpaca/fsdp/policy.h"
+#include "alpaca/fsdp/load_checkpoint.h"
 #include "alpaca/io/hf_model.h"
 #include "alpaca/train/throughput.h"
 #include "alpaca/util/error.h"
@@ -108,14 +109,27 @@ void Trainer::Impl::setup_tokenizer_and_model() {
     ALPACA_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why
                                                     << " (--model_name_or_path " << base.string()
                                                     << "); resume with the model the checkpoint was trained from");
-    model = io::load_hf_model(resume_dir->string(), at::kFloat);
+    weights_dir = *resume_dir;
   } else {
-    model = io::load_hf_model(base.string(), at::kFloat);
-    if (model->config().vocab_size != tokenizer->vocab_size()) {
-      ALPACA_INFO("resizing the embeddings from " << model->config().vocab_size << " to " << tokenizer->vocab_size()
+    weights_dir = base;
+  }
+  // No rank materialises the whole model (stanford_alpaca's "killed -9" on 8-GPU nodes): build it
+  // on the meta device with the final vocabulary; setup_engine reads each rank's shards straight
+  // from the checkpoint, filling [PAD] rows with the mean of the stored rows as train.py does.
+  model::LlamaConfig stored = model::LlamaConfig::from_json_file((weights_dir / "config.json").string());
+  if (stored.vocab_size <= tokenizer->vocab_size()) {
+    grow_vocab = stored.vocab_size < tokenizer->vocab_size();
+    if (grow_vocab)
+      ALPACA_INFO("resizing the embeddings from " << stored.vocab_size << " to " << tokenizer->vocab_size()
                                                   << " rows (mean-initialised, as train.py)");
-      model->resize_token_embeddings(tokenizer->vocab_size());
-    }
+    model = model::LlamaForCausalLM(resized, at::TensorOptions().device(at::kMeta).dtype(at::kFloat));
+  } else {
+    // Shrinking to len(tokenizer) (train.py always resizes) is rare: load whole, then resize.
+    ALPACA_WARN("the checkpoint has " << stored.vocab_size << " embedding rows but the tokenizer only "
+                                      << tokenizer->vocab_size() << "; loading it whole on every rank to shrink it");
+    model = io::load_hf_model(weights_dir.string(), at::kFloat);
+    model->resize_token_embeddings(tokenizer->vocab_size());
+    weights_loaded = true;
   }
   const auto& c = model->config();
   flops_per_token = train::flops_per_token(model::num_parameters(model), c.num_hidden_layers, c.hidden_size,
@@ -171,6 +185,10 @@ void Trainer::Impl::setup_engine() {
   parts.root = model.get();
   for (auto& layer : model->layers()) parts.layers.push_back(layer.get());
   engine = std::make_unique<fsdp::FsdpEngine>(parts, comm, policy);
+  if (!weights_loaded) {
+    fsdp::load_checkpoint(*engine, weights_dir.string(), /*rank0_only=*/policy.cpu_ram_efficient_loading, grow_vocab);
+    weights_loaded = true;
+  }
   fsdp::FsdpEngine* eng = engine.get();
   auto& layers = model->layers();
   model->set_layer_runner([eng, &layers](int64_t idx, const at::Tensor& h, const model::LayerContext& ctx) {
