@@ -116,16 +116,17 @@ void Trainer::Impl::setup_tokenizer_and_model() {
   // No rank materialises the whole model (stanford_alpaca's "killed -9" on 8-GPU nodes): build it
   // on the meta device with the final vocabulary; setup_engine reads each rank's shards straight
   // from the checkpoint, filling [PAD] rows with the mean of the stored rows as train.py does.
-  model::LlamaConfig stored = model::LlamaConfig::from_json_file((weights_dir / "config.json").string());
-  if (stored.vocab_size <= tokenizer->vocab_size()) {
-    grow_vocab = stored.vocab_size < tokenizer->vocab_size();
+  // A checkpoint to resume from already has len(tokenizer) rows (its fingerprint was checked above).
+  const int64_t stored_vocab = resume_dir ? resized.vocab_size : base_cfg.vocab_size;
+  if (stored_vocab <= tokenizer->vocab_size()) {
+    grow_vocab = stored_vocab < tokenizer->vocab_size();
     if (grow_vocab)
-      ALPACA_INFO("resizing the embeddings from " << stored.vocab_size << " to " << tokenizer->vocab_size()
+      ALPACA_INFO("resizing the embeddings from " << stored_vocab << " to " << tokenizer->vocab_size()
                                                   << " rows (mean-initialised, as train.py)");
     model = model::LlamaForCausalLM(resized, at::TensorOptions().device(at::kMeta).dtype(at::kFloat));
   } else {
     // Shrinking to len(tokenizer) (train.py always resizes) is rare: load whole, then resize.
-    ALPACA_WARN("the checkpoint has " << stored.vocab_size << " embedding rows but the tokenizer only "
+    ALPACA_WARN("the checkpoint has " << stored_vocab << " embedding rows but the tokenizer only "
                                       << tokenizer->vocab_size() << "; loading it whole on every rank to shrink it");
     model = io::load_hf_model(weights_dir.string(), at::kFloat);
     model->resize_token_embeddings(tokenizer->vocab_size());
