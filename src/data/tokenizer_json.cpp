@@ -110,7 +110,23 @@ std::string make_tokenizer_json(const TokenizerJsonSpec& spec) {
   if (spec.add_eos) pair.push_back(special(spec.eos_token, 1));
 
   ordered_json vocab_json = ordered_json::object();
-  for (size_t i = 0; i < spec.pieces.size(); ++i) vocab_json[spec.pieces[i]] = i;
+  {
+    // ordered_json's operator[] searches linearly (quadratic over 32k pieces: a second per save);
+    // append to its underlying vector instead, keeping Python dict semantics for a repeated piece
+    // (first position, last value).
+    auto& obj = vocab_json.get_ref<ordered_json::object_t&>();
+    auto& rows = static_cast<std::vector<ordered_json::object_t::value_type>&>(obj);
+    std::unordered_map<std::string, size_t> position;
+    position.reserve(spec.pieces.size());
+    for (size_t i = 0; i < spec.pieces.size(); ++i) {
+      auto [it, fresh] = position.emplace(spec.pieces[i], rows.size());
+      if (fresh) {
+        rows.emplace_back(spec.pieces[i], i);
+      } else {
+        rows[it->second].second = i;
+      }
+    }
+  }
   ordered_json merges_json = ordered_json::array();
   for (const auto& m : merges) merges_json.push_back({*m.left, *m.right});
 
