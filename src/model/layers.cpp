@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "alpaca/model/matmul.h"
 #include "alpaca/model/rope.h"
 #include "alpaca/util/error.h"
 
@@ -21,7 +22,7 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) const {
-  return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
+  return model::linear(x, weight, bias);
 }
 
 EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim, const at::TensorOptions& options,
