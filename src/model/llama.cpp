@@ -3,6 +3,7 @@
 
 #include <torch/nn/modules/container/modulelist.h>  // defines: torch::nn::ModuleList
 
+#include "alpaca/model/matmul.h"
 #include "alpaca/model/rope.h"
 #include "alpaca/util/error.h"
 
@@ -76,10 +77,10 @@ LayerContext LlamaForCausalLMImpl::make_context(const at::Tensor& input_ids_bt, 
 }
 
 at::Tensor LlamaForCausalLMImpl::head(const at::Tensor& hidden_btd) const {
-  return at::linear(model->norm->forward(hidden_btd), lm_head_weight());
+  return model::linear(model->norm->forward(hidden_btd), lm_head_weight());
 }
 
-at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt,
+at::Tensor LlamaForCausalLMImpl::decoder(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt,
                                          const at::Tensor& position_ids_bt, const at::Tensor& segment_ids_bt) {
   ALPACA_CHECK(input_ids_bt.dim() == 2 && input_ids_bt.scalar_type() == at::kLong,
                "input_ids must be int64 (batch, seq), got " << input_ids_bt.scalar_type() << " "
@@ -90,7 +91,19 @@ at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& input_ids_bt, const a
   auto& ls = model->layers;
   for (int64_t i = 0; i < static_cast<int64_t>(ls.size()); ++i)
     h_btd = runner_ ? runner_(i, h_btd, ctx) : ls[i]->forward(h_btd, ctx);
-  return head(h_btd);
+  return h_btd;
+}
+
+at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt,
+                                         const at::Tensor& position_ids_bt, const at::Tensor& segment_ids_bt) {
+  return head(decoder(input_ids_bt, attention_mask_bt, position_ids_bt, segment_ids_bt));
+}
+
+LossSum LlamaForCausalLMImpl::forward_loss_sum(const at::Tensor& input_ids_bt, const at::Tensor& labels_bt,
+                                               const at::Tensor& attention_mask_bt, const at::Tensor& position_ids_bt,
+                                               const at::Tensor& segment_ids_bt, int64_t chunk_tokens) {
+  const at::Tensor h_btd = decoder(input_ids_bt, attention_mask_bt, position_ids_bt, segment_ids_bt);
+  return causal_lm_head_loss_sum(model->norm->forward(h_btd), lm_head_weight(), labels_bt, chunk_tokens);
 }
 
 void LlamaForCausalLMImpl::resize_token_embeddings(int64_t new_vocab_size) {

@@ -2,6 +2,11 @@
 // right and shifted left, summed cross-entropy over non-ignored tokens.
 #include "alpaca/model/loss.h"
 
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+
+#include "alpaca/model/matmul.h"
 #include "alpaca/util/error.h"
 
 namespace alpaca::model {
@@ -24,6 +29,94 @@ LossSum causal_lm_loss_sum(const at::Tensor& logits_btv, const at::Tensor& label
 at::Tensor causal_lm_loss(const at::Tensor& logits_btv, const at::Tensor& labels_bt) {
   LossSum ls = causal_lm_loss_sum(logits_btv, labels_bt);
   return ls.sum / static_cast<double>(ls.num_tokens);
+}
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+// Forward does the whole work (loss and, if needed, both gradients); backward scales.
+struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEntropy> {
+  // h_nd: (N, D) hidden rows; w_vd: (V, D); labels_n: int64 (N), shifted. Only rows with a label
+  // are projected: an ignored row adds nothing to the loss and gets a zero gradient.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h_nd, const at::Tensor& w_vd,
+                            const at::Tensor& labels_n, int64_t chunk) {
+    const bool need_h = h_nd.requires_grad(), need_w = w_vd.requires_grad();
+    const at::Tensor rows = labels_n.ne(kIgnoreIndex).nonzero().squeeze(1);
+    const int64_t n = rows.size(0);
+    at::Tensor loss = at::zeros({}, h_nd.options().dtype(at::kFloat));
+    at::Tensor grad_h = need_h ? at::zeros_like(h_nd) : at::Tensor();
+    at::Tensor grad_w = need_w ? at::zeros(w_vd.sizes(), w_vd.options().dtype(at::kFloat)) : at::Tensor();
+    // GEMM operands: as given, or upcast once when bf16 products take the fp32 route (matmul.h).
+    const bool f32 = bf16_gemm_via_fp32(h_nd, w_vd);
+    const at::Tensor w_c = f32 ? w_vd.to(at::kFloat) : w_vd;
+    for (int64_t s = 0; s < n; s += chunk) {
+      const at::Tensor idx = rows.narrow(0, s, std::min(chunk, n - s));
+      at::Tensor h_c = h_nd.index_select(0, idx);
+      if (f32) h_c = h_c.to(at::kFloat);
+      const at::Tensor target = labels_n.index_select(0, idx).unsqueeze(1);
+      // As transformers: logits in the compute dtype, upcast to fp32, then the cross-entropy.
+      at::Tensor z = at::mm(h_c, w_c.t()).to(at::kFloat);
+      const at::Tensor target_logit = z.gather(1, target);
+      const at::Tensor zmax = z.amax(1, /*keepdim=*/true);
+      z.sub_(zmax).exp_();                                   // exp(z - max), in place
+      const at::Tensor sumexp = z.sum(1, /*keepdim=*/true);  // lse = log(sumexp) + max
+      loss.add_((sumexp.log() + zmax - target_logit).sum());
+      if (!need_h && !need_w) continue;
+      // d(loss)/d(z) = softmax - one_hot; cast to the GEMM dtype (the backward of the upcast).
+      z.div_(sumexp);
+      z.scatter_add_(1, target, at::full_like(target_logit, -1.0));
+      const at::Tensor g = z.to(h_c.scalar_type());
+      if (need_h) grad_h.index_copy_(0, idx, at::mm(g, w_c).to(h_nd.scalar_type()));
+      if (need_w) {
+        if (g.scalar_type() == at::kFloat) {
+          grad_w.addmm_(g.t(), h_c);
+        } else {
+          grad_w.add_(at::mm(g.t(), h_c));  // per-chunk product in the compute dtype, summed in fp32
+        }
+      }
+    }
+    ctx->saved_data["grad_h"] = grad_h;
+    ctx->saved_data["grad_w"] = need_w ? grad_w.to(w_vd.scalar_type()) : grad_w;
+    return loss;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grad_out) {
+    const at::Tensor g = grad_out[0];
+    at::Tensor grad_h = ctx->saved_data["grad_h"].toTensor();
+    at::Tensor grad_w = ctx->saved_data["grad_w"].toTensor();
+    ctx->saved_data.clear();
+    if (grad_h.defined()) grad_h.mul_(g.to(grad_h.scalar_type()));
+    if (grad_w.defined()) grad_w.mul_(g.to(grad_w.scalar_type()));
+    return {grad_h, grad_w, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+LossSum causal_lm_head_loss_sum(const at::Tensor& hidden_btd, const at::Tensor& weight_vd, const at::Tensor& labels_bt,
+                                int64_t chunk_tokens) {
+  ALPACA_CHECK(hidden_btd.dim() == 3 && weight_vd.dim() == 2 && labels_bt.dim() == 2 &&
+                   hidden_btd.size(0) == labels_bt.size(0) && hidden_btd.size(1) == labels_bt.size(1) &&
+                   hidden_btd.size(2) == weight_vd.size(1),
+               "loss: hidden (B, T, D), lm_head weight (V, D) and labels (B, T) disagree: "
+                   << hidden_btd.sizes() << ", " << weight_vd.sizes() << ", " << labels_bt.sizes());
+  const int64_t v = weight_vd.size(0), d = hidden_btd.size(2);
+  at::Tensor shift_labels_bt =
+      at::constant_pad_nd(labels_bt.to(at::kLong), {0, 1}, kIgnoreIndex).narrow(1, 1, labels_bt.size(1));
+  at::Tensor flat_labels = shift_labels_bt.reshape({-1}).to(hidden_btd.device());
+  const at::Tensor valid = flat_labels.ne(kIgnoreIndex);
+  const int64_t count = valid.sum().item<int64_t>();
+  if (count > 0) {
+    const at::Tensor used = flat_labels.masked_select(valid);
+    const int64_t lo = used.min().item<int64_t>(), hi = used.max().item<int64_t>();
+    ALPACA_CHECK(lo >= 0 && hi < v, "loss: label " << (lo < 0 ? lo : hi) << " outside the vocabulary [0, " << v
+                                                   << ") (labels must be token ids or " << kIgnoreIndex << ")");
+  }
+  if (chunk_tokens <= 0) chunk_tokens = std::max<int64_t>(1, (int64_t{1} << 23) / std::max<int64_t>(v, 1));
+  at::Tensor sum = FusedHeadCrossEntropy::apply(hidden_btd.reshape({-1, d}), weight_vd, flat_labels, chunk_tokens);
+  return {sum, count};
 }
 
 }  // namespace alpaca::model

@@ -44,6 +44,12 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt = {},
                      const at::Tensor& position_ids_bt = {}, const at::Tensor& segment_ids_bt = {});
 
+  // Training forward: the summed shifted cross-entropy against labels_bt (int64 (B, T), -100 =
+  // ignored) through the fused chunked head (causal_lm_head_loss_sum), never forming the logits.
+  LossSum forward_loss_sum(const at::Tensor& input_ids_bt, const at::Tensor& labels_bt,
+                           const at::Tensor& attention_mask_bt = {}, const at::Tensor& position_ids_bt = {},
+                           const at::Tensor& segment_ids_bt = {}, int64_t chunk_tokens = 0);
+
   // The pieces of forward, for callers that run the root unit themselves.
   at::Tensor embed(const at::Tensor& input_ids_bt) const;  // (B, T, D)
   LayerContext make_context(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt,
@@ -68,6 +74,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
  private:
   LlamaConfig cfg_;
   LayerRunner runner_;
+  at::Tensor decoder(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt,
+                     const at::Tensor& position_ids_bt, const at::Tensor& segment_ids_bt);  // before the final norm
 };
 TORCH_MODULE(LlamaForCausalLM);
 

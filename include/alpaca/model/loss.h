@@ -20,4 +20,15 @@ LossSum causal_lm_loss_sum(const at::Tensor& logits_btv, const at::Tensor& label
 // Mean over label tokens, = transformers' loss (NaN when there is no label token, as there).
 at::Tensor causal_lm_loss(const at::Tensor& logits_btv, const at::Tensor& labels_bt);
 
+// The same loss computed from the final hidden states without materialising the (B, T, V) logits:
+// `hidden_btd` (after the final norm) is projected by `weight_vd` (lm_head) a chunk of
+// `chunk_tokens` positions at a time; each chunk's logits are made as transformers makes them
+// (linear in the hidden dtype, then upcast to fp32), reduced to the loss, and, when a gradient is
+// wanted, turned straight into that chunk's gradients (softmax - one_hot), so backward only scales
+// them by the incoming gradient. Peak extra memory is one chunk of logits instead of several
+// (B, T, V) fp32 tensors; the weight gradient accumulates in fp32 across chunks.
+// chunk_tokens <= 0 picks a chunk of about 2^23 logits (32 MiB in fp32).
+LossSum causal_lm_head_loss_sum(const at::Tensor& hidden_btd, const at::Tensor& weight_vd, const at::Tensor& labels_bt,
+                                int64_t chunk_tokens = 0);
+
 }  // namespace alpaca::model

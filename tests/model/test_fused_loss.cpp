@@ -1,0 +1,166 @@
+// The fused chunked head loss (causal_lm_head_loss_sum) against the plain path (logits, then
+// causal_lm_loss_sum), and the CPU bf16 GEMM policy (matmul.h) against the native kernels.
+// Tolerances: fp32 loss 1e-6 rel, gradients 1e-5 of their max; bf16 against the fp32 reference
+// 2e-2 rel (a bf16 rounding of the logits and gradients).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "alpaca/model/loss.h"
+#include "alpaca/model/matmul.h"
+
+using namespace alpaca::model;
+
+namespace {
+
+struct Case {
+  at::Tensor h, w, labels;
+};
+
+// (B, T, D) hidden, (V, D) weight, labels with ignored prompt positions, an ignored tail and one
+// row that is ignored throughout (as Alpaca's masked prompts and right padding).
+Case make_case(at::ScalarType dtype, int64_t b = 3, int64_t t = 37, int64_t d = 16, int64_t v = 101) {
+  at::manual_seed(7);
+  Case c;
+  c.h = at::randn({b, t, d}).to(dtype);
+  c.w = (at::randn({v, d}) * 0.5).to(dtype);
+  c.labels = at::randint(0, v, {b, t}, at::kLong);
+  c.labels.index_put_({0, at::indexing::Slice(0, 9)}, kIgnoreIndex);
+  c.labels.index_put_({1, at::indexing::Slice(30, at::indexing::None)}, kIgnoreIndex);
+  c.labels.index_put_({2}, kIgnoreIndex);
+  return c;
+}
+
+struct Result {
+  double loss;
+  int64_t count;
+  at::Tensor grad_h, grad_w;
+};
+
+Result run(const Case& c, bool fused, int64_t chunk = 0, double grad_scale = 0.37) {
+  at::Tensor h = c.h.detach().clone().requires_grad_(true);
+  at::Tensor w = c.w.detach().clone().requires_grad_(true);
+  LossSum ls = fused ? causal_lm_head_loss_sum(h, w, c.labels, chunk)
+                     : causal_lm_loss_sum(alpaca::model::linear(h, w), c.labels);
+  (ls.sum * grad_scale).backward();
+  return {ls.sum.item<double>(), ls.num_tokens, h.grad().to(at::kFloat), w.grad().to(at::kFloat)};
+}
+
+double rel_max(const at::Tensor& a, const at::Tensor& b) {
+  return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-30);
+}
+
+class ModeGuard {
+ public:
+  explicit ModeGuard(CpuBf16Gemm m) : saved_(cpu_bf16_gemm()) { set_cpu_bf16_gemm(m); }
+  ~ModeGuard() { set_cpu_bf16_gemm(saved_); }
+
+ private:
+  CpuBf16Gemm saved_;
+};
+
+}  // namespace
+
+TEST(FusedLoss, MatchesLogitsPathInFp32ForEveryChunking) {
+  const Case c = make_case(at::kFloat);
+  const Result ref = run(c, /*fused=*/false);
+  EXPECT_EQ(ref.count, c.labels.narrow(1, 1, c.labels.size(1) - 1).ne(kIgnoreIndex).sum().item<int64_t>());
+  for (int64_t chunk : {1, 7, 64, 1000, 0}) {
+    const Result got = run(c, /*fused=*/true, chunk);
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    EXPECT_EQ(got.count, ref.count);
+    EXPECT_LE(std::abs(got.loss - ref.loss) / ref.loss, 1e-6);
+    EXPECT_LE(rel_max(got.grad_h, ref.grad_h), 1e-5);
+    EXPECT_LE(rel_max(got.grad_w, ref.grad_w), 1e-5);
+  }
+}
+
+TEST(FusedLoss, IgnoredPositionsGetNoGradient) {
+  const Case c = make_case(at::kFloat);
+  const Result got = run(c, /*fused=*/true, 5);
+  // Row 2 has no label at all; row 0's first 8 positions predict ignored labels.
+  EXPECT_EQ(got.grad_h[2].abs().max().item<double>(), 0.0);
+  EXPECT_EQ(got.grad_h[0].narrow(0, 0, 8).abs().max().item<double>(), 0.0);
+  EXPECT_GT(got.grad_h[0][8].abs().max().item<double>(), 0.0);
+  // The last position of every row predicts nothing (shift).
+  EXPECT_EQ(got.grad_h.select(1, c.h.size(1) - 1).abs().max().item<double>(), 0.0);
+}
+
+TEST(FusedLoss, NoLabelsGivesZeroLossAndZeroGradients) {
+  Case c = make_case(at::kFloat);
+  c.labels.fill_(kIgnoreIndex);
+  const Result got = run(c, /*fused=*/true);
+  EXPECT_EQ(got.count, 0);
+  EXPECT_EQ(got.loss, 0.0);
+  EXPECT_EQ(got.grad_w.abs().max().item<double>(), 0.0);
+}
+
+TEST(FusedLoss, WithoutGradModeOnlyTheLoss) {
+  const Case c = make_case(at::kFloat);
+  const Result ref = run(c, /*fused=*/false);
+  at::NoGradGuard no_grad;
+  const LossSum ls = causal_lm_head_loss_sum(c.h, c.w, c.labels, 9);
+  EXPECT_FALSE(ls.sum.requires_grad());
+  EXPECT_LE(std::abs(ls.sum.item<double>() - ref.loss) / ref.loss, 1e-6);
+}
+
+TEST(FusedLoss, Bf16CloseToFp32UnderBothGemmRoutes) {
+  const Case c32 = make_case(at::kFloat);
+  const Result ref = run(c32, /*fused=*/false);
+  Case c16 = c32;
+  c16.h = c32.h.to(at::kBFloat16);
+  c16.w = c32.w.to(at::kBFloat16);
+  for (CpuBf16Gemm mode : {CpuBf16Gemm::kNative, CpuBf16Gemm::kFp32}) {
+    ModeGuard guard(mode);
+    SCOPED_TRACE(mode == CpuBf16Gemm::kNative ? "native" : "fp32");
+    for (bool fused : {false, true}) {
+      const Result got = run(c16, fused, 11);
+      EXPECT_LE(std::abs(got.loss - ref.loss) / ref.loss, 2e-2) << (fused ? "fused" : "logits");
+      EXPECT_LE(rel_max(got.grad_h, ref.grad_h), 2e-2) << (fused ? "fused" : "logits");
+      EXPECT_LE(rel_max(got.grad_w, ref.grad_w), 2e-2) << (fused ? "fused" : "logits");
+    }
+  }
+}
+
+TEST(FusedLoss, LabelOutsideVocabularyIsAnError) {
+  Case c = make_case(at::kFloat);
+  c.labels[1][5] = c.w.size(0);
+  try {
+    causal_lm_head_loss_sum(c.h, c.w, c.labels);
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the vocabulary"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CpuBf16Gemm, Fp32RouteIsOneRoundingOfTheFp32Product) {
+  at::manual_seed(3);
+  const at::Tensor x = at::randn({2, 5, 24}).to(at::kBFloat16);
+  const at::Tensor w = at::randn({12, 24}).to(at::kBFloat16);
+  const at::Tensor b = at::randn({12}).to(at::kBFloat16);
+  ModeGuard guard(CpuBf16Gemm::kFp32);
+  const at::Tensor want = at::linear(x.to(at::kFloat), w.to(at::kFloat), b.to(at::kFloat)).to(at::kBFloat16);
+  EXPECT_TRUE(at::equal(alpaca::model::linear(x, w, b), want));
+  // Gradients: the fp32 products of the upcast bf16 operands, rounded once.
+  at::Tensor xg = x.clone().requires_grad_(true), wg = w.clone().requires_grad_(true),
+             bg = b.clone().requires_grad_(true);
+  const at::Tensor gy = at::randn({2, 5, 12}).to(at::kBFloat16);
+  alpaca::model::linear(xg, wg, bg).backward(gy);
+  const at::Tensor g = gy.to(at::kFloat).reshape({-1, 12});
+  EXPECT_TRUE(at::equal(xg.grad(), at::mm(g, w.to(at::kFloat)).to(at::kBFloat16).view({2, 5, 24})));
+  EXPECT_TRUE(at::equal(wg.grad(), at::mm(g.t(), x.to(at::kFloat).reshape({-1, 24})).to(at::kBFloat16)));
+  EXPECT_TRUE(at::equal(bg.grad(), g.sum(0).to(at::kBFloat16)));
+  EXPECT_EQ(xg.grad().scalar_type(), at::kBFloat16);
+  // Against the native kernel: within a bf16 rounding.
+  ModeGuard native(CpuBf16Gemm::kNative);
+  EXPECT_LE(rel_max(alpaca::model::linear(x, w, b).to(at::kFloat), want.to(at::kFloat)), 1e-2);
+}
+
+TEST(CpuBf16Gemm, Fp32AndOtherDtypesAreUntouched) {
+  ModeGuard guard(CpuBf16Gemm::kFp32);
+  at::manual_seed(4);
+  const at::Tensor x = at::randn({4, 8}), w = at::randn({3, 8});
+  EXPECT_TRUE(at::equal(alpaca::model::linear(x, w), at::linear(x, w)));
+  EXPECT_FALSE(bf16_gemm_via_fp32(x, w));
+  EXPECT_TRUE(bf16_gemm_via_fp32(x.to(at::kBFloat16), w.to(at::kBFloat16)));
+}
