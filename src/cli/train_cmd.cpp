@@ -9,6 +9,7 @@
 #include "alpaca/train/run.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
+#include "alpaca/util/sys.h"
 
 namespace alpaca::cli {
 namespace {
@@ -60,6 +61,7 @@ int run_train(const std::vector<std::string>& argv) {
     write_args_json(args);
     ALPACA_INFO("wrote " << (fs::path(args.output_dir) / "training_args.json").string());
   }
+  sys::keep_host_heap();  // before the first large allocation; see sys.h
   return train::run_training(args);
 }
 

@@ -94,6 +94,7 @@ void Trainer::Impl::save_checkpoint() {
     if (args.save_total_limit)
       ckpt::rotate_checkpoints(output_dir, *args.save_total_limit, state.best_model_checkpoint.value_or(""), true);
   }
+  sys::release_free_host_memory();  // gathered full tensors of the export are not reused by the steps
   barrier();
 }
 

@@ -18,6 +18,7 @@
 #include "alpaca/train/throughput.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
+#include "alpaca/util/sys.h"
 #include "trainer_impl.h"
 
 namespace fs = std::filesystem;
@@ -190,6 +191,7 @@ void Trainer::Impl::setup_engine() {
     fsdp::load_checkpoint(*engine, weights_dir.string(), /*rank0_only=*/policy.cpu_ram_efficient_loading, grow_vocab);
     weights_loaded = true;
   }
+  sys::release_free_host_memory();  // load staging buffers and unsharded parameters are not needed again
   fsdp::FsdpEngine* eng = engine.get();
   auto& layers = model->layers();
   model->set_layer_runner([eng, &layers](int64_t idx, const at::Tensor& h, const model::LayerContext& ctx) {

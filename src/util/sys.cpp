@@ -1,6 +1,10 @@
 #include "alpaca/util/sys.h"
 
+#include <malloc.h>
 #include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include <fstream>
 #include <string>
@@ -21,6 +25,24 @@ int64_t peak_rss_bytes() {
     if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // kB
   }
   return 0;
+}
+
+bool keep_host_heap() {
+  const char* mode = std::getenv("ALPACA_HOST_MALLOC");
+  if (mode != nullptr && std::strcmp(mode, "default") == 0) return false;
+#if defined(__GLIBC__)
+  // Order matters: a trim threshold set explicitly also pins the mmap threshold (no dynamic growth).
+  const bool ok = mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
+  return ok;
+#else
+  return false;
+#endif
+}
+
+void release_free_host_memory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
 }
 
 }  // namespace alpaca::sys

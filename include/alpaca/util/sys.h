@@ -11,6 +11,17 @@ int64_t rss_bytes();
 // Peak resident set size of this process in bytes (VmHWM); 0 if unknown.
 int64_t peak_rss_bytes();
 
+// Host allocator policy for training processes. A training step allocates and frees the same large
+// CPU buffers (logits, activations, gathered layers, gradient buckets) every micro-batch. glibc
+// serves blocks above its mmap threshold (at most 32 MiB) with fresh mmap()s, so each step
+// page-faults and zero-fills hundreds of MiB again: on a CPU run that was a third of the step.
+// `keep_host_heap()` makes malloc keep freed memory for reuse (no mmap for large blocks, no automatic
+// trim); `release_free_host_memory()` hands unused heap pages back at phase ends (after the model is
+// loaded, after a checkpoint is written) so one-off peaks do not stay resident. Set
+// ALPACA_HOST_MALLOC=default to keep glibc's behaviour. Returns whether the policy was applied.
+bool keep_host_heap();
+void release_free_host_memory();
+
 // Monotonic stopwatch in seconds.
 class Timer {
  public:
