@@ -10,6 +10,18 @@
 #include "alpaca/util/error.h"
 
 namespace alpaca::model {
+namespace {
+
+// Labels shifted left by one (position t predicts t+1), -100 at the end of each row, flattened
+// onto `device`: transformers' ForCausalLMLoss padding and shift.
+at::Tensor shifted_flat_labels(const at::Tensor& labels_bt, const at::Device& device) {
+  return at::constant_pad_nd(labels_bt.to(at::kLong), {0, 1}, kIgnoreIndex)
+      .narrow(1, 1, labels_bt.size(1))
+      .reshape({-1})
+      .to(device);
+}
+
+}  // namespace
 
 LossSum causal_lm_loss_sum(const at::Tensor& logits_btv, const at::Tensor& labels_bt) {
   ALPACA_CHECK(logits_btv.dim() == 3 && labels_bt.dim() == 2 && logits_btv.size(0) == labels_bt.size(0) &&
@@ -17,9 +29,7 @@ LossSum causal_lm_loss_sum(const at::Tensor& logits_btv, const at::Tensor& label
                "loss: logits (B, T, V) and labels (B, T) disagree: " << logits_btv.sizes() << " vs "
                                                                      << labels_bt.sizes());
   const int64_t v = logits_btv.size(2);
-  at::Tensor shift_labels_bt =
-      at::constant_pad_nd(labels_bt.to(at::kLong), {0, 1}, kIgnoreIndex).narrow(1, 1, labels_bt.size(1));
-  at::Tensor flat_labels = shift_labels_bt.reshape({-1}).to(logits_btv.device());
+  const at::Tensor flat_labels = shifted_flat_labels(labels_bt, logits_btv.device());
   at::Tensor sum = at::cross_entropy_loss(logits_btv.to(at::kFloat).reshape({-1, v}), flat_labels, {},
                                           at::Reduction::Sum, kIgnoreIndex);
   const int64_t count = flat_labels.ne(kIgnoreIndex).sum().item<int64_t>();
@@ -103,16 +113,16 @@ LossSum causal_lm_head_loss_sum(const at::Tensor& hidden_btd, const at::Tensor& 
                "loss: hidden (B, T, D), lm_head weight (V, D) and labels (B, T) disagree: "
                    << hidden_btd.sizes() << ", " << weight_vd.sizes() << ", " << labels_bt.sizes());
   const int64_t v = weight_vd.size(0), d = hidden_btd.size(2);
-  at::Tensor shift_labels_bt =
-      at::constant_pad_nd(labels_bt.to(at::kLong), {0, 1}, kIgnoreIndex).narrow(1, 1, labels_bt.size(1));
-  at::Tensor flat_labels = shift_labels_bt.reshape({-1}).to(hidden_btd.device());
+  const at::Tensor flat_labels = shifted_flat_labels(labels_bt, hidden_btd.device());
+  // The label count and the out-of-vocabulary count in one device-to-host copy.
   const at::Tensor valid = flat_labels.ne(kIgnoreIndex);
-  const int64_t count = valid.sum().item<int64_t>();
-  if (count > 0) {
-    const at::Tensor used = flat_labels.masked_select(valid);
-    const int64_t lo = used.min().item<int64_t>(), hi = used.max().item<int64_t>();
-    ALPACA_CHECK(lo >= 0 && hi < v, "loss: label " << (lo < 0 ? lo : hi) << " outside the vocabulary [0, " << v
-                                                   << ") (labels must be token ids or " << kIgnoreIndex << ")");
+  const at::Tensor bad = valid & (flat_labels.lt(0) | flat_labels.ge(v));
+  const at::Tensor counts = at::stack({valid.sum(), bad.sum()}).cpu();
+  const int64_t count = counts[0].item<int64_t>();
+  if (counts[1].item<int64_t>() > 0) {
+    const int64_t label = flat_labels.masked_select(bad)[0].item<int64_t>();
+    ALPACA_FAIL("loss: label " << label << " outside the vocabulary [0, " << v << ") (labels must be token ids or "
+                               << kIgnoreIndex << ")");
   }
   if (chunk_tokens <= 0) chunk_tokens = std::max<int64_t>(1, (int64_t{1} << 23) / std::max<int64_t>(v, 1));
   at::Tensor sum = FusedHeadCrossEntropy::apply(hidden_btd.reshape({-1, d}), weight_vd, flat_labels, chunk_tokens);

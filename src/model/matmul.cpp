@@ -27,11 +27,6 @@ std::atomic<int>& mode_slot() {
   return slot;
 }
 
-bool via_fp32(const at::Tensor& a, const at::Tensor& b) {
-  return a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16 && a.device().is_cpu() &&
-         cpu_bf16_gemm() == CpuBf16Gemm::kFp32;
-}
-
 // linear in fp32 on upcast bf16 operands; saves the bf16 operands, recomputes the upcasts.
 // (Autograd functions take no undefined inputs, hence the bias-less twin.)
 at::Tensor fp32_linear_forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
@@ -97,10 +92,13 @@ CpuBf16Gemm cpu_bf16_gemm() { return static_cast<CpuBf16Gemm>(mode_slot().load(s
 void set_cpu_bf16_gemm(CpuBf16Gemm mode) { mode_slot().store(static_cast<int>(mode), std::memory_order_relaxed); }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  if (via_fp32(x, weight)) return bias.defined() ? Fp32LinearBias::apply(x, weight, bias) : Fp32Linear::apply(x, weight);
+  if (bf16_gemm_via_fp32(x, weight)) return bias.defined() ? Fp32LinearBias::apply(x, weight, bias) : Fp32Linear::apply(x, weight);
   return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);
 }
 
-bool bf16_gemm_via_fp32(const at::Tensor& a, const at::Tensor& b) { return via_fp32(a, b); }
+bool bf16_gemm_via_fp32(const at::Tensor& a, const at::Tensor& b) {
+  return a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16 && a.device().is_cpu() &&
+         cpu_bf16_gemm() == CpuBf16Gemm::kFp32;
+}
 
 }  // namespace alpaca::model

@@ -32,8 +32,7 @@ bool keep_host_heap() {
   if (mode != nullptr && std::strcmp(mode, "default") == 0) return false;
 #if defined(__GLIBC__)
   // Order matters: a trim threshold set explicitly also pins the mmap threshold (no dynamic growth).
-  const bool ok = mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
-  return ok;
+  return mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
 #else
   return false;
 #endif
