@@ -8,30 +8,23 @@
 
 #include "alpaca/dist/runtime.h"
 #include "alpaca/util/error.h"
+#include "dist_test_env.h"
 
 namespace dist = alpaca::dist;
+using alpaca::testing::job_comm;
+using alpaca::testing::register_job_comm;
 using dist::ReduceOp;
 
 namespace {
 
-std::shared_ptr<dist::Communicator> g_comm;
-
-class DistEnv : public ::testing::Environment {
- public:
-  void SetUp() override {
-    dist::init();
-    dist::CommOptions opts;
-    if (const char* b = std::getenv("ALPACA_TEST_BACKEND")) opts.backend = dist::parse_backend(b);
-    opts.cuda = opts.backend == dist::Backend::kNccl;
-    opts.timeout = std::chrono::seconds(60);
-    g_comm = dist::make_communicator(opts);
-  }
-  void TearDown() override {
-    g_comm.reset();
-    dist::finalize();
-  }
-};
-const auto* g_env = ::testing::AddGlobalTestEnvironment(new DistEnv);
+dist::CommOptions job_options() {
+  dist::CommOptions opts;
+  if (const char* b = std::getenv("ALPACA_TEST_BACKEND")) opts.backend = dist::parse_backend(b);
+  opts.cuda = opts.backend == dist::Backend::kNccl;
+  opts.timeout = std::chrono::seconds(60);
+  return opts;
+}
+const auto* g_env = register_job_comm(job_options());
 
 // Rank r's input: small integers plus a fraction, all exactly representable in bf16 and fp16,
 // different on every rank and element. Sums of these need more mantissa bits than bf16 has,
@@ -58,7 +51,7 @@ at::Tensor expected(int world, int64_t n, at::ScalarType dtype, ReduceOp op) {
 }
 
 // Where the communicator's tensors live (CPU, or cuda:local_rank for nccl).
-at::Tensor on_dev(const at::Tensor& t) { return t.to(g_comm->device()); }
+at::Tensor on_dev(const at::Tensor& t) { return t.to(job_comm()->device()); }
 
 void expect_equal(const at::Tensor& got_any, const at::Tensor& want, const std::string& what) {
   at::Tensor got = got_any.cpu();  // for CUDA: ordered after the collective by wait()
@@ -66,14 +59,14 @@ void expect_equal(const at::Tensor& got_any, const at::Tensor& want, const std::
   ASSERT_EQ(got.numel(), want.numel()) << what;
   // NCCL reduces 16-bit floats in their own precision at each ring step (the CPU backends
   // accumulate in fp32 and round once): allow one rounding per rank there.
-  if (g_comm->backend() == "nccl" && g_comm->world_size() > 1 &&
+  if (job_comm()->backend() == "nccl" && job_comm()->world_size() > 1 &&
       (got.scalar_type() == at::kBFloat16 || got.scalar_type() == at::kHalf)) {
-    double tol = (got.scalar_type() == at::kBFloat16 ? 1.0 / 128 : 1.0 / 1024) * g_comm->world_size();
+    double tol = (got.scalar_type() == at::kBFloat16 ? 1.0 / 128 : 1.0 / 1024) * job_comm()->world_size();
     EXPECT_TRUE(at::allclose(got.to(at::kDouble), want.to(at::kDouble), tol, tol)) << what;
     return;
   }
   EXPECT_TRUE(at::equal(got.reshape(-1), want.reshape(-1)))
-      << what << " on rank " << g_comm->rank() << ": max abs diff "
+      << what << " on rank " << job_comm()->rank() << ": max abs diff "
       << (got.to(at::kDouble).reshape(-1) - want.to(at::kDouble).reshape(-1)).abs().max().item<double>();
 }
 
@@ -88,21 +81,21 @@ std::string name(at::ScalarType dt, ReduceOp op) {
 
 TEST(Collectives, RankAndWorldMatchTheLaunch) {
   const auto& li = dist::launch_info();
-  EXPECT_EQ(g_comm->rank(), li.rank);
-  EXPECT_EQ(g_comm->world_size(), li.world_size);
-  EXPECT_EQ(g_comm->device().is_cuda(), g_comm->backend() == "nccl");
-  if (g_comm->device().is_cuda()) {
-    EXPECT_EQ(g_comm->device().index(), li.local_rank);
+  EXPECT_EQ(job_comm()->rank(), li.rank);
+  EXPECT_EQ(job_comm()->world_size(), li.world_size);
+  EXPECT_EQ(job_comm()->device().is_cuda(), job_comm()->backend() == "nccl");
+  if (job_comm()->device().is_cuda()) {
+    EXPECT_EQ(job_comm()->device().index(), li.local_rank);
   }
 }
 
 TEST(Collectives, AllReduceEveryDtypeAndOpWithOddSizes) {
-  const int R = g_comm->rank(), W = g_comm->world_size();
+  const int R = job_comm()->rank(), W = job_comm()->world_size();
   for (int64_t n : {1, 1001}) {  // 1001 is divisible by none of 2, 3, 4
     for (auto dt : kDtypes) {
       for (auto op : kOps) {
         at::Tensor t = on_dev(input(R, n, dt));
-        g_comm->all_reduce(t, op)->wait();
+        job_comm()->all_reduce(t, op)->wait();
         expect_equal(t, expected(W, n, dt, op), "all_reduce " + name(dt, op) + " n=" + std::to_string(n));
       }
     }
@@ -110,15 +103,15 @@ TEST(Collectives, AllReduceEveryDtypeAndOpWithOddSizes) {
 }
 
 TEST(Collectives, AllReduceOfANonContiguousTensor) {
-  const int R = g_comm->rank(), W = g_comm->world_size();
+  const int R = job_comm()->rank(), W = job_comm()->world_size();
   at::Tensor base = on_dev(input(R, 12, at::kFloat)).view({3, 4});
   at::Tensor t = base.t();  // a transposed view: the result must land in base's storage
-  g_comm->all_reduce(t, ReduceOp::kSum)->wait();
+  job_comm()->all_reduce(t, ReduceOp::kSum)->wait();
   expect_equal(base.reshape(-1), expected(W, 12, at::kFloat, ReduceOp::kSum), "all_reduce of a transposed view");
 }
 
 TEST(Collectives, AllGatherIntoOneTensorAndInPlace) {
-  const int R = g_comm->rank(), W = g_comm->world_size();
+  const int R = job_comm()->rank(), W = job_comm()->world_size();
   for (auto dt : kDtypes) {
     const int64_t n = 333;  // odd shard, total world*333
     at::Tensor want = at::cat([&] {
@@ -127,57 +120,57 @@ TEST(Collectives, AllGatherIntoOneTensorAndInPlace) {
       return parts;
     }());
     at::Tensor out = on_dev(at::full({W * n}, 99, at::TensorOptions().dtype(dt)));
-    g_comm->all_gather_into(out, on_dev(input(R, n, dt)))->wait();
+    job_comm()->all_gather_into(out, on_dev(input(R, n, dt)))->wait();
     expect_equal(out, want, std::string("all_gather_into ") + c10::toString(dt));
 
     // In place: this rank's shard already sits in its slot of the output (FSDP's unshard).
     at::Tensor full = on_dev(at::zeros({W * n}, at::TensorOptions().dtype(dt)));
     at::Tensor slot = full.narrow(0, R * n, n);
     slot.copy_(on_dev(input(R, n, dt)));
-    g_comm->all_gather_into(full, slot)->wait();
+    job_comm()->all_gather_into(full, slot)->wait();
     expect_equal(full, want, std::string("in-place all_gather_into ") + c10::toString(dt));
   }
 }
 
 TEST(Collectives, ReduceScatterEveryDtypeAndOpAndInPlace) {
-  const int R = g_comm->rank(), W = g_comm->world_size();
+  const int R = job_comm()->rank(), W = job_comm()->world_size();
   const int64_t n = 7;
   for (auto dt : kDtypes) {
     for (auto op : kOps) {
       at::Tensor in = on_dev(input(R, W * n, dt));
       at::Tensor want = expected(W, W * n, dt, op).narrow(0, R * n, n);
       at::Tensor out = at::empty({n}, in.options());
-      g_comm->reduce_scatter(out, in, op)->wait();
+      job_comm()->reduce_scatter(out, in, op)->wait();
       expect_equal(out, want, "reduce_scatter " + name(dt, op));
 
       // In place: the output is this rank's block of the input.
       at::Tensor buf = on_dev(input(R, W * n, dt));
-      g_comm->reduce_scatter(buf.narrow(0, R * n, n), buf, op)->wait();
+      job_comm()->reduce_scatter(buf.narrow(0, R * n, n), buf, op)->wait();
       expect_equal(buf.narrow(0, R * n, n), want, "in-place reduce_scatter " + name(dt, op));
     }
   }
 }
 
 TEST(Collectives, BroadcastFromEveryRoot) {
-  const int R = g_comm->rank(), W = g_comm->world_size();
+  const int R = job_comm()->rank(), W = job_comm()->world_size();
   for (int root = 0; root < W; ++root) {
     for (auto dt : kDtypes) {
       at::Tensor t = on_dev(input(R, 101, dt));
-      g_comm->broadcast(t, root)->wait();
+      job_comm()->broadcast(t, root)->wait();
       expect_equal(t, input(root, 101, dt), "broadcast from " + std::to_string(root) + " " + c10::toString(dt));
     }
   }
 }
 
 TEST(Collectives, AsyncHandlesWaitedInAnyOrder) {
-  const int R = g_comm->rank(), W = g_comm->world_size();
+  const int R = job_comm()->rank(), W = job_comm()->world_size();
   std::vector<at::Tensor> ts;
   std::vector<dist::WorkHandle> works;
   for (int k = 0; k < 4; ++k) {
     ts.push_back(on_dev(input(R + k, 4097, at::kBFloat16)));
-    works.push_back(g_comm->all_reduce(ts.back(), ReduceOp::kSum));
+    works.push_back(job_comm()->all_reduce(ts.back(), ReduceOp::kSum));
   }
-  works.push_back(g_comm->barrier());
+  works.push_back(job_comm()->barrier());
   for (int k = static_cast<int>(works.size()) - 1; k >= 0; --k) works[k]->wait();
   for (auto& w : works) EXPECT_TRUE(w->is_completed());
   for (int k = 0; k < 4; ++k) {
@@ -188,8 +181,8 @@ TEST(Collectives, AsyncHandlesWaitedInAnyOrder) {
 }
 
 TEST(Collectives, SplitByParityInReverseKeyOrder) {
-  const int R = g_comm->rank(), W = g_comm->world_size();
-  auto sub = g_comm->split(R % 2, -R);
+  const int R = job_comm()->rank(), W = job_comm()->world_size();
+  auto sub = job_comm()->split(R % 2, -R);
   ASSERT_TRUE(sub);
   std::vector<int> members;
   for (int r = W - 1; r >= 0; --r)
@@ -206,7 +199,7 @@ TEST(Collectives, SplitByParityInReverseKeyOrder) {
   g = g.cpu();
   for (size_t i = 0; i < members.size(); ++i) EXPECT_EQ(g[i].item<int64_t>(), members[i]);
   // A rank passing a negative color gets no communicator.
-  auto none = g_comm->split(R == 0 ? -1 : 0, R);
+  auto none = job_comm()->split(R == 0 ? -1 : 0, R);
   EXPECT_EQ(none == nullptr, R == 0);
   if (none) {
     EXPECT_EQ(none->world_size(), W - 1);
@@ -215,15 +208,15 @@ TEST(Collectives, SplitByParityInReverseKeyOrder) {
 }
 
 TEST(Collectives, MisuseIsAnErrorNamingTheCollective) {
-  const int W = g_comm->world_size();
+  const int W = job_comm()->world_size();
   try {
-    g_comm->all_gather_into(on_dev(at::empty({W * 3 + 1})), on_dev(at::empty({3})));
+    job_comm()->all_gather_into(on_dev(at::empty({W * 3 + 1})), on_dev(at::empty({3})));
     FAIL() << "a wrong output size must throw";
   } catch (const alpaca::Error& e) {
     EXPECT_NE(e.message().find("all_gather_into"), std::string::npos) << e.message();
   }
   try {
-    g_comm->reduce_scatter(on_dev(at::empty({3}, at::kFloat)), on_dev(at::empty({W * 3}, at::kBFloat16)), ReduceOp::kSum);
+    job_comm()->reduce_scatter(on_dev(at::empty({3}, at::kFloat)), on_dev(at::empty({W * 3}, at::kBFloat16)), ReduceOp::kSum);
     FAIL() << "mixed dtypes must throw";
   } catch (const alpaca::Error& e) {
     EXPECT_NE(e.message().find("reduce_scatter"), std::string::npos) << e.message();
@@ -232,13 +225,13 @@ TEST(Collectives, MisuseIsAnErrorNamingTheCollective) {
 
 // Over the 8 MiB value limit of the TCPStore (the store backend sends parts).
 TEST(Collectives, LargePayloadAllReduceAndGather) {
-  const int R = g_comm->rank(), W = g_comm->world_size();
+  const int R = job_comm()->rank(), W = job_comm()->world_size();
   const int64_t n = (int64_t{10} << 20) / 4 + 3;  // 10 MiB of fp32, odd
   at::Tensor t = on_dev(at::full({n}, static_cast<float>(R + 1)));
-  g_comm->all_reduce(t, ReduceOp::kSum)->wait();
+  job_comm()->all_reduce(t, ReduceOp::kSum)->wait();
   expect_equal(t, at::full({n}, static_cast<float>(W * (W + 1) / 2)), "10 MiB all_reduce");
   at::Tensor out = on_dev(at::empty({W * n}));
-  g_comm->all_gather_into(out, on_dev(at::full({n}, static_cast<float>(R))))->wait();
+  job_comm()->all_gather_into(out, on_dev(at::full({n}, static_cast<float>(R))))->wait();
   at::Tensor want = at::arange(W, at::kFloat).repeat_interleave(n);
   expect_equal(out, want, "10 MiB all_gather_into");
 }
@@ -247,12 +240,12 @@ TEST(Collectives, LargePayloadAllReduceAndGather) {
 // with a clear error when MPI was initialised FUNNELED (ALPACA_MPI_THREAD_LEVEL=funneled).
 TEST(Collectives, FromAnotherThread) {
   const char* level = std::getenv("ALPACA_MPI_THREAD_LEVEL");
-  const bool refused = g_comm->backend() == "mpi" && level && std::string(level) == "funneled";
+  const bool refused = job_comm()->backend() == "mpi" && level && std::string(level) == "funneled";
   std::string error;
-  at::Tensor t = on_dev(at::full({3}, static_cast<float>(g_comm->rank())));
+  at::Tensor t = on_dev(at::full({3}, static_cast<float>(job_comm()->rank())));
   std::thread th([&] {
     try {
-      g_comm->all_reduce(t, ReduceOp::kMax)->wait();
+      job_comm()->all_reduce(t, ReduceOp::kMax)->wait();
     } catch (const alpaca::Error& e) {
       error = e.message();
     }
@@ -263,6 +256,6 @@ TEST(Collectives, FromAnotherThread) {
         << error;
   } else {
     EXPECT_EQ(error, "");
-    expect_equal(t, at::full({3}, static_cast<float>(g_comm->world_size() - 1)), "all_reduce from another thread");
+    expect_equal(t, at::full({3}, static_cast<float>(job_comm()->world_size() - 1)), "all_reduce from another thread");
   }
 }

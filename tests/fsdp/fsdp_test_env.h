@@ -7,10 +7,11 @@
 #include <memory>
 
 #include "alpaca/dist/communicator.h"
+#include "dist_test_env.h"
 
 namespace alpaca::testing {
 
-std::shared_ptr<dist::Communicator> job_comm();  // defined by test_fsdp_dist.cpp only
+// job_comm(): the process's communicator (dist_test_env.h).
 
 struct GlobalBatch {
   at::Tensor ids_bt, labels_bt;  // (G, T) int64; labels -100 where ignored

@@ -25,24 +25,13 @@
 namespace alpaca::testing {
 
 namespace {
-std::shared_ptr<dist::Communicator> g_comm;
-class DistEnv : public ::testing::Environment {
- public:
-  void SetUp() override {
-    dist::init();
-    dist::CommOptions opts;
-    opts.timeout = std::chrono::seconds(120);
-    g_comm = dist::make_communicator(opts);
-  }
-  void TearDown() override {
-    g_comm.reset();
-    dist::finalize();
-  }
-};
-const auto* g_env = ::testing::AddGlobalTestEnvironment(new DistEnv);
+dist::CommOptions job_options() {
+  dist::CommOptions opts;
+  opts.timeout = std::chrono::seconds(120);
+  return opts;
+}
+const auto* g_env = register_job_comm(job_options());
 }  // namespace
-
-std::shared_ptr<dist::Communicator> job_comm() { return g_comm; }
 
 namespace {
 

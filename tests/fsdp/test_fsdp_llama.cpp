@@ -27,21 +27,12 @@
 namespace alpaca::testing {
 namespace {
 
-std::shared_ptr<dist::Communicator> g_comm;
-class DistEnv : public ::testing::Environment {
- public:
-  void SetUp() override {
-    dist::init();
-    dist::CommOptions opts;
-    opts.timeout = std::chrono::seconds(120);
-    g_comm = dist::make_communicator(opts);
-  }
-  void TearDown() override {
-    g_comm.reset();
-    dist::finalize();
-  }
-};
-const auto* g_env = ::testing::AddGlobalTestEnvironment(new DistEnv);
+dist::CommOptions job_options() {
+  dist::CommOptions opts;
+  opts.timeout = std::chrono::seconds(120);
+  return opts;
+}
+const auto* g_env = register_job_comm(job_options());
 
 using fsdp::FsdpPolicy;
 using fsdp::ShardingStrategy;
@@ -111,9 +102,9 @@ void train_steps(TrainRun& r, int accum, int steps, dist::Communicator& comm);
 
 TrainRun train(bool tied, const FsdpPolicy& policy, int accum, int steps) {
   TrainRun r;
-  r.fsdp = fsdp::apply_fsdp(make(tied), g_comm, policy);
+  r.fsdp = fsdp::apply_fsdp(make(tied), job_comm(), policy);
   r.opt = std::make_unique<optim::ShardedAdamW>(r.fsdp->engine().optim_shards(), optim::AdamWOptions{0.9, 0.999, 1e-8, kWd});
-  train_steps(r, accum, steps, *g_comm);
+  train_steps(r, accum, steps, *job_comm());
   return r;
 }
 
@@ -151,11 +142,11 @@ void expect_close(const ParamMap& got, const ParamMap& want, double tol, const s
     worst = std::max(worst, e);
     EXPECT_LE(e, tol) << what << " " << n;
   }
-  if (g_comm->rank() == 0) std::cout << "[llama " << what << "] world " << g_comm->world_size() << " worst " << worst << "\n";
+  if (job_comm()->rank() == 0) std::cout << "[llama " << what << "] world " << job_comm()->world_size() << " worst " << worst << "\n";
 }
 
 TEST(FsdpLlama, MatchesUnshardedTraining) {
-  const int world = g_comm->world_size();
+  const int world = job_comm()->world_size();
   for (bool tied : {false, true}) {
     ParamMap ref = reference(tied, 3);
     struct C { ShardingStrategy s; int accum; bool ckpt, offload; };
@@ -195,7 +186,7 @@ TEST(FsdpLlama, ExportHasHfNamesAndLoadRoundTrips) {
   };
   for (bool rank0_only : {false, true}) {
     TrainRun fresh;
-    fresh.fsdp = fsdp::apply_fsdp(make(true), g_comm, p);
+    fresh.fsdp = fsdp::apply_fsdp(make(true), job_comm(), p);
     fresh.fsdp->engine().load_parameters(reader, rank0_only);
     ParamMap again = exported(fresh.fsdp->engine());
     for (const auto& [n, t] : state) EXPECT_TRUE(at::equal(again.at(n), t)) << n << " rank0_only=" << rank0_only;
@@ -206,7 +197,7 @@ TEST(FsdpLlama, ExportHasHfNamesAndLoadRoundTrips) {
     moments[k][n] = t;
   }, true);
   ASSERT_EQ(moments["exp_avg"].size(), state.size());
-  auto fresh = fsdp::apply_fsdp(make(true), g_comm, p);
+  auto fresh = fsdp::apply_fsdp(make(true), job_comm(), p);
   optim::ShardedAdamW opt2(fresh->engine().optim_shards(), optim::AdamWOptions{});
   fresh->engine().load_optimizer_state_by_name(opt2, [&](const std::string& n, const std::string& k) {
     return moments.at(k).at(n);
@@ -231,10 +222,10 @@ TEST(FsdpLlama, ResumesOnAnotherWorldSize) {
   r.fsdp->engine().gather_optimizer_state_by_name(*r.opt, [&](const std::string& n, const std::string& k,
                                                               const at::Tensor& t) { moments[k][n] = t; }, true);
   const int64_t step = r.opt->step_count();
-  train_steps(r, 1, 1, *g_comm);
+  train_steps(r, 1, 1, *job_comm());
   ParamMap continued = exported(r.fsdp->engine());
 
-  std::shared_ptr<dist::Communicator> solo = g_comm->split(g_comm->rank(), 0);
+  std::shared_ptr<dist::Communicator> solo = job_comm()->split(job_comm()->rank(), 0);
   ASSERT_EQ(solo->world_size(), 1);
   TrainRun resumed;
   resumed.fsdp = fsdp::apply_fsdp(make(false), solo, p);
@@ -262,16 +253,16 @@ TEST(FsdpLlama, LoadsHfCheckpointIntoShards) {
   model::LlamaForCausalLM src = make(false);
   model::init_weights(src, 99);
   std::string shared_path = path;
-  if (g_comm->rank() == 0) io::save_hf_directory(src, shared_path, std::nullopt, /*max_shard_bytes=*/4000);
+  if (job_comm()->rank() == 0) io::save_hf_directory(src, shared_path, std::nullopt, /*max_shard_bytes=*/4000);
   at::Tensor buf = at::zeros({512}, at::kByte);
-  if (g_comm->rank() == 0) std::memcpy(buf.data_ptr(), shared_path.data(), shared_path.size());
-  g_comm->broadcast(buf, 0)->wait();
+  if (job_comm()->rank() == 0) std::memcpy(buf.data_ptr(), shared_path.data(), shared_path.size());
+  job_comm()->broadcast(buf, 0)->wait();
   shared_path = std::string(static_cast<const char*>(buf.data_ptr()));
-  g_comm->barrier()->wait();
+  job_comm()->barrier()->wait();
   ParamMap want;
   for (const auto& p : src->named_parameters()) want[p.key()] = p.value().detach().clone();
   for (bool rank0_only : {false, true}) {
-    auto f = fsdp::apply_fsdp(make(false), g_comm, FsdpPolicy{});
+    auto f = fsdp::apply_fsdp(make(false), job_comm(), FsdpPolicy{});
     fsdp::load_checkpoint(f->engine(), shared_path, rank0_only);
     ParamMap got = exported(f->engine());
     ASSERT_EQ(got.size(), want.size());
@@ -279,7 +270,7 @@ TEST(FsdpLlama, LoadsHfCheckpointIntoShards) {
   }
   // The low-memory path: a model built on the meta device gets its values only from the checkpoint.
   for (bool rank0_only : {false, true}) {
-    auto f = fsdp::apply_fsdp(model::LlamaForCausalLM(tiny(false), at::TensorOptions().device(at::kMeta)), g_comm,
+    auto f = fsdp::apply_fsdp(model::LlamaForCausalLM(tiny(false), at::TensorOptions().device(at::kMeta)), job_comm(),
                               FsdpPolicy{});
     fsdp::load_checkpoint(f->engine(), shared_path, rank0_only);
     ParamMap got = exported(f->engine());
@@ -300,7 +291,7 @@ TEST(FsdpLlama, LoadsHfCheckpointIntoShards) {
     model::LlamaConfig grown = tiny(false);
     grown.vocab_size = 40;
     for (bool rank0_only : {false, true}) {
-      auto f = fsdp::apply_fsdp(model::LlamaForCausalLM(grown, at::TensorOptions().device(at::kMeta)), g_comm, FsdpPolicy{});
+      auto f = fsdp::apply_fsdp(model::LlamaForCausalLM(grown, at::TensorOptions().device(at::kMeta)), job_comm(), FsdpPolicy{});
       fsdp::load_checkpoint(f->engine(), shared_path, rank0_only, /*grow_vocab=*/true);
       ParamMap got = exported(f->engine());
       for (const auto& p : full->named_parameters())
@@ -311,16 +302,16 @@ TEST(FsdpLlama, LoadsHfCheckpointIntoShards) {
   model::LlamaConfig other = tiny(false);
   other.vocab_size = 38;
   model::LlamaForCausalLM m2(other);
-  auto f2 = fsdp::apply_fsdp(m2, g_comm, FsdpPolicy{});
+  auto f2 = fsdp::apply_fsdp(m2, job_comm(), FsdpPolicy{});
   EXPECT_THROW(fsdp::load_checkpoint(f2->engine(), shared_path, false), Error);
-  g_comm->barrier()->wait();  // rank 0's TempDir outlives every reader
+  job_comm()->barrier()->wait();  // rank 0's TempDir outlives every reader
 }
 
 // Loading without waste, measured: ranks other than 0 (rank 0 wrote the checkpoint) load a
 // ~21M-parameter model built on the meta device by byte ranges; their peak RSS growth must stay
 // far below one full fp32 copy (expected: about 1/world of it plus one tensor range).
 TEST(FsdpLlama, LoadingPeakMemoryIsAShardNotAModel) {
-  const int world = g_comm->world_size();
+  const int world = job_comm()->world_size();
   if (world == 1) GTEST_SKIP() << "needs ranks that did not write the checkpoint";
   model::LlamaConfig c = tiny(false);
   c.vocab_size = 8000;
@@ -334,37 +325,37 @@ TEST(FsdpLlama, LoadingPeakMemoryIsAShardNotAModel) {
   TempDir dir("fsdp_mem");
   std::string path = (dir.path() / "ckpt").string();
   int64_t model_bytes = 0;
-  if (g_comm->rank() == 0) {
+  if (job_comm()->rank() == 0) {
     model::LlamaForCausalLM src(c);
     model::init_weights(src, 1);
     io::save_hf_directory(src, path);
   }
   at::Tensor buf = at::zeros({512}, at::kByte);
-  if (g_comm->rank() == 0) std::memcpy(buf.data_ptr(), path.data(), path.size());
-  g_comm->broadcast(buf, 0)->wait();
+  if (job_comm()->rank() == 0) std::memcpy(buf.data_ptr(), path.data(), path.size());
+  job_comm()->broadcast(buf, 0)->wait();
   path = std::string(static_cast<const char*>(buf.data_ptr()));
-  g_comm->barrier()->wait();
+  job_comm()->barrier()->wait();
   {
     std::ofstream reset("/proc/self/clear_refs");
     reset << "5";  // resets VmHWM to the current RSS
   }
   const int64_t before = sys::rss_bytes();
-  auto f = fsdp::apply_fsdp(model::LlamaForCausalLM(c, at::TensorOptions().device(at::kMeta)), g_comm, FsdpPolicy{});
+  auto f = fsdp::apply_fsdp(model::LlamaForCausalLM(c, at::TensorOptions().device(at::kMeta)), job_comm(), FsdpPolicy{});
   fsdp::load_checkpoint(f->engine(), path, /*rank0_only=*/false);
   const int64_t growth = sys::peak_rss_bytes() - before;
   for (const auto& p : f->model()->parameters()) model_bytes += p.numel() * 4;
   const auto acc = f->engine().memory_account();
-  if (g_comm->rank() == 1)
+  if (job_comm()->rank() == 1)
     std::cout << "[load] world " << world << ": full model " << model_bytes << " B fp32; rank 1 peak RSS growth while "
               << "wrapping+loading " << growth << " B (" << 100.0 * growth / model_bytes << "% of the model); its "
               << "persistent shards+grads " << acc.param_bytes + acc.grad_bytes << " B\n";
   // Persistent shards and gradients, plus transients of about one tensor (the embedding, 16 MB)
   // and 8 MiB of allocator slack; a full copy would add 83 MB.
   const int64_t largest = c.vocab_size * c.hidden_size * 4;
-  if (g_comm->rank() != 0) {
+  if (job_comm()->rank() != 0) {
     EXPECT_LT(growth, acc.param_bytes + acc.grad_bytes + largest + (8 << 20));
   }
-  g_comm->barrier()->wait();
+  job_comm()->barrier()->wait();
 }
 
 }  // namespace
