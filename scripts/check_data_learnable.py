@@ -16,13 +16,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 import sentencepiece as spm
 
+from make_data import PROMPT_INPUT as P_IN, PROMPT_NO_INPUT as P_NO  # train.py's prompts
+
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-P_IN = ("Below is an instruction that describes a task, paired with an input that provides further context. "
-        "Write a response that appropriately completes the request.\n\n"
-        "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:")
-P_NO = ("Below is an instruction that describes a task. "
-        "Write a response that appropriately completes the request.\n\n"
-        "### Instruction:\n{instruction}\n\n### Response:")
 
 
 def main():

@@ -16,12 +16,7 @@ import sentencepiece as spm  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-P_IN = ("Below is an instruction that describes a task, paired with an input that provides further context. "
-        "Write a response that appropriately completes the request.\n\n"
-        "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:")
-P_NO = ("Below is an instruction that describes a task. "
-        "Write a response that appropriately completes the request.\n\n"
-        "### Instruction:\n{instruction}\n\n### Response:")
+from make_data import PROMPT_INPUT as P_IN, PROMPT_NO_INPUT as P_NO  # noqa: E402  (train.py's prompts)
 
 
 def main():
