@@ -4,14 +4,11 @@
 // so it can be resumed on any world size. It is staged, fsync'ed and renamed (ckpt/).
 #include <ATen/ATen.h>
 
-#include <chrono>
-#include <cstdlib>
-#include <thread>
-
 #include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/io/hf_model.h"
 #include "alpaca/io/safetensors.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/fault.h"
 #include "alpaca/util/log.h"
 #include "alpaca/util/sys.h"
 #include "trainer_impl.h"
@@ -84,9 +81,7 @@ void Trainer::Impl::save_checkpoint() {
     }
   }
   if (rank == 0) state.save((dir / ckpt::kTrainerStateName).string());
-  // Fault injection for the crash tests: hold the checkpoint half-written for a while.
-  if (const char* pause = std::getenv("ALPACA_TEST_CKPT_PAUSE_MS"); pause && *pause)
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoll(pause)));
+  util::fault_pause_ms("ckpt.pause_before_seal");  // kill-mid-write tests (util/fault.h)
   barrier();  // every rank's writes are done before rank 0 seals the checkpoint
   if (rank == 0) {
     const fs::path final_dir = writer.commit();

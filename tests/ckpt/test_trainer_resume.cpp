@@ -105,7 +105,7 @@ TEST(TrainerResume, TwoRanksToThreeMatchesWithinFp32Tolerance) {
 TEST(TrainerResume, KillNineMidSaveLeavesPreviousCheckpointAndResumes) {
   SKIP_WITHOUT_FIXTURE();
   TempDir out("kill9");
-  const std::string cmd = "ALPACA_TEST_CKPT_PAUSE_MS=3000 exec " + train_bin() + " " +
+  const std::string cmd = "ALPACA_FAULTS=ckpt.pause_before_seal=3000 exec " + train_bin() + " " +
                           run_args(fixture() / "model", out.path(), 6, 4, 1) + " --save_steps 2 > " +
                           (out.path() / "run.log").string() + " 2>&1";
   pid_t pid = fork();

@@ -1,0 +1,28 @@
+// Fault injection for tests: the one place production code asks whether a test wants a fault at a
+// named point. Tests arm points through one environment variable, read once per process:
+//
+//   ALPACA_FAULTS="point[=value][,point[=value]...]"
+//
+// Points in use (each call site names its point; keep this list in step with the code):
+//   ckpt.pause_before_seal=MS   every rank sleeps MS ms after writing its checkpoint files and
+//                               before the checkpoint is sealed (kill-mid-write tests).
+// With ALPACA_FAULTS unset every query is a cheap lookup in an empty table. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace alpaca::util {
+
+// The value armed for `point` ("" when it is named without "=value"); nullopt when not armed.
+std::optional<std::string> fault_value(std::string_view point);
+inline bool fault_armed(std::string_view point) { return fault_value(point).has_value(); }
+// The armed value as an integer (`fallback` when the point is armed without a value); nullopt when
+// not armed. A value that is not an integer is an error naming the point.
+std::optional<int64_t> fault_int(std::string_view point, int64_t fallback = 0);
+// Sleeps for the point's value in milliseconds when armed; returns at once otherwise.
+void fault_pause_ms(std::string_view point);
+
+}  // namespace alpaca::util
