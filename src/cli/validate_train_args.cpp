@@ -338,6 +338,20 @@ void validate_fsdp(TrainArgs& a) {
   }
 }
 
+// LoRA flags (TRL's names): values peft refuses are refused here, and a LoRA flag without
+// --use_peft (which would silently do nothing) is an error.
+void validate_lora(TrainArgs& a) {
+  if (!a.use_peft) {
+    for (const char* f : {"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save",
+                          "use_rslora"})
+      ALPACA_USAGE_CHECK(!a.is_set(f), "--" << f << " only acts on a LoRA run; add --use_peft True or drop it");
+    return;
+  }
+  ALPACA_USAGE_CHECK(a.lora_r > 0, "--lora_r must be > 0 (the LoRA rank), got " << a.lora_r);
+  ALPACA_USAGE_CHECK(a.lora_dropout >= 0 && a.lora_dropout < 1, "--lora_dropout must be in [0, 1), got " << a.lora_dropout);
+  ALPACA_USAGE_CHECK(std::isfinite(a.lora_alpha) && a.lora_alpha != 0, "--lora_alpha must be a non-zero number, got " << a.lora_alpha);
+}
+
 }  // namespace
 
 void validate_train_args(TrainArgs& a) {
@@ -357,6 +371,7 @@ void validate_train_args(TrainArgs& a) {
   validate_logging(a);
   validate_data(a);
   validate_fsdp(a);
+  validate_lora(a);
   if (!a.deepspeed.empty()) apply_deepspeed_config(a.deepspeed, a);
 }
 
