@@ -342,9 +342,14 @@ void validate_fsdp(TrainArgs& a) {
 // --use_peft (which would silently do nothing) is an error.
 void validate_lora(TrainArgs& a) {
   if (!a.use_peft) {
-    for (const char* f : {"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_modules_to_save",
-                          "use_rslora"})
-      ALPACA_USAGE_CHECK(!a.is_set(f), "--" << f << " only acts on a LoRA run; add --use_peft True or drop it");
+    // A value other than the default (a dumped config repeats the defaults; those are fine).
+    const TrainArgs d;
+    const std::pair<const char*, bool> changed[] = {
+        {"lora_r", a.lora_r != d.lora_r}, {"lora_alpha", a.lora_alpha != d.lora_alpha},
+        {"lora_dropout", a.lora_dropout != d.lora_dropout}, {"lora_target_modules", a.lora_target_modules != d.lora_target_modules},
+        {"lora_modules_to_save", a.lora_modules_to_save != d.lora_modules_to_save}, {"use_rslora", a.use_rslora != d.use_rslora}};
+    for (const auto& [f, differs] : changed)
+      ALPACA_USAGE_CHECK(!differs, "--" << f << " only acts on a LoRA run; add --use_peft True or drop it");
     return;
   }
   ALPACA_USAGE_CHECK(a.lora_r > 0, "--lora_r must be > 0 (the LoRA rank), got " << a.lora_r);

@@ -143,6 +143,7 @@ FsdpEngine::Impl::Impl(const FsdpModelParts& parts, std::shared_ptr<dist::Commun
     unit.label = u == root_index ? std::string("root") : "layer " + std::to_string(u);
     if (!train_entries[u].empty()) {
       opt.with_grad = true;
+      opt.master_dtype = at::kFloat;
       unit.train = std::make_unique<FlatParameter>(std::move(train_entries[u]), shard_world, shard_rank, opt);
       unit.got.assign(unit.train->entries().size(), 0);
       for (size_t e = 0; e < unit.train->entries().size(); ++e)
@@ -150,7 +151,10 @@ FsdpEngine::Impl::Impl(const FsdpModelParts& parts, std::shared_ptr<dist::Commun
             unit.train->entries()[e].param, std::make_unique<GradHook>(this, u, static_cast<int>(e)));
     }
     if (!frozen_entries[u].empty()) {
+      // Frozen (e.g. LoRA base weights): no fp32 master, no gradient, no optimizer state; the shard
+      // is stored and gathered in param_dtype only.
       opt.with_grad = false;
+      opt.master_dtype = policy.param_dtype;
       unit.frozen = std::make_unique<FlatParameter>(std::move(frozen_entries[u]), shard_world, shard_rank, opt);
     }
   }
@@ -452,11 +456,11 @@ const FlatParameter* FsdpEngine::frozen_flat(int u) const { return impl_->units.
 MemoryAccount FsdpEngine::memory_account(const optim::ShardedAdamW* opt) const {
   MemoryAccount m;
   for (const auto& unit : impl_->units) {
-    for (const FlatParameter* f : {unit.train.get(), unit.frozen.get()}) {
-      if (!f) continue;
-      m.param_bytes += f->shard().nbytes();
-      if (f->grad().defined()) m.grad_bytes += f->grad().nbytes();
+    if (unit.train) {
+      m.param_bytes += unit.train->shard().nbytes();
+      m.grad_bytes += unit.train->grad().nbytes();
     }
+    if (unit.frozen) m.frozen_bytes += unit.frozen->shard().nbytes();
   }
   if (opt) m.optimizer_bytes = opt->state_bytes();
   m.unsharded_bytes = impl_->unsharded_bytes;
@@ -474,7 +478,9 @@ void FsdpEngine::reset_peaks() {
 std::string MemoryAccount::to_string() const {
   std::ostringstream os;
   auto mib = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
-  os << "params " << mib(param_bytes) << " MiB, grads " << mib(grad_bytes) << " MiB, optimizer "
+  os << "params " << mib(param_bytes) << " MiB, ";
+  if (frozen_bytes > 0) os << "frozen params " << mib(frozen_bytes) << " MiB, ";
+  os << "grads " << mib(grad_bytes) << " MiB, optimizer "
      << mib(optimizer_bytes) << " MiB, unsharded now " << mib(unsharded_bytes) << " MiB (peak "
      << mib(peak_unsharded_bytes) << " MiB, " << peak_unsharded_units << " units)";
   return os.str();

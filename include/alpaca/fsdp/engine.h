@@ -36,14 +36,15 @@ namespace alpaca::fsdp {
 
 // Per-rank model-state bytes (printed at start, queried by tests).
 struct MemoryAccount {
-  int64_t param_bytes = 0;       // fp32 master shards (trainable + frozen)
+  int64_t param_bytes = 0;       // fp32 master shards of the trainable parameters
+  int64_t frozen_bytes = 0;      // frozen shards (LoRA base weights), stored in param_dtype
   int64_t grad_bytes = 0;        // fp32 gradient shards
   int64_t optimizer_bytes = 0;   // optimizer moments (when an optimizer is passed)
   int64_t unsharded_bytes = 0;   // full buffers allocated now (params in param_dtype + grads in reduce_dtype)
   int64_t peak_unsharded_bytes = 0;
   int num_unsharded_units = 0;   // units whose full parameters are allocated now
   int peak_unsharded_units = 0;  // maximum since construction / reset_peaks()
-  int64_t persistent_bytes() const { return param_bytes + grad_bytes + optimizer_bytes; }
+  int64_t persistent_bytes() const { return param_bytes + frozen_bytes + grad_bytes + optimizer_bytes; }
   std::string to_string() const;
 };
 
