@@ -94,10 +94,20 @@ class FsdpEngine {
   // Loads parameter values; each rank reads only its own shard's ranges unless rank0_only
   // (sync_module_states / cpu_ram_efficient_loading), where rank 0 reads one unit at a time and
   // broadcasts it. Collective.
-  void load_parameters(const ParamRangeReader& reader, bool rank0_only);
+  // `include` (empty = every parameter) picks the parameters to read; the others keep their values
+  // (LoRA: the base checkpoint has no adapter tensors; an adapter file has only those).
+  void load_parameters(const ParamRangeReader& reader, bool rank0_only,
+                       const std::function<bool(const std::string&)>& include = {});
   // Gathers every parameter one unit at a time (fp32) and hands it to `sink` on rank 0 only (all
   // ranks when all_ranks). Collective; no rank ever holds more than one unit in full.
   void export_full_state(const NamedTensorSink& sink, bool all_ranks = false);
+  // The same for the trainable parameters only (a LoRA adapter and its modules_to_save): the
+  // frozen base is never gathered. Collective.
+  void export_trainable_state(const NamedTensorSink& sink, bool all_ranks = false);
+  // Rows [row_begin, row_end) of the 2-D parameter `name` (fp32, CPU, (rows, cols)) on every rank,
+  // assembled from the shards that hold them (an all-reduce of rows x cols elements, never the
+  // whole tensor). Collective. Throws naming the parameter when it is unknown or not 2-D.
+  at::Tensor gather_rows(const std::string& name, int64_t row_begin, int64_t row_end);
   // Optimizer moments per parameter name (resume on another world size). Collective.
   void gather_optimizer_state_by_name(const optim::ShardedAdamW& opt, const OptimStateSink& sink,
                                       bool all_ranks = false);
