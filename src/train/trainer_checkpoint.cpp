@@ -23,6 +23,11 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 void Trainer::Impl::barrier() { comm->barrier()->wait(); }
 
 void Trainer::Impl::export_model(const fs::path& dir, bool write_tokenizer) {
+  if (args.use_peft) {  // a peft adapter directory, never the gathered base
+    export_adapter(dir);
+    if (rank == 0 && write_tokenizer) tokenizer->save(dir.string());
+    return;
+  }
   std::unique_ptr<io::HfExportWriter> writer;
   const int64_t shard = args.save_max_shard_bytes > 0 ? args.save_max_shard_bytes : int64_t{5'000'000'000};
   if (rank == 0) writer = std::make_unique<io::HfExportWriter>(dir.string(), shard, std::nullopt);
@@ -116,6 +121,7 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
   scheduler_step = rs.scheduler_step;
   losses.restore(state.global_step, rs.total_loss_sum);
 
+  if (args.use_peft) load_adapter(dir);
   auto file = io::SafetensorsFile::open((dir / kOptimizerFile).string());
   engine->load_optimizer_state_by_name(*optimizer, [&](const std::string& name, const std::string& key) {
     const std::string k = key + "." + name;
