@@ -121,3 +121,71 @@ TEST(LoraParity, Worlds2And4EveryStrategyMatchWorld1) {
     std::cout << "[lora parity] " << c.ranks << " ranks '" << c.fsdp << "'" << c.extra << " vs world 1: worst " << worst << "\n";
   }
 }
+
+TEST(LoraParity, SavedAdapterLoadsInPeftWithOurLogits) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir out("lora_saved");
+  std::string log;
+  ASSERT_EQ(run_trainer(lora_args(out.path(), 2, 2, 5) + " --fsdp 'full_shard auto_wrap'"
+                        " --fsdp_transformer_layer_cls_to_wrap LlamaDecoderLayer", 2, &log), 0) << log;
+  const fs::path dir = out.path();
+  ASSERT_TRUE(fs::exists(dir / "adapter_config.json")) << log;
+  EXPECT_FALSE(fs::exists(dir / "model.safetensors")) << "a LoRA run must not export the base";
+  EXPECT_TRUE(fs::exists(dir / "tokenizer.model"));
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir / "adapter_config.json"));
+  EXPECT_EQ(cfg["peft_type"], "LORA");
+  EXPECT_EQ(cfg["r"], 8);
+  EXPECT_EQ(cfg["target_modules"], nlohmann::json({"q_proj", "v_proj"}));
+  EXPECT_EQ(cfg["trainable_token_indices"]["embed_tokens"], nlohmann::json({32000}));
+  auto adapter = io::SafetensorsFile::open((dir / "adapter_model.safetensors").string());
+  std::vector<std::string> keys = adapter->names();
+  std::sort(keys.begin(), keys.end());
+  std::vector<std::string> want = {"base_model.model.lm_head.token_adapter.trainable_tokens_delta",
+                                   "base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta"};
+  for (int l = 0; l < 2; ++l)
+    for (const char* p : {"q_proj", "v_proj"})
+      for (const char* ab : {"lora_A", "lora_B"})
+        want.push_back("base_model.model.model.layers." + std::to_string(l) + ".self_attn." + p + "." + ab + ".weight");
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(keys, want);
+
+  // Our model from the saved files: the base with train.py's [PAD] row, plus the adapter.
+  model::LlamaForCausalLM m = io::load_hf_model((fixture() / "model").string());
+  m->resize_token_embeddings(32001);
+  model::LoraOptions o;
+  o.r = 8;
+  o.alpha = 16;
+  o.dropout = 0;
+  model::apply_lora(*m, o, 0);
+  at::NoGradGuard ng;
+  for (auto& item : m->named_parameters(true))
+    if (model::is_lora_param(item.key())) item.value().copy_(adapter->tensor("base_model.model." + item.key()));
+  // The stored [PAD] rows are the rows we trained with (frozen: train.py's mean rows).
+  EXPECT_TRUE(at::allclose(adapter->tensor("base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta"),
+                           m->model->embed_tokens->weight.narrow(0, 32000, 1), 0, 1e-7));
+  EXPECT_TRUE(at::allclose(adapter->tensor("base_model.model.lm_head.token_adapter.trainable_tokens_delta"),
+                           m->lm_head->weight.narrow(0, 32000, 1), 0, 1e-7));
+  EXPECT_GT(adapter->tensor("base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight").abs().max().item<double>(), 0);
+  at::Tensor ids = at::tensor({1, 13866, 338, 385, 32000, 29889, 32000, 2}, at::kLong).view({1, -1});
+  at::Tensor logits = m->forward(ids).contiguous();
+  const fs::path ours = dir / "ours_logits.safetensors";
+  {
+    io::SafetensorsWriter w(ours.string());
+    w.add("input_ids", ids);
+    w.add("logits", logits);
+    w.finish();
+  }
+  std::string out_text;
+  const int rc = run_command(python() + " " + (source_dir() / "tests/reference/lora_peft_load_check.py").string() +
+                                 " --base " + (fixture() / "model").string() + " --adapter " + dir.string() +
+                                 " --ours " + ours.string() + " 2>&1",
+                             &out_text);
+  const auto brace = out_text.rfind("{\"max_abs_diff\"");
+  ASSERT_NE(brace, std::string::npos) << out_text;
+  const auto j = nlohmann::json::parse(out_text.substr(brace, out_text.find('\n', brace) - brace));
+  EXPECT_EQ(rc, 0) << "peft warned while loading the adapter: " << j["warnings"].dump();
+  EXPECT_TRUE(j["warnings"].empty()) << j["warnings"].dump();
+  EXPECT_LE(j["max_abs_diff"].get<double>(), 1e-5) << out_text;
+  std::cout << "[lora peft load] PeftModel.from_pretrained: no warnings; max |logits - ours| = " << j["max_abs_diff"]
+            << " (max |logit| " << j["max_abs"] << ")\n";
+}
