@@ -347,7 +347,8 @@ void validate_lora(TrainArgs& a) {
     const std::pair<const char*, bool> changed[] = {
         {"lora_r", a.lora_r != d.lora_r}, {"lora_alpha", a.lora_alpha != d.lora_alpha},
         {"lora_dropout", a.lora_dropout != d.lora_dropout}, {"lora_target_modules", a.lora_target_modules != d.lora_target_modules},
-        {"lora_modules_to_save", a.lora_modules_to_save != d.lora_modules_to_save}, {"use_rslora", a.use_rslora != d.use_rslora}};
+        {"lora_modules_to_save", a.lora_modules_to_save != d.lora_modules_to_save}, {"use_rslora", a.use_rslora != d.use_rslora},
+        {"merge_adapter", a.merge_adapter != d.merge_adapter}};
     for (const auto& [f, differs] : changed)
       ALPACA_USAGE_CHECK(!differs, "--" << f << " only acts on a LoRA run; add --use_peft True or drop it");
     return;

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "alpaca/ckpt/checkpoint_dir.h"
+#include "alpaca/ckpt/lora_merge.h"
 #include "alpaca/io/hf_model.h"
 #include "alpaca/io/safetensors.h"
 #include "alpaca/util/error.h"
@@ -144,6 +145,13 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
 void Trainer::Impl::save_final() {
   export_model(output_dir, /*write_tokenizer=*/true);
   if (rank == 0) state.save((output_dir / ckpt::kTrainerStateName).string());
+  if (args.use_peft && args.merge_adapter && rank == 0) {
+    // Streams base + adapter from disk one tensor at a time (no rank gathers anything).
+    const auto s = ckpt::merge_lora_adapter(args.model_name_or_path, output_dir.string(), (output_dir / "merged").string(),
+                                            args.save_max_shard_bytes > 0 ? args.save_max_shard_bytes : int64_t{5'000'000'000});
+    ALPACA_INFO("merged the adapter into " << (output_dir / "merged").string() << " (" << s.num_merged
+                                           << " linears; RSS grew by " << s.peak_rss_growth / (1 << 20) << " MiB)");
+  }
   barrier();
 }
 

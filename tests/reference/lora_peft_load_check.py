@@ -41,8 +41,14 @@ def main():
     ap.add_argument("--adapter", required=True)
     ap.add_argument("--ours", required=True)
     ap.add_argument("--vocab", type=int, default=32001)
+    ap.add_argument("--merged", help="also load this merged HF directory (alpaca-train merge) and compare its logits")
     args = ap.parse_args()
     ours = load_file(args.ours)
+    merged_diff = None
+    if args.merged:
+        merged = AutoModelForCausalLM.from_pretrained(args.merged, dtype=torch.float32).eval()
+        with torch.no_grad():
+            merged_diff = (merged(input_ids=ours["input_ids"]).logits.float() - ours["logits"]).abs().max().item()
     base = AutoModelForCausalLM.from_pretrained(args.base, dtype=torch.float32)
     base.resize_token_embeddings(args.vocab, mean_resizing=False)  # any values: the adapter overwrites the new rows
     handler = Collect()
@@ -56,7 +62,8 @@ def main():
     with torch.no_grad():
         logits = model(input_ids=ours["input_ids"]).logits.float()
     diff = (logits - ours["logits"]).abs().max().item()
-    print(json.dumps({"max_abs_diff": diff, "max_abs": ours["logits"].abs().max().item(), "warnings": found}))
+    print(json.dumps({"max_abs_diff": diff, "max_abs": ours["logits"].abs().max().item(), "warnings": found,
+                      "merged_max_abs_diff": merged_diff}))
     raise SystemExit(1 if found else 0)
 
 

@@ -127,7 +127,7 @@ TEST(LoraParity, SavedAdapterLoadsInPeftWithOurLogits) {
   TempDir out("lora_saved");
   std::string log;
   ASSERT_EQ(run_trainer(lora_args(out.path(), 2, 2, 5) + " --fsdp 'full_shard auto_wrap'"
-                        " --fsdp_transformer_layer_cls_to_wrap LlamaDecoderLayer", 2, &log), 0) << log;
+                        " --fsdp_transformer_layer_cls_to_wrap LlamaDecoderLayer --merge_adapter True", 2, &log), 0) << log;
   const fs::path dir = out.path();
   ASSERT_TRUE(fs::exists(dir / "adapter_config.json")) << log;
   EXPECT_FALSE(fs::exists(dir / "model.safetensors")) << "a LoRA run must not export the base";
@@ -175,10 +175,22 @@ TEST(LoraParity, SavedAdapterLoadsInPeftWithOurLogits) {
     w.add("logits", logits);
     w.finish();
   }
+  // The merge subcommand gives the same merged model as --merge_adapter at the end of training.
+  const fs::path merged = dir / "merged_cmd";
+  ASSERT_EQ(run_command(train_bin() + " merge --model_name_or_path " + (fixture() / "model").string() + " --adapter " +
+                            dir.string() + " --output_dir " + merged.string() + " 2>&1", &log), 0) << log;
+  ASSERT_TRUE(fs::exists(dir / "merged" / "model.safetensors")) << "--merge_adapter True wrote nothing";
+  {
+    auto x = io::SafetensorsFile::open((dir / "merged" / "model.safetensors").string());
+    auto y = io::SafetensorsFile::open((merged / "model.safetensors").string());
+    ASSERT_EQ(x->names(), y->names());
+    for (const auto& n : x->names()) EXPECT_TRUE(at::equal(x->tensor(n), y->tensor(n))) << n;
+    EXPECT_EQ(y->tensor("model.embed_tokens.weight").size(0), 32001);
+  }
   std::string out_text;
   const int rc = run_command(python() + " " + (source_dir() / "tests/reference/lora_peft_load_check.py").string() +
                                  " --base " + (fixture() / "model").string() + " --adapter " + dir.string() +
-                                 " --ours " + ours.string() + " 2>&1",
+                                 " --ours " + ours.string() + " --merged " + merged.string() + " 2>&1",
                              &out_text);
   const auto brace = out_text.rfind("{\"max_abs_diff\"");
   ASSERT_NE(brace, std::string::npos) << out_text;
@@ -186,6 +198,7 @@ TEST(LoraParity, SavedAdapterLoadsInPeftWithOurLogits) {
   EXPECT_EQ(rc, 0) << "peft warned while loading the adapter: " << j["warnings"].dump();
   EXPECT_TRUE(j["warnings"].empty()) << j["warnings"].dump();
   EXPECT_LE(j["max_abs_diff"].get<double>(), 1e-5) << out_text;
+  EXPECT_LE(j["merged_max_abs_diff"].get<double>(), 1e-5) << "the merged model in transformers: " << out_text;
   std::cout << "[lora peft load] PeftModel.from_pretrained: no warnings; max |logits - ours| = " << j["max_abs_diff"]
-            << " (max |logit| " << j["max_abs"] << ")\n";
+            << " (max |logit| " << j["max_abs"] << "); merged model in transformers: " << j["merged_max_abs_diff"] << "\n";
 }
