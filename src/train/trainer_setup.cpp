@@ -174,13 +174,7 @@ void Trainer::Impl::setup_data() {
 }
 
 void Trainer::Impl::setup_engine() {
-  fsdp::FsdpPolicyInputs in;
-  for (cli::FsdpOption o : args.fsdp_options) in.fsdp += (in.fsdp.empty() ? "" : " ") + cli::fsdp_option_name(o);
-  in.fsdp_config = args.fsdp_config_json;
-  in.mixed_precision = args.bf16 ? "bf16" : args.fp16 ? "fp16" : "no";
-  in.gradient_checkpointing = args.gradient_checkpointing;
-  in.local_world_size = dist::launch_info().local_world_size;
-  fsdp::FsdpPolicy policy = fsdp::build_fsdp_policy(in);
+  fsdp::FsdpPolicy policy = args.fsdp_policy;  // validated once by cli::validate_train_args
   policy.grad_reduction = fsdp::GradReduction::kSum;  // the loss is normalised by the global token count
 
   fsdp::FsdpModelParts parts;
