@@ -14,6 +14,7 @@
 #include "alpaca/data/tokenizer.h"
 #include "alpaca/dist/communicator.h"
 #include "alpaca/fsdp/engine.h"
+#include "alpaca/fsdp/fsdp_llama.h"
 #include "alpaca/model/llama.h"
 #include "alpaca/optim/adamw.h"
 #include "alpaca/optim/loss_scaler.h"
@@ -41,7 +42,10 @@ struct Trainer::Impl {
   std::filesystem::path weights_dir;
   bool grow_vocab = false;
   bool weights_loaded = false;
-  std::unique_ptr<fsdp::FsdpEngine> engine;
+  // The model under FSDP, wrapped by fsdp::apply_fsdp (the path the FSDP tests use); engine is
+  // fsdp_model->engine().
+  std::unique_ptr<fsdp::FsdpLlama> fsdp_model;
+  fsdp::FsdpEngine* engine = nullptr;
   std::unique_ptr<optim::ShardedAdamW> optimizer;
   std::optional<optim::DynamicLossScaler> scaler;  // fp16 only
   optim::LrSchedule schedule;

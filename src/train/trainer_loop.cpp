@@ -32,18 +32,6 @@ DeviceBatch to_device(const data::Batch& b, const at::Device& d) {
           mv(b.position_ids_bt), mv(b.segment_ids_bt)};
 }
 
-// The summed loss of one micro-batch through the fused chunked head (no (B, T, V) logits).
-model::LossSum forward_loss(fsdp::FsdpEngine& engine, model::LlamaForCausalLM& model, const DeviceBatch& db) {
-  int64_t count = 0;
-  at::Tensor sum = engine.forward([&] {
-    model::LossSum ls =
-        model->forward_loss_sum(db.input_ids, db.labels, db.attention_mask, db.position_ids, db.segment_ids);
-    count = ls.num_tokens;
-    return ls.sum;
-  });
-  return {sum, count};
-}
-
 data::Batch collate_indices(const std::vector<data::Example>& examples, const std::vector<int64_t>& idx, int64_t pad) {
   std::vector<const data::Example*> ptrs;
   ptrs.reserve(idx.size());
@@ -92,7 +80,7 @@ double Trainer::Impl::evaluate_loss() {
     const bool real = !idx.empty();
     if (!real) idx.push_back(0);
     const DeviceBatch db = to_device(collate_indices(eval_examples, idx, pad), device);
-    const model::LossSum ls = forward_loss(*engine, model, db);
+    const model::LossSum ls = fsdp_model->forward_loss_sum(db.input_ids, db.labels, db.attention_mask, db.position_ids, db.segment_ids);
     if (real) {
       loss_sum += ls.sum.item<double>();
       tokens += static_cast<double>(ls.num_tokens);
@@ -177,7 +165,7 @@ int Trainer::Impl::train() {
     double local_loss_sum = 0;
     for (const data::Batch& b : batches) {
       const DeviceBatch db = to_device(b, device);
-      const model::LossSum ls = forward_loss(*engine, model, db);
+      const model::LossSum ls = fsdp_model->forward_loss_sum(db.input_ids, db.labels, db.attention_mask, db.position_ids, db.segment_ids);
       at::Tensor loss = ls.sum / denom;
       if (scaler) loss = loss * scaler->scale();
       loss.backward();

@@ -177,21 +177,13 @@ void Trainer::Impl::setup_engine() {
   fsdp::FsdpPolicy policy = args.fsdp_policy;  // validated once by cli::validate_train_args
   policy.grad_reduction = fsdp::GradReduction::kSum;  // the loss is normalised by the global token count
 
-  fsdp::FsdpModelParts parts;
-  parts.root = model.get();
-  for (auto& layer : model->layers()) parts.layers.push_back(layer.get());
-  engine = std::make_unique<fsdp::FsdpEngine>(parts, comm, policy);
+  fsdp_model = fsdp::apply_fsdp(model, comm, policy);
+  engine = &fsdp_model->engine();
   if (!weights_loaded) {
     fsdp::load_checkpoint(*engine, weights_dir.string(), /*rank0_only=*/policy.cpu_ram_efficient_loading, grow_vocab);
     weights_loaded = true;
   }
   sys::release_free_host_memory();  // load staging buffers and unsharded parameters are not needed again
-  fsdp::FsdpEngine* eng = engine.get();
-  auto& layers = model->layers();
-  model->set_layer_runner([eng, &layers](int64_t idx, const at::Tensor& h, const model::LayerContext& ctx) {
-    model::LlamaDecoderLayer layer = layers[static_cast<size_t>(idx)];
-    return eng->run_layer(idx, h, [layer, ctx](const at::Tensor& x) mutable { return layer->forward(x, ctx); });
-  });
 
   ALPACA_CHECK(args.optim == "adamw_torch" || args.optim == "adamw_torch_fused",
                "--optim " << args.optim << " is not supported; use adamw_torch (Alpaca's choice) or adamw_torch_fused");
