@@ -68,7 +68,7 @@ int run_train(const std::vector<std::string>& argv) {
     ALPACA_INFO("wrote " << (fs::path(args.output_dir) / "training_args.json").string());
   }
   sys::keep_host_heap();  // before the first large allocation; see sys.h
-  return train::run_training(args);
+  return train::run_training(trainer_options(args), launch);
 }
 
 }  // namespace alpaca::cli

@@ -134,6 +134,8 @@ void validate_sizes(TrainArgs& a) {
   ALPACA_USAGE_CHECK(a.dataloader_num_workers == 0, "--dataloader_num_workers " << a.dataloader_num_workers
                      << " is not supported: alpaca-train tokenizes the data in-process before training; drop the flag");
   a.save_max_shard_bytes = parse_byte_size(a.save_max_shard_size);
+  ALPACA_USAGE_CHECK(a.save_safetensors, "--save_safetensors False is not supported: alpaca-train writes model.safetensors "
+                                         "only (transformers and peft load it); drop the flag");
 }
 
 void validate_optimizer(TrainArgs& a) {
@@ -149,6 +151,7 @@ void validate_optimizer(TrainArgs& a) {
                {"linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
                 "inverse_sqrt", "cosine_with_min_lr"});
   a.lr_scheduler_kwargs_json = a.lr_scheduler_kwargs.empty() ? "{}" : read_json_flag("lr_scheduler_kwargs", a.lr_scheduler_kwargs).dump();
+  schedule_from_flags(a);  // unknown kwargs and invalid schedules are refused here, not at step 0
   ALPACA_USAGE_CHECK(a.warmup_ratio >= 0 && a.warmup_ratio <= 1, "--warmup_ratio must be in [0, 1], got " << a.warmup_ratio);
   ALPACA_USAGE_CHECK(a.warmup_steps >= 0, "--warmup_steps must be >= 0, got " << a.warmup_steps);
   ALPACA_USAGE_CHECK(a.warmup_steps < 1 || a.warmup_steps == std::floor(a.warmup_steps),
@@ -210,6 +213,9 @@ void validate_strategies(TrainArgs& a) {
     ALPACA_USAGE_FAIL("--load_best_model_at_end is not supported yet (the trainer does not track the best checkpoint); "
                       "drop the flag and pick a checkpoint-<step> by its eval loss in trainer_state.json");
   }
+  ALPACA_USAGE_CHECK(a.eval_strategy == "no" || !a.eval_data_path.empty(),
+                     "--eval_strategy " << a.eval_strategy << " needs --eval_data_path, an Alpaca JSON file to "
+                     "evaluate on (alpaca-train does not split the training data)");
 }
 
 void validate_logging(TrainArgs& a) {
@@ -320,20 +326,5 @@ void check_input_paths(const TrainArgs& a) {
                        "file of {instruction, input, output} records");
   }
 }
-
-int64_t resolve_interval_steps(double value, int64_t total_steps) {
-  if (value <= 0) return 0;
-  if (value < 1) return static_cast<int64_t>(std::ceil(value * static_cast<double>(total_steps)));
-  return static_cast<int64_t>(value);
-}
-
-int64_t warmup_steps_for(const TrainArgs& args, int64_t total_steps) {
-  if (args.warmup_steps > 0) return resolve_interval_steps(args.warmup_steps, total_steps);
-  return static_cast<int64_t>(std::ceil(static_cast<double>(total_steps) * args.warmup_ratio));
-}
-
-int64_t effective_data_seed(const TrainArgs& args) { return args.data_seed.value_or(args.seed); }
-
-bool resume_from_latest(const TrainArgs& args) { return args.resume_from_checkpoint == "True"; }
 
 }  // namespace alpaca::cli

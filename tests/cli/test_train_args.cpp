@@ -102,11 +102,11 @@ void expect_alpaca_common(const TrainArgs& a) {
   EXPECT_DOUBLE_EQ(a.adam_epsilon, 1e-8);
   EXPECT_DOUBLE_EQ(a.max_grad_norm, 1.0);
   EXPECT_EQ(a.seed, 42);
-  EXPECT_EQ(effective_data_seed(a), 42);
+  EXPECT_EQ(trainer_options(a).data_seed, 42);
   EXPECT_FALSE(a.gradient_checkpointing);
   EXPECT_EQ(a.ddp_timeout, 1800);
   // 52,002 examples on 4 GPUs x 4 x 8: 1,218 steps, 37 of them warmup (stanford_alpaca_facts §1.9).
-  EXPECT_EQ(warmup_steps_for(a, 1218), 37);
+  EXPECT_EQ(train::warmup_steps_for(a.warmup_steps, a.warmup_ratio, 1218), 37);
 }
 
 TEST(TrainArgs, AlpacaFsdpCommandParsesVerbatim) {
@@ -159,7 +159,8 @@ TEST(TrainArgs, BooleanForms) {
   EXPECT_TRUE(a.bf16);
   // Optional booleans stay None unless given; HF's --no_<flag> for flags that default to True.
   EXPECT_FALSE(parse_train_args(shell_split(kRequired)).tf32.has_value());
-  EXPECT_FALSE(parse_train_args(shell_split(kRequired + "--no_save_safetensors")).save_safetensors);
+  // --no_save_safetensors sets it to False, which is refused at parse time (exit 2), not at step 0.
+  EXPECT_USAGE_ERROR(kRequired + "--no_save_safetensors", "--save_safetensors False is not supported");
   EXPECT_USAGE_ERROR(kRequired + "--bf16 maybe", "--bf16 expects a boolean (True/False, true/false, 1/0), got 'maybe'");
   EXPECT_USAGE_ERROR(kRequired + "--save_safetensors True --no_save_safetensors", "contradict");
 }
@@ -170,7 +171,7 @@ TEST(TrainArgs, NumbersAndOptionals) {
   EXPECT_EQ(a.max_steps, 20);  // the last occurrence wins, as with argparse
   EXPECT_FALSE(a.save_total_limit.has_value());
   EXPECT_DOUBLE_EQ(a.learning_rate, 3e-4);
-  EXPECT_EQ(effective_data_seed(a), 7);
+  EXPECT_EQ(trainer_options(a).data_seed, 7);
   EXPECT_USAGE_ERROR(kRequired + "--per_device_train_batch_size four", "--per_device_train_batch_size expects an integer, got 'four'");
   EXPECT_USAGE_ERROR(kRequired + "--learning_rate fast", "--learning_rate expects a number, got 'fast'");
   EXPECT_USAGE_ERROR(kRequired + "--max_steps 0", "--max_steps must be a positive number");
@@ -217,6 +218,11 @@ TEST(TrainArgs, ContradictionsSayWhatToChange) {
   EXPECT_USAGE_ERROR(kRequired + "--load_best_model_at_end --eval_strategy steps --eval_steps 30 --save_steps 50",
                      "--save_steps to be a round multiple of --eval_steps");
   EXPECT_USAGE_ERROR(kRequired + "--eval_data_path eval.json", "--eval_data_path is given but --eval_strategy is 'no'");
+  // Refused when parsing, not after the communicators start (they used to be trainer checks).
+  EXPECT_USAGE_ERROR(kRequired + "--eval_strategy epoch", "--eval_strategy epoch needs --eval_data_path");
+  EXPECT_USAGE_ERROR(kRequired + "--lr_scheduler_kwargs '{\"num_cycle\": 2}'",
+                     "--lr_scheduler_kwargs key 'num_cycle' is not used by linear");
+  EXPECT_USAGE_ERROR(kRequired + "--lr_scheduler_type cosine_with_min_lr", "one of min_lr or min_lr_rate must be set");
   EXPECT_USAGE_ERROR(kRequired + "--do_eval True", "would never evaluate");
   EXPECT_USAGE_ERROR(kRequired + "--packing --group_by_length", "--packing and --group_by_length contradict");
   EXPECT_USAGE_ERROR(kRequired + "--logging_steps 2.5", "--logging_steps must be an integer if bigger than 1");
@@ -237,7 +243,7 @@ TEST(TrainArgs, UnsupportedValuesAreRefusedNotIgnored) {
 }
 
 TEST(TrainArgs, DerivedValues) {
-  TrainArgs a = parse_train_args(shell_split(kRequired + "--fsdp --eval_strategy steps --logging_steps 10 "
+  TrainArgs a = parse_train_args(shell_split(kRequired + "--fsdp --eval_strategy steps --logging_steps 10 --eval_data_path e.json "
                                                          "--save_max_shard_size 500MiB --resume_from_checkpoint true "
                                                          "--lr_scheduler_kwargs '{\"num_cycles\": 2}' --output_dir o"));
   EXPECT_EQ(a.fsdp_words, "full_shard");  // bare --fsdp = full_shard, as HF
@@ -246,13 +252,13 @@ TEST(TrainArgs, DerivedValues) {
   EXPECT_DOUBLE_EQ(*a.eval_steps, 10);  // defaults to logging_steps
   EXPECT_TRUE(a.do_eval);
   EXPECT_EQ(a.save_max_shard_bytes, 500LL * 1024 * 1024);
-  EXPECT_TRUE(resume_from_latest(a));
+  EXPECT_EQ(trainer_options(a).resume.kind, train::ResumeFrom::Kind::kLatest);
   EXPECT_EQ(a.lr_scheduler_kwargs_json, R"({"num_cycles":2})");
   EXPECT_EQ(a.logging_dir, "o");
   EXPECT_EQ(a.run_name, "o");
   EXPECT_EQ(parse_train_args(shell_split(kRequired)).save_max_shard_bytes, 5'000'000'000LL);
-  EXPECT_EQ(resolve_interval_steps(0.1, 95), 10);  // ratios round up, as HF
-  EXPECT_EQ(resolve_interval_steps(500, 95), 500);
+  EXPECT_EQ(train::resolve_interval_steps(0.1, 95), 10);  // ratios round up, as HF
+  EXPECT_EQ(train::resolve_interval_steps(500, 95), 500);
   EXPECT_USAGE_ERROR(kRequired + "--save_max_shard_size 5XB", "unknown unit 'XB'");
   EXPECT_USAGE_ERROR(kRequired + "--lr_scheduler_kwargs '{num_cycles: 2}'", "--lr_scheduler_kwargs is not valid JSON");
 }

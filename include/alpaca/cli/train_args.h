@@ -1,7 +1,8 @@
 // TrainArgs: the flags of `alpaca-train [train]` after parsing and validation, as plain fields
 // with Hugging Face TrainingArguments names, types and defaults (one field per line of
 // train_flags.inc), plus the values derived from them (the FSDP policy, resolved JSON configs).
-// Only cli/ and train/ see this struct; lower modules get small options structs built from it.
+// Only cli/ sees this struct; the trainer gets train::TrainerOptions (trainer_options below) and
+// lower modules their own small options structs.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,8 @@
 
 #include "alpaca/dist/launch.h"
 #include "alpaca/fsdp/policy.h"
+#include "alpaca/optim/lr_schedule.h"
+#include "alpaca/train/options.h"
 
 namespace alpaca::cli {
 
@@ -81,14 +84,13 @@ std::string format_train_args(const TrainArgs& args);
 // The effective arguments as a JSON object {flag: value} (HF None = null), pretty-printed.
 std::string train_args_to_json(const TrainArgs& args);
 
-// HF semantics of "steps" flags that may be ratios: a value >= 1 is a step count; a value in
-// (0,1) is ceil(value * total_steps). 0 stays 0.
-int64_t resolve_interval_steps(double value, int64_t total_steps);
-// HF get_warmup_steps: warmup_steps when given (>= 1 or a ratio), else ceil(total * warmup_ratio).
-int64_t warmup_steps_for(const TrainArgs& args, int64_t total_steps);
-// The data seed the sampler uses: data_seed, else seed.
-int64_t effective_data_seed(const TrainArgs& args);
-// "true" when resume_from_checkpoint asks for the newest checkpoint in output_dir (True/true/1).
-bool resume_from_latest(const TrainArgs& args);
+// What the trainer is asked to do, from validated flags: the one place where flags become
+// train::TrainerOptions (interval words, --report_to, --data_seed/--seed, the checkpoint to
+// resume from, the LR schedule, the FSDP policy). Values that need the run length (warmup and
+// interval ratios) are resolved by the trainer (train::resolve_interval_steps, warmup_steps_for).
+train::TrainerOptions trainer_options(const TrainArgs& args);
+// --lr_scheduler_type, --learning_rate and --lr_scheduler_kwargs as an optim::LrSchedule without
+// its step counts; throws cli::UsageError for a kwarg the schedule does not use.
+optim::LrSchedule schedule_from_flags(const TrainArgs& args);
 
 }  // namespace alpaca::cli

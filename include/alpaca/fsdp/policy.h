@@ -14,12 +14,6 @@ namespace alpaca::fsdp {
 enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
 enum class BackwardPrefetch { kBackwardPre, kBackwardPost, kNone };
 
-// How per-rank gradients are combined. kSum: the loss each rank differentiates is already
-// normalised globally (sum of token losses / global label-token count, the trainer's contract), so
-// the gradient of the global loss is the plain sum over ranks. kMean: each rank's loss is its own
-// mean (HF without average_tokens_across_devices), so the reduction divides by the world size.
-enum class GradReduction { kSum, kMean };
-
 struct FsdpPolicy {
   ShardingStrategy strategy = ShardingStrategy::kFullShard;
   // One unit per decoder layer (HF "auto_wrap" with transformer_layer_cls_to_wrap); false = the
@@ -36,7 +30,6 @@ struct FsdpPolicy {
   bool sync_module_states = true;    // HF default: rank 0's values are broadcast at wrap time
   bool cpu_ram_efficient_loading = false;  // only rank 0 reads the checkpoint (needs sync_module_states)
   int hybrid_shard_size = 0;         // ranks per shard group for HYBRID_SHARD (0 = caller's local world)
-  GradReduction grad_reduction = GradReduction::kSum;
 
   bool operator==(const FsdpPolicy&) const = default;
 };
