@@ -1,6 +1,8 @@
 // LoRA attachment; see include/alpaca/model/lora.h.
 #include "alpaca/model/lora.h"
 
+#include "alpaca/model/llama.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 

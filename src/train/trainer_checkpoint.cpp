@@ -24,13 +24,13 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 void Trainer::Impl::barrier() { comm->barrier()->wait(); }
 
 void Trainer::Impl::export_model(const fs::path& dir, bool write_tokenizer) {
-  if (args.use_peft) {  // a peft adapter directory, never the gathered base
+  if (opt.lora) {  // a peft adapter directory, never the gathered base
     export_adapter(dir);
     if (rank == 0 && write_tokenizer) tokenizer->save(dir.string());
     return;
   }
   std::unique_ptr<io::HfExportWriter> writer;
-  const int64_t shard = args.save_max_shard_bytes > 0 ? args.save_max_shard_bytes : int64_t{5'000'000'000};
+  const int64_t shard = opt.save_max_shard_bytes > 0 ? opt.save_max_shard_bytes : int64_t{5'000'000'000};
   if (rank == 0) writer = std::make_unique<io::HfExportWriter>(dir.string(), shard, std::nullopt);
   engine->reset_peaks();
   const int64_t rss_before = sys::rss_bytes();
@@ -57,7 +57,7 @@ void Trainer::Impl::save_checkpoint() {
   barrier();
   const fs::path dir = writer.staging_dir();
   export_model(dir, /*write_tokenizer=*/true);
-  if (!args.save_only_model) {
+  if (!opt.save_only_model) {
     std::unique_ptr<io::SafetensorsWriter> opt_writer;
     if (rank == 0) opt_writer = std::make_unique<io::SafetensorsWriter>((dir / kOptimizerFile).string());
     engine->gather_optimizer_state_by_name(*optimizer, [&](const std::string& name, const std::string& key,
@@ -71,8 +71,8 @@ void Trainer::Impl::save_checkpoint() {
       rs.epoch = epoch;
       rs.steps_in_epoch = step_in_epoch;
       rs.samples_in_epoch = step_in_epoch * length.global_batch_size;
-      rs.seed = args.seed;
-      rs.data_seed = cli::effective_data_seed(args);
+      rs.seed = opt.seed;
+      rs.data_seed = opt.data_seed;
       rs.world_size = world;
       rs.global_batch_size = length.global_batch_size;
       rs.scheduler_step = scheduler_step;
@@ -92,8 +92,8 @@ void Trainer::Impl::save_checkpoint() {
   if (rank == 0) {
     const fs::path final_dir = writer.commit();
     ALPACA_INFO("saved checkpoint " << final_dir.string());
-    if (args.save_total_limit)
-      ckpt::rotate_checkpoints(output_dir, *args.save_total_limit, state.best_model_checkpoint.value_or(""), true);
+    if (opt.save_total_limit)
+      ckpt::rotate_checkpoints(output_dir, *opt.save_total_limit, state.best_model_checkpoint.value_or(""), true);
   }
   sys::release_free_host_memory();  // gathered full tensors of the export are not reused by the steps
   barrier();
@@ -122,7 +122,7 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
   scheduler_step = rs.scheduler_step;
   losses.restore(state.global_step, rs.total_loss_sum);
 
-  if (args.use_peft) load_adapter(dir);
+  if (opt.lora) load_adapter(dir);
   auto file = io::SafetensorsFile::open((dir / kOptimizerFile).string());
   engine->load_optimizer_state_by_name(*optimizer, [&](const std::string& name, const std::string& key) {
     const std::string k = key + "." + name;
@@ -145,10 +145,10 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
 void Trainer::Impl::save_final() {
   export_model(output_dir, /*write_tokenizer=*/true);
   if (rank == 0) state.save((output_dir / ckpt::kTrainerStateName).string());
-  if (args.use_peft && args.merge_adapter && rank == 0) {
+  if (opt.lora && opt.merge_adapter && rank == 0) {
     // Streams base + adapter from disk one tensor at a time (no rank gathers anything).
-    const auto s = ckpt::merge_lora_adapter(args.model_name_or_path, output_dir.string(), (output_dir / "merged").string(),
-                                            args.save_max_shard_bytes > 0 ? args.save_max_shard_bytes : int64_t{5'000'000'000});
+    const auto s = ckpt::merge_lora_adapter(opt.model_name_or_path.string(), output_dir.string(), (output_dir / "merged").string(),
+                                            opt.save_max_shard_bytes > 0 ? opt.save_max_shard_bytes : int64_t{5'000'000'000});
     ALPACA_INFO("merged the adapter into " << (output_dir / "merged").string() << " (" << s.num_merged
                                            << " linears; RSS grew by " << s.peak_rss_growth / (1 << 20) << " MiB)");
   }

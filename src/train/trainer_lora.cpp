@@ -43,22 +43,11 @@ ckpt::Fingerprint base_fingerprint(const fs::path& base) {
 
 }  // namespace
 
-model::LoraOptions lora_options_of(const cli::TrainArgs& a) {
-  model::LoraOptions o;
-  o.r = a.lora_r;
-  o.alpha = a.lora_alpha;
-  o.dropout = a.lora_dropout;
-  o.use_rslora = a.use_rslora;
-  o.target_modules = model::split_module_list(a.lora_target_modules);
-  o.modules_to_save = model::split_module_list(a.lora_modules_to_save);
-  return o;
-}
-
 ckpt::Fingerprint Trainer::Impl::lora_fingerprint() const {
-  const model::LoraOptions o = lora_options_of(args);
+  const model::LoraOptions& o = *opt.lora;
   std::ostringstream alpha;
   alpha << o.alpha;
-  ckpt::Fingerprint f = base_fingerprint(args.model_name_or_path);
+  ckpt::Fingerprint f = base_fingerprint(opt.model_name_or_path);
   f["lora_r"] = std::to_string(o.r);
   f["lora_alpha"] = alpha.str();
   f["use_rslora"] = o.use_rslora ? "true" : "false";
@@ -80,7 +69,7 @@ void Trainer::Impl::check_lora_resume(const ckpt::Fingerprint& saved_model) cons
   for (const char* k : {"base config.json sha256", "base weight bytes"}) {
     ALPACA_CHECK(saved[k] == now[k], "cannot resume from " << resume_dir->string() << ": its adapter was trained on another "
                  "base model (" << k << " is " << saved[k] << " there, " << now[k] << " for --model_name_or_path "
-                 << args.model_name_or_path << "); resume with the base model the adapter was trained on");
+                 << opt.model_name_or_path.string() << "); resume with the base model the adapter was trained on");
   }
   const std::string why = ckpt::fingerprint_mismatch("LoRA adapter", saved, now);
   ALPACA_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why
@@ -89,13 +78,13 @@ void Trainer::Impl::check_lora_resume(const ckpt::Fingerprint& saved_model) cons
 }
 
 void Trainer::Impl::setup_lora(int64_t base_vocab_size) {
-  lora_plan = model::apply_lora(*model, lora_options_of(args), static_cast<uint64_t>(args.seed));
+  lora_plan = model::apply_lora(*model, *opt.lora, static_cast<uint64_t>(opt.seed));
   for (int64_t id = base_vocab_size; id < tokenizer->vocab_size(); ++id) added_token_ids.push_back(id);
   int64_t adapter = 0;
   for (const auto& p : model->parameters())
     if (p.requires_grad()) adapter += p.numel();
-  ALPACA_INFO("LoRA r=" << args.lora_r << " alpha=" << args.lora_alpha << " dropout=" << args.lora_dropout
-              << (args.use_rslora ? " (rsLoRA)" : "") << " on " << lora_plan.lora_modules.size() << " modules ("
+  ALPACA_INFO("LoRA r=" << opt.lora->r << " alpha=" << opt.lora->alpha << " dropout=" << opt.lora->dropout
+              << (opt.lora->use_rslora ? " (rsLoRA)" : "") << " on " << lora_plan.lora_modules.size() << " modules ("
               << join_words(lora_plan.target_modules) << "): " << adapter << " trainable parameters of "
               << model::num_parameters(model));
 }
@@ -135,10 +124,10 @@ void Trainer::Impl::export_adapter(const fs::path& dir) {
   }
   if (rank != 0) return;
   writer->finish({{"format", "pt"}});
-  const model::LoraOptions o = lora_options_of(args);
+  const model::LoraOptions& o = *opt.lora;
   nlohmann::json cfg = {
       {"peft_type", "LORA"}, {"task_type", "CAUSAL_LM"}, {"peft_version", "0.21.2"},
-      {"base_model_name_or_path", fs::absolute(args.model_name_or_path).lexically_normal().string()},
+      {"base_model_name_or_path", fs::absolute(opt.model_name_or_path).lexically_normal().string()},
       {"r", o.r}, {"lora_alpha", o.alpha}, {"lora_dropout", o.dropout}, {"use_rslora", o.use_rslora},
       {"target_modules", lora_plan.target_modules},
       {"modules_to_save", o.modules_to_save.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.modules_to_save)},

@@ -13,6 +13,7 @@
 #include <map>
 
 #include "alpaca/fsdp/fsdp_llama.h"
+#include "alpaca/model/llama.h"
 #include "alpaca/model/lora.h"
 #include "alpaca/optim/grad_clip.h"
 #include "fsdp_test_env.h"

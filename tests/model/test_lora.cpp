@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "alpaca/model/llama.h"
 #include "alpaca/model/lora.h"
 #include "alpaca/util/error.h"
 

@@ -12,6 +12,7 @@
 
 #include "alpaca/io/hf_model.h"
 #include "alpaca/io/safetensors.h"
+#include "alpaca/model/llama.h"
 #include "alpaca/model/lora.h"
 #include "test_util.h"
 #include "train_test_util.h"

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "alpaca/model/llama.h"
-
 namespace alpaca::model {
+
+class LlamaForCausalLMImpl;  // alpaca/model/llama.h (this header stays light: train/options.h includes it)
 
 struct LoraOptions {
   int64_t r = 16;
