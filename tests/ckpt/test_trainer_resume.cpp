@@ -48,8 +48,7 @@ std::set<std::string> checkpoints_in(const fs::path& dir) {
   return s;
 }
 
-#define SKIP_WITHOUT_FIXTURE() \
-  if (fs::exists(fixture() / "SKIPPED")) GTEST_SKIP() << "fixture skipped (no shared data)"
+#define SKIP_WITHOUT_FIXTURE() ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture())
 
 }  // namespace
 
