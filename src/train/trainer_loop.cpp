@@ -13,6 +13,7 @@
 #include "alpaca/train/throughput.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
+#include "alpaca/util/user_error.h"
 #include "alpaca/util/sys.h"
 #include "trainer_impl.h"
 
@@ -72,7 +73,7 @@ double Trainer::Impl::evaluate_loss() {
   } eval_mode{*model};
   model->eval();
   const int64_t n = static_cast<int64_t>(eval_examples.size());
-  ALPACA_CHECK(n > 0, "evaluation needs examples: --eval_data_path gave none");
+  ALPACA_USER_CHECK(n > 0, "evaluation needs examples: --eval_data_path gave none");
   const int64_t b = opt.per_device_eval_batch_size;
   const int64_t per_round = b * world;
   const int64_t rounds = (n + per_round - 1) / per_round;
@@ -154,7 +155,7 @@ void Trainer::Impl::optimizer_step(StepOutcome& out) {
   const int64_t step_no = state.global_step + 1;
   bool do_step = true;
   if (!std::isfinite(out.loss)) {
-    ALPACA_CHECK(scaler, "the training loss is " << out.loss << " at step " << step_no << " (epoch " << epoch
+    ALPACA_USER_CHECK(scaler, "the training loss is " << out.loss << " at step " << step_no << " (epoch " << epoch
                                                  << "); lower --learning_rate, check the data, or use --bf16");
     do_step = false;
   }
@@ -164,7 +165,7 @@ void Trainer::Impl::optimizer_step(StepOutcome& out) {
     out.grad_norm = opt.max_grad_norm > 0 ? optim::clip_grad_norm(grads, opt.max_grad_norm, engine->norm_comm())
                                           : optim::global_grad_norm(grads, engine->norm_comm());
     if (!std::isfinite(out.grad_norm)) {
-      ALPACA_CHECK(scaler, "the gradient norm is " << out.grad_norm << " at step " << step_no << " (epoch " << epoch
+      ALPACA_USER_CHECK(scaler, "the gradient norm is " << out.grad_norm << " at step " << step_no << " (epoch " << epoch
                                                    << ", loss " << out.loss << "); lower --learning_rate or check the data");
       do_step = false;
     }

@@ -17,6 +17,7 @@
 #include "alpaca/train/throughput.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
+#include "alpaca/util/user_error.h"
 #include "alpaca/util/sys.h"
 #include "trainer_impl.h"
 
@@ -26,7 +27,7 @@ namespace alpaca::train {
 
 RunLength compute_run_length(int64_t steps_per_epoch, int64_t global_batch, int64_t max_steps_flag,
                              double num_train_epochs) {
-  ALPACA_CHECK(steps_per_epoch > 0, "the training data gives no optimizer step per epoch; use more examples or a "
+  ALPACA_USER_CHECK(steps_per_epoch > 0, "the training data gives no optimizer step per epoch; use more examples or a "
                                     "smaller --per_device_train_batch_size / --gradient_accumulation_steps");
   RunLength r;
   r.steps_per_epoch = steps_per_epoch;
@@ -38,7 +39,7 @@ RunLength compute_run_length(int64_t steps_per_epoch, int64_t global_batch, int6
     r.max_steps = static_cast<int64_t>(std::ceil(num_train_epochs * static_cast<double>(steps_per_epoch)));
     r.num_train_epochs = static_cast<int64_t>(std::ceil(num_train_epochs));
   }
-  ALPACA_CHECK(r.max_steps > 0, "the run has no optimizer step: set --max_steps > 0 or --num_train_epochs > 0");
+  ALPACA_USER_CHECK(r.max_steps > 0, "the run has no optimizer step: set --max_steps > 0 or --num_train_epochs > 0");
   return r;
 }
 
@@ -95,7 +96,7 @@ void Trainer::Impl::setup_tokenizer_and_model() {
     const auto rs = ckpt::ResumeState::load((*resume_dir / ckpt::kResumeStateName).string());
     // The tokenizer first: a different tokenizer also changes the vocabulary, and so the model.
     std::string why = ckpt::fingerprint_mismatch("tokenizer", rs.tokenizer, tokenizer_fingerprint);
-    ALPACA_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why << " (the tokenizer of "
+    ALPACA_USER_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why << " (the tokenizer of "
                                                     << base.string()
                                                     << "); resume with the tokenizer the checkpoint was trained with");
     if (opt.lora) check_lora_resume(rs.model);
@@ -103,7 +104,7 @@ void Trainer::Impl::setup_tokenizer_and_model() {
                  "cannot resume from " << resume_dir->string() << ": it is a checkpoint of a LoRA run; add --use_peft True "
                  "with the --lora_* flags it was trained with");
     why = ckpt::fingerprint_mismatch("model", rs.model, model_fingerprint);
-    ALPACA_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why
+    ALPACA_USER_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why
                                                     << " (--model_name_or_path " << base.string()
                                                     << "); resume with the model the checkpoint was trained from");
     // A LoRA checkpoint holds the adapter only: the base comes from --model_name_or_path again.
@@ -229,7 +230,7 @@ Trainer::Trainer(const TrainerOptions& opt) : impl_(std::make_unique<Impl>(opt))
   switch (opt.resume.kind) {
     case ResumeFrom::Kind::kLatest: {
       auto latest = ckpt::find_latest_complete_checkpoint(s.output_dir);
-      ALPACA_CHECK(latest, "--resume_from_checkpoint True: no complete checkpoint-<step> in " << s.output_dir.string()
+      ALPACA_USER_CHECK(latest, "--resume_from_checkpoint True: no complete checkpoint-<step> in " << s.output_dir.string()
                                                                                             << "; start without it");
       s.resume_dir = *latest;
       break;
@@ -237,11 +238,11 @@ Trainer::Trainer(const TrainerOptions& opt) : impl_(std::make_unique<Impl>(opt))
     case ResumeFrom::Kind::kDirectory: {
       s.resume_dir = opt.resume.directory;
       const std::string why = ckpt::checkpoint_problem(*s.resume_dir);
-      ALPACA_CHECK(why.empty(), "--resume_from_checkpoint " << s.resume_dir->string() << " cannot be resumed from: " << why);
+      ALPACA_USER_CHECK(why.empty(), "--resume_from_checkpoint " << s.resume_dir->string() << " cannot be resumed from: " << why);
       break;
     }
     case ResumeFrom::Kind::kNone:
-      ALPACA_CHECK(opt.overwrite_output_dir || !dir_holds_model(s.output_dir),
+      ALPACA_USER_CHECK(opt.overwrite_output_dir || !dir_holds_model(s.output_dir),
                    "--output_dir " << s.output_dir.string()
                                    << " already holds a model; pass --overwrite_output_dir True to write over it, "
                                       "--resume_from_checkpoint to continue, or choose another directory");
