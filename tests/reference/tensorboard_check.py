@@ -72,11 +72,16 @@ def dump(d):
             texts[t] = [[e.step, tensor_util.make_ndarray(e.tensor_proto).item().decode()] for e in acc.Tensors(t)]
     ui = plugin_event_accumulator.EventAccumulator(d, size_guidance={plugin_event_accumulator.TENSORS: 0})
     ui.Reload()
+
+    def ui_tags(plugin):
+        try:
+            return sorted(ui.PluginTagToContent(plugin))
+        except KeyError:  # no tag of that plugin
+            return []
     return {"files": [os.path.basename(f) for f in files],
             "first_event": {"file_version": first.file_version, "step": first.step, "wall_time": first.wall_time},
             "scalars": scalars, "texts": texts,
-            "ui_scalar_tags": sorted(ui.PluginTagToContent("scalars")),
-            "ui_text_tags": sorted(ui.PluginTagToContent("text"))}
+            "ui_scalar_tags": ui_tags("scalars"), "ui_text_tags": ui_tags("text")}
 
 
 def compare(d, metrics_path, killed=False):

@@ -26,20 +26,18 @@ int run_check(const std::string& args, std::string* out) { return run_command(py
 nlohmann::json dump(const fs::path& dir) {
   std::string out;
   EXPECT_EQ(run_check("dump " + dir.string(), &out), 0) << out;
-  return nlohmann::json::parse(out.substr(out.find("{\"files\"")));
+  const size_t at = out.find("{\"files\"");
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "no dump in the output:\n" << out;
+    return nlohmann::json::object();
+  }
+  return nlohmann::json::parse(out.substr(at));
 }
 
 std::string payload(int i, size_t n) {
   std::string s(n, '\0');
   for (size_t j = 0; j < n; ++j) s[j] = static_cast<char>((7 * j + static_cast<size_t>(i)) % 256);
   return s;
-}
-
-fs::path only_event_file(const fs::path& dir) {
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
-  EXPECT_EQ(files.size(), 1u);
-  return files.at(0);
 }
 
 }  // namespace
