@@ -20,6 +20,7 @@
 #include "alpaca/optim/lr_schedule.h"
 #include "alpaca/train/metrics.h"
 #include "alpaca/train/progress.h"
+#include "alpaca/train/tensorboard.h"
 #include "alpaca/train/trainer.h"
 
 namespace alpaca::train {
@@ -67,6 +68,7 @@ struct Trainer::Impl {
   ckpt::Fingerprint model_fingerprint, tokenizer_fingerprint;
 
   MetricsJsonl metrics;
+  TensorBoardWriter tensorboard;  // rank 0 with --report_to tensorboard/all; disabled otherwise
   std::unique_ptr<ProgressReporter> progress;
   double flops_per_token = 0;
   std::optional<double> peak_flops;
@@ -82,6 +84,7 @@ struct Trainer::Impl {
   int train();
   double evaluate_loss();
   void log_entry(LogEntry entry, bool to_history = true);
+  void open_tensorboard();  // rank 0, --report_to tensorboard/all (trainer_setup.cpp)
 
   // checkpoints (trainer_checkpoint.cpp)
   void save_checkpoint();

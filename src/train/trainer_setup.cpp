@@ -4,7 +4,9 @@
 #include <ATen/detail/CUDAHooksInterface.h>  // defines: at::detail::getCUDAHooks
 
 #include <cmath>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 
 #include "alpaca/ckpt/checkpoint_dir.h"
@@ -277,7 +279,8 @@ Trainer::Trainer(const cli::TrainArgs& args) : impl_(std::make_unique<Impl>(args
       }
     }
   }
-  s.jsonl = parse_report_to(report_words);
+  const ReportTo report_to = parse_report_to(report_words);
+  s.jsonl = report_to.jsonl;
 
   // Resume target: a directory, or True = the newest complete checkpoint in output_dir.
   if (!args.resume_from_checkpoint.empty()) {
@@ -310,6 +313,7 @@ Trainer::Trainer(const cli::TrainArgs& args) : impl_(std::make_unique<Impl>(args
     const fs::path dir = args.logging_dir.empty() ? s.output_dir : fs::path(args.logging_dir);
     s.metrics = MetricsJsonl(dir, /*append=*/s.resume_dir.has_value());
   }
+  if (s.rank == 0 && report_to.tensorboard) s.open_tensorboard();
   const bool bar = s.rank == 0 && !args.disable_tqdm.value_or(false);
   s.progress = std::make_unique<ProgressReporter>(std::cout, s.length.max_steps, bar, is_stdout_tty());
   s.peak_flops = s.device.is_cuda() ? gpu_peak_bf16_flops(device_name(s.device)) : std::nullopt;
@@ -320,6 +324,22 @@ Trainer::Trainer(const cli::TrainArgs& args) : impl_(std::make_unique<Impl>(args
               << s.length.global_batch_size << "\n  Gradient Accumulation steps = " << args.gradient_accumulation_steps
               << "\n  Total optimization steps = " << s.length.max_steps << "\n  World size = " << s.world << " ("
               << s.comm->backend() << ", " << s.device << ")");
+}
+
+// HF's TensorBoardCallback.on_train_begin: the writer on logging_dir (default
+// output_dir/runs/<date>_<host>, a new directory per run), the effective arguments as text
+// "args", the model's config.json as "model_config".
+void Trainer::Impl::open_tensorboard() {
+  const bool given = !args.logging_dir.empty();
+  const fs::path dir = given ? fs::path(args.logging_dir) : output_dir / default_tensorboard_subdir();
+  tensorboard = TensorBoardWriter(dir, given ? "--logging_dir" : "--output_dir");
+  cli::TrainArgs shown = args;
+  shown.logging_dir = dir.string();
+  tensorboard.add_text("args", cli::train_args_to_json(shown), 0);
+  std::ifstream config(fs::path(args.model_name_or_path) / "config.json");
+  if (config) tensorboard.add_text("model_config", std::string(std::istreambuf_iterator<char>(config), {}), 0);
+  ALPACA_INFO("TensorBoard events: " << tensorboard.path().string() << " (tensorboard --logdir " << dir.parent_path().string()
+                                     << ")");
 }
 
 Trainer::~Trainer() { ckpt::uninstall_preemption_handlers(); }

@@ -241,7 +241,7 @@ TEST(TrainArgs, DerivedValues) {
   EXPECT_EQ(a.save_max_shard_bytes, 500LL * 1024 * 1024);
   EXPECT_TRUE(resume_from_latest(a));
   EXPECT_EQ(a.lr_scheduler_kwargs_json, R"({"num_cycles":2})");
-  EXPECT_EQ(a.logging_dir, "o");
+  EXPECT_EQ(a.logging_dir, "");  // resolved by the trainer: output_dir/runs/<date>_<host>, as HF
   EXPECT_EQ(a.run_name, "o");
   EXPECT_EQ(parse_train_args(shell_split(kRequired)).save_max_shard_bytes, 5'000'000'000LL);
   EXPECT_EQ(resolve_interval_steps(0.1, 95), 10);  // ratios round up, as HF
@@ -340,6 +340,14 @@ TEST(TrainArgs, EffectiveArgsListingMarksWhatWasSet) {
   EXPECT_NE(text.find("  seed = 42"), std::string::npos) << text;
   EXPECT_NE(text.find("fsdp options = full_shard auto_wrap"), std::string::npos) << text;
   for (const auto& f : train_flags()) EXPECT_NE(text.find(" " + f.name + " = "), std::string::npos) << f.name;
+}
+
+TEST(TrainArgs, ReportToTensorboardAndAll) {
+  EXPECT_EQ(parse_train_args(shell_split(kRequired + "--report_to tensorboard")).report_to, "tensorboard");
+  EXPECT_EQ(parse_train_args(shell_split(kRequired + "--report_to 'jsonl tensorboard'")).report_to, "jsonl tensorboard");
+  EXPECT_EQ(parse_train_args(shell_split(kRequired + "--report_to all")).report_to, "all");
+  EXPECT_USAGE_ERROR(kRequired + "--report_to 'none tensorboard'", "--report_to none cannot be combined");
+  EXPECT_USAGE_ERROR(kRequired + "--report_to mlflow", "--report_to 'mlflow' is not available");
 }
 
 }  // namespace

@@ -89,7 +89,10 @@ def compare(d, metrics_path, killed=False):
 
     got = dump(d)
     problems = []
-    lines = [json.loads(x) for x in open(metrics_path) if x.strip()]
+    raw = [x for x in open(metrics_path) if x.strip()]
+    if killed and raw and not raw[-1].endswith("\n"):
+        raw.pop()  # killed mid-line: that line was not logged
+    lines = [json.loads(x) for x in raw]
     # (tag, step) -> the values logged there, in order: HF's rewrite sends every log call's "epoch"
     # to train/epoch, so the last step can carry it more than once (train log, eval, final summary).
     want = {}
