@@ -338,8 +338,8 @@ void Trainer::Impl::open_tensorboard() {
   tensorboard.add_text("args", cli::train_args_to_json(shown), 0);
   std::ifstream config(fs::path(args.model_name_or_path) / "config.json");
   if (config) tensorboard.add_text("model_config", std::string(std::istreambuf_iterator<char>(config), {}), 0);
-  ALPACA_INFO("TensorBoard events: " << tensorboard.path().string() << " (tensorboard --logdir " << dir.parent_path().string()
-                                     << ")");
+  ALPACA_INFO("TensorBoard events: " << tensorboard.path().string() << " (tensorboard --logdir "
+                                     << (given ? dir : dir.parent_path()).string() << ")");
 }
 
 Trainer::~Trainer() { ckpt::uninstall_preemption_handlers(); }

@@ -3,6 +3,7 @@
 // TensorBoardWriter writes reads back through EventAccumulator (and the UI's
 // plugin_event_accumulator) with the right tags, steps, values and plugin metadata; a flipped
 // byte is caught; a file cut mid-record (a killed writer) still opens with every whole record.
+// scripts/plot_metrics.py draws a PNG and refuses a directory without metrics.jsonl.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -146,4 +147,25 @@ TEST(TensorBoard, UnwritableDirectoryIsAClearError) {
     EXPECT_NE(e.message().find("--logging_dir"), std::string::npos) << e.message();
     EXPECT_NE(e.message().find((blocker / "runs").string()), std::string::npos) << e.message();
   }
+}
+
+TEST(PlotMetrics, DrawsAPngAndNamesTheFixWhenThereIsNoMetricsFile) {
+  TempDir tmp("plot_metrics");
+  {
+    std::ofstream f(tmp.path() / "metrics.jsonl");
+    for (int s = 1; s <= 5; ++s)
+      f << "{\"loss\":" << 3.0 / s << ",\"grad_norm\":1.0,\"learning_rate\":0.001,\"epoch\":" << s / 5.0
+        << ",\"tokens_per_second\":1000.0,\"host_rss_bytes\":500000000,\"step\":" << s << "}\n";
+    f << "{\"eval_loss\":1.0,\"epoch\":1.0,\"step\":5}\n{\"loss\":";  // a torn last line (killed run) is skipped
+  }
+  const std::string script = python() + " " + (source_dir() / "scripts/plot_metrics.py").string() + " ";
+  std::string out;
+  ASSERT_EQ(run_command(script + tmp.path().string() + " --out " + (tmp.path() / "m.png").string(), &out), 0) << out;
+  EXPECT_NE(out.find((tmp.path() / "m.png").string()), std::string::npos) << out;
+  EXPECT_GT(fs::file_size(tmp.path() / "m.png"), 10000u);
+  const fs::path empty = tmp.path() / "empty";
+  fs::create_directories(empty);
+  EXPECT_NE(run_command(script + empty.string(), &out), 0);
+  EXPECT_NE(out.find("--report_to jsonl"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(empty / "metrics.png"));
 }
