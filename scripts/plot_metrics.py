@@ -97,6 +97,9 @@ def plot(train, evals, title, out):
                        ("gpu_reserved_bytes", "GPU reserved")):
         drew |= line(ax_mem, train, key, label, scale)
     finish(ax_mem, "memory (rank 0)", unit, drew, legend=True)
+    if drew:  # from zero: a few MiB of growth should not look like a jump
+        ax_mem.set_ylim(0, ax_mem.get_ylim()[1] * 1.25)
+        ax_mem.legend(fontsize="small", loc="lower right")
     fig.savefig(out, dpi=100)
     plt.close(fig)
 
