@@ -16,6 +16,8 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev
   libopenmpi-dev openmpi-bin
   python3 python3-venv
+  # TensorBoard event files (issue 20): protoc + libprotobuf; Boost.CRC (header-only) for CRC32C
+  protobuf-compiler libprotobuf-dev libboost-dev
 )
 
 missing=()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Quick start: set up, build, make the tiny default model, fine-tune it on the bundled synthetic
 # Alpaca-format data with 2 CPU ranks under mpirun, and show that it learned (held-out loss and
-# exact-match answers before and after). A few minutes on a laptop-class CPU.
+# exact-match answers before and after; metrics.png of the run is drawn and its path printed).
+# A few minutes on a laptop-class CPU.
 #
 #   bash scripts/quickstart.sh            # everything
 #   QUICKSTART_EPOCHS=1 bash scripts/quickstart.sh   # shorter
@@ -45,9 +46,11 @@ mpirun -np "$RANKS" --oversubscribe --bind-to none -x OMP_NUM_THREADS "$BIN" \
   --output_dir "$OUT/model" --overwrite_output_dir True --num_train_epochs "$EPOCHS" \
   --per_device_train_batch_size $((32 / RANKS)) --gradient_accumulation_steps 1 --learning_rate 3e-3 \
   --weight_decay 0. --warmup_ratio 0.05 --lr_scheduler_type cosine --logging_steps 25 \
-  --save_strategy no --report_to jsonl --fsdp "full_shard auto_wrap" \
+  --save_strategy no --report_to all --fsdp "full_shard auto_wrap" \
   --fsdp_transformer_layer_cls_to_wrap LlamaDecoderLayer --model_max_length 256 --seed 42
 echo "[quickstart] fine-tuned in $(( $(date +%s) - start )) s -> $OUT/model"
+echo "[quickstart] metrics plot: $("$PY" scripts/plot_metrics.py "$OUT/model")"
+echo "[quickstart] TensorBoard: .venv/bin/tensorboard --logdir $OUT/model/runs"
 
 # 4. After: the same evaluation on the fine-tuned model (loaded by transformers).
 "$PY" scripts/quickstart_eval.py --model "$OUT/model" --data data/synthetic_eval.json --label after | tee "$OUT/after.txt"

@@ -8,6 +8,7 @@
 #include "alpaca/cli/usage_error.h"
 #include "alpaca/model/lora.h"
 #include "alpaca/train/metrics.h"
+#include "alpaca/train/tensorboard.h"
 #include "alpaca/util/error.h"
 
 namespace alpaca::cli {
@@ -107,9 +108,19 @@ train::TrainerOptions trainer_options(const TrainArgs& a) {
   o.eval_steps = a.eval_steps;
   o.logging_first_step = a.logging_first_step;
   try {
-    o.report_jsonl = train::parse_report_to(report_words(a.report_to));
+    const train::ReportTo r = train::parse_report_to(report_words(a.report_to));
+    o.report_jsonl = r.jsonl;
+    o.report_tensorboard = r.tensorboard;
   } catch (const Error& e) {
     ALPACA_USAGE_FAIL(e.message());
+  }
+  if (o.report_tensorboard) {
+    o.tensorboard_dir_given = !a.logging_dir.empty();
+    o.tensorboard_dir = o.tensorboard_dir_given ? std::filesystem::path(a.logging_dir)
+                                                : std::filesystem::path(a.output_dir) / train::default_tensorboard_subdir();
+    TrainArgs shown = a;  // HF's to_json_string shows the resolved logging_dir
+    shown.logging_dir = o.tensorboard_dir.string();
+    o.args_json = train_args_to_json(shown);
   }
   o.disable_tqdm = a.disable_tqdm.value_or(false);
   o.save_max_shard_bytes = a.save_max_shard_bytes;

@@ -25,6 +25,7 @@
 #include "alpaca/train/metrics.h"
 #include "alpaca/train/options.h"
 #include "alpaca/train/progress.h"
+#include "alpaca/train/tensorboard.h"
 #include "alpaca/train/trainer.h"
 #include "alpaca/util/sys.h"
 
@@ -100,6 +101,7 @@ struct Trainer::Impl {
   ckpt::Fingerprint model_fingerprint, tokenizer_fingerprint;
 
   MetricsJsonl metrics;
+  TensorBoardWriter tensorboard;  // rank 0 with --report_to tensorboard/all; disabled otherwise
   std::unique_ptr<ProgressReporter> progress;
   double flops_per_token = 0;
   std::optional<double> peak_flops;
@@ -124,6 +126,7 @@ struct Trainer::Impl {
   void finish_run(const RunWindow& w);
   double evaluate_loss();
   void log_entry(LogEntry entry, bool to_history = true);
+  void open_tensorboard();  // rank 0, --report_to tensorboard/all (trainer_setup.cpp)
 
   // LoRA (trainer_lora.cpp)
   void setup_lora(int64_t base_vocab_size);

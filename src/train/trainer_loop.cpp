@@ -61,6 +61,14 @@ void Trainer::Impl::log_entry(LogEntry entry, bool to_history) {
     if (kv.first.rfind("x_", 0) == 0) kv.first = kv.first.substr(2);
     json.push_back(kv);
   }
+  // TensorBoard first: a run killed between the two writes has every metrics.jsonl step in its
+  // event file. HF's tags (rewrite_logs); "step" is the event's step, not a scalar.
+  if (tensorboard.enabled()) {
+    std::vector<std::pair<std::string, double>> scalars;
+    for (const auto& [k, v] : json)
+      if (k != "step") scalars.emplace_back(tensorboard_tag(k), ckpt::log_value_as_double(v));
+    tensorboard.add_scalars(state.global_step, scalars);
+  }
   metrics.write(json);
 }
 

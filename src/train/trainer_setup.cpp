@@ -4,7 +4,9 @@
 #include <ATen/detail/CUDAHooksInterface.h>  // defines: at::detail::getCUDAHooks
 
 #include <cmath>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 
 #include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/ckpt/preemption.h"
@@ -258,6 +260,7 @@ Trainer::Trainer(const TrainerOptions& opt) : impl_(std::make_unique<Impl>(opt))
   if (s.resume_dir) s.load_checkpoint(*s.resume_dir);
 
   if (s.rank == 0 && opt.report_jsonl) s.metrics = MetricsJsonl(opt.logging_dir, /*append=*/s.resume_dir.has_value());
+  if (s.rank == 0 && opt.report_tensorboard) s.open_tensorboard();
   const bool bar = s.rank == 0 && !opt.disable_tqdm;
   s.progress = std::make_unique<ProgressReporter>(std::cout, s.length.max_steps, bar, is_stdout_tty());
   s.peak_flops = s.device.is_cuda() ? gpu_peak_bf16_flops(device_name(s.device)) : std::nullopt;
@@ -268,6 +271,19 @@ Trainer::Trainer(const TrainerOptions& opt) : impl_(std::make_unique<Impl>(opt))
               << s.length.global_batch_size << "\n  Gradient Accumulation steps = " << opt.gradient_accumulation_steps
               << "\n  Total optimization steps = " << s.length.max_steps << "\n  World size = " << s.world << " ("
               << s.comm->backend() << ", " << s.device << ")");
+}
+
+// HF's TensorBoardCallback.on_train_begin: the writer on logging_dir (default
+// output_dir/runs/<date>_<host>, a new directory per run), the effective arguments as text
+// "args", the model's config.json as "model_config".
+void Trainer::Impl::open_tensorboard() {
+  const fs::path& dir = opt.tensorboard_dir;
+  tensorboard = TensorBoardWriter(dir, opt.tensorboard_dir_given ? "--logging_dir" : "--output_dir");
+  tensorboard.add_text("args", opt.args_json, 0);
+  std::ifstream config(opt.model_name_or_path / "config.json");
+  if (config) tensorboard.add_text("model_config", std::string(std::istreambuf_iterator<char>(config), {}), 0);
+  ALPACA_INFO("TensorBoard events: " << tensorboard.path().string() << " (tensorboard --logdir "
+                                     << (opt.tensorboard_dir_given ? dir : dir.parent_path()).string() << ")");
 }
 
 Trainer::~Trainer() { ckpt::uninstall_preemption_handlers(); }

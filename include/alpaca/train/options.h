@@ -70,6 +70,13 @@ struct TrainerOptions {
   std::optional<double> eval_steps;         // unset = logging_steps
   bool logging_first_step = false;
   bool report_jsonl = false;                // --report_to jsonl/all
+  // --report_to tensorboard/all: event files in tensorboard_dir (--logging_dir, else HF's
+  // output_dir/runs/<date>_<host>, resolved once at parse time), with args_json (the effective
+  // arguments, HF's args.to_json_string) as the text "args".
+  bool report_tensorboard = false;
+  std::filesystem::path tensorboard_dir;
+  bool tensorboard_dir_given = false;       // --logging_dir named it (error messages name that flag)
+  std::string args_json;
   bool disable_tqdm = false;
   int64_t save_max_shard_bytes = 0;         // 0 = 5 GB
   bool save_only_model = false;
