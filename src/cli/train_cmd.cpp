@@ -10,6 +10,7 @@
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
 #include "alpaca/util/sys.h"
+#include "alpaca/util/tensor_memory.h"
 
 namespace alpaca::cli {
 namespace {
@@ -51,6 +52,8 @@ int run_train(const std::vector<std::string>& argv) {
     std::cout << train_help();
     return 0;
   }
+  // Before the first tensor: every CPU tensor of the run is counted (log lines, OOM caps).
+  util::install_counting_cpu_allocator();
   TrainArgs args = parse_train_args(argv);
   int rank = log::env_rank();
   if (rank >= 0) set_process_rank(rank);  // error messages name the rank from the start

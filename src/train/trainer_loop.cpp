@@ -10,6 +10,7 @@
 #include "alpaca/data/collate.h"
 #include "alpaca/model/loss.h"
 #include "alpaca/optim/grad_clip.h"
+#include "alpaca/train/memory_log.h"
 #include "alpaca/train/throughput.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
@@ -113,6 +114,7 @@ int Trainer::Impl::train() {
   double last_grad_norm = std::numeric_limits<double>::quiet_NaN(), last_lr = 0;
   int exit_code = 0;
   std::optional<double> last_eval_loss;
+  reset_memory_window(device);  // the first log's peaks cover training only, not setup
 
   auto do_log = [&] {
     const double secs = window_timer.seconds();
@@ -126,16 +128,8 @@ int Trainer::Impl::train() {
     e.emplace_back("x_tokens_per_step", window_steps > 0 ? window_tokens / window_steps : int64_t{0});
     e.emplace_back("x_tokens_per_second", tps);
     e.emplace_back("x_tokens_per_second_per_rank", secs > 0 ? static_cast<double>(window_local_tokens) / secs : 0.0);
-    const MemoryStats m = memory_stats(device);
-    e.emplace_back("x_host_rss_bytes", m.host_rss_bytes);
-    e.emplace_back("x_host_peak_rss_bytes", m.host_peak_rss_bytes);
-    if (device.is_cuda()) {
-      e.emplace_back("x_gpu_allocated_bytes", m.gpu_allocated_bytes);
-      e.emplace_back("x_gpu_peak_allocated_bytes", m.gpu_peak_allocated_bytes);
-      e.emplace_back("x_gpu_reserved_bytes", m.gpu_reserved_bytes);
-      e.emplace_back("x_gpu_peak_reserved_bytes", m.gpu_peak_reserved_bytes);
-      if (peak_flops) e.emplace_back("x_mfu", mfu(tps / world, flops_per_token, *peak_flops));
-    }
+    if (device.is_cuda() && peak_flops) e.emplace_back("x_mfu", mfu(tps / world, flops_per_token, *peak_flops));
+    append_memory_fields(e, *comm, device);  // peaks since the previous log, max over ranks (collective)
     log_entry(std::move(e));
     window_timer.reset();
     window_steps = window_tokens = window_local_tokens = 0;
