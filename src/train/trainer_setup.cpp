@@ -158,6 +158,10 @@ void Trainer::Impl::setup_data() {
     eval_examples = data::tokenize_alpaca(data::load_alpaca_records(args.eval_data_path), *tokenizer,
                                           args.model_max_length);
   }
+  build_sampler();
+}
+
+void Trainer::Impl::build_sampler() {
   data::SamplerOptions so;
   so.per_device_batch = args.per_device_train_batch_size;
   so.grad_accum = args.gradient_accumulation_steps;
@@ -305,6 +309,7 @@ Trainer::Trainer(const cli::TrainArgs& args) : impl_(std::make_unique<Impl>(args
   s.setup_schedule();
   s.setup_engine();
   if (s.resume_dir) s.load_checkpoint(*s.resume_dir);
+  if (args.auto_find_batch_size) s.find_micro_batch();  // after resume: a checkpoint's choice is kept
 
   if (s.rank == 0 && s.jsonl) {
     const fs::path dir = args.logging_dir.empty() ? s.output_dir : fs::path(args.logging_dir);
@@ -316,8 +321,8 @@ Trainer::Trainer(const cli::TrainArgs& args) : impl_(std::make_unique<Impl>(args
   ckpt::install_preemption_handlers();
   ALPACA_INFO("***** Running training *****\n  Run name = " << args.run_name << "\n  Num examples = " << s.train_examples.size()
               << "\n  Num Epochs = " << s.length.num_train_epochs << "\n  Instantaneous batch size per device = "
-              << args.per_device_train_batch_size << "\n  Total train batch size (w. parallel, distributed & accumulation) = "
-              << s.length.global_batch_size << "\n  Gradient Accumulation steps = " << args.gradient_accumulation_steps
+              << s.args.per_device_train_batch_size << "\n  Total train batch size (w. parallel, distributed & accumulation) = "
+              << s.length.global_batch_size << "\n  Gradient Accumulation steps = " << s.args.gradient_accumulation_steps
               << "\n  Total optimization steps = " << s.length.max_steps << "\n  World size = " << s.world << " ("
               << s.comm->backend() << ", " << s.device << ")");
 }
