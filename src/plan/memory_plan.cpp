@@ -163,7 +163,10 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   } else if (f32route) {
     loss_fwd_extra = 4 * s.v * s.d /* fp32 copy of lm_head */ + 4 * chunk * s.v + 10 * chunk * s.d;
   } else {
-    loss_fwd_extra = std::max(6 * chunk * s.v + (lm_head_trains ? 2 * s.v * s.d : 0),  // logits, fp32 copy, grads
+    // bf16 logits, their fp32 copy, the bf16 gradient and the lm_head gradient product; a CPU
+    // (oneDNN) GEMM also copies its transposed bf16 operand (the logits gradient) contiguous.
+    loss_fwd_extra = std::max(6 * chunk * s.v + (lm_head_trains ? 2 * s.v * s.d : 0) +
+                                  (in.gpu || !lm_head_trains ? 0 : 2 * chunk * s.v),
                               lm_head_trains ? 2 * s.v * s.d : int64_t{0});  // grad_w cast at the end
   }
   const int64_t final_norm_fwd = (b == 4 ? 12 : 10) * s.d * n_tok;  // input, fp32 view, normalised, output
