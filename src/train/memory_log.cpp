@@ -1,30 +1,19 @@
 // Memory fields of the training log; see include/alpaca/train/memory_log.h.
 #include "alpaca/train/memory_log.h"
 
-#include <fstream>
-
 #include "alpaca/dist/communicator.h"
 #include "alpaca/train/throughput.h"
 #include "alpaca/util/sys.h"
 
 namespace alpaca::train {
-namespace {
-
-// Linux: writing 5 to clear_refs resets the peak RSS (VmHWM) to the current RSS.
-void reset_peak_rss() {
-  std::ofstream f("/proc/self/clear_refs");
-  if (f) f << "5";
-}
-
-}  // namespace
-
 void reset_memory_window(const at::Device& device) {
   reset_peak_memory_stats(device);
-  reset_peak_rss();
+  sys::reset_peak_rss_window();
 }
 
 void append_memory_fields(LogEntry& entry, dist::Communicator& comm, const at::Device& device) {
-  const MemoryStats m = memory_stats(device);
+  MemoryStats m = memory_stats(device);
+  m.host_peak_rss_bytes = sys::window_peak_rss_bytes();  // this window's, not the lifetime peak
   at::Tensor v = at::tensor({m.cpu_tensor_peak_bytes, m.host_rss_bytes, m.host_peak_rss_bytes,
                              m.gpu_peak_allocated_bytes, m.gpu_peak_reserved_bytes, m.gpu_allocated_bytes,
                              m.gpu_reserved_bytes},

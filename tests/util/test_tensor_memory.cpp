@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include "alpaca/util/sys.h"
 #include "alpaca/util/tensor_memory.h"
 
 namespace alpaca::util {
@@ -86,6 +87,18 @@ TEST_F(TensorMemory, RawAllocateAndCloneWork) {
   at::Tensor x = at::arange(100, at::kFloat);
   at::Tensor y = x.clone();
   EXPECT_TRUE(at::equal(x, y));
+}
+
+TEST(PeakRssWindow, ResetStartsAWindowAndKeepsTheLifetimePeak) {
+  {
+    at::Tensor big = at::ones({64 << 18}, at::kFloat);  // 64 MiB, touched, then freed (munmap)
+    EXPECT_GT(big.sum().item<double>(), 0);
+  }
+  const int64_t lifetime = sys::peak_rss_bytes();
+  sys::reset_peak_rss_window();
+  const int64_t window = sys::window_peak_rss_bytes();
+  EXPECT_LT(window, lifetime - (32 << 20)) << "the window should start near the current RSS";
+  EXPECT_GE(sys::peak_rss_bytes(), lifetime);  // the closed window still counts for the lifetime
 }
 
 }  // namespace
