@@ -10,6 +10,7 @@
 #include "alpaca/cli/commands.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/cli/usage_error.h"
+#include "alpaca/dist/launch.h"
 #include "alpaca/fsdp/policy.h"
 #include "alpaca/model/matmul.h"
 #include "alpaca/plan/memory_plan.h"
@@ -91,7 +92,12 @@ int run_estimate_memory(const std::vector<std::string>& argv) {
     train_argv.push_back("--data_path");
     train_argv.push_back("(not read by estimate-memory)");
   }
-  const TrainArgs args = parse_train_args(train_argv);
+  // The job this estimates: its rank count and ranks per node (hybrid_shard groups are a node).
+  dist::LaunchInfo job;
+  job.world_size = static_cast<int>(num_cpu > 0 ? num_cpu : std::max<int64_t>(num_gpus, 1));
+  job.local_world_size = static_cast<int>(per_node > 0 ? per_node : std::min<int64_t>(job.world_size, num_cpu > 0 ? job.world_size : 8));
+  job.num_nodes = (job.world_size + job.local_world_size - 1) / job.local_world_size;
+  const TrainArgs args = parse_train_args(train_argv, job);
 
   fs::path cfg_path = args.model_name_or_path;
   if (fs::is_directory(cfg_path)) cfg_path /= "config.json";
@@ -106,17 +112,10 @@ int run_estimate_memory(const std::vector<std::string>& argv) {
   in.micro_batch = args.per_device_train_batch_size;
   in.seq_len = args.model_max_length;
   in.gpu = num_cpu == 0;
-  in.num_ranks = static_cast<int>(in.gpu ? std::max<int64_t>(num_gpus, 1) : num_cpu);
-  in.ranks_per_node = static_cast<int>(per_node > 0 ? per_node : std::min<int64_t>(in.num_ranks, in.gpu ? 8 : in.num_ranks));
+  in.num_ranks = job.world_size;
+  in.ranks_per_node = job.local_world_size;
   in.cpu_bf16_via_fp32 = model::cpu_bf16_gemm() == model::CpuBf16Gemm::kFp32;
-
-  fsdp::FsdpPolicyInputs pi;
-  for (FsdpOption o : args.fsdp_options) pi.fsdp += (pi.fsdp.empty() ? "" : " ") + fsdp_option_name(o);
-  pi.fsdp_config = args.fsdp_config_json;
-  pi.mixed_precision = args.bf16 ? "bf16" : args.fp16 ? "fp16" : "no";
-  pi.gradient_checkpointing = args.gradient_checkpointing;
-  pi.local_world_size = in.ranks_per_node;
-  const fsdp::FsdpPolicy policy = fsdp::build_fsdp_policy(pi);
+  const fsdp::FsdpPolicy& policy = args.fsdp_policy;  // the policy training would run
   in.strategy = policy.strategy;
   in.auto_wrap = policy.auto_wrap;
   in.param_dtype = policy.param_dtype;

@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <numeric>
 
-#include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/data/collate.h"
 #include "alpaca/train/throughput.h"
 #include "alpaca/util/error.h"
@@ -59,7 +58,7 @@ bool Trainer::Impl::probe_micro_batch_fits(int64_t micro) {
     const at::Tensor ids = mv(b.input_ids_bt), labels = mv(b.labels_bt);
     const at::Tensor mask = no_padding ? at::Tensor() : mv(b.attention_mask_bt);
     const at::Tensor pos = mv(b.position_ids_bt), seg = mv(b.segment_ids_bt);
-    at::Tensor sum = engine->forward([&] { return model->forward_loss_sum(ids, labels, mask, pos, seg).sum; });
+    at::Tensor sum = fsdp_model->forward_loss_sum(ids, labels, mask, pos, seg).sum;
     (sum / 1.0).backward();
   } catch (const c10::OutOfMemoryError& e) {
     ran_out = true;
@@ -77,8 +76,8 @@ bool Trainer::Impl::probe_micro_batch_fits(int64_t micro) {
 }
 
 void Trainer::Impl::find_micro_batch() {
-  const int64_t start = args.per_device_train_batch_size;
-  const int64_t per_rank_batch = start * args.gradient_accumulation_steps;  // fixed: micro x accumulation
+  const int64_t start = opt.per_device_train_batch_size;
+  const int64_t per_rank_batch = start * opt.gradient_accumulation_steps;  // fixed: micro x accumulation
   int64_t micro = start;
   if (resume_dir) {
     const auto saved = ckpt::TrainerState::load((*resume_dir / ckpt::kTrainerStateName).string());
@@ -98,25 +97,19 @@ void Trainer::Impl::find_micro_batch() {
                 << next << " with gradient_accumulation_steps " << per_rank_batch / next);
     micro = next;
   }
-  if (micro != args.per_device_train_batch_size) {
-    args.per_device_train_batch_size = micro;
-    args.gradient_accumulation_steps = per_rank_batch / micro;
+  if (micro != opt.per_device_train_batch_size) {
+    opt.per_device_train_batch_size = micro;
+    opt.gradient_accumulation_steps = per_rank_batch / micro;
     const int64_t global_before = length.global_batch_size;
     build_sampler();
     ALPACA_CHECK(length.global_batch_size == global_before,
                  "auto_find_batch_size: the global batch changed from " << global_before << " to "
                                                                         << length.global_batch_size << " (a bug)");
     state.train_batch_size = micro;
-    if (rank == 0) {  // temporary name + rename: a reader never sees half a file
-      const fs::path tmp = output_dir / "training_args.json.tmp";
-      ckpt::write_file_durable(tmp, cli::train_args_to_json(args));
-      std::error_code ec;
-      fs::rename(tmp, output_dir / "training_args.json", ec);
-      ALPACA_CHECK(!ec, "cannot rename " << tmp << " to training_args.json: " << ec.message());
-    }
+    if (rank == 0 && opt.on_batch_size_found) opt.on_batch_size_found(micro, opt.gradient_accumulation_steps);
   }
-  ALPACA_INFO("auto_find_batch_size: per_device_train_batch_size " << args.per_device_train_batch_size
-              << ", gradient_accumulation_steps " << args.gradient_accumulation_steps << " (global batch "
+  ALPACA_INFO("auto_find_batch_size: per_device_train_batch_size " << opt.per_device_train_batch_size
+              << ", gradient_accumulation_steps " << opt.gradient_accumulation_steps << " (global batch "
               << length.global_batch_size << " unchanged" << (start != micro ? ", started at " + std::to_string(start) : "")
               << "); written to training_args.json");
 }
