@@ -10,6 +10,7 @@ planner assumes. Writes a markdown table (and JSON) to --out; exits 1 if any err
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,7 @@ def measure(case, model_dir, data_json, work, timeout):
     if p.returncode != 0 or not metrics.exists():
         raise RuntimeError(f"training failed ({p.returncode}): {(p.stdout + p.stderr)[-1500:]}")
     peaks = [json.loads(l).get("cpu_tensor_peak_bytes") for l in metrics.read_text().splitlines()]
+    shutil.rmtree(out_dir, ignore_errors=True)
     return max(v for v in peaks if v is not None)
 
 
