@@ -125,7 +125,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   // Model states (fp32 master of every parameter, fp32 gradient and AdamW moments of trainable ones).
   const int64_t train_shard = n_layer_units * lt.shard + rt.shard;
   const int64_t frozen_shard = n_layer_units * lf.shard + rf.shard;
-  const int64_t master = 4 * (train_shard + frozen_shard), grads = 4 * train_shard, moments = 8 * train_shard;
+  // Frozen (LoRA base) weights are stored in param_dtype only: no master, gradient or moments.
+  const int64_t master = 4 * train_shard + bp * frozen_shard, grads = 4 * train_shard, moments = 8 * train_shard;
   // Gathered units in param_dtype, full gradients in reduce_dtype.
   const int64_t layer_full = (lt.padded + lf.padded) * bp, layer_grad = lt.padded * br;
   const int64_t root_full = (rt.padded + rf.padded) * bp, root_grad = rt.padded * br;
@@ -182,8 +183,9 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   // Gathered units during a layer's backward: the layer, plus a prefetched one (at most two under
   // limit_all_gathers); unsharded strategies keep every layer and the root until its backward.
   const bool bwd_prefetch = in.backward_prefetch != fsdp::BackwardPrefetch::kNone;
-  const int64_t gathered_bwd = reshard_fwd ? layer_full * ((bwd_prefetch && s.layers > 1) ? 2 : 1)
-                                           : layer_full * s.layers + root_full;
+  // A unit with frozen weights (LoRA) stays gathered until backward reaches the unit before it.
+  const int64_t gathered_bwd =
+      reshard_fwd ? layer_full * (((bwd_prefetch || lora) && s.layers > 1) ? 2 : 1) : layer_full * s.layers + root_full;
   const int64_t gathered_fwd_layers = reshard_fwd ? 0 : layer_full * s.layers;
   // Reduce-scatter staging of a 16-bit gradient over MPI (fp32 send copy + fp32 receive), CPU ranks.
   // Then the reduced shard is added into the fp32 gradient (an fp32 copy first when 16-bit).
@@ -203,7 +205,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   };
   auto states_items = [&](std::vector<MemoryItem>& it) {
     if (states_on_device) {
-      add(it, "fp32 master shards", master);
+      add(it, lora ? "master shards (fp32 adapters, param_dtype frozen base)" : "fp32 master shards", master);
       add(it, "fp32 gradient shards", grads);
       add(it, "AdamW moment shards (exp_avg, exp_avg_sq)", moments);
     }
@@ -275,7 +277,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
 
   // Host side of the same moment, and what a GPU needs beyond allocated tensors.
   if (!states_on_device) {
-    add(plan.breakdown, "fp32 master shards (offloaded, pinned)", 0, master);
+    add(plan.breakdown, lora ? "master shards (offloaded, pinned)" : "fp32 master shards (offloaded, pinned)", 0, master);
     add(plan.breakdown, "fp32 gradient shards (offloaded, pinned)", 0, grads);
     add(plan.breakdown, "AdamW moment shards (offloaded, pinned)", 0, moments);
   }
@@ -450,7 +452,7 @@ std::string report_to_text(const MemoryPlanInputs& in, const MemoryPlan& plan, c
                   gib(r.plan.deepspeed.gpu_bytes_per_gpu).c_str());
     os << line;
   }
-  os << "  * by formula: this build's engine has no LoRA path yet\n";
+  os << "  * LoRA rungs (q_proj/v_proj, r=16): by formula, not yet validated against measurement\n";
   if (rungs.empty() || rungs.front().max_micro_batch < 0)
     os << "  (max batch needs a memory size: --gpu_memory_gb, or --host_memory_gb for CPU ranks)\n";
   return os.str();

@@ -43,7 +43,7 @@ struct MemoryPlanInputs {
   bool forward_prefetch = false;
   bool limit_all_gathers = true;
   int hybrid_shard_size = 0;     // 0: ranks_per_node
-  int64_t lora_rank = 0;         // > 0: LoRA on q_proj and v_proj (base frozen), by formula
+  int64_t lora_rank = 0;         // > 0: LoRA on q_proj and v_proj (frozen base in param_dtype), by formula
   int64_t device_memory_bytes = 0;  // 0: unknown (fits is then not judged for the device)
   int64_t host_memory_bytes = 0;    // per node; 0: unknown
 };
@@ -92,7 +92,7 @@ struct LadderRung {
   MemoryPlanInputs inputs;
   MemoryPlan plan;
   int64_t max_micro_batch = 0;
-  bool by_formula = false;  // LoRA rungs: this build's engine has no LoRA path yet
+  bool by_formula = false;  // LoRA rungs: by formula, not validated against measurement yet
 };
 
 // The OOM ladder from the given configuration: full_shard; + offload; + gradient_checkpointing;
