@@ -11,6 +11,7 @@
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
 #include "alpaca/util/sys.h"
+#include "alpaca/util/tensor_memory.h"
 
 namespace alpaca::cli {
 namespace {
@@ -52,6 +53,8 @@ int run_train(const std::vector<std::string>& argv) {
     std::cout << train_help();
     return 0;
   }
+  // Before the first tensor: every CPU tensor of the run is counted (log lines, OOM caps).
+  util::install_counting_cpu_allocator();
   // The launch is read once, here, and passed down (the parser, the runtime).
   const dist::LaunchInfo launch = dist::discover_launch();
   const int rank = launch.source == dist::LaunchSource::kSingle ? -1 : launch.rank;
@@ -68,7 +71,13 @@ int run_train(const std::vector<std::string>& argv) {
     ALPACA_INFO("wrote " << (fs::path(args.output_dir) / "training_args.json").string());
   }
   sys::keep_host_heap();  // before the first large allocation; see sys.h
-  return train::run_training(trainer_options(args), launch);
+  train::TrainerOptions options = trainer_options(args);
+  options.on_batch_size_found = [args](int64_t micro, int64_t accum) mutable {
+    args.per_device_train_batch_size = micro;  // --auto_find_batch_size's choice, for reruns and resumes
+    args.gradient_accumulation_steps = accum;
+    write_args_json(args);
+  };
+  return train::run_training(options, launch);
 }
 
 }  // namespace alpaca::cli

@@ -81,6 +81,7 @@ train::TrainerOptions trainer_options(const TrainArgs& a) {
   o.gradient_accumulation_steps = a.gradient_accumulation_steps;
   o.max_steps = a.max_steps;
   o.num_train_epochs = a.num_train_epochs;
+  o.auto_find_batch_size = a.auto_find_batch_size;
 
   o.adamw.beta1 = a.adam_beta1;
   o.adamw.beta2 = a.adam_beta2;

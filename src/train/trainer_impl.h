@@ -112,6 +112,11 @@ struct Trainer::Impl {
   void setup_data();
   void setup_engine();
   void setup_schedule();
+  void build_sampler();  // from args' micro-batch and accumulation (setup_data, find_micro_batch)
+
+  // --auto_find_batch_size (trainer_batch_finder.cpp)
+  void find_micro_batch();
+  bool probe_micro_batch_fits(int64_t micro);
 
   // loop (trainer_loop.cpp); train() runs the step functions top to bottom.
   int train();

@@ -10,6 +10,7 @@
 #include "alpaca/data/collate.h"
 #include "alpaca/model/loss.h"
 #include "alpaca/optim/grad_clip.h"
+#include "alpaca/train/memory_log.h"
 #include "alpaca/train/throughput.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
@@ -232,16 +233,8 @@ void Trainer::Impl::log_window(RunWindow& w) {
   e.emplace_back("x_tokens_per_step", w.steps > 0 ? w.tokens / w.steps : int64_t{0});
   e.emplace_back("x_tokens_per_second", tps);
   e.emplace_back("x_tokens_per_second_per_rank", secs > 0 ? static_cast<double>(w.local_tokens) / secs : 0.0);
-  const MemoryStats m = memory_stats(device);
-  e.emplace_back("x_host_rss_bytes", m.host_rss_bytes);
-  e.emplace_back("x_host_peak_rss_bytes", m.host_peak_rss_bytes);
-  if (device.is_cuda()) {
-    e.emplace_back("x_gpu_allocated_bytes", m.gpu_allocated_bytes);
-    e.emplace_back("x_gpu_peak_allocated_bytes", m.gpu_peak_allocated_bytes);
-    e.emplace_back("x_gpu_reserved_bytes", m.gpu_reserved_bytes);
-    e.emplace_back("x_gpu_peak_reserved_bytes", m.gpu_peak_reserved_bytes);
-    if (peak_flops) e.emplace_back("x_mfu", mfu(tps / world, flops_per_token, *peak_flops));
-  }
+  if (device.is_cuda() && peak_flops) e.emplace_back("x_mfu", mfu(tps / world, flops_per_token, *peak_flops));
+  append_memory_fields(e, *comm, device);  // peaks since the previous log, max over ranks (collective)
   log_entry(std::move(e));
   w.window_timer.reset();
   w.steps = w.tokens = w.local_tokens = 0;
@@ -297,6 +290,7 @@ void Trainer::Impl::finish_run(const RunWindow& w) {
 int Trainer::Impl::train() {
   initial_step = state.global_step;
   RunWindow w;
+  reset_memory_window(device);  // the first log's peaks cover training only, not setup
   while (state.global_step < length.max_steps) {
     if (step_in_epoch >= length.steps_per_epoch) {
       ++epoch;

@@ -157,6 +157,10 @@ void Trainer::Impl::setup_data() {
     eval_examples = data::tokenize_alpaca(data::load_alpaca_records(opt.eval_data_path), *tokenizer,
                                           opt.model_max_length);
   }
+  build_sampler();
+}
+
+void Trainer::Impl::build_sampler() {
   data::SamplerOptions so;
   so.per_device_batch = opt.per_device_train_batch_size;
   so.grad_accum = opt.gradient_accumulation_steps;
@@ -258,6 +262,7 @@ Trainer::Trainer(const TrainerOptions& opt) : impl_(std::make_unique<Impl>(opt))
   s.setup_schedule();
   s.setup_engine();
   if (s.resume_dir) s.load_checkpoint(*s.resume_dir);
+  if (opt.auto_find_batch_size) s.find_micro_batch();  // after resume: a checkpoint's choice is kept
 
   if (s.rank == 0 && opt.report_jsonl) s.metrics = MetricsJsonl(opt.logging_dir, /*append=*/s.resume_dir.has_value());
   if (s.rank == 0 && opt.report_tensorboard) s.open_tensorboard();
@@ -267,8 +272,8 @@ Trainer::Trainer(const TrainerOptions& opt) : impl_(std::make_unique<Impl>(opt))
   ckpt::install_preemption_handlers();
   ALPACA_INFO("***** Running training *****\n  Run name = " << opt.run_name << "\n  Num examples = " << s.train_examples.size()
               << "\n  Num Epochs = " << s.length.num_train_epochs << "\n  Instantaneous batch size per device = "
-              << opt.per_device_train_batch_size << "\n  Total train batch size (w. parallel, distributed & accumulation) = "
-              << s.length.global_batch_size << "\n  Gradient Accumulation steps = " << opt.gradient_accumulation_steps
+              << s.opt.per_device_train_batch_size << "\n  Total train batch size (w. parallel, distributed & accumulation) = "
+              << s.length.global_batch_size << "\n  Gradient Accumulation steps = " << s.opt.gradient_accumulation_steps
               << "\n  Total optimization steps = " << s.length.max_steps << "\n  World size = " << s.world << " ("
               << s.comm->backend() << ", " << s.device << ")");
 }

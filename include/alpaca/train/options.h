@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -42,6 +43,11 @@ struct TrainerOptions {
   int64_t gradient_accumulation_steps = 1;
   int64_t max_steps = -1;  // > 0 wins over num_train_epochs
   double num_train_epochs = 3;
+  // --auto_find_batch_size: probe and shrink the micro-batch before training (global batch kept).
+  // on_batch_size_found (rank 0, when the split changed) records the choice: cli rewrites
+  // training_args.json with it.
+  bool auto_find_batch_size = false;
+  std::function<void(int64_t per_device_train_batch_size, int64_t gradient_accumulation_steps)> on_batch_size_found;
 
   // ---- Optimizer and schedule.
   optim::AdamWOptions adamw;
