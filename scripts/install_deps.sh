@@ -17,6 +17,10 @@ APT_PACKAGES=(
   libopenmpi-dev openmpi-bin
   python3 python3-venv
 )
+# Test extra for tests/slurm (a real one-node Slurm the test starts itself, no systemd): Debian's
+# Slurm 22.05 controller, node daemon and client, munge, and libpmix-dev, whose libpmix Slurm's
+# mpi/pmix plugin loads at run time (srun --mpi=pmix).
+APT_PACKAGES+=(slurmctld slurmd slurm-client munge libpmix-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

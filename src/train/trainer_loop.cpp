@@ -12,6 +12,7 @@
 #include "alpaca/optim/grad_clip.h"
 #include "alpaca/train/throughput.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/fault.h"
 #include "alpaca/util/log.h"
 #include "alpaca/util/sys.h"
 #include "trainer_impl.h"
@@ -234,6 +235,8 @@ int Trainer::Impl::train() {
     window_tokens += global_tokens;
     window_local_tokens += local_tokens;
     progress->step(state.global_step, run_timer.seconds(), initial_step);
+
+    util::fault_pause_ms("train.pause_after_step");  // signal-mid-run tests (util/fault.h)
 
     // ---- 6. log / evaluate / save, as HF's DefaultFlowCallback decides.
     const bool last = state.global_step >= length.max_steps;

@@ -279,13 +279,22 @@ Trainer::Trainer(const cli::TrainArgs& args) : impl_(std::make_unique<Impl>(args
   }
   s.jsonl = parse_report_to(report_words);
 
-  // Resume target: a directory, or True = the newest complete checkpoint in output_dir.
-  if (!args.resume_from_checkpoint.empty()) {
-    if (cli::resume_from_latest(args)) {
-      auto latest = ckpt::find_latest_complete_checkpoint(s.output_dir);
-      ALPACA_CHECK(latest, "--resume_from_checkpoint True: no complete checkpoint-<step> in " << s.output_dir.string()
-                                                                                            << "; start without it");
-      s.resume_dir = *latest;
+  // Resume target: a directory, True = the newest complete checkpoint in output_dir (an error when
+  // there is none, as HF), auto = that checkpoint when there is one and a fresh start otherwise
+  // (the one command line of a batch job that may be requeued).
+  const bool newest_wanted = cli::resume_from_latest(args) || cli::resume_if_checkpoint(args);
+  const std::optional<fs::path> newest =
+      newest_wanted ? ckpt::find_latest_complete_checkpoint(s.output_dir) : std::nullopt;
+  const bool fresh_auto = cli::resume_if_checkpoint(args) && !newest;
+  if (fresh_auto)
+    ALPACA_INFO("--resume_from_checkpoint auto: no complete checkpoint-<step> in " << s.output_dir.string()
+                                                                                  << " yet; starting from the beginning");
+  if (!args.resume_from_checkpoint.empty() && !fresh_auto) {
+    if (newest_wanted) {
+      ALPACA_CHECK(newest, "--resume_from_checkpoint True: no complete checkpoint-<step> in "
+                               << s.output_dir.string()
+                               << "; start without it, or pass --resume_from_checkpoint auto to start fresh when there is none");
+      s.resume_dir = *newest;
     } else {
       s.resume_dir = fs::path(args.resume_from_checkpoint);
       const std::string why = ckpt::checkpoint_problem(*s.resume_dir);

@@ -1,6 +1,6 @@
 // Checkpoints of real training runs (the alpaca-train binary on the tiny parity model, CPU):
 // bitwise resume, resume on another world size (2 -> 3), kill -9 in the middle of a save,
-// rotation, SIGTERM, and resuming with another model or tokenizer.
+// rotation, SIGTERM, --resume_from_checkpoint auto, and resuming with another model or tokenizer.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -145,7 +145,7 @@ TEST(TrainerResume, RotationKeepsSaveTotalLimit) {
   EXPECT_EQ(checkpoints_in(out.path()), (std::set<std::string>{"checkpoint-8", "checkpoint-10"}));
 }
 
-TEST(TrainerResume, SigtermSavesAndExits143) {
+TEST(TrainerResume, SigtermSavesAndExits75) {
   SKIP_WITHOUT_FIXTURE();
   TempDir out("sigterm");
   const std::string cmd = "exec " + train_bin() + " " + run_args(fixture() / "model", out.path(), 100000, 4, 1) +
@@ -166,10 +166,32 @@ TEST(TrainerResume, SigtermSavesAndExits143) {
   int status = 0;
   waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 143);
+  EXPECT_EQ(WEXITSTATUS(status), 75);
   const auto latest = alpaca::ckpt::find_latest_complete_checkpoint(out.path());
   ASSERT_TRUE(latest) << "SIGTERM must leave a complete checkpoint";
   EXPECT_GE(*alpaca::ckpt::parse_checkpoint_step(latest->filename().string()), 3);
+}
+
+// --resume_from_checkpoint auto (the batch scripts' flag): a fresh start when output_dir has no
+// checkpoint, the newest complete one when it has, and then the same weights as a straight run.
+TEST(TrainerResume, AutoStartsFreshWithoutACheckpointAndResumesTheNewest) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir a("auto_a"), b("auto_b");
+  std::string log;
+  ASSERT_EQ(run_trainer(run_args(fixture() / "model", a.path(), 4, 2, 1) + " --save_steps 2 --resume_from_checkpoint auto",
+                        1, &log), 0) << log;
+  EXPECT_NE(log.find("--resume_from_checkpoint auto: no complete checkpoint-<step>"), std::string::npos) << log;
+  ASSERT_EQ(read_step_logs(a.path()).size(), 4u);
+  // A "requeued" run: only checkpoint-2 and a half-written later one are there.
+  fs::copy(a.path() / "checkpoint-2", b.path() / "checkpoint-2", fs::copy_options::recursive);
+  fs::create_directories(b.path() / "tmp-checkpoint-3");
+  ASSERT_EQ(run_trainer(run_args(fixture() / "model", b.path(), 4, 2, 1) + " --save_steps 2 --resume_from_checkpoint AUTO",
+                        1, &log), 0) << log;
+  EXPECT_NE(log.find("resuming from " + (b.path() / "checkpoint-2").string()), std::string::npos) << log;
+  EXPECT_EQ(read_step_logs(b.path()).size(), 2u) << log;
+  const auto wa = weights(a.path()), wb = weights(b.path());
+  ASSERT_EQ(wa.size(), wb.size());
+  for (const auto& [name, t] : wa) EXPECT_TRUE(at::equal(t, wb.at(name))) << name << " differs after the resume";
 }
 
 TEST(TrainerResume, DifferentModelOrTokenizerIsAnErrorThatSaysWhich) {

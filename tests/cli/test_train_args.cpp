@@ -240,6 +240,10 @@ TEST(TrainArgs, DerivedValues) {
   EXPECT_TRUE(a.do_eval);
   EXPECT_EQ(a.save_max_shard_bytes, 500LL * 1024 * 1024);
   EXPECT_TRUE(resume_from_latest(a));
+  EXPECT_FALSE(resume_if_checkpoint(a));
+  const TrainArgs au = parse_train_args(shell_split(kRequired + "--resume_from_checkpoint Auto"));
+  EXPECT_TRUE(resume_if_checkpoint(au));  // auto in any case: newest checkpoint if any, else fresh
+  EXPECT_FALSE(resume_from_latest(au));
   EXPECT_EQ(a.lr_scheduler_kwargs_json, R"({"num_cycles":2})");
   EXPECT_EQ(a.logging_dir, "o");
   EXPECT_EQ(a.run_name, "o");

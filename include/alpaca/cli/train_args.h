@@ -85,6 +85,9 @@ int64_t warmup_steps_for(const TrainArgs& args, int64_t total_steps);
 int64_t effective_data_seed(const TrainArgs& args);
 // "true" when resume_from_checkpoint asks for the newest checkpoint in output_dir (True/true/1).
 bool resume_from_latest(const TrainArgs& args);
+// "auto": the newest complete checkpoint in output_dir when there is one, else a fresh start
+// (what a requeued batch job wants: the same command line for the first run and every restart).
+bool resume_if_checkpoint(const TrainArgs& args);
 
 std::string fsdp_option_name(FsdpOption o);
 
