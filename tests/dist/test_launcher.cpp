@@ -101,9 +101,13 @@ TEST(Launcher, ForwardsSigtermAndStopsEveryWorker) {
 // longer than the failure grace (10 s) to save, and their common exit code comes back.
 TEST(Launcher, ForwardsSigusr1AndWaitsForTheWorkersToSave) {
   alpaca::testing::TempDir pids("launcher_usr1");
-  Outcome r = run("{ ALPACA_TEST_PIDDIR=" + pids.path().string() + " " + worker() +
-                  " --nproc_per_node 2 save 11000 75 & pid=$!; sleep 4; kill -USR1 $pid; sleep 1; kill -TERM $pid; "
-                  "wait $pid; }");
+  // Signalled once both workers wait with their handlers installed (a loaded machine may take
+  // seconds to start them), then SIGTERM on top: neither cuts the 11 s save short.
+  const std::string log = (pids.path() / "out.log").string();
+  Outcome r = run("{ ALPACA_TEST_PIDDIR=" + pids.path().string() + " " + worker() + " --nproc_per_node 2 save 11000 75 > " +
+                  log + " 2>&1 & pid=$!; for i in $(seq 1200); do [ $(grep -c WAITING " + log +
+                  ") -ge 2 ] && break; sleep 0.1; done; kill -USR1 $pid; sleep 1; kill -TERM $pid; wait $pid; rc=$?; cat " +
+                  log + "; rm " + log + "; exit $rc; }");
   EXPECT_EQ(r.rc, 75) << r.output;
   for (int rank = 0; rank < 2; ++rank)
     EXPECT_NE(r.output.find("[rank " + std::to_string(rank) + "]: SAVED rank " + std::to_string(rank) + " on signal " +
