@@ -9,6 +9,8 @@
 #      --signal=B:USR1@120 does): it checkpoints, requeues once, resumes, and its final weights
 #      equal job 1's bitwise.
 #   4. a job with a bad data path ends FAILED, the error in its log, never requeued.
+#   5. scancel of a running job (built-in launcher): the ranks save a checkpoint and exit 75; the
+#      job stays CANCELLED.
 # The daemons it started are always stopped (trap). Exit 77 (ctest: skipped) without root or Slurm.
 #   test_slurm_jobs.sh <alpaca-train> <python> <work dir>
 set -euo pipefail
@@ -25,9 +27,12 @@ for b in sbatch slurmctld slurmd munged; do
   command -v "$b" >/dev/null || { echo "SKIP: $b not installed (scripts/install_deps.sh installs the Slurm test extra)"; exit 77; }
 done
 
+CLUSTER=$WORK/cluster
+# A run killed before its trap (ctest's timeout) may have left daemons: stop them by their pid
+# files before the directory goes.
+[ -d "$CLUSTER" ] && bash "$HERE/slurm_cluster.sh" stop "$CLUSTER"
 rm -rf "$WORK"
 mkdir -p "$WORK"
-CLUSTER=$WORK/cluster
 cleanup() {
   local rc=$?
   if [ -n "${SLURM_CONF:-}" ]; then
@@ -37,6 +42,7 @@ cleanup() {
   echo "[slurm-test] daemons stopped; $(( $(date +%s) - t_start )) s in all; exit $rc"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT  # so that the EXIT trap runs when ctest or a person stops the test
 fail() {
   echo "FAIL: $*" >&2
   for f in "$WORK"/*.log; do [ -f "$f" ] && { echo "===== $f" >&2; tail -n 60 "$f" >&2; }; done
@@ -45,7 +51,7 @@ fail() {
   exit 1
 }
 
-# 8 CPUs in slurm.conf on this 2-core box: four 2-task jobs (one core per task) may run at once.
+# 8 CPUs in slurm.conf on this 2-core box, so the CPUs never limit the jobs (the 4 GPUs do).
 SLURM_CONF=$(bash "$HERE/slurm_cluster.sh" start "$CLUSTER" 8) || fail "the test Slurm did not start"
 export SLURM_CONF
 echo "[slurm-test] Slurm up in $(( $(date +%s) - t_start )) s: $(sinfo -h -N -o '%N %T %c CPUs %G')"
@@ -103,26 +109,31 @@ sys.exit(1 if bad else 0)
 PYEOF
 }
 
-# ---- submit everything at once (8 CPUs: the four 2-task jobs run together, the rest queue) ------
+# ---- submit everything at once; 4 stand-in GPUs: two 2-GPU jobs run at a time, the rest queue -
 t_jobs=$(date +%s)
 id_pmix=$(submit pmix alpaca_multinode_pmix.sbatch DATA="$WORK/train.json" OUTPUT="$WORK/out-pmix")
 id_pre=$(submit preempt alpaca_multinode_pmix.sbatch DATA="$WORK/train.json" OUTPUT="$WORK/out-preempt" \
   ALPACA_FAULTS=train.pause_after_step=1000)
+id_can=$(submit cancel alpaca_multinode_torchrun.sbatch DATA="$WORK/train.json" OUTPUT="$WORK/out-cancel" \
+  LAUNCHER=builtin ALPACA_FAULTS=train.pause_after_step=1000)
 id_tr=$(submit torchrun alpaca_multinode_torchrun.sbatch DATA="$WORK/train.json" OUTPUT="$WORK/out-torchrun")
 id_bad=$(submit baddata alpaca_1node.sbatch DATA="$WORK/no-such-data.json" OUTPUT="$WORK/out-bad")
 id_bi=$(submit builtin alpaca_multinode_torchrun.sbatch DATA="$WORK/train.json" OUTPUT="$WORK/out-builtin" LAUNCHER=builtin)
 id_1n=$(submit onenode alpaca_1node.sbatch DATA="$WORK/train.json" OUTPUT="$WORK/out-1node")
-echo "[slurm-test] submitted pmix=$id_pmix preempt=$id_pre torchrun=$id_tr baddata=$id_bad builtin=$id_bi onenode=$id_1n"
+echo "[slurm-test] submitted pmix=$id_pmix preempt=$id_pre torchrun=$id_tr baddata=$id_bad builtin=$id_bi" \
+  "onenode=$id_1n cancel=$id_can"
 
 # ---- 3. preemption: USR1 to the batch shell once the run is 2 steps in -----------------------------
 steps() { if [ -f "$1/$METRICS" ]; then grep -c '"loss"' "$1/$METRICS" || true; else echo 0; fi; }
-for i in $(seq 1200); do
-  [ "$(steps "$WORK/out-preempt")" -ge 2 ] && break
-  [ "$(field "$id_pre" JobState)" = RUNNING ] || [ "$(field "$id_pre" JobState)" = PENDING ] ||
-    fail "the preempt job ended before it was signalled"
-  sleep 0.5
-done
-[ "$(steps "$WORK/out-preempt")" -ge 2 ] || fail "the preempt job logged no training steps"
+wait_steps() {  # wait_steps ID OUT NAME: until OUT's metrics show 2 steps
+  for _ in $(seq 1200); do
+    [ "$(steps "$2")" -ge 2 ] && return 0
+    case "$(field "$1" JobState)" in RUNNING|PENDING) ;; *) fail "the $3 job ended before it was signalled" ;; esac
+    sleep 0.5
+  done
+  fail "the $3 job logged no training steps"
+}
+wait_steps "$id_pre" "$WORK/out-preempt" preempt
 scancel --batch --signal=USR1 "$id_pre"
 t_sig=$(date +%s)
 echo "[slurm-test] SIGUSR1 sent to the batch shell of $id_pre at step $(steps "$WORK/out-preempt")"
@@ -141,6 +152,13 @@ if [ "${SLURM_TEST_WAIT_REQUEUE:-0}" != 1 ]; then
     scontrol update JobId="$id_pre" StartTime=now
   fi
 fi
+
+# ---- 5. scancel (SIGTERM to every process of the job, SIGKILL after KillWait) of a run 2 steps in:
+# the ranks save and exit 75 under the built-in launcher; the job stays CANCELLED (scancel means
+# stop: no requeue). Checked at the end.
+wait_steps "$id_can" "$WORK/out-cancel" cancel
+scancel "$id_can"
+echo "[slurm-test] scancel $id_can at step $(steps "$WORK/out-cancel")"
 
 # ---- 1. pmix ------------------------------------------------------------------------------------
 [ "$(wait_done "$id_pmix" pmix)" = COMPLETED ] || fail "the pmix job did not complete"
@@ -198,4 +216,14 @@ expect_log baddata "failed with exit code ${code%%:*}"
 sleep 2
 [ "$(field "$id_bad" JobState)" = FAILED ] || fail "the bad-data job came back ($(field "$id_bad" JobState))"
 echo "[slurm-test] 4. bad data: FAILED, exit code $code, error in the log, not requeued"
+# ---- 5. scancel, continued ------------------------------------------------------------------------
+[ "$(wait_done "$id_can" cancel)" = CANCELLED ] || fail "the cancelled job did not end CANCELLED"
+for _ in $(seq 120); do grep -q "not requeued: no SIGUSR1" "$WORK/cancel.log" && break; sleep 0.5; done
+expect_log cancel "on a signal; checkpoint saved; exit code 75"
+expect_log cancel "not requeued: no SIGUSR1"
+[ "$(field "$id_can" JobState)" = CANCELLED ] && [ "$(field "$id_can" Restarts)" = 0 ] ||
+  fail "the cancelled job came back ($(field "$id_can" JobState), $(field "$id_can" Restarts) restarts)"
+cstep=$(sed -n 's/.*stopping after step \([0-9]*\) on a signal.*/\1/p' "$WORK/cancel.log" | head -n 1)
+[ -d "$WORK/out-cancel/checkpoint-$cstep" ] || fail "the cancelled job has no checkpoint-$cstep"
+echo "[slurm-test] 5. scancel: the ranks saved checkpoint-$cstep and exited 75; CANCELLED, not requeued"
 echo "[slurm-test] all jobs checked $(( $(date +%s) - t_jobs )) s after submission"
