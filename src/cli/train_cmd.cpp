@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "alpaca/ckpt/preemption.h"
 #include "alpaca/cli/commands.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/train/run.h"
@@ -52,6 +53,10 @@ int run_train(const std::vector<std::string>& argv) {
     return 0;
   }
   TrainArgs args = parse_train_args(argv);
+  // From here on SIGUSR1/SIGTERM/SIGINT only ask the trainer to save and stop (after its first
+  // step when they come during set-up): a scheduler's notice during a long model load is kept,
+  // not fatal (the Trainer installs the same handlers, idempotently, and restores the defaults).
+  ckpt::install_preemption_handlers();
   int rank = log::env_rank();
   if (rank >= 0) set_process_rank(rank);  // error messages name the rank from the start
   setup_logging(args, rank);

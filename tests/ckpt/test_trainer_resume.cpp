@@ -172,6 +172,37 @@ TEST(TrainerResume, SigtermSavesAndExits75) {
   EXPECT_GE(*alpaca::ckpt::parse_checkpoint_step(latest->filename().string()), 3);
 }
 
+// A preemption notice that arrives during set-up (here: as soon as training_args.json is
+// written, before the model is loaded) is not fatal: the run does its first step, saves
+// checkpoint-1 and exits 75.
+TEST(TrainerResume, Sigusr1DuringSetupSavesAfterTheFirstStep) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir out("usr1_setup");
+  const std::string cmd = "exec " + train_bin() + " " + run_args(fixture() / "model", out.path(), 100000, 4, 1) +
+                          " --save_strategy no > " + (out.path() / "run.log").string() + " 2>&1";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool started = false;
+  for (int i = 0; i < 30000 && !started; ++i) {
+    started = fs::exists(out.path() / "training_args.json");
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(started) << "training_args.json never appeared";
+  kill(pid, SIGUSR1);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream logf(out.path() / "run.log");
+  const std::string log((std::istreambuf_iterator<char>(logf)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 75) << log;
+  EXPECT_EQ(read_step_logs(out.path()).size(), 1u) << log;
+  EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out.path() / "checkpoint-1"), "") << log;
+}
+
 // --resume_from_checkpoint auto (the batch scripts' flag): a fresh start when output_dir has no
 // checkpoint, the newest complete one when it has, and then the same weights as a straight run.
 TEST(TrainerResume, AutoStartsFreshWithoutACheckpointAndResumesTheNewest) {
