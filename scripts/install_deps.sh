@@ -19,6 +19,10 @@ APT_PACKAGES=(
   # TensorBoard event files (issue 20): protoc + libprotobuf; Boost.CRC (header-only) for CRC32C
   protobuf-compiler libprotobuf-dev libboost-dev
 )
+# Test extra for tests/slurm (a real one-node Slurm the test starts itself, no systemd): Debian's
+# Slurm 22.05 controller, node daemon and client, munge, and libpmix-dev, whose libpmix Slurm's
+# mpi/pmix plugin loads at run time (srun --mpi=pmix).
+APT_PACKAGES+=(slurmctld slurmd slurm-client munge libpmix-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "alpaca/ckpt/preemption.h"
 #include "alpaca/cli/commands.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/dist/launch.h"
@@ -60,6 +61,10 @@ int run_train(const std::vector<std::string>& argv) {
   const int rank = launch.source == dist::LaunchSource::kSingle ? -1 : launch.rank;
   if (rank >= 0) set_process_rank(rank);  // error messages name the rank from the start
   TrainArgs args = parse_train_args(argv, launch);
+  // From here on SIGUSR1/SIGTERM/SIGINT only ask the trainer to save and stop (after its first
+  // step when they come during set-up): a scheduler's notice during a long model load is kept,
+  // not fatal (the Trainer installs the same handlers, idempotently, and restores the defaults).
+  ckpt::install_preemption_handlers();
   setup_logging(args, rank);
   if (rank <= 0) {
     ALPACA_INFO("run " << args.run_name << ": " << format_train_args(args));

@@ -143,6 +143,7 @@ train::TrainerOptions trainer_options(const TrainArgs& a) {
   o.seed = a.seed;
   o.data_seed = a.data_seed.value_or(a.seed);
   if (a.resume_from_checkpoint == "True") o.resume.kind = train::ResumeFrom::Kind::kLatest;
+  else if (a.resume_from_checkpoint == "auto") o.resume.kind = train::ResumeFrom::Kind::kLatestIfAny;
   else if (!a.resume_from_checkpoint.empty()) o.resume = {train::ResumeFrom::Kind::kDirectory, a.resume_from_checkpoint};
   return o;
 }

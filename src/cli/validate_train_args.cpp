@@ -250,12 +250,17 @@ void validate_data(TrainArgs& a, const dist::LaunchInfo& launch) {
                      "choose one");
   if (!a.resume_from_checkpoint.empty()) {
     auto b = parse_bool_text(a.resume_from_checkpoint);
-    if (b.has_value()) {
+    std::string lower = a.resume_from_checkpoint;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == "auto") {
+      a.resume_from_checkpoint = "auto";  // the newest complete checkpoint when there is one, else a fresh start
+    } else if (b.has_value()) {
       a.resume_from_checkpoint = *b ? "True" : "";
     } else {
       ALPACA_USAGE_CHECK(std::filesystem::is_directory(a.resume_from_checkpoint),
                          "--resume_from_checkpoint " << a.resume_from_checkpoint << ": no such directory; give a "
-                         "checkpoint-<step> directory, or True for the newest checkpoint in --output_dir");
+                         "checkpoint-<step> directory, True for the newest checkpoint in --output_dir, or auto for "
+                         "the newest one when there is one (a fresh start otherwise)");
     }
   }
   // torch.distributed.launch passes --local_rank as well as exporting it.

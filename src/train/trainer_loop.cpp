@@ -13,6 +13,7 @@
 #include "alpaca/train/memory_log.h"
 #include "alpaca/train/throughput.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/fault.h"
 #include "alpaca/util/log.h"
 #include "alpaca/util/user_error.h"
 #include "alpaca/util/sys.h"
@@ -301,6 +302,7 @@ int Trainer::Impl::train() {
     StepOutcome out = reduce_step_loss(local_loss_sum, sb);
     optimizer_step(out);
     advance(sb, out, w);
+    util::fault_pause_ms("train.pause_after_step");  // signal-mid-run tests (util/fault.h)
     log_eval_save(w, out.stop);
     if (out.stop) {
       progress->finish();

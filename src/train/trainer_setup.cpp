@@ -232,12 +232,24 @@ Trainer::Trainer(const TrainerOptions& opt) : impl_(std::make_unique<Impl>(opt))
   at::manual_seed(static_cast<uint64_t>(opt.seed));
   if (opt.tf32) at::globalContext().setFloat32MatmulPrecision(*opt.tf32 ? "high" : "highest");
 
-  // Resume target: a directory, or the newest complete checkpoint in output_dir.
-  switch (opt.resume.kind) {
-    case ResumeFrom::Kind::kLatest: {
+  // Resume target: a directory, or the newest complete checkpoint in output_dir (True: an error
+  // when there is none, as HF; auto: a fresh start then, the one command line of a batch job
+  // that may be requeued).
+  ResumeFrom::Kind resume_kind = opt.resume.kind;
+  if (resume_kind == ResumeFrom::Kind::kLatestIfAny) {
+    const bool any = ckpt::find_latest_complete_checkpoint(s.output_dir).has_value();
+    if (!any)
+      ALPACA_INFO("--resume_from_checkpoint auto: no complete checkpoint-<step> in " << s.output_dir.string()
+                                                                                    << " yet; starting from the beginning");
+    resume_kind = any ? ResumeFrom::Kind::kLatest : ResumeFrom::Kind::kNone;
+  }
+  switch (resume_kind) {
+    case ResumeFrom::Kind::kLatest:
+    case ResumeFrom::Kind::kLatestIfAny: {
       auto latest = ckpt::find_latest_complete_checkpoint(s.output_dir);
-      ALPACA_USER_CHECK(latest, "--resume_from_checkpoint True: no complete checkpoint-<step> in " << s.output_dir.string()
-                                                                                            << "; start without it");
+      ALPACA_USER_CHECK(latest, "--resume_from_checkpoint True: no complete checkpoint-<step> in "
+                                    << s.output_dir.string()
+                                    << "; start without it, or pass --resume_from_checkpoint auto to start fresh when there is none");
       s.resume_dir = *latest;
       break;
     }

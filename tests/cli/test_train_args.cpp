@@ -271,6 +271,9 @@ TEST(TrainArgs, DerivedValues) {
   EXPECT_TRUE(a.do_eval);
   EXPECT_EQ(a.save_max_shard_bytes, 500LL * 1024 * 1024);
   EXPECT_EQ(trainer_options(a).resume.kind, train::ResumeFrom::Kind::kLatest);
+  // auto, in any case: the newest checkpoint when there is one, else a fresh start
+  EXPECT_EQ(trainer_options(parse_train_args(shell_split(kRequired + "--resume_from_checkpoint Auto"))).resume.kind,
+            train::ResumeFrom::Kind::kLatestIfAny);
   EXPECT_EQ(a.lr_scheduler_kwargs_json, R"({"num_cycles":2})");
   EXPECT_EQ(a.logging_dir, "");  // trainer_options resolves it (output_dir/runs/<date>_<host>, as HF)
   EXPECT_EQ(a.run_name, "o");

@@ -22,7 +22,9 @@ enum class Interval { kNo, kSteps, kEpoch };
 
 // Where training starts from (--resume_from_checkpoint).
 struct ResumeFrom {
-  enum class Kind { kNone, kLatest, kDirectory };
+  // kLatest: the newest complete checkpoint in output_dir, an error when there is none (HF's
+  // True); kLatestIfAny: that checkpoint when there is one, else a fresh start (auto).
+  enum class Kind { kNone, kLatest, kLatestIfAny, kDirectory };
   Kind kind = Kind::kNone;
   std::filesystem::path directory;  // kDirectory: a checkpoint-<step> directory
 };
