@@ -119,6 +119,9 @@ TEST_F(GenerateCli, SamplingFlagsAndSeed) {
   EXPECT_EQ(a, answer("--do_sample --temperature 1.5 --top_k 0 --seed 3"));
   EXPECT_NE(a, answer("--do_sample --temperature 1.5 --top_k 0 --seed 4"));
   EXPECT_EQ(answer(""), answer("--do_sample False --top_k 1"));
+  // bf16 runs the same path (answers may differ from fp32 by rounding, so only their shape is checked).
+  json bf16 = answer("--bf16 True --padding_side right");
+  EXPECT_TRUE(bf16.is_array() && !bf16.empty() && bf16.size() <= 16u) << bf16.dump();
 }
 
 TEST_F(GenerateCli, BadInputFailsClearlyAndWritesNothing) {
