@@ -16,6 +16,7 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev
   libopenmpi-dev openmpi-bin
   python3 python3-venv
+  clang-14 libclang-rt-14-dev  # scripts/fuzz.sh, scripts/sanitize.sh: libFuzzer, ASan, UBSan
 )
 
 missing=()

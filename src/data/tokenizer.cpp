@@ -107,6 +107,10 @@ struct Tokenizer::Impl {
     }
     int64_t new_id = id ? *id : sp_piece_id(content).value_or(size());
     ALPACA_CHECK(new_id >= 0, "token '" << content << "' has a negative id " << new_id);
+    // Ids index the embedding rows and SentencePiece's int ids; one above int32 is a corrupt file
+    // (and would overflow the vocabulary size).
+    ALPACA_CHECK(new_id < (int64_t{1} << 31), "token '" << content << "' has the id " << new_id
+                                                       << ", above any vocabulary (ids must be below 2^31); fix the tokenizer files");
     for (const auto& t : added)
       ALPACA_CHECK(t.id != new_id, "tokens '" << t.content << "' and '" << content
                                              << "' both claim id " << new_id
