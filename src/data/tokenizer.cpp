@@ -474,7 +474,9 @@ void Tokenizer::save(const std::string& dir_str) const {
     std::ofstream out(p, std::ios::binary);
     ALPACA_CHECK(out.good(), "cannot write " << p);
     out << text;
-    ALPACA_CHECK(out.good(), "failed writing " << p << " (disk full?)");
+    out.close();  // the last buffer is written here: a full disk shows up at close, not at <<
+    ALPACA_CHECK(out.good(), "failed writing " << p << " (" << text.size()
+                                               << " bytes; is the disk full?); free space and save again");
   };
   auto token_json = [](const std::string& content, bool special, bool lstrip, bool rstrip) {
     return json{{"content", content}, {"lstrip", lstrip},   {"normalized", !special},

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 
 #include "alpaca/util/error.h"
+#include "alpaca/util/sys.h"
 
 namespace alpaca::io {
 namespace {
@@ -31,7 +32,7 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
   while (n > 0) {
     ssize_t w = ::write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
-    ALPACA_CHECK(w > 0, path << ": write failed (" << errno_text() << "); check free disk space");
+    ALPACA_CHECK(w > 0, sys::write_failure_message(path, w < 0 ? errno : ENOSPC, static_cast<int64_t>(n)));
     p += w;
     n -= static_cast<size_t>(w);
   }
@@ -42,7 +43,7 @@ void pwrite_all(int fd, const void* data, size_t n, off_t off, const std::string
   while (n > 0) {
     ssize_t w = ::pwrite(fd, p, n, off);
     if (w < 0 && errno == EINTR) continue;
-    ALPACA_CHECK(w > 0, path << ": write failed (" << errno_text() << "); check free disk space");
+    ALPACA_CHECK(w > 0, sys::write_failure_message(path, w < 0 ? errno : ENOSPC, static_cast<int64_t>(n)));
     p += w;
     off += w;
     n -= static_cast<size_t>(w);
