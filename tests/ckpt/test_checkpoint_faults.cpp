@@ -4,7 +4,10 @@
 // flipped or lost its optimizer file, and an output directory that cannot be written.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -219,23 +222,45 @@ TEST(CheckpointFaults, SigtermDuringSaveFinishesTheCheckpointAndExits143) {
   }
 }
 
+// True once something listens on 127.0.0.1:port (rank 0's rendezvous store).
+bool port_open(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
 // torchrun-style environment with WORLD_SIZE=3 but only ranks 0 and 1 started.
 TEST(CheckpointFaults, RankThatNeverArrivesIsNamedWithinTheTimeout) {
   SKIP_WITHOUT_FIXTURE();
   TempDir tmp("rank_missing");
-  const int timeout_s = 5;
-  const std::string port = std::to_string(20000 + ::getpid() % 20000);
-  std::string cmd;
-  for (int r = 0; r < 2; ++r) {
-    cmd += "RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
-           " WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " + train_bin() + " " +
-           run_args(tmp.path() / "out", 2) + " --ddp_timeout " + std::to_string(timeout_s) + " > " +
+  const int timeout_s = 10;
+  const int port = 20000 + ::getpid() % 20000;
+  auto rank_cmd = [&](int r) {
+    return "RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
+           " WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " +
+           train_bin() + " " + run_args(tmp.path() / "out", 2) + " --ddp_timeout " + std::to_string(timeout_s) + " > " +
            (tmp.path() / ("rank" + std::to_string(r) + ".log")).string() + " 2>&1; echo $? > " +
-           (tmp.path() / ("rank" + std::to_string(r) + ".rc")).string() + " & ";
+           (tmp.path() / ("rank" + std::to_string(r) + ".rc")).string();
+  };
+  // Rank 0 first; rank 1 once rank 0's store listens, so a slow start of one process on a busy
+  // machine is not mistaken for a missing rank. Rank 0's wait began at about that moment.
+  run_command("(" + rank_cmd(0) + ") </dev/null >/dev/null 2>&1 &");
+  bool up = false;
+  for (int i = 0; i < 1200 && !up; ++i) {
+    up = port_open(port);
+    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  cmd += "wait";
+  ASSERT_TRUE(up) << "rank 0 never opened its store";
   const auto t0 = std::chrono::steady_clock::now();
-  run_command(cmd);
+  run_command(rank_cmd(1));
+  for (int i = 0; i < 1200 && !fs::exists(tmp.path() / "rank0.rc"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the rc file is written, then closed
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
@@ -244,10 +269,10 @@ TEST(CheckpointFaults, RankThatNeverArrivesIsNamedWithinTheTimeout) {
     int rc = -1;
     rf >> rc;
     EXPECT_NE(rc, 0) << log;
-    EXPECT_NE(log.find(" 2 of WORLD_SIZE=3 never connected to the rendezvous store at 127.0.0.1:" + port), std::string::npos)
+    EXPECT_NE(log.find(" 2 of WORLD_SIZE=3 never connected to the rendezvous store at 127.0.0.1:" + std::to_string(port)),
+              std::string::npos)
         << log;
   }
-  // Start-up (parsing, logging) takes a second or two; the wait itself is bounded by the timeout.
   EXPECT_LT(seconds, timeout_s + 10) << "took " << seconds << " s";
-  std::cout << "both ranks ended after " << seconds << " s (--ddp_timeout " << timeout_s << ")\n";
+  std::cout << "both ranks ended " << seconds << " s after rank 0's store opened (--ddp_timeout " << timeout_s << ")\n";
 }
