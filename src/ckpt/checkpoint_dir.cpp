@@ -11,9 +11,12 @@
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 #include <regex>
 #include <set>
+#include <sstream>
 
+#include "alpaca/ckpt/resume_state.h"  // defines: sha256_file
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
+#include "alpaca/util/sys.h"
 
 namespace fs = std::filesystem;
 
@@ -73,9 +76,9 @@ void write_file_durable(const fs::path& path, const std::string& bytes) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      int err = errno;
+      int err = n < 0 ? errno : ENOSPC;
       ::close(fd);
-      ALPACA_FAIL("writing " << path << " failed: " << std::strerror(err) << "; check free space on the output disk");
+      ALPACA_FAIL(sys::write_failure_message(path.string(), err, static_cast<int64_t>(bytes.size() - done)));
     }
     done += static_cast<size_t>(n);
   }
@@ -103,15 +106,17 @@ void CheckpointWriter::begin() {
 fs::path CheckpointWriter::commit() {
   ALPACA_CHECK(fs::is_directory(staging_), "checkpoint staging directory " << staging_
                                                << " vanished before it was committed; was output_dir shared by two runs?");
-  nlohmann::json files = nlohmann::json::object();
+  nlohmann::json files = nlohmann::json::object(), sha256 = nlohmann::json::object();
   for (const fs::path& rel : files_under(staging_)) {
     fsync_path(staging_ / rel);
     files[rel.generic_string()] = static_cast<int64_t>(fs::file_size(staging_ / rel));
+    // Read back from the page cache: a resume verifies every byte, not only the sizes.
+    sha256[rel.generic_string()] = sha256_file((staging_ / rel).string());
   }
   for (const auto& e : fs::recursive_directory_iterator(staging_)) {
     if (e.is_directory()) fsync_path(e.path());
   }
-  nlohmann::json marker = {{"step", step_}, {"files", files}};
+  nlohmann::json marker = {{"step", step_}, {"files", files}, {"sha256", sha256}};
   write_file_durable(staging_ / kCompleteMarker, marker.dump(2) + "\n");
   fsync_path(staging_);
   const fs::path dst = final_dir();
@@ -129,6 +134,32 @@ fs::path CheckpointWriter::commit() {
   return dst;
 }
 
+namespace {
+int64_t directory_bytes(const fs::path& dir) {
+  int64_t total = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file(ec)) total += static_cast<int64_t>(it->file_size(ec));
+  }
+  return total;
+}
+}  // namespace
+
+std::string CheckpointWriter::abandon() {
+  std::ostringstream os;
+  const int64_t written = fs::exists(staging_) ? directory_bytes(staging_) : 0;
+  std::error_code ec;
+  fs::remove_all(staging_, ec);
+  os << checkpoint_name(step_) << " was not saved (" << written << " bytes written before the failure";
+  os << (ec ? "; could not remove " + staging_.string() + ": " + ec.message() : "; the partial " + staging_.string() + " was removed")
+     << ")";
+  const auto previous = sort_checkpoints(output_dir_);
+  if (!previous.empty())
+    os << "; the previous checkpoint " << previous.back().string() << " is untouched and a checkpoint of this run needs about "
+       << directory_bytes(previous.back()) << " bytes";
+  return os.str();
+}
+
 std::string checkpoint_problem(const fs::path& dir) {
   if (!fs::is_directory(dir)) return "it is not a directory";
   const fs::path marker_path = dir / kCompleteMarker;
@@ -141,17 +172,32 @@ std::string checkpoint_problem(const fs::path& dir) {
   }
   if (!marker.is_object() || !marker.contains("files") || !marker["files"].is_object() || !marker.contains("step"))
     return std::string(kCompleteMarker) + " lacks 'step' or 'files'";
+  if (!marker["step"].is_number_integer()) return std::string(kCompleteMarker) + " has a 'step' that is not an integer";
   auto step = parse_checkpoint_step(dir.filename().string());
   if (step && marker["step"].get<int64_t>() != *step)
     return "its marker says step " + std::to_string(marker["step"].get<int64_t>()) + " but the directory is named " +
            dir.filename().string();
   for (const auto& [rel, size] : marker["files"].items()) {
     const fs::path p = dir / rel;
-    if (!fs::exists(p)) return "file " + rel + " is missing";
+    if (!size.is_number_integer()) return std::string(kCompleteMarker) + " lists file " + rel + " without an integer size";
+    if (!fs::exists(p)) return "file " + (dir / rel).string() + " is missing";
     const auto actual = static_cast<int64_t>(fs::file_size(p));
     if (actual != size.get<int64_t>())
-      return "file " + rel + " has " + std::to_string(actual) + " bytes, " + std::to_string(size.get<int64_t>()) +
-             " were written";
+      return "file " + (dir / rel).string() + " has " + std::to_string(actual) + " bytes, " +
+             std::to_string(size.get<int64_t>()) + " were written (truncated or replaced)";
+  }
+  // Checkpoints written before the checksums carry sizes only; those are still resumable.
+  if (marker.contains("sha256")) {
+    if (!marker["sha256"].is_object()) return std::string(kCompleteMarker) + " has a 'sha256' that is not an object";
+    for (const auto& [rel, size] : marker["files"].items()) {
+      if (!marker["sha256"].contains(rel) || !marker["sha256"][rel].is_string())
+        return std::string(kCompleteMarker) + " has no sha256 for file " + rel;
+      const std::string want = marker["sha256"][rel].get<std::string>();
+      const std::string got = sha256_file((dir / rel).string());
+      if (got != want)
+        return "file " + (dir / rel).string() + " is corrupt: its sha256 is " + got + ", " + want +
+               " was written (a flipped or overwritten byte)";
+    }
   }
   return "";
 }

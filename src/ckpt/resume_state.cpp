@@ -1,7 +1,6 @@
+// ResumeState <-> alpaca_resume_state.json. No LibTorch here (the RNG capture is rng_state.cpp), so
+// the parse links into the fuzz target alone.
 #include "alpaca/ckpt/resume_state.h"
-
-#include <ATen/ATen.h>                             // defines: at::Tensor, at::globalContext
-#include <ATen/detail/CUDAHooksInterface.h>       // defines: at::detail::getCUDAHooks
 
 #include <cstdio>
 #include <fstream>
@@ -13,33 +12,14 @@
 namespace alpaca::ckpt {
 namespace {
 
-std::string to_hex(const at::Tensor& bytes_u8) {
-  const at::Tensor t = bytes_u8.contiguous().cpu();
-  const auto* p = t.data_ptr<uint8_t>();
-  static const char* kDigits = "0123456789abcdef";
-  std::string out(static_cast<size_t>(t.numel()) * 2, '0');
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    out[2 * i] = kDigits[p[i] >> 4];
-    out[2 * i + 1] = kDigits[p[i] & 15];
-  }
-  return out;
-}
-
-at::Tensor from_hex(const std::string& hex, const std::string& what) {
-  ALPACA_CHECK(hex.size() % 2 == 0, what << " is not a hex string of even length");
-  at::Tensor t = at::empty({static_cast<int64_t>(hex.size() / 2)}, at::kByte);
-  auto* p = t.data_ptr<uint8_t>();
-  auto nibble = [&](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    ALPACA_FAIL(what << " holds the non-hex character '" << c << "'");
-  };
-  for (size_t i = 0; i < hex.size() / 2; ++i) p[i] = static_cast<uint8_t>(nibble(hex[2 * i]) * 16 + nibble(hex[2 * i + 1]));
-  return t;
-}
-
-int cuda_device_count() {
-  return at::detail::getCUDAHooks().hasCUDA() ? static_cast<int>(at::detail::getCUDAHooks().deviceCount()) : 0;
+// An integer field, strictly: nlohmann's get<int64_t>() of a float such as 1e300 is an undefined
+// conversion, and a float step count means the file is not what we wrote.
+int64_t int_field(const nlohmann::json& j, const char* key, const std::string& what) {
+  const nlohmann::json& v = j.at(key);
+  ALPACA_CHECK(v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)),
+               what << ": \"" << key << "\" must be an integer, got " << v.dump()
+                    << "; the checkpoint is corrupt, resume from an older one");
+  return v.get<int64_t>();
 }
 
 }  // namespace
@@ -72,19 +52,19 @@ ResumeState ResumeState::from_json(const std::string& text, const std::string& w
   ResumeState s;
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
-    const int version = j.at("format_version").get<int>();
+    const int64_t version = int_field(j, "format_version", what);
     ALPACA_CHECK(version == kResumeStateVersion, what << " has format_version " << version << "; this build reads version "
                                                       << kResumeStateVersion << ". Resume with the alpaca-train that wrote it");
-    s.global_step = j.at("global_step").get<int64_t>();
-    s.epoch = j.at("epoch").get<int64_t>();
-    s.samples_in_epoch = j.at("samples_in_epoch").get<int64_t>();
-    s.steps_in_epoch = j.at("steps_in_epoch").get<int64_t>();
-    s.seed = j.at("seed").get<int64_t>();
-    s.data_seed = j.at("data_seed").get<int64_t>();
-    s.world_size = j.at("world_size").get<int64_t>();
-    s.global_batch_size = j.at("global_batch_size").get<int64_t>();
-    s.scheduler_step = j.at("scheduler_step").get<int64_t>();
-    s.num_input_tokens_seen = j.at("num_input_tokens_seen").get<int64_t>();
+    s.global_step = int_field(j, "global_step", what);
+    s.epoch = int_field(j, "epoch", what);
+    s.samples_in_epoch = int_field(j, "samples_in_epoch", what);
+    s.steps_in_epoch = int_field(j, "steps_in_epoch", what);
+    s.seed = int_field(j, "seed", what);
+    s.data_seed = int_field(j, "data_seed", what);
+    s.world_size = int_field(j, "world_size", what);
+    s.global_batch_size = int_field(j, "global_batch_size", what);
+    s.scheduler_step = int_field(j, "scheduler_step", what);
+    s.num_input_tokens_seen = int_field(j, "num_input_tokens_seen", what);
     s.total_loss_sum = j.at("total_loss_sum").get<double>();
     s.cpu_rng_state = j.at("cpu_rng_state").get<std::string>();
     s.cuda_rng_states = j.at("cuda_rng_states").get<std::vector<std::string>>();
@@ -92,7 +72,7 @@ ResumeState ResumeState::from_json(const std::string& text, const std::string& w
     s.tokenizer = j.at("tokenizer").get<Fingerprint>();
     if (!j.at("loss_scaler").is_null())
       s.loss_scaler = LossScalerState{j["loss_scaler"].at("scale").get<double>(),
-                                      j["loss_scaler"].at("growth_tracker").get<int64_t>()};
+                                      int_field(j["loss_scaler"], "growth_tracker", what)};
   } catch (const nlohmann::json::exception& e) {
     ALPACA_FAIL(what << " is not a valid resume state (" << e.what() << "); the checkpoint is corrupt, resume from an older one");
   }
@@ -119,31 +99,6 @@ std::string fingerprint_mismatch(const std::string& what, const Fingerprint& exp
   }
   if (os.tellp() == 0) return "";
   return "the checkpoint was written with a different " + what + ": " + os.str();
-}
-
-std::string capture_cpu_rng_state() { return to_hex(at::detail::getDefaultCPUGenerator().get_state()); }
-
-void restore_cpu_rng_state(const std::string& hex) {
-  if (hex.empty()) return;
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  gen.set_state(from_hex(hex, "cpu_rng_state"));
-}
-
-std::vector<std::string> capture_cuda_rng_states() {
-  std::vector<std::string> out;
-  for (int d = 0; d < cuda_device_count(); ++d) {
-    at::Generator gen = at::globalContext().defaultGenerator(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d)));
-    out.push_back(to_hex(gen.get_state()));
-  }
-  return out;
-}
-
-void restore_cuda_rng_states(const std::vector<std::string>& hex_states) {
-  const int n = std::min<int>(cuda_device_count(), static_cast<int>(hex_states.size()));
-  for (int d = 0; d < n; ++d) {
-    at::Generator gen = at::globalContext().defaultGenerator(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d)));
-    gen.set_state(from_hex(hex_states[d], "cuda_rng_states"));
-  }
 }
 
 }  // namespace alpaca::ckpt

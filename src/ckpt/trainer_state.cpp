@@ -19,6 +19,17 @@ nlohmann::json opt(const std::optional<T>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
+// An integer field, strictly: nlohmann's get<int64_t>() of a float such as 1e300 is an undefined
+// conversion, and a float step count means the file is not what we wrote.
+int64_t int_field(const nlohmann::json& j, const char* key, int64_t fallback, const std::string& what) {
+  if (!j.contains(key)) return fallback;
+  const nlohmann::json& v = j.at(key);
+  ALPACA_CHECK(v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)),
+               what << ": \"" << key << "\" must be an integer, got " << v.dump()
+                    << "; the checkpoint is corrupt, resume from an older one");
+  return v.get<int64_t>();
+}
+
 }  // namespace
 
 double log_value_as_double(const LogValue& v) {
@@ -75,19 +86,20 @@ TrainerState TrainerState::from_json(const std::string& text, const std::string&
   TrainerState s;
   try {
     s.epoch = j.value("epoch", 0.0);
-    s.global_step = j.at("global_step").get<int64_t>();
-    s.max_steps = j.value("max_steps", int64_t{0});
-    s.logging_steps = j.value("logging_steps", int64_t{500});
-    s.eval_steps = j.value("eval_steps", int64_t{500});
-    s.save_steps = j.value("save_steps", int64_t{500});
+    ALPACA_CHECK(j.contains("global_step"), what << " has no \"global_step\"; the checkpoint is corrupt, resume from an older one");
+    s.global_step = int_field(j, "global_step", 0, what);
+    s.max_steps = int_field(j, "max_steps", 0, what);
+    s.logging_steps = int_field(j, "logging_steps", 500, what);
+    s.eval_steps = int_field(j, "eval_steps", 500, what);
+    s.save_steps = int_field(j, "save_steps", 500, what);
     if (j.contains("train_batch_size") && !j["train_batch_size"].is_null())
-      s.train_batch_size = j["train_batch_size"].get<int64_t>();
-    s.num_train_epochs = j.value("num_train_epochs", int64_t{0});
-    s.num_input_tokens_seen = j.value("num_input_tokens_seen", int64_t{0});
+      s.train_batch_size = int_field(j, "train_batch_size", 0, what);
+    s.num_train_epochs = int_field(j, "num_train_epochs", 0, what);
+    s.num_input_tokens_seen = int_field(j, "num_input_tokens_seen", 0, what);
     s.total_flos = j.value("total_flos", 0.0);
     if (j.contains("best_metric") && !j["best_metric"].is_null()) s.best_metric = j["best_metric"].get<double>();
     if (j.contains("best_global_step") && !j["best_global_step"].is_null())
-      s.best_global_step = j["best_global_step"].get<int64_t>();
+      s.best_global_step = int_field(j, "best_global_step", 0, what);
     if (j.contains("best_model_checkpoint") && !j["best_model_checkpoint"].is_null())
       s.best_model_checkpoint = j["best_model_checkpoint"].get<std::string>();
     s.is_local_process_zero = j.value("is_local_process_zero", true);

@@ -50,7 +50,9 @@ std::string unknown_flag_message(const std::string& what, const std::string& nam
 std::string json_value_text(const std::string& file, const std::string& key, const json& v) {
   if (v.is_null()) return "None";
   if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
-  if (v.is_number_integer() || v.is_number_unsigned()) return std::to_string(v.get<int64_t>());
+  // Unsigned first: 2^64-1 read as int64 would turn into -1 ("not set" for max_steps).
+  if (v.is_number_unsigned()) return std::to_string(v.get<uint64_t>());
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
   if (v.is_number_float()) {
     std::ostringstream os;
     os.precision(17);

@@ -106,7 +106,10 @@ int64_t parse_byte_size(const std::string& text) {
   else if (u == "GIB") scale = 1024.0 * 1024 * 1024;
   ALPACA_USAGE_CHECK(scale > 0, "--save_max_shard_size '" << text << "': unknown unit '" << unit
                                                           << "'; use B, KB, MB, GB, KiB, MiB or GiB");
-  auto bytes = static_cast<int64_t>(number * scale / (bits ? 8 : 1));
+  const double exact = number * scale / (bits ? 8 : 1);
+  // Compare before the cast: a double at or above 2^63 (or inf) has no int64 value.
+  ALPACA_USAGE_CHECK(exact < 9.2e18, "--save_max_shard_size '" << text << "' is larger than any file; use e.g. 5GB");
+  auto bytes = static_cast<int64_t>(exact);
   ALPACA_USAGE_CHECK(bytes > 0, "--save_max_shard_size '" << text << "' must be more than 0 bytes");
   return bytes;
 }

@@ -107,6 +107,10 @@ struct Tokenizer::Impl {
     }
     int64_t new_id = id ? *id : sp_piece_id(content).value_or(size());
     ALPACA_CHECK(new_id >= 0, "token '" << content << "' has a negative id " << new_id);
+    // Ids index the embedding rows and SentencePiece's int ids; one above int32 is a corrupt file
+    // (and would overflow the vocabulary size).
+    ALPACA_CHECK(new_id < (int64_t{1} << 31), "token '" << content << "' has the id " << new_id
+                                                       << ", above any vocabulary (ids must be below 2^31); fix the tokenizer files");
     for (const auto& t : added)
       ALPACA_CHECK(t.id != new_id, "tokens '" << t.content << "' and '" << content
                                              << "' both claim id " << new_id
@@ -470,7 +474,9 @@ void Tokenizer::save(const std::string& dir_str) const {
     std::ofstream out(p, std::ios::binary);
     ALPACA_CHECK(out.good(), "cannot write " << p);
     out << text;
-    ALPACA_CHECK(out.good(), "failed writing " << p << " (disk full?)");
+    out.close();  // the last buffer is written here: a full disk shows up at close, not at <<
+    ALPACA_CHECK(out.good(), "failed writing " << p << " (" << text.size()
+                                               << " bytes; is the disk full?); free space and save again");
   };
   auto token_json = [](const std::string& content, bool special, bool lstrip, bool rstrip) {
     return json{{"content", content}, {"lstrip", lstrip},   {"normalized", !special},

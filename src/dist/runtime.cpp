@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <csignal>
 #include <cstdio>
@@ -17,7 +18,9 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 #include <unistd.h>
 
 #include "alpaca/util/error.h"
@@ -284,6 +287,63 @@ void check_mpi_thread(const char* op) {
                   << s.mpi_thread_level << " (< MPI_THREAD_MULTIPLE); issue and wait collectives from the main thread");
 }
 
+namespace {
+
+// Every rank announces itself; rank 0 waits for all of them until the timeout (--ddp_timeout) and
+// publishes either "all here" or the list of ranks that never came, which every rank then reports.
+void wait_for_every_rank(c10d::Store& store, const LaunchInfo& li, std::chrono::milliseconds timeout) {
+  const std::string prefix = "alpaca/arrived/";
+  store.set(prefix + std::to_string(li.rank), std::vector<uint8_t>{1});
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto where = [&] { return li.master_addr + ":" + std::to_string(li.master_port); };
+  if (li.rank == 0) {
+    std::vector<int> missing;
+    for (;;) {
+      missing.clear();
+      for (int r = 1; r < li.world_size; ++r)
+        if (!store.check({prefix + std::to_string(r)})) missing.push_back(r);
+      if (missing.empty() || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::string list;
+    for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    store.set("alpaca/arrival", std::vector<uint8_t>(list.begin(), list.end()));
+    // The store lives in this process: give the waiting ranks a moment to read the verdict.
+    if (!missing.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    ALPACA_CHECK(missing.empty(), "rank" << (missing.size() > 1 ? "s " : " ") << list << " of WORLD_SIZE=" << li.world_size
+                                         << " never connected to the rendezvous store at " << where() << " within "
+                                         << timeout.count() / 1000 << " s (--ddp_timeout); start every rank, or set "
+                                            "WORLD_SIZE to the number of processes");
+    return;
+  }
+  // Rank 0 answers at its own deadline, which may be a little after ours.
+  const auto grace = deadline + std::chrono::seconds(5);
+  for (;;) {
+    bool answered = false;
+    try {
+      answered = store.check({"alpaca/arrival"});
+    } catch (const std::exception& e) {
+      ALPACA_FAIL("lost the rendezvous store at " << where() << " while waiting for all " << li.world_size
+                                                  << " ranks to arrive (" << detail::short_what(e)
+                                                  << "); rank 0 ended, see its error");
+    }
+    if (answered) break;
+    ALPACA_CHECK(std::chrono::steady_clock::now() < grace,
+                 "rank 0 did not confirm that all " << li.world_size << " ranks arrived at the rendezvous store at "
+                                                    << where() << " within " << timeout.count() / 1000
+                                                    << " s (--ddp_timeout)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::vector<uint8_t> v = store.get("alpaca/arrival");
+  const std::string list(v.begin(), v.end());
+  ALPACA_CHECK(list.empty(), "rank(s) " << list << " of WORLD_SIZE=" << li.world_size
+                                        << " never connected to the rendezvous store at " << where() << " within "
+                                        << timeout.count() / 1000 << " s (--ddp_timeout); start every rank, or set "
+                                           "WORLD_SIZE to the number of processes");
+}
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::Store> torchrun_store(std::chrono::milliseconds timeout) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -306,7 +366,8 @@ c10::intrusive_ptr<c10d::Store> torchrun_store(std::chrono::milliseconds timeout
   opts.port = static_cast<uint16_t>(li.master_port);
   opts.isServer = li.rank == 0;
   opts.numWorkers = li.world_size;
-  opts.waitWorkers = true;
+  // Arrival is checked below, rank by rank, so a rank that never comes is named.
+  opts.waitWorkers = false;
   opts.timeout = timeout;
   try {
     s.store = c10::make_intrusive<c10d::TCPStore>(li.master_addr, opts);
@@ -316,6 +377,7 @@ c10::intrusive_ptr<c10d::Store> torchrun_store(std::chrono::milliseconds timeout
                           << "); check MASTER_ADDR/MASTER_PORT, that the port is free on rank 0's host, and that every "
                              "rank was started");
   }
+  wait_for_every_rank(*s.store, li, timeout);
   return s.store;
 }
 

@@ -121,7 +121,10 @@ HfExportWriter::HfExportWriter(std::string dir, int64_t max_shard_bytes, std::op
   fs::path d = fs::absolute(dir_).lexically_normal();
   if (d.filename().empty()) d = d.parent_path();  // "out/" -> "out"
   dir_ = d.string();
-  tmp_dir_ = (d.parent_path() / ("." + d.filename().string() + ".export-tmp")).string();
+  // Inside the directory when it exists: it may be a mount point (a volume as output_dir), and a
+  // rename from its parent's filesystem into it fails with EXDEV.
+  tmp_dir_ = fs::is_directory(d) ? (d / ".export-tmp").string()
+                                 : (d.parent_path() / ("." + d.filename().string() + ".export-tmp")).string();
   fs::remove_all(tmp_dir_);
   fs::create_directories(tmp_dir_);
 }

@@ -15,25 +15,15 @@
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 
 #include "alpaca/util/error.h"
+#include "alpaca/util/sys.h"
 
 namespace alpaca::io {
 namespace {
 
 using nlohmann::json;
 
-// safetensors' own limit on the header; a larger value is a corrupt or hostile file.
-constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 // Header space reserved by the writer so data can stream to disk before the header is known.
 constexpr int64_t kReservedHeaderBytes = 64 << 10;
-
-const std::vector<std::pair<std::string, at::ScalarType>>& dtype_table() {
-  static const std::vector<std::pair<std::string, at::ScalarType>> table = {
-      {"F64", at::kDouble}, {"F32", at::kFloat},  {"F16", at::kHalf},  {"BF16", at::kBFloat16},
-      {"I64", at::kLong},   {"I32", at::kInt},    {"I16", at::kShort}, {"I8", at::kChar},
-      {"U8", at::kByte},    {"BOOL", at::kBool},  {"F8_E4M3", at::kFloat8_e4m3fn},
-      {"F8_E5M2", at::kFloat8_e5m2}};
-  return table;
-}
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -42,7 +32,7 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
   while (n > 0) {
     ssize_t w = ::write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
-    ALPACA_CHECK(w > 0, path << ": write failed (" << errno_text() << "); check free disk space");
+    ALPACA_CHECK(w > 0, sys::write_failure_message(path, w < 0 ? errno : ENOSPC, static_cast<int64_t>(n)));
     p += w;
     n -= static_cast<size_t>(w);
   }
@@ -53,7 +43,7 @@ void pwrite_all(int fd, const void* data, size_t n, off_t off, const std::string
   while (n > 0) {
     ssize_t w = ::pwrite(fd, p, n, off);
     if (w < 0 && errno == EINTR) continue;
-    ALPACA_CHECK(w > 0, path << ": write failed (" << errno_text() << "); check free disk space");
+    ALPACA_CHECK(w > 0, sys::write_failure_message(path, w < 0 ? errno : ENOSPC, static_cast<int64_t>(n)));
     p += w;
     off += w;
     n -= static_cast<size_t>(w);
@@ -61,25 +51,6 @@ void pwrite_all(int fd, const void* data, size_t n, off_t off, const std::string
 }
 
 }  // namespace
-
-int64_t TensorInfo::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-std::string safetensors_dtype_name(at::ScalarType dtype) {
-  for (const auto& [name, t] : dtype_table())
-    if (t == dtype) return name;
-  ALPACA_FAIL("dtype " << dtype << " cannot be stored in safetensors");
-}
-
-at::ScalarType parse_safetensors_dtype(const std::string& name, const std::string& context) {
-  for (const auto& [n, t] : dtype_table())
-    if (n == name) return t;
-  ALPACA_FAIL(context << ": unknown dtype \"" << name
-                      << "\" (known: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL F8_E4M3 F8_E5M2)");
-}
 
 struct SafetensorsFile::Mapping {
   void* addr = nullptr;
@@ -113,78 +84,11 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   ALPACA_CHECK(f->mapping_->addr != MAP_FAILED, path << ": mmap failed (" << errno_text() << ")");
   const auto* base = static_cast<const uint8_t*>(f->mapping_->addr);
 
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base[i];
-  ALPACA_CHECK(header_len <= file_size - 8,
-               path << ": header length " << header_len << " runs past the end of the file (" << file_size
-                    << " bytes); the file is truncated or not safetensors");
-  ALPACA_CHECK(header_len <= kMaxHeaderBytes, path << ": header length " << header_len << " exceeds the 100 MB limit");
-  f->data_offset_ = static_cast<int64_t>(8 + header_len);
-  const int64_t data_size = static_cast<int64_t>(file_size) - f->data_offset_;
-
-  json header;
-  try {
-    header = json::parse(reinterpret_cast<const char*>(base + 8), reinterpret_cast<const char*>(base + 8 + header_len));
-  } catch (const json::exception& e) {
-    ALPACA_FAIL(path << ": header is not valid JSON (" << e.what() << ")");
-  }
-  ALPACA_CHECK(header.is_object(), path << ": header must be a JSON object");
-
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    const json& e = it.value();
-    if (name == "__metadata__") {
-      ALPACA_CHECK(e.is_object(), path << ": __metadata__ must be an object of strings");
-      for (auto m = e.begin(); m != e.end(); ++m) {
-        ALPACA_CHECK(m.value().is_string(), path << ": __metadata__ value \"" << m.key() << "\" must be a string");
-        f->metadata_[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    const std::string where = path + ": tensor \"" + name + "\"";
-    ALPACA_CHECK(e.is_object() && e.contains("dtype") && e.contains("shape") && e.contains("data_offsets"),
-                 where << " must have dtype, shape and data_offsets");
-    ALPACA_CHECK(e["dtype"].is_string(), where << ": dtype must be a string");
-    TensorInfo ti;
-    ti.name = name;
-    ti.file = path;
-    ti.dtype = parse_safetensors_dtype(e["dtype"].get<std::string>(), where);
-    ALPACA_CHECK(e["shape"].is_array(), where << ": shape must be a list of integers");
-    for (const json& d : e["shape"]) {
-      ALPACA_CHECK(d.is_number_unsigned(), where << ": shape must hold non-negative integers, got " << e["shape"].dump());
-      ti.shape.push_back(d.get<int64_t>());
-    }
-    const json& off = e["data_offsets"];
-    ALPACA_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
-                 where << ": data_offsets must be [begin, end] non-negative integers, got " << off.dump());
-    ti.data_begin = off[0].get<int64_t>();
-    ti.data_end = off[1].get<int64_t>();
-    ALPACA_CHECK(ti.data_begin <= ti.data_end, where << ": data_offsets " << off.dump() << " end before they begin");
-    ALPACA_CHECK(ti.data_end <= data_size,
-                 where << ": data_offsets " << off.dump() << " are out of range: the data section has only "
-                       << data_size << " bytes (file truncated or header corrupt)");
-    const int64_t expect = ti.numel() * static_cast<int64_t>(c10::elementSize(ti.dtype));
-    ALPACA_CHECK(ti.nbytes() == expect, where << ": data_offsets " << off.dump() << " hold " << ti.nbytes()
-                                              << " bytes but dtype " << e["dtype"].get<std::string>() << " x shape "
-                                              << e["shape"].dump() << " needs " << expect);
-    f->tensors_.push_back(std::move(ti));
-  }
-  std::sort(f->tensors_.begin(), f->tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
-    return a.data_begin != b.data_begin ? a.data_begin < b.data_begin : a.data_end < b.data_end;
-  });
-  for (size_t i = 0; i < f->tensors_.size(); ++i) {
-    if (i > 0 && f->tensors_[i].nbytes() > 0) {
-      // Compare against the last non-empty tensor: empty tensors may share an offset.
-      for (size_t j = i; j-- > 0;) {
-        if (f->tensors_[j].nbytes() == 0) continue;
-        ALPACA_CHECK(f->tensors_[i].data_begin >= f->tensors_[j].data_end,
-                     path << ": tensors \"" << f->tensors_[j].name << "\" and \"" << f->tensors_[i].name
-                          << "\" overlap in the data section; the file is corrupt");
-        break;
-      }
-    }
-    f->index_[f->tensors_[i].name] = i;
-  }
+  SafetensorsHeader h = parse_safetensors_header(base, file_size, path);
+  f->data_offset_ = h.data_offset;
+  f->tensors_ = std::move(h.tensors);
+  f->metadata_ = std::move(h.metadata);
+  for (size_t i = 0; i < f->tensors_.size(); ++i) f->index_[f->tensors_[i].name] = i;
   return f;
 }
 

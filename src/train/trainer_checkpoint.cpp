@@ -54,6 +54,17 @@ void Trainer::Impl::export_model(const fs::path& dir, bool write_tokenizer) {
 
 void Trainer::Impl::save_checkpoint() {
   ckpt::CheckpointWriter writer(output_dir, state.global_step);
+  try {
+    save_checkpoint_into(writer);
+  } catch (const Error& e) {
+    // A full disk (or any write error): no tmp-checkpoint-<step> is left behind, and the error
+    // says what the save had written and what a checkpoint needs.
+    if (rank != 0) throw;
+    ALPACA_FAIL(e.message() << "; " << writer.abandon());
+  }
+}
+
+void Trainer::Impl::save_checkpoint_into(ckpt::CheckpointWriter& writer) {
   if (rank == 0) writer.begin();
   barrier();
   const fs::path dir = writer.staging_dir();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/ckpt/resume_state.h"
 #include "alpaca/ckpt/trainer_state.h"
 #include "alpaca/data/alpaca_example.h"
@@ -143,6 +144,7 @@ struct Trainer::Impl {
 
   // checkpoints (trainer_checkpoint.cpp)
   void save_checkpoint();
+  void save_checkpoint_into(ckpt::CheckpointWriter& writer);  // save_checkpoint without the cleanup
   void load_checkpoint(const std::filesystem::path& dir);
   void export_model(const std::filesystem::path& dir, bool write_tokenizer);
   void save_final();

@@ -1,17 +1,43 @@
 #include "alpaca/util/sys.h"
 
 #include <malloc.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 namespace alpaca::sys {
+
+int64_t free_disk_bytes(const std::string& path) {
+  std::filesystem::path p(path);
+  std::error_code ec;
+  while (!p.empty() && !std::filesystem::exists(p, ec)) p = p.parent_path();
+  struct statvfs st {};
+  if (::statvfs(p.empty() ? "." : p.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
+}
+
+std::string write_failure_message(const std::string& path, int err, int64_t remaining) {
+  std::ostringstream os;
+  os << path << ": writing failed (" << std::strerror(err) << ") with " << remaining << " bytes still to write";
+  const int64_t free_bytes = free_disk_bytes(path);
+  if (free_bytes >= 0) os << "; " << free_bytes << " bytes are free on its filesystem";
+  if (err == ENOSPC || err == EDQUOT || err == EFBIG)
+    os << "; the disk is full: free space (or point --output_dir at a bigger disk) and rerun with "
+          "--resume_from_checkpoint True";
+  else
+    os << "; check the disk and the permissions of the output directory";
+  return os.str();
+}
 
 int64_t rss_bytes() {
   std::ifstream f("/proc/self/statm");

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/util/error.h"
 #include "test_util.h"
@@ -94,6 +96,32 @@ TEST(CheckpointDir, SkipsIncompleteAndCorruptNewest) {
   fs::rename(tmp.path() / "checkpoint-10", tmp.path() / "checkpoint-11");
   EXPECT_NE(checkpoint_problem(tmp.path() / "checkpoint-11").find("step 10"), std::string::npos);
   EXPECT_FALSE(find_latest_complete_checkpoint(tmp.path()));
+}
+
+TEST(CheckpointDir, OneFlippedByteIsCaughtBySha256AndNamesTheFile) {
+  TempDir tmp("ckpt_flip");
+  const fs::path c10 = save_checkpoint(tmp.path(), 10);
+  const fs::path c20 = save_checkpoint(tmp.path(), 20);
+  // Same size, one byte different: only the checksum can tell.
+  {
+    std::fstream f(c20 / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(2);
+    f.put('X');
+  }
+  const std::string why = checkpoint_problem(c20);
+  EXPECT_NE(why.find((c20 / "model.safetensors").string() + " is corrupt: its sha256 is"), std::string::npos) << why;
+  EXPECT_EQ(*find_latest_complete_checkpoint(tmp.path()), c10) << "the corrupt newest is skipped";
+  // A checkpoint written before the checksums (sizes only) is still resumable.
+  std::ifstream in(c10 / kCompleteMarker);
+  nlohmann::json marker = nlohmann::json::parse(in);
+  marker.erase("sha256");
+  std::ofstream(c10 / kCompleteMarker) << marker.dump(2);
+  EXPECT_EQ(checkpoint_problem(c10), "");
+  // A marker that is not what we wrote is corrupt, not a crash.
+  std::ofstream(c10 / kCompleteMarker) << R"({"step": 1e300, "files": {}})";
+  EXPECT_NE(checkpoint_problem(c10).find("not an integer"), std::string::npos);
+  std::ofstream(c10 / kCompleteMarker) << R"({"step": 10, "files": {"model.safetensors": "big"}})";
+  EXPECT_NE(checkpoint_problem(c10).find("without an integer size"), std::string::npos);
 }
 
 TEST(CheckpointDir, KillNineDuringSaveKeepsPreviousCheckpoint) {

@@ -20,7 +20,8 @@ namespace alpaca::ckpt {
 
 inline constexpr const char* kCheckpointPrefix = "checkpoint";
 inline constexpr const char* kStagingPrefix = "tmp-checkpoint";
-// Written last into a checkpoint; JSON {"step": n, "files": {"relative/path": size_bytes, ...}}.
+// Written last into a checkpoint; JSON {"step": n, "files": {"relative/path": size_bytes, ...},
+// "sha256": {"relative/path": hex, ...}} (checkpoints from before the checksums have no "sha256").
 inline constexpr const char* kCompleteMarker = "checkpoint_complete.json";
 
 std::string checkpoint_name(int64_t step);  // "checkpoint-<step>"
@@ -44,6 +45,10 @@ class CheckpointWriter {
   std::filesystem::path final_dir() const;
   // Returns the final directory. Throws alpaca::Error when the staging directory is missing.
   std::filesystem::path commit();  // rank 0 only
+  // After a failed save (rank 0): removes the staging directory, so nothing half-written stays
+  // behind, and returns a sentence for the error: how many bytes the save had written and the
+  // newest checkpoint-<step> that is still there with its size (about what a checkpoint needs).
+  std::string abandon();
 
  private:
   std::filesystem::path output_dir_;
@@ -51,8 +56,9 @@ class CheckpointWriter {
   std::filesystem::path staging_;
 };
 
-// Why a checkpoint directory cannot be resumed from; empty when it is complete: the marker
-// exists, parses, names this step, and every listed file exists with the listed size.
+// Why a checkpoint directory cannot be resumed from, naming the file; empty when it is complete:
+// the marker exists, parses, names this step, and every listed file exists with the listed size
+// and (when the marker has them) the listed sha256. Reads every byte of the checkpoint.
 std::string checkpoint_problem(const std::filesystem::path& checkpoint_dir);
 
 // The newest complete checkpoint-<step> in output_dir (by step), skipping incomplete or corrupt

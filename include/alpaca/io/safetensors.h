@@ -13,23 +13,9 @@
 
 #include <ATen/ATen.h>  // defines: at::Tensor, at::ScalarType
 
+#include "alpaca/io/safetensors_header.h"  // defines: TensorInfo, parse_safetensors_dtype
+
 namespace alpaca::io {
-
-// Where a tensor lives and what it is. Byte offsets are relative to the file's data section.
-struct TensorInfo {
-  std::string name;
-  std::string file;  // path of the file that holds it
-  at::ScalarType dtype = at::kFloat;
-  std::vector<int64_t> shape;
-  int64_t data_begin = 0;
-  int64_t data_end = 0;
-  int64_t numel() const;
-  int64_t nbytes() const { return data_end - data_begin; }
-};
-
-// "F32" <-> at::kFloat etc. The parse throws naming `context` for an unknown dtype.
-std::string safetensors_dtype_name(at::ScalarType dtype);
-at::ScalarType parse_safetensors_dtype(const std::string& name, const std::string& context);
 
 class SafetensorsFile {
  public:

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 namespace alpaca::sys {
 
@@ -16,6 +17,13 @@ int64_t window_peak_rss_bytes();
 // Starts a new window: the kernel's VmHWM is reset to the current RSS (/proc/self/clear_refs),
 // after its value has been folded into the lifetime peak.
 void reset_peak_rss_window();
+
+// Bytes an unprivileged writer may still use on the filesystem holding `path` (statvfs f_bavail;
+// a missing path is looked up through its nearest existing parent); -1 if unknown.
+int64_t free_disk_bytes(const std::string& path);
+// "<path>: writing failed (<strerror(err)>) with <remaining> bytes still to write; <free> bytes are
+// free on its filesystem; ..." for a write that failed with errno `err` (disk-full errors say so).
+std::string write_failure_message(const std::string& path, int err, int64_t remaining);
 
 // Host allocator policy for training processes. A training step allocates and frees the same large
 // CPU buffers (logits, activations, gathered layers, gradient buckets) every micro-batch. glibc

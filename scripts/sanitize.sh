@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds the unit tests with AddressSanitizer + UndefinedBehaviorSanitizer (GCC's, the compiler
+# of the normal build, so the same warnings and precompiled headers apply) into build-asan/ and
+# runs them (ctest -L unit). LibTorch, MPI and
+# sentencepiece are not instrumented: errors in our code and in the headers we compile are
+# caught, not inside those libraries. Leak checking is off (LibTorch and Open MPI keep
+# process-lifetime allocations that LeakSanitizer reports); the fuzz targets do check leaks.
+#
+#   scripts/sanitize.sh [extra ctest args, e.g. -R safetensors]
+#
+# Cost (measured on the 2-core CI machine, see docs/reliability.md): the build is a second full
+# build of the library and every unit test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${ALPACA_ASAN_BUILD_DIR:-build-asan}
+JOBS=${ALPACA_JOBS:-$(nproc)}
+t0=$(date +%s)
+SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS="$SAN" -DCMAKE_C_FLAGS="$SAN" -DCMAKE_EXE_LINKER_FLAGS="$SAN" \
+    -DALPACA_WITH_CUDA=OFF ${CCACHE:+-DCMAKE_CXX_COMPILER_LAUNCHER=ccache}
+fi
+# Only what the unit label needs: the unit test executables (and alpaca-train, which some run).
+targets=$(ctest --test-dir "$BUILD" -N -L unit 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: \([A-Za-z0-9_]*\).*/\1/p' | sed 's/_np[0-9]*$//' | sort -u)
+if [ -z "$targets" ]; then targets=all; fi
+cmake --build "$BUILD" -j "$JOBS" --target alpaca-train $targets
+t1=$(date +%s)
+echo "[sanitize] build took $((t1 - t0)) s"
+export ASAN_OPTIONS="detect_leaks=0:protect_shadow_gap=0:${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
+ctest --test-dir "$BUILD" --output-on-failure -L unit -j 1 "$@"
+echo "[sanitize] tests took $(( $(date +%s) - t1 )) s"

@@ -1,0 +1,278 @@
+// Broken machines and broken files around checkpoints, with the real alpaca-train binary on the
+// tiny parity model (CPU, one rank): a disk that fills during a save (a real tmpfs, mounted here
+// when the test runs as root; skipped otherwise), a checkpoint that was truncated, had one byte
+// flipped or lost its optimizer file, and an output directory that cannot be written.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <thread>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+
+#include "alpaca/ckpt/checkpoint_dir.h"
+#include "test_util.h"
+#include "train_test_util.h"
+
+namespace fs = std::filesystem;
+using namespace alpaca::testing;
+
+namespace {
+
+fs::path fixture() { return binary_dir() / "fixtures" / "train_parity"; }
+
+std::string run_args(const fs::path& out, int64_t max_steps) {
+  return "--model_name_or_path " + (fixture() / "model").string() + " --data_path " + (fixture() / "data.json").string() +
+         " --output_dir " + out.string() + " --max_steps " + std::to_string(max_steps) +
+         " --per_device_train_batch_size 4 --gradient_accumulation_steps 1 --learning_rate 1e-3 --model_max_length 64"
+         " --logging_steps 1 --report_to jsonl --seed 42 --save_steps 2";
+}
+
+int64_t dir_bytes(const fs::path& dir) {
+  int64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) n += static_cast<int64_t>(e.file_size());
+  return n;
+}
+
+// A tmpfs of a given size at `dir`, unmounted when the test ends (whatever it asserts).
+class Tmpfs {
+ public:
+  Tmpfs(const fs::path& dir, int64_t bytes, bool read_only = false) : dir_(dir) {
+    fs::create_directories(dir);
+    const std::string opts = "size=" + std::to_string(bytes);
+    ok_ = ::mount("tmpfs", dir.c_str(), "tmpfs", read_only ? MS_RDONLY : 0, opts.c_str()) == 0;
+    if (!ok_) error_ = std::strerror(errno);
+  }
+  ~Tmpfs() {
+    if (ok_) ::umount2(dir_.c_str(), MNT_DETACH);
+  }
+  bool ok() const { return ok_; }
+  const std::string& error() const { return error_; }
+  bool resize(int64_t bytes) {
+    const std::string opts = "size=" + std::to_string(bytes);
+    return ::mount("tmpfs", dir_.c_str(), "tmpfs", MS_REMOUNT, opts.c_str()) == 0;
+  }
+
+ private:
+  fs::path dir_;
+  bool ok_ = false;
+  std::string error_;
+};
+
+#define SKIP_WITHOUT_FIXTURE() \
+  if (fs::exists(fixture() / "SKIPPED")) GTEST_SKIP() << "fixture skipped (no shared data)"
+
+#define SKIP_WITHOUT_MOUNT(t) \
+  if (!(t).ok()) GTEST_SKIP() << "cannot mount a tmpfs here (" << (t).error() << "; needs root)"
+
+}  // namespace
+
+TEST(CheckpointFaults, DiskFullDuringSaveKeepsPreviousCheckpointAndResumesOnceSpaceIsBack) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("disk_full");
+  // How big one checkpoint of this run is, measured on the ordinary disk.
+  std::string log;
+  ASSERT_EQ(run_trainer(run_args(tmp.path() / "sizing", 2), 1, &log), 0) << log;
+  const int64_t ckpt_bytes = dir_bytes(tmp.path() / "sizing" / "checkpoint-2");
+  ASSERT_GT(ckpt_bytes, 100000);
+  // Room for checkpoint-2 and the small files (page-rounded), but not for checkpoint-4 as well.
+  const int64_t disk = (ckpt_bytes * 3 / 2 + 256 * 1024) / 4096 * 4096;
+  const fs::path out = tmp.path() / "disk";
+  Tmpfs fs_small(out, disk);
+  SKIP_WITHOUT_MOUNT(fs_small);
+
+  const int rc = run_trainer(run_args(out, 4), 1, &log);
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(log.find("No space left on device"), std::string::npos) << log;
+  EXPECT_NE(log.find("bytes still to write"), std::string::npos) << log;
+  EXPECT_NE(log.find("bytes are free on its filesystem"), std::string::npos) << log;
+  EXPECT_NE(log.find((out / "tmp-checkpoint-4").string()), std::string::npos) << "the error names the file: " << log;
+  EXPECT_NE(log.find("checkpoint-4 was not saved"), std::string::npos) << log;
+  EXPECT_NE(log.find("a checkpoint of this run needs about"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(out / "tmp-checkpoint-4")) << "no partial directory is left behind";
+  EXPECT_FALSE(fs::exists(out / "checkpoint-4"));
+  EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-2"), "") << "the previous checkpoint is intact";
+
+  // Space is back: the same command with --resume_from_checkpoint True finishes the run.
+  ASSERT_TRUE(fs_small.resize(disk * 8)) << std::strerror(errno);
+  ASSERT_EQ(run_trainer(run_args(out, 4) + " --resume_from_checkpoint True", 1, &log), 0) << log;
+  EXPECT_NE(log.find("resuming from " + (out / "checkpoint-2").string()), std::string::npos) << log;
+  EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-4"), "");
+  EXPECT_TRUE(fs::exists(out / "model.safetensors"));
+}
+
+TEST(CheckpointFaults, CorruptCheckpointIsRefusedNamingTheFile) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("corrupt_ckpt");
+  const fs::path out = tmp.path() / "run";
+  std::string log;
+  ASSERT_EQ(run_trainer(run_args(out, 2), 1, &log), 0) << log;
+  const fs::path good = out / "checkpoint-2";
+  ASSERT_EQ(alpaca::ckpt::checkpoint_problem(good), "");
+
+  struct Case {
+    const char* name;
+    void (*damage)(const fs::path&);
+    const char* expect;  // after the file's path in the error
+  };
+  const Case cases[] = {
+      {"truncated", [](const fs::path& d) { fs::resize_file(d / "model.safetensors", fs::file_size(d / "model.safetensors") / 2); },
+       "model.safetensors has "},
+      {"flipped byte",
+       [](const fs::path& d) {
+         std::fstream f(d / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+         f.seekg(-100, std::ios::end);
+         const char c = static_cast<char>(f.get());
+         f.seekp(-100, std::ios::end);
+         f.put(static_cast<char>(c ^ 0x10));
+       },
+       "model.safetensors is corrupt: its sha256 is"},
+      {"missing optimizer", [](const fs::path& d) { fs::remove(d / "optimizer.safetensors"); }, "optimizer.safetensors is missing"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path bad = tmp.path() / "bad" / "checkpoint-2";
+    fs::remove_all(bad.parent_path());
+    fs::create_directories(bad.parent_path());
+    fs::copy(good, bad, fs::copy_options::recursive);
+    c.damage(bad);
+    // An explicit checkpoint: refused before any model is loaded, naming the file.
+    int rc = run_trainer(run_args(tmp.path() / "resume_explicit", 4) + " --resume_from_checkpoint " + bad.string(), 1, &log);
+    EXPECT_NE(rc, 0) << log;
+    EXPECT_NE(log.find("cannot be resumed from: file " + bad.string()), std::string::npos) << log;
+    EXPECT_NE(log.find(c.expect), std::string::npos) << log;
+    EXPECT_FALSE(fs::exists(tmp.path() / "resume_explicit" / "checkpoint-4"));
+    // True = the newest complete one: the damaged one is skipped with a warning naming it, and
+    // with nothing else to resume from the run stops rather than starting over.
+    rc = run_trainer(run_args(bad.parent_path(), 4) + " --resume_from_checkpoint True", 1, &log);
+    EXPECT_NE(rc, 0) << log;
+    EXPECT_NE(log.find("skipping checkpoint " + bad.string()), std::string::npos) << log;
+    EXPECT_NE(log.find("no complete checkpoint-<step>"), std::string::npos) << log;
+    EXPECT_FALSE(fs::exists(bad.parent_path() / "checkpoint-4"));
+  }
+}
+
+TEST(CheckpointFaults, UnwritableOutputDirIsAnErrorBeforeAnyLoading) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("unwritable_out");
+  std::string log;
+  // A regular file where the output directory should be.
+  std::ofstream(tmp.path() / "a_file") << "not a directory";
+  int rc = run_trainer(run_args(tmp.path() / "a_file", 2), 1, &log);
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(log.find("--output_dir"), std::string::npos) << log;
+  EXPECT_NE(log.find((tmp.path() / "a_file").string()), std::string::npos) << log;
+  EXPECT_EQ(log.find("loaded"), std::string::npos) << "nothing is loaded first: " << log;
+  EXPECT_EQ(log.find("step 1"), std::string::npos) << log;
+  // A read-only parent (a read-only tmpfs: root ignores permission bits, not a read-only mount).
+  Tmpfs ro(tmp.path() / "ro", 1 << 20, /*read_only=*/true);
+  SKIP_WITHOUT_MOUNT(ro);
+  rc = run_trainer(run_args(tmp.path() / "ro" / "out", 2), 1, &log);
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(log.find((tmp.path() / "ro" / "out").string()), std::string::npos) << log;
+  EXPECT_NE(log.find("Read-only file system"), std::string::npos) << log;
+  EXPECT_EQ(log.find("loaded"), std::string::npos) << "nothing is loaded first: " << log;
+}
+
+TEST(CheckpointFaults, SigtermDuringSaveFinishesTheCheckpointAndExits143) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("sigterm_save");
+  const fs::path out = tmp.path() / "run";
+  fs::create_directories(out);
+  // The save of checkpoint-2 pauses 3 s after its files are written, before it is sealed.
+  const std::string cmd = "ALPACA_FAULTS=ckpt.pause_before_seal=3000 exec " + train_bin() + " " + run_args(out, 100) +
+                          " > " + (tmp.path() / "run.log").string() + " 2>&1";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool staged = false;
+  for (int i = 0; i < 6000 && !staged; ++i) {
+    staged = fs::exists(out / "tmp-checkpoint-2" / "trainer_state.json");
+    if (!staged) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream f(tmp.path() / "run.log");
+  const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(staged) << log;
+  ASSERT_TRUE(WIFEXITED(status)) << "a clean exit, not death by the signal: " << log;
+  EXPECT_EQ(WEXITSTATUS(status), 143) << log;
+  // The save that was under way completes; nothing torn or half-staged stays.
+  EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-2"), "") << log;
+  EXPECT_FALSE(fs::exists(out / "tmp-checkpoint-2"));
+  for (const auto& e : fs::directory_iterator(out)) {
+    const std::string name = e.path().filename().string();
+    EXPECT_NE(name.rfind("tmp-", 0), 0u) << "left behind: " << name;
+    if (name.rfind("checkpoint-", 0) == 0) {
+      EXPECT_EQ(alpaca::ckpt::checkpoint_problem(e.path()), "") << name;
+    }
+  }
+}
+
+// True once something listens on 127.0.0.1:port (rank 0's rendezvous store).
+bool port_open(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// torchrun-style environment with WORLD_SIZE=3 but only ranks 0 and 1 started.
+TEST(CheckpointFaults, RankThatNeverArrivesIsNamedWithinTheTimeout) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("rank_missing");
+  const int timeout_s = 10;
+  const int port = 20000 + ::getpid() % 20000;
+  auto rank_cmd = [&](int r) {
+    return "RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
+           " WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " +
+           train_bin() + " " + run_args(tmp.path() / "out", 2) + " --ddp_timeout " + std::to_string(timeout_s) + " > " +
+           (tmp.path() / ("rank" + std::to_string(r) + ".log")).string() + " 2>&1; echo $? > " +
+           (tmp.path() / ("rank" + std::to_string(r) + ".rc")).string();
+  };
+  // Rank 0 first; rank 1 once rank 0's store listens, so a slow start of one process on a busy
+  // machine is not mistaken for a missing rank. Rank 0's wait began at about that moment.
+  run_command("(" + rank_cmd(0) + ") </dev/null >/dev/null 2>&1 &");
+  bool up = false;
+  for (int i = 0; i < 1200 && !up; ++i) {
+    up = port_open(port);
+    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(up) << "rank 0 never opened its store";
+  const auto t0 = std::chrono::steady_clock::now();
+  run_command(rank_cmd(1));
+  for (int i = 0; i < 1200 && !fs::exists(tmp.path() / "rank0.rc"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the rc file is written, then closed
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    std::ifstream lf(tmp.path() / ("rank" + std::to_string(r) + ".log")), rf(tmp.path() / ("rank" + std::to_string(r) + ".rc"));
+    const std::string log((std::istreambuf_iterator<char>(lf)), std::istreambuf_iterator<char>());
+    int rc = -1;
+    rf >> rc;
+    EXPECT_NE(rc, 0) << log;
+    EXPECT_NE(log.find(" 2 of WORLD_SIZE=3 never connected to the rendezvous store at 127.0.0.1:" + std::to_string(port)),
+              std::string::npos)
+        << log;
+  }
+  EXPECT_LT(seconds, timeout_s + 10) << "took " << seconds << " s";
+  std::cout << "both ranks ended " << seconds << " s after rank 0's store opened (--ddp_timeout " << timeout_s << ")\n";
+}
