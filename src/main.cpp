@@ -13,7 +13,9 @@ int main(int argc, char** argv) {
   try {
     return alpaca::cli::dispatch(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const alpaca::cli::UsageError& e) {
-    std::cerr << "alpaca-train: error: " << e.message() << "\n";
+    // Every rank parses the same flags and sees the same files, so every rank finds the same
+    // usage error: one prints it (rank 0, or the only process), the others just exit.
+    if (alpaca::process_rank() <= 0) std::cerr << "alpaca-train: error: " << e.message() << "\n";
     return 2;
   } catch (const alpaca::Error& e) {
     std::cerr << "alpaca-train: error: " << e.what() << "\n";

@@ -19,18 +19,10 @@ namespace {
 
 using nlohmann::json;
 
-// The world size the launcher exported (torchrun, Open MPI, MPICH, Slurm); 1 when launched alone.
-int64_t env_world_size() {
-  for (const char* name : {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
-    if (const char* v = std::getenv(name); v && *v) return std::atoll(v);
-  }
-  return 1;
-}
-
 class DeepSpeedMapper {
  public:
-  DeepSpeedMapper(json root, std::string source, TrainArgs& args)
-      : root_(std::move(root)), source_(std::move(source)), args_(args) {}
+  DeepSpeedMapper(json root, std::string source, TrainArgs& args, int world_size)
+      : root_(std::move(root)), source_(std::move(source)), args_(args), world_size_(world_size) {}
 
   void run() {
     check_keys(root_, "", {"bf16", "fp16", "optimizer", "scheduler", "zero_optimization", "gradient_accumulation_steps",
@@ -182,10 +174,10 @@ class DeepSpeedMapper {
 
     if (!z.contains("stage") || !z["stage"].is_number_integer()) fail("zero_optimization.stage", "must be 0, 2 or 3");
     int stage = z["stage"].get<int>();
-    FsdpOption strategy;
-    if (stage == 3) strategy = FsdpOption::kFullShard;
-    else if (stage == 2) strategy = FsdpOption::kShardGradOp;
-    else if (stage == 0) strategy = FsdpOption::kNoShard;
+    std::string strategy;
+    if (stage == 3) strategy = "full_shard";
+    else if (stage == 2) strategy = "shard_grad_op";
+    else if (stage == 0) strategy = "no_shard";
     else fail("zero_optimization.stage", std::to_string(stage) + " is not supported: use 3 (full_shard), 2 (shard_grad_op) or 0 (no_shard)");
 
     bool offload_optimizer = offload_device(z, "offload_optimizer");
@@ -226,8 +218,8 @@ class DeepSpeedMapper {
            "the final model is always exported as a full HF directory, gathered one layer at a time");
     }
 
-    args_.fsdp_options = {strategy, FsdpOption::kAutoWrap};
-    if (offload_optimizer) args_.fsdp_options.insert(FsdpOption::kOffload);
+    // validate_train_args builds the FSDP policy from these words (fsdp::build_fsdp_policy).
+    args_.fsdp_words = strategy + " auto_wrap" + (offload_optimizer ? " offload" : "");
     args_.deepspeed_zero_stage = stage;
   }
 
@@ -258,7 +250,7 @@ class DeepSpeedMapper {
     if (root_.contains("train_batch_size") && !is_auto(root_["train_batch_size"])) {
       const json& v = root_["train_batch_size"];
       if (!v.is_number_integer()) fail("train_batch_size", "must be an integer or \"auto\"");
-      int64_t world = env_world_size();
+      const int64_t world = world_size_;
       int64_t expected = args_.per_device_train_batch_size * args_.gradient_accumulation_steps * world;
       if (v.get<int64_t>() != expected) {
         fail("train_batch_size", "is " + v.dump() + " but per_device_train_batch_size x gradient_accumulation_steps x ranks = " +
@@ -278,11 +270,12 @@ class DeepSpeedMapper {
   json root_;
   std::string source_;
   TrainArgs& args_;
+  int world_size_;
 };
 
 }  // namespace
 
-void apply_deepspeed_config(const std::string& path_or_json, TrainArgs& args) {
+void apply_deepspeed_config(const std::string& path_or_json, TrainArgs& args, int world_size) {
   std::string text = path_or_json;
   std::string source = "(inline JSON)";
   size_t first = path_or_json.find_first_not_of(" \t\n");
@@ -301,7 +294,7 @@ void apply_deepspeed_config(const std::string& path_or_json, TrainArgs& args) {
   } catch (const json::exception& e) {
     ALPACA_USAGE_FAIL("--deepspeed " << source << " is not valid JSON: " << e.what());
   }
-  DeepSpeedMapper(std::move(root), source, args).run();
+  DeepSpeedMapper(std::move(root), source, args, world_size).run();
 }
 
 }  // namespace alpaca::cli

@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "alpaca/cli/usage_error.h"
+#include "alpaca/util/text.h"
 
 namespace alpaca::cli {
 namespace {
@@ -176,14 +177,7 @@ std::string type_name(FlagType t) {
 
 bool is_bool_type(FlagType t) { return t == FlagType::kBool || t == FlagType::kOptBool; }
 
-std::optional<bool> parse_bool_text(const std::string& text) {
-  std::string s = text;
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  // HF's string_to_bool accepts these spellings.
-  if (s == "true" || s == "1" || s == "yes" || s == "y" || s == "t") return true;
-  if (s == "false" || s == "0" || s == "no" || s == "n" || s == "f") return false;
-  return std::nullopt;
-}
+std::optional<bool> parse_bool_text(const std::string& text) { return text::parse_bool_text(text); }
 
 void set_flag_from_text(TrainArgs& args, const std::string& name, const std::string& text) {
   FieldPtr field = entry(name).field(args);
@@ -215,28 +209,7 @@ std::string flag_value_text(const TrainArgs& args, const std::string& name) {
 }
 
 std::string closest_name(const std::string& unknown, const std::vector<std::string>& known) {
-  auto distance = [](const std::string& a, const std::string& b) {
-    std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-      cur[0] = i;
-      for (size_t j = 1; j <= b.size(); ++j) {
-        size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
-      }
-      std::swap(prev, cur);
-    }
-    return prev[b.size()];
-  };
-  std::string best;
-  size_t best_d = static_cast<size_t>(-1);
-  for (const auto& k : known) {
-    size_t d = distance(unknown, k);
-    if (d < best_d) best_d = d, best = k;
-  }
-  // Beyond about a third of the word, a "suggestion" is noise rather than the intended flag.
-  size_t limit = std::max<size_t>(2, unknown.size() / 3);
-  return best_d <= limit ? best : "";
+  return text::closest_name(unknown, known);
 }
 
 }  // namespace alpaca::cli

@@ -174,7 +174,7 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-TrainArgs parse_train_args(const std::vector<std::string>& argv) {
+TrainArgs parse_train_args(const std::vector<std::string>& argv, const dist::LaunchInfo& launch) {
   CommandLine cl = parse_command_line(argv);
   TrainArgs args;
   if (!cl.config_path.empty()) {
@@ -192,7 +192,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv) {
     set_flag_from_text(args, flag, text);
     args.explicit_flags.insert(flag);
   }
-  validate_train_args(args);
+  validate_train_args(args, launch);
   return args;
 }
 

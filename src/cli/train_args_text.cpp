@@ -83,9 +83,7 @@ std::string format_train_args(const TrainArgs& args) {
     }
   }
   os << "  [derived]\n";
-  std::string words;
-  for (FsdpOption o : args.fsdp_options) words += (words.empty() ? "" : " ") + fsdp_option_name(o);
-  os << "    fsdp options = " << (words.empty() ? "(none: full replica per rank)" : words) << "\n";
+  os << "    fsdp options = " << (args.fsdp_words.empty() ? "(none: full replica per rank)" : args.fsdp_words) << "\n";
   os << "    fsdp_config = " << args.fsdp_config_json << "\n";
   if (args.deepspeed_zero_stage > 0) os << "    deepspeed ZeRO stage = " << args.deepspeed_zero_stage << "\n";
   return os.str();

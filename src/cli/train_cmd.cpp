@@ -6,6 +6,7 @@
 
 #include "alpaca/cli/commands.h"
 #include "alpaca/cli/train_args.h"
+#include "alpaca/dist/launch.h"
 #include "alpaca/train/run.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
@@ -51,18 +52,23 @@ int run_train(const std::vector<std::string>& argv) {
     std::cout << train_help();
     return 0;
   }
-  TrainArgs args = parse_train_args(argv);
-  int rank = log::env_rank();
+  // The launch is read once, here, and passed down (the parser, the runtime).
+  const dist::LaunchInfo launch = dist::discover_launch();
+  const int rank = launch.source == dist::LaunchSource::kSingle ? -1 : launch.rank;
   if (rank >= 0) set_process_rank(rank);  // error messages name the rank from the start
+  TrainArgs args = parse_train_args(argv, launch);
   setup_logging(args, rank);
   if (rank <= 0) {
     ALPACA_INFO("run " << args.run_name << ": " << format_train_args(args));
     for (const auto& note : args.notes) ALPACA_INFO(note);
+  }
+  check_input_paths(args);  // before anything is written to output_dir
+  if (rank <= 0) {
     write_args_json(args);
     ALPACA_INFO("wrote " << (fs::path(args.output_dir) / "training_args.json").string());
   }
   sys::keep_host_heap();  // before the first large allocation; see sys.h
-  return train::run_training(args);
+  return train::run_training(trainer_options(args), launch);
 }
 
 }  // namespace alpaca::cli

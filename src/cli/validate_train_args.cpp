@@ -5,7 +5,6 @@
 
 #include <cctype>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,6 +13,7 @@
 #include "alpaca/cli/flag_table.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/cli/usage_error.h"
+#include "alpaca/fsdp/policy.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
 
@@ -57,7 +57,8 @@ void check_choice(const std::string& flag, const std::string& value, const std::
 }
 
 // Reads a flag that holds JSON: inline text starting with '{', else a path to a JSON file.
-json read_json_flag(const std::string& flag, const std::string& value) {
+// `origin` (optional) receives how messages should name it ("--flag" or "--flag file X").
+json read_json_flag(const std::string& flag, const std::string& value, std::string* origin = nullptr) {
   std::string text = value;
   std::string where = "--" + flag;
   if (value.find_first_not_of(" \t\n") != std::string::npos && value[value.find_first_not_of(" \t\n")] != '{') {
@@ -75,6 +76,7 @@ json read_json_flag(const std::string& flag, const std::string& value) {
     ALPACA_USAGE_FAIL(where << " is not valid JSON: " << e.what());
   }
   ALPACA_USAGE_CHECK(j.is_object(), where << " must be a JSON object {...}");
+  if (origin) *origin = where;
   return j;
 }
 
@@ -109,14 +111,6 @@ int64_t parse_byte_size(const std::string& text) {
   return bytes;
 }
 
-// Launchers export the local rank; torch.distributed.launch also passes --local_rank.
-int env_local_rank() {
-  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
-    if (const char* v = std::getenv(name); v && *v) return std::atoi(v);
-  }
-  return -1;
-}
-
 void validate_required(TrainArgs& a) {
   ALPACA_USAGE_CHECK(!a.model_name_or_path.empty(),
                      "--model_name_or_path is required: a local Hugging Face LLaMA directory "
@@ -140,6 +134,8 @@ void validate_sizes(TrainArgs& a) {
   ALPACA_USAGE_CHECK(a.dataloader_num_workers == 0, "--dataloader_num_workers " << a.dataloader_num_workers
                      << " is not supported: alpaca-train tokenizes the data in-process before training; drop the flag");
   a.save_max_shard_bytes = parse_byte_size(a.save_max_shard_size);
+  ALPACA_USAGE_CHECK(a.save_safetensors, "--save_safetensors False is not supported: alpaca-train writes model.safetensors "
+                                         "only (transformers and peft load it); drop the flag");
 }
 
 void validate_optimizer(TrainArgs& a) {
@@ -155,6 +151,7 @@ void validate_optimizer(TrainArgs& a) {
                {"linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
                 "inverse_sqrt", "cosine_with_min_lr"});
   a.lr_scheduler_kwargs_json = a.lr_scheduler_kwargs.empty() ? "{}" : read_json_flag("lr_scheduler_kwargs", a.lr_scheduler_kwargs).dump();
+  schedule_from_flags(a);  // unknown kwargs and invalid schedules are refused here, not at step 0
   ALPACA_USAGE_CHECK(a.warmup_ratio >= 0 && a.warmup_ratio <= 1, "--warmup_ratio must be in [0, 1], got " << a.warmup_ratio);
   ALPACA_USAGE_CHECK(a.warmup_steps >= 0, "--warmup_steps must be >= 0, got " << a.warmup_steps);
   ALPACA_USAGE_CHECK(a.warmup_steps < 1 || a.warmup_steps == std::floor(a.warmup_steps),
@@ -216,6 +213,9 @@ void validate_strategies(TrainArgs& a) {
     ALPACA_USAGE_FAIL("--load_best_model_at_end is not supported yet (the trainer does not track the best checkpoint); "
                       "drop the flag and pick a checkpoint-<step> by its eval loss in trainer_state.json");
   }
+  ALPACA_USAGE_CHECK(a.eval_strategy == "no" || !a.eval_data_path.empty(),
+                     "--eval_strategy " << a.eval_strategy << " needs --eval_data_path, an Alpaca JSON file to "
+                     "evaluate on (alpaca-train does not split the training data)");
 }
 
 void validate_logging(TrainArgs& a) {
@@ -240,7 +240,7 @@ void validate_logging(TrainArgs& a) {
   if (a.run_name.empty()) a.run_name = a.output_dir;  // HF: run_name defaults to output_dir
 }
 
-void validate_data(TrainArgs& a) {
+void validate_data(TrainArgs& a, const dist::LaunchInfo& launch) {
   ALPACA_USAGE_CHECK(a.remove_unused_columns, "--remove_unused_columns False is not supported: the Alpaca pipeline "
                                               "builds only input_ids, labels and attention_mask; drop the flag");
   ALPACA_USAGE_CHECK(!(a.packing && a.group_by_length),
@@ -256,92 +256,40 @@ void validate_data(TrainArgs& a) {
                          "checkpoint-<step> directory, or True for the newest checkpoint in --output_dir");
     }
   }
+  // torch.distributed.launch passes --local_rank as well as exporting it.
   if (a.local_rank >= 0) {
-    int env = env_local_rank();
-    ALPACA_USAGE_CHECK(env < 0 || env == a.local_rank, "--local_rank " << a.local_rank << " contradicts the launcher's local rank "
-                                                                       << env << "; drop --local_rank");
+    ALPACA_USAGE_CHECK(launch.source == dist::LaunchSource::kSingle || launch.local_rank == a.local_rank,
+                       "--local_rank " << a.local_rank << " contradicts the launcher's local rank " << launch.local_rank
+                                       << "; drop --local_rank");
   }
 }
 
-// --fsdp words -> fsdp_options, with HF's errors plus what our engine does not implement.
-void validate_fsdp(TrainArgs& a) {
-  static const std::vector<std::pair<std::string, FsdpOption>> kWords = {
-      {"full_shard", FsdpOption::kFullShard},       {"shard_grad_op", FsdpOption::kShardGradOp},
-      {"no_shard", FsdpOption::kNoShard},           {"hybrid_shard", FsdpOption::kHybridShard},
-      {"hybrid_shard_zero2", FsdpOption::kHybridShardZero2}, {"offload", FsdpOption::kOffload},
-      {"auto_wrap", FsdpOption::kAutoWrap}};
-  std::vector<std::string> words = split_words(a.fsdp);
-  auto flag_bool = parse_bool_text(a.fsdp);
-  if (flag_bool.has_value()) words = *flag_bool ? std::vector<std::string>{"full_shard"} : std::vector<std::string>{};
-  std::vector<std::string> strategies;
-  for (const auto& w : words) {
-    bool found = false;
-    for (const auto& [name, opt] : kWords) {
-      if (name == w) a.fsdp_options.insert(opt), found = true;
-    }
-    if (!found) {
-      std::vector<std::string> names;
-      for (const auto& kw : kWords) names.push_back(kw.first);
-      std::string guess = closest_name(w, names);
-      ALPACA_USAGE_FAIL("--fsdp word '" << w << "' is not one of " << join(names, ", ")
-                                       << (guess.empty() ? "" : "; did you mean '" + guess + "'?"));
-    }
-    if (w != "offload" && w != "auto_wrap") strategies.push_back(w);
+// The FSDP flags -> one fsdp::FsdpPolicy, through fsdp::build_fsdp_policy (the engine's own
+// parser, so the CLI and the engine cannot disagree); its errors become usage errors (exit 2).
+// Runs after the DeepSpeed mapping, which may set fsdp_words and the precision flags.
+void validate_fsdp(TrainArgs& a, const dist::LaunchInfo& launch) {
+  fsdp::FsdpPolicyInputs in;
+  in.fsdp = a.deepspeed.empty() ? a.fsdp : a.fsdp_words;
+  if (!a.fsdp_config.empty()) in.fsdp_config = read_json_flag("fsdp_config", a.fsdp_config, &in.fsdp_config_origin).dump();
+  in.transformer_layer_cls_to_wrap = split_words(a.fsdp_transformer_layer_cls_to_wrap);
+  in.mixed_precision = a.bf16 ? "bf16" : a.fp16 ? "fp16" : "no";
+  in.gradient_checkpointing = a.gradient_checkpointing;
+  in.local_world_size = launch.local_world_size;
+  try {
+    a.fsdp_policy = fsdp::build_fsdp_policy(in);
+    a.fsdp_words = join(fsdp::fsdp_words(in.fsdp), " ");
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    ALPACA_USAGE_FAIL(e.message());
   }
-  if (!words.empty()) {
-    ALPACA_USAGE_CHECK(strategies.size() <= 1, "--fsdp \"" << a.fsdp << "\" names " << join(strategies, " and ")
-                                                           << "; choose one sharding strategy");
-    ALPACA_USAGE_CHECK(!(strategies.empty() && a.has_fsdp(FsdpOption::kOffload)),
-                       "--fsdp offload can't work on its own; add it to a strategy, e.g. --fsdp \"full_shard auto_wrap offload\"");
-    if (strategies.empty()) a.fsdp_options.insert(FsdpOption::kFullShard);  // auto_wrap alone: full_shard, as accelerate
-    for (FsdpOption o : a.fsdp_options) {
-      if (o == FsdpOption::kOffload || o == FsdpOption::kAutoWrap) continue;
-      bool supported = false;
-      for (FsdpOption s : kSupportedFsdpStrategies) supported = supported || s == o;
-      std::string names;
-      for (FsdpOption s : kSupportedFsdpStrategies) names += (names.empty() ? "" : ", ") + fsdp_option_name(s);
-      ALPACA_USAGE_CHECK(supported, "--fsdp " << fsdp_option_name(o) << " is not implemented by the FSDP engine; use one of " << names);
-    }
-    ALPACA_USAGE_CHECK(!(a.has_fsdp(FsdpOption::kNoShard) && a.has_fsdp(FsdpOption::kOffload)),
-                       "--fsdp \"no_shard offload\" is not supported (nothing is sharded to offload); use "
-                       "\"full_shard auto_wrap offload\"");
-  }
-
-  json config = json::object();
-  if (!a.fsdp_config.empty()) {
-    ALPACA_USAGE_CHECK(!words.empty(), "--fsdp_config has no effect without --fsdp; add --fsdp \"full_shard auto_wrap\" or drop it");
-    config = read_json_flag("fsdp_config", a.fsdp_config);
-  }
-  if (!a.fsdp_transformer_layer_cls_to_wrap.empty()) {
-    ALPACA_USAGE_CHECK(a.has_fsdp(FsdpOption::kAutoWrap),
-                       "--fsdp_transformer_layer_cls_to_wrap only acts with --fsdp auto_wrap; add auto_wrap, e.g. "
-                       "--fsdp \"full_shard auto_wrap\"");
-    std::vector<std::string> classes = split_words(a.fsdp_transformer_layer_cls_to_wrap);
-    for (const char* key : {"transformer_layer_cls_to_wrap", "fsdp_transformer_layer_cls_to_wrap"}) {
-      if (!config.contains(key)) continue;
-      json v = config[key];
-      std::vector<std::string> in_config = v.is_array() ? v.get<std::vector<std::string>>() : split_words(v.get<std::string>());
-      ALPACA_USAGE_CHECK(in_config == classes, "--fsdp_transformer_layer_cls_to_wrap " << a.fsdp_transformer_layer_cls_to_wrap
-                         << " contradicts fsdp_config " << key << " " << v.dump() << "; give it once");
-      config.erase(key);
-    }
-    config["transformer_layer_cls_to_wrap"] = classes;
-  }
-  a.fsdp_config_json = config.dump();
-  // Alpaca issue #58: the pre-release class name silently wrapped nothing in PyTorch FSDP.
-  if (config.contains("transformer_layer_cls_to_wrap")) {
-    for (const auto& cls : config["transformer_layer_cls_to_wrap"]) {
-      ALPACA_USAGE_CHECK(cls == "LlamaDecoderLayer", "FSDP layer class '" << cls.get<std::string>()
-                         << "' does not exist in this trainer, which trains LLaMA models: use LlamaDecoderLayer "
-                            "(LLaMADecoderLayer was the pre-release spelling)");
-    }
-  }
+  a.fsdp_config_json = in.fsdp_config.empty() ? "{}" : in.fsdp_config;
 }
 
 }  // namespace
 
-void validate_train_args(TrainArgs& a) {
-  a.fsdp_options.clear();
+void validate_train_args(TrainArgs& a, const dist::LaunchInfo& launch) {
+  a.fsdp_words.clear();
   a.notes.clear();
   a.deepspeed_zero_stage = 0;
   validate_required(a);
@@ -355,37 +303,28 @@ void validate_train_args(TrainArgs& a) {
   validate_optimizer(a);
   validate_strategies(a);
   validate_logging(a);
-  validate_data(a);
-  validate_fsdp(a);
-  if (!a.deepspeed.empty()) apply_deepspeed_config(a.deepspeed, a);
+  validate_data(a, launch);
+  if (!a.deepspeed.empty()) apply_deepspeed_config(a.deepspeed, a, launch.world_size);
+  validate_fsdp(a, launch);
 }
 
-int64_t resolve_interval_steps(double value, int64_t total_steps) {
-  if (value <= 0) return 0;
-  if (value < 1) return static_cast<int64_t>(std::ceil(value * static_cast<double>(total_steps)));
-  return static_cast<int64_t>(value);
-}
-
-int64_t warmup_steps_for(const TrainArgs& args, int64_t total_steps) {
-  if (args.warmup_steps > 0) return resolve_interval_steps(args.warmup_steps, total_steps);
-  return static_cast<int64_t>(std::ceil(static_cast<double>(total_steps) * args.warmup_ratio));
-}
-
-int64_t effective_data_seed(const TrainArgs& args) { return args.data_seed.value_or(args.seed); }
-
-bool resume_from_latest(const TrainArgs& args) { return args.resume_from_checkpoint == "True"; }
-
-std::string fsdp_option_name(FsdpOption o) {
-  switch (o) {
-    case FsdpOption::kFullShard: return "full_shard";
-    case FsdpOption::kShardGradOp: return "shard_grad_op";
-    case FsdpOption::kNoShard: return "no_shard";
-    case FsdpOption::kHybridShard: return "hybrid_shard";
-    case FsdpOption::kHybridShardZero2: return "hybrid_shard_zero2";
-    case FsdpOption::kOffload: return "offload";
-    case FsdpOption::kAutoWrap: return "auto_wrap";
+void check_input_paths(const TrainArgs& a) {
+  namespace fs = std::filesystem;
+  const fs::path model = a.model_name_or_path;
+  ALPACA_USAGE_CHECK(fs::is_directory(model), "--model_name_or_path " << model.string() << " is not a directory; give a "
+                     "local Hugging Face LLaMA directory (config.json, weights, tokenizer), or create a small one with "
+                     "`alpaca-train init-model`");
+  ALPACA_USAGE_CHECK(fs::is_regular_file(model / "config.json"), "--model_name_or_path " << model.string()
+                     << " has no config.json; give a Hugging Face model directory (save_pretrained output)");
+  ALPACA_USAGE_CHECK(fs::is_regular_file(model / "tokenizer.model") || fs::is_regular_file(model / "tokenizer.json"),
+                     "--model_name_or_path " << model.string() << " has no tokenizer (tokenizer.model or tokenizer.json); "
+                     "copy the base model's tokenizer files into it");
+  for (const auto& [flag, path] : {std::pair<const char*, std::string>{"data_path", a.data_path},
+                                   std::pair<const char*, std::string>{"eval_data_path", a.eval_data_path}}) {
+    if (path.empty()) continue;
+    ALPACA_USAGE_CHECK(fs::is_regular_file(path), "--" << flag << " " << path << ": no such file; give an Alpaca JSON "
+                       "file of {instruction, input, output} records");
   }
-  return "?";
 }
 
 }  // namespace alpaca::cli

@@ -125,13 +125,6 @@ class MpiWork final : public Work {
     }
   }
 
-  bool is_completed() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return true;
-    check_mpi_thread(what_.c_str());
-    return test_locked();
-  }
-
  private:
   friend class ProgressEngine;
 

@@ -115,7 +115,6 @@ class NcclWork final : public Work {
     // Stream-ordered: the caller's current stream waits; the host does not.
     end_->block(c10::cuda::getCurrentCUDAStream(end_->device_index()));
   }
-  bool is_completed() override { return end_->query(); }
 
  private:
   std::shared_ptr<at::cuda::CUDAEvent> end_;

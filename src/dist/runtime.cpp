@@ -192,12 +192,13 @@ const char* to_string(Backend backend) {
   return "unknown";
 }
 
-const LaunchInfo& init() {
+const LaunchInfo& init() { return init(discover_launch()); }
+
+const LaunchInfo& init(const LaunchInfo& li) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.launch) return *s.launch;
   ALPACA_CHECK(!s.finalized, "dist::init() after dist::finalize(): the runtime lives once per process");
-  LaunchInfo li = discover_launch();
   s.launch = li;
   s.init_thread = std::this_thread::get_id();
   set_process_rank(li.world_size > 1 ? li.rank : -1);
@@ -252,6 +253,7 @@ void finalize(bool clean) {
 }
 
 Runtime::Runtime() { init(); }
+Runtime::Runtime(const LaunchInfo& launch) { init(launch); }
 Runtime::~Runtime() { finalize(std::uncaught_exceptions() == 0); }
 
 namespace detail {

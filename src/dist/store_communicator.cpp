@@ -40,7 +40,6 @@ void from_bytes(const Bytes& b, at::Tensor dst, const std::string& what) {
 class DoneWork final : public Work {
  public:
   void wait() override {}
-  bool is_completed() override { return true; }
 };
 
 bool is_16bit_float(at::ScalarType st) { return st == at::kBFloat16 || st == at::kHalf; }

@@ -352,7 +352,6 @@ void FsdpEngine::Impl::issue_reduce(int u) {
   p.unit = u;
   p.flat = unit.flat_grad;
   unit.flat_grad = at::Tensor();
-  if (policy.grad_reduction == GradReduction::kMean) p.flat.div_(comm->world_size());
   if (shard_world > 1) {
     p.out = at::empty({unit.train->shard_info().shard_numel}, p.flat.options());
     p.work = shard_comm->reduce_scatter(p.out, p.flat, dist::ReduceOp::kSum);
@@ -447,7 +446,6 @@ dist::Communicator* FsdpEngine::norm_comm() const { return impl_->shard_comm.get
 int FsdpEngine::num_units() const { return static_cast<int>(impl_->units.size()); }
 
 const FlatParameter* FsdpEngine::trainable_flat(int u) const { return impl_->units.at(u).train.get(); }
-const FlatParameter* FsdpEngine::frozen_flat(int u) const { return impl_->units.at(u).frozen.get(); }
 
 MemoryAccount FsdpEngine::memory_account(const optim::ShardedAdamW* opt) const {
   MemoryAccount m;

@@ -33,6 +33,19 @@ at::Tensor FsdpLlama::forward(const at::Tensor& input_ids_bt, const at::Tensor& 
   return engine_->forward([&] { return model_->forward(ids, mask, pos, seg); });
 }
 
+model::LossSum FsdpLlama::forward_loss_sum(const at::Tensor& input_ids_bt, const at::Tensor& labels_bt,
+                                           const at::Tensor& attention_mask_bt, const at::Tensor& position_ids_bt,
+                                           const at::Tensor& segment_ids_bt) {
+  int64_t count = 0;
+  at::Tensor sum = engine_->forward([&] {
+    model::LossSum ls =
+        model_->forward_loss_sum(input_ids_bt, labels_bt, attention_mask_bt, position_ids_bt, segment_ids_bt);
+    count = ls.num_tokens;
+    return ls.sum;
+  });
+  return {sum, count};
+}
+
 std::unique_ptr<FsdpLlama> apply_fsdp(model::LlamaForCausalLM model, std::shared_ptr<dist::Communicator> comm,
                                       const FsdpPolicy& policy) {
   return std::make_unique<FsdpLlama>(std::move(model), std::move(comm), policy);

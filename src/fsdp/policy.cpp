@@ -11,16 +11,14 @@
 #include <sstream>
 
 #include "alpaca/util/error.h"
+#include "alpaca/util/text.h"
 
 namespace alpaca::fsdp {
 namespace {
 
 using nlohmann::json;
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
+using text::lower;
 
 // HF configs write booleans as JSON bools or as "true"/"false" strings.
 bool as_bool(const json& v, const std::string& key, const std::string& origin) {
@@ -59,52 +57,50 @@ at::ScalarType dtype_word(const std::string& w, const std::string& what) {
   ALPACA_FAIL(what << " '" << w << "' is not a dtype; use fp32, bf16 or fp16");
 }
 
-void apply_words(const std::string& words, FsdpPolicy& p) {
-  std::stringstream ss(words);
-  std::string w;
-  std::set<std::string> seen;
-  while (ss >> w) seen.insert(lower(w));
-  if (seen.empty()) {
-    // No --fsdp: every rank keeps the whole model and gradients are all-reduced (HF's DDP).
+const std::vector<std::string>& strategy_words() {
+  static const std::vector<std::string> w = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"};
+  return w;
+}
+
+bool is_strategy(const std::string& w) {
+  const auto& s = strategy_words();
+  return std::find(s.begin(), s.end(), w) != s.end();
+}
+
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+// The words of --fsdp as the builder reads them; `text` is the original flag value for messages.
+void apply_words(const std::string& text, const std::vector<std::string>& words, FsdpPolicy& p) {
+  if (words.empty()) {
+    // No --fsdp: every rank keeps the whole model and gradients are all-reduced (HF's DDP), with
+    // one unit per decoder layer so the reduction overlaps the backward.
     p.strategy = ShardingStrategy::kNoShard;
+    p.auto_wrap = true;
     return;
   }
-  if (seen.count("true")) {  // HF: --fsdp True means full_shard
-    seen.erase("true");
-    seen.insert("full_shard");
-  }
-  int strategies = 0;
-  for (const auto& word : seen) {
-    if (word == "full_shard") {
-      p.strategy = ShardingStrategy::kFullShard;
-      ++strategies;
-    } else if (word == "shard_grad_op") {
-      p.strategy = ShardingStrategy::kShardGradOp;
-      ++strategies;
-    } else if (word == "no_shard") {
-      p.strategy = ShardingStrategy::kNoShard;
-      ++strategies;
-    } else if (word == "hybrid_shard") {
-      p.strategy = ShardingStrategy::kHybridShard;
-      ++strategies;
-    } else if (word == "offload") {
-      p.offload = true;
-    } else if (word == "auto_wrap") {
-      p.auto_wrap = true;
-    } else if (word == "hybrid_shard_zero2") {
-      ALPACA_FAIL("--fsdp word 'hybrid_shard_zero2' is not supported; use hybrid_shard or shard_grad_op");
-    } else {
-      ALPACA_FAIL("--fsdp word '" << word << "' is unknown; use full_shard, shard_grad_op, no_shard, "
-                  "hybrid_shard, auto_wrap, offload");
-    }
-  }
-  ALPACA_CHECK(strategies <= 1, "--fsdp '" << words << "' names more than one sharding strategy; pick one "
-               "of full_shard, shard_grad_op, no_shard, hybrid_shard");
-  ALPACA_CHECK(strategies == 1 || !p.offload,
-               "--fsdp 'offload' needs a sharding strategy too, e.g. --fsdp \"full_shard offload auto_wrap\"");
-  if (strategies == 0) p.strategy = ShardingStrategy::kFullShard;
+  std::vector<std::string> strategies;
+  for (const auto& w : words)
+    if (is_strategy(w)) strategies.push_back(w);
+  const bool offload = std::count(words.begin(), words.end(), "offload") > 0;
+  if (strategies.size() > 1)
+    ALPACA_FAIL("--fsdp \"" << text << "\" names " << join(strategies, " and ") << "; choose one sharding strategy");
+  if (strategies.empty() && offload)
+    ALPACA_FAIL("--fsdp offload can't work on its own; add it to a strategy, e.g. --fsdp \"full_shard auto_wrap offload\"");
+  const std::string strategy = strategies.empty() ? "full_shard" : strategies.front();  // auto_wrap alone: full_shard, as accelerate
+  if (strategy == "no_shard" && offload)
+    ALPACA_FAIL("--fsdp \"no_shard offload\" is not supported (nothing is sharded to offload); use "
+                "\"full_shard auto_wrap offload\"");
+  if (strategy == "full_shard") p.strategy = ShardingStrategy::kFullShard;
+  else if (strategy == "shard_grad_op") p.strategy = ShardingStrategy::kShardGradOp;
+  else if (strategy == "no_shard") p.strategy = ShardingStrategy::kNoShard;
+  else p.strategy = ShardingStrategy::kHybridShard;
+  p.offload = offload;
   // Without auto_wrap HF wraps the whole model as one unit.
-  if (!seen.count("auto_wrap")) p.auto_wrap = false;
+  p.auto_wrap = std::count(words.begin(), words.end(), "auto_wrap") > 0;
 }
 
 void apply_config(const json& cfg, const std::string& origin, FsdpPolicy& p, bool& wrap_cls_given) {
@@ -196,33 +192,80 @@ const char* to_string(BackwardPrefetch p) {
   return "?";
 }
 
+std::vector<std::string> fsdp_words(const std::string& fsdp) {
+  // HF: --fsdp True (or bare --fsdp) means full_shard, --fsdp False none.
+  std::string trimmed = fsdp;
+  trimmed.erase(0, trimmed.find_first_not_of(" \t,"));
+  trimmed.erase(trimmed.find_last_not_of(" \t,") + 1);
+  if (auto b = text::parse_bool_text(trimmed)) return *b ? std::vector<std::string>{"full_shard"} : std::vector<std::string>{};
+  static const std::vector<std::string> kKnown = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard",
+                                                  "hybrid_shard_zero2", "offload", "auto_wrap"};
+  std::set<std::string> seen;
+  std::string word;
+  for (char c : fsdp + " ") {
+    if (c != ' ' && c != '\t' && c != ',' && c != '\n') {
+      word += c;
+      continue;
+    }
+    if (word.empty()) continue;
+    const std::string w = lower(word);
+    if (std::find(kKnown.begin(), kKnown.end(), w) == kKnown.end()) {
+      const std::string guess = text::closest_name(w, kKnown);
+      ALPACA_FAIL("--fsdp word '" << word << "' is not one of " << join(kKnown, ", ")
+                                  << (guess.empty() ? "" : "; did you mean '" + guess + "'?"));
+    }
+    if (w == "hybrid_shard_zero2")
+      ALPACA_FAIL("--fsdp hybrid_shard_zero2 is not implemented by the FSDP engine; use one of "
+                  << join(strategy_words(), ", "));
+    seen.insert(w);
+    word.clear();
+  }
+  // Canonical order: the strategies, then auto_wrap, then offload.
+  std::vector<std::string> out;
+  for (const auto& w : strategy_words())
+    if (seen.count(w)) out.push_back(w);
+  for (const char* w : {"auto_wrap", "offload"})
+    if (seen.count(w)) out.push_back(w);
+  return out;
+}
+
 FsdpPolicy build_fsdp_policy(const FsdpPolicyInputs& in) {
   FsdpPolicy p;
-  apply_words(in.fsdp, p);
-  if (in.fsdp.find_first_not_of(" \t") == std::string::npos) p.auto_wrap = true;  // DDP-like: per-layer units
+  const std::vector<std::string> words = fsdp_words(in.fsdp);
+  apply_words(in.fsdp, words, p);
   const std::string mp = lower(in.mixed_precision);
   if (mp == "bf16") p.param_dtype = at::kBFloat16;
   else if (mp == "fp16") p.param_dtype = at::kHalf;
   else ALPACA_CHECK(mp == "no" || mp.empty(), "mixed precision '" << in.mixed_precision << "' unknown; use no, bf16 or fp16");
   p.reduce_dtype = p.param_dtype;  // accelerate: reduce_dtype = param_dtype
   bool wrap_cls_given = false;
+  std::vector<std::string> config_classes;
   if (in.fsdp_config.find_first_not_of(" \t\n\r") != std::string::npos) {
     json cfg;
     try {
-      cfg = json::parse(in.fsdp_config);
+      cfg = json::parse(in.fsdp_config, nullptr, true, /*ignore_comments=*/true);
     } catch (const json::exception& e) {
       ALPACA_FAIL(in.fsdp_config_origin << " is not valid JSON: " << e.what());
     }
+    ALPACA_CHECK(words.size() > 0 || (cfg.is_object() && cfg.empty()),
+                 in.fsdp_config_origin << " has no effect without --fsdp; add --fsdp \"full_shard auto_wrap\" or drop it");
     apply_config(cfg, in.fsdp_config_origin, p, wrap_cls_given);
+    config_classes = p.wrap_classes;
   }
   if (!in.transformer_layer_cls_to_wrap.empty()) {
-    ALPACA_CHECK(!wrap_cls_given, "--fsdp_transformer_layer_cls_to_wrap and fsdp_config's "
-                 "transformer_layer_cls_to_wrap are both given; keep one");
+    ALPACA_CHECK(std::count(words.begin(), words.end(), "auto_wrap") > 0,
+                 "--fsdp_transformer_layer_cls_to_wrap only acts with --fsdp auto_wrap; add auto_wrap, e.g. "
+                 "--fsdp \"full_shard auto_wrap\"");
+    ALPACA_CHECK(!wrap_cls_given || config_classes == in.transformer_layer_cls_to_wrap,
+                 "--fsdp_transformer_layer_cls_to_wrap " << join(in.transformer_layer_cls_to_wrap, ",")
+                 << " contradicts " << in.fsdp_config_origin << " transformer_layer_cls_to_wrap "
+                 << join(config_classes, ",") << "; give it once");
     p.wrap_classes = in.transformer_layer_cls_to_wrap;
   }
+  // Alpaca issue #58: the pre-release class name silently wrapped nothing in PyTorch FSDP.
   for (const auto& c : p.wrap_classes)
-    ALPACA_CHECK(c == "LlamaDecoderLayer", "transformer_layer_cls_to_wrap '" << c
-                 << "' is not a class alpaca-train can wrap; use LlamaDecoderLayer");
+    ALPACA_CHECK(c == "LlamaDecoderLayer", "FSDP layer class '" << c << "' does not exist in this trainer, which "
+                 "trains LLaMA models: use LlamaDecoderLayer (LLaMADecoderLayer was the pre-release spelling)");
   if (in.gradient_checkpointing) p.activation_checkpointing = true;
   ALPACA_CHECK(!p.cpu_ram_efficient_loading || p.sync_module_states,
                "fsdp_config: cpu_ram_efficient_loading=true requires sync_module_states=true (as in HF)");

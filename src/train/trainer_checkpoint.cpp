@@ -24,7 +24,7 @@ void Trainer::Impl::barrier() { comm->barrier()->wait(); }
 
 void Trainer::Impl::export_model(const fs::path& dir, bool write_tokenizer) {
   std::unique_ptr<io::HfExportWriter> writer;
-  const int64_t shard = args.save_max_shard_bytes > 0 ? args.save_max_shard_bytes : int64_t{5'000'000'000};
+  const int64_t shard = opt.save_max_shard_bytes > 0 ? opt.save_max_shard_bytes : int64_t{5'000'000'000};
   if (rank == 0) writer = std::make_unique<io::HfExportWriter>(dir.string(), shard, std::nullopt);
   engine->reset_peaks();
   const int64_t rss_before = sys::rss_bytes();
@@ -51,7 +51,7 @@ void Trainer::Impl::save_checkpoint() {
   barrier();
   const fs::path dir = writer.staging_dir();
   export_model(dir, /*write_tokenizer=*/true);
-  if (!args.save_only_model) {
+  if (!opt.save_only_model) {
     std::unique_ptr<io::SafetensorsWriter> opt_writer;
     if (rank == 0) opt_writer = std::make_unique<io::SafetensorsWriter>((dir / kOptimizerFile).string());
     engine->gather_optimizer_state_by_name(*optimizer, [&](const std::string& name, const std::string& key,
@@ -65,8 +65,8 @@ void Trainer::Impl::save_checkpoint() {
       rs.epoch = epoch;
       rs.steps_in_epoch = step_in_epoch;
       rs.samples_in_epoch = step_in_epoch * length.global_batch_size;
-      rs.seed = args.seed;
-      rs.data_seed = cli::effective_data_seed(args);
+      rs.seed = opt.seed;
+      rs.data_seed = opt.data_seed;
       rs.world_size = world;
       rs.global_batch_size = length.global_batch_size;
       rs.scheduler_step = scheduler_step;
@@ -86,8 +86,8 @@ void Trainer::Impl::save_checkpoint() {
   if (rank == 0) {
     const fs::path final_dir = writer.commit();
     ALPACA_INFO("saved checkpoint " << final_dir.string());
-    if (args.save_total_limit)
-      ckpt::rotate_checkpoints(output_dir, *args.save_total_limit, state.best_model_checkpoint.value_or(""), true);
+    if (opt.save_total_limit)
+      ckpt::rotate_checkpoints(output_dir, *opt.save_total_limit, state.best_model_checkpoint.value_or(""), true);
   }
   sys::release_free_host_memory();  // gathered full tensors of the export are not reused by the steps
   barrier();

@@ -1,6 +1,8 @@
 // Private state of the Trainer, shared by its setup, step loop, evaluation and checkpoint files.
 #pragma once
 
+#include <algorithm>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -8,27 +10,52 @@
 
 #include "alpaca/ckpt/resume_state.h"
 #include "alpaca/ckpt/trainer_state.h"
-#include "alpaca/cli/train_args.h"
 #include "alpaca/data/alpaca_example.h"
+#include "alpaca/data/collate.h"
 #include "alpaca/data/sampler.h"
 #include "alpaca/data/tokenizer.h"
 #include "alpaca/dist/communicator.h"
 #include "alpaca/fsdp/engine.h"
+#include "alpaca/fsdp/fsdp_llama.h"
 #include "alpaca/model/llama.h"
 #include "alpaca/optim/adamw.h"
 #include "alpaca/optim/loss_scaler.h"
 #include "alpaca/optim/lr_schedule.h"
 #include "alpaca/train/metrics.h"
+#include "alpaca/train/options.h"
 #include "alpaca/train/progress.h"
 #include "alpaca/train/trainer.h"
+#include "alpaca/util/sys.h"
 
 namespace alpaca::train {
 
-enum class Interval { kNo, kSteps, kEpoch };
-Interval parse_interval(const std::string& word, const std::string& flag);
+// The micro-batches of one optimizer step on this rank and the counts over all ranks.
+struct StepBatches {
+  std::vector<data::Batch> batches;
+  int64_t local_tokens = 0;   // attention-mask tokens on this rank
+  int64_t global_labels = 0;  // label tokens over all ranks and micro-batches: the loss denominator
+  int64_t global_tokens = 0;
+  double denominator() const { return static_cast<double>(std::max<int64_t>(global_labels, 1)); }
+};
+
+// What one optimizer step produced.
+struct StepOutcome {
+  double loss = 0;  // the global mean token loss of the step
+  double grad_norm = std::numeric_limits<double>::quiet_NaN();  // NaN when the update was skipped
+  double lr = 0;
+  bool stop = false;  // a rank was asked to save and stop (SIGTERM / SIGINT)
+};
+
+// The run's clocks and the logging window since the last training log entry.
+struct RunWindow {
+  sys::Timer run_timer, window_timer;
+  int64_t steps = 0, tokens = 0, local_tokens = 0;
+  double last_grad_norm = std::numeric_limits<double>::quiet_NaN(), last_lr = 0;
+  std::optional<double> last_eval_loss;
+};
 
 struct Trainer::Impl {
-  cli::TrainArgs args;
+  TrainerOptions opt;
   std::shared_ptr<dist::Communicator> comm;
   int rank = 0;
   int world = 1;
@@ -41,7 +68,10 @@ struct Trainer::Impl {
   std::filesystem::path weights_dir;
   bool grow_vocab = false;
   bool weights_loaded = false;
-  std::unique_ptr<fsdp::FsdpEngine> engine;
+  // The model under FSDP, wrapped by fsdp::apply_fsdp (the path the FSDP tests use); engine is
+  // fsdp_model->engine().
+  std::unique_ptr<fsdp::FsdpLlama> fsdp_model;
+  fsdp::FsdpEngine* engine = nullptr;
   std::unique_ptr<optim::ShardedAdamW> optimizer;
   std::optional<optim::DynamicLossScaler> scaler;  // fp16 only
   optim::LrSchedule schedule;
@@ -51,9 +81,7 @@ struct Trainer::Impl {
   std::unique_ptr<data::DistributedBatchSampler> sampler;
   RunLength length;
 
-  Interval log_interval = Interval::kSteps, eval_interval = Interval::kNo, save_interval = Interval::kSteps;
-  int64_t logging_steps = 0, eval_steps = 0, save_steps = 0;
-  bool jsonl = false;
+  int64_t logging_steps = 0, eval_steps = 0, save_steps = 0;  // resolved against the run length
   std::filesystem::path output_dir;
 
   // Position and bookkeeping (what a checkpoint stores).
@@ -72,14 +100,23 @@ struct Trainer::Impl {
   std::optional<double> peak_flops;
 
   // setup (trainer_setup.cpp)
-  explicit Impl(const cli::TrainArgs& a);
+  explicit Impl(const TrainerOptions& o);
   void setup_tokenizer_and_model();
   void setup_data();
   void setup_engine();
   void setup_schedule();
 
-  // loop (trainer_loop.cpp)
+  // loop (trainer_loop.cpp); train() runs the step functions top to bottom.
   int train();
+  StepBatches gather_micro_batches();
+  double forward_backward(const StepBatches& sb);
+  StepOutcome reduce_step_loss(double local_loss_sum, const StepBatches& sb);
+  void optimizer_step(StepOutcome& out);
+  void advance(const StepBatches& sb, const StepOutcome& out, RunWindow& w);
+  void log_eval_save(RunWindow& w, bool stop);
+  void log_window(RunWindow& w);
+  double evaluate_and_log();
+  void finish_run(const RunWindow& w);
   double evaluate_loss();
   void log_entry(LogEntry entry, bool to_history = true);
 

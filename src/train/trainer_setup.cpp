@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <iostream>
-#include <nlohmann/json.hpp>  // defines: nlohmann::json
 
 #include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/ckpt/preemption.h"
@@ -24,13 +23,6 @@
 namespace fs = std::filesystem;
 
 namespace alpaca::train {
-
-Interval parse_interval(const std::string& word, const std::string& flag) {
-  if (word == "no") return Interval::kNo;
-  if (word == "steps") return Interval::kSteps;
-  if (word == "epoch") return Interval::kEpoch;
-  ALPACA_FAIL(flag << " '" << word << "' is not a strategy; use no, steps or epoch");
-}
 
 RunLength compute_run_length(int64_t steps_per_epoch, int64_t global_batch, int64_t max_steps_flag,
                              double num_train_epochs) {
@@ -79,16 +71,14 @@ bool cuda_available() {
 
 }  // namespace
 
-Trainer::Impl::Impl(const cli::TrainArgs& a) : args(a) {}
+Trainer::Impl::Impl(const TrainerOptions& o) : opt(o) {}
 
 void Trainer::Impl::setup_tokenizer_and_model() {
-  const fs::path base = args.model_name_or_path;
-  ALPACA_CHECK(fs::is_directory(base), "--model_name_or_path " << base << " is not a directory; give a local Hugging Face "
-                                                                 "LLaMA directory (config.json, weights, tokenizer.model)");
+  const fs::path base = opt.model_name_or_path;  // checked by cli::check_input_paths
   tokenizer.emplace(data::Tokenizer::load(base.string()));
   // train.py: add [PAD] when the tokenizer has no pad token, then always resize to len(tokenizer).
   if (!tokenizer->pad_id()) tokenizer->set_pad_token("[PAD]");
-  tokenizer->set_model_max_length(args.model_max_length);
+  tokenizer->set_model_max_length(opt.model_max_length);
 
   model::LlamaConfig base_cfg = model::LlamaConfig::from_json_file((base / "config.json").string());
   model::LlamaConfig resized = base_cfg;
@@ -135,169 +125,118 @@ void Trainer::Impl::setup_tokenizer_and_model() {
   }
   const auto& c = model->config();
   flops_per_token = train::flops_per_token(model::num_parameters(model), c.num_hidden_layers, c.hidden_size,
-                                           args.model_max_length);
+                                           opt.model_max_length);
 }
 
 void Trainer::Impl::setup_data() {
-  ALPACA_CHECK(!args.data_path.empty(), "--data_path is required: an Alpaca JSON file of {instruction, input, output}");
-  const auto records = data::load_alpaca_records(args.data_path);
+  const auto records = data::load_alpaca_records(opt.data_path);
   data::TokenizeStats stats;
-  train_examples = data::tokenize_alpaca(records, *tokenizer, args.model_max_length, 0, &stats);
-  ALPACA_INFO("tokenized " << train_examples.size() << " training examples from " << args.data_path << " ("
-                           << stats.num_truncated << " truncated to " << args.model_max_length << " tokens, "
+  train_examples = data::tokenize_alpaca(records, *tokenizer, opt.model_max_length, 0, &stats);
+  ALPACA_INFO("tokenized " << train_examples.size() << " training examples from " << opt.data_path << " ("
+                           << stats.num_truncated << " truncated to " << opt.model_max_length << " tokens, "
                            << stats.num_no_label_tokens << " with no response tokens left)");
-  if (args.packing) {
+  if (opt.packing) {
     data::PackingStats ps;
-    train_examples = data::pack_examples(train_examples, args.model_max_length, &ps);
-    ALPACA_INFO("packed into " << ps.num_blocks << " sequences of up to " << args.model_max_length << " tokens ("
+    train_examples = data::pack_examples(train_examples, opt.model_max_length, &ps);
+    ALPACA_INFO("packed into " << ps.num_blocks << " sequences of up to " << opt.model_max_length << " tokens ("
                                << static_cast<int>(ps.fill_ratio * 100) << "% filled)");
   }
-  if (eval_interval != Interval::kNo) {
-    ALPACA_CHECK(!args.eval_data_path.empty(), "--eval_strategy " << args.eval_strategy
-                                                                  << " needs --eval_data_path (an Alpaca JSON file)");
-    eval_examples = data::tokenize_alpaca(data::load_alpaca_records(args.eval_data_path), *tokenizer,
-                                          args.model_max_length);
+  if (opt.eval_strategy != Interval::kNo) {
+    ALPACA_CHECK(!opt.eval_data_path.empty(), "evaluation is scheduled but no --eval_data_path was given");
+    eval_examples = data::tokenize_alpaca(data::load_alpaca_records(opt.eval_data_path), *tokenizer,
+                                          opt.model_max_length);
   }
   data::SamplerOptions so;
-  so.per_device_batch = args.per_device_train_batch_size;
-  so.grad_accum = args.gradient_accumulation_steps;
+  so.per_device_batch = opt.per_device_train_batch_size;
+  so.grad_accum = opt.gradient_accumulation_steps;
   so.world_size = world;
   so.rank = rank;
-  so.seed = static_cast<uint64_t>(cli::effective_data_seed(args));
-  so.drop_last = args.dataloader_drop_last;
-  so.group_by_length = args.group_by_length;
-  if (args.group_by_length)
+  so.seed = static_cast<uint64_t>(opt.data_seed);
+  so.drop_last = opt.dataloader_drop_last;
+  so.group_by_length = opt.group_by_length;
+  if (opt.group_by_length)
     for (const auto& e : train_examples) so.lengths.push_back(static_cast<int64_t>(e.input_ids.size()));
   sampler = std::make_unique<data::DistributedBatchSampler>(static_cast<int64_t>(train_examples.size()), so);
-  length = compute_run_length(sampler->steps_per_epoch(), sampler->global_batch_size(), args.max_steps,
-                              args.num_train_epochs);
+  length = compute_run_length(sampler->steps_per_epoch(), sampler->global_batch_size(), opt.max_steps,
+                              opt.num_train_epochs);
 }
 
 void Trainer::Impl::setup_engine() {
-  fsdp::FsdpPolicyInputs in;
-  for (cli::FsdpOption o : args.fsdp_options) in.fsdp += (in.fsdp.empty() ? "" : " ") + cli::fsdp_option_name(o);
-  in.fsdp_config = args.fsdp_config_json;
-  in.mixed_precision = args.bf16 ? "bf16" : args.fp16 ? "fp16" : "no";
-  in.gradient_checkpointing = args.gradient_checkpointing;
-  in.local_world_size = dist::launch_info().local_world_size;
-  fsdp::FsdpPolicy policy = fsdp::build_fsdp_policy(in);
-  policy.grad_reduction = fsdp::GradReduction::kSum;  // the loss is normalised by the global token count
-
-  fsdp::FsdpModelParts parts;
-  parts.root = model.get();
-  for (auto& layer : model->layers()) parts.layers.push_back(layer.get());
-  engine = std::make_unique<fsdp::FsdpEngine>(parts, comm, policy);
+  const fsdp::FsdpPolicy& policy = opt.fsdp_policy;  // validated once, at parse time
+  fsdp_model = fsdp::apply_fsdp(model, comm, policy);
+  engine = &fsdp_model->engine();
   if (!weights_loaded) {
     fsdp::load_checkpoint(*engine, weights_dir.string(), /*rank0_only=*/policy.cpu_ram_efficient_loading, grow_vocab);
     weights_loaded = true;
   }
   sys::release_free_host_memory();  // load staging buffers and unsharded parameters are not needed again
-  fsdp::FsdpEngine* eng = engine.get();
-  auto& layers = model->layers();
-  model->set_layer_runner([eng, &layers](int64_t idx, const at::Tensor& h, const model::LayerContext& ctx) {
-    model::LlamaDecoderLayer layer = layers[static_cast<size_t>(idx)];
-    return eng->run_layer(idx, h, [layer, ctx](const at::Tensor& x) mutable { return layer->forward(x, ctx); });
-  });
 
-  ALPACA_CHECK(args.optim == "adamw_torch" || args.optim == "adamw_torch_fused",
-               "--optim " << args.optim << " is not supported; use adamw_torch (Alpaca's choice) or adamw_torch_fused");
-  optim::AdamWOptions ao;
-  ao.beta1 = args.adam_beta1;
-  ao.beta2 = args.adam_beta2;
-  ao.eps = args.adam_epsilon;
-  ao.weight_decay = args.weight_decay;
-  optimizer = std::make_unique<optim::ShardedAdamW>(engine->optim_shards(), ao);
-  if (args.fp16) scaler.emplace();
+  optimizer = std::make_unique<optim::ShardedAdamW>(engine->optim_shards(), opt.adamw);
+  if (opt.fp16) scaler.emplace();
   engine->log_memory_account(optimizer.get());
 }
 
 void Trainer::Impl::setup_schedule() {
-  schedule.type = optim::parse_schedule_type(args.lr_scheduler_type);
+  schedule = opt.schedule;  // type, base lr and kwargs, checked at parse time
   schedule.num_training_steps = length.max_steps;
-  schedule.num_warmup_steps = cli::warmup_steps_for(args, length.max_steps);
-  schedule.base_lr = args.learning_rate;
-  const auto kw = nlohmann::json::parse(args.lr_scheduler_kwargs_json.empty() ? "{}" : args.lr_scheduler_kwargs_json);
-  for (const auto& [k, v] : kw.items()) {
-    if (k == "num_cycles") schedule.num_cycles = v.get<double>();
-    else if (k == "lr_end") schedule.lr_end = v.get<double>();
-    else if (k == "power") schedule.power = v.get<double>();
-    else if (k == "timescale") schedule.timescale = v.get<int64_t>();
-    else if (k == "min_lr") schedule.min_lr = v.get<double>();
-    else if (k == "min_lr_rate") schedule.min_lr_rate = v.get<double>();
-    else ALPACA_FAIL("--lr_scheduler_kwargs key '" << k << "' is not used by " << args.lr_scheduler_type
-                     << "; accepted: num_cycles, lr_end, power, timescale, min_lr, min_lr_rate");
-  }
+  schedule.num_warmup_steps = warmup_steps_for(opt.warmup_steps, opt.warmup_ratio, length.max_steps);
   optim::validate(schedule);
 
-  logging_steps = cli::resolve_interval_steps(args.logging_steps, length.max_steps);
-  save_steps = cli::resolve_interval_steps(args.save_steps, length.max_steps);
-  eval_steps = args.eval_steps ? cli::resolve_interval_steps(*args.eval_steps, length.max_steps) : logging_steps;
-  ALPACA_CHECK(log_interval != Interval::kSteps || logging_steps > 0, "--logging_steps must be > 0 with logging_strategy steps");
-  ALPACA_CHECK(save_interval != Interval::kSteps || save_steps > 0, "--save_steps must be > 0 with save_strategy steps");
-  ALPACA_CHECK(eval_interval != Interval::kSteps || eval_steps > 0, "--eval_steps must be > 0 with eval_strategy steps");
+  logging_steps = resolve_interval_steps(opt.logging_steps, length.max_steps);
+  save_steps = resolve_interval_steps(opt.save_steps, length.max_steps);
+  eval_steps = opt.eval_steps ? resolve_interval_steps(*opt.eval_steps, length.max_steps) : logging_steps;
+  ALPACA_CHECK(opt.logging_strategy != Interval::kSteps || logging_steps > 0, "--logging_steps must be > 0 with logging_strategy steps");
+  ALPACA_CHECK(opt.save_strategy != Interval::kSteps || save_steps > 0, "--save_steps must be > 0 with save_strategy steps");
+  ALPACA_CHECK(opt.eval_strategy != Interval::kSteps || eval_steps > 0, "--eval_steps must be > 0 with eval_strategy steps");
 
   state.max_steps = length.max_steps;
   state.num_train_epochs = length.num_train_epochs;
   state.logging_steps = logging_steps;
   state.eval_steps = eval_steps;
   state.save_steps = save_steps;
-  state.train_batch_size = args.per_device_train_batch_size;
+  state.train_batch_size = opt.per_device_train_batch_size;
   state.is_world_process_zero = rank == 0;
   state.is_local_process_zero = dist::launch_info().local_rank == 0;
 }
 
-Trainer::Trainer(const cli::TrainArgs& args) : impl_(std::make_unique<Impl>(args)) {
+Trainer::Trainer(const TrainerOptions& opt) : impl_(std::make_unique<Impl>(opt)) {
   Impl& s = *impl_;
   dist::init();
   const bool cuda = cuda_available();
   dist::CommOptions co;
   co.cuda = cuda;
-  co.timeout = std::chrono::seconds(args.ddp_timeout);
+  co.timeout = std::chrono::seconds(opt.ddp_timeout_seconds);
   s.comm = dist::make_communicator(co);
   s.rank = s.comm->rank();
   s.world = s.comm->world_size();
   s.device = s.comm->device();
-  s.output_dir = args.output_dir;
-  at::manual_seed(static_cast<uint64_t>(args.seed));
-  if (args.tf32) at::globalContext().setFloat32MatmulPrecision(*args.tf32 ? "high" : "highest");
+  s.output_dir = opt.output_dir;
+  at::manual_seed(static_cast<uint64_t>(opt.seed));
+  if (opt.tf32) at::globalContext().setFloat32MatmulPrecision(*opt.tf32 ? "high" : "highest");
 
-  s.log_interval = parse_interval(args.logging_strategy, "--logging_strategy");
-  s.eval_interval = parse_interval(args.eval_strategy, "--eval_strategy");
-  s.save_interval = parse_interval(args.save_strategy, "--save_strategy");
-  ALPACA_CHECK(args.save_safetensors, "--save_safetensors False is not supported: alpaca-train writes safetensors only");
-  std::vector<std::string> report_words;
-  {
-    std::string w;
-    for (char ch : args.report_to + " ") {
-      if (ch == ' ' || ch == ',') {
-        if (!w.empty()) report_words.push_back(w);
-        w.clear();
-      } else {
-        w += ch;
-      }
-    }
-  }
-  s.jsonl = parse_report_to(report_words);
-
-  // Resume target: a directory, or True = the newest complete checkpoint in output_dir.
-  if (!args.resume_from_checkpoint.empty()) {
-    if (cli::resume_from_latest(args)) {
+  // Resume target: a directory, or the newest complete checkpoint in output_dir.
+  switch (opt.resume.kind) {
+    case ResumeFrom::Kind::kLatest: {
       auto latest = ckpt::find_latest_complete_checkpoint(s.output_dir);
       ALPACA_CHECK(latest, "--resume_from_checkpoint True: no complete checkpoint-<step> in " << s.output_dir.string()
                                                                                             << "; start without it");
       s.resume_dir = *latest;
-    } else {
-      s.resume_dir = fs::path(args.resume_from_checkpoint);
+      break;
+    }
+    case ResumeFrom::Kind::kDirectory: {
+      s.resume_dir = opt.resume.directory;
       const std::string why = ckpt::checkpoint_problem(*s.resume_dir);
       ALPACA_CHECK(why.empty(), "--resume_from_checkpoint " << s.resume_dir->string() << " cannot be resumed from: " << why);
+      break;
     }
-    ALPACA_INFO("resuming from " << s.resume_dir->string());
-  } else {
-    ALPACA_CHECK(args.overwrite_output_dir || !dir_holds_model(s.output_dir),
-                 "--output_dir " << s.output_dir.string()
-                                 << " already holds a model; pass --overwrite_output_dir True to write over it, "
-                                    "--resume_from_checkpoint to continue, or choose another directory");
+    case ResumeFrom::Kind::kNone:
+      ALPACA_CHECK(opt.overwrite_output_dir || !dir_holds_model(s.output_dir),
+                   "--output_dir " << s.output_dir.string()
+                                   << " already holds a model; pass --overwrite_output_dir True to write over it, "
+                                      "--resume_from_checkpoint to continue, or choose another directory");
+      break;
   }
+  if (s.resume_dir) ALPACA_INFO("resuming from " << s.resume_dir->string());
   if (s.rank == 0) ckpt::remove_stale_staging(s.output_dir);
 
   s.setup_tokenizer_and_model();
@@ -306,18 +245,15 @@ Trainer::Trainer(const cli::TrainArgs& args) : impl_(std::make_unique<Impl>(args
   s.setup_engine();
   if (s.resume_dir) s.load_checkpoint(*s.resume_dir);
 
-  if (s.rank == 0 && s.jsonl) {
-    const fs::path dir = args.logging_dir.empty() ? s.output_dir : fs::path(args.logging_dir);
-    s.metrics = MetricsJsonl(dir, /*append=*/s.resume_dir.has_value());
-  }
-  const bool bar = s.rank == 0 && !args.disable_tqdm.value_or(false);
+  if (s.rank == 0 && opt.report_jsonl) s.metrics = MetricsJsonl(opt.logging_dir, /*append=*/s.resume_dir.has_value());
+  const bool bar = s.rank == 0 && !opt.disable_tqdm;
   s.progress = std::make_unique<ProgressReporter>(std::cout, s.length.max_steps, bar, is_stdout_tty());
   s.peak_flops = s.device.is_cuda() ? gpu_peak_bf16_flops(device_name(s.device)) : std::nullopt;
   ckpt::install_preemption_handlers();
-  ALPACA_INFO("***** Running training *****\n  Run name = " << args.run_name << "\n  Num examples = " << s.train_examples.size()
+  ALPACA_INFO("***** Running training *****\n  Run name = " << opt.run_name << "\n  Num examples = " << s.train_examples.size()
               << "\n  Num Epochs = " << s.length.num_train_epochs << "\n  Instantaneous batch size per device = "
-              << args.per_device_train_batch_size << "\n  Total train batch size (w. parallel, distributed & accumulation) = "
-              << s.length.global_batch_size << "\n  Gradient Accumulation steps = " << args.gradient_accumulation_steps
+              << opt.per_device_train_batch_size << "\n  Total train batch size (w. parallel, distributed & accumulation) = "
+              << s.length.global_batch_size << "\n  Gradient Accumulation steps = " << opt.gradient_accumulation_steps
               << "\n  Total optimization steps = " << s.length.max_steps << "\n  World size = " << s.world << " ("
               << s.comm->backend() << ", " << s.device << ")");
 }

@@ -34,6 +34,16 @@ size_t count(const std::string& hay, const std::string& needle) {
   return n;
 }
 
+// Inputs that pass the CLI's checks (a directory with config.json and a tokenizer file, a data
+// file) but that the trainer cannot load: the run fails after the CLI has done its part.
+std::string unloadable_inputs(const fs::path& dir) {
+  fs::create_directories(dir / "model");
+  std::ofstream(dir / "model" / "config.json") << "{}";
+  std::ofstream(dir / "model" / "tokenizer.model") << "not a sentencepiece model";
+  std::ofstream(dir / "d.json") << "[]";
+  return "--model_name_or_path " + (dir / "model").string() + " --data_path " + (dir / "d.json").string();
+}
+
 TEST(CliBinary, HelpListsEveryFlagInGroups) {
   for (const char* form : {"--help", "-h", "train --help", "help"}) {
     Result r = run(form);
@@ -72,9 +82,8 @@ TEST(CliBinary, UsageErrorsExitWithTwoAndSayWhatToDo) {
 TEST(CliBinary, PrintsEffectiveArgsOnceAndWritesThemToOutputDir) {
   testing::TempDir dir("cli_binary");
   fs::path out = dir.path() / "run";
-  // The model does not exist: whatever the trainer does next, it fails after the CLI has done its part.
-  Result r = run("train --model_name_or_path " + (dir.path() / "no-model").string() +
-                 " --data_path d.json --output_dir " + out.string() + " --learning_rate 2e-5 --bf16");
+  // The model cannot be loaded: whatever the trainer does next, it fails after the CLI has done its part.
+  Result r = run("train " + unloadable_inputs(dir.path()) + " --output_dir " + out.string() + " --learning_rate 2e-5 --bf16");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.rc, 2) << "a valid command line is not a usage error:\n" << r.out;
   EXPECT_EQ(count(r.out, "effective arguments"), 1u) << r.out;
@@ -95,18 +104,25 @@ TEST(CliBinary, PrintsEffectiveArgsOnceAndWritesThemToOutputDir) {
 
 TEST(CliBinary, OnlyRankZeroLogsInfoByDefault) {
   testing::TempDir dir("cli_ranks");
+  // A missing model: every rank finds the same input error before anything is written.
   std::string flags = "--model_name_or_path " + (dir.path() / "no-model").string() + " --data_path d.json --output_dir " +
                       (dir.path() / "out").string();
-  Result rank1 = run(flags, "OMPI_COMM_WORLD_RANK=1");
+  Result rank1 = run(flags, "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=1 OMPI_COMM_WORLD_LOCAL_SIZE=2");
+  EXPECT_EQ(rank1.rc, 2) << rank1.out;
   EXPECT_EQ(rank1.out.find("effective arguments"), std::string::npos) << rank1.out;
+  EXPECT_EQ(rank1.out.find("error"), std::string::npos) << "rank 0 reports the error every rank finds: " << rank1.out;
   EXPECT_FALSE(fs::exists(dir.path() / "out" / "training_args.json")) << "only rank 0 writes the arguments";
 
-  Result rank0 = run(flags, "OMPI_COMM_WORLD_RANK=0");
+  Result rank0 = run(flags, "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=2");
+  EXPECT_EQ(rank0.rc, 2) << rank0.out;
   EXPECT_NE(rank0.out.find("[info] [rank 0] run " + (dir.path() / "out").string() + ": effective arguments"), std::string::npos)
       << rank0.out;  // run_name defaults to output_dir
+  EXPECT_EQ(count(rank0.out, "alpaca-train: error: --model_name_or_path " + (dir.path() / "no-model").string() +
+                                 " is not a directory"), 1u) << rank0.out;
+  EXPECT_EQ(rank0.out.find(".cpp:"), std::string::npos) << "a user's error shows no source location: " << rank0.out;
+  EXPECT_FALSE(fs::exists(dir.path() / "out")) << "inputs are checked before anything is written to output_dir";
 
-  fs::remove_all(dir.path() / "out");
-  Result quiet = run(flags + " --log_level warning", "RANK=0");
+  Result quiet = run(unloadable_inputs(dir.path()) + " --output_dir " + (dir.path() / "out").string() + " --log_level warning");
   EXPECT_EQ(quiet.out.find("effective arguments"), std::string::npos) << quiet.out;
   EXPECT_TRUE(fs::exists(dir.path() / "out" / "training_args.json"));
 }

@@ -42,7 +42,11 @@ TEST(DeepSpeedConfig, AlpacaOffloadConfigMapsToFullShardWithOffload) {
   std::string path = (testing::source_dir() / "configs" / "default_offload_opt_param.json").string();
   TrainArgs a = parse_train_args(shell_split(kRequired + "--bf16 True --learning_rate 2e-5 --deepspeed " + path));
   EXPECT_EQ(a.deepspeed_zero_stage, 3);
-  EXPECT_EQ(a.fsdp_options, (std::set<FsdpOption>{FsdpOption::kFullShard, FsdpOption::kAutoWrap, FsdpOption::kOffload}));
+  EXPECT_EQ(a.fsdp_words, "full_shard auto_wrap offload");
+  EXPECT_EQ(a.fsdp_policy.strategy, fsdp::ShardingStrategy::kFullShard);
+  EXPECT_TRUE(a.fsdp_policy.auto_wrap);
+  EXPECT_TRUE(a.fsdp_policy.offload);
+  EXPECT_EQ(a.fsdp_policy.param_dtype, at::kBFloat16);
   EXPECT_EQ(a.lr_scheduler_type, "linear");
   EXPECT_TRUE(a.bf16);
   // Its tuning knobs are reported, not silently dropped.
@@ -53,12 +57,13 @@ TEST(DeepSpeedConfig, AlpacaOffloadConfigMapsToFullShardWithOffload) {
 }
 
 TEST(DeepSpeedConfig, StagesMapToStrategies) {
-  EXPECT_EQ(with_ds(R"({"zero_optimization": {"stage": 2}})").fsdp_options,
-            (std::set<FsdpOption>{FsdpOption::kShardGradOp, FsdpOption::kAutoWrap}));
-  EXPECT_EQ(with_ds(R"({"zero_optimization": {"stage": 0}})").fsdp_options,
-            (std::set<FsdpOption>{FsdpOption::kNoShard, FsdpOption::kAutoWrap}));
+  EXPECT_EQ(with_ds(R"({"zero_optimization": {"stage": 2}})").fsdp_words, "shard_grad_op auto_wrap");
+  EXPECT_EQ(with_ds(R"({"zero_optimization": {"stage": 2}})").fsdp_policy.strategy, fsdp::ShardingStrategy::kShardGradOp);
+  EXPECT_EQ(with_ds(R"({"zero_optimization": {"stage": 0}})").fsdp_words, "no_shard auto_wrap");
+  EXPECT_EQ(with_ds(R"({"zero_optimization": {"stage": 0}})").fsdp_policy.strategy, fsdp::ShardingStrategy::kNoShard);
   TrainArgs z2 = with_ds(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})");
-  EXPECT_TRUE(z2.has_fsdp(FsdpOption::kOffload));
+  EXPECT_TRUE(z2.fsdp_policy.offload);
+  EXPECT_EQ(z2.fsdp_words, "shard_grad_op auto_wrap offload");
   EXPECT_EQ(z2.lr_scheduler_type, "linear");  // no scheduler block: --lr_scheduler_type applies
   EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 1}})", "", "zero_optimization.stage 1 is not supported");
   EXPECT_DS_ERROR(R"({"bf16": {"enabled": true}})", "--bf16 True", "zero_optimization is missing");

@@ -7,6 +7,8 @@
 
 #include "alpaca/cli/flag_table.h"
 #include "alpaca/cli/train_args.h"
+#include "alpaca/cli/usage_error.h"
+#include "alpaca/fsdp/policy.h"
 #include "cli_test_util.h"
 #include "test_util.h"
 
@@ -100,11 +102,11 @@ void expect_alpaca_common(const TrainArgs& a) {
   EXPECT_DOUBLE_EQ(a.adam_epsilon, 1e-8);
   EXPECT_DOUBLE_EQ(a.max_grad_norm, 1.0);
   EXPECT_EQ(a.seed, 42);
-  EXPECT_EQ(effective_data_seed(a), 42);
+  EXPECT_EQ(trainer_options(a).data_seed, 42);
   EXPECT_FALSE(a.gradient_checkpointing);
   EXPECT_EQ(a.ddp_timeout, 1800);
   // 52,002 examples on 4 GPUs x 4 x 8: 1,218 steps, 37 of them warmup (stanford_alpaca_facts §1.9).
-  EXPECT_EQ(warmup_steps_for(a, 1218), 37);
+  EXPECT_EQ(train::warmup_steps_for(a.warmup_steps, a.warmup_ratio, 1218), 37);
 }
 
 TEST(TrainArgs, AlpacaFsdpCommandParsesVerbatim) {
@@ -114,9 +116,13 @@ TEST(TrainArgs, AlpacaFsdpCommandParsesVerbatim) {
   EXPECT_DOUBLE_EQ(a.logging_steps, 1);
   EXPECT_EQ(a.logging_strategy, "steps");
   EXPECT_EQ(a.fsdp, "full_shard auto_wrap");
-  EXPECT_EQ(a.fsdp_options, (std::set<FsdpOption>{FsdpOption::kFullShard, FsdpOption::kAutoWrap}));
+  EXPECT_EQ(a.fsdp_words, "full_shard auto_wrap");
+  EXPECT_EQ(a.fsdp_policy.strategy, fsdp::ShardingStrategy::kFullShard);
+  EXPECT_TRUE(a.fsdp_policy.auto_wrap);
+  EXPECT_EQ(a.fsdp_policy.param_dtype, at::kBFloat16);
   EXPECT_EQ(a.fsdp_transformer_layer_cls_to_wrap, "LlamaDecoderLayer");
-  EXPECT_EQ(a.fsdp_config_json, R"({"transformer_layer_cls_to_wrap":["LlamaDecoderLayer"]})");
+  EXPECT_EQ(a.fsdp_policy.wrap_classes, std::vector<std::string>{"LlamaDecoderLayer"});
+  EXPECT_EQ(a.fsdp_config_json, "{}");
   EXPECT_EQ(a.deepspeed_zero_stage, 0);
   EXPECT_TRUE(a.is_set("eval_strategy"));  // given as --evaluation_strategy
   EXPECT_FALSE(a.is_set("seed"));
@@ -128,8 +134,8 @@ TEST_F(FromRepoRoot, AlpacaDeepSpeedCommandParsesVerbatim) {
   EXPECT_EQ(a.deepspeed, "./configs/default_offload_opt_param.json");
   // ZeRO-3 with parameter and optimizer offload = FSDP full_shard + offload, a unit per layer.
   EXPECT_EQ(a.deepspeed_zero_stage, 3);
-  EXPECT_EQ(a.fsdp_options,
-            (std::set<FsdpOption>{FsdpOption::kFullShard, FsdpOption::kAutoWrap, FsdpOption::kOffload}));
+  EXPECT_EQ(a.fsdp_words, "full_shard auto_wrap offload");
+  EXPECT_TRUE(a.fsdp_policy.offload);
   // WarmupDecayLR: linear warmup, then linear decay (no cosine in the DeepSpeed run).
   EXPECT_EQ(a.lr_scheduler_type, "linear");
   bool noted_warmup = false;
@@ -153,7 +159,8 @@ TEST(TrainArgs, BooleanForms) {
   EXPECT_TRUE(a.bf16);
   // Optional booleans stay None unless given; HF's --no_<flag> for flags that default to True.
   EXPECT_FALSE(parse_train_args(shell_split(kRequired)).tf32.has_value());
-  EXPECT_FALSE(parse_train_args(shell_split(kRequired + "--no_save_safetensors")).save_safetensors);
+  // --no_save_safetensors sets it to False, which is refused at parse time (exit 2), not at step 0.
+  EXPECT_USAGE_ERROR(kRequired + "--no_save_safetensors", "--save_safetensors False is not supported");
   EXPECT_USAGE_ERROR(kRequired + "--bf16 maybe", "--bf16 expects a boolean (True/False, true/false, 1/0), got 'maybe'");
   EXPECT_USAGE_ERROR(kRequired + "--save_safetensors True --no_save_safetensors", "contradict");
 }
@@ -164,7 +171,7 @@ TEST(TrainArgs, NumbersAndOptionals) {
   EXPECT_EQ(a.max_steps, 20);  // the last occurrence wins, as with argparse
   EXPECT_FALSE(a.save_total_limit.has_value());
   EXPECT_DOUBLE_EQ(a.learning_rate, 3e-4);
-  EXPECT_EQ(effective_data_seed(a), 7);
+  EXPECT_EQ(trainer_options(a).data_seed, 7);
   EXPECT_USAGE_ERROR(kRequired + "--per_device_train_batch_size four", "--per_device_train_batch_size expects an integer, got 'four'");
   EXPECT_USAGE_ERROR(kRequired + "--learning_rate fast", "--learning_rate expects a number, got 'fast'");
   EXPECT_USAGE_ERROR(kRequired + "--max_steps 0", "--max_steps must be a positive number");
@@ -211,6 +218,11 @@ TEST(TrainArgs, ContradictionsSayWhatToChange) {
   EXPECT_USAGE_ERROR(kRequired + "--load_best_model_at_end --eval_strategy steps --eval_steps 30 --save_steps 50",
                      "--save_steps to be a round multiple of --eval_steps");
   EXPECT_USAGE_ERROR(kRequired + "--eval_data_path eval.json", "--eval_data_path is given but --eval_strategy is 'no'");
+  // Refused when parsing, not after the communicators start (they used to be trainer checks).
+  EXPECT_USAGE_ERROR(kRequired + "--eval_strategy epoch", "--eval_strategy epoch needs --eval_data_path");
+  EXPECT_USAGE_ERROR(kRequired + "--lr_scheduler_kwargs '{\"num_cycle\": 2}'",
+                     "--lr_scheduler_kwargs key 'num_cycle' is not used by linear");
+  EXPECT_USAGE_ERROR(kRequired + "--lr_scheduler_type cosine_with_min_lr", "one of min_lr or min_lr_rate must be set");
   EXPECT_USAGE_ERROR(kRequired + "--do_eval True", "would never evaluate");
   EXPECT_USAGE_ERROR(kRequired + "--packing --group_by_length", "--packing and --group_by_length contradict");
   EXPECT_USAGE_ERROR(kRequired + "--logging_steps 2.5", "--logging_steps must be an integer if bigger than 1");
@@ -231,21 +243,22 @@ TEST(TrainArgs, UnsupportedValuesAreRefusedNotIgnored) {
 }
 
 TEST(TrainArgs, DerivedValues) {
-  TrainArgs a = parse_train_args(shell_split(kRequired + "--fsdp --eval_strategy steps --logging_steps 10 "
+  TrainArgs a = parse_train_args(shell_split(kRequired + "--fsdp --eval_strategy steps --logging_steps 10 --eval_data_path e.json "
                                                          "--save_max_shard_size 500MiB --resume_from_checkpoint true "
                                                          "--lr_scheduler_kwargs '{\"num_cycles\": 2}' --output_dir o"));
-  EXPECT_EQ(a.fsdp_options, std::set<FsdpOption>{FsdpOption::kFullShard});  // bare --fsdp = full_shard, as HF
+  EXPECT_EQ(a.fsdp_words, "full_shard");  // bare --fsdp = full_shard, as HF
+  EXPECT_EQ(a.fsdp_policy.strategy, fsdp::ShardingStrategy::kFullShard);
   ASSERT_TRUE(a.eval_steps.has_value());
   EXPECT_DOUBLE_EQ(*a.eval_steps, 10);  // defaults to logging_steps
   EXPECT_TRUE(a.do_eval);
   EXPECT_EQ(a.save_max_shard_bytes, 500LL * 1024 * 1024);
-  EXPECT_TRUE(resume_from_latest(a));
+  EXPECT_EQ(trainer_options(a).resume.kind, train::ResumeFrom::Kind::kLatest);
   EXPECT_EQ(a.lr_scheduler_kwargs_json, R"({"num_cycles":2})");
   EXPECT_EQ(a.logging_dir, "o");
   EXPECT_EQ(a.run_name, "o");
   EXPECT_EQ(parse_train_args(shell_split(kRequired)).save_max_shard_bytes, 5'000'000'000LL);
-  EXPECT_EQ(resolve_interval_steps(0.1, 95), 10);  // ratios round up, as HF
-  EXPECT_EQ(resolve_interval_steps(500, 95), 500);
+  EXPECT_EQ(train::resolve_interval_steps(0.1, 95), 10);  // ratios round up, as HF
+  EXPECT_EQ(train::resolve_interval_steps(500, 95), 500);
   EXPECT_USAGE_ERROR(kRequired + "--save_max_shard_size 5XB", "unknown unit 'XB'");
   EXPECT_USAGE_ERROR(kRequired + "--lr_scheduler_kwargs '{num_cycles: 2}'", "--lr_scheduler_kwargs is not valid JSON");
 }
@@ -282,7 +295,7 @@ TEST_F(ConfigFile, CommandLineWinsOverFileAndFileOverDefaults) {
   EXPECT_TRUE(a.bf16);
   EXPECT_TRUE(a.tf32.value_or(false));
   EXPECT_FALSE(a.save_total_limit.has_value());
-  EXPECT_EQ(a.fsdp_options, (std::set<FsdpOption>{FsdpOption::kFullShard, FsdpOption::kAutoWrap}));
+  EXPECT_EQ(a.fsdp_words, "full_shard auto_wrap");
   EXPECT_DOUBLE_EQ(a.weight_decay, 0.0);  // default
   EXPECT_TRUE(a.is_set("num_train_epochs"));
   EXPECT_FALSE(a.is_set("weight_decay"));
@@ -310,7 +323,8 @@ TEST_F(ConfigFile, JsonDumpReadsBackAsConfig) {
   for (const auto& f : train_flags()) {
     EXPECT_EQ(flag_value_text(a, f.name), flag_value_text(b, f.name)) << f.name;
   }
-  EXPECT_EQ(a.fsdp_options, b.fsdp_options);
+  EXPECT_EQ(a.fsdp_words, b.fsdp_words);
+  EXPECT_EQ(a.fsdp_policy, b.fsdp_policy);
   EXPECT_EQ(a.fsdp_config_json, b.fsdp_config_json);
 }
 
@@ -340,6 +354,98 @@ TEST(TrainArgs, EffectiveArgsListingMarksWhatWasSet) {
   EXPECT_NE(text.find("  seed = 42"), std::string::npos) << text;
   EXPECT_NE(text.find("fsdp options = full_shard auto_wrap"), std::string::npos) << text;
   for (const auto& f : train_flags()) EXPECT_NE(text.find(" " + f.name + " = "), std::string::npos) << f.name;
+}
+
+}  // namespace
+}  // namespace alpaca::cli
+
+namespace alpaca::cli {
+namespace {
+
+// One parser for the FSDP flags: the same --fsdp value gives the same verdict (and, when accepted,
+// the same policy) through the CLI (parse_train_args -> validate_train_args) and through the
+// engine's builder (fsdp::build_fsdp_policy), which the trainer then uses as is.
+struct FsdpCase {
+  const char* fsdp;  // the --fsdp value; nullptr = no --fsdp flag, "<bare>" = --fsdp with no value
+  bool bf16;
+  const char* error;  // nullptr = accepted; else a part of the message both paths give
+  fsdp::ShardingStrategy strategy;
+  bool auto_wrap, offload;
+  const char* words;  // the canonical words the CLI records
+};
+
+TEST(FsdpFlags, SameVerdictAndPolicyThroughCliAndEngine) {
+  using S = fsdp::ShardingStrategy;
+  const FsdpCase cases[] = {
+      {"full_shard auto_wrap", true, nullptr, S::kFullShard, true, false, "full_shard auto_wrap"},
+      {"FULL_SHARD AUTO_WRAP", false, nullptr, S::kFullShard, true, false, "full_shard auto_wrap"},  // case
+      {"auto_wrap full_shard", false, nullptr, S::kFullShard, true, false, "full_shard auto_wrap"},  // order
+      {"full_shard,auto_wrap", false, nullptr, S::kFullShard, true, false, "full_shard auto_wrap"},  // commas
+      {"full_shard full_shard auto_wrap", false, nullptr, S::kFullShard, true, false, "full_shard auto_wrap"},
+      {"full_shard", false, nullptr, S::kFullShard, false, false, "full_shard"},  // one root unit
+      {"shard_grad_op auto_wrap", true, nullptr, S::kShardGradOp, true, false, "shard_grad_op auto_wrap"},
+      {"no_shard", false, nullptr, S::kNoShard, false, false, "no_shard"},
+      {"hybrid_shard auto_wrap", false, nullptr, S::kHybridShard, true, false, "hybrid_shard auto_wrap"},
+      {"full_shard auto_wrap offload", true, nullptr, S::kFullShard, true, true, "full_shard auto_wrap offload"},
+      {"Offload Shard_Grad_Op", false, nullptr, S::kShardGradOp, false, true, "shard_grad_op offload"},
+      {"hybrid_shard offload auto_wrap", false, nullptr, S::kHybridShard, true, true, "hybrid_shard auto_wrap offload"},
+      {"no_shard offload", false, "nothing is sharded to offload", S::kNoShard, false, false, ""},
+      {"offload", false, "--fsdp offload can't work on its own", S::kNoShard, false, false, ""},
+      {"auto_wrap", false, nullptr, S::kFullShard, true, false, "auto_wrap"},  // accelerate: full_shard
+      {"<bare>", false, nullptr, S::kFullShard, false, false, "full_shard"},    // HF: const=True
+      {"True", false, nullptr, S::kFullShard, false, false, "full_shard"},
+      {"false", false, nullptr, S::kNoShard, true, false, ""},
+      {nullptr, true, nullptr, S::kNoShard, true, false, ""},  // no FSDP: a replica per rank, a unit per layer
+      {"full_shard shard_grad_op", false, "names full_shard and shard_grad_op; choose one sharding strategy",
+       S::kNoShard, false, false, ""},
+      {"full_shard zero3", false, "--fsdp word 'zero3' is not one of", S::kNoShard, false, false, ""},
+      {"full_shard auto_wrapp", false, "did you mean 'auto_wrap'?", S::kNoShard, false, false, ""},
+      {"hybrid_shard_zero2", false, "hybrid_shard_zero2 is not implemented by the FSDP engine", S::kNoShard, false,
+       false, ""},
+  };
+  dist::LaunchInfo launch;  // a node of 2 ranks in a job of 4: hybrid shard groups default to 2
+  launch.world_size = 4;
+  launch.local_world_size = 2;
+  for (const FsdpCase& c : cases) {
+    const std::string name = c.fsdp ? c.fsdp : "(no --fsdp)";
+    SCOPED_TRACE("--fsdp " + name + (c.bf16 ? " --bf16" : ""));
+    const bool bare = c.fsdp && std::string(c.fsdp) == "<bare>";
+    std::string cmd = kRequired + (c.bf16 ? "--bf16 True " : "");
+    if (bare) cmd += "--fsdp";
+    else if (c.fsdp) cmd += "--fsdp '" + std::string(c.fsdp) + "'";
+
+    fsdp::FsdpPolicyInputs in;
+    in.fsdp = bare ? "true" : c.fsdp ? c.fsdp : "";
+    in.mixed_precision = c.bf16 ? "bf16" : "no";
+    in.local_world_size = launch.local_world_size;
+
+    std::string cli_error, engine_error;
+    TrainArgs a;
+    fsdp::FsdpPolicy engine_policy;
+    try {
+      a = parse_train_args(shell_split(cmd), launch);
+    } catch (const UsageError& e) {
+      cli_error = e.message();
+    }
+    try {
+      engine_policy = fsdp::build_fsdp_policy(in);
+    } catch (const Error& e) {
+      engine_error = e.message();
+    }
+    EXPECT_EQ(cli_error, engine_error);  // the same verdict, in the same words
+    if (c.error) {
+      EXPECT_NE(cli_error.find(c.error), std::string::npos) << cli_error;
+      continue;
+    }
+    ASSERT_EQ(cli_error, "");
+    EXPECT_EQ(a.fsdp_policy, engine_policy);
+    EXPECT_EQ(engine_policy.strategy, c.strategy);
+    EXPECT_EQ(engine_policy.auto_wrap, c.auto_wrap);
+    EXPECT_EQ(engine_policy.offload, c.offload);
+    EXPECT_EQ(engine_policy.param_dtype, c.bf16 ? at::kBFloat16 : at::kFloat);
+    EXPECT_EQ(engine_policy.hybrid_shard_size, c.strategy == S::kHybridShard ? 2 : 0);
+    EXPECT_EQ(a.fsdp_words, c.words);
+  }
 }
 
 }  // namespace

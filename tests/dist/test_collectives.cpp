@@ -172,7 +172,6 @@ TEST(Collectives, AsyncHandlesWaitedInAnyOrder) {
   }
   works.push_back(job_comm()->barrier());
   for (int k = static_cast<int>(works.size()) - 1; k >= 0; --k) works[k]->wait();
-  for (auto& w : works) EXPECT_TRUE(w->is_completed());
   for (int k = 0; k < 4; ++k) {
     at::Tensor acc = at::zeros({4097}, at::kDouble);
     for (int r = 0; r < W; ++r) acc += input(r + k, 4097, at::kBFloat16).to(at::kDouble);

@@ -181,7 +181,16 @@ TEST(Policy, KeysNotActedOnAreErrors) {
   in.fsdp = "full_shard auto_wrap";
   in.fsdp_config = R"({"transformer_layer_cls_to_wrap": "LlamaDecoderLayer"})";
   in.transformer_layer_cls_to_wrap = {"LlamaDecoderLayer"};
-  EXPECT_THROW(build_fsdp_policy(in), Error);  // given twice, as HF forbids
+  EXPECT_EQ(build_fsdp_policy(in).wrap_classes, std::vector<std::string>{"LlamaDecoderLayer"});  // the same class twice
+  in.fsdp_config = R"({"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer", "LlamaDecoderLayer2"]})";
+  EXPECT_THROW(build_fsdp_policy(in), Error);  // two different answers: the user must give one
+  in.fsdp_config = "";
+  in.fsdp = "full_shard";
+  EXPECT_THROW(build_fsdp_policy(in), Error);  // the class flag only acts with auto_wrap
+  in.fsdp = "";
+  in.transformer_layer_cls_to_wrap.clear();
+  in.fsdp_config = R"({"backward_prefetch": "backward_pre"})";
+  EXPECT_THROW(build_fsdp_policy(in), Error);  // fsdp_config without --fsdp would do nothing
 }
 
 }  // namespace

@@ -14,9 +14,10 @@ namespace alpaca::cli {
 
 struct TrainArgs;
 
-// `path_or_json`: a JSON file, or an inline object starting with '{'. Updates args.fsdp_options,
+// `path_or_json`: a JSON file, or an inline object starting with '{'. Updates args.fsdp_words,
 // args.lr_scheduler_type, args.warmup_steps, args.deepspeed_zero_stage and args.notes.
-// Throws cli::UsageError naming the key and what to change.
-void apply_deepspeed_config(const std::string& path_or_json, TrainArgs& args);
+// `world_size`: the ranks of the launch (dist::LaunchInfo), which an explicit train_batch_size
+// must agree with. Throws cli::UsageError naming the key and what to change.
+void apply_deepspeed_config(const std::string& path_or_json, TrainArgs& args, int world_size);
 
 }  // namespace alpaca::cli

@@ -1,7 +1,8 @@
 // TrainArgs: the flags of `alpaca-train [train]` after parsing and validation, as plain fields
 // with Hugging Face TrainingArguments names, types and defaults (one field per line of
-// train_flags.inc), plus the values derived from them (FSDP options, resolved JSON configs).
-// Only cli/ and train/ see this struct; lower modules get small options structs built from it.
+// train_flags.inc), plus the values derived from them (the FSDP policy, resolved JSON configs).
+// Only cli/ sees this struct; the trainer gets train::TrainerOptions (trainer_options below) and
+// lower modules their own small options structs.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,11 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include "alpaca/dist/launch.h"
+#include "alpaca/fsdp/policy.h"
+#include "alpaca/optim/lr_schedule.h"
+#include "alpaca/train/options.h"
 
 namespace alpaca::cli {
 
@@ -19,26 +25,21 @@ using OptDouble = std::optional<double>;
 // The sections of --help, in the order they are printed.
 enum class FlagGroup { kModelData, kOutput, kTraining, kOptimizer, kSchedule, kPrecision, kParallel, kLogging, kEval };
 
-// HF's FSDPOption words for --fsdp.
-enum class FsdpOption { kFullShard, kShardGradOp, kNoShard, kHybridShard, kHybridShardZero2, kOffload, kAutoWrap };
-
-// The sharding strategies the FSDP engine implements. hybrid_shard_zero2 parses but is refused
-// (not in this list); extend the list when the engine grows one.
-inline constexpr FsdpOption kSupportedFsdpStrategies[] = {FsdpOption::kFullShard, FsdpOption::kShardGradOp,
-                                                          FsdpOption::kNoShard, FsdpOption::kHybridShard};
-
 struct TrainArgs {
 #define ALPACA_FLAG(group, type, name, default_value, help) type name = default_value;
 #include "alpaca/cli/train_flags.inc"
 #undef ALPACA_FLAG
 
   // ---- Derived by validate_train_args (not flags).
-  // The words of --fsdp (or those mapped from --deepspeed), e.g. {kFullShard, kAutoWrap}.
-  // Empty = no FSDP: every rank holds a full replica (the engine then runs NO_SHARD).
-  std::set<FsdpOption> fsdp_options;
-  // --fsdp_config as JSON object text (file content or the inline object), with
-  // --fsdp_transformer_layer_cls_to_wrap merged in as "transformer_layer_cls_to_wrap"; "{}" when none.
+  // The words of --fsdp (or those mapped from --deepspeed) in canonical order (fsdp::fsdp_words),
+  // e.g. "full_shard auto_wrap". Empty = no FSDP: every rank holds a full replica (NO_SHARD).
+  std::string fsdp_words;
+  // --fsdp_config as JSON object text (file content or the inline object); "{}" when none.
   std::string fsdp_config_json = "{}";
+  // What the FSDP engine does: built once, by fsdp::build_fsdp_policy (the only parser of the FSDP
+  // flags), from fsdp_words, fsdp_config_json, --fsdp_transformer_layer_cls_to_wrap, --bf16/--fp16,
+  // --gradient_checkpointing and the launch's local world size. The trainer uses it as is.
+  fsdp::FsdpPolicy fsdp_policy;
   // --lr_scheduler_kwargs as JSON object text; "{}" when none.
   std::string lr_scheduler_kwargs_json = "{}";
   // save_max_shard_size in bytes.
@@ -54,17 +55,24 @@ struct TrainArgs {
   std::string config_path;               // the --config file, "" when none
 
   bool is_set(const std::string& flag) const { return explicit_flags.count(flag) > 0; }
-  bool has_fsdp(FsdpOption o) const { return fsdp_options.count(o) > 0; }
 };
 
 // Parses `alpaca-train [train]` arguments (argv without program and subcommand): defaults, then
 // the --config JSON file, then the command line; then validates. Throws cli::UsageError with a
 // message naming the flag and saying what to change.
-TrainArgs parse_train_args(const std::vector<std::string>& argv);
+// `launch` is how this process was started (dist::discover_launch(); a single process by default):
+// the local rank --local_rank must agree with, the world size a DeepSpeed train_batch_size is
+// checked against, the node size a hybrid shard group defaults to.
+TrainArgs parse_train_args(const std::vector<std::string>& argv, const dist::LaunchInfo& launch = {});
 
 // Checks contradictions and unsupported values and fills the derived fields. Called by
 // parse_train_args; public so tests and tools can validate an edited TrainArgs.
-void validate_train_args(TrainArgs& args);
+void validate_train_args(TrainArgs& args, const dist::LaunchInfo& launch = {});
+
+// The inputs the flags name exist: --model_name_or_path is a directory with config.json and a
+// tokenizer, --data_path / --eval_data_path are files. Called before anything is written to
+// output_dir or any communicator starts; throws cli::UsageError naming the flag.
+void check_input_paths(const TrainArgs& args);
 
 // True when argv asks for help (-h / --help anywhere).
 bool wants_help(const std::vector<std::string>& argv);
@@ -76,16 +84,13 @@ std::string format_train_args(const TrainArgs& args);
 // The effective arguments as a JSON object {flag: value} (HF None = null), pretty-printed.
 std::string train_args_to_json(const TrainArgs& args);
 
-// HF semantics of "steps" flags that may be ratios: a value >= 1 is a step count; a value in
-// (0,1) is ceil(value * total_steps). 0 stays 0.
-int64_t resolve_interval_steps(double value, int64_t total_steps);
-// HF get_warmup_steps: warmup_steps when given (>= 1 or a ratio), else ceil(total * warmup_ratio).
-int64_t warmup_steps_for(const TrainArgs& args, int64_t total_steps);
-// The data seed the sampler uses: data_seed, else seed.
-int64_t effective_data_seed(const TrainArgs& args);
-// "true" when resume_from_checkpoint asks for the newest checkpoint in output_dir (True/true/1).
-bool resume_from_latest(const TrainArgs& args);
-
-std::string fsdp_option_name(FsdpOption o);
+// What the trainer is asked to do, from validated flags: the one place where flags become
+// train::TrainerOptions (interval words, --report_to, --data_seed/--seed, the checkpoint to
+// resume from, the LR schedule, the FSDP policy). Values that need the run length (warmup and
+// interval ratios) are resolved by the trainer (train::resolve_interval_steps, warmup_steps_for).
+train::TrainerOptions trainer_options(const TrainArgs& args);
+// --lr_scheduler_type, --learning_rate and --lr_scheduler_kwargs as an optim::LrSchedule without
+// its step counts; throws cli::UsageError for a kwarg the schedule does not use.
+optim::LrSchedule schedule_from_flags(const TrainArgs& args);
 
 }  // namespace alpaca::cli

@@ -20,7 +20,6 @@ class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
-  virtual bool is_completed() = 0;
 };
 using WorkHandle = std::shared_ptr<Work>;
 

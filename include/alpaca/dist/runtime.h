@@ -53,6 +53,9 @@ struct CommOptions {
 // MPI launches and single processes. Throws alpaca::Error on inconsistent launch variables.
 // Call from the main thread before any communicator is made.
 const LaunchInfo& init();
+// The same with a launch the caller already discovered (dist::discover_launch()), so a process
+// reads its launch environment once: alpaca-train reads it before parsing flags and passes it here.
+const LaunchInfo& init(const LaunchInfo& launch);
 bool is_initialized();
 // The launch found by init(); throws if init() has not run.
 const LaunchInfo& launch_info();
@@ -65,6 +68,7 @@ void finalize(bool clean = true);
 class Runtime {
  public:
   Runtime();
+  explicit Runtime(const LaunchInfo& launch);  // init(launch)
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;

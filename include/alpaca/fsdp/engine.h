@@ -5,11 +5,10 @@
 // (FULL_SHARD/HYBRID), gathers it again for backward, and reduce-scatters its gradient into fp32
 // gradient shards that accumulate across micro-steps.
 //
-// Gradient scaling (explicit): with GradReduction::kSum the engine sums per-rank gradients and
-// never divides, so the trainer must differentiate sum(token losses on this rank) / (label tokens
-// over all ranks and all micro-steps of the optimizer step); the accumulated gradient shard is then
-// exactly the gradient of the global mean loss, for any split into world x micro-batch x
-// accumulation. kMean divides by the world size (each rank differentiates its own mean loss).
+// Gradient scaling (explicit): the engine sums per-rank gradients and never divides, so the
+// trainer must differentiate sum(token losses on this rank) / (label tokens over all ranks and all
+// micro-steps of the optimizer step); the accumulated gradient shard is then exactly the gradient
+// of the global mean loss, for any split into world x micro-batch x accumulation.
 //
 // Model contract: the model calls every decoder layer through a hook (`run_layer`), and uses its
 // root parameters only before the first and after the last decoder layer. Every trainable
@@ -111,7 +110,6 @@ class FsdpEngine {
   // Introspection for tests: the trainable FlatParameter of unit u (nullptr if none);
   // u = num_layers is the root.
   const FlatParameter* trainable_flat(int u) const;
-  const FlatParameter* frozen_flat(int u) const;
 
   struct Impl;  // public so the autograd glue in the .cpp can reach it
 

@@ -2,13 +2,15 @@
 // (embed_tokens, model.norm, lm_head; tied weights stored once), installed through the model's
 // layer-runner hook. The returned object owns the engine and uninstalls the hook when destroyed.
 //
-// The training step the engine expects (train/ owns the real loop):
+// The trainer wraps its model through apply_fsdp too (train/trainer_setup.cpp), so the FSDP
+// tests exercise the path users run. The training step the engine expects (train/ owns the real
+// loop, src/train/trainer_loop.cpp):
 //   FsdpPolicy policy = build_fsdp_policy({.fsdp = "full_shard auto_wrap", .mixed_precision = "bf16", ...});
 //   auto fsdp = apply_fsdp(model::LlamaForCausalLM(cfg, at::TensorOptions().device(at::kMeta)), comm, policy);
 //   load_checkpoint(fsdp->engine(), dir, policy.cpu_ram_efficient_loading);
 //   optim::ShardedAdamW opt(fsdp->engine().optim_shards(), {beta1, beta2, eps, weight_decay});
 //   per optimizer step: global_tokens = all-reduced label-token count of all micro-batches
-//     per micro-batch: loss = causal_lm_loss_sum(fsdp->forward(ids, mask), labels).sum / global_tokens;
+//     per micro-batch: loss = fsdp->forward_loss_sum(ids, labels, mask).sum / global_tokens;
 //                      (fp16: loss * scaler.scale()).backward();
 //     [fp16: if (!scaler.unscale_or_skip(engine.grad_shards(), &comm)) { engine.zero_grad(); skip; }]
 //     norm = optim::clip_grad_norm(engine.grad_shards(), max_grad_norm, engine.norm_comm());
@@ -39,6 +41,12 @@ class FsdpLlama {
   // The model's forward under the engine: logits (B, T, V) in param_dtype.
   at::Tensor forward(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt = {},
                      const at::Tensor& position_ids_bt = {}, const at::Tensor& segment_ids_bt = {});
+
+  // The model's fused-head loss under the engine (model::LlamaForCausalLM::forward_loss_sum: no
+  // (B, T, V) logits); what the trainer differentiates. Inputs must already be on the engine's device.
+  model::LossSum forward_loss_sum(const at::Tensor& input_ids_bt, const at::Tensor& labels_bt,
+                                  const at::Tensor& attention_mask_bt = {}, const at::Tensor& position_ids_bt = {},
+                                  const at::Tensor& segment_ids_bt = {});
 
   FsdpEngine& engine() { return *engine_; }
   model::LlamaForCausalLM& model() { return model_; }

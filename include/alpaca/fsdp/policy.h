@@ -1,7 +1,7 @@
 // What the FSDP engine does, as one validated options struct, and the builder that maps
 // Hugging Face's --fsdp words and --fsdp_config keys onto it (transformers' TrainingArguments and
-// accelerate's FullyShardedDataParallelPlugin meanings). Only cli/ and train/ know TrainArgs; they
-// pass plain strings here.
+// accelerate's FullyShardedDataParallelPlugin meanings). Only cli/ knows TrainArgs; it fills
+// FsdpPolicyInputs from the flags, builds the policy once at validation and hands it down.
 #pragma once
 
 #include <c10/core/ScalarType.h>  // defines: at::ScalarType
@@ -13,12 +13,6 @@ namespace alpaca::fsdp {
 
 enum class ShardingStrategy { kFullShard, kShardGradOp, kNoShard, kHybridShard };
 enum class BackwardPrefetch { kBackwardPre, kBackwardPost, kNone };
-
-// How per-rank gradients are combined. kSum: the loss each rank differentiates is already
-// normalised globally (sum of token losses / global label-token count, the trainer's contract), so
-// the gradient of the global loss is the plain sum over ranks. kMean: each rank's loss is its own
-// mean (HF without average_tokens_across_devices), so the reduction divides by the world size.
-enum class GradReduction { kSum, kMean };
 
 struct FsdpPolicy {
   ShardingStrategy strategy = ShardingStrategy::kFullShard;
@@ -36,7 +30,8 @@ struct FsdpPolicy {
   bool sync_module_states = true;    // HF default: rank 0's values are broadcast at wrap time
   bool cpu_ram_efficient_loading = false;  // only rank 0 reads the checkpoint (needs sync_module_states)
   int hybrid_shard_size = 0;         // ranks per shard group for HYBRID_SHARD (0 = caller's local world)
-  GradReduction grad_reduction = GradReduction::kSum;
+
+  bool operator==(const FsdpPolicy&) const = default;
 };
 
 const char* to_string(ShardingStrategy s);
@@ -52,8 +47,18 @@ struct FsdpPolicyInputs {
   int local_world_size = 1;            // ranks per node (hybrid shard group size)
 };
 
+// The one parser of --fsdp words (the CLI's validation and the trainer both go through it):
+// words are separated by spaces, tabs or commas and read case-insensitively; a whole value that is
+// a boolean (True/False, 1/0, yes/no) means full_shard / no FSDP, as HF's bare --fsdp. Returns the
+// distinct words in canonical order (strategy, auto_wrap, offload). Throws alpaca::Error for an
+// unknown word (with a "did you mean") or hybrid_shard_zero2 (not implemented).
+std::vector<std::string> fsdp_words(const std::string& fsdp);
+
 // Builds and validates the policy. Throws alpaca::Error naming the word/key and what is accepted
-// for anything unknown, contradictory, or that alpaca-train does not act on.
+// for anything unknown, contradictory, or that alpaca-train does not act on: more than one
+// strategy, offload without a strategy or with no_shard, --fsdp_config without --fsdp,
+// transformer_layer_cls_to_wrap without auto_wrap or given twice with different classes, a layer
+// class other than LlamaDecoderLayer. The CLI turns these into usage errors (exit 2) at parse time.
 FsdpPolicy build_fsdp_policy(const FsdpPolicyInputs& in);
 
 }  // namespace alpaca::fsdp

@@ -1,7 +1,7 @@
 // The Trainer: Stanford Alpaca's fine-tune with Hugging Face Trainer's semantics, on our FSDP
 // engine. One object per rank; every public method is collective over all ranks.
 //
-//   setup (constructor): flags -> options structs (build_* functions), tokenizer (+[PAD]), model
+//   setup (constructor): TrainerOptions (built from the flags by cli::trainer_options) -> tokenizer (+[PAD]), model
 //     (+ embedding resize), data, sampler, FSDP engine, sharded AdamW, LR schedule; resume state.
 //   train(): the step loop; returns the process exit code (0, or kExitPreempted / kExitInterrupted
 //     after a signal made it save and stop).
@@ -23,12 +23,7 @@
 #include "alpaca/ckpt/trainer_state.h"
 #include "alpaca/train/metrics.h"
 
-namespace alpaca::cli {
-struct TrainArgs;
-}
-namespace alpaca::dist {
-class Communicator;
-}
+#include "alpaca/train/options.h"
 
 namespace alpaca::train {
 
@@ -49,7 +44,7 @@ bool dir_holds_model(const std::filesystem::path& dir);
 
 class Trainer {
  public:
-  explicit Trainer(const cli::TrainArgs& args);
+  explicit Trainer(const TrainerOptions& options);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

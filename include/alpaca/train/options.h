@@ -1,0 +1,89 @@
+// What the Trainer is asked to do, as plain values. cli/ is the only module that knows the flags
+// (TrainArgs); it validates them and builds these options once (cli::trainer_options), so train/
+// never reads a flag, re-parses a word or reaches back up into cli/. Field names follow Hugging
+// Face TrainingArguments; the comments say where a value differs from its flag.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "alpaca/fsdp/policy.h"
+#include "alpaca/optim/adamw.h"
+#include "alpaca/optim/lr_schedule.h"
+
+namespace alpaca::train {
+
+// HF IntervalStrategy (--logging_strategy, --eval_strategy, --save_strategy).
+enum class Interval { kNo, kSteps, kEpoch };
+
+// Where training starts from (--resume_from_checkpoint).
+struct ResumeFrom {
+  enum class Kind { kNone, kLatest, kDirectory };
+  Kind kind = Kind::kNone;
+  std::filesystem::path directory;  // kDirectory: a checkpoint-<step> directory
+};
+
+struct TrainerOptions {
+  // ---- Model and data.
+  std::filesystem::path model_name_or_path;  // a local HF LLaMA directory
+  std::string data_path;
+  std::string eval_data_path;  // "" = none
+  int64_t model_max_length = 512;
+  bool packing = false;
+  bool group_by_length = false;
+  bool dataloader_drop_last = false;
+
+  // ---- Batch and run length.
+  int64_t per_device_train_batch_size = 8;
+  int64_t per_device_eval_batch_size = 8;
+  int64_t gradient_accumulation_steps = 1;
+  int64_t max_steps = -1;  // > 0 wins over num_train_epochs
+  double num_train_epochs = 3;
+
+  // ---- Optimizer and schedule.
+  optim::AdamWOptions adamw;
+  double max_grad_norm = 1.0;  // 0 = no clipping
+  // type, base_lr and the --lr_scheduler_kwargs values; the trainer fills the step counts.
+  optim::LrSchedule schedule;
+  double warmup_steps = 0;  // >= 1 a step count, in (0, 1) a ratio of the total steps
+  double warmup_ratio = 0;
+
+  // ---- Precision and parallelism.
+  bool fp16 = false;               // dynamic loss scaling (bf16 lives in fsdp_policy.param_dtype)
+  std::optional<bool> tf32;        // unset = LibTorch's default
+  fsdp::FsdpPolicy fsdp_policy;    // validated by fsdp::build_fsdp_policy at parse time
+  int64_t ddp_timeout_seconds = 1800;
+
+  // ---- Logging, evaluation, saving.
+  std::filesystem::path output_dir;
+  std::filesystem::path logging_dir;  // metrics.jsonl; defaults to output_dir
+  std::string run_name;
+  bool overwrite_output_dir = false;
+  Interval logging_strategy = Interval::kSteps;
+  Interval eval_strategy = Interval::kNo;
+  Interval save_strategy = Interval::kSteps;
+  double logging_steps = 500;               // steps or a ratio of the total (resolve_interval_steps)
+  double save_steps = 500;
+  std::optional<double> eval_steps;         // unset = logging_steps
+  bool logging_first_step = false;
+  bool report_jsonl = false;                // --report_to jsonl/all
+  bool disable_tqdm = false;
+  int64_t save_max_shard_bytes = 0;         // 0 = 5 GB
+  bool save_only_model = false;
+  std::optional<int64_t> save_total_limit;  // unset = keep every checkpoint
+
+  // ---- Reproducibility and resume.
+  int64_t seed = 42;
+  int64_t data_seed = 42;  // --data_seed, else --seed
+  ResumeFrom resume;
+};
+
+// HF semantics of "steps" values that may be ratios: a value >= 1 is a step count; a value in
+// (0, 1) is ceil(value * total_steps). 0 stays 0.
+int64_t resolve_interval_steps(double value, int64_t total_steps);
+// HF get_warmup_steps: warmup_steps when given (>= 1 or a ratio), else ceil(total * warmup_ratio).
+int64_t warmup_steps_for(double warmup_steps, double warmup_ratio, int64_t total_steps);
+
+}  // namespace alpaca::train

@@ -1,0 +1,125 @@
+// TrainArgs -> train::TrainerOptions: the one place where validated flags become what the trainer
+// does (interval words -> Interval, --report_to -> outputs, --data_seed/--seed, which checkpoint
+// to resume, the LR schedule with its kwargs). train/ never sees the flags.
+#include <nlohmann/json.hpp>  // defines: nlohmann::json
+
+#include "alpaca/cli/flag_table.h"
+#include "alpaca/cli/train_args.h"
+#include "alpaca/cli/usage_error.h"
+#include "alpaca/train/metrics.h"
+#include "alpaca/util/error.h"
+
+namespace alpaca::cli {
+namespace {
+
+train::Interval interval_of(const std::string& word, const char* flag) {
+  if (word == "no") return train::Interval::kNo;
+  if (word == "steps") return train::Interval::kSteps;
+  if (word == "epoch") return train::Interval::kEpoch;
+  ALPACA_USAGE_FAIL("--" << flag << " '" << word << "' is not a strategy; use no, steps or epoch");
+}
+
+std::vector<std::string> report_words(const std::string& text) {
+  std::vector<std::string> words;
+  std::string w;
+  for (char ch : text + " ") {
+    if (ch == ' ' || ch == ',') {
+      if (!w.empty()) words.push_back(w);
+      w.clear();
+    } else {
+      w += ch;
+    }
+  }
+  return words;
+}
+
+}  // namespace
+
+optim::LrSchedule schedule_from_flags(const TrainArgs& a) {
+  optim::LrSchedule s;
+  try {
+    s.type = optim::parse_schedule_type(a.lr_scheduler_type);
+  } catch (const Error& e) {
+    ALPACA_USAGE_FAIL(e.message());
+  }
+  s.base_lr = a.learning_rate;
+  const auto kw = nlohmann::json::parse(a.lr_scheduler_kwargs_json.empty() ? "{}" : a.lr_scheduler_kwargs_json);
+  for (const auto& [k, v] : kw.items()) {
+    const bool number = v.is_number();
+    ALPACA_USAGE_CHECK(number, "--lr_scheduler_kwargs " << k << " must be a number, got " << v.dump());
+    if (k == "num_cycles") s.num_cycles = v.get<double>();
+    else if (k == "lr_end") s.lr_end = v.get<double>();
+    else if (k == "power") s.power = v.get<double>();
+    else if (k == "timescale") s.timescale = v.get<int64_t>();
+    else if (k == "min_lr") s.min_lr = v.get<double>();
+    else if (k == "min_lr_rate") s.min_lr_rate = v.get<double>();
+    else ALPACA_USAGE_FAIL("--lr_scheduler_kwargs key '" << k << "' is not used by " << a.lr_scheduler_type
+                           << "; accepted: num_cycles, lr_end, power, timescale, min_lr, min_lr_rate");
+  }
+  try {
+    optim::validate(s);
+  } catch (const Error& e) {
+    ALPACA_USAGE_FAIL(e.message());
+  }
+  return s;
+}
+
+train::TrainerOptions trainer_options(const TrainArgs& a) {
+  train::TrainerOptions o;
+  o.model_name_or_path = a.model_name_or_path;
+  o.data_path = a.data_path;
+  o.eval_data_path = a.eval_data_path;
+  o.model_max_length = a.model_max_length;
+  o.packing = a.packing;
+  o.group_by_length = a.group_by_length;
+  o.dataloader_drop_last = a.dataloader_drop_last;
+
+  o.per_device_train_batch_size = a.per_device_train_batch_size;
+  o.per_device_eval_batch_size = a.per_device_eval_batch_size;
+  o.gradient_accumulation_steps = a.gradient_accumulation_steps;
+  o.max_steps = a.max_steps;
+  o.num_train_epochs = a.num_train_epochs;
+
+  o.adamw.beta1 = a.adam_beta1;
+  o.adamw.beta2 = a.adam_beta2;
+  o.adamw.eps = a.adam_epsilon;
+  o.adamw.weight_decay = a.weight_decay;
+  o.max_grad_norm = a.max_grad_norm;
+  o.schedule = schedule_from_flags(a);
+  o.warmup_steps = a.warmup_steps;
+  o.warmup_ratio = a.warmup_ratio;
+
+  o.fp16 = a.fp16;
+  o.tf32 = a.tf32;
+  o.fsdp_policy = a.fsdp_policy;
+  o.ddp_timeout_seconds = a.ddp_timeout;
+
+  o.output_dir = a.output_dir;
+  o.logging_dir = a.logging_dir.empty() ? a.output_dir : a.logging_dir;
+  o.run_name = a.run_name;
+  o.overwrite_output_dir = a.overwrite_output_dir;
+  o.logging_strategy = interval_of(a.logging_strategy, "logging_strategy");
+  o.eval_strategy = interval_of(a.eval_strategy, "eval_strategy");
+  o.save_strategy = interval_of(a.save_strategy, "save_strategy");
+  o.logging_steps = a.logging_steps;
+  o.save_steps = a.save_steps;
+  o.eval_steps = a.eval_steps;
+  o.logging_first_step = a.logging_first_step;
+  try {
+    o.report_jsonl = train::parse_report_to(report_words(a.report_to));
+  } catch (const Error& e) {
+    ALPACA_USAGE_FAIL(e.message());
+  }
+  o.disable_tqdm = a.disable_tqdm.value_or(false);
+  o.save_max_shard_bytes = a.save_max_shard_bytes;
+  o.save_only_model = a.save_only_model;
+  o.save_total_limit = a.save_total_limit;
+
+  o.seed = a.seed;
+  o.data_seed = a.data_seed.value_or(a.seed);
+  if (a.resume_from_checkpoint == "True") o.resume.kind = train::ResumeFrom::Kind::kLatest;
+  else if (!a.resume_from_checkpoint.empty()) o.resume = {train::ResumeFrom::Kind::kDirectory, a.resume_from_checkpoint};
+  return o;
+}
+
+}  // namespace alpaca::cli
