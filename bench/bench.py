@@ -121,6 +121,8 @@ def run_torch(case: dict, model_dir: Path, data_pt: Path, work: Path, timeout: i
            "--model_dir", str(model_dir), "--data", str(data_pt), "--out", str(out),
            "--per_device_batch", str(case["batch"]), "--grad_accum", str(case["accum"]), "--steps", str(case["steps"]),
            "--dtype", case["dtype"], "--threads", str(case["threads"])]
+    if case.get("lora_r"):
+        cmd += ["--lora_r", str(case["lora_r"])]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         return {"error": f"exit {p.returncode}: {(p.stdout + p.stderr)[-1500:]}"}
@@ -145,6 +147,9 @@ def run_ours(case: dict, model_dir: Path, data_json: Path, work: Path, timeout: 
              "--dataloader_num_workers", "0"]
     if case["dtype"] == "bf16":
         train += ["--bf16", "True"]
+    if case.get("lora_r"):
+        train += ["--use_peft", "True", "--lora_r", str(case["lora_r"]), "--lora_alpha", str(2 * case["lora_r"]),
+                  "--lora_dropout", "0", "--lora_target_modules", "q_proj v_proj"]
     cmd = ["mpirun", "-np", str(case["ranks"]), "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
            "-x", "OMP_NUM_THREADS"] + train
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -204,6 +209,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "build" / "bench"))
     ap.add_argument("--only", choices=["ours", "torch"], help="run one side only")
     ap.add_argument("--timeout", type=int, default=1800)
+    ap.add_argument("--lora_r", type=int, default=0, help="> 0: both sides train a LoRA adapter (peft / --use_peft)")
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.ranks, args.dtypes, args.steps, args.warmup, args.reps = "tiny", "2", "fp32", 4, 1, 1
@@ -230,7 +236,8 @@ def main() -> int:
                     batch = min(args.batch, per_rank)
                     accum = max(per_rank // batch, 1)
                 cases.append(dict(name=f"{size}_{ranks}r_{dtype}", size=size, ranks=ranks, dtype=dtype, batch=batch,
-                                  accum=accum, steps=args.steps, seq_len=args.seq_len, threads=args.threads))
+                                  accum=accum, steps=args.steps, seq_len=args.seq_len, threads=args.threads,
+                                  lora_r=args.lora_r))
     have_ours = train_bin().exists()
     if not have_ours and args.only != "torch":
         log(f"{train_bin()} not built; only the PyTorch side runs (build with ninja -C build alpaca-train)")

@@ -40,6 +40,8 @@ def main() -> None:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--grad_ckpt", action="store_true", help="activation checkpointing of every decoder layer")
     ap.add_argument("--offload", action="store_true", help="FSDP CPU offload of parameters, gradients, optimizer")
+    ap.add_argument("--lora_r", type=int, default=0,
+                    help="> 0: peft LoRA (r, alpha 2r, q_proj v_proj, no dropout) on the frozen base, as TRL --use_peft")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -58,6 +60,15 @@ def main() -> None:
     # fp32 master weights as Alpaca's train.py loads them; bf16 = FSDP mixed precision.
     model = LlamaForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32, attn_implementation="sdpa")
     model.config.use_cache = False
+    if args.lora_r > 0:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0,
+                                                 target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+        if args.dtype == "bf16":  # the frozen base in bf16 (FSDP2 keeps each parameter's dtype), adapters fp32
+            for n, p in model.named_parameters():
+                if not p.requires_grad:
+                    p.data = p.data.to(torch.bfloat16)
     if args.grad_ckpt:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cuda and not args.offload:
@@ -79,10 +90,11 @@ def main() -> None:
 
         mp = MixedPrecisionPolicy(param_dtype=mp_dtype, reduce_dtype=mp_dtype) if mp_dtype else MixedPrecisionPolicy()
         off = CPUOffloadPolicy(pin_memory=cuda) if args.offload else OffloadPolicy()
-        for layer in model.model.layers:
+        layers = model.base_model.model.model.layers if args.lora_r > 0 else model.model.layers
+        for layer in layers:
             fully_shard(layer, mp_policy=mp, offload_policy=off)
         fully_shard(model, mp_policy=mp, offload_policy=off)
-    optim = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
     data = torch.load(args.data)
     input_ids, labels = data["input_ids"], data["labels"]
@@ -108,7 +120,7 @@ def main() -> None:
             # Sum of token losses / global token count, times world because FSDP averages gradients.
             (loss_sum * world / num_tokens).backward()
             step_loss += loss_sum.item() / num_tokens
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         optim.step()
         optim.zero_grad(set_to_none=True)
         t = torch.tensor([step_loss], dtype=torch.float64, device=dev)

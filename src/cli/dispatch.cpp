@@ -22,7 +22,7 @@ bool has_nproc_per_node(const std::vector<std::string>& argv) {
 }  // namespace
 
 const std::vector<std::string>& subcommand_names() {
-  static const std::vector<std::string> names = {"train", "init-model", "preprocess", "help"};
+  static const std::vector<std::string> names = {"train", "init-model", "preprocess", "merge", "help"};
   return names;
 }
 
@@ -33,6 +33,7 @@ int dispatch(const std::vector<std::string>& argv) {
   std::vector<std::string> rest(argv.begin() + 1, argv.end());
   if (first == "init-model") return run_init_model(rest);
   if (first == "preprocess") return run_preprocess(rest);
+  if (first == "merge") return run_merge(rest);
   if (first == "help") {
     std::cout << train_help();
     return 0;

@@ -6,6 +6,7 @@
 #include "alpaca/cli/flag_table.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/cli/usage_error.h"
+#include "alpaca/model/lora.h"
 #include "alpaca/train/metrics.h"
 #include "alpaca/util/error.h"
 
@@ -115,6 +116,18 @@ train::TrainerOptions trainer_options(const TrainArgs& a) {
   o.save_max_shard_bytes = a.save_max_shard_bytes;
   o.save_only_model = a.save_only_model;
   o.save_total_limit = a.save_total_limit;
+
+  if (a.use_peft) {
+    model::LoraOptions l;
+    l.r = a.lora_r;
+    l.alpha = a.lora_alpha;
+    l.dropout = a.lora_dropout;
+    l.use_rslora = a.use_rslora;
+    l.target_modules = model::split_module_list(a.lora_target_modules);
+    l.modules_to_save = model::split_module_list(a.lora_modules_to_save);
+    o.lora = l;
+    o.merge_adapter = a.merge_adapter;
+  }
 
   o.seed = a.seed;
   o.data_seed = a.data_seed.value_or(a.seed);

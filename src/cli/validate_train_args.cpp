@@ -286,6 +286,26 @@ void validate_fsdp(TrainArgs& a, const dist::LaunchInfo& launch) {
   a.fsdp_config_json = in.fsdp_config.empty() ? "{}" : in.fsdp_config;
 }
 
+// LoRA flags (TRL's names): values peft refuses are refused here, and a LoRA flag without
+// --use_peft (which would silently do nothing) is an error.
+void validate_lora(TrainArgs& a) {
+  if (!a.use_peft) {
+    // A value other than the default (a dumped config repeats the defaults; those are fine).
+    const TrainArgs d;
+    const std::pair<const char*, bool> changed[] = {
+        {"lora_r", a.lora_r != d.lora_r}, {"lora_alpha", a.lora_alpha != d.lora_alpha},
+        {"lora_dropout", a.lora_dropout != d.lora_dropout}, {"lora_target_modules", a.lora_target_modules != d.lora_target_modules},
+        {"lora_modules_to_save", a.lora_modules_to_save != d.lora_modules_to_save}, {"use_rslora", a.use_rslora != d.use_rslora},
+        {"merge_adapter", a.merge_adapter != d.merge_adapter}};
+    for (const auto& [f, differs] : changed)
+      ALPACA_USAGE_CHECK(!differs, "--" << f << " only acts on a LoRA run; add --use_peft True or drop it");
+    return;
+  }
+  ALPACA_USAGE_CHECK(a.lora_r > 0, "--lora_r must be > 0 (the LoRA rank), got " << a.lora_r);
+  ALPACA_USAGE_CHECK(a.lora_dropout >= 0 && a.lora_dropout < 1, "--lora_dropout must be in [0, 1), got " << a.lora_dropout);
+  ALPACA_USAGE_CHECK(std::isfinite(a.lora_alpha) && a.lora_alpha != 0, "--lora_alpha must be a non-zero number, got " << a.lora_alpha);
+}
+
 }  // namespace
 
 void validate_train_args(TrainArgs& a, const dist::LaunchInfo& launch) {
@@ -306,6 +326,7 @@ void validate_train_args(TrainArgs& a, const dist::LaunchInfo& launch) {
   validate_data(a, launch);
   if (!a.deepspeed.empty()) apply_deepspeed_config(a.deepspeed, a, launch.world_size);
   validate_fsdp(a, launch);
+  validate_lora(a);
 }
 
 void check_input_paths(const TrainArgs& a) {

@@ -2,6 +2,8 @@
 // See include/alpaca/fsdp/engine.h; state export/loading live in engine_state.cpp.
 #include "alpaca/fsdp/engine.h"
 
+#include <ATen/CPUGeneratorImpl.h>  // defines: at::detail::getDefaultCPUGenerator
+#include <ATen/Context.h>           // defines: at::globalContext().defaultGenerator
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
@@ -34,15 +36,41 @@ class GradHook : public torch::autograd::PostAccumulateGradHook {
   int unit_, entry_;
 };
 
+// The default generators a layer's forward may draw from (dropout, e.g. LoRA's): the CPU one and
+// the one of the compute device. torch.utils.checkpoint's preserve_rng_state, so a recomputed
+// forward draws the same masks as the original one.
+struct RngState {
+  at::Tensor cpu, device;
+  at::Device device_type{at::kCPU};
+};
+
+RngState capture_rng(const at::Device& device) {
+  RngState s;
+  s.cpu = at::detail::getDefaultCPUGenerator().get_state();
+  s.device_type = device;
+  if (!device.is_cpu()) s.device = at::globalContext().defaultGenerator(device).get_state();
+  return s;
+}
+
+void restore_rng(const RngState& s) {
+  at::Generator cpu = at::detail::getDefaultCPUGenerator();  // a handle on the shared generator
+  cpu.set_state(s.cpu);
+  if (s.device.defined()) {
+    at::Generator dev = at::globalContext().defaultGenerator(s.device_type);
+    dev.set_state(s.device);
+  }
+}
+
 // Activation checkpointing as a custom autograd node: the forward ran without saving activations;
 // backward re-runs the layer with grad enabled on the (re-gathered) parameters and back-propagates
-// through it, which also delivers the layer's parameter gradients to their hooks.
+// through it, which also delivers the layer's parameter gradients to their hooks. The generators'
+// state at the forward is replayed for the recomputation and restored afterwards.
 class CheckpointBackward : public torch::autograd::Node {
  public:
   CheckpointBackward(FsdpEngine::Impl* impl, int unit, at::Tensor input,
-                     std::function<at::Tensor(const at::Tensor&)> fn, bool input_requires_grad)
+                     std::function<at::Tensor(const at::Tensor&)> fn, bool input_requires_grad, RngState rng)
       : impl_(impl), unit_(unit), input_(std::move(input)), fn_(std::move(fn)),
-        input_requires_grad_(input_requires_grad) {}
+        input_requires_grad_(input_requires_grad), rng_(std::move(rng)) {}
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     ALPACA_CHECK(fn_, "activation checkpointing: layer " << unit_ << " backward ran twice "
@@ -53,7 +81,10 @@ class CheckpointBackward : public torch::autograd::Node {
     at::Tensor y;
     {
       at::AutoGradMode grad_on(true);
+      const RngState now = capture_rng(rng_.device_type);
+      restore_rng(rng_);
       y = fn_(x);
+      restore_rng(now);
     }
     if (grads[0].defined() && y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
     at::Tensor gx = input_requires_grad_ ? x.grad() : at::Tensor();
@@ -73,6 +104,7 @@ class CheckpointBackward : public torch::autograd::Node {
   at::Tensor input_;
   std::function<at::Tensor(const at::Tensor&)> fn_;
   bool input_requires_grad_;
+  RngState rng_;
 };
 
 }  // namespace
@@ -143,6 +175,7 @@ FsdpEngine::Impl::Impl(const FsdpModelParts& parts, std::shared_ptr<dist::Commun
     unit.label = u == root_index ? std::string("root") : "layer " + std::to_string(u);
     if (!train_entries[u].empty()) {
       opt.with_grad = true;
+      opt.master_dtype = at::kFloat;
       unit.train = std::make_unique<FlatParameter>(std::move(train_entries[u]), shard_world, shard_rank, opt);
       unit.got.assign(unit.train->entries().size(), 0);
       for (size_t e = 0; e < unit.train->entries().size(); ++e)
@@ -150,7 +183,10 @@ FsdpEngine::Impl::Impl(const FsdpModelParts& parts, std::shared_ptr<dist::Commun
             unit.train->entries()[e].param, std::make_unique<GradHook>(this, u, static_cast<int>(e)));
     }
     if (!frozen_entries[u].empty()) {
+      // Frozen (e.g. LoRA base weights): no fp32 master, no gradient, no optimizer state; the shard
+      // is stored and gathered in param_dtype only.
       opt.with_grad = false;
+      opt.master_dtype = policy.param_dtype;
       unit.frozen = std::make_unique<FlatParameter>(std::move(frozen_entries[u]), shard_world, shard_rank, opt);
     }
   }
@@ -287,12 +323,13 @@ at::Tensor FsdpEngine::Impl::run_layer(int64_t idx, const at::Tensor& hidden,
 at::Tensor FsdpEngine::Impl::checkpoint(int u, const at::Tensor& hidden,
                                         std::function<at::Tensor(const at::Tensor&)> fn) {
   at::Tensor y;
+  RngState rng = capture_rng(device);
   {
     at::NoGradGuard no_grad;
     y = fn(hidden);
   }
   auto node = c10::make_intrusive<CheckpointBackward>(this, u, hidden.detach(), std::move(fn),
-                                                   hidden.requires_grad());
+                                                   hidden.requires_grad(), std::move(rng));
   node->set_next_edges(torch::autograd::collect_next_edges(hidden));
   torch::autograd::create_gradient_edge(y, node);
   return y;
@@ -309,9 +346,11 @@ void FsdpEngine::Impl::root_pre_backward() {
 }
 
 void FsdpEngine::Impl::pre_backward(int u) {
-  // Units later in forward order with nothing to reduce are done once backward reaches u.
+  // Units later in forward order are done once backward reaches u (the gradient of u's output is
+  // complete, so nothing of theirs runs again): those with nothing to reduce, and those whose
+  // frozen weights post_backward kept for the rest of their backward.
   for (int v = u + 1; v < num_layers; ++v)
-    if (!units[v].train) reshard(v);
+    if (!units[v].train || units[v].reduced) reshard(v);
   if (u == num_layers - 1 && reshard_after_forward()) reshard(num_layers);
   unshard(u, /*wait=*/true);
   if (policy.backward_prefetch == BackwardPrefetch::kBackwardPre) prefetch(u - 1);
@@ -340,7 +379,11 @@ void FsdpEngine::Impl::on_param_grad(int u, int e, const at::Tensor& param) {
 
 void FsdpEngine::Impl::post_backward(int u) {
   issue_reduce(u);
-  reshard(u);
+  // Every node that uses a trainable weight has run once all their gradients arrived (a matmul's
+  // weight gradient comes from the node that also uses the weight). A frozen weight (LoRA's base)
+  // signals nothing, and may still be needed for the input gradient of another branch: such a
+  // unit stays unsharded until backward reaches the unit before it (pre_backward) or ends.
+  if (!units[u].frozen) reshard(u);
   if (policy.backward_prefetch == BackwardPrefetch::kBackwardPost && u < num_layers) prefetch(u - 1);
 }
 
@@ -450,11 +493,11 @@ const FlatParameter* FsdpEngine::trainable_flat(int u) const { return impl_->uni
 MemoryAccount FsdpEngine::memory_account(const optim::ShardedAdamW* opt) const {
   MemoryAccount m;
   for (const auto& unit : impl_->units) {
-    for (const FlatParameter* f : {unit.train.get(), unit.frozen.get()}) {
-      if (!f) continue;
-      m.param_bytes += f->shard().nbytes();
-      if (f->grad().defined()) m.grad_bytes += f->grad().nbytes();
+    if (unit.train) {
+      m.param_bytes += unit.train->shard().nbytes();
+      m.grad_bytes += unit.train->grad().nbytes();
     }
+    if (unit.frozen) m.frozen_bytes += unit.frozen->shard().nbytes();
   }
   if (opt) m.optimizer_bytes = opt->state_bytes();
   m.unsharded_bytes = impl_->unsharded_bytes;
@@ -472,7 +515,9 @@ void FsdpEngine::reset_peaks() {
 std::string MemoryAccount::to_string() const {
   std::ostringstream os;
   auto mib = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
-  os << "params " << mib(param_bytes) << " MiB, grads " << mib(grad_bytes) << " MiB, optimizer "
+  os << "params " << mib(param_bytes) << " MiB, ";
+  if (frozen_bytes > 0) os << "frozen params " << mib(frozen_bytes) << " MiB, ";
+  os << "grads " << mib(grad_bytes) << " MiB, optimizer "
      << mib(optimizer_bytes) << " MiB, unsharded now " << mib(unsharded_bytes) << " MiB (peak "
      << mib(peak_unsharded_bytes) << " MiB, " << peak_unsharded_units << " units)";
   return os.str();

@@ -1,5 +1,7 @@
 // FsdpEngine state movement: loading parameters into shards, exporting full parameters one unit
 // at a time, and optimizer state by parameter name (resume on another world size).
+#include <algorithm>
+
 #include "alpaca/dist/communicator.h"
 #include "alpaca/fsdp/engine.h"
 #include "alpaca/util/error.h"
@@ -29,20 +31,23 @@ at::Tensor gather_fp32(Impl& impl, const at::Tensor& shard, int64_t padded_numel
 
 }  // namespace
 
-void FsdpEngine::load_parameters(const ParamRangeReader& reader, bool rank0_only) {
+void FsdpEngine::load_parameters(const ParamRangeReader& reader, bool rank0_only,
+                                 const std::function<bool(const std::string&)>& include) {
   Impl& impl = *impl_;
   ALPACA_CHECK(!impl.backward_started, "FsdpEngine::load_parameters during backward");
+  auto wanted = [&](const FlatParamEntry& e) { return !include || include(e.name); };
   for (auto& unit : impl.units) {
     for (FlatParameter* flat : flats_of(unit)) {
       const ShardInfo& si = flat->shard_info();
       if (!rank0_only) {
         for (const auto& e : flat->entries()) {
+          if (!wanted(e)) continue;
           auto slice = param_shard_slice(e.offset, e.numel, si);
           if (!slice) continue;
           at::Tensor dst = flat->shard().narrow(0, slice->shard_offset, slice->numel());
-          if (dst.device().is_cpu()) {
+          if (dst.device().is_cpu() && dst.scalar_type() == at::kFloat) {
             reader(e.name, e.shape, slice->param_begin, slice->param_end, dst);  // straight into the shard
-          } else {
+          } else {  // a device shard, or a frozen shard kept in param_dtype: the reader fills fp32
             at::Tensor buf = at::empty({slice->numel()}, at::kFloat);
             reader(e.name, e.shape, slice->param_begin, slice->param_end, buf);
             dst.copy_(buf);
@@ -50,15 +55,22 @@ void FsdpEngine::load_parameters(const ParamRangeReader& reader, bool rank0_only
         }
         continue;
       }
-      // rank 0 reads this unit, everybody receives it: one unit in full at a time.
-      at::Tensor full = at::zeros({si.padded_numel}, at::TensorOptions().dtype(at::kFloat).device(impl.device));
-      if (impl.comm->rank() == 0) {
-        at::Tensor host = at::zeros({si.padded_numel}, at::kFloat);
-        for (const auto& e : flat->entries()) reader(e.name, e.shape, 0, e.numel, host.narrow(0, e.offset, e.numel));
-        full.copy_(host);
+      // rank 0 reads one parameter, everybody receives it and keeps its slice: no rank holds more
+      // than one tensor in full.
+      for (const auto& e : flat->entries()) {
+        if (!wanted(e)) continue;
+        at::Tensor full = at::empty({e.numel}, at::TensorOptions().dtype(at::kFloat).device(impl.device));
+        if (impl.comm->rank() == 0) {
+          at::Tensor host = at::empty({e.numel}, at::kFloat);
+          reader(e.name, e.shape, 0, e.numel, host);
+          full.copy_(host);
+        }
+        if (impl.comm->world_size() > 1) impl.comm->broadcast(full, 0)->wait();
+        auto slice = param_shard_slice(e.offset, e.numel, si);
+        if (slice)
+          flat->shard().narrow(0, slice->shard_offset, slice->numel())
+              .copy_(full.narrow(0, slice->param_begin, slice->numel()));
       }
-      if (impl.comm->world_size() > 1) impl.comm->broadcast(full, 0)->wait();
-      flat->shard().copy_(full.narrow(0, si.shard_begin, si.shard_numel));
     }
     impl.reshard(unit.index);  // values changed: a resident full buffer would be stale
   }
@@ -78,6 +90,49 @@ void FsdpEngine::export_full_state(const NamedTensorSink& sink, bool all_ranks) 
         sink(e.name, full.narrow(0, e.offset, e.numel).view(e.shape).to(at::kCPU, at::kFloat, false, /*copy=*/true));
     }
   }
+}
+
+void FsdpEngine::export_trainable_state(const NamedTensorSink& sink, bool all_ranks) {
+  Impl& impl = *impl_;
+  const bool receive = all_ranks || impl.comm->rank() == 0;
+  std::vector<int> order{impl.num_layers};
+  for (int u = 0; u < impl.num_layers; ++u) order.push_back(u);
+  for (int u : order) {
+    const FlatParameter* flat = impl.units[u].train.get();
+    if (!flat) continue;
+    at::Tensor full = gather_fp32(impl, flat->shard(), flat->shard_info().padded_numel);
+    if (!receive) continue;
+    for (const auto& e : flat->entries())
+      sink(e.name, full.narrow(0, e.offset, e.numel).view(e.shape).to(at::kCPU, at::kFloat, false, /*copy=*/true));
+  }
+}
+
+at::Tensor FsdpEngine::gather_rows(const std::string& name, int64_t row_begin, int64_t row_end) {
+  Impl& impl = *impl_;
+  for (auto& unit : impl.units) {
+    for (FlatParameter* flat : flats_of(unit)) {
+      for (const auto& e : flat->entries()) {
+        if (e.name != name && std::find(e.aliases.begin(), e.aliases.end(), name) == e.aliases.end()) continue;
+        ALPACA_CHECK(e.shape.size() == 2 && row_begin >= 0 && row_begin <= row_end && row_end <= e.shape[0],
+                     "gather_rows: " << name << " has shape " << at::IntArrayRef(e.shape) << ", rows [" << row_begin
+                                     << ", " << row_end << ") requested");
+        const int64_t cols = e.shape[1];
+        const int64_t begin = row_begin * cols, end = row_end * cols;  // in the parameter's elements
+        at::Tensor out = at::zeros({end - begin}, at::TensorOptions().dtype(at::kFloat).device(impl.device));
+        // This rank's part: the intersection of [begin, end) with its shard of the parameter.
+        auto slice = param_shard_slice(e.offset, e.numel, flat->shard_info());
+        if (slice) {
+          const int64_t lo = std::max(begin, slice->param_begin), hi = std::min(end, slice->param_end);
+          if (lo < hi)
+            out.narrow(0, lo - begin, hi - lo)
+                .copy_(flat->shard().narrow(0, slice->shard_offset + (lo - slice->param_begin), hi - lo));
+        }
+        if (impl.shard_world > 1) impl.shard_comm->all_reduce(out, dist::ReduceOp::kSum)->wait();
+        return out.view({row_end - row_begin, cols}).to(at::kCPU);
+      }
+    }
+  }
+  ALPACA_FAIL("gather_rows: the model has no parameter " << name);
 }
 
 void FsdpEngine::gather_optimizer_state_by_name(const optim::ShardedAdamW& opt, const OptimStateSink& sink,

@@ -22,11 +22,11 @@ FlatParameter::FlatParameter(std::vector<FlatParamEntry> entries, int shard_worl
   }
   shard_ = fsdp::shard_info(offset, shard_world, shard_rank);
 
-  auto master = at::TensorOptions().dtype(at::kFloat).device(options_.master_device);
+  auto master = at::TensorOptions().dtype(options_.master_dtype).device(options_.master_device);
   if (options_.pin_memory && options_.master_device.is_cpu()) master = master.pinned_memory(true);
   // Padding stays zero forever: it is never a parameter, so its gradient is zero too.
   shard_fp32_ = at::zeros({shard_.shard_numel}, master);
-  if (options_.with_grad) grad_fp32_ = at::zeros({shard_.shard_numel}, master);
+  if (options_.with_grad) grad_fp32_ = at::zeros({shard_.shard_numel}, master.dtype(at::kFloat));
   for (const auto& e : entries_) {
     if (e.param.is_meta()) continue;  // no values yet: they come from FsdpEngine::load_parameters
     auto slice = param_shard_slice(e.offset, e.numel, shard_);

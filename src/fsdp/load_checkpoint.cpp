@@ -53,13 +53,14 @@ ParamRangeReader checkpoint_range_reader(std::shared_ptr<io::CheckpointReader> c
   };
 }
 
-void load_checkpoint(FsdpEngine& engine, const std::string& dir, bool rank0_only, bool grow_vocab) {
+void load_checkpoint(FsdpEngine& engine, const std::string& dir, bool rank0_only, bool grow_vocab,
+                     const std::function<bool(const std::string&)>& include) {
   std::shared_ptr<io::CheckpointReader> ckpt;
   if (!rank0_only || engine.comm().rank() == 0)
     ckpt = std::make_shared<io::CheckpointReader>(io::CheckpointReader::open(dir));
   ParamRangeReader reader;
   if (ckpt) reader = checkpoint_range_reader(ckpt, grow_vocab);
-  engine.load_parameters(reader, rank0_only);
+  engine.load_parameters(reader, rank0_only, include);
 }
 
 }  // namespace alpaca::fsdp

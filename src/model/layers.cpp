@@ -22,7 +22,11 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) const {
-  return model::linear(x, weight, bias);
+  at::Tensor y = model::linear(x, weight, bias);
+  if (!lora_A) return y;
+  // peft lora.Linear.forward: result + lora_B(lora_A(dropout(x))) * scaling, in this order.
+  const at::Tensor h = lora_dropout > 0 ? at::dropout(x, lora_dropout, is_training()) : x;
+  return y + lora_B->forward(lora_A->forward(h)) * lora_scaling;
 }
 
 EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim, const at::TensorOptions& options,

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "alpaca/ckpt/checkpoint_dir.h"
+#include "alpaca/ckpt/lora_merge.h"
 #include "alpaca/io/hf_model.h"
 #include "alpaca/io/safetensors.h"
 #include "alpaca/util/error.h"
@@ -23,6 +24,11 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 void Trainer::Impl::barrier() { comm->barrier()->wait(); }
 
 void Trainer::Impl::export_model(const fs::path& dir, bool write_tokenizer) {
+  if (opt.lora) {  // a peft adapter directory, never the gathered base
+    export_adapter(dir);
+    if (rank == 0 && write_tokenizer) tokenizer->save(dir.string());
+    return;
+  }
   std::unique_ptr<io::HfExportWriter> writer;
   const int64_t shard = opt.save_max_shard_bytes > 0 ? opt.save_max_shard_bytes : int64_t{5'000'000'000};
   if (rank == 0) writer = std::make_unique<io::HfExportWriter>(dir.string(), shard, std::nullopt);
@@ -116,6 +122,7 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
   scheduler_step = rs.scheduler_step;
   losses.restore(state.global_step, rs.total_loss_sum);
 
+  if (opt.lora) load_adapter(dir);
   auto file = io::SafetensorsFile::open((dir / kOptimizerFile).string());
   engine->load_optimizer_state_by_name(*optimizer, [&](const std::string& name, const std::string& key) {
     const std::string k = key + "." + name;
@@ -138,6 +145,13 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
 void Trainer::Impl::save_final() {
   export_model(output_dir, /*write_tokenizer=*/true);
   if (rank == 0) state.save((output_dir / ckpt::kTrainerStateName).string());
+  if (opt.lora && opt.merge_adapter && rank == 0) {
+    // Streams base + adapter from disk one tensor at a time (no rank gathers anything).
+    const auto s = ckpt::merge_lora_adapter(opt.model_name_or_path.string(), output_dir.string(), (output_dir / "merged").string(),
+                                            opt.save_max_shard_bytes > 0 ? opt.save_max_shard_bytes : int64_t{5'000'000'000});
+    ALPACA_INFO("merged the adapter into " << (output_dir / "merged").string() << " (" << s.num_merged
+                                           << " linears; RSS grew by " << s.peak_rss_growth / (1 << 20) << " MiB)");
+  }
   barrier();
 }
 

@@ -18,6 +18,7 @@
 #include "alpaca/fsdp/engine.h"
 #include "alpaca/fsdp/fsdp_llama.h"
 #include "alpaca/model/llama.h"
+#include "alpaca/model/lora.h"
 #include "alpaca/optim/adamw.h"
 #include "alpaca/optim/loss_scaler.h"
 #include "alpaca/optim/lr_schedule.h"
@@ -68,6 +69,10 @@ struct Trainer::Impl {
   std::filesystem::path weights_dir;
   bool grow_vocab = false;
   bool weights_loaded = false;
+  // LoRA (--use_peft; trainer_lora.cpp): the adapters attached, and the vocabulary rows train.py
+  // added to the base ([PAD]) that the adapter must carry for a peft user.
+  model::LoraPlan lora_plan;
+  std::vector<int64_t> added_token_ids;
   // The model under FSDP, wrapped by fsdp::apply_fsdp (the path the FSDP tests use); engine is
   // fsdp_model->engine().
   std::unique_ptr<fsdp::FsdpLlama> fsdp_model;
@@ -119,6 +124,14 @@ struct Trainer::Impl {
   void finish_run(const RunWindow& w);
   double evaluate_loss();
   void log_entry(LogEntry entry, bool to_history = true);
+
+  // LoRA (trainer_lora.cpp)
+  void setup_lora(int64_t base_vocab_size);
+  ckpt::Fingerprint lora_fingerprint() const;                       // base identity + LoRA flags
+  void check_lora_resume(const ckpt::Fingerprint& saved_model) const;  // clear errors, before the generic check
+  bool is_adapter_param(const std::string& name) const;             // LoRA A/B or a modules_to_save parameter
+  void export_adapter(const std::filesystem::path& dir);            // collective; rank 0 writes
+  void load_adapter(const std::filesystem::path& dir);              // collective
 
   // checkpoints (trainer_checkpoint.cpp)
   void save_checkpoint();

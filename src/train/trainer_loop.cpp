@@ -65,6 +65,12 @@ void Trainer::Impl::log_entry(LogEntry entry, bool to_history) {
 
 double Trainer::Impl::evaluate_loss() {
   at::NoGradGuard no_grad;
+  // Evaluation mode (no LoRA dropout) for this call only.
+  struct EvalMode {
+    torch::nn::Module& m;
+    ~EvalMode() { m.train(); }
+  } eval_mode{*model};
+  model->eval();
   const int64_t n = static_cast<int64_t>(eval_examples.size());
   ALPACA_CHECK(n > 0, "evaluation needs examples: --eval_data_path gave none");
   const int64_t b = opt.per_device_eval_batch_size;

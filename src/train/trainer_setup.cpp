@@ -46,7 +46,7 @@ bool dir_holds_model(const fs::path& dir) {
   if (!fs::is_directory(dir)) return false;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string n = e.path().filename().string();
-    if (n == "config.json" || n == "model.safetensors" || n == "model.safetensors.index.json" ||
+    if (n == "config.json" || n == "adapter_config.json" || n == "model.safetensors" || n == "model.safetensors.index.json" ||
         n == "pytorch_model.bin" || n == "pytorch_model.bin.index.json")
       return true;
   }
@@ -85,6 +85,8 @@ void Trainer::Impl::setup_tokenizer_and_model() {
   model::LlamaConfig resized = base_cfg;
   resized.vocab_size = tokenizer->vocab_size();
   model_fingerprint = model_fingerprint_of(resized);
+  if (opt.lora)
+    for (const auto& kv : lora_fingerprint()) model_fingerprint.insert(kv);
   const bool sp = tokenizer->format() == "sentencepiece";
   const fs::path tok_file = base / (sp ? "tokenizer.model" : "tokenizer.json");
   tokenizer_fingerprint = {{sp ? "tokenizer.model sha256" : "tokenizer.json sha256", ckpt::sha256_file(tok_file.string())},
@@ -98,11 +100,16 @@ void Trainer::Impl::setup_tokenizer_and_model() {
     ALPACA_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why << " (the tokenizer of "
                                                     << base.string()
                                                     << "); resume with the tokenizer the checkpoint was trained with");
+    if (opt.lora) check_lora_resume(rs.model);
+    ALPACA_CHECK(opt.lora || rs.model.count("lora_r") == 0,
+                 "cannot resume from " << resume_dir->string() << ": it is a checkpoint of a LoRA run; add --use_peft True "
+                 "with the --lora_* flags it was trained with");
     why = ckpt::fingerprint_mismatch("model", rs.model, model_fingerprint);
     ALPACA_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why
                                                     << " (--model_name_or_path " << base.string()
                                                     << "); resume with the model the checkpoint was trained from");
-    weights_dir = *resume_dir;
+    // A LoRA checkpoint holds the adapter only: the base comes from --model_name_or_path again.
+    weights_dir = opt.lora ? base : *resume_dir;
   } else {
     weights_dir = base;
   }
@@ -110,7 +117,7 @@ void Trainer::Impl::setup_tokenizer_and_model() {
   // on the meta device with the final vocabulary; setup_engine reads each rank's shards straight
   // from the checkpoint, filling [PAD] rows with the mean of the stored rows as train.py does.
   // A checkpoint to resume from already has len(tokenizer) rows (its fingerprint was checked above).
-  const int64_t stored_vocab = resume_dir ? resized.vocab_size : base_cfg.vocab_size;
+  const int64_t stored_vocab = resume_dir && !opt.lora.has_value() ? resized.vocab_size : base_cfg.vocab_size;
   if (stored_vocab <= tokenizer->vocab_size()) {
     grow_vocab = stored_vocab < tokenizer->vocab_size();
     if (grow_vocab)
@@ -125,6 +132,7 @@ void Trainer::Impl::setup_tokenizer_and_model() {
     model->resize_token_embeddings(tokenizer->vocab_size());
     weights_loaded = true;
   }
+  if (opt.lora) setup_lora(base_cfg.vocab_size);
   const auto& c = model->config();
   flops_per_token = train::flops_per_token(model::num_parameters(model), c.num_hidden_layers, c.hidden_size,
                                            opt.model_max_length);
@@ -168,7 +176,10 @@ void Trainer::Impl::setup_engine() {
   fsdp_model = fsdp::apply_fsdp(model, comm, policy);
   engine = &fsdp_model->engine();
   if (!weights_loaded) {
-    fsdp::load_checkpoint(*engine, weights_dir.string(), /*rank0_only=*/policy.cpu_ram_efficient_loading, grow_vocab);
+    std::function<bool(const std::string&)> base_only;  // LoRA: the base checkpoint has no adapter tensors
+    if (opt.lora) base_only = [](const std::string& n) { return !model::is_lora_param(n); };
+    fsdp::load_checkpoint(*engine, weights_dir.string(), /*rank0_only=*/policy.cpu_ram_efficient_loading, grow_vocab,
+                          base_only);
     weights_loaded = true;
   }
   sys::release_free_host_memory();  // load staging buffers and unsharded parameters are not needed again

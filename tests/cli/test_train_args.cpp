@@ -242,6 +242,24 @@ TEST(TrainArgs, UnsupportedValuesAreRefusedNotIgnored) {
   EXPECT_USAGE_ERROR("--model_name_or_path m", "--data_path is required");
 }
 
+TEST(TrainArgs, LoraFlagsHaveTrlNamesAndDefaults) {
+  TrainArgs a = parse_train_args(shell_split(kRequired + "--use_peft"));
+  EXPECT_TRUE(a.use_peft);
+  EXPECT_EQ(a.lora_r, 16);
+  EXPECT_EQ(a.lora_alpha, 32);
+  EXPECT_DOUBLE_EQ(a.lora_dropout, 0.05);
+  EXPECT_EQ(a.lora_target_modules, "");
+  EXPECT_FALSE(a.use_rslora);
+  a = parse_train_args(shell_split(kRequired + "--use_peft True --lora_r 8 --lora_target_modules 'q_proj,k_proj' --use_rslora"));
+  EXPECT_EQ(a.lora_r, 8);
+  EXPECT_EQ(a.lora_target_modules, "q_proj,k_proj");
+  EXPECT_TRUE(a.use_rslora);
+  EXPECT_USAGE_ERROR(kRequired + "--use_peft --lora_r 0", "--lora_r must be > 0");
+  EXPECT_USAGE_ERROR(kRequired + "--use_peft --lora_r -4", "--lora_r must be > 0");
+  EXPECT_USAGE_ERROR(kRequired + "--use_peft --lora_dropout 1", "--lora_dropout must be in [0, 1)");
+  EXPECT_USAGE_ERROR(kRequired + "--lora_r 8", "--lora_r only acts on a LoRA run; add --use_peft True");
+}
+
 TEST(TrainArgs, DerivedValues) {
   TrainArgs a = parse_train_args(shell_split(kRequired + "--fsdp --eval_strategy steps --logging_steps 10 --eval_data_path e.json "
                                                          "--save_max_shard_size 500MiB --resume_from_checkpoint true "

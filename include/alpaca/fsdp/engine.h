@@ -35,14 +35,15 @@ namespace alpaca::fsdp {
 
 // Per-rank model-state bytes (printed at start, queried by tests).
 struct MemoryAccount {
-  int64_t param_bytes = 0;       // fp32 master shards (trainable + frozen)
+  int64_t param_bytes = 0;       // fp32 master shards of the trainable parameters
+  int64_t frozen_bytes = 0;      // frozen shards (LoRA base weights), stored in param_dtype
   int64_t grad_bytes = 0;        // fp32 gradient shards
   int64_t optimizer_bytes = 0;   // optimizer moments (when an optimizer is passed)
   int64_t unsharded_bytes = 0;   // full buffers allocated now (params in param_dtype + grads in reduce_dtype)
   int64_t peak_unsharded_bytes = 0;
   int num_unsharded_units = 0;   // units whose full parameters are allocated now
   int peak_unsharded_units = 0;  // maximum since construction / reset_peaks()
-  int64_t persistent_bytes() const { return param_bytes + grad_bytes + optimizer_bytes; }
+  int64_t persistent_bytes() const { return param_bytes + frozen_bytes + grad_bytes + optimizer_bytes; }
   std::string to_string() const;
 };
 
@@ -92,10 +93,20 @@ class FsdpEngine {
   // Loads parameter values; each rank reads only its own shard's ranges unless rank0_only
   // (sync_module_states / cpu_ram_efficient_loading), where rank 0 reads one unit at a time and
   // broadcasts it. Collective.
-  void load_parameters(const ParamRangeReader& reader, bool rank0_only);
+  // `include` (empty = every parameter) picks the parameters to read; the others keep their values
+  // (LoRA: the base checkpoint has no adapter tensors; an adapter file has only those).
+  void load_parameters(const ParamRangeReader& reader, bool rank0_only,
+                       const std::function<bool(const std::string&)>& include = {});
   // Gathers every parameter one unit at a time (fp32) and hands it to `sink` on rank 0 only (all
   // ranks when all_ranks). Collective; no rank ever holds more than one unit in full.
   void export_full_state(const NamedTensorSink& sink, bool all_ranks = false);
+  // The same for the trainable parameters only (a LoRA adapter and its modules_to_save): the
+  // frozen base is never gathered. Collective.
+  void export_trainable_state(const NamedTensorSink& sink, bool all_ranks = false);
+  // Rows [row_begin, row_end) of the 2-D parameter `name` (fp32, CPU, (rows, cols)) on every rank,
+  // assembled from the shards that hold them (an all-reduce of rows x cols elements, never the
+  // whole tensor). Collective. Throws naming the parameter when it is unknown or not 2-D.
+  at::Tensor gather_rows(const std::string& name, int64_t row_begin, int64_t row_end);
   // Optimizer moments per parameter name (resume on another world size). Collective.
   void gather_optimizer_state_by_name(const optim::ShardedAdamW& opt, const OptimStateSink& sink,
                                       bool all_ranks = false);

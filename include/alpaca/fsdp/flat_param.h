@@ -1,5 +1,6 @@
 // FlatParameter: the parameters of one FSDP unit flattened, in a fixed order, into one buffer
-// padded to a multiple of the shard world; this rank keeps only its fp32 shard (the master copy).
+// padded to a multiple of the shard world; this rank keeps only its shard (the master copy: fp32
+// for trainable buffers; frozen buffers, e.g. LoRA base weights, keep it in param_dtype only).
 // While the unit is unsharded, a full buffer in param_dtype holds every rank's shard and each
 // original parameter tensor of the module *is* a view into it (its storage is shared); resharding
 // frees the bytes behind that storage without touching the tensors, so autograd's saved views see
@@ -30,6 +31,7 @@ struct FlatParamOptions {
   at::Device master_device{at::kCPU};   // where the fp32 shard (and its grad) live (host if offload)
   bool pin_memory = false;              // pin host shards (offload with CUDA)
   bool with_grad = true;                // allocate an fp32 gradient shard (trainable buffers)
+  at::ScalarType master_dtype = at::kFloat;  // dtype of the shard (frozen buffers: param_dtype)
 };
 
 class FlatParameter {
@@ -47,7 +49,7 @@ class FlatParameter {
   const FlatParamOptions& options() const { return options_; }
   int64_t numel() const { return shard_.numel; }
 
-  at::Tensor shard() const { return shard_fp32_; }   // (shard_numel,) fp32 master values
+  at::Tensor shard() const { return shard_fp32_; }   // (shard_numel,) master values in master_dtype
   at::Tensor grad() const { return grad_fp32_; }     // (shard_numel,) fp32; undefined if !with_grad
   at::Tensor full() const { return full_; }          // (padded_numel,) param_dtype; may be freed
 

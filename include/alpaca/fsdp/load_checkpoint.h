@@ -19,6 +19,8 @@ ParamRangeReader checkpoint_range_reader(std::shared_ptr<io::CheckpointReader> c
 // Collective. Throws alpaca::Error naming the tensor and file when a parameter is missing or has
 // another shape (other than vocabulary growth when grow_vocab). The low-memory way to start: build
 // the model on the meta device with the final vocabulary, apply_fsdp, then load_checkpoint.
-void load_checkpoint(FsdpEngine& engine, const std::string& dir, bool rank0_only, bool grow_vocab = false);
+// `include` (empty = all) picks the parameters read from `dir` (LoRA: the base tensors only).
+void load_checkpoint(FsdpEngine& engine, const std::string& dir, bool rank0_only, bool grow_vocab = false,
+                     const std::function<bool(const std::string&)>& include = {});
 
 }  // namespace alpaca::fsdp

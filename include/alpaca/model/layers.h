@@ -23,6 +23,8 @@ struct LayerContext {
 };
 
 // y = x W^T (+ b). Parameters "weight" (out, in) and optionally "bias" (out).
+// With a LoRA adapter attached (model::apply_lora, peft's lora.Linear):
+//   y = x W^T (+ b) + s * B(A(dropout(x))), A = "lora_A.weight" (r, in), B = "lora_B.weight" (out, r).
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in_features, int64_t out_features, bool bias, const at::TensorOptions& options,
@@ -30,6 +32,12 @@ class LinearImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x) const;
   at::Tensor weight;
   at::Tensor bias;  // undefined without bias
+
+  // LoRA branch (null without an adapter). Dropout acts only on the branch's input and only while
+  // the module is in training mode (torch::nn::Module::train / eval).
+  std::shared_ptr<LinearImpl> lora_A, lora_B;
+  double lora_scaling = 0.0;
+  double lora_dropout = 0.0;
 };
 TORCH_MODULE(Linear);
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "alpaca/fsdp/policy.h"
+#include "alpaca/model/lora.h"
 #include "alpaca/optim/adamw.h"
 #include "alpaca/optim/lr_schedule.h"
 
@@ -74,6 +75,10 @@ struct TrainerOptions {
   int64_t save_max_shard_bytes = 0;         // 0 = 5 GB
   bool save_only_model = false;
   std::optional<int64_t> save_total_limit;  // unset = keep every checkpoint
+
+  // ---- LoRA (--use_peft): set = train a peft adapter over the frozen base.
+  std::optional<model::LoraOptions> lora;
+  bool merge_adapter = false;  // also write output_dir/merged at the end (base + adapter)
 
   // ---- Reproducibility and resume.
   int64_t seed = 42;

@@ -1,0 +1,48 @@
+// LoRA adapters on the project's LLaMA, with peft's math and names (peft.tuners.lora, v0.21):
+// A (r, in) kaiming-uniform with a = sqrt(5), B (out, r) zeros, scaling alpha / r (alpha / sqrt(r)
+// with rsLoRA), dropout only on the branch input: y = W x + s * B(A(dropout(x))). Target modules
+// are matched by name as peft matches a list (`name == t` or `name` ends with "." + t);
+// "all-linear" is every linear layer except the output head. The base weights are frozen
+// (requires_grad false); the adapters and `modules_to_save` are trainable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace alpaca::model {
+
+class LlamaForCausalLMImpl;  // alpaca/model/llama.h (this header stays light: train/options.h includes it)
+
+struct LoraOptions {
+  int64_t r = 16;
+  double alpha = 32;
+  double dropout = 0.05;
+  bool use_rslora = false;
+  std::vector<std::string> target_modules;   // names, or {"all-linear"}; empty = peft's LLaMA default q_proj v_proj
+  std::vector<std::string> modules_to_save;  // modules trained in full (peft modules_to_save), e.g. lm_head
+  double scaling() const;                    // alpha / r, or alpha / sqrt(r) with use_rslora
+};
+
+struct LoraPlan {
+  std::vector<std::string> lora_modules;     // full names of the adapted linears, in module order
+  std::vector<std::string> target_modules;   // the resolved target list (what adapter_config.json says)
+  std::vector<std::string> saved_modules;    // full names of the modules_to_save modules
+};
+
+// Splits a flag value "q_proj,v_proj" or "q_proj v_proj" into names.
+std::vector<std::string> split_module_list(const std::string& text);
+
+// Attaches LoRA to the matching linears of `m` (whose base parameters may be on the meta device)
+// and sets requires_grad: false for every base parameter, true for the adapters and for the
+// parameters of modules_to_save. A is drawn on the CPU from one generator seeded with `seed`, in
+// module order (bitwise what torch.nn.init.kaiming_uniform_(A, a=sqrt(5), generator=g) draws from
+// torch.Generator().manual_seed(seed) in the same order). Adapter tensors are fp32 on the CPU.
+// Throws alpaca::Error when r <= 0, when a target or a module to save matches no module (naming the
+// modules that exist), or when a target is not a linear layer.
+LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t seed);
+
+// True for the name of a LoRA adapter parameter ("...lora_A.weight" / "...lora_B.weight").
+bool is_lora_param(const std::string& name);
+
+}  // namespace alpaca::model

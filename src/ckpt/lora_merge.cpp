@@ -1,0 +1,127 @@
+// LoRA merge; see include/alpaca/ckpt/lora_merge.h.
+#include "alpaca/ckpt/lora_merge.h"
+
+#include <nlohmann/json.hpp>  // defines: nlohmann::json
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "alpaca/io/checkpoint.h"
+#include "alpaca/io/hf_model.h"
+#include "alpaca/io/safetensors.h"
+#include "alpaca/model/config.h"
+#include "alpaca/util/error.h"
+#include "alpaca/util/sys.h"
+
+namespace fs = std::filesystem;
+
+namespace alpaca::ckpt {
+namespace {
+constexpr const char* kPrefix = "base_model.model.";
+}
+
+MergeStats merge_lora_adapter(const std::string& base_dir, const std::string& adapter_dir, const std::string& out_dir,
+                              int64_t max_shard_bytes) {
+  const fs::path cfg_path = fs::path(adapter_dir) / "adapter_config.json";
+  ALPACA_CHECK(fs::is_regular_file(cfg_path), "--adapter " << adapter_dir << " has no adapter_config.json; give the "
+                                              "output_dir (or a checkpoint) of an alpaca-train --use_peft run");
+  nlohmann::json cfg;
+  try {
+    cfg = nlohmann::json::parse(std::ifstream(cfg_path));
+  } catch (const std::exception& e) {
+    ALPACA_FAIL(cfg_path.string() << " is not valid JSON: " << e.what());
+  }
+  ALPACA_CHECK(cfg.value("peft_type", "") == "LORA", cfg_path.string() << ": peft_type is " << cfg.value("peft_type", "?")
+                                                     << "; only LORA adapters can be merged");
+  ALPACA_CHECK(!cfg.value("use_dora", false) && cfg.value("bias", "none") == "none" && !cfg.value("fan_in_fan_out", false),
+               cfg_path.string() << ": DoRA, LoRA biases and fan_in_fan_out are not supported by the merge");
+  ALPACA_CHECK(cfg.value("rank_pattern", nlohmann::json::object()).empty() &&
+                   cfg.value("alpha_pattern", nlohmann::json::object()).empty(),
+               cfg_path.string() << ": rank_pattern / alpha_pattern are not supported by the merge");
+  const double r = cfg.at("r").get<double>(), alpha = cfg.at("lora_alpha").get<double>();
+  const double scaling = cfg.value("use_rslora", false) ? alpha / std::sqrt(r) : alpha / r;
+
+  auto adapter = io::SafetensorsFile::open((fs::path(adapter_dir) / "adapter_model.safetensors").string());
+  std::set<std::string> unused;
+  for (const auto& n : adapter->names()) unused.insert(n);
+  auto take = [&](const std::string& key) {
+    unused.erase(key);
+    return adapter->tensor(key).to(at::kFloat);
+  };
+
+  model::LlamaConfig mcfg = model::LlamaConfig::from_json_file((fs::path(base_dir) / "config.json").string());
+  // New vocabulary rows from trainable tokens: the merged tables have max(index) + 1 rows.
+  std::map<std::string, std::vector<int64_t>> token_rows;
+  int64_t vocab = mcfg.vocab_size;
+  if (cfg.contains("trainable_token_indices") && !cfg["trainable_token_indices"].is_null()) {
+    const auto& t = cfg["trainable_token_indices"];
+    ALPACA_CHECK(t.is_object(), cfg_path.string() << ": trainable_token_indices must be {module: [ids]}");
+    for (const auto& [module, ids] : t.items()) {
+      const std::string name = module == "embed_tokens" ? "model.embed_tokens.weight" : module + ".weight";
+      token_rows[name] = ids.get<std::vector<int64_t>>();
+      for (int64_t id : token_rows[name]) vocab = std::max(vocab, id + 1);
+    }
+  }
+
+  const io::CheckpointReader base = io::CheckpointReader::open(base_dir);
+  io::HfExportWriter writer(out_dir, max_shard_bytes, std::nullopt);
+  MergeStats stats;
+  const int64_t rss0 = sys::rss_bytes();
+  int64_t peak = rss0;
+  for (const auto& name : base.names()) {
+    const at::ScalarType stored = base.info(name).dtype;
+    at::Tensor w = base.read(name, at::kFloat);
+    const std::string module = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : "";
+    const std::string a_key = kPrefix + module + ".lora_A.weight", b_key = kPrefix + module + ".lora_B.weight";
+    if (!module.empty() && adapter->contains(a_key)) {
+      ALPACA_CHECK(adapter->contains(b_key), adapter->path() << " has " << a_key << " but no " << b_key);
+      const at::Tensor a = take(a_key), b = take(b_key);  // (r, in), (out, r)
+      ALPACA_CHECK(a.dim() == 2 && b.dim() == 2 && b.size(0) == w.size(0) && a.size(1) == w.size(1) && a.size(0) == b.size(1),
+                   "LoRA " << module << ": A " << a.sizes() << " and B " << b.sizes() << " do not fit the base weight "
+                           << w.sizes() << " of " << base_dir);
+      w.add_(at::matmul(b, a) * scaling);  // peft get_delta_weight: (B @ A) * scaling
+      ++stats.num_merged;
+    }
+    if (adapter->contains(kPrefix + name)) {  // modules_to_save: the trained tensor replaces the base's
+      at::Tensor saved = take(kPrefix + name);
+      ALPACA_CHECK(saved.dim() == w.dim(), adapter->path() << ": " << kPrefix << name << " has shape " << saved.sizes()
+                                                          << ", the base has " << w.sizes());
+      w = saved;
+    }
+    auto rows = token_rows.find(name);
+    if (rows != token_rows.end()) {
+      const std::string key = kPrefix + module + ".token_adapter.trainable_tokens_delta";
+      ALPACA_CHECK(adapter->contains(key), adapter->path() << " has no " << key << " for trainable_token_indices");
+      const at::Tensor delta = take(key);  // (ids, D)
+      if (w.size(0) < vocab) {
+        at::Tensor grown = at::zeros({vocab, w.size(1)}, w.options());
+        grown.narrow(0, 0, w.size(0)).copy_(w);
+        w = grown;
+      }
+      for (size_t i = 0; i < rows->second.size(); ++i) w[rows->second[i]].copy_(delta[static_cast<int64_t>(i)]);
+    } else if ((name == "model.embed_tokens.weight" || name == "lm_head.weight") && w.size(0) < vocab) {
+      ALPACA_FAIL("the adapter grows the vocabulary to " << vocab << " rows but stores no rows for " << name
+                  << "; it was not written by alpaca-train --use_peft");
+    }
+    writer.add(name, w.to(stored));
+    base.release(name);
+    ++stats.num_tensors;
+    peak = std::max(peak, sys::rss_bytes());
+  }
+  ALPACA_CHECK(unused.empty(), adapter->path() << " has " << *unused.begin() << ", which matches no tensor of the base "
+                               << base_dir << "; is it the base model the adapter was trained on?");
+  mcfg.vocab_size = vocab;
+  writer.finish(mcfg);
+  for (const char* f : {"tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                        "tokenizer.json"}) {
+    const fs::path src = fs::path(adapter_dir) / f;
+    if (fs::is_regular_file(src)) fs::copy_file(src, fs::path(out_dir) / f, fs::copy_options::overwrite_existing);
+  }
+  stats.vocab_size = vocab;
+  stats.peak_rss_growth = peak - rss0;
+  return stats;
+}
+
+}  // namespace alpaca::ckpt

@@ -1,0 +1,154 @@
+// LoRA attachment; see include/alpaca/model/lora.h.
+#include "alpaca/model/lora.h"
+
+#include "alpaca/model/llama.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
+
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "alpaca/util/error.h"
+
+namespace alpaca::model {
+namespace {
+
+bool name_matches(const std::string& full, const std::string& target) {
+  return full == target || (full.size() > target.size() && full.ends_with(target) &&
+                            full[full.size() - target.size() - 1] == '.');
+}
+
+std::string leaf(const std::string& full) {
+  const auto dot = full.rfind('.');
+  return dot == std::string::npos ? full : full.substr(dot + 1);
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+  return os.str();
+}
+
+}  // namespace
+
+double LoraOptions::scaling() const {
+  return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+}
+
+std::vector<std::string> split_module_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::string w;
+  for (char c : text + " ") {
+    if (c == ' ' || c == ',' || c == '\t') {
+      if (!w.empty()) out.push_back(w);
+      w.clear();
+    } else {
+      w += c;
+    }
+  }
+  return out;
+}
+
+bool is_lora_param(const std::string& name) {
+  return name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight");
+}
+
+LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t seed) {
+  ALPACA_CHECK(opt.r > 0, "LoRA rank r must be > 0, got " << opt.r << " (--lora_r)");
+  ALPACA_CHECK(opt.dropout >= 0 && opt.dropout < 1, "LoRA dropout must be in [0, 1), got " << opt.dropout
+                                                                                          << " (--lora_dropout)");
+  // Every module by full name, the linears among them, and their distinct leaf names (for errors).
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> modules;
+  for (const auto& item : m.named_modules("", /*include_self=*/false)) modules.emplace_back(item.key(), item.value());
+  std::vector<std::string> linear_leaves, all_leaves;
+  for (const auto& [name, mod] : modules) {
+    const std::string l = leaf(name);
+    if (std::find(all_leaves.begin(), all_leaves.end(), l) == all_leaves.end() && !std::isdigit(l[0]) &&
+        l != "layers")
+      all_leaves.push_back(l);
+    if (dynamic_cast<LinearImpl*>(mod.get()) && std::find(linear_leaves.begin(), linear_leaves.end(), l) == linear_leaves.end())
+      linear_leaves.push_back(l);
+  }
+
+  LoraPlan plan;
+  std::vector<std::string> targets = opt.target_modules;
+  if (targets.empty()) targets = {"q_proj", "v_proj"};  // peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING["llama"]
+  const bool all_linear = targets.size() == 1 && targets[0] == "all-linear";
+  ALPACA_CHECK(all_linear || std::find(targets.begin(), targets.end(), "all-linear") == targets.end(),
+               "LoRA target 'all-linear' cannot be combined with module names; give one or the other");
+  if (all_linear) {
+    // peft's _maybe_include_all_linear_layers: every linear but the output layer, as leaf names.
+    targets.clear();
+    for (const auto& l : linear_leaves)
+      if (l != "lm_head") targets.push_back(l);
+  }
+  plan.target_modules = targets;
+
+  std::vector<LinearImpl*> chosen;
+  std::vector<std::string> chosen_names;
+  for (const auto& t : targets) {
+    bool matched = false;
+    for (const auto& [name, mod] : modules) {
+      if (!name_matches(name, t)) continue;
+      matched = true;
+      auto* lin = dynamic_cast<LinearImpl*>(mod.get());
+      ALPACA_CHECK(lin, "LoRA target '" << t << "' matches " << name << ", which is not a linear layer; LoRA here "
+                        "adapts linear layers: " << join(linear_leaves));
+      if (std::find(chosen.begin(), chosen.end(), lin) == chosen.end()) {
+        chosen.push_back(lin);
+        chosen_names.push_back(name);
+      }
+    }
+    ALPACA_CHECK(matched, "LoRA target module '" << t << "' matches no module of the model; its linear layers are "
+                          << join(linear_leaves) << " (or use all-linear)");
+  }
+  // Module order, not target order: that is the order peft (and our generator) visits them.
+  std::vector<size_t> order;
+  for (const auto& [name, mod] : modules)
+    for (size_t i = 0; i < chosen.size(); ++i)
+      if (chosen_names[i] == name) order.push_back(i);
+
+  std::vector<torch::nn::Module*> saved;
+  for (const auto& t : opt.modules_to_save) {
+    bool matched = false;
+    for (const auto& [name, mod] : modules) {
+      if (!name_matches(name, t)) continue;
+      matched = true;
+      saved.push_back(mod.get());
+      plan.saved_modules.push_back(name);
+    }
+    ALPACA_CHECK(matched, "LoRA module to save '" << t << "' matches no module of the model; its modules are "
+                          << join(all_leaves));
+  }
+
+  at::NoGradGuard no_grad;
+  for (auto& p : m.parameters(/*recurse=*/true)) p.requires_grad_(false);
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const double scaling = opt.scaling();
+  for (size_t i : order) {
+    LinearImpl* lin = chosen[i];
+    ALPACA_CHECK(!lin->lora_A, "LoRA is already attached to " << chosen_names[i]);
+    const int64_t in = lin->weight.size(1), out = lin->weight.size(0);
+    auto a = std::make_shared<LinearImpl>(in, opt.r, false, at::kFloat, ParamInit::kUninitialized);
+    auto b = std::make_shared<LinearImpl>(opt.r, out, false, at::kFloat);  // zeros
+    // torch.nn.init.kaiming_uniform_(a=sqrt(5)), fan_in = in: bound = sqrt(3) * gain / sqrt(fan_in).
+    const double neg = std::sqrt(5.0);
+    const double gain = std::sqrt(2.0 / (1 + neg * neg));
+    const double bound = std::sqrt(3.0) * (gain / std::sqrt(static_cast<double>(in)));
+    a->weight.uniform_(-bound, bound, gen);
+    lin->lora_A = lin->register_module("lora_A", a);
+    lin->lora_B = lin->register_module("lora_B", b);
+    lin->lora_scaling = scaling;
+    lin->lora_dropout = opt.dropout;
+    a->weight.requires_grad_(true);
+    b->weight.requires_grad_(true);
+    plan.lora_modules.push_back(chosen_names[i]);
+  }
+  for (torch::nn::Module* s : saved)
+    for (auto& p : s->parameters(/*recurse=*/true)) p.requires_grad_(true);
+  return plan;
+}
+
+}  // namespace alpaca::model

@@ -1,0 +1,163 @@
+// LoRA runs (--use_peft): attaching the adapters with TRL's flags, what a resume must match, and
+// the peft output: adapter_config.json + adapter_model.safetensors with peft's key names
+// ("base_model.model.<our name>", no adapter name), gathered one FSDP unit at a time from the
+// trainable shards only, so saving an adapter never gathers the frozen base. Rows that train.py
+// added to the vocabulary ([PAD]) are stored as peft trainable tokens (trainable_token_indices,
+// one (rows, D) delta per table) unless the whole table is in modules_to_save.
+#include <nlohmann/json.hpp>  // defines: nlohmann::json
+
+#include <fstream>
+
+#include "alpaca/ckpt/checkpoint_dir.h"
+#include "alpaca/io/safetensors.h"
+#include "alpaca/model/lora.h"
+#include "alpaca/util/error.h"
+#include "alpaca/util/log.h"
+#include "alpaca/util/sys.h"
+#include "trainer_impl.h"
+
+namespace fs = std::filesystem;
+
+namespace alpaca::train {
+namespace {
+
+constexpr const char* kPeftPrefix = "base_model.model.";
+
+std::string join_words(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& w : v) s += (s.empty() ? "" : " ") + w;
+  return s;
+}
+
+// The size of the base model's weight files and the hash of its config: a different base with
+// the same shapes (another fine-tune of the same architecture) is caught without hashing weights.
+ckpt::Fingerprint base_fingerprint(const fs::path& base) {
+  int64_t bytes = 0;
+  for (const auto& e : fs::directory_iterator(base)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_regular_file() && (n.ends_with(".safetensors") || n.ends_with(".bin"))) bytes += static_cast<int64_t>(e.file_size());
+  }
+  return {{"base config.json sha256", ckpt::sha256_file((base / "config.json").string())},
+          {"base weight bytes", std::to_string(bytes)}};
+}
+
+}  // namespace
+
+ckpt::Fingerprint Trainer::Impl::lora_fingerprint() const {
+  const model::LoraOptions& o = *opt.lora;
+  std::ostringstream alpha;
+  alpha << o.alpha;
+  ckpt::Fingerprint f = base_fingerprint(opt.model_name_or_path);
+  f["lora_r"] = std::to_string(o.r);
+  f["lora_alpha"] = alpha.str();
+  f["use_rslora"] = o.use_rslora ? "true" : "false";
+  f["lora_target_modules"] = join_words(o.target_modules.empty() ? std::vector<std::string>{"q_proj", "v_proj"} : o.target_modules);
+  f["lora_modules_to_save"] = join_words(o.modules_to_save);
+  return f;
+}
+
+void Trainer::Impl::check_lora_resume(const ckpt::Fingerprint& saved_model) const {
+  // A checkpoint of a full fine-tune has none of these keys; a LoRA checkpoint has all of them.
+  const bool saved_lora = saved_model.count("lora_r") > 0;
+  ALPACA_CHECK(saved_lora, "cannot resume from " << resume_dir->string() << ": it is a checkpoint of a full fine-tune, "
+                           "this run trains a LoRA adapter (--use_peft); resume without --use_peft or start a new run");
+  ckpt::Fingerprint saved, now = lora_fingerprint();
+  for (const auto& [k, v] : now) {
+    auto it = saved_model.find(k);
+    if (it != saved_model.end()) saved[k] = it->second;
+  }
+  for (const char* k : {"base config.json sha256", "base weight bytes"}) {
+    ALPACA_CHECK(saved[k] == now[k], "cannot resume from " << resume_dir->string() << ": its adapter was trained on another "
+                 "base model (" << k << " is " << saved[k] << " there, " << now[k] << " for --model_name_or_path "
+                 << opt.model_name_or_path.string() << "); resume with the base model the adapter was trained on");
+  }
+  const std::string why = ckpt::fingerprint_mismatch("LoRA adapter", saved, now);
+  ALPACA_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why
+                            << "; resume with the LoRA flags (--lora_r, --lora_alpha, --lora_target_modules, ...) it was "
+                               "trained with");
+}
+
+void Trainer::Impl::setup_lora(int64_t base_vocab_size) {
+  lora_plan = model::apply_lora(*model, *opt.lora, static_cast<uint64_t>(opt.seed));
+  for (int64_t id = base_vocab_size; id < tokenizer->vocab_size(); ++id) added_token_ids.push_back(id);
+  int64_t adapter = 0;
+  for (const auto& p : model->parameters())
+    if (p.requires_grad()) adapter += p.numel();
+  ALPACA_INFO("LoRA r=" << opt.lora->r << " alpha=" << opt.lora->alpha << " dropout=" << opt.lora->dropout
+              << (opt.lora->use_rslora ? " (rsLoRA)" : "") << " on " << lora_plan.lora_modules.size() << " modules ("
+              << join_words(lora_plan.target_modules) << "): " << adapter << " trainable parameters of "
+              << model::num_parameters(model));
+}
+
+bool Trainer::Impl::is_adapter_param(const std::string& name) const {
+  if (model::is_lora_param(name)) return true;
+  for (const auto& m : lora_plan.saved_modules)
+    if (name.rfind(m + ".", 0) == 0) return true;
+  return false;
+}
+
+void Trainer::Impl::export_adapter(const fs::path& dir) {
+  std::unique_ptr<io::SafetensorsWriter> writer;
+  if (rank == 0) writer = std::make_unique<io::SafetensorsWriter>((dir / "adapter_model.safetensors").string());
+  const int64_t rss_before = sys::rss_bytes();
+  int64_t rss_peak = rss_before;
+  engine->export_trainable_state([&](const std::string& name, const at::Tensor& value) {
+    writer->add(kPeftPrefix + name, value);
+    rss_peak = std::max(rss_peak, sys::rss_bytes());
+  });
+  // Added vocabulary rows as peft trainable tokens, for the tables not saved in full.
+  nlohmann::json tokens = nullptr;
+  if (!added_token_ids.empty()) {
+    const int64_t lo = added_token_ids.front(), hi = added_token_ids.back() + 1;
+    auto saved_in_full = [&](const std::string& module) {
+      return std::find(lora_plan.saved_modules.begin(), lora_plan.saved_modules.end(), module) != lora_plan.saved_modules.end();
+    };
+    std::vector<std::pair<std::string, std::string>> tables = {{"embed_tokens", "model.embed_tokens"}};
+    if (!model->config().tie_word_embeddings) tables.emplace_back("lm_head", "lm_head");
+    for (const auto& [key, module] : tables) {
+      if (saved_in_full(module)) continue;
+      at::Tensor rows = engine->gather_rows(module + ".weight", lo, hi);  // collective
+      if (rank == 0) writer->add(kPeftPrefix + module + ".token_adapter.trainable_tokens_delta", rows);
+      if (tokens.is_null()) tokens = nlohmann::json::object();
+      tokens[key] = added_token_ids;
+    }
+  }
+  if (rank != 0) return;
+  writer->finish({{"format", "pt"}});
+  const model::LoraOptions& o = *opt.lora;
+  nlohmann::json cfg = {
+      {"peft_type", "LORA"}, {"task_type", "CAUSAL_LM"}, {"peft_version", "0.21.2"},
+      {"base_model_name_or_path", fs::absolute(opt.model_name_or_path).lexically_normal().string()},
+      {"r", o.r}, {"lora_alpha", o.alpha}, {"lora_dropout", o.dropout}, {"use_rslora", o.use_rslora},
+      {"target_modules", lora_plan.target_modules},
+      {"modules_to_save", o.modules_to_save.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.modules_to_save)},
+      {"trainable_token_indices", tokens},
+      {"bias", "none"}, {"fan_in_fan_out", false}, {"init_lora_weights", true}, {"inference_mode", true},
+      {"use_dora", false}, {"lora_bias", false}, {"layers_to_transform", nullptr}, {"layers_pattern", nullptr},
+      {"rank_pattern", nlohmann::json::object()}, {"alpha_pattern", nlohmann::json::object()},
+      {"exclude_modules", nullptr}, {"revision", nullptr}, {"target_parameters", nullptr}};
+  ckpt::write_file_durable(dir / "adapter_config.json", cfg.dump(2) + "\n");
+  ALPACA_INFO("saved the LoRA adapter to " << dir.string() << " (" << writer->data_bytes() / 1024 << " KiB; rank 0 RSS grew by "
+              << (rss_peak - rss_before) / (1 << 20) << " MiB while gathering it; the base was not gathered)");
+}
+
+void Trainer::Impl::load_adapter(const fs::path& dir) {
+  const fs::path file = dir / "adapter_model.safetensors";
+  ALPACA_CHECK(fs::is_regular_file(file), dir.string() << " has no adapter_model.safetensors; it is not a checkpoint of a "
+                                          "LoRA run (--use_peft)");
+  auto st = io::SafetensorsFile::open(file.string());
+  engine->load_parameters(
+      [&](const std::string& name, const std::vector<int64_t>& shape, int64_t begin, int64_t end, at::Tensor out) {
+        const std::string key = kPeftPrefix + name;
+        ALPACA_CHECK(st->contains(key), file.string() << " has no tensor " << key << "; the checkpoint's adapter does not "
+                                        "match this run's LoRA targets");
+        const auto& info = st->info(key);
+        ALPACA_CHECK(info.shape == shape, key << " in " << file.string() << " has shape " << at::IntArrayRef(info.shape)
+                                              << ", this run's adapter expects " << at::IntArrayRef(shape)
+                                              << "; resume with the --lora_r the checkpoint was trained with");
+        out.copy_(st->tensor_range(key, begin, end - begin));
+      },
+      /*rank0_only=*/false, [this](const std::string& name) { return is_adapter_param(name); });
+}
+
+}  // namespace alpaca::train

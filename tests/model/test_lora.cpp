@@ -1,0 +1,149 @@
+// LoRA on the model (model/lora.h): peft's math (init, scaling, dropout on the branch only),
+// target matching (names, all-linear, errors naming what exists) and which parameters train.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "alpaca/model/llama.h"
+#include "alpaca/model/lora.h"
+#include "alpaca/util/error.h"
+
+using namespace alpaca::model;
+
+namespace {
+
+LlamaConfig tiny() {
+  LlamaConfig c;
+  c.vocab_size = 64;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.max_position_embeddings = 64;
+  c.tie_word_embeddings = false;
+  return c;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const alpaca::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Lora, DefaultTargetsAreQAndVWithPeftInitAndNames) {
+  LlamaForCausalLM m(tiny());
+  init_weights(m, 1);
+  LoraOptions o;
+  o.r = 4;
+  o.alpha = 8;
+  const LoraPlan plan = apply_lora(*m, o, 7);
+  EXPECT_EQ(plan.lora_modules, (std::vector<std::string>{"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.v_proj",
+                                                         "model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.v_proj"}));
+  auto params = m->named_parameters(true);
+  at::Tensor a = params["model.layers.0.self_attn.q_proj.lora_A.weight"];
+  at::Tensor b = params["model.layers.0.self_attn.v_proj.lora_B.weight"];
+  EXPECT_EQ(a.sizes(), (std::vector<int64_t>{4, 32}));
+  EXPECT_EQ(b.sizes(), (std::vector<int64_t>{16, 4}));  // v_proj: 2 kv heads x 8
+  // kaiming_uniform(a = sqrt(5)) on fan_in 32: U(-1/sqrt(32), 1/sqrt(32)); B zeros.
+  const double bound = 1.0 / std::sqrt(32.0);
+  EXPECT_LE(a.abs().max().item<double>(), bound + 1e-7);
+  EXPECT_GT(a.abs().max().item<double>(), 0.8 * bound);
+  EXPECT_EQ(b.abs().max().item<double>(), 0.0);
+  int trainable = 0;
+  for (const auto& item : params) {
+    const bool lora = is_lora_param(item.key());
+    EXPECT_EQ(item.value().requires_grad(), lora) << item.key();
+    trainable += lora;
+  }
+  EXPECT_EQ(trainable, 8);
+  // Same seed, same draw; another seed, another draw.
+  LlamaForCausalLM m2(tiny()), m3(tiny());
+  apply_lora(*m2, o, 7);
+  apply_lora(*m3, o, 8);
+  EXPECT_TRUE(at::equal(a, m2->named_parameters(true)["model.layers.0.self_attn.q_proj.lora_A.weight"]));
+  EXPECT_FALSE(at::equal(a, m3->named_parameters(true)["model.layers.0.self_attn.q_proj.lora_A.weight"]));
+}
+
+TEST(Lora, ForwardIsBasePlusScaledBranchAndDropoutOnlyTouchesTheBranch) {
+  LlamaForCausalLM m(tiny());
+  init_weights(m, 1);
+  at::Tensor x = at::randn({2, 5, 32});
+  Linear& q = m->model->layers[0]->self_attn->q_proj;
+  at::NoGradGuard ng;
+  const at::Tensor base = q->forward(x);
+  LoraOptions o;
+  o.r = 4;
+  o.alpha = 8;
+  o.dropout = 0.5;
+  apply_lora(*m, o, 3);
+  EXPECT_DOUBLE_EQ(q->lora_scaling, 2.0);
+  // B = 0 at init: the output is the base output exactly, with dropout active (training mode).
+  EXPECT_TRUE(at::equal(q->forward(x), base));
+  q->lora_B->weight.normal_();
+  m->eval();  // no dropout
+  const at::Tensor want = base + at::matmul(at::matmul(x, q->lora_A->weight.t()), q->lora_B->weight.t()) * 2.0;
+  EXPECT_TRUE(at::allclose(q->forward(x), want, 1e-5, 1e-6));
+  m->train();
+  at::Tensor d = q->forward(x) - base;  // the branch alone, on a dropped-out input
+  // Dropout zeroes inputs of the branch, never the base path: the branch differs from no-dropout.
+  EXPECT_FALSE(at::allclose(d, want - base, 1e-4, 1e-5));
+  // rsLoRA: alpha / sqrt(r).
+  LoraOptions rs = o;
+  rs.use_rslora = true;
+  EXPECT_DOUBLE_EQ(rs.scaling(), 8.0 / 2.0);
+  rs.r = 16;
+  EXPECT_DOUBLE_EQ(rs.scaling(), 2.0);
+}
+
+TEST(Lora, AllLinearIsEveryLinearButLmHeadAndModulesToSaveTrain) {
+  LlamaForCausalLM m(tiny(), at::TensorOptions().device(at::kMeta));  // the trainer's meta model
+  LoraOptions o;
+  o.r = 2;
+  o.target_modules = {"all-linear"};
+  o.modules_to_save = {"lm_head"};
+  const LoraPlan plan = apply_lora(*m, o, 1);
+  EXPECT_EQ(plan.lora_modules.size(), 14u);
+  EXPECT_EQ(plan.target_modules,
+            (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}));
+  EXPECT_EQ(plan.saved_modules, (std::vector<std::string>{"lm_head"}));
+  auto params = m->named_parameters(true);
+  EXPECT_TRUE(params["lm_head.weight"].requires_grad());
+  EXPECT_FALSE(params["model.embed_tokens.weight"].requires_grad());
+  EXPECT_FALSE(params["model.layers.1.mlp.down_proj.weight"].requires_grad());
+  EXPECT_TRUE(params["model.layers.1.mlp.down_proj.lora_B.weight"].requires_grad());
+  EXPECT_TRUE(params["model.layers.1.mlp.down_proj.weight"].is_meta());
+  EXPECT_FALSE(params["model.layers.1.mlp.down_proj.lora_A.weight"].is_meta());  // adapters have values
+  EXPECT_EQ(params.find("lm_head.lora_A.weight"), nullptr);
+}
+
+TEST(Lora, BadTargetsNameWhatExists) {
+  LoraOptions o;
+  o.target_modules = {"q_proj", "qkv_proj"};
+  LlamaForCausalLM m(tiny());
+  std::string e = error_of([&] { apply_lora(*m, o, 1); });
+  EXPECT_NE(e.find("'qkv_proj' matches no module"), std::string::npos) << e;
+  EXPECT_NE(e.find("q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, lm_head"), std::string::npos) << e;
+  o.target_modules = {"input_layernorm"};
+  LlamaForCausalLM m2(tiny());
+  e = error_of([&] { apply_lora(*m2, o, 1); });
+  EXPECT_NE(e.find("not a linear layer"), std::string::npos) << e;
+  o.target_modules = {};
+  o.modules_to_save = {"embeddings"};
+  LlamaForCausalLM m3(tiny());
+  e = error_of([&] { apply_lora(*m3, o, 1); });
+  EXPECT_NE(e.find("'embeddings' matches no module"), std::string::npos) << e;
+  EXPECT_NE(e.find("embed_tokens"), std::string::npos) << e;
+  o.modules_to_save = {};
+  o.r = 0;
+  LlamaForCausalLM m4(tiny());
+  e = error_of([&] { apply_lora(*m4, o, 1); });
+  EXPECT_NE(e.find("r must be > 0"), std::string::npos) << e;
+  EXPECT_EQ(split_module_list("q_proj, v_proj  o_proj"), (std::vector<std::string>{"q_proj", "v_proj", "o_proj"}));
+}

@@ -1,0 +1,205 @@
+// LoRA (--use_peft) against peft (tests/reference/lora_parity_ref.py: transformers + peft + torch
+// AdamW + the same cosine schedule, tiny random LLaMA, 40 real Alpaca records, 20 steps, starting
+// from our initial adapter): fp32 world 1 within 1e-4 relative per step (loss; grad norm 1e-3);
+// worlds 2 and 4 under every sharding strategy, with and without offload and checkpointing,
+// match world 1 within 1e-5; the saved adapter has peft's keys and loads with
+// PeftModel.from_pretrained without a warning, giving our logits within 1e-5.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "alpaca/io/hf_model.h"
+#include "alpaca/io/safetensors.h"
+#include "alpaca/model/llama.h"
+#include "alpaca/model/lora.h"
+#include "test_util.h"
+#include "train_test_util.h"
+
+namespace fs = std::filesystem;
+using namespace alpaca;
+using namespace alpaca::testing;
+
+namespace {
+
+fs::path fixture() { return binary_dir() / "fixtures" / "lora_parity"; }
+
+std::string lora_args(const fs::path& out, int per_device, int accum, int steps = 20) {
+  const fs::path f = fixture();
+  return "--model_name_or_path " + (f / "model").string() + " --data_path " + (f / "data.json").string() +
+         " --output_dir " + out.string() + " --max_steps " + std::to_string(steps) +
+         " --per_device_train_batch_size " + std::to_string(per_device) + " --gradient_accumulation_steps " +
+         std::to_string(accum) +
+         " --learning_rate 2e-2 --warmup_ratio 0.1 --lr_scheduler_type cosine --weight_decay 0.01"
+         " --model_max_length 64 --logging_steps 1 --save_strategy no --report_to jsonl --seed 42"
+         " --use_peft True --lora_r 8 --lora_alpha 16 --lora_dropout 0";
+}
+
+nlohmann::json reference() {
+  std::ifstream f(fixture() / "reference.json");
+  return nlohmann::json::parse(f);
+}
+
+#define SKIP_WITHOUT_FIXTURE() \
+  if (fs::exists(fixture() / "SKIPPED")) GTEST_SKIP() << "reference fixture skipped (no shared data)"
+
+}  // namespace
+
+TEST(LoraParity, OurInitialAdapterIsTheReferencesBitwise) {
+  SKIP_WITHOUT_FIXTURE();
+  model::LlamaConfig c = model::LlamaConfig::from_json_file((fixture() / "model" / "config.json").string());
+  c.vocab_size = 32001;
+  model::LlamaForCausalLM m(c, at::TensorOptions().device(at::kMeta));
+  model::LoraOptions o;
+  o.r = 8;
+  o.alpha = 16;
+  model::apply_lora(*m, o, 42);
+  auto init = io::SafetensorsFile::open((fixture() / "lora_init.safetensors").string());
+  auto params = m->named_parameters(true);
+  ASSERT_EQ(init->names().size(), 4u);
+  for (const auto& name : init->names()) {
+    ASSERT_NE(params.find(name), nullptr) << name;
+    EXPECT_TRUE(at::equal(params[name], init->tensor(name))) << name << " differs from peft's init draw";
+  }
+}
+
+TEST(LoraParity, World1MatchesPeftFor20Steps) {
+  SKIP_WITHOUT_FIXTURE();
+  const auto ref = reference();
+  TempDir out("lora_w1");
+  std::string log;
+  ASSERT_EQ(run_trainer(lora_args(out.path(), 4, 2), 1, &log), 0) << log;
+  const auto steps = read_step_logs(out.path());
+  ASSERT_EQ(steps.size(), 20u) << log;
+  double worst = 0, worst_norm = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const double r = ref["losses"][i].get<double>();
+    const double rel = std::abs(steps[i].loss - r) / std::abs(r);
+    worst = std::max(worst, rel);
+    EXPECT_LE(rel, 1e-4) << "step " << i + 1 << ": ours " << steps[i].loss << " peft " << r;
+    EXPECT_NEAR(steps[i].learning_rate, ref["learning_rates"][i].get<double>(), 1e-12) << "step " << i + 1;
+    const double n = ref["grad_norms"][i].get<double>();
+    worst_norm = std::max(worst_norm, std::abs(steps[i].grad_norm - n) / n);
+    EXPECT_NEAR(steps[i].grad_norm, n, 1e-3 * n) << "step " << i + 1;
+  }
+  // The run learned something (the comparison is not of two untrained models).
+  EXPECT_LT(ref["losses"][19].get<double>(), ref["losses"][0].get<double>() - 0.03);
+  std::cout << "[lora parity] world 1 vs peft: worst relative loss difference " << worst << ", grad norm " << worst_norm
+            << "; loss " << steps.front().loss << " -> " << steps.back().loss << "\n";
+}
+
+TEST(LoraParity, Worlds2And4EveryStrategyMatchWorld1) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir w1("lora_sweep_w1");
+  std::string log;
+  ASSERT_EQ(run_trainer(lora_args(w1.path(), 4, 2), 1, &log), 0) << log;
+  const auto base = read_step_logs(w1.path());
+  ASSERT_EQ(base.size(), 20u);
+  struct Case { int ranks, per_device, accum; std::string fsdp, extra; };
+  const std::string wrap = " --fsdp_transformer_layer_cls_to_wrap LlamaDecoderLayer";
+  const std::vector<Case> cases = {
+      {2, 2, 2, "full_shard auto_wrap", " --gradient_checkpointing True"},
+      {2, 4, 1, "shard_grad_op auto_wrap offload", ""},
+      {2, 2, 2, "no_shard", ""},
+      {4, 1, 2, "full_shard auto_wrap offload", " --gradient_checkpointing True"},
+      {4, 2, 1, "hybrid_shard auto_wrap", " --fsdp_config '{\"hybrid_shard_size\": 2}'"},
+  };
+  for (const Case& c : cases) {
+    TempDir wn("lora_sweep_wn");
+    std::string extra = c.extra;
+    if (c.fsdp.find("auto_wrap") != std::string::npos) extra += wrap;
+    ASSERT_EQ(run_trainer(lora_args(wn.path(), c.per_device, c.accum) + " --fsdp '" + c.fsdp + "'" + extra, c.ranks, &log), 0)
+        << c.fsdp << "\n" << log;
+    const auto got = read_step_logs(wn.path());
+    ASSERT_EQ(got.size(), 20u) << log;
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double rel = std::abs(got[i].loss - base[i].loss) / std::abs(base[i].loss);
+      worst = std::max(worst, rel);
+      EXPECT_LE(rel, 1e-5) << c.ranks << " ranks '" << c.fsdp << "'" << c.extra << " step " << i + 1;
+    }
+    std::cout << "[lora parity] " << c.ranks << " ranks '" << c.fsdp << "'" << c.extra << " vs world 1: worst " << worst << "\n";
+  }
+}
+
+TEST(LoraParity, SavedAdapterLoadsInPeftWithOurLogits) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir out("lora_saved");
+  std::string log;
+  ASSERT_EQ(run_trainer(lora_args(out.path(), 2, 2, 5) + " --fsdp 'full_shard auto_wrap'"
+                        " --fsdp_transformer_layer_cls_to_wrap LlamaDecoderLayer --merge_adapter True", 2, &log), 0) << log;
+  const fs::path dir = out.path();
+  ASSERT_TRUE(fs::exists(dir / "adapter_config.json")) << log;
+  EXPECT_FALSE(fs::exists(dir / "model.safetensors")) << "a LoRA run must not export the base";
+  EXPECT_TRUE(fs::exists(dir / "tokenizer.model"));
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir / "adapter_config.json"));
+  EXPECT_EQ(cfg["peft_type"], "LORA");
+  EXPECT_EQ(cfg["r"], 8);
+  EXPECT_EQ(cfg["target_modules"], nlohmann::json({"q_proj", "v_proj"}));
+  EXPECT_EQ(cfg["trainable_token_indices"]["embed_tokens"], nlohmann::json({32000}));
+  auto adapter = io::SafetensorsFile::open((dir / "adapter_model.safetensors").string());
+  std::vector<std::string> keys = adapter->names();
+  std::sort(keys.begin(), keys.end());
+  std::vector<std::string> want = {"base_model.model.lm_head.token_adapter.trainable_tokens_delta",
+                                   "base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta"};
+  for (int l = 0; l < 2; ++l)
+    for (const char* p : {"q_proj", "v_proj"})
+      for (const char* ab : {"lora_A", "lora_B"})
+        want.push_back("base_model.model.model.layers." + std::to_string(l) + ".self_attn." + p + "." + ab + ".weight");
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(keys, want);
+
+  // Our model from the saved files: the base with train.py's [PAD] row, plus the adapter.
+  model::LlamaForCausalLM m = io::load_hf_model((fixture() / "model").string());
+  m->resize_token_embeddings(32001);
+  model::LoraOptions o;
+  o.r = 8;
+  o.alpha = 16;
+  o.dropout = 0;
+  model::apply_lora(*m, o, 0);
+  at::NoGradGuard ng;
+  for (auto& item : m->named_parameters(true))
+    if (model::is_lora_param(item.key())) item.value().copy_(adapter->tensor("base_model.model." + item.key()));
+  // The stored [PAD] rows are the rows we trained with (frozen: train.py's mean rows).
+  EXPECT_TRUE(at::allclose(adapter->tensor("base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta"),
+                           m->model->embed_tokens->weight.narrow(0, 32000, 1), 0, 1e-7));
+  EXPECT_TRUE(at::allclose(adapter->tensor("base_model.model.lm_head.token_adapter.trainable_tokens_delta"),
+                           m->lm_head->weight.narrow(0, 32000, 1), 0, 1e-7));
+  EXPECT_GT(adapter->tensor("base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight").abs().max().item<double>(), 0);
+  at::Tensor ids = at::tensor({1, 13866, 338, 385, 32000, 29889, 32000, 2}, at::kLong).view({1, -1});
+  at::Tensor logits = m->forward(ids).contiguous();
+  const fs::path ours = dir / "ours_logits.safetensors";
+  {
+    io::SafetensorsWriter w(ours.string());
+    w.add("input_ids", ids);
+    w.add("logits", logits);
+    w.finish();
+  }
+  // The merge subcommand gives the same merged model as --merge_adapter at the end of training.
+  const fs::path merged = dir / "merged_cmd";
+  ASSERT_EQ(run_command(train_bin() + " merge --model_name_or_path " + (fixture() / "model").string() + " --adapter " +
+                            dir.string() + " --output_dir " + merged.string() + " 2>&1", &log), 0) << log;
+  ASSERT_TRUE(fs::exists(dir / "merged" / "model.safetensors")) << "--merge_adapter True wrote nothing";
+  {
+    auto x = io::SafetensorsFile::open((dir / "merged" / "model.safetensors").string());
+    auto y = io::SafetensorsFile::open((merged / "model.safetensors").string());
+    ASSERT_EQ(x->names(), y->names());
+    for (const auto& n : x->names()) EXPECT_TRUE(at::equal(x->tensor(n), y->tensor(n))) << n;
+    EXPECT_EQ(y->tensor("model.embed_tokens.weight").size(0), 32001);
+  }
+  std::string out_text;
+  const int rc = run_command(python() + " " + (source_dir() / "tests/reference/lora_peft_load_check.py").string() +
+                                 " --base " + (fixture() / "model").string() + " --adapter " + dir.string() +
+                                 " --ours " + ours.string() + " --merged " + merged.string() + " 2>&1",
+                             &out_text);
+  const auto brace = out_text.rfind("{\"max_abs_diff\"");
+  ASSERT_NE(brace, std::string::npos) << out_text;
+  const auto j = nlohmann::json::parse(out_text.substr(brace, out_text.find('\n', brace) - brace));
+  EXPECT_EQ(rc, 0) << "peft warned while loading the adapter: " << j["warnings"].dump();
+  EXPECT_TRUE(j["warnings"].empty()) << j["warnings"].dump();
+  EXPECT_LE(j["max_abs_diff"].get<double>(), 1e-5) << out_text;
+  EXPECT_LE(j["merged_max_abs_diff"].get<double>(), 1e-5) << "the merged model in transformers: " << out_text;
+  std::cout << "[lora peft load] PeftModel.from_pretrained: no warnings; max |logits - ours| = " << j["max_abs_diff"]
+            << " (max |logit| " << j["max_abs"] << "); merged model in transformers: " << j["merged_max_abs_diff"] << "\n";
+}
