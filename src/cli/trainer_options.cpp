@@ -69,6 +69,7 @@ optim::LrSchedule schedule_from_flags(const TrainArgs& a) {
 train::TrainerOptions trainer_options(const TrainArgs& a) {
   train::TrainerOptions o;
   o.model_name_or_path = a.model_name_or_path;
+  o.use_fast_tokenizer = a.use_fast_tokenizer;
   o.data_path = a.data_path;
   o.eval_data_path = a.eval_data_path;
   o.model_max_length = a.model_max_length;

@@ -43,14 +43,13 @@ std::vector<Example> tokenize_alpaca(const std::vector<AlpacaRecord>& records,
   auto work = [&](int64_t i) {
     const AlpacaRecord& r = records[i];
     std::string source = format_alpaca_prompt(r);
-    std::vector<int64_t> full = tokenizer.encode(source + r.output + eos);
+    // Truncation as HF's (max_length, truncation=True): the special tokens stay, the text is cut.
+    bool cut = false;
+    std::vector<int64_t> full = tokenizer.encode_truncated(source + r.output + eos, model_max_length, &cut);
+    truncated[i] = cut ? 1 : 0;
     // The source is tokenized on its own and its (truncated) length masks the labels; the two
     // tokenizations are not checked against each other, as in train.py.
-    int64_t source_len = std::min<int64_t>(tokenizer.encode(source).size(), model_max_length);
-    if (static_cast<int64_t>(full.size()) > model_max_length) {
-      full.resize(model_max_length);
-      truncated[i] = 1;
-    }
+    int64_t source_len = static_cast<int64_t>(tokenizer.encode_truncated(source, model_max_length).size());
     Example& ex = examples[i];
     ex.labels = full;
     std::fill(ex.labels.begin(),

@@ -1,6 +1,7 @@
 // Tokenizer: SentencePiece + HF special/added tokens, encoding as transformers' slow
-// LlamaTokenizer (see the header). The HF json files are read and written here so that a saved
-// directory round-trips through transformers' AutoTokenizer with the same ids.
+// LlamaTokenizer, or a tokenizer.json run by detail::HfTokenizer (see the header). The HF json
+// files are read and written here so that a saved directory round-trips through transformers'
+// AutoTokenizer with the same ids.
 #include "alpaca/data/tokenizer.h"
 
 #include <sentencepiece_processor.h>
@@ -14,6 +15,7 @@
 #include <unordered_map>
 
 #include "alpaca/util/error.h"
+#include "hf_tokenizer.h"
 #include "tokenizer_json.h"
 
 namespace alpaca::data {
@@ -50,13 +52,49 @@ std::optional<std::string> token_string(const json& v) {
   return std::nullopt;
 }
 
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+// Python's str.isspace (what 4.28.1's str.lstrip()/rstrip() strip beside an added token).
+bool is_py_space(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+         c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// The code point starting at s[i] and its byte length (s is UTF-8; invalid bytes count as one).
+uint32_t code_point_at(const std::string& s, size_t i, size_t* len) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = (p[i] < 0x80) ? 1 : (p[i] >> 5) == 0x6 ? 2 : (p[i] >> 4) == 0xE ? 3 : (p[i] >> 3) == 0x1E ? 4 : 1;
+  if (i + n > s.size() || n == 1) {
+    *len = 1;
+    return p[i];
+  }
+  uint32_t c = p[i] & (0xFF >> (n + 1));
+  for (size_t k = 1; k < n; ++k) c = (c << 6) | (p[i + k] & 0x3F);
+  *len = n;
+  return c;
+}
+
+void py_lstrip(std::string& s) {
+  size_t i = 0, len = 0;
+  while (i < s.size() && is_py_space(code_point_at(s, i, &len))) i += len;
+  s.erase(0, i);
+}
+
+void py_rstrip(std::string& s) {
+  while (!s.empty()) {
+    size_t i = s.size() - 1;
+    while (i > 0 && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;
+    size_t len = 0;
+    if (!is_py_space(code_point_at(s, i, &len)) || i + len != s.size()) break;
+    s.erase(i);
+  }
 }
 
 }  // namespace
 
 struct Tokenizer::Impl {
+  // Set: the tokenizer.json backend (everything SentencePiece below is unused then).
+  std::unique_ptr<detail::HfTokenizer> hf;
+  json hf_config = json::object();       // its tokenizer_config.json as read; save() updates it
   std::string model_bytes;               // serialized ModelProto, written back by save()
   sentencepiece::SentencePieceProcessor sp;
   // The same model with add_dummy_prefix off: what HF's non-legacy LlamaTokenizer encodes with.
@@ -72,21 +110,24 @@ struct Tokenizer::Impl {
   std::unordered_map<std::string, int64_t> added_index;  // content -> index into `added`
   std::array<bool, 256> starts_token{};  // first bytes of added tokens: a quick split pre-check
 
-  int64_t sp_size() const { return sp.GetPieceSize(); }
+  int64_t sp_size() const { return hf ? hf->model_size() : sp.GetPieceSize(); }
 
   std::optional<int64_t> sp_piece_id(const std::string& piece) const {
+    if (hf) return std::nullopt;
     int id = sp.PieceToId(piece);
     if (id >= 0 && id < sp.GetPieceSize() && sp.IdToPiece(id) == piece) return id;
     return std::nullopt;
   }
 
   std::optional<int64_t> lookup(const std::string& token) const {
+    if (hf) return hf->token_to_id(token);
     auto it = added_index.find(token);
     if (it != added_index.end()) return added[it->second].id;
     return sp_piece_id(token);
   }
 
   int64_t size() const {
+    if (hf) return hf->size();
     int64_t n = sp_size();
     for (const auto& t : added) n = std::max(n, t.id + 1);
     return n;
@@ -96,6 +137,13 @@ struct Tokenizer::Impl {
   int64_t add(const std::string& content, bool special, std::optional<int64_t> id = std::nullopt,
               bool lstrip = false, bool rstrip = false) {
     ALPACA_CHECK(!content.empty(), "cannot add an empty token to the tokenizer");
+    if (hf) {
+      const int64_t got = hf->add_token(content, special);
+      ALPACA_CHECK(!id || *id == got, "tokenizer files disagree on the id of token '"
+                                          << content << "' (" << got << " in tokenizer.json vs "
+                                          << *id << "); fix tokenizer_config.json / added_tokens.json");
+      return got;
+    }
     auto it = added_index.find(content);
     if (it != added_index.end()) {
       AddedToken& t = added[it->second];
@@ -150,14 +198,28 @@ struct Tokenizer::Impl {
     if (sp.pad_id() >= 0) pad_token = piece(sp.pad_id());
   }
 
+  // A token given as a plain string (train.py's "[PAD]", added_tokens.json, a string in
+  // additional_special_tokens): transformers 4.28.1's slow tokenizer strips the whitespace on both
+  // sides of such a token in the text (only AddedToken objects keep their own lstrip/rstrip).
+  int64_t add_plain(const std::string& content, bool special, std::optional<int64_t> id = std::nullopt) {
+    return add(content, special, id, /*lstrip=*/true, /*rstrip=*/true);
+  }
+
   // HF marks bos/eos/unk/pad as no-split special tokens, so their strings in the text become ids.
+  // 4.28.1's LlamaTokenizer wraps bos/eos/unk in AddedToken(lstrip=False, rstrip=False).
   void register_special_tokens() {
+    if (hf) {  // a tokenizer.json may lack roles (LLaMA-3 has no unk and no pad): add those it names
+      for (const std::string* t : {&unk_token, &bos_token, &eos_token})
+        if (!t->empty()) add(*t, true);
+      if (pad_token) add(*pad_token, true);
+      return;
+    }
     ALPACA_CHECK(!bos_token.empty() && !eos_token.empty() && !unk_token.empty(),
                  "the tokenizer has no bos/eos/unk token; set them in tokenizer_config.json");
     add(unk_token, true);
     add(bos_token, true);
     add(eos_token, true);
-    if (pad_token) add(*pad_token, true);
+    if (pad_token) add_plain(*pad_token, true);
     std::vector<int> unk_ids;
     sp_no_prefix->Encode(unk_token, &unk_ids);
     unk_token_length = static_cast<int64_t>(unk_ids.size());
@@ -230,16 +292,8 @@ struct Tokenizer::Impl {
     for (size_t i = 0; i < pieces.size(); ++i) {
       const AddedToken* t = pieces[i].token;
       if (!t) continue;
-      if (t->rstrip && i + 1 < pieces.size() && !pieces[i + 1].token) {
-        std::string& s = pieces[i + 1].text;
-        size_t k = 0;
-        while (k < s.size() && is_space(s[k])) ++k;
-        s.erase(0, k);
-      }
-      if (t->lstrip && i > 0 && !pieces[i - 1].token) {
-        std::string& s = pieces[i - 1].text;
-        while (!s.empty() && is_space(s.back())) s.pop_back();
-      }
+      if (t->rstrip && i + 1 < pieces.size() && !pieces[i + 1].token) py_lstrip(pieces[i + 1].text);
+      if (t->lstrip && i > 0 && !pieces[i - 1].token) py_rstrip(pieces[i - 1].text);
     }
     bool first = true;
     bool drop_leading_underline = false;
@@ -262,6 +316,7 @@ struct Tokenizer::Impl {
   }
 
   bool is_special_id(int64_t id) const {
+    if (hf) return hf->is_special(id);
     for (const auto& t : added)
       if (t.id == id && t.special) return true;
     return false;
@@ -278,8 +333,13 @@ Tokenizer::Tokenizer(const Tokenizer& other) : impl_(std::make_unique<Impl>()) {
 Tokenizer& Tokenizer::operator=(const Tokenizer& other) {
   if (this == &other) return *this;
   auto impl = std::make_unique<Impl>();
-  impl->load_model(other.impl_->model_bytes, "(copy)");
   const Impl& o = *other.impl_;
+  if (o.hf) {
+    impl->hf = o.hf->clone();
+    impl->hf_config = o.hf_config;
+  } else {
+    impl->load_model(other.impl_->model_bytes, "(copy)");
+  }
   impl->added = o.added;
   impl->added_index = o.added_index;
   impl->starts_token = o.starts_token;
@@ -304,17 +364,32 @@ Tokenizer Tokenizer::from_serialized_model(const std::string& model_bytes) {
   return Tokenizer(std::move(impl));
 }
 
-Tokenizer Tokenizer::load(const std::string& dir_or_model_file) {
-  fs::path path(dir_or_model_file);
+Tokenizer Tokenizer::load(const std::string& dir_or_file, bool use_fast) {
+  fs::path path(dir_or_file);
   ALPACA_CHECK(fs::exists(path), "tokenizer path " << path << " does not exist");
-  fs::path dir = fs::is_directory(path) ? path : path.parent_path();
-  fs::path model = fs::is_directory(path) ? path / "tokenizer.model" : path;
-  ALPACA_CHECK(fs::exists(model), "no tokenizer.model in " << dir
-                                      << "; only SentencePiece (LLaMA) tokenizers are supported");
+  const bool is_dir = fs::is_directory(path);
+  fs::path dir = is_dir ? path : path.parent_path();
+  // tokenizer.model when present (stanford_alpaca's use_fast=False), else tokenizer.json;
+  // use_fast (--use_fast_tokenizer) prefers tokenizer.json.
+  fs::path file = path;
+  if (is_dir) {
+    const bool has_model = fs::is_regular_file(dir / "tokenizer.model");
+    const bool has_json = fs::is_regular_file(dir / "tokenizer.json");
+    ALPACA_CHECK(has_model || has_json,
+                 "no tokenizer in " << dir
+                                    << ": expected tokenizer.model (SentencePiece) or tokenizer.json "
+                                       "(Hugging Face tokenizers); copy the tokenizer files of the "
+                                       "checkpoint into the directory");
+    file = has_json && (use_fast || !has_model) ? dir / "tokenizer.json" : dir / "tokenizer.model";
+  }
   auto impl = std::make_unique<Impl>();
-  impl->load_model(read_file(model), model.string());
-  impl->defaults_from_model();
-  if (!fs::is_directory(path)) {
+  if (file.extension() == ".json") {
+    impl->hf = detail::HfTokenizer::load(file.string());
+  } else {
+    impl->load_model(read_file(file), file.string());
+    impl->defaults_from_model();
+  }
+  if (!is_dir) {
     impl->register_special_tokens();
     return Tokenizer(std::move(impl));
   }
@@ -324,6 +399,7 @@ Tokenizer Tokenizer::load(const std::string& dir_or_model_file) {
   json config = fs::exists(dir / "tokenizer_config.json") ? read_json(dir / "tokenizer_config.json")
                                                           : json::object();
   ALPACA_CHECK(config.is_object(), dir / "tokenizer_config.json" << " must hold a JSON object");
+  if (impl->hf) impl->hf_config = config;
   if (config.contains("added_tokens_decoder")) {
     const json& dec = config["added_tokens_decoder"];
     ALPACA_CHECK(dec.is_object(), "added_tokens_decoder in " << dir / "tokenizer_config.json"
@@ -353,7 +429,7 @@ Tokenizer Tokenizer::load(const std::string& dir_or_model_file) {
       ALPACA_CHECK(it.value().is_number_integer(),
                    "id of '" << it.key() << "' in " << dir / "added_tokens.json"
                              << " is not an integer");
-      impl->add(it.key(), false, it.value().get<int64_t>());
+      impl->add_plain(it.key(), false, it.value().get<int64_t>());
     }
   }
   json special_map = fs::exists(dir / "special_tokens_map.json")
@@ -379,12 +455,22 @@ Tokenizer Tokenizer::load(const std::string& dir_or_model_file) {
   if (auto v = role("unk_token"); v && *v) impl->unk_token = **v;
   if (auto v = role("pad_token")) impl->pad_token = *v;
   for (const json* src : {&config, &special_map}) {
-    if (!src->contains("additional_special_tokens")) continue;
-    for (const json& t : (*src)["additional_special_tokens"]) {
-      auto s = token_string(t);
-      ALPACA_CHECK(s, "additional_special_tokens in " << dir << " must hold strings");
-      impl->add(*s, true);
+    for (const char* key : {"additional_special_tokens", "extra_special_tokens"}) {
+      if (!src->contains(key) || !(*src)[key].is_array()) continue;  // v5 may write a role map
+      for (const json& t : (*src)[key]) {
+        auto s = token_string(t);
+        ALPACA_CHECK(s, key << " in the tokenizer files of " << dir << " must hold strings");
+        if (t.is_object()) {
+          impl->add(*s, true, std::nullopt, t.value("lstrip", false), t.value("rstrip", false));
+        } else {
+          impl->add_plain(*s, true);
+        }
+      }
     }
+  }
+  if (impl->hf) {  // the post-processor decides BOS/EOS (transformers 5 ignores add_bos_token here)
+    impl->register_special_tokens();
+    return Tokenizer(std::move(impl));
   }
   if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
     impl->add_bos_token = config["add_bos_token"].get<bool>();
@@ -403,6 +489,7 @@ Tokenizer Tokenizer::load(const std::string& dir_or_model_file) {
 }
 
 std::vector<int64_t> Tokenizer::encode(const std::string& text, bool add_special_tokens) const {
+  if (impl_->hf) return impl_->hf->encode(text, add_special_tokens);
   std::vector<int64_t> ids;
   if (add_special_tokens && impl_->add_bos_token) ids.push_back(bos_id());
   std::vector<int64_t> body = impl_->encode_text(text);
@@ -411,7 +498,28 @@ std::vector<int64_t> Tokenizer::encode(const std::string& text, bool add_special
   return ids;
 }
 
+std::vector<int64_t> Tokenizer::encode_truncated(const std::string& text, int64_t max_length,
+                                                 bool* truncated) const {
+  std::vector<int64_t> prefix, suffix;
+  if (impl_->hf) {
+    prefix = impl_->hf->template_prefix();
+    suffix = impl_->hf->template_suffix();
+  } else {
+    if (impl_->add_bos_token) prefix.push_back(bos_id());
+    if (impl_->add_eos_token) suffix.push_back(eos_id());
+  }
+  std::vector<int64_t> body = encode(text, false);
+  const int64_t room = std::max<int64_t>(0, max_length - static_cast<int64_t>(prefix.size() + suffix.size()));
+  const bool cut = static_cast<int64_t>(body.size()) > room;
+  if (cut) body.resize(static_cast<size_t>(room));
+  if (truncated) *truncated = cut;
+  prefix.insert(prefix.end(), body.begin(), body.end());
+  prefix.insert(prefix.end(), suffix.begin(), suffix.end());
+  return prefix;
+}
+
 std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special) const {
+  if (impl_->hf) return impl_->hf->decode(ids, skip_special);
   std::string out;
   std::vector<int> run;  // consecutive SentencePiece ids, decoded together
   auto flush = [&] {
@@ -444,25 +552,53 @@ std::optional<int64_t> Tokenizer::pad_id() const {
   if (!impl_->pad_token) return std::nullopt;
   return impl_->lookup(*impl_->pad_token);
 }
-int64_t Tokenizer::bos_id() const { return *impl_->lookup(impl_->bos_token); }
-int64_t Tokenizer::eos_id() const { return *impl_->lookup(impl_->eos_token); }
-int64_t Tokenizer::unk_id() const { return *impl_->lookup(impl_->unk_token); }
+namespace {
+int64_t role_id(const std::string& token, std::optional<int64_t> id, const char* role) {
+  ALPACA_CHECK(!token.empty() && id, "the tokenizer has no " << role << " token"
+                                                             << (token.empty() ? "" : " in its vocabulary")
+                                                             << "; set " << role
+                                                             << "_token in tokenizer_config.json");
+  return *id;
+}
+}  // namespace
+
+int64_t Tokenizer::bos_id() const { return role_id(impl_->bos_token, impl_->lookup(impl_->bos_token), "bos"); }
+int64_t Tokenizer::eos_id() const { return role_id(impl_->eos_token, impl_->lookup(impl_->eos_token), "eos"); }
+int64_t Tokenizer::unk_id() const { return role_id(impl_->unk_token, impl_->lookup(impl_->unk_token), "unk"); }
+std::string Tokenizer::format() const { return impl_->hf ? "tokenizer.json" : "sentencepiece"; }
+std::optional<std::string> Tokenizer::unk_token() const {
+  if (impl_->unk_token.empty()) return std::nullopt;
+  return impl_->unk_token;
+}
 std::string Tokenizer::bos_token() const { return impl_->bos_token; }
 std::string Tokenizer::eos_token() const { return impl_->eos_token; }
 std::optional<std::string> Tokenizer::pad_token() const { return impl_->pad_token; }
-const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->added; }
+const std::vector<AddedToken>& Tokenizer::added_tokens() const {
+  return impl_->hf ? impl_->hf->added_tokens() : impl_->added;
+}
 std::optional<int64_t> Tokenizer::token_to_id(const std::string& token) const {
   return impl_->lookup(token);
 }
 
-int64_t Tokenizer::add_special_token(const std::string& token) { return impl_->add(token, true); }
+int64_t Tokenizer::add_special_token(const std::string& token) { return impl_->add_plain(token, true); }
 
 void Tokenizer::set_pad_token(const std::string& token) {
-  impl_->add(token, true);
+  impl_->add_plain(token, true);
   impl_->pad_token = token;
 }
 
 void Tokenizer::set_model_max_length(int64_t n) { impl_->model_max_length = n; }
+
+int64_t Tokenizer::add_missing_special_tokens() {
+  Impl& m = *impl_;
+  const int64_t before = vocab_size();
+  // train.py: special_tokens_dict in this order, then tokenizer.add_special_tokens(dict).
+  if (!m.pad_token) set_pad_token("[PAD]");
+  if (m.eos_token.empty()) m.eos_token = "</s>", m.add_plain("</s>", true);
+  if (m.bos_token.empty()) m.bos_token = "<s>", m.add_plain("<s>", true);
+  if (m.unk_token.empty()) m.unk_token = "<unk>", m.add_plain("<unk>", true);
+  return vocab_size() - before;
+}
 
 void Tokenizer::save(const std::string& dir_str) const {
   fs::path dir(dir_str);
@@ -478,6 +614,34 @@ void Tokenizer::save(const std::string& dir_str) const {
     ALPACA_CHECK(out.good(), "failed writing " << p << " (" << text.size()
                                                << " bytes; is the disk full?); free space and save again");
   };
+  if (m.hf) {
+    json config = m.hf_config;
+    json decoder = json::object();
+    for (const auto& t : m.hf->added_tokens())
+      decoder[std::to_string(t.id)] = {{"content", t.content},   {"lstrip", t.lstrip},
+                                       {"normalized", t.normalized}, {"rstrip", t.rstrip},
+                                       {"single_word", t.single_word}, {"special", t.special}};
+    config["added_tokens_decoder"] = decoder;
+    json special_map = json::object();
+    auto set_role = [&](const char* key, const std::string& token) {
+      if (token.empty()) {
+        config.erase(key);
+      } else {
+        config[key] = token;
+        special_map[key] = token;
+      }
+    };
+    set_role("bos_token", m.bos_token);
+    set_role("eos_token", m.eos_token);
+    set_role("unk_token", m.unk_token);
+    set_role("pad_token", m.pad_token.value_or(""));
+    if (m.model_max_length > 0) config["model_max_length"] = m.model_max_length;
+    if (!config.contains("tokenizer_class")) config["tokenizer_class"] = "PreTrainedTokenizerFast";
+    write(dir / "tokenizer.json", m.hf->to_json());
+    write(dir / "tokenizer_config.json", config.dump(2) + "\n");
+    write(dir / "special_tokens_map.json", special_map.dump(2) + "\n");
+    return;
+  }
   auto token_json = [](const std::string& content, bool special, bool lstrip, bool rstrip) {
     return json{{"content", content}, {"lstrip", lstrip},   {"normalized", !special},
                 {"rstrip", rstrip},   {"single_word", false}, {"special", special}};

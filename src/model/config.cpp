@@ -110,16 +110,23 @@ LlamaConfig LlamaConfig::from_json_string(const std::string& text, const std::st
   }
   ALPACA_CHECK(j.is_object(), source << ": a model config must be a JSON object");
   Fields f(j, source);
-  ALPACA_CHECK(f.has("model_type"), source << ": required field \"model_type\" is missing (expected \"llama\")");
+  ALPACA_CHECK(f.has("model_type"), source << ": required field \"model_type\" is missing (supported: llama, mistral)");
   std::string model_type = f.get_string("model_type", "");
-  ALPACA_CHECK(model_type == "llama", source << ": field \"model_type\" is \"" << model_type
-                                             << "\"; only LLaMA-family checkpoints (\"llama\") are supported");
+  ALPACA_CHECK(model_type == "llama" || model_type == "mistral",
+               source << ": field \"model_type\" is \"" << model_type
+                      << "\"; supported model types: llama (LLaMA 1, 2, 3, 3.1, 3.2), mistral");
+  // Mistral's modules are LLaMA's; its sliding-window attention is not implemented.
+  ALPACA_CHECK(!(model_type == "mistral" && f.has("sliding_window")),
+               source << ": field \"sliding_window\" is " << j.at("sliding_window").dump()
+                      << "; sliding-window attention is not supported (set it to null: with "
+                         "model_max_length <= the window it changes nothing)");
   std::string act = f.get_string("hidden_act", "silu");
   ALPACA_CHECK(act == "silu", source << ": field \"hidden_act\" is \"" << act << "\"; only silu is supported");
   ALPACA_CHECK(f.get_double("attention_dropout", 0.0) == 0.0,
                source << ": field \"attention_dropout\" must be 0 (attention dropout is unsupported)");
 
   LlamaConfig c;
+  c.model_type = model_type;
   c.vocab_size = f.require_int("vocab_size");
   c.hidden_size = f.require_int("hidden_size");
   c.intermediate_size = f.require_int("intermediate_size");
@@ -134,6 +141,7 @@ LlamaConfig LlamaConfig::from_json_string(const std::string& text, const std::st
   c.tie_word_embeddings = f.get_bool("tie_word_embeddings", false);
   c.attention_bias = f.get_bool("attention_bias", false);
   c.mlp_bias = f.get_bool("mlp_bias", false);
+  if (model_type == "mistral") c.attention_bias = c.mlp_bias = false;  // MistralConfig has neither
 
   // transformers 5 keeps rope_theta inside rope_parameters; 4.x keeps it at top level.
   c.rope_theta = f.get_double("rope_theta", 10000.0);
@@ -194,8 +202,10 @@ void LlamaConfig::validate(const std::string& source) const {
 
 std::string LlamaConfig::to_json() const {
   json j;
-  j["architectures"] = json::array({"LlamaForCausalLM"});
-  j["model_type"] = "llama";
+  const bool mistral = model_type == "mistral";
+  j["architectures"] = json::array({mistral ? "MistralForCausalLM" : "LlamaForCausalLM"});
+  j["model_type"] = mistral ? "mistral" : "llama";
+  if (mistral) j["sliding_window"] = nullptr;
   j["attention_bias"] = attention_bias;
   j["attention_dropout"] = 0.0;
   j["bos_token_id"] = bos_token_id ? json(*bos_token_id) : json(nullptr);

@@ -78,9 +78,10 @@ Trainer::Impl::Impl(const TrainerOptions& o) : opt(o) {}
 
 void Trainer::Impl::setup_tokenizer_and_model() {
   const fs::path base = opt.model_name_or_path;  // checked by cli::check_input_paths
-  tokenizer.emplace(data::Tokenizer::load(base.string()));
-  // train.py: add [PAD] when the tokenizer has no pad token, then always resize to len(tokenizer).
-  if (!tokenizer->pad_id()) tokenizer->set_pad_token("[PAD]");
+  tokenizer.emplace(data::Tokenizer::load(base.string(), opt.use_fast_tokenizer));
+  // train.py: add the missing special tokens (pad [PAD], eos </s>, bos <s>, unk <unk>), then always
+  // resize to len(tokenizer); the new rows get the mean of the stored ones.
+  tokenizer->add_missing_special_tokens();
   tokenizer->set_model_max_length(opt.model_max_length);
 
   model::LlamaConfig base_cfg = model::LlamaConfig::from_json_file((base / "config.json").string());
@@ -89,8 +90,9 @@ void Trainer::Impl::setup_tokenizer_and_model() {
   model_fingerprint = model_fingerprint_of(resized);
   if (opt.lora)
     for (const auto& kv : lora_fingerprint()) model_fingerprint.insert(kv);
-  const fs::path tok_model = fs::is_regular_file(base / "tokenizer.model") ? base / "tokenizer.model" : base;
-  tokenizer_fingerprint = {{"tokenizer.model sha256", ckpt::sha256_file(tok_model.string())},
+  const bool sp = tokenizer->format() == "sentencepiece";
+  const fs::path tok_file = base / (sp ? "tokenizer.model" : "tokenizer.json");
+  tokenizer_fingerprint = {{sp ? "tokenizer.model sha256" : "tokenizer.json sha256", ckpt::sha256_file(tok_file.string())},
                            {"vocab_size", std::to_string(tokenizer->vocab_size())},
                            {"pad_token", tokenizer->pad_token().value_or("")}};
 

@@ -74,7 +74,11 @@ TEST(LlamaConfig, TransformersFiveRopeParametersLayout) {
 TEST(LlamaConfig, BadConfigsNameFileAndField) {
   const std::string ok_tail = R"("vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1)";
   expect_error("{not json", {"bad/config.json", "not valid JSON"});
-  expect_error(R"({"model_type":"gpt2",)" + ok_tail + R"(,"num_attention_heads":2})", {"bad/config.json", "model_type", "gpt2"});
+  expect_error(R"({"model_type":"gpt2",)" + ok_tail + R"(,"num_attention_heads":2})",
+               {"bad/config.json", "model_type", "gpt2", "supported model types: llama", "mistral"});
+  // Mistral: the same modules as LLaMA; sliding-window attention is refused.
+  expect_error(R"({"model_type":"mistral",)" + ok_tail + R"(,"num_attention_heads":2,"sliding_window":4096})",
+               {"bad/config.json", "sliding_window", "4096", "not supported"});
   expect_error(R"({)" + ok_tail + R"(,"num_attention_heads":2})", {"bad/config.json", "model_type"});
   expect_error(R"({"model_type":"llama",)" + ok_tail + "}", {"bad/config.json", "num_attention_heads", "missing"});
   expect_error(R"({"model_type":"llama",)" + ok_tail + R"(,"num_attention_heads":"two"})",

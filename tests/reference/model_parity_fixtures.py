@@ -13,10 +13,11 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
-CONFIGS = ["tiny_mha_untied", "tiny_gqa_tied", "tiny_llama3_rope", "tiny_linear_rope", "tiny_dynamic_rope"]
+CONFIGS = ["tiny_mha_untied", "tiny_gqa_tied", "tiny_llama3_rope", "tiny_linear_rope", "tiny_dynamic_rope",
+           "tiny_mistral"]
 
 
 def batches(vocab, gen):
@@ -52,10 +53,10 @@ def main():
     for name in CONFIGS:
         cfg_dict = json.loads((CONFIG_DIR / f"{name}.json").read_text())
         cfg_dict.pop("torch_dtype", None)
-        cfg = LlamaConfig(**cfg_dict)
+        cfg = AutoConfig.for_model(**cfg_dict)  # model_type llama or mistral
         cfg._attn_implementation = "sdpa"
         torch.manual_seed(1234)
-        model = LlamaForCausalLM(cfg).float().eval()
+        model = AutoModelForCausalLM.from_config(cfg).float().eval()
         # Non-trivial norm weights and biases so they are really tested.
         with torch.no_grad():
             for n, p in model.named_parameters():
@@ -97,7 +98,7 @@ def main():
             tensors[f"{tag}.loss"] = loss.reshape(1)
             for n, g in grads.items():
                 tensors[f"{tag}.grad.{n}"] = g
-        bf = LlamaForCausalLM.from_pretrained(d / "hf_safetensors", dtype=torch.bfloat16).eval()
+        bf = AutoModelForCausalLM.from_pretrained(d / "hf_safetensors", dtype=torch.bfloat16).eval()
         ids, mask, labels = batches(cfg.vocab_size, torch.Generator().manual_seed(99))["pad"]
         with torch.no_grad():
             tensors["pad.bf16_loss"] = bf(input_ids=ids, attention_mask=mask, labels=labels).loss.float().reshape(1)

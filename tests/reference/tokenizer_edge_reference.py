@@ -17,6 +17,7 @@ import json
 import os
 
 import sentencepiece as spm
+from transformers import AddedToken
 from transformers.tokenization_utils_sentencepiece import SentencePieceBackend
 
 SPIECE_UNDERLINE = "\u2581"
@@ -88,7 +89,12 @@ def main():
     result = {}
     for name, legacy in (("legacy", True), ("non_legacy", False)):
         tok = Slow4xLlamaTokenizer(args.tokenizer, legacy=legacy)
-        tok.add_special_tokens({"pad_token": "[PAD]"})
+        # train.py adds "[PAD]" as a plain string; transformers 4.28.1 (stanford_alpaca's pin) then
+        # strips the whitespace on both sides of it in the text, which is what an AddedToken with
+        # lstrip/rstrip does on this base class (tests/reference/slow_llama_428_reference.py checks
+        # the SentencePiece path against 4.28.1 itself).
+        tok.add_special_tokens({"pad_token": AddedToken("[PAD]", lstrip=True, rstrip=True, special=True,
+                                                        normalized=False)})
         result[name] = {"texts": TEXTS, "ids": [tok(t)["input_ids"] for t in TEXTS]}
     with open(os.path.join(args.out, "edge_cases.json"), "w") as f:
         json.dump(result, f, ensure_ascii=False, indent=1)

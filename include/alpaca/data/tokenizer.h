@@ -1,10 +1,16 @@
-// The LLaMA tokenizer: a SentencePiece model plus the Hugging Face special/added tokens that
-// live beside it (tokenizer_config.json, special_tokens_map.json, added_tokens.json). Encoding
-// reproduces transformers' slow `LlamaTokenizer` (legacy mode, the one stanford_alpaca used):
-// the text is first split on the special/added token strings (leftmost-longest match), every
-// other chunk is encoded by SentencePiece on its own (each chunk gets SentencePiece's dummy
-// "▁" prefix), special strings become their ids, and BOS is prepended (no EOS).
-// SentencePiece stays behind a pimpl so no third-party header leaks from here.
+// The tokenizer of a Hugging Face model directory, in one of two formats:
+//  - SentencePiece `tokenizer.model` plus the HF special/added tokens beside it
+//    (tokenizer_config.json, special_tokens_map.json, added_tokens.json). Encoding reproduces
+//    transformers 4.28.1's slow `LlamaTokenizer` (the version stanford_alpaca pins and ran; legacy
+//    mode): the text is split on the special/added token strings (leftmost-longest), every other
+//    chunk is encoded by SentencePiece on its own (each chunk gets the dummy "▁" prefix), special
+//    strings become their ids, and BOS is prepended (no EOS).
+//  - Hugging Face `tokenizer.json` (the `tokenizers` library's format: LLaMA-3, SmolLM, Mistral,
+//    and LLaMA-2 as transformers 5 saves it), encoded with that library's semantics, as
+//    transformers 5's AutoTokenizer does (src/data/hf_tokenizer.h lists the components).
+// Which one `load` uses: tokenizer.model when present (stanford_alpaca's use_fast=False), else
+// tokenizer.json; `use_fast` (HF's --use_fast_tokenizer) picks tokenizer.json when both exist.
+// SentencePiece, PCRE2 and utf8proc stay behind the pimpl so no third-party header leaks from here.
 #pragma once
 
 #include <cstdint>
@@ -22,14 +28,17 @@ struct AddedToken {
   bool special = true;
   bool lstrip = false;  // the token eats the whitespace on its left
   bool rstrip = false;  // ... and on its right
+  bool single_word = false;  // tokenizer.json: matches only as a whole word
+  bool normalized = false;   // tokenizer.json: matched after the normalizer ran
 };
 
 class Tokenizer {
  public:
-  // Loads `dir/tokenizer.model` (+ the HF json files when present) or a bare .model file.
-  // Throws alpaca::Error naming the path when the model is missing or unreadable, or a json file
-  // is malformed.
-  static Tokenizer load(const std::string& dir_or_model_file);
+  // Loads a model directory (format chosen as above; + the HF json files when present), a bare
+  // tokenizer.model or a bare tokenizer.json. Throws alpaca::Error naming the path when no
+  // tokenizer is there, a file is unreadable or malformed, or a tokenizer.json component is not
+  // supported.
+  static Tokenizer load(const std::string& dir_or_file, bool use_fast = false);
   // Wraps serialized SentencePiece model bytes (no HF files): bos/eos/unk from the model.
   static Tokenizer from_serialized_model(const std::string& model_bytes);
 
@@ -43,19 +52,29 @@ class Tokenizer {
   // tokenizer_config says add_eos_token: true) exactly like HF's add_special_tokens=True.
   // Thread-safe (const, SentencePiece encoding is reentrant).
   std::vector<int64_t> encode(const std::string& text, bool add_special_tokens = true) const;
+  // HF `tokenizer(text, max_length=max_length, truncation=True)`: the text's own ids are cut on
+  // the right so that they and the special tokens (BOS, a template's suffix) fit in max_length.
+  // `truncated` (when given) tells whether anything was cut.
+  std::vector<int64_t> encode_truncated(const std::string& text, int64_t max_length,
+                                        bool* truncated = nullptr) const;
   // Text of `ids`; special tokens are dropped when `skip_special` (HF skip_special_tokens).
   // Throws on an id outside [0, vocab_size()).
   std::string decode(const std::vector<int64_t>& ids, bool skip_special = true) const;
 
-  int64_t vocab_size() const;  // SentencePiece pieces + added tokens = HF len(tokenizer)
-  int64_t sp_vocab_size() const;
+  int64_t vocab_size() const;  // model vocabulary + added tokens = HF len(tokenizer)
+  int64_t sp_vocab_size() const;  // the model's own vocabulary (SentencePiece pieces / BPE vocab)
+  // "sentencepiece" (tokenizer.model) or "tokenizer.json".
+  std::string format() const;
   std::optional<int64_t> pad_id() const;
+  // The role's id; throws naming the role when the tokenizer has none (a tokenizer.json may
+  // lack some until add_missing_special_tokens()).
   int64_t bos_id() const;
   int64_t eos_id() const;
   int64_t unk_id() const;
   std::string bos_token() const;
   std::string eos_token() const;
   std::optional<std::string> pad_token() const;
+  std::optional<std::string> unk_token() const;
   const std::vector<AddedToken>& added_tokens() const;
   // Id of `token` when it is a whole SentencePiece piece or an added token.
   std::optional<int64_t> token_to_id(const std::string& token) const;
@@ -65,13 +84,22 @@ class Tokenizer {
   int64_t add_special_token(const std::string& token);
   // Makes `token` the pad token, adding it first when needed.
   void set_pad_token(const std::string& token);
+  // stanford_alpaca train.py's special-token rule: each missing role gets its default token
+  // (pad "[PAD]", eos "</s>", bos "<s>", unk "<unk>", in that order), added as special tokens as
+  // `tokenizer.add_special_tokens(dict)` does. Returns how many tokens are new to the vocabulary
+  // (train.py's num_new_tokens: those embedding rows are mean-initialised).
+  int64_t add_missing_special_tokens();
   // Sets model_max_length written to tokenizer_config.json by save().
   void set_model_max_length(int64_t n);
 
-  // Writes tokenizer.model, tokenizer.json (the `tokenizers` form, which transformers 5 loads
-  // without protobuf), tokenizer_config.json, special_tokens_map.json and, when there are
-  // tokens beyond the SentencePiece vocab, added_tokens.json; transformers' AutoTokenizer loads
-  // the directory with the same ids. Creates `dir` if needed.
+  // Writes the tokenizer in the format it was loaded from, plus the added tokens; transformers'
+  // AutoTokenizer loads the directory with the same ids. Creates `dir` if needed.
+  //  - SentencePiece: tokenizer.model, tokenizer.json (the `tokenizers` form, which transformers 5
+  //    loads without protobuf), tokenizer_config.json, special_tokens_map.json and, when there are
+  //    tokens beyond the SentencePiece vocab, added_tokens.json.
+  //  - tokenizer.json: tokenizer.json (as read, added tokens brought up to date),
+  //    tokenizer_config.json (as read, roles and added_tokens_decoder updated) and
+  //    special_tokens_map.json.
   void save(const std::string& dir) const;
 
  private:

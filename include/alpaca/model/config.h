@@ -19,6 +19,8 @@ struct RopeScaling {
 };
 
 struct LlamaConfig {
+  // "llama" or "mistral" (the same modules; sliding_window must be null). Written back as read.
+  std::string model_type = "llama";
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;

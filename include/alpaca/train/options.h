@@ -32,6 +32,7 @@ struct ResumeFrom {
 struct TrainerOptions {
   // ---- Model and data.
   std::filesystem::path model_name_or_path;  // a local HF LLaMA directory
+  bool use_fast_tokenizer = false;  // tokenizer.json over tokenizer.model when both exist
   std::string data_path;
   std::string eval_data_path;  // "" = none
   int64_t model_max_length = 512;

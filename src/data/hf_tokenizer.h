@@ -1,0 +1,61 @@
+// Private to src/data: a Hugging Face `tokenizer.json` (the `tokenizers` library's format) read
+// and run with the library's semantics, for the components LLaMA-family checkpoints use:
+//   model          BPE (merge ranks, byte_fallback, ignore_merges, unk_token, fuse_unk,
+//                  continuing_subword_prefix, end_of_word_suffix)
+//   normalizer     Sequence, Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase, Strip
+//   pre_tokenizer  ByteLevel (with and without its regex), Split, Metaspace, Digits, Sequence
+//   post_processor TemplateProcessing, ByteLevel, Sequence
+//   decoder        ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, Sequence
+//   added_tokens   special, normalized, lstrip, rstrip, single_word
+// Anything else is an error naming the component and the file. Regexes run on PCRE2 (UTF + UCP),
+// Unicode normalization on utf8proc; both stay inside hf_tokenizer.cpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "alpaca/data/tokenizer.h"
+
+namespace alpaca::data::detail {
+
+class HfTokenizer {
+ public:
+  // Parses `path` (a tokenizer.json). Errors name the file and the component.
+  static std::unique_ptr<HfTokenizer> load(const std::string& path);
+  // Parses tokenizer.json text; `source` names it in errors.
+  static std::unique_ptr<HfTokenizer> from_json_string(const std::string& text,
+                                                       const std::string& source);
+  ~HfTokenizer();
+  std::unique_ptr<HfTokenizer> clone() const;
+
+  // `tokenizer.encode(text, add_special_tokens=...).ids`. Thread-safe.
+  std::vector<int64_t> encode(const std::string& text, bool add_special_tokens) const;
+  // `tokenizer.decode(ids, skip_special_tokens=...)`. Throws on an unknown id.
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special) const;
+
+  int64_t size() const;  // len(tokenizer): one past the largest id
+  int64_t model_size() const;  // the model's vocabulary (one past its largest id)
+  std::optional<int64_t> token_to_id(const std::string& token) const;
+  std::optional<std::string> id_to_token(int64_t id) const;
+  bool is_special(int64_t id) const;
+  const std::vector<AddedToken>& added_tokens() const;  // in id order
+  // `add_tokens([AddedToken(content, special=special, normalized=!special)])`: an existing token
+  // keeps its id (and becomes special when asked); a new one gets size(). Returns the id.
+  int64_t add_token(const std::string& content, bool special);
+  // Ids the post-processor puts before / after a single sequence (TemplateProcessing).
+  std::vector<int64_t> template_prefix() const;
+  std::vector<int64_t> template_suffix() const;
+
+  // The tokenizer.json text: the document it was read from with `added_tokens` brought up to date.
+  std::string to_json() const;
+
+ private:
+  struct Impl;
+  explicit HfTokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace alpaca::data::detail
