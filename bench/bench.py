@@ -6,7 +6,7 @@ model_max_length sequences (every example is longer than the limit, so every seq
 seq_len tokens and no padding on either side), with the same global batch, steps, AdamW and
 threads per rank. Runs alternate (ours, theirs, ours, ...) so machine noise hits both.
 Reported per case: median step time (first --warmup steps excluded), tokens/s, peak RSS per
-rank, and ours/PyTorch ratios; written as results.json, results.md and chart.png in --out.
+rank, and ours/PyTorch ratios; written as results.json, results.md and chart.png (matplotlib) in --out.
 
   python bench/bench.py --quick                 # CI: tiny model, 2 ranks, fp32, a few steps
   python bench/bench.py                         # full: tiny+small, 1/2/4 ranks, fp32+bf16
@@ -24,8 +24,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-from png_chart import write_bar_chart  # noqa: E402
 
 MODELS = {
     # CI-sized: the real 32k vocabulary dominates (8M of 9M parameters).
@@ -210,7 +208,14 @@ def main() -> int:
     ap.add_argument("--only", choices=["ours", "torch"], help="run one side only")
     ap.add_argument("--timeout", type=int, default=1800)
     ap.add_argument("--lora_r", type=int, default=0, help="> 0: both sides train a LoRA adapter (peft / --use_peft)")
+    ap.add_argument("--replot", metavar="RESULTS_JSON", help="only redraw chart.png (into --out) from a results.json")
     args = ap.parse_args()
+    if args.replot:
+        saved = json.loads(Path(args.replot).read_text())
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        write_chart(Path(args.out) / "chart.png", saved["meta"], saved["results"])
+        log(f"wrote {Path(args.out) / 'chart.png'}")
+        return 0
     if args.quick:
         args.sizes, args.ranks, args.dtypes, args.steps, args.warmup, args.reps = "tiny", "2", "fp32", 4, 1, 1
         args.seq_len = min(args.seq_len, 512)
@@ -276,10 +281,7 @@ def main() -> int:
                 quick=args.quick)
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     md = write_markdown(out / "results.md", meta, results)
-    groups = [r["case"]["name"].replace("_", " ") for r in results]
-    write_bar_chart(str(out / "chart.png"), "TOKENS/S PER CASE (CPU)", groups,
-                    {"alpaca-train": [r["ours"].get("tokens_per_s") for r in results],
-                     "pytorch fsdp": [r["pytorch"].get("tokens_per_s") for r in results]}, "TOK/S")
+    write_chart(out / "chart.png", meta, results)
     print(md)
     log(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'chart.png'}")
     # Figures are printed, not asserted; but a side that was run and failed fails the command.
@@ -289,6 +291,40 @@ def main() -> int:
         log(f"failed cases: {', '.join(failed)}")
         return 1
     return 0
+
+
+def write_chart(path: Path, meta: dict, results: list) -> None:
+    """Tokens/s and peak RSS per rank of both sides for every case, as grouped bars (matplotlib,
+    Agg); the ours/PyTorch ratio is written above each pair."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["case"]["name"] for r in results]
+    x = list(range(len(names)))
+    w = 0.38
+    fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.9 * len(names) + 3), 8), constrained_layout=True)
+    for ax, key, rkey, ylabel in ((axes[0], "tokens_per_s", "tokens_per_s_ratio", "tokens/s"),
+                                  (axes[1], "peak_rss_mb_per_rank_max", "peak_rss_ratio", "peak RSS per rank (MiB)")):
+        for off, side, label in ((-w / 2, "ours", "alpaca-train"), (w / 2, "pytorch", "PyTorch FSDP")):
+            vals = [r[side].get(key) or 0 for r in results]
+            ax.bar([i + off for i in x], vals, w, label=label)
+        for i, r in enumerate(results):
+            top = max(r["ours"].get(key) or 0, r["pytorch"].get(key) or 0)
+            if r.get(rkey):
+                ax.annotate(f"{r[rkey]:.2f}x", (i, top), ha="center", va="bottom", fontsize="small",
+                            xytext=(0, 2), textcoords="offset points")
+        ax.set_xticks(x, names, rotation=30, ha="right")
+        ax.set_ylabel(ylabel)
+        ax.margins(y=0.15)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize="small")
+    axes[0].set_yscale("log")  # cases differ by 20x; on a log axis the ratio is the gap between bars
+    axes[0].set_title(f"alpaca-train vs PyTorch FSDP on CPU ({meta.get('cpus')} CPUs, {meta.get('threads')} thread/rank, "
+                      f"seq {meta.get('seq_len')}; label = ours/PyTorch)")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def _f(v, fmt="{:.1f}"):

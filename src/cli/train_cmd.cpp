@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "alpaca/ckpt/preemption.h"
 #include "alpaca/cli/commands.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/dist/launch.h"
@@ -11,6 +12,7 @@
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
 #include "alpaca/util/sys.h"
+#include "alpaca/util/tensor_memory.h"
 
 namespace alpaca::cli {
 namespace {
@@ -52,11 +54,17 @@ int run_train(const std::vector<std::string>& argv) {
     std::cout << train_help();
     return 0;
   }
+  // Before the first tensor: every CPU tensor of the run is counted (log lines, OOM caps).
+  util::install_counting_cpu_allocator();
   // The launch is read once, here, and passed down (the parser, the runtime).
   const dist::LaunchInfo launch = dist::discover_launch();
   const int rank = launch.source == dist::LaunchSource::kSingle ? -1 : launch.rank;
   if (rank >= 0) set_process_rank(rank);  // error messages name the rank from the start
   TrainArgs args = parse_train_args(argv, launch);
+  // From here on SIGUSR1/SIGTERM/SIGINT only ask the trainer to save and stop (after its first
+  // step when they come during set-up): a scheduler's notice during a long model load is kept,
+  // not fatal (the Trainer installs the same handlers, idempotently, and restores the defaults).
+  ckpt::install_preemption_handlers();
   setup_logging(args, rank);
   if (rank <= 0) {
     ALPACA_INFO("run " << args.run_name << ": " << format_train_args(args));
@@ -68,7 +76,13 @@ int run_train(const std::vector<std::string>& argv) {
     ALPACA_INFO("wrote " << (fs::path(args.output_dir) / "training_args.json").string());
   }
   sys::keep_host_heap();  // before the first large allocation; see sys.h
-  return train::run_training(trainer_options(args), launch);
+  train::TrainerOptions options = trainer_options(args);
+  options.on_batch_size_found = [args](int64_t micro, int64_t accum) mutable {
+    args.per_device_train_batch_size = micro;  // --auto_find_batch_size's choice, for reruns and resumes
+    args.gradient_accumulation_steps = accum;
+    write_args_json(args);
+  };
+  return train::run_training(options, launch);
 }
 
 }  // namespace alpaca::cli

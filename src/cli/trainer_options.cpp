@@ -8,6 +8,7 @@
 #include "alpaca/cli/usage_error.h"
 #include "alpaca/model/lora.h"
 #include "alpaca/train/metrics.h"
+#include "alpaca/train/tensorboard.h"
 #include "alpaca/util/error.h"
 
 namespace alpaca::cli {
@@ -80,6 +81,7 @@ train::TrainerOptions trainer_options(const TrainArgs& a) {
   o.gradient_accumulation_steps = a.gradient_accumulation_steps;
   o.max_steps = a.max_steps;
   o.num_train_epochs = a.num_train_epochs;
+  o.auto_find_batch_size = a.auto_find_batch_size;
 
   o.adamw.beta1 = a.adam_beta1;
   o.adamw.beta2 = a.adam_beta2;
@@ -107,9 +109,19 @@ train::TrainerOptions trainer_options(const TrainArgs& a) {
   o.eval_steps = a.eval_steps;
   o.logging_first_step = a.logging_first_step;
   try {
-    o.report_jsonl = train::parse_report_to(report_words(a.report_to));
+    const train::ReportTo r = train::parse_report_to(report_words(a.report_to));
+    o.report_jsonl = r.jsonl;
+    o.report_tensorboard = r.tensorboard;
   } catch (const Error& e) {
     ALPACA_USAGE_FAIL(e.message());
+  }
+  if (o.report_tensorboard) {
+    o.tensorboard_dir_given = !a.logging_dir.empty();
+    o.tensorboard_dir = o.tensorboard_dir_given ? std::filesystem::path(a.logging_dir)
+                                                : std::filesystem::path(a.output_dir) / train::default_tensorboard_subdir();
+    TrainArgs shown = a;  // HF's to_json_string shows the resolved logging_dir
+    shown.logging_dir = o.tensorboard_dir.string();
+    o.args_json = train_args_to_json(shown);
   }
   o.disable_tqdm = a.disable_tqdm.value_or(false);
   o.save_max_shard_bytes = a.save_max_shard_bytes;
@@ -131,6 +143,7 @@ train::TrainerOptions trainer_options(const TrainArgs& a) {
   o.seed = a.seed;
   o.data_seed = a.data_seed.value_or(a.seed);
   if (a.resume_from_checkpoint == "True") o.resume.kind = train::ResumeFrom::Kind::kLatest;
+  else if (a.resume_from_checkpoint == "auto") o.resume.kind = train::ResumeFrom::Kind::kLatestIfAny;
   else if (!a.resume_from_checkpoint.empty()) o.resume = {train::ResumeFrom::Kind::kDirectory, a.resume_from_checkpoint};
   return o;
 }

@@ -229,14 +229,16 @@ void validate_logging(TrainArgs& a) {
   }
   if (!a.disable_tqdm) a.disable_tqdm = a.log_level == "error" || a.log_level == "critical";
   std::vector<std::string> targets = split_words(a.report_to);
-  ALPACA_USAGE_CHECK(!targets.empty(), "--report_to must name at least one target: none, jsonl or all");
+  ALPACA_USAGE_CHECK(!targets.empty(), "--report_to must name at least one target: none, jsonl, tensorboard or all");
   for (const auto& t : targets) {
-    ALPACA_USAGE_CHECK(one_of(t, {"none", "jsonl", "all"}),
-                       "--report_to '" << t << "' is not available: alpaca-train writes no wandb/tensorboard/mlflow logs; "
-                                       "use jsonl (metrics.jsonl in logging_dir) or none");
+    ALPACA_USAGE_CHECK(one_of(t, {"none", "jsonl", "tensorboard", "all"}),
+                       "--report_to '" << t << "' is not available: alpaca-train writes no wandb/mlflow/... logs; "
+                                       "use jsonl (metrics.jsonl), tensorboard (event files in logging_dir), all (both) or none");
   }
   ALPACA_USAGE_CHECK(targets.size() == 1 || !one_of("none", targets), "--report_to none cannot be combined with other targets");
-  if (a.logging_dir.empty()) a.logging_dir = a.output_dir;
+  // logging_dir stays "" unless given: trainer_options then sends event files to HF's
+  // output_dir/runs/<date>_<host> (a new one per run) and metrics.jsonl to output_dir, and
+  // training_args.json read back as --config into another output_dir does not point at this one.
   if (a.run_name.empty()) a.run_name = a.output_dir;  // HF: run_name defaults to output_dir
 }
 
@@ -248,12 +250,17 @@ void validate_data(TrainArgs& a, const dist::LaunchInfo& launch) {
                      "choose one");
   if (!a.resume_from_checkpoint.empty()) {
     auto b = parse_bool_text(a.resume_from_checkpoint);
-    if (b.has_value()) {
+    std::string lower = a.resume_from_checkpoint;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == "auto") {
+      a.resume_from_checkpoint = "auto";  // the newest complete checkpoint when there is one, else a fresh start
+    } else if (b.has_value()) {
       a.resume_from_checkpoint = *b ? "True" : "";
     } else {
       ALPACA_USAGE_CHECK(std::filesystem::is_directory(a.resume_from_checkpoint),
                          "--resume_from_checkpoint " << a.resume_from_checkpoint << ": no such directory; give a "
-                         "checkpoint-<step> directory, or True for the newest checkpoint in --output_dir");
+                         "checkpoint-<step> directory, True for the newest checkpoint in --output_dir, or auto for "
+                         "the newest one when there is one (a fresh start otherwise)");
     }
   }
   // torch.distributed.launch passes --local_rank as well as exporting it.

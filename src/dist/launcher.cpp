@@ -28,9 +28,11 @@ using Clock = std::chrono::steady_clock;
 
 volatile sig_atomic_t g_signal = 0;
 volatile sig_atomic_t g_signal_count = 0;
+volatile sig_atomic_t g_sigint_count = 0;
 void on_signal(int sig) {
   g_signal = sig;
   g_signal_count = g_signal_count + 1;
+  if (sig == SIGINT) g_sigint_count = g_sigint_count + 1;
 }
 
 struct Stream {
@@ -130,6 +132,7 @@ void start(Worker& w, const LauncherOptions& o, int local_rank, int port) {
     if (::getppid() != parent) ::_exit(127);
     ::signal(SIGINT, SIG_DFL);
     ::signal(SIGTERM, SIG_DFL);
+    ::signal(SIGUSR1, SIG_DFL);
     ::signal(SIGCHLD, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);
@@ -172,16 +175,19 @@ class SignalGuard {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int_);
     sigaction(SIGTERM, &sa, &old_term_);
+    sigaction(SIGUSR1, &sa, &old_usr1_);
     g_signal = 0;
     g_signal_count = 0;
+    g_sigint_count = 0;
   }
   ~SignalGuard() {
     sigaction(SIGINT, &old_int_, nullptr);
     sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGUSR1, &old_usr1_, nullptr);
   }
 
  private:
-  struct sigaction old_int_, old_term_;
+  struct sigaction old_int_, old_term_, old_usr1_;
 };
 
 }  // namespace
@@ -230,11 +236,11 @@ int run_workers(const LauncherOptions& o) {
   int stop_signal = 0;     // signal that stopped the launcher
   bool stopping = false;
   Clock::time_point kill_at{};
-  auto stop = [&](int sig) {
+  auto stop = [&](int sig, std::chrono::milliseconds grace) {
     if (stopping) return;
     stopping = true;
     signal_all(workers, sig);
-    kill_at = Clock::now() + o.stop_grace;
+    kill_at = Clock::now() + grace;
   };
 
   for (;;) {
@@ -256,13 +262,20 @@ int run_workers(const LauncherOptions& o) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
 
-    // 2. Signals to forward; a second one (impatient Ctrl-C) kills the workers at once.
+    // 2. Signals to forward. The workers get signal_grace to finish a step and save a checkpoint
+    // (SIGTERM/SIGUSR1 are preemption notices); a second SIGINT (impatient Ctrl-C) kills them at
+    // once. A repeated SIGTERM/SIGUSR1 (the scheduler and the batch script both signalling) does
+    // not cut the save short.
     if (g_signal && !stop_signal) {
       stop_signal = g_signal;
-      note("received signal " + std::to_string(stop_signal) + "; forwarding it to the workers (again to kill them)");
-      stop(stop_signal);
-    } else if (stop_signal && g_signal_count > 1 && Clock::now() < kill_at) {
-      note("received a second signal; killing the workers");
+      note("received signal " + std::to_string(stop_signal) + "; forwarding it to the workers (SIGINT again kills them)");
+      if (stopping) {
+        signal_all(workers, stop_signal);  // stopping after a failure already: pass it on anyway
+      } else {
+        stop(stop_signal, o.signal_grace);
+      }
+    } else if (stop_signal && g_sigint_count > (stop_signal == SIGINT ? 1 : 0) && Clock::now() < kill_at) {
+      note("received SIGINT while the workers are stopping; killing them");
       kill_at = Clock::now();
     }
 
@@ -280,7 +293,7 @@ int run_workers(const LauncherOptions& o) {
              (WIFEXITED(status) ? "exited with code " + std::to_string(w.exit_code)
                                 : "was killed by signal " + std::to_string(WTERMSIG(status))) +
              "; stopping the other workers");
-        stop(SIGTERM);
+        stop(SIGTERM, o.stop_grace);
       }
     }
     // Any worker still alive after the grace period is killed, with its process group.
@@ -307,7 +320,14 @@ int run_workers(const LauncherOptions& o) {
     for (Stream* s : {&w.out, &w.err})
       if (s->fd >= 0) ::close(s->fd);
   if (first_failure) return first_failure;
-  if (stop_signal) return 128 + stop_signal;
+  if (stop_signal) {
+    // Stopped on request: when every worker ended the same way (e.g. each saved a checkpoint and
+    // exited with the trainer's "preempted" code) that is the launcher's code too, so a batch
+    // script sees what the workers said; a mixed ending is 128 + the signal.
+    bool same = true;
+    for (const auto& w : workers) same = same && w.exit_code == workers[0].exit_code;
+    return same ? workers[0].exit_code : 128 + stop_signal;
+  }
   return 0;
 }
 

@@ -232,6 +232,12 @@ void FsdpEngine::Impl::gather_flat(Unit& unit, FlatParameter& flat) {
     flat.full().copy_(lp);
     return;
   }
+  if (probe) {  // the same buffers, no communication: this rank's shard in every slot's place
+    flat.full().zero_();
+    flat.full().narrow(0, static_cast<int64_t>(shard_rank) * lp.numel(), lp.numel()).copy_(lp);
+    unit.gather_inputs.push_back(lp);
+    return;
+  }
   unit.gather_work.push_back(shard_comm->all_gather_into(flat.full(), lp));
   unit.gather_inputs.push_back(lp);
 }
@@ -397,7 +403,7 @@ void FsdpEngine::Impl::issue_reduce(int u) {
   unit.flat_grad = at::Tensor();
   if (shard_world > 1) {
     p.out = at::empty({unit.train->shard_info().shard_numel}, p.flat.options());
-    p.work = shard_comm->reduce_scatter(p.out, p.flat, dist::ReduceOp::kSum);
+    if (!probe) p.work = shard_comm->reduce_scatter(p.out, p.flat, dist::ReduceOp::kSum);
   } else {
     p.out = p.flat;
   }
@@ -409,9 +415,13 @@ void FsdpEngine::Impl::flush_reduce() {
   Pending p = std::move(*pending);
   pending.reset();
   if (p.work) p.work->wait();
-  if (replicate_comm) replicate_comm->all_reduce(p.out, dist::ReduceOp::kSum)->wait();
   at::Tensor grad = units[p.unit].train->grad();
-  grad.add_(p.out.to(grad.device(), at::kFloat));
+  if (probe) {
+    at::Tensor staged = p.out.to(grad.device(), at::kFloat);  // the same copy, not accumulated
+  } else {
+    if (replicate_comm) replicate_comm->all_reduce(p.out, dist::ReduceOp::kSum)->wait();
+    grad.add_(p.out.to(grad.device(), at::kFloat));
+  }
   add_bytes(-p.flat.nbytes());
 }
 
@@ -425,6 +435,28 @@ void FsdpEngine::Impl::finish_backward() {
     units[u].reduced = false;
     units[u].grads_in = 0;
     std::fill(units[u].got.begin(), units[u].got.end(), 0);
+  }
+  backward_started = false;
+}
+
+void FsdpEngine::Impl::abandon() {
+  if (pending) {
+    if (pending->work) pending->work->wait();  // never free a buffer a collective still uses
+    add_bytes(-pending->flat.nbytes());
+    pending.reset();
+  }
+  for (int u = 0; u <= num_layers; ++u) {
+    Unit& unit = units[u];
+    if (unit.flat_grad.defined()) {
+      add_bytes(-unit.flat_grad.nbytes());
+      unit.flat_grad = at::Tensor();
+    }
+    reshard(u);
+    unit.reduced = false;
+    unit.grads_in = 0;
+    std::fill(unit.got.begin(), unit.got.end(), 0);
+    if (unit.train)
+      for (const auto& e : unit.train->entries()) e.param.mutable_grad().reset();
   }
   backward_started = false;
 }
@@ -448,6 +480,10 @@ at::Tensor FsdpEngine::run_layer(int64_t idx, const at::Tensor& hidden_btd,
                                  std::function<at::Tensor(const at::Tensor&)> layer_fn) {
   return impl_->run_layer(idx, hidden_btd, std::move(layer_fn));
 }
+
+void FsdpEngine::set_memory_probe(bool on) { impl_->probe = on; }
+bool FsdpEngine::memory_probe() const { return impl_->probe; }
+void FsdpEngine::abandon_step() { impl_->abandon(); }
 
 void FsdpEngine::zero_grad() {
   for (auto& unit : impl_->units)

@@ -52,6 +52,7 @@ struct FsdpEngine::Impl {
   void issue_reduce(int u);
   void flush_reduce();
   void finish_backward();
+  void abandon();
 
   std::shared_ptr<dist::Communicator> comm;
   std::shared_ptr<dist::Communicator> shard_comm;      // gathers / reduce-scatters (null: no sharding)
@@ -63,6 +64,7 @@ struct FsdpEngine::Impl {
   std::vector<Unit> units;
 
   bool backward_started = false;
+  bool probe = false;  // memory probe: allocate as usual, communicate nothing (set_memory_probe)
   std::optional<Pending> pending;
 
   int num_unsharded = 0, peak_unsharded = 0;

@@ -2,7 +2,9 @@
 #include "alpaca/model/layers.h"
 
 #include <cmath>
+#include <tuple>
 
+#include "alpaca/model/kv_cache.h"
 #include "alpaca/model/matmul.h"
 #include "alpaca/model/rope.h"
 #include "alpaca/util/error.h"
@@ -73,11 +75,16 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x_btd, const LayerConte
   at::Tensor v_bhtd = v_proj->forward(x_btd).view({b, t, -1, head_dim_}).transpose(1, 2);
   q_bhtd = apply_rope(q_bhtd, ctx.cos, ctx.sin);
   k_bhtd = apply_rope(k_bhtd, ctx.cos, ctx.sin);
+  if (ctx.kv_cache != nullptr) std::tie(k_bhtd, v_bhtd) = ctx.kv_cache->update(ctx.layer_idx, k_bhtd, v_bhtd);
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   const int64_t n_rep = num_heads_ / num_kv_heads_;
   at::Tensor out_bhtd;
   if (!ctx.attn_mask.defined()) {
     // Pure causal: the fused path handles GQA itself (what transformers does without a mask).
+    // With a cache, make_cached_context gives a mask whenever T > 1 follows cached positions, so
+    // no mask here means every query may see every key (one decode step) or plain causal.
+    ALPACA_CHECK(t == 1 || k_bhtd.size(2) == t, "attention over " << k_bhtd.size(2) << " keys for " << t
+                                                                   << " queries needs a mask");
     out_bhtd = at::scaled_dot_product_attention(q_bhtd, k_bhtd, v_bhtd, std::nullopt, 0.0,
                                                 /*is_causal=*/t > 1, scale, /*enable_gqa=*/n_rep > 1);
   } else {

@@ -76,6 +76,61 @@ LayerContext LlamaForCausalLMImpl::make_context(const at::Tensor& input_ids_bt, 
   return ctx;
 }
 
+LayerContext LlamaForCausalLMImpl::make_cached_context(int64_t b, int64_t t, int64_t cached,
+                                                       const at::Tensor& attention_mask_bk,
+                                                       const at::Tensor& position_ids_bt, const at::Device& device,
+                                                       at::ScalarType dtype) const {
+  const int64_t k = cached + t;
+  auto lopts = at::TensorOptions().dtype(at::kLong).device(device);
+  at::Tensor pos = position_ids_bt;
+  if (!pos.defined()) pos = at::arange(cached, k, lopts).unsqueeze(0);
+  ALPACA_CHECK(pos.dim() == 2 && pos.size(1) == t && (pos.size(0) == 1 || pos.size(0) == b),
+               "position_ids must be (" << b << ", " << t << ") or (1, " << t << "), got " << pos.sizes());
+  LayerContext ctx;
+  std::tie(ctx.cos, ctx.sin) = rope_cos_sin(cfg_, pos.to(lopts).expand({b, t}), dtype);
+  ALPACA_CHECK(!attention_mask_bk.defined() || (attention_mask_bk.dim() == 2 && attention_mask_bk.size(0) == b &&
+                                                attention_mask_bk.size(1) == k),
+               "attention_mask must be (" << b << ", " << k << ") = (batch, cached + new positions), got "
+                                          << attention_mask_bk.sizes());
+  if (!attention_mask_bk.defined() && (t == 1 || cached == 0)) return ctx;
+  // Query i sits at cache position cached + i: it sees keys 0 .. cached + i.
+  at::Tensor q_pos_t1 = at::arange(cached, k, lopts).view({t, 1});
+  at::Tensor allow_b1tk = (at::arange(k, lopts).view({1, k}) <= q_pos_t1).view({1, 1, t, k});
+  if (attention_mask_bk.defined()) allow_b1tk = allow_b1tk & attention_mask_bk.to(device).to(at::kBool).view({b, 1, 1, k});
+  at::Tensor empty_row_b1t1 = at::logical_not(allow_b1tk.any(-1, /*keepdim=*/true));
+  at::Tensor self_1ttk = (at::arange(k, lopts).view({1, k}) == q_pos_t1).view({1, 1, t, k});
+  ctx.attn_mask = (allow_b1tk | (empty_row_b1t1 & self_1ttk)).expand({b, 1, t, k});
+  return ctx;
+}
+
+at::Tensor LlamaForCausalLMImpl::forward_cached(const at::Tensor& input_ids_bt, KvCache& cache,
+                                                const at::Tensor& attention_mask_bk, const at::Tensor& position_ids_bt,
+                                                const at::Tensor& logit_index_b) {
+  ALPACA_CHECK(input_ids_bt.dim() == 2 && input_ids_bt.scalar_type() == at::kLong,
+               "input_ids must be int64 (batch, seq), got " << input_ids_bt.scalar_type() << " "
+                                                            << input_ids_bt.sizes());
+  const int64_t b = input_ids_bt.size(0), t = input_ids_bt.size(1);
+  ALPACA_CHECK(b == cache.batch(), "input_ids has " << b << " rows but the KV cache holds " << cache.batch());
+  at::Tensor h_btd = embed(input_ids_bt);
+  LayerContext ctx = make_cached_context(b, t, cache.length(), attention_mask_bk, position_ids_bt,
+                                         input_ids_bt.device(), h_btd.scalar_type());
+  ctx.kv_cache = &cache;
+  auto& ls = model->layers;
+  for (int64_t i = 0; i < static_cast<int64_t>(ls.size()); ++i) {
+    ctx.layer_idx = i;
+    h_btd = runner_ ? runner_(i, h_btd, ctx) : ls[i]->forward(h_btd, ctx);
+  }
+  cache.advance(t);
+  at::Tensor last_b1d;
+  if (logit_index_b.defined()) {
+    at::Tensor idx = logit_index_b.to(input_ids_bt.device(), at::kLong).view({b, 1, 1}).expand({b, 1, h_btd.size(2)});
+    last_b1d = h_btd.gather(1, idx);
+  } else {
+    last_b1d = h_btd.narrow(1, t - 1, 1);
+  }
+  return head(last_b1d).squeeze(1);
+}
+
 at::Tensor LlamaForCausalLMImpl::head(const at::Tensor& hidden_btd) const {
   return model::linear(model->norm->forward(hidden_btd), lm_head_weight());
 }

@@ -88,18 +88,18 @@ void save_metrics(const std::filesystem::path& output_dir, const std::string& sp
   ckpt::write_file_durable(all_path, all.dump(4));
 }
 
-bool parse_report_to(const std::vector<std::string>& words) {
-  bool jsonl = false;
+ReportTo parse_report_to(const std::vector<std::string>& words) {
+  ReportTo r;
   for (const std::string& w : words) {
     if (w == "none" || w.empty()) continue;
-    if (w == "jsonl" || w == "all") {
-      jsonl = true;
-      continue;
-    }
+    if (w == "jsonl" || w == "all") r.jsonl = true;
+    if (w == "tensorboard" || w == "all") r.tensorboard = true;
+    if (w == "jsonl" || w == "tensorboard" || w == "all") continue;
     ALPACA_FAIL("--report_to " << w << " is not supported by alpaca-train (no " << w
-                               << " integration in C++); use --report_to jsonl to write output_dir/metrics.jsonl, or none");
+                               << " integration in C++); use --report_to jsonl (output_dir/metrics.jsonl), tensorboard "
+                                  "(event files in logging_dir), all (both) or none");
   }
-  return jsonl;
+  return r;
 }
 
 MetricsJsonl::MetricsJsonl(const std::filesystem::path& output_dir, bool append) {

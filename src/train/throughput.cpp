@@ -6,12 +6,15 @@
 
 #include "alpaca/util/error.h"
 #include "alpaca/util/sys.h"
+#include "alpaca/util/tensor_memory.h"
 
 namespace alpaca::train {
 
 #ifdef ALPACA_WITH_CUDA
 // Implemented in throughput_cuda.cpp (compiled only when LibTorch has CUDA).
 bool cuda_memory_stats(int device_index, MemoryStats* stats);
+void cuda_reset_peak_memory_stats(int device_index);
+void cuda_release_cached_memory();
 std::string cuda_device_name(int device_index);
 #endif
 
@@ -50,7 +53,22 @@ MemoryStats memory_stats(const at::Device& device) {
 #ifdef ALPACA_WITH_CUDA
   if (device.is_cuda()) cuda_memory_stats(device.has_index() ? device.index() : 0, &s);
 #endif
+  s.cpu_tensor_bytes = util::cpu_tensor_bytes();
+  s.cpu_tensor_peak_bytes = util::cpu_tensor_peak_bytes();
   return s;
+}
+
+void reset_peak_memory_stats(const at::Device& device) {
+#ifdef ALPACA_WITH_CUDA
+  if (device.is_cuda()) cuda_reset_peak_memory_stats(device.has_index() ? device.index() : 0);
+#endif
+  util::reset_cpu_tensor_peak();
+}
+
+void release_cached_memory(const at::Device& device) {
+#ifdef ALPACA_WITH_CUDA
+  if (device.is_cuda()) cuda_release_cached_memory();
+#endif
 }
 
 std::string device_name(const at::Device& device) {

@@ -19,6 +19,13 @@ bool cuda_memory_stats(int device_index, MemoryStats* stats) {
   return true;
 }
 
+void cuda_reset_peak_memory_stats(int device_index) {
+  if (device_index >= static_cast<int>(c10::cuda::device_count())) return;
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device_index));
+}
+
+void cuda_release_cached_memory() { c10::cuda::CUDACachingAllocator::emptyCache(); }
+
 std::string cuda_device_name(int device_index) {
   cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, device_index) != cudaSuccess) return "";

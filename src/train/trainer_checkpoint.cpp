@@ -11,6 +11,7 @@
 #include "alpaca/util/error.h"
 #include "alpaca/util/fault.h"
 #include "alpaca/util/log.h"
+#include "alpaca/util/user_error.h"
 #include "alpaca/util/sys.h"
 #include "trainer_impl.h"
 
@@ -101,9 +102,9 @@ void Trainer::Impl::save_checkpoint() {
 
 void Trainer::Impl::load_checkpoint(const fs::path& dir) {
   const auto rs = ckpt::ResumeState::load((dir / ckpt::kResumeStateName).string());
-  ALPACA_CHECK(fs::exists(dir / kOptimizerFile), dir.string() << " was saved with --save_only_model (no " << kOptimizerFile
+  ALPACA_USER_CHECK(fs::exists(dir / kOptimizerFile), dir.string() << " was saved with --save_only_model (no " << kOptimizerFile
                                                               << "); it holds a model but cannot be resumed from");
-  ALPACA_CHECK(rs.global_batch_size == length.global_batch_size,
+  ALPACA_USER_CHECK(rs.global_batch_size == length.global_batch_size,
                "cannot resume from " << dir.string() << ": it was trained with a global batch of " << rs.global_batch_size
                                      << " examples per step, this run has " << length.global_batch_size
                                      << " (per_device_train_batch_size x ranks x gradient_accumulation_steps); keep the "

@@ -25,6 +25,7 @@
 #include "alpaca/train/metrics.h"
 #include "alpaca/train/options.h"
 #include "alpaca/train/progress.h"
+#include "alpaca/train/tensorboard.h"
 #include "alpaca/train/trainer.h"
 #include "alpaca/util/sys.h"
 
@@ -100,6 +101,7 @@ struct Trainer::Impl {
   ckpt::Fingerprint model_fingerprint, tokenizer_fingerprint;
 
   MetricsJsonl metrics;
+  TensorBoardWriter tensorboard;  // rank 0 with --report_to tensorboard/all; disabled otherwise
   std::unique_ptr<ProgressReporter> progress;
   double flops_per_token = 0;
   std::optional<double> peak_flops;
@@ -110,6 +112,11 @@ struct Trainer::Impl {
   void setup_data();
   void setup_engine();
   void setup_schedule();
+  void build_sampler();  // from args' micro-batch and accumulation (setup_data, find_micro_batch)
+
+  // --auto_find_batch_size (trainer_batch_finder.cpp)
+  void find_micro_batch();
+  bool probe_micro_batch_fits(int64_t micro);
 
   // loop (trainer_loop.cpp); train() runs the step functions top to bottom.
   int train();
@@ -124,6 +131,7 @@ struct Trainer::Impl {
   void finish_run(const RunWindow& w);
   double evaluate_loss();
   void log_entry(LogEntry entry, bool to_history = true);
+  void open_tensorboard();  // rank 0, --report_to tensorboard/all (trainer_setup.cpp)
 
   // LoRA (trainer_lora.cpp)
   void setup_lora(int64_t base_vocab_size);

@@ -10,9 +10,12 @@
 #include "alpaca/data/collate.h"
 #include "alpaca/model/loss.h"
 #include "alpaca/optim/grad_clip.h"
+#include "alpaca/train/memory_log.h"
 #include "alpaca/train/throughput.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/fault.h"
 #include "alpaca/util/log.h"
+#include "alpaca/util/user_error.h"
 #include "alpaca/util/sys.h"
 #include "trainer_impl.h"
 
@@ -60,6 +63,14 @@ void Trainer::Impl::log_entry(LogEntry entry, bool to_history) {
     if (kv.first.rfind("x_", 0) == 0) kv.first = kv.first.substr(2);
     json.push_back(kv);
   }
+  // TensorBoard first: a run killed between the two writes has every metrics.jsonl step in its
+  // event file. HF's tags (rewrite_logs); "step" is the event's step, not a scalar.
+  if (tensorboard.enabled()) {
+    std::vector<std::pair<std::string, double>> scalars;
+    for (const auto& [k, v] : json)
+      if (k != "step") scalars.emplace_back(tensorboard_tag(k), ckpt::log_value_as_double(v));
+    tensorboard.add_scalars(state.global_step, scalars);
+  }
   metrics.write(json);
 }
 
@@ -72,7 +83,7 @@ double Trainer::Impl::evaluate_loss() {
   } eval_mode{*model};
   model->eval();
   const int64_t n = static_cast<int64_t>(eval_examples.size());
-  ALPACA_CHECK(n > 0, "evaluation needs examples: --eval_data_path gave none");
+  ALPACA_USER_CHECK(n > 0, "evaluation needs examples: --eval_data_path gave none");
   const int64_t b = opt.per_device_eval_batch_size;
   const int64_t per_round = b * world;
   const int64_t rounds = (n + per_round - 1) / per_round;
@@ -154,7 +165,7 @@ void Trainer::Impl::optimizer_step(StepOutcome& out) {
   const int64_t step_no = state.global_step + 1;
   bool do_step = true;
   if (!std::isfinite(out.loss)) {
-    ALPACA_CHECK(scaler, "the training loss is " << out.loss << " at step " << step_no << " (epoch " << epoch
+    ALPACA_USER_CHECK(scaler, "the training loss is " << out.loss << " at step " << step_no << " (epoch " << epoch
                                                  << "); lower --learning_rate, check the data, or use --bf16");
     do_step = false;
   }
@@ -164,7 +175,7 @@ void Trainer::Impl::optimizer_step(StepOutcome& out) {
     out.grad_norm = opt.max_grad_norm > 0 ? optim::clip_grad_norm(grads, opt.max_grad_norm, engine->norm_comm())
                                           : optim::global_grad_norm(grads, engine->norm_comm());
     if (!std::isfinite(out.grad_norm)) {
-      ALPACA_CHECK(scaler, "the gradient norm is " << out.grad_norm << " at step " << step_no << " (epoch " << epoch
+      ALPACA_USER_CHECK(scaler, "the gradient norm is " << out.grad_norm << " at step " << step_no << " (epoch " << epoch
                                                    << ", loss " << out.loss << "); lower --learning_rate or check the data");
       do_step = false;
     }
@@ -223,16 +234,8 @@ void Trainer::Impl::log_window(RunWindow& w) {
   e.emplace_back("x_tokens_per_step", w.steps > 0 ? w.tokens / w.steps : int64_t{0});
   e.emplace_back("x_tokens_per_second", tps);
   e.emplace_back("x_tokens_per_second_per_rank", secs > 0 ? static_cast<double>(w.local_tokens) / secs : 0.0);
-  const MemoryStats m = memory_stats(device);
-  e.emplace_back("x_host_rss_bytes", m.host_rss_bytes);
-  e.emplace_back("x_host_peak_rss_bytes", m.host_peak_rss_bytes);
-  if (device.is_cuda()) {
-    e.emplace_back("x_gpu_allocated_bytes", m.gpu_allocated_bytes);
-    e.emplace_back("x_gpu_peak_allocated_bytes", m.gpu_peak_allocated_bytes);
-    e.emplace_back("x_gpu_reserved_bytes", m.gpu_reserved_bytes);
-    e.emplace_back("x_gpu_peak_reserved_bytes", m.gpu_peak_reserved_bytes);
-    if (peak_flops) e.emplace_back("x_mfu", mfu(tps / world, flops_per_token, *peak_flops));
-  }
+  if (device.is_cuda() && peak_flops) e.emplace_back("x_mfu", mfu(tps / world, flops_per_token, *peak_flops));
+  append_memory_fields(e, *comm, device);  // peaks since the previous log, max over ranks (collective)
   log_entry(std::move(e));
   w.window_timer.reset();
   w.steps = w.tokens = w.local_tokens = 0;
@@ -288,6 +291,7 @@ void Trainer::Impl::finish_run(const RunWindow& w) {
 int Trainer::Impl::train() {
   initial_step = state.global_step;
   RunWindow w;
+  reset_memory_window(device);  // the first log's peaks cover training only, not setup
   while (state.global_step < length.max_steps) {
     if (step_in_epoch >= length.steps_per_epoch) {
       ++epoch;
@@ -298,6 +302,7 @@ int Trainer::Impl::train() {
     StepOutcome out = reduce_step_loss(local_loss_sum, sb);
     optimizer_step(out);
     advance(sb, out, w);
+    util::fault_pause_ms("train.pause_after_step");  // signal-mid-run tests (util/fault.h)
     log_eval_save(w, out.stop);
     if (out.stop) {
       progress->finish();

@@ -4,7 +4,9 @@
 #include <ATen/detail/CUDAHooksInterface.h>  // defines: at::detail::getCUDAHooks
 
 #include <cmath>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 
 #include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/ckpt/preemption.h"
@@ -17,6 +19,7 @@
 #include "alpaca/train/throughput.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
+#include "alpaca/util/user_error.h"
 #include "alpaca/util/sys.h"
 #include "trainer_impl.h"
 
@@ -26,7 +29,7 @@ namespace alpaca::train {
 
 RunLength compute_run_length(int64_t steps_per_epoch, int64_t global_batch, int64_t max_steps_flag,
                              double num_train_epochs) {
-  ALPACA_CHECK(steps_per_epoch > 0, "the training data gives no optimizer step per epoch; use more examples or a "
+  ALPACA_USER_CHECK(steps_per_epoch > 0, "the training data gives no optimizer step per epoch; use more examples or a "
                                     "smaller --per_device_train_batch_size / --gradient_accumulation_steps");
   RunLength r;
   r.steps_per_epoch = steps_per_epoch;
@@ -38,7 +41,7 @@ RunLength compute_run_length(int64_t steps_per_epoch, int64_t global_batch, int6
     r.max_steps = static_cast<int64_t>(std::ceil(num_train_epochs * static_cast<double>(steps_per_epoch)));
     r.num_train_epochs = static_cast<int64_t>(std::ceil(num_train_epochs));
   }
-  ALPACA_CHECK(r.max_steps > 0, "the run has no optimizer step: set --max_steps > 0 or --num_train_epochs > 0");
+  ALPACA_USER_CHECK(r.max_steps > 0, "the run has no optimizer step: set --max_steps > 0 or --num_train_epochs > 0");
   return r;
 }
 
@@ -95,7 +98,7 @@ void Trainer::Impl::setup_tokenizer_and_model() {
     const auto rs = ckpt::ResumeState::load((*resume_dir / ckpt::kResumeStateName).string());
     // The tokenizer first: a different tokenizer also changes the vocabulary, and so the model.
     std::string why = ckpt::fingerprint_mismatch("tokenizer", rs.tokenizer, tokenizer_fingerprint);
-    ALPACA_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why << " (the tokenizer of "
+    ALPACA_USER_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why << " (the tokenizer of "
                                                     << base.string()
                                                     << "); resume with the tokenizer the checkpoint was trained with");
     if (opt.lora) check_lora_resume(rs.model);
@@ -103,7 +106,7 @@ void Trainer::Impl::setup_tokenizer_and_model() {
                  "cannot resume from " << resume_dir->string() << ": it is a checkpoint of a LoRA run; add --use_peft True "
                  "with the --lora_* flags it was trained with");
     why = ckpt::fingerprint_mismatch("model", rs.model, model_fingerprint);
-    ALPACA_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why
+    ALPACA_USER_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why
                                                     << " (--model_name_or_path " << base.string()
                                                     << "); resume with the model the checkpoint was trained from");
     // A LoRA checkpoint holds the adapter only: the base comes from --model_name_or_path again.
@@ -154,6 +157,10 @@ void Trainer::Impl::setup_data() {
     eval_examples = data::tokenize_alpaca(data::load_alpaca_records(opt.eval_data_path), *tokenizer,
                                           opt.model_max_length);
   }
+  build_sampler();
+}
+
+void Trainer::Impl::build_sampler() {
   data::SamplerOptions so;
   so.per_device_batch = opt.per_device_train_batch_size;
   so.grad_accum = opt.gradient_accumulation_steps;
@@ -225,23 +232,35 @@ Trainer::Trainer(const TrainerOptions& opt) : impl_(std::make_unique<Impl>(opt))
   at::manual_seed(static_cast<uint64_t>(opt.seed));
   if (opt.tf32) at::globalContext().setFloat32MatmulPrecision(*opt.tf32 ? "high" : "highest");
 
-  // Resume target: a directory, or the newest complete checkpoint in output_dir.
-  switch (opt.resume.kind) {
-    case ResumeFrom::Kind::kLatest: {
+  // Resume target: a directory, or the newest complete checkpoint in output_dir (True: an error
+  // when there is none, as HF; auto: a fresh start then, the one command line of a batch job
+  // that may be requeued).
+  ResumeFrom::Kind resume_kind = opt.resume.kind;
+  if (resume_kind == ResumeFrom::Kind::kLatestIfAny) {
+    const bool any = ckpt::find_latest_complete_checkpoint(s.output_dir).has_value();
+    if (!any)
+      ALPACA_INFO("--resume_from_checkpoint auto: no complete checkpoint-<step> in " << s.output_dir.string()
+                                                                                    << " yet; starting from the beginning");
+    resume_kind = any ? ResumeFrom::Kind::kLatest : ResumeFrom::Kind::kNone;
+  }
+  switch (resume_kind) {
+    case ResumeFrom::Kind::kLatest:
+    case ResumeFrom::Kind::kLatestIfAny: {
       auto latest = ckpt::find_latest_complete_checkpoint(s.output_dir);
-      ALPACA_CHECK(latest, "--resume_from_checkpoint True: no complete checkpoint-<step> in " << s.output_dir.string()
-                                                                                            << "; start without it");
+      ALPACA_USER_CHECK(latest, "--resume_from_checkpoint True: no complete checkpoint-<step> in "
+                                    << s.output_dir.string()
+                                    << "; start without it, or pass --resume_from_checkpoint auto to start fresh when there is none");
       s.resume_dir = *latest;
       break;
     }
     case ResumeFrom::Kind::kDirectory: {
       s.resume_dir = opt.resume.directory;
       const std::string why = ckpt::checkpoint_problem(*s.resume_dir);
-      ALPACA_CHECK(why.empty(), "--resume_from_checkpoint " << s.resume_dir->string() << " cannot be resumed from: " << why);
+      ALPACA_USER_CHECK(why.empty(), "--resume_from_checkpoint " << s.resume_dir->string() << " cannot be resumed from: " << why);
       break;
     }
     case ResumeFrom::Kind::kNone:
-      ALPACA_CHECK(opt.overwrite_output_dir || !dir_holds_model(s.output_dir),
+      ALPACA_USER_CHECK(opt.overwrite_output_dir || !dir_holds_model(s.output_dir),
                    "--output_dir " << s.output_dir.string()
                                    << " already holds a model; pass --overwrite_output_dir True to write over it, "
                                       "--resume_from_checkpoint to continue, or choose another directory");
@@ -255,18 +274,33 @@ Trainer::Trainer(const TrainerOptions& opt) : impl_(std::make_unique<Impl>(opt))
   s.setup_schedule();
   s.setup_engine();
   if (s.resume_dir) s.load_checkpoint(*s.resume_dir);
+  if (opt.auto_find_batch_size) s.find_micro_batch();  // after resume: a checkpoint's choice is kept
 
   if (s.rank == 0 && opt.report_jsonl) s.metrics = MetricsJsonl(opt.logging_dir, /*append=*/s.resume_dir.has_value());
+  if (s.rank == 0 && opt.report_tensorboard) s.open_tensorboard();
   const bool bar = s.rank == 0 && !opt.disable_tqdm;
   s.progress = std::make_unique<ProgressReporter>(std::cout, s.length.max_steps, bar, is_stdout_tty());
   s.peak_flops = s.device.is_cuda() ? gpu_peak_bf16_flops(device_name(s.device)) : std::nullopt;
   ckpt::install_preemption_handlers();
   ALPACA_INFO("***** Running training *****\n  Run name = " << opt.run_name << "\n  Num examples = " << s.train_examples.size()
               << "\n  Num Epochs = " << s.length.num_train_epochs << "\n  Instantaneous batch size per device = "
-              << opt.per_device_train_batch_size << "\n  Total train batch size (w. parallel, distributed & accumulation) = "
-              << s.length.global_batch_size << "\n  Gradient Accumulation steps = " << opt.gradient_accumulation_steps
+              << s.opt.per_device_train_batch_size << "\n  Total train batch size (w. parallel, distributed & accumulation) = "
+              << s.length.global_batch_size << "\n  Gradient Accumulation steps = " << s.opt.gradient_accumulation_steps
               << "\n  Total optimization steps = " << s.length.max_steps << "\n  World size = " << s.world << " ("
               << s.comm->backend() << ", " << s.device << ")");
+}
+
+// HF's TensorBoardCallback.on_train_begin: the writer on logging_dir (default
+// output_dir/runs/<date>_<host>, a new directory per run), the effective arguments as text
+// "args", the model's config.json as "model_config".
+void Trainer::Impl::open_tensorboard() {
+  const fs::path& dir = opt.tensorboard_dir;
+  tensorboard = TensorBoardWriter(dir, opt.tensorboard_dir_given ? "--logging_dir" : "--output_dir");
+  tensorboard.add_text("args", opt.args_json, 0);
+  std::ifstream config(opt.model_name_or_path / "config.json");
+  if (config) tensorboard.add_text("model_config", std::string(std::istreambuf_iterator<char>(config), {}), 0);
+  ALPACA_INFO("TensorBoard events: " << tensorboard.path().string() << " (tensorboard --logdir "
+                                     << (opt.tensorboard_dir_given ? dir : dir.parent_path()).string() << ")");
 }
 
 Trainer::~Trainer() { ckpt::uninstall_preemption_handlers(); }

@@ -1,6 +1,6 @@
 // Checkpoints of real training runs (the alpaca-train binary on the tiny parity model, CPU):
 // bitwise resume, resume on another world size (2 -> 3), kill -9 in the middle of a save,
-// rotation, SIGTERM, and resuming with another model or tokenizer.
+// rotation, SIGTERM, --resume_from_checkpoint auto, and resuming with another model or tokenizer.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -48,8 +48,7 @@ std::set<std::string> checkpoints_in(const fs::path& dir) {
   return s;
 }
 
-#define SKIP_WITHOUT_FIXTURE() \
-  if (fs::exists(fixture() / "SKIPPED")) GTEST_SKIP() << "fixture skipped (no shared data)"
+#define SKIP_WITHOUT_FIXTURE() ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture())
 
 }  // namespace
 
@@ -145,7 +144,7 @@ TEST(TrainerResume, RotationKeepsSaveTotalLimit) {
   EXPECT_EQ(checkpoints_in(out.path()), (std::set<std::string>{"checkpoint-8", "checkpoint-10"}));
 }
 
-TEST(TrainerResume, SigtermSavesAndExits143) {
+TEST(TrainerResume, SigtermSavesAndExits75) {
   SKIP_WITHOUT_FIXTURE();
   TempDir out("sigterm");
   const std::string cmd = "exec " + train_bin() + " " + run_args(fixture() / "model", out.path(), 100000, 4, 1) +
@@ -166,10 +165,63 @@ TEST(TrainerResume, SigtermSavesAndExits143) {
   int status = 0;
   waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 143);
+  EXPECT_EQ(WEXITSTATUS(status), 75);
   const auto latest = alpaca::ckpt::find_latest_complete_checkpoint(out.path());
   ASSERT_TRUE(latest) << "SIGTERM must leave a complete checkpoint";
   EXPECT_GE(*alpaca::ckpt::parse_checkpoint_step(latest->filename().string()), 3);
+}
+
+// A preemption notice that arrives during set-up (here: as soon as training_args.json is
+// written, before the model is loaded) is not fatal: the run does its first step, saves
+// checkpoint-1 and exits 75.
+TEST(TrainerResume, Sigusr1DuringSetupSavesAfterTheFirstStep) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir out("usr1_setup");
+  const std::string cmd = "exec " + train_bin() + " " + run_args(fixture() / "model", out.path(), 100000, 4, 1) +
+                          " --save_strategy no > " + (out.path() / "run.log").string() + " 2>&1";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool started = false;
+  for (int i = 0; i < 30000 && !started; ++i) {
+    started = fs::exists(out.path() / "training_args.json");
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(started) << "training_args.json never appeared";
+  kill(pid, SIGUSR1);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream logf(out.path() / "run.log");
+  const std::string log((std::istreambuf_iterator<char>(logf)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 75) << log;
+  EXPECT_EQ(read_step_logs(out.path()).size(), 1u) << log;
+  EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out.path() / "checkpoint-1"), "") << log;
+}
+
+// --resume_from_checkpoint auto (the batch scripts' flag): a fresh start when output_dir has no
+// checkpoint, the newest complete one when it has, and then the same weights as a straight run.
+TEST(TrainerResume, AutoStartsFreshWithoutACheckpointAndResumesTheNewest) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir a("auto_a"), b("auto_b");
+  std::string log;
+  ASSERT_EQ(run_trainer(run_args(fixture() / "model", a.path(), 4, 2, 1) + " --save_steps 2 --resume_from_checkpoint auto",
+                        1, &log), 0) << log;
+  EXPECT_NE(log.find("--resume_from_checkpoint auto: no complete checkpoint-<step>"), std::string::npos) << log;
+  ASSERT_EQ(read_step_logs(a.path()).size(), 4u);
+  // A "requeued" run: only checkpoint-2 and a half-written later one are there.
+  fs::copy(a.path() / "checkpoint-2", b.path() / "checkpoint-2", fs::copy_options::recursive);
+  fs::create_directories(b.path() / "tmp-checkpoint-3");
+  ASSERT_EQ(run_trainer(run_args(fixture() / "model", b.path(), 4, 2, 1) + " --save_steps 2 --resume_from_checkpoint AUTO",
+                        1, &log), 0) << log;
+  EXPECT_NE(log.find("resuming from " + (b.path() / "checkpoint-2").string()), std::string::npos) << log;
+  EXPECT_EQ(read_step_logs(b.path()).size(), 2u) << log;
+  const auto wa = weights(a.path()), wb = weights(b.path());
+  ASSERT_EQ(wa.size(), wb.size());
+  for (const auto& [name, t] : wa) EXPECT_TRUE(at::equal(t, wb.at(name))) << name << " differs after the resume";
 }
 
 TEST(TrainerResume, DifferentModelOrTokenizerIsAnErrorThatSaysWhich) {
@@ -187,9 +239,14 @@ TEST(TrainerResume, DifferentModelOrTokenizerIsAnErrorThatSaysWhich) {
     cfg["intermediate_size"] = 96;
     std::ofstream(other.path() / "m" / "config.json") << cfg.dump(2);
   }
-  int rc = run_trainer(run_args(other.path() / "m", out.path(), 4, 4, 1) + " --resume_from_checkpoint " + ckpt.string(), 1, &log);
+  // On two ranks: both find the mismatch, one reports it, as a plain message without file:line.
+  int rc = run_trainer(run_args(other.path() / "m", out.path(), 4, 4, 1) + " --resume_from_checkpoint " + ckpt.string(), 2, &log);
   EXPECT_NE(rc, 0);
-  EXPECT_NE(log.find("different model: intermediate_size is 64 in the checkpoint, 96 here"), std::string::npos) << log;
+  const std::string why = "different model: intermediate_size is 64 in the checkpoint, 96 here";
+  size_t times = 0;
+  for (size_t at = log.find(why); at != std::string::npos; at = log.find(why, at + 1)) ++times;
+  EXPECT_EQ(times, 1u) << "an error every rank finds is printed once:\n" << log;
+  EXPECT_EQ(log.find(".cpp:"), std::string::npos) << "a user's error shows no source location:\n" << log;
 
   // Another tokenizer: same model, but the tokenizer's pad token is <unk> (so no [PAD] is added).
   fs::copy(fixture() / "model", other.path() / "t", fs::copy_options::recursive);

@@ -76,7 +76,7 @@ TEST(CliBinary, UsageErrorsExitWithTwoAndSayWhatToDo) {
 
   r = run("generate --model_name_or_path m");
   EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.out.find("`alpaca-train generate` is not implemented"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("give exactly one of --instruction TEXT or --prompts FILE"), std::string::npos) << r.out;
 }
 
 TEST(CliBinary, PrintsEffectiveArgsOnceAndWritesThemToOutputDir) {

@@ -271,8 +271,11 @@ TEST(TrainArgs, DerivedValues) {
   EXPECT_TRUE(a.do_eval);
   EXPECT_EQ(a.save_max_shard_bytes, 500LL * 1024 * 1024);
   EXPECT_EQ(trainer_options(a).resume.kind, train::ResumeFrom::Kind::kLatest);
+  // auto, in any case: the newest checkpoint when there is one, else a fresh start
+  EXPECT_EQ(trainer_options(parse_train_args(shell_split(kRequired + "--resume_from_checkpoint Auto"))).resume.kind,
+            train::ResumeFrom::Kind::kLatestIfAny);
   EXPECT_EQ(a.lr_scheduler_kwargs_json, R"({"num_cycles":2})");
-  EXPECT_EQ(a.logging_dir, "o");
+  EXPECT_EQ(a.logging_dir, "");  // trainer_options resolves it (output_dir/runs/<date>_<host>, as HF)
   EXPECT_EQ(a.run_name, "o");
   EXPECT_EQ(parse_train_args(shell_split(kRequired)).save_max_shard_bytes, 5'000'000'000LL);
   EXPECT_EQ(train::resolve_interval_steps(0.1, 95), 10);  // ratios round up, as HF
@@ -372,6 +375,29 @@ TEST(TrainArgs, EffectiveArgsListingMarksWhatWasSet) {
   EXPECT_NE(text.find("  seed = 42"), std::string::npos) << text;
   EXPECT_NE(text.find("fsdp options = full_shard auto_wrap"), std::string::npos) << text;
   for (const auto& f : train_flags()) EXPECT_NE(text.find(" " + f.name + " = "), std::string::npos) << f.name;
+}
+
+TEST(TrainArgs, ReportToTensorboardAndAll) {
+  EXPECT_EQ(parse_train_args(shell_split(kRequired + "--report_to tensorboard")).report_to, "tensorboard");
+  EXPECT_EQ(parse_train_args(shell_split(kRequired + "--report_to 'jsonl tensorboard'")).report_to, "jsonl tensorboard");
+  EXPECT_EQ(parse_train_args(shell_split(kRequired + "--report_to all")).report_to, "all");
+  EXPECT_USAGE_ERROR(kRequired + "--report_to 'none tensorboard'", "--report_to none cannot be combined");
+  EXPECT_USAGE_ERROR(kRequired + "--report_to mlflow", "--report_to 'mlflow' is not available");
+
+  // trainer_options: HF's default directory, a given --logging_dir, the args text.
+  const train::TrainerOptions d = trainer_options(parse_train_args(shell_split(kRequired + "--report_to all --output_dir o")));
+  EXPECT_TRUE(d.report_jsonl);
+  EXPECT_TRUE(d.report_tensorboard);
+  EXPECT_FALSE(d.tensorboard_dir_given);
+  EXPECT_EQ(d.tensorboard_dir.parent_path(), std::filesystem::path("o/runs")) << d.tensorboard_dir;
+  EXPECT_EQ(d.logging_dir, std::filesystem::path("o"));  // metrics.jsonl stays in output_dir
+  EXPECT_NE(d.args_json.find("\"logging_dir\": \"" + d.tensorboard_dir.string() + "\""), std::string::npos) << d.args_json;
+  const train::TrainerOptions g =
+      trainer_options(parse_train_args(shell_split(kRequired + "--report_to tensorboard --logging_dir tb --output_dir o")));
+  EXPECT_FALSE(g.report_jsonl);
+  EXPECT_TRUE(g.tensorboard_dir_given);
+  EXPECT_EQ(g.tensorboard_dir, std::filesystem::path("tb"));
+  EXPECT_FALSE(trainer_options(parse_train_args(shell_split(kRequired + "--report_to jsonl"))).report_tensorboard);
 }
 
 }  // namespace

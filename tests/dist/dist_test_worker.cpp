@@ -4,6 +4,8 @@
 //   dist_test_worker die   <rank> <timeout>  <rank> SIGKILLs itself while the others are in all_reduce
 //   dist_test_worker stuck <rank> <timeout>  <rank> sleeps forever while the others are in all_reduce
 //   dist_test_worker bench [MiB]             prints the bandwidth of each collective (figures, not a test)
+//   dist_test_worker save  <ms> <code>       waits for the trainer's stop signals (SIGTERM/SIGUSR1), then
+//                                            "saves" for <ms> ms and exits with <code> (a preempted trainer)
 //   dist_test_worker --nproc_per_node N ...  runs the built-in launcher on itself, as alpaca-train does
 // ALPACA_TEST_BACKEND=mpi|store|nccl picks the backend (default auto, CPU).
 // Each process writes its pid to $ALPACA_TEST_PIDDIR/<pid> (when set) so tests can check that
@@ -19,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "alpaca/ckpt/preemption.h"
 #include "alpaca/cli/commands.h"
 #include "alpaca/dist/runtime.h"
 #include "alpaca/util/error.h"
@@ -70,6 +73,14 @@ int run(int argc, char** argv) {
     at::Tensor b16 = at::ones({bytes / 2}, opts_f.dtype(at::kBFloat16));
     time_it("all_reduce bf16", [&] { comm->all_reduce(b16, dist::ReduceOp::kSum)->wait(); });
     if (comm->device().is_cuda()) (void)f32.sum().item<float>();
+  } else if (mode == "save") {
+    alpaca::ckpt::install_preemption_handlers();
+    std::cout << "WAITING rank " << comm->rank() << std::endl;
+    for (int i = 0; i < 60000 && alpaca::ckpt::stop_requested() == alpaca::ckpt::StopRequest::kNone; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(victim));
+    std::cout << "SAVED rank " << comm->rank() << " on signal " << alpaca::ckpt::stop_signal() << std::endl;
+    return argc > 3 ? std::atoi(argv[3]) : 0;
   } else if (mode == "fail") {
     if (comm->rank() == victim) {
       dist::finalize(/*clean=*/false);  // a failing rank must not wait for the healthy ones

@@ -1,6 +1,6 @@
 // The built-in launcher end to end with real processes: N workers get distinct ranks and one
 // world (also across two "nodes" on this host), a failing worker ends the rest and its exit code
-// comes back, SIGTERM is forwarded, the store backend runs the collectives suite, and the
+// comes back, SIGTERM and SIGUSR1 are forwarded, the store backend runs the collectives suite, and the
 // runtime's backend choices and refusals.
 #include <gtest/gtest.h>
 
@@ -94,6 +94,27 @@ TEST(Launcher, ForwardsSigtermAndStopsEveryWorker) {
   EXPECT_EQ(r.rc, 128 + SIGTERM) << r.output;
   EXPECT_LT(r.seconds, 15) << r.output;
   EXPECT_NE(r.output.find("forwarding it to the workers"), std::string::npos) << r.output;
+  expect_nothing_left(pids.path());
+}
+
+// A preemption notice (Slurm's --signal=USR1, or SIGTERM) reaches every worker, the workers get
+// longer than the failure grace (10 s) to save, and their common exit code comes back.
+TEST(Launcher, ForwardsSigusr1AndWaitsForTheWorkersToSave) {
+  alpaca::testing::TempDir pids("launcher_usr1");
+  // Signalled once both workers wait with their handlers installed (a loaded machine may take
+  // seconds to start them), then SIGTERM on top: neither cuts the 11 s save short.
+  const std::string log = (pids.path() / "out.log").string();
+  Outcome r = run("{ ALPACA_TEST_PIDDIR=" + pids.path().string() + " " + worker() + " --nproc_per_node 2 save 11000 75 > " +
+                  log + " 2>&1 & pid=$!; for i in $(seq 1200); do [ $(grep -c WAITING " + log +
+                  ") -ge 2 ] && break; sleep 0.1; done; kill -USR1 $pid; sleep 1; kill -TERM $pid; wait $pid; rc=$?; cat " +
+                  log + "; rm " + log + "; exit $rc; }");
+  EXPECT_EQ(r.rc, 75) << r.output;
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_NE(r.output.find("[rank " + std::to_string(rank) + "]: SAVED rank " + std::to_string(rank) + " on signal " +
+                            std::to_string(SIGUSR1)),
+              std::string::npos)
+        << r.output;
+  EXPECT_EQ(r.output.find("killing"), std::string::npos) << r.output;
   expect_nothing_left(pids.path());
 }
 

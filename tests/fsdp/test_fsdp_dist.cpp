@@ -18,7 +18,6 @@
 #include "alpaca/fsdp/engine.h"
 #include "alpaca/optim/grad_clip.h"
 #include "alpaca/optim/loss_scaler.h"
-#include "alpaca/util/sys.h"
 #include "fsdp_test_env.h"
 #include "tiny_lm.h"
 
@@ -230,6 +229,7 @@ void run_equivalence(const TinyConfig& cfg, bool freeze, const std::string& labe
     EXPECT_LE(rel_err(got.eval_logits, ref.eval_logits), 1e-6) << "eval forward";
     worst = std::max(worst, compare_maps(got.params, ref.params, "params", 1e-5));
     worst = std::max(worst, compare_maps(got.exp_avg, ref.exp_avg, "exp_avg", 1e-4));
+    worst = std::max(worst, compare_maps(got.exp_avg_sq, ref.exp_avg_sq, "exp_avg_sq", 1e-4));
     for (size_t i = 0; i < ref.losses.size(); ++i)
       EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i])) << "loss step " << i;
     if (c.strategy == ShardingStrategy::kFullShard || c.strategy == ShardingStrategy::kHybridShard) {
@@ -280,6 +280,7 @@ TEST(FsdpDist, FullShardMemoryIsTotalOverWorld) {
   FsdpPolicy p;
   p.strategy = ShardingStrategy::kFullShard;
   FsdpEngine engine({m.get(), m->layer_modules()}, comm, p);
+  optim::ShardedAdamW opt(engine.optim_shards(), optim::AdamWOptions{});
   int64_t expect_elems = 0, padded_total = 0;
   for (int u = 0; u < engine.num_units(); ++u) {
     const fsdp::FlatParameter* f = engine.trainable_flat(u);
@@ -288,9 +289,11 @@ TEST(FsdpDist, FullShardMemoryIsTotalOverWorld) {
     padded_total += f->shard_info().padded_numel;
     EXPECT_LT(f->shard_info().padded_numel - f->numel(), world);  // padding < world per unit
   }
-  const auto acc = engine.memory_account();
+  const auto acc = engine.memory_account(&opt);
   EXPECT_EQ(acc.param_bytes, expect_elems * 4);
   EXPECT_EQ(acc.grad_bytes, expect_elems * 4);
+  EXPECT_EQ(acc.optimizer_bytes, 2 * expect_elems * 4);  // exp_avg + exp_avg_sq of this rank's shards only
+  EXPECT_EQ(acc.persistent_bytes(), 4 * expect_elems * 4);
   EXPECT_EQ(padded_total, expect_elems * world);
   EXPECT_GE(padded_total, total);
   EXPECT_EQ(acc.unsharded_bytes, 0);  // nothing resident outside forward/backward
@@ -343,63 +346,6 @@ TEST(FsdpDist, Fp16WithLossScaler) {
   EXPECT_FALSE(s2.unscale_or_skip({g}, comm.get()));  // every rank skips
   EXPECT_EQ(s2.scale(), 32768.0);
   EXPECT_TRUE(s2.unscale_or_skip({at::ones({4})}, comm.get()));
-}
-
-// Figures for the report: per-rank model-state bytes and (world 1) engine overhead vs plain loop.
-TEST(FsdpDist, ReportFigures) {
-  auto comm = job_comm();
-  TinyConfig cfg;
-  cfg.vocab = 512;
-  cfg.dim = 128;
-  cfg.hidden = 344;
-  cfg.layers = 4;
-  cfg.bias = false;
-  GlobalBatch b = make_global_batch(cfg.vocab, 8, 64, 3);
-  TinyLM m = make_model(cfg, false);
-  FsdpPolicy p;
-  p.strategy = ShardingStrategy::kFullShard;
-  FsdpEngine engine({m.get(), m->layer_modules()}, comm, p);
-  m->runner = [&engine, &m](int64_t i, const at::Tensor& h) {
-    TinyBlockImpl* layer = m->model->blocks[i].get();
-    return engine.run_layer(i, h, [layer](const at::Tensor& x) { return layer->forward(x); });
-  };
-  optim::ShardedAdamW opt(engine.optim_shards(), optim::AdamWOptions{});
-  const auto acc = engine.memory_account(&opt);
-  if (comm->rank() == 0)
-    std::cout << "[memory] world " << comm->world_size() << " FULL_SHARD per-rank: params " << acc.param_bytes
-              << " B, grads " << acc.grad_bytes << " B, optimizer " << acc.optimizer_bytes << " B, total "
-              << acc.persistent_bytes() << " B\n";
-  if (comm->world_size() != 1) return;
-  TinyLM plain = make_model(cfg, false);
-  torch::optim::AdamW popt(plain->parameters(), torch::optim::AdamWOptions(1e-4));
-  // Interleaved iterations and medians: the build machine is shared, so load comes and goes.
-  std::vector<double> f_fb, f_opt, p_fb, p_opt;
-  for (int i = 0; i < 12; ++i) {
-    sys::Timer t;
-    token_loss_sum(engine.forward([&] { return m->forward(b.ids_bt); }), b.labels_bt).div(b.num_tokens).backward();
-    f_fb.push_back(t.seconds());
-    t.reset();
-    opt.step(1e-4);
-    engine.zero_grad();
-    f_opt.push_back(t.seconds());
-    t.reset();
-    token_loss_sum(plain->forward(b.ids_bt), b.labels_bt).div(b.num_tokens).backward();
-    p_fb.push_back(t.seconds());
-    t.reset();
-    popt.step();
-    popt.zero_grad();
-    p_opt.push_back(t.seconds());
-  }
-  auto median_ms = [](std::vector<double> v) {
-    std::vector<double> w(v.begin() + 2, v.end());  // drop warm-up
-    std::sort(w.begin(), w.end());
-    return 1e3 * w[w.size() / 2];
-  };
-  std::cout << "[overhead] world 1, 4 layers, 8x64 tokens: forward+backward FSDP " << median_ms(f_fb) << " ms vs plain "
-            << median_ms(p_fb) << " ms (" << (median_ms(f_fb) / median_ms(p_fb) - 1) * 100
-            << "%); optimizer step fused sharded AdamW " << median_ms(f_opt) << " ms vs torch::optim::AdamW "
-            << median_ms(p_opt) << " ms\n";
-  m->runner = nullptr;
 }
 
 }  // namespace

@@ -58,17 +58,23 @@ TEST(Metrics, ResultsFilesMergeLikeSaveMetrics) {
   EXPECT_EQ(all.size(), 4u);
 }
 
-TEST(Metrics, ReportToAcceptsNoneJsonlAllAndRejectsIntegrations) {
-  EXPECT_FALSE(parse_report_to({"none"}));
-  EXPECT_TRUE(parse_report_to({"jsonl"}));
-  EXPECT_TRUE(parse_report_to({"all"}));
+TEST(Metrics, ReportToAcceptsNoneJsonlTensorboardAllAndRejectsIntegrations) {
+  auto both = [](const std::vector<std::string>& w) {
+    const auto r = parse_report_to(w);
+    return std::make_pair(r.jsonl, r.tensorboard);
+  };
+  EXPECT_EQ(both({"none"}), std::make_pair(false, false));
+  EXPECT_EQ(both({"jsonl"}), std::make_pair(true, false));
+  EXPECT_EQ(both({"tensorboard"}), std::make_pair(false, true));
+  EXPECT_EQ(both({"jsonl", "tensorboard"}), std::make_pair(true, true));
+  EXPECT_EQ(both({"all"}), std::make_pair(true, true));  // HF: every integration this build has
   try {
     parse_report_to({"wandb"});
     FAIL();
   } catch (const alpaca::Error& e) {
     EXPECT_NE(e.message().find("--report_to wandb is not supported"), std::string::npos) << e.message();
   }
-  EXPECT_THROW(parse_report_to({"jsonl", "tensorboard"}), alpaca::Error);
+  EXPECT_THROW(parse_report_to({"tensorboard", "mlflow"}), alpaca::Error);
 }
 
 TEST(Metrics, JsonlAndConsoleLines) {

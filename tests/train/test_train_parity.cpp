@@ -36,7 +36,7 @@ nlohmann::json reference() {
 }  // namespace
 
 TEST(TrainParity, World1MatchesTransformersFor30Steps) {
-  if (fs::exists(fixture() / "SKIPPED")) GTEST_SKIP() << "reference fixture skipped (no shared data)";
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture());
   const auto ref = reference();
   TempDir out("parity_w1");
   std::string log;
@@ -58,7 +58,7 @@ TEST(TrainParity, World1MatchesTransformersFor30Steps) {
 }
 
 TEST(TrainParity, World2FsdpMatchesWorld1) {
-  if (fs::exists(fixture() / "SKIPPED")) GTEST_SKIP() << "reference fixture skipped (no shared data)";
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture());
   TempDir w1("parity_w1b"), w2("parity_w2");
   std::string log;
   ASSERT_EQ(run_trainer(common_args(w1.path(), 4, 2), 1, &log), 0) << log;

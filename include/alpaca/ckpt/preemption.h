@@ -1,8 +1,11 @@
 // Preemption and interruption (what Slurm and people send), turned into a flag the step loop
 // polls between optimizer steps:
 //   SIGTERM, SIGUSR1  -> kSaveAndExit: finish the current optimizer step, save a checkpoint,
-//                        exit with kExitPreempted (143 = 128 + SIGTERM, what schedulers expect
-//                        from a job that ended on SIGTERM; requeue scripts test for it).
+//                        exit with kExitPreempted (75, EX_TEMPFAIL of sysexits.h: "a complete
+//                        checkpoint was saved, run the same command with
+//                        --resume_from_checkpoint auto to continue"). It is distinct from 143
+//                        (128 + SIGTERM), what a process killed by SIGTERM before it could save
+//                        reports, so batch scripts requeue only on 75 (scripts/slurm/).
 //   first SIGINT      -> kSaveAndExit too, exit kExitInterrupted (130).
 //   second SIGINT     -> stops at once (_exit(130)) without saving; the last complete
 //                        checkpoint stays valid because checkpoints are committed by rename.
@@ -12,7 +15,7 @@
 
 namespace alpaca::ckpt {
 
-inline constexpr int kExitPreempted = 143;
+inline constexpr int kExitPreempted = 75;
 inline constexpr int kExitInterrupted = 130;
 
 enum class StopRequest : int { kNone = 0, kSaveAndExit = 1 };

@@ -44,7 +44,7 @@ struct TrainArgs {
   std::string lr_scheduler_kwargs_json = "{}";
   // save_max_shard_size in bytes.
   int64_t save_max_shard_bytes = 0;
-  // The ZeRO stage of the --deepspeed config that was mapped onto fsdp_options (0 = none).
+  // The ZeRO stage of the --deepspeed config that was mapped onto fsdp_words (0 = none).
   int deepspeed_zero_stage = 0;
   // Things the user should know about how their settings were mapped (e.g. DeepSpeed tuning keys
   // that have no equivalent in the FSDP engine); run_train logs them once at start.

@@ -112,6 +112,16 @@ class FsdpEngine {
                                       bool all_ranks = false);
   void load_optimizer_state_by_name(optim::ShardedAdamW& opt, const OptimStateSource& source);
 
+  // Memory probe (auto_find_batch_size): while on, every gather and reduce-scatter allocates
+  // exactly the buffers it would, but nothing is communicated and no gradient reaches the shards,
+  // so one rank can run a forward/backward alone to learn whether it fits. Values computed in a
+  // probe are meaningless. Local; call zero_grad() after a probe.
+  void set_memory_probe(bool on);
+  bool memory_probe() const;
+  // After an exception (e.g. out of memory) in forward or backward: reshards every unit and drops
+  // the full gradients and the reduction in flight, so the next forward starts clean. Local.
+  void abandon_step();
+
   MemoryAccount memory_account(const optim::ShardedAdamW* opt = nullptr) const;
   void reset_peaks();
   void log_memory_account(const optim::ShardedAdamW* opt = nullptr) const;

@@ -1,5 +1,7 @@
 // Loading weights into LlamaForCausalLM from an HF directory, and writing HF directories
 // (config.json, generation_config.json, safetensors sharded the way transformers shards).
+// io/ is the boundary between Hugging Face's file format and our modules, so it sits above
+// model/ in docs/architecture.md (model/ itself does no file I/O).
 #pragma once
 
 #include <cstdint>

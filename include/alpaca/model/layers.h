@@ -11,6 +11,8 @@
 
 namespace alpaca::model {
 
+class KvCache;  // alpaca/model/kv_cache.h
+
 // How constructors fill parameters. kUninitialized (at::empty) is for loaders that overwrite
 // every parameter: no fill pass, and untouched pages cost no resident memory.
 enum class ParamInit { kDefault /* zeros; ones for norm weights */, kUninitialized };
@@ -19,7 +21,11 @@ enum class ParamInit { kDefault /* zeros; ones for norm weights */, kUninitializ
 struct LayerContext {
   at::Tensor cos;        // (B, T, head_dim) in the compute dtype
   at::Tensor sin;        // (B, T, head_dim) in the compute dtype
-  at::Tensor attn_mask;  // undefined => pure causal; else bool (B, 1, T, T), true = attend
+  at::Tensor attn_mask;  // undefined => pure causal; else bool (B, 1, T, K), true = attend
+  // Generation: the layer appends its keys/values to `kv_cache` (layer `layer_idx`) and attends
+  // over every cached position (K = cached + T). Null in training.
+  KvCache* kv_cache = nullptr;
+  int64_t layer_idx = -1;
 };
 
 // y = x W^T (+ b). Parameters "weight" (out, in) and optionally "bias" (out).

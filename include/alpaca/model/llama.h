@@ -11,6 +11,7 @@
 #include <torch/nn/pimpl.h>     // defines: TORCH_MODULE
 
 #include "alpaca/model/config.h"
+#include "alpaca/model/kv_cache.h"
 #include "alpaca/model/layers.h"
 #include "alpaca/model/loss.h"
 
@@ -49,6 +50,23 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   LossSum forward_loss_sum(const at::Tensor& input_ids_bt, const at::Tensor& labels_bt,
                            const at::Tensor& attention_mask_bt = {}, const at::Tensor& position_ids_bt = {},
                            const at::Tensor& segment_ids_bt = {}, int64_t chunk_tokens = 0);
+
+  // Generation forward over a KV cache (no autograd needed; call under at::NoGradGuard).
+  // input_ids_bt: the T new tokens of each of the cache's B rows. attention_mask_bk: (B, L + T)
+  // where L = cache.length(), 1 = real token, covering the cached positions too (transformers'
+  // generate keeps extending it); undefined = no padding anywhere. position_ids_bt: (B, T)
+  // (undefined = L .. L+T-1). logit_index_b: int64 (B), which of the T positions to return
+  // logits for (undefined = the last one, as transformers' logits_to_keep=1). Writes the T
+  // positions into the cache, advances it, and returns logits (B, V) in the parameter dtype.
+  at::Tensor forward_cached(const at::Tensor& input_ids_bt, KvCache& cache, const at::Tensor& attention_mask_bk = {},
+                            const at::Tensor& position_ids_bt = {}, const at::Tensor& logit_index_b = {});
+  // The mask and RoPE of forward_cached (exposed for tests): query i of row b (at cache position
+  // L + i) sees key j when j <= L + i and attention_mask_bk[b, j]; a query that would see nothing
+  // (a padding position) sees itself, so no NaN appears. No mask for T = 1 or an empty cache
+  // without padding (the fused causal kernel, as transformers).
+  LayerContext make_cached_context(int64_t batch, int64_t num_new, int64_t cached, const at::Tensor& attention_mask_bk,
+                                   const at::Tensor& position_ids_bt, const at::Device& device,
+                                   at::ScalarType dtype) const;
 
   // The pieces of forward, for callers that run the root unit themselves.
   at::Tensor embed(const at::Tensor& input_ids_bt) const;  // (B, T, D)

@@ -2,7 +2,8 @@
 // optimizer-step losses since the last log; the final summary is HF's speed_metrics
 // (train_runtime, train_samples_per_second, train_steps_per_second, rounded as HF) plus
 // train_loss and epoch; train_results.json / all_results.json as Trainer.save_metrics writes
-// them. metrics.jsonl (one JSON object per log call) is our --report_to target.
+// them. metrics.jsonl (one JSON object per log call) and TensorBoard event files
+// (alpaca/train/tensorboard.h) are the --report_to targets.
 #pragma once
 
 #include <cstdint>
@@ -54,10 +55,14 @@ double round_to(double x, int ndigits);
 void save_metrics(const std::filesystem::path& output_dir, const std::string& split, const LogEntry& metrics,
                   bool combined = true);
 
-// --report_to words: "none" (nothing), "jsonl" or "all" (metrics.jsonl; "all" means every
-// integration this build has, which is jsonl). wandb, tensorboard, mlflow, ... are rejected
-// with an error naming the flag. Returns whether metrics.jsonl is written.
-bool parse_report_to(const std::vector<std::string>& words);
+// Where metrics go besides the console, from --report_to's words (HF semantics): "none" nothing,
+// "jsonl" metrics.jsonl, "tensorboard" TensorBoard event files, "all" every integration this
+// build has (jsonl + tensorboard). wandb, mlflow, ... are rejected with an error naming the flag.
+struct ReportTo {
+  bool jsonl = false;
+  bool tensorboard = false;
+};
+ReportTo parse_report_to(const std::vector<std::string>& words);
 
 // Appends one JSON line per call to <output_dir>/metrics.jsonl (rank 0 only), flushed each time
 // so a crashed run keeps what it logged.

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -21,7 +22,9 @@ enum class Interval { kNo, kSteps, kEpoch };
 
 // Where training starts from (--resume_from_checkpoint).
 struct ResumeFrom {
-  enum class Kind { kNone, kLatest, kDirectory };
+  // kLatest: the newest complete checkpoint in output_dir, an error when there is none (HF's
+  // True); kLatestIfAny: that checkpoint when there is one, else a fresh start (auto).
+  enum class Kind { kNone, kLatest, kLatestIfAny, kDirectory };
   Kind kind = Kind::kNone;
   std::filesystem::path directory;  // kDirectory: a checkpoint-<step> directory
 };
@@ -42,6 +45,11 @@ struct TrainerOptions {
   int64_t gradient_accumulation_steps = 1;
   int64_t max_steps = -1;  // > 0 wins over num_train_epochs
   double num_train_epochs = 3;
+  // --auto_find_batch_size: probe and shrink the micro-batch before training (global batch kept).
+  // on_batch_size_found (rank 0, when the split changed) records the choice: cli rewrites
+  // training_args.json with it.
+  bool auto_find_batch_size = false;
+  std::function<void(int64_t per_device_train_batch_size, int64_t gradient_accumulation_steps)> on_batch_size_found;
 
   // ---- Optimizer and schedule.
   optim::AdamWOptions adamw;
@@ -70,6 +78,13 @@ struct TrainerOptions {
   std::optional<double> eval_steps;         // unset = logging_steps
   bool logging_first_step = false;
   bool report_jsonl = false;                // --report_to jsonl/all
+  // --report_to tensorboard/all: event files in tensorboard_dir (--logging_dir, else HF's
+  // output_dir/runs/<date>_<host>, resolved once at parse time), with args_json (the effective
+  // arguments, HF's args.to_json_string) as the text "args".
+  bool report_tensorboard = false;
+  std::filesystem::path tensorboard_dir;
+  bool tensorboard_dir_given = false;       // --logging_dir named it (error messages name that flag)
+  std::string args_json;
   bool disable_tqdm = false;
   int64_t save_max_shard_bytes = 0;         // 0 = 5 GB
   bool save_only_model = false;

@@ -30,8 +30,18 @@ struct MemoryStats {
   int64_t gpu_peak_allocated_bytes = 0;
   int64_t gpu_reserved_bytes = 0;
   int64_t gpu_peak_reserved_bytes = 0;
+  // Live CPU tensor bytes and their peak since the last reset (util/tensor_memory.h); 0 when the
+  // counting allocator is not installed.
+  int64_t cpu_tensor_bytes = 0;
+  int64_t cpu_tensor_peak_bytes = 0;
 };
 MemoryStats memory_stats(const at::Device& device);
+// Starts a new measurement phase: the GPU caching allocator's peaks (for a CUDA device) and the
+// CPU tensor peak restart from the current values.
+void reset_peak_memory_stats(const at::Device& device);
+// After a caught out-of-memory error: hands the caching allocator's free blocks back to the
+// driver so the next attempt starts unfragmented (no-op on CPU).
+void release_cached_memory(const at::Device& device);
 // The CUDA device's product name ("" on CPU or without CUDA).
 std::string device_name(const at::Device& device);
 

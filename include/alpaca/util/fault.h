@@ -6,6 +6,12 @@
 // Points in use (each call site names its point; keep this list in step with the code):
 //   ckpt.pause_before_seal=MS   every rank sleeps MS ms after writing its checkpoint files and
 //                               before the checkpoint is sealed (kill-mid-write tests).
+//   mem.cpu_cap_bytes=N         the counting CPU allocator (util/tensor_memory.h) refuses any
+//                               allocation that would take live CPU tensor bytes above N, with
+//                               c10::OutOfMemoryError (out-of-memory tests on CPU).
+//   train.pause_after_step=MS   every rank sleeps MS ms after each optimizer step (tests that signal
+//                               a run mid-training, e.g. tests/slurm, get a window that does not
+//                               depend on the machine's speed).
 // With ALPACA_FAULTS unset every query is a cheap lookup in an empty table. Thread-safe.
 #pragma once
 

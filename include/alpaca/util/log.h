@@ -18,10 +18,6 @@ Level parse_level(const std::string& word);
 // otherwise ranks other than 0 log warnings and above only.
 void setup(int rank, Level level, bool all_ranks_info = false);
 bool enabled(Level level);
-// This process's global rank as the launcher exported it (torchrun RANK, Open MPI
-// OMPI_COMM_WORLD_RANK, MPICH PMI_RANK, Slurm SLURM_PROCID), or -1 when launched alone. For log
-// prefixes before dist/ is initialised; dist/ then calls alpaca::set_process_rank.
-int env_rank();
 void write(Level level, const std::string& msg);
 
 }  // namespace alpaca::log

@@ -8,8 +8,14 @@ namespace alpaca::sys {
 
 // Current resident set size of this process in bytes (from /proc/self/statm); 0 if unknown.
 int64_t rss_bytes();
-// Peak resident set size of this process in bytes (VmHWM); 0 if unknown.
+// Peak resident set size of this process over its whole life in bytes (VmHWM, and the peaks of
+// windows closed by reset_peak_rss_window); 0 if unknown.
 int64_t peak_rss_bytes();
+// Peak resident set size since the last reset_peak_rss_window() (or process start).
+int64_t window_peak_rss_bytes();
+// Starts a new window: the kernel's VmHWM is reset to the current RSS (/proc/self/clear_refs),
+// after its value has been folded into the lifetime peak.
+void reset_peak_rss_window();
 
 // Host allocator policy for training processes. A training step allocates and frees the same large
 // CPU buffers (logits, activations, gathered layers, gradient buckets) every micro-batch. glibc

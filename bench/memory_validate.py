@@ -1,0 +1,123 @@
+"""The memory planner against measurement on CPU (issue 17): for each model size, world size and
+OOM-ladder rung (full_shard; + offload; + gradient_checkpointing), `alpaca-train estimate-memory
+--num_cpu_ranks N --json` (device_allocated_bytes) beside the peak live CPU tensor bytes the
+counting allocator measured during training (max over ranks and log lines of metrics.jsonl's
+cpu_tensor_peak_bytes). Every sequence is model_max_length tokens (bench.py's data), the case the
+planner assumes. Writes a markdown table (and JSON) to --out; exits 1 if any error exceeds --tol.
+
+  python bench/memory_validate.py --sizes tiny,small --ranks 1,2,4 --out /tmp/memval
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import bench  # noqa: E402
+
+RUNGS = {
+    "full_shard": ("full_shard auto_wrap", []),
+    "+offload": ("full_shard auto_wrap offload", []),
+    "+offload+ckpt": ("full_shard auto_wrap offload", ["--gradient_checkpointing", "True"]),
+}
+
+
+def flags(model_dir, data_json, out_dir, batch, seq_len, fsdp, extra, dtype):
+    f = ["--model_name_or_path", str(model_dir), "--data_path", str(data_json), "--output_dir", str(out_dir),
+         "--max_steps", "2", "--per_device_train_batch_size", str(batch), "--gradient_accumulation_steps", "1",
+         "--model_max_length", str(seq_len), "--learning_rate", "1e-5", "--lr_scheduler_type", "constant",
+         "--logging_steps", "1", "--save_strategy", "no", "--report_to", "jsonl", "--disable_tqdm", "True",
+         "--log_level", "warning", "--fsdp", fsdp] + extra
+    return f + (["--bf16", "True"] if dtype == "bf16" else [])
+
+
+def env():
+    return dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                OMPI_MCA_btl_vader_single_copy_mechanism="none")
+
+
+def measure(case, model_dir, data_json, work, timeout):
+    out_dir = Path(tempfile.mkdtemp(dir=work))
+    cmd = ["mpirun", "-np", str(case["ranks"]), "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+           "-x", "OMP_NUM_THREADS", str(bench.train_bin())] + flags(model_dir, data_json, out_dir, case["batch"],
+                                                                   case["seq_len"], case["fsdp"], case["extra"],
+                                                                   case["dtype"])
+    p = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=timeout)
+    metrics = out_dir / "metrics.jsonl"
+    if p.returncode != 0 or not metrics.exists():
+        raise RuntimeError(f"training failed ({p.returncode}): {(p.stdout + p.stderr)[-1500:]}")
+    peaks = [json.loads(l).get("cpu_tensor_peak_bytes") for l in metrics.read_text().splitlines()]
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return max(v for v in peaks if v is not None)
+
+
+def estimate(case, model_dir, data_json):
+    cmd = [str(bench.train_bin()), "estimate-memory", "--num_cpu_ranks", str(case["ranks"]), "--json"] + \
+        flags(model_dir, data_json, "/nonexistent", case["batch"], case["seq_len"], case["fsdp"], case["extra"],
+              case["dtype"])
+    p = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(p.stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="tiny,small")
+    ap.add_argument("--ranks", default="1,2,4")
+    ap.add_argument("--rungs", default=",".join(RUNGS))
+    ap.add_argument("--dtypes", default="fp32")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq_len", type=int, default=128)
+    ap.add_argument("--tol", type=float, default=0.15)
+    ap.add_argument("--out", default="/tmp/alpaca_memory_validate")
+    ap.add_argument("--timeout", type=int, default=900)
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = bench.shared_dir() / "llama2-tokenizer" / "tokenizer.model"
+    alpaca = bench.shared_dir() / "alpaca" / "alpaca_5000.json"
+    if not tok.exists() or not alpaca.exists():
+        print(f"[memory] skipped: shared data not found under {bench.shared_dir()}")
+        return 0
+    data_json, _ = bench.make_data(out, alpaca, tok, args.seq_len, 64)
+    rows, worst = [], 0.0
+    for size in args.sizes.split(","):
+        model_dir = bench.make_model(size, out, tok)
+        for dtype in args.dtypes.split(","):
+            for ranks in [int(r) for r in args.ranks.split(",")]:
+                for rung in args.rungs.split(","):
+                    fsdp, extra = RUNGS[rung]
+                    case = dict(size=size, dtype=dtype, ranks=ranks, rung=rung, fsdp=fsdp, extra=extra,
+                                batch=args.batch, seq_len=args.seq_len)
+                    est = estimate(case, model_dir, data_json)
+                    measured = measure(case, model_dir, data_json, out, args.timeout)
+                    predicted = est["device_allocated_bytes"]
+                    err = predicted / measured - 1.0
+                    worst = max(worst, abs(err))
+                    row = dict(size=size, dtype=dtype, ranks=ranks, rung=rung, batch=args.batch, seq_len=args.seq_len,
+                               estimate_bytes=predicted, measured_bytes=measured, error=err,
+                               peak_moment=est["peak_moment"],
+                               deepspeed_gpu_bytes=est["deepspeed_zero3_estimate"]["gpu_bytes_per_gpu"])
+                    rows.append(row)
+                    print(f"[memory] {size} {dtype} world {ranks} {rung}: estimate {predicted / 2**20:.1f} MiB, "
+                          f"measured {measured / 2**20:.1f} MiB ({err * 100:+.1f}%), peak at {row['peak_moment']}",
+                          flush=True)
+    lines = ["| model | dtype | world | rung | micro-batch x seq | estimate MiB | measured MiB | error | peak at | "
+             "DeepSpeed formula MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['size']} | {r['dtype']} | {r['ranks']} | {r['rung']} | {r['batch']} x {r['seq_len']} | "
+                     f"{r['estimate_bytes'] / 2**20:.1f} | {r['measured_bytes'] / 2**20:.1f} | {r['error'] * 100:+.1f}% | "
+                     f"{r['peak_moment']} | {r['deepspeed_gpu_bytes'] / 2**20:.1f} |")
+    (out / "memory_validate.md").write_text("\n".join(lines) + "\n")
+    (out / "memory_validate.json").write_text(json.dumps(rows, indent=1))
+    print("\n".join(lines))
+    print(f"[memory] worst error {worst * 100:.1f}% (tolerance {args.tol * 100:.0f}%)")
+    return 0 if worst <= args.tol else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

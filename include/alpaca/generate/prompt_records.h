@@ -1,0 +1,41 @@
+// The prompts of `alpaca-train generate --prompts FILE`: Alpaca records (a JSON array or JSON
+// Lines) whose every field is kept, so the output line can repeat the record and add the
+// generation. Strict like the training loader: errors name the file and the record.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace alpaca::generate {
+
+struct PromptRecord {
+  std::string json;      // the record as read, one JSON object (compact)
+  std::string prompt;    // the text sent to the model (template applied unless raw)
+  std::optional<std::string> expected;  // the --expected_field value, when asked for
+};
+
+struct PromptOptions {
+  bool raw_prompt = false;     // send "instruction" as is (no template, no "input")
+  std::string expected_field;  // "" = none; else every record must have this string field
+};
+
+// Reads `path`. Errors (alpaca::Error): unreadable file, malformed JSON (with line), no records,
+// a record that is not an object, no string "instruction", a non-string "input", a missing
+// expected field.
+std::vector<PromptRecord> load_prompt_records(const std::string& path, const PromptOptions& opts);
+std::vector<PromptRecord> parse_prompt_records(const std::string& text, const std::string& name,
+                                               const PromptOptions& opts);
+
+// The Alpaca prompt of one instruction (+ input) as in training (data::format_alpaca_prompt).
+std::string alpaca_prompt(const std::string& instruction, const std::string& input);
+
+// One output line: the record's fields plus "generation", "generation_ids" and, when an expected
+// value is known, "exact_match" (generation and expected equal after trimming whitespace).
+std::string output_line(const PromptRecord& rec, const std::string& generation, const std::vector<int64_t>& ids,
+                        std::optional<bool> exact_match);
+
+// Exact match as the quick start scores it: both sides with surrounding whitespace removed.
+bool exact_match(const std::string& generation, const std::string& expected);
+
+}  // namespace alpaca::generate

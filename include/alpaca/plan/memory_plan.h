@@ -1,0 +1,109 @@
+// The memory planner: per-rank device and host bytes of one training configuration, computed from
+// the model's shape alone (config.json; no weights, no GPU), by replaying what the FSDP engine,
+// the model and the fused loss allocate and when (src/fsdp/engine.cpp, src/model/layers.cpp,
+// src/model/loss.cpp). The peak is the largest of the moments where live memory is highest:
+//   forward at the loss   states + gathered root + saved activations of every layer + the fused
+//                         loss's logits chunk and its gradient buffers
+//   backward at the head  states + root + activations + lm_head gradient + root gradient buffer
+//   backward in a layer   states + root gradient buffer + activations left + gathered layer(s)
+//                         (with prefetch, at most two units under limit_all_gathers) + its and the
+//                         previous unit's full gradients (one reduce-scatter in flight) + the
+//                         layer's backward temporaries (+ one recomputed layer under checkpointing)
+//   end of backward       states + root gradient + its reduce-scatter staging
+// plus the allocator margin on a GPU. DeepSpeed's ZeRO-3 estimator (model states only) is computed
+// beside it for comparison. Knows nothing of TrainArgs: cli builds MemoryPlanInputs.
+#pragma once
+
+#include <c10/core/ScalarType.h>  // defines: at::ScalarType
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "alpaca/fsdp/policy.h"
+#include "alpaca/model/config.h"
+
+namespace alpaca::plan {
+
+struct MemoryPlanInputs {
+  model::LlamaConfig config;     // vocab_size already as trained (after any [PAD] row)
+  int64_t micro_batch = 1;       // per_device_train_batch_size
+  int64_t seq_len = 512;         // model_max_length: every sequence assumed full (the worst case)
+  int num_ranks = 1;
+  int ranks_per_node = 1;
+  bool gpu = true;               // ranks are GPUs; false: CPU ranks (device memory = host memory)
+  bool cpu_bf16_via_fp32 = false;  // CPU ranks whose bf16 GEMMs take the fp32 route (model/matmul.h)
+  fsdp::ShardingStrategy strategy = fsdp::ShardingStrategy::kFullShard;
+  bool auto_wrap = true;
+  at::ScalarType param_dtype = at::kFloat;
+  at::ScalarType reduce_dtype = at::kFloat;
+  bool offload = false;
+  bool checkpointing = false;
+  fsdp::BackwardPrefetch backward_prefetch = fsdp::BackwardPrefetch::kNone;
+  bool forward_prefetch = false;
+  bool limit_all_gathers = true;
+  int hybrid_shard_size = 0;     // 0: ranks_per_node
+  int64_t lora_rank = 0;         // > 0: LoRA on q_proj and v_proj (frozen base in param_dtype), by formula
+  int64_t device_memory_bytes = 0;  // 0: unknown (fits is then not judged for the device)
+  int64_t host_memory_bytes = 0;    // per node; 0: unknown
+};
+
+struct MemoryItem {
+  std::string name;
+  int64_t device_bytes = 0;
+  int64_t host_bytes = 0;
+};
+
+struct DeepSpeedEstimate {  // deepspeed.runtime.zero.stage3.estimate_zero3_model_states_mem_needs
+  int64_t total_params = 0;
+  int64_t largest_layer_params = 0;
+  int64_t gpu_bytes_per_gpu = 0;   // model states only, no activations
+  int64_t cpu_bytes_per_node = 0;
+};
+
+struct MemoryPlan {
+  // Per rank. device_allocated_bytes is what the allocator hands out at the peak (compare with
+  // max_memory_allocated, or the counting CPU allocator's peak on CPU ranks); device_total_bytes
+  // adds the allocator margin and the CUDA context (what must fit on the GPU).
+  int64_t device_allocated_bytes = 0;
+  int64_t device_total_bytes = 0;
+  int64_t host_total_bytes = 0;  // per rank: offloaded states + process baseline (+ device on CPU)
+  int64_t host_node_bytes = 0;   // host_total_bytes x ranks per node
+  std::string peak_moment;       // which moment above is the peak
+  std::vector<MemoryItem> breakdown;  // at the peak moment; sums to the totals
+  std::vector<MemoryItem> moments;    // allocated device bytes of every moment (name, bytes)
+  bool fits_device = true, fits_host = true;
+  bool fits() const { return fits_device && fits_host; }
+  DeepSpeedEstimate deepspeed;
+  // Activations per layer and per micro-batch, for the table (bytes).
+  int64_t activations_per_layer_bytes = 0;
+  int64_t checkpointed_per_layer_bytes = 0;
+  int64_t loss_chunk_bytes = 0;
+};
+
+MemoryPlan plan_memory(const MemoryPlanInputs& in);
+
+// The largest micro-batch (per_device_train_batch_size) that fits, 0 if not even 1 does; capped
+// at `limit`; -1 when no memory size is known (nothing to fit in).
+int64_t largest_fitting_micro_batch(MemoryPlanInputs in, int64_t limit = 4096);
+
+struct LadderRung {
+  std::string name;
+  MemoryPlanInputs inputs;
+  MemoryPlan plan;
+  int64_t max_micro_batch = 0;
+  bool by_formula = false;  // LoRA rungs: by formula, not validated against measurement yet
+};
+
+// The OOM ladder from the given configuration: full_shard; + offload; + gradient_checkpointing;
+// LoRA r=16; LoRA + offload.
+std::vector<LadderRung> plan_ladder(const MemoryPlanInputs& base);
+
+// A JSON object with device_total_bytes, host_total_bytes, fits, breakdown, ... for one plan.
+std::string plan_to_json(const MemoryPlan& plan, const MemoryPlanInputs& in);
+// The whole report: the given plan plus "rungs".
+std::string report_to_json(const MemoryPlanInputs& in, const MemoryPlan& plan, const std::vector<LadderRung>& rungs);
+// The readable tables.
+std::string report_to_text(const MemoryPlanInputs& in, const MemoryPlan& plan, const std::vector<LadderRung>& rungs);
+
+}  // namespace alpaca::plan

@@ -1,0 +1,196 @@
+// The memory planner's arithmetic (plan/memory_plan.h) and the estimate-memory command: exact
+// model-state bytes, where offload and checkpointing move memory, the largest fitting
+// micro-batch, DeepSpeed's ZeRO-3 formula, the 7B Alpaca configuration, the JSON contract and
+// the errors. (Estimate vs measurement: tests/train/test_memory_measured.cpp.)
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "alpaca/plan/memory_plan.h"
+#include "test_util.h"
+
+using namespace alpaca;
+using namespace alpaca::testing;
+
+namespace {
+
+model::LlamaConfig llama_7b() {
+  model::LlamaConfig c;
+  c.vocab_size = 32000;
+  c.hidden_size = 4096;
+  c.intermediate_size = 11008;
+  c.num_hidden_layers = 32;
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 32;
+  return c;
+}
+
+model::LlamaConfig tiny() {
+  model::LlamaConfig c;
+  c.vocab_size = 1000;
+  c.hidden_size = 64;
+  c.intermediate_size = 172;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  return c;
+}
+
+int64_t item(const plan::MemoryPlan& p, const std::string& name, bool host = false) {
+  for (const auto& i : p.breakdown)
+    if (i.name == name) return host ? i.host_bytes : i.device_bytes;
+  return -1;
+}
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+}  // namespace
+
+TEST(MemoryPlan, ModelStatesAreSixteenBytesPerShardedParameterWithPadding) {
+  plan::MemoryPlanInputs in;
+  in.config = tiny();
+  in.num_ranks = 3;
+  in.gpu = false;
+  const auto p = plan::plan_memory(in);
+  // Per layer: q 64x64, k/v 64x32 each (GQA), o 64x64, gate/up/down 64x172, two norms.
+  const int64_t layer = 64 * 64 * 2 + 2 * 64 * 32 + 3 * 64 * 172 + 2 * 64;
+  const int64_t root = 2 * 1000 * 64 + 64;
+  auto shard = [](int64_t n) { return (n + 2) / 3; };
+  const int64_t shards = 3 * shard(layer) + shard(root);
+  EXPECT_EQ(item(p, "fp32 master shards"), 4 * shards);
+  EXPECT_EQ(item(p, "fp32 gradient shards"), 4 * shards);
+  EXPECT_EQ(item(p, "AdamW moment shards (exp_avg, exp_avg_sq)"), 8 * shards);
+  int64_t sum = 0;
+  for (const auto& i : p.breakdown) sum += i.device_bytes;
+  EXPECT_EQ(sum, p.device_allocated_bytes);
+  EXPECT_EQ(p.device_total_bytes, p.device_allocated_bytes);  // CPU ranks: no margin, no CUDA context
+}
+
+TEST(MemoryPlan, OffloadMovesStatesToTheHostAndCheckpointingShrinksActivations) {
+  plan::MemoryPlanInputs in;
+  in.config = llama_7b();
+  in.num_ranks = 4;
+  in.ranks_per_node = 4;
+  in.micro_batch = 4;
+  in.seq_len = 512;
+  in.param_dtype = in.reduce_dtype = at::kBFloat16;
+  const auto base = plan::plan_memory(in);
+  in.offload = true;
+  const auto off = plan::plan_memory(in);
+  const int64_t states = item(base, "fp32 master shards") + item(base, "fp32 gradient shards") +
+                         item(base, "AdamW moment shards (exp_avg, exp_avg_sq)");
+  EXPECT_GT(states, 24 * kGiB);  // 16 B x 6.7e9 / 4 = 25.1 GiB
+  EXPECT_EQ(item(off, "fp32 master shards"), -1);
+  EXPECT_EQ(item(off, "fp32 master shards (offloaded, pinned)", true), item(base, "fp32 master shards"));
+  EXPECT_NEAR(static_cast<double>(base.device_allocated_bytes - off.device_allocated_bytes), static_cast<double>(states),
+              0.02 * static_cast<double>(states));
+  in.checkpointing = true;
+  const auto ck = plan::plan_memory(in);
+  EXPECT_LT(ck.device_allocated_bytes, off.device_allocated_bytes / 3);
+  EXPECT_EQ(ck.checkpointed_per_layer_bytes, 4 * 512 * 4096 * 2);  // each layer's bf16 input
+  // Activations grow linearly with the micro-batch.
+  in.micro_batch = 8;
+  EXPECT_EQ(plan::plan_memory(in).activations_per_layer_bytes, 2 * ck.activations_per_layer_bytes);
+}
+
+TEST(MemoryPlan, AlpacaReadmeConfigurationFitsFourA100s80GAtBatchFour) {
+  plan::MemoryPlanInputs in;
+  in.config = llama_7b();
+  in.config.vocab_size = 32001;  // + [PAD]
+  in.num_ranks = in.ranks_per_node = 4;
+  in.micro_batch = 4;
+  in.seq_len = 512;
+  in.param_dtype = in.reduce_dtype = at::kBFloat16;
+  in.device_memory_bytes = 80 * kGiB;
+  const auto p = plan::plan_memory(in);
+  EXPECT_TRUE(p.fits()) << p.device_total_bytes;  // the Alpaca README's published run
+  const int64_t max_b = plan::largest_fitting_micro_batch(in);
+  EXPECT_GE(max_b, 4);
+  in.micro_batch = max_b;
+  EXPECT_TRUE(plan::plan_memory(in).fits());
+  in.micro_batch = max_b + 1;
+  EXPECT_FALSE(plan::plan_memory(in).fits());
+  // 40 GB cards do not hold full_shard without offload at batch 4.
+  in.micro_batch = 4;
+  in.device_memory_bytes = 40 * kGiB;
+  EXPECT_FALSE(plan::plan_memory(in).fits());
+  in.device_memory_bytes = 0;
+  in.host_memory_bytes = 0;
+  EXPECT_EQ(plan::largest_fitting_micro_batch(in), -1);  // nothing to fit in
+}
+
+TEST(MemoryPlan, DeepSpeedZero3FormulaMatchesItsDefinition) {
+  plan::MemoryPlanInputs in;
+  in.config = llama_7b();
+  in.num_ranks = in.ranks_per_node = 4;
+  const auto p = plan::plan_memory(in);
+  EXPECT_EQ(p.deepspeed.total_params, 6738415616);
+  EXPECT_EQ(p.deepspeed.largest_layer_params, 32000 * 4096);
+  // gpu = 4 x largest + 18 x total / gpus; cpu = largest x 4 x gpus_per_node x 1.5 (zero_init).
+  EXPECT_EQ(p.deepspeed.gpu_bytes_per_gpu, 4 * 131072000 + 18 * 6738415616 / 4);
+  EXPECT_EQ(p.deepspeed.cpu_bytes_per_node, static_cast<int64_t>(131072000.0 * 4 * 4 * 1.5));
+  in.offload = true;
+  const auto o = plan::plan_memory(in);
+  EXPECT_EQ(o.deepspeed.gpu_bytes_per_gpu, 4 * 131072000);
+  EXPECT_EQ(o.deepspeed.cpu_bytes_per_node, static_cast<int64_t>(6738415616.0 * 18 * 1.5));
+}
+
+TEST(MemoryPlan, LadderHasFiveRungsAndLoraNeedsLess) {
+  plan::MemoryPlanInputs in;
+  in.config = llama_7b();
+  in.num_ranks = in.ranks_per_node = 2;
+  in.micro_batch = 1;
+  in.param_dtype = in.reduce_dtype = at::kBFloat16;
+  in.device_memory_bytes = 24 * kGiB;
+  in.host_memory_bytes = 256 * kGiB;
+  const auto rungs = plan::plan_ladder(in);
+  ASSERT_EQ(rungs.size(), 5u);
+  EXPECT_FALSE(rungs[0].plan.fits());  // 7B full_shard on 2 x 24 GB: no
+  EXPECT_TRUE(rungs[2].plan.fits());   // + offload + checkpointing: yes
+  EXPECT_GT(rungs[2].max_micro_batch, 1);
+  EXPECT_TRUE(rungs[3].by_formula);
+  EXPECT_LT(rungs[3].plan.device_allocated_bytes, rungs[0].plan.device_allocated_bytes / 2);
+  EXPECT_LT(rungs[4].plan.device_allocated_bytes, rungs[3].plan.device_allocated_bytes);
+}
+
+TEST(EstimateMemoryCommand, JsonHasTheContractFieldsAndErrorsNameTheFix) {
+  TempDir dir("estimate_cmd");
+  const nlohmann::json cfg = {{"model_type", "llama"}, {"vocab_size", 32000}, {"hidden_size", 4096},
+                              {"intermediate_size", 11008}, {"num_hidden_layers", 32},
+                              {"num_attention_heads", 32}, {"num_key_value_heads", 32}};
+  std::ofstream(dir.path() / "config.json") << cfg.dump();
+  std::string out;
+  ASSERT_EQ(run_command(train_bin() + " estimate-memory --model_name_or_path " + dir.path().string() +
+                            " --bf16 True --per_device_train_batch_size 4 --model_max_length 512 --fsdp 'full_shard "
+                            "auto_wrap' --num_gpus 4 --gpu_memory_gb 80 --json",
+                        &out),
+            0)
+      << out;
+  const auto j = nlohmann::json::parse(out);
+  for (const char* k : {"device_total_bytes", "host_total_bytes", "fits", "breakdown", "rungs", "peak_moment",
+                        "deepspeed_zero3_estimate", "max_per_device_train_batch_size"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_TRUE(j["fits"].get<bool>());
+  EXPECT_EQ(j["rungs"].size(), 5u);
+  for (const auto& r : j["rungs"]) EXPECT_TRUE(r.contains("fits") && r.contains("max_per_device_train_batch_size"));
+  // The readable table.
+  ASSERT_EQ(run_command(train_bin() + " estimate-memory --model_name_or_path " + dir.path().string() +
+                            " --num_gpus 2 --gpu_memory_gb 24 --fsdp 'full_shard auto_wrap offload' --bf16 True"
+                            " --gradient_checkpointing True",
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("DeepSpeed ZeRO-3 estimator"), std::string::npos) << out;
+  EXPECT_NE(out.find("full_shard + offload + gradient_checkpointing"), std::string::npos) << out;
+  // Errors: no config, and a bad option value.
+  EXPECT_NE(run_command(train_bin() + " estimate-memory --model_name_or_path " + (dir.path() / "nope").string() + " 2>&1",
+                        &out),
+            0);
+  EXPECT_NE(out.find("config.json"), std::string::npos) << out;
+  EXPECT_NE(run_command(train_bin() + " estimate-memory --model_name_or_path " + dir.path().string() +
+                            " --num_gpus zero 2>&1",
+                        &out),
+            0);
+  EXPECT_NE(out.find("--num_gpus needs a positive integer"), std::string::npos) << out;
+}

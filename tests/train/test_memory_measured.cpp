@@ -1,0 +1,73 @@
+// Issue 17: the memory planner (`alpaca-train estimate-memory --num_cpu_ranks N --json`) against
+// the peak live CPU tensor bytes the counting allocator measures during training (metrics.jsonl's
+// cpu_tensor_peak_bytes, max over ranks and log lines), within 15%, for a CI-sized subset of
+// bench/memory_validate.py's table: the tiny model at worlds 1 and 2, full_shard and
+// offload + gradient checkpointing, fp32 and bf16. Also: the memory fields are in every log line.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "memory_test_util.h"
+#include "test_util.h"
+#include "train_test_util.h"
+
+namespace fs = std::filesystem;
+using namespace alpaca::testing;
+
+namespace {
+
+std::string flags(const fs::path& fx, const fs::path& out, const std::string& extra) {
+  return "--model_name_or_path " + (fx / "model").string() + " --data_path " + (fx / "data.json").string() +
+         " --output_dir " + out.string() +
+         " --max_steps 2 --per_device_train_batch_size 4 --gradient_accumulation_steps 1 --model_max_length 128"
+         " --learning_rate 1e-4 --logging_steps 1 --save_strategy no --report_to jsonl --disable_tqdm True " + extra;
+}
+
+}  // namespace
+
+TEST(MemoryMeasured, EstimateWithin15PercentOfTheCountingAllocatorsPeak) {
+  ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
+  TempDir fx("memfx");
+  ASSERT_EQ(make_memory_fixture(fx.path()), "");
+  struct Case {
+    int world;
+    std::string extra;
+  };
+  const std::vector<Case> cases = {
+      {1, "--fsdp 'full_shard auto_wrap'"},
+      {1, "--fsdp 'full_shard auto_wrap offload' --gradient_checkpointing True --bf16 True"},
+      {2, "--fsdp 'full_shard auto_wrap'"},
+      {2, "--fsdp 'full_shard auto_wrap' --bf16 True"},
+      {2, "--fsdp 'full_shard auto_wrap offload' --gradient_checkpointing True"},
+  };
+  for (const auto& c : cases) {
+    TempDir out("memrun");
+    std::string est_out, log;
+    ASSERT_EQ(run_command(train_bin() + " estimate-memory --json --num_cpu_ranks " + std::to_string(c.world) + " " +
+                              flags(fx.path(), out.path(), c.extra) + " 2>&1",
+                          &est_out),
+              0)
+        << est_out;
+    const auto est = nlohmann::json::parse(est_out);
+    const double predicted = est["device_allocated_bytes"].get<double>();
+    ASSERT_EQ(run_trainer(flags(fx.path(), out.path(), c.extra + " --overwrite_output_dir True"), c.world, &log), 0)
+        << log;
+    double measured = 0;
+    const auto logs = read_metrics(out.path());
+    int step_lines = 0;
+    for (const auto& m : logs) {
+      if (!m.count("loss")) continue;
+      ++step_lines;
+      ASSERT_TRUE(m.count("cpu_tensor_peak_bytes") && m.count("host_rss_bytes") && m.count("host_peak_rss_bytes"))
+          << "a log line lacks the memory fields";
+      measured = std::max(measured, m.at("cpu_tensor_peak_bytes"));
+    }
+    ASSERT_EQ(step_lines, 2);
+    const double err = predicted / measured - 1.0;
+    std::cout << "[memory] world " << c.world << " " << c.extra << ": estimate " << predicted / 1048576.0
+              << " MiB, measured " << measured / 1048576.0 << " MiB (" << err * 100 << "%), peak at "
+              << est["peak_moment"].get<std::string>() << "\n";
+    EXPECT_LE(std::abs(err), 0.15) << c.extra << " at world " << c.world;
+  }
+}
