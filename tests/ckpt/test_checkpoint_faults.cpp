@@ -183,7 +183,7 @@ TEST(CheckpointFaults, UnwritableOutputDirIsAnErrorBeforeAnyLoading) {
   EXPECT_EQ(log.find("loaded"), std::string::npos) << "nothing is loaded first: " << log;
 }
 
-TEST(CheckpointFaults, SigtermDuringSaveFinishesTheCheckpointAndExits143) {
+TEST(CheckpointFaults, SigtermDuringSaveFinishesTheCheckpointAndExits75) {
   SKIP_WITHOUT_FIXTURE();
   TempDir tmp("sigterm_save");
   const fs::path out = tmp.path() / "run";
@@ -209,7 +209,8 @@ TEST(CheckpointFaults, SigtermDuringSaveFinishesTheCheckpointAndExits143) {
   const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   ASSERT_TRUE(staged) << log;
   ASSERT_TRUE(WIFEXITED(status)) << "a clean exit, not death by the signal: " << log;
-  EXPECT_EQ(WEXITSTATUS(status), 143) << log;
+  // 75 (kExitPreempted, ckpt/preemption.h): a complete checkpoint was saved, requeue and resume.
+  EXPECT_EQ(WEXITSTATUS(status), 75) << log;
   // The save that was under way completes; nothing torn or half-staged stays.
   EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-2"), "") << log;
   EXPECT_FALSE(fs::exists(out / "tmp-checkpoint-2"));
@@ -389,6 +390,8 @@ TEST(CheckpointFaults, SigtermDuringEvaluationFinishesItSavesAndExits75) {
   EXPECT_NE(log.find("on a signal; checkpoint saved; exit code 75"), std::string::npos) << log;
   EXPECT_GE(expect_no_torn_checkpoint(out), 1) << log;
   EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-2"), "") << log;
+  EXPECT_NE(log.find("stopping after step 3 on a signal"), std::string::npos) << log;
+  EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-3"), "") << log;
   std::cout << "SIGTERM during evaluation: exit " << WEXITSTATUS(status) << " " << after << " s after the signal\n";
 }
 
