@@ -423,3 +423,28 @@ TEST(CheckpointFaults, MpiPeerThatDiesBeforeTheFirstCollectiveIsNamedWithinTheTi
   std::cout << "MPI peer dead before the first collective: exit " << rc << " after " << seconds << " s (--ddp_timeout "
             << timeout_s << ")\n";
 }
+
+// The same fault when the launcher does not end the job for us (Open MPI told not to abort on a
+// rank's non-zero exit; other launchers may not either): rank 0 must still end on its own within
+// --ddp_timeout + a few seconds, naming rank 1. KNOWN GAP, hence disabled: rank 0 blocks in
+// MPI_Comm_split_type (place_on_nodes, called from init_mpi in src/dist/runtime.cpp), a blocking
+// collective that no --ddp_timeout bounds (dist::init does not know the timeout yet); measured: still
+// running after 60 s with --ddp_timeout 10. Enable once the MPI start-up has a bounded roll call.
+TEST(CheckpointFaults, DISABLED_MpiPeerThatDiesBeforeTheFirstCollectiveWithoutLauncherAbort) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("mpi_peer_dies_noabort");
+  const int timeout_s = 10;
+  std::string log;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = run_command("ALPACA_FAULTS=dist.exit_after_init=1 timeout " + std::to_string(timeout_s + 30) +
+                                 " mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none"
+                                 " --mca orte_abort_on_non_zero_status 0 -x ALPACA_FAULTS " +
+                                 train_bin() + " " + run_args(tmp.path() / "out", 2) + " --ddp_timeout " +
+                                 std::to_string(timeout_s),
+                             &log);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(rc, 124) << "still running after " << timeout_s + 30 << " s: " << log;
+  EXPECT_LT(seconds, timeout_s + 10) << log;
+  EXPECT_NE(log.find("rank 1"), std::string::npos) << "rank 0 does not name the missing rank: " << log;
+}
