@@ -1,9 +1,9 @@
 // LoRA merge; see include/alpaca/ckpt/lora_merge.h.
 #include "alpaca/ckpt/lora_merge.h"
 
-#include <nlohmann/json.hpp>  // defines: nlohmann::json
+#include "alpaca/ckpt/lora_adapter.h"
 
-#include <cmath>
+
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -19,31 +19,14 @@ namespace fs = std::filesystem;
 
 namespace alpaca::ckpt {
 namespace {
-constexpr const char* kPrefix = "base_model.model.";
+constexpr const char* kPrefix = kPeftKeyPrefix;
 }
 
 MergeStats merge_lora_adapter(const std::string& base_dir, const std::string& adapter_dir, const std::string& out_dir,
                               int64_t max_shard_bytes) {
-  const fs::path cfg_path = fs::path(adapter_dir) / "adapter_config.json";
-  ALPACA_CHECK(fs::is_regular_file(cfg_path), "--adapter " << adapter_dir << " has no adapter_config.json; give the "
-                                              "output_dir (or a checkpoint) of an alpaca-train --use_peft run");
-  nlohmann::json cfg;
-  try {
-    cfg = nlohmann::json::parse(std::ifstream(cfg_path));
-  } catch (const std::exception& e) {
-    ALPACA_FAIL(cfg_path.string() << " is not valid JSON: " << e.what());
-  }
-  ALPACA_CHECK(cfg.value("peft_type", "") == "LORA", cfg_path.string() << ": peft_type is " << cfg.value("peft_type", "?")
-                                                     << "; only LORA adapters can be merged");
-  ALPACA_CHECK(!cfg.value("use_dora", false) && cfg.value("bias", "none") == "none" && !cfg.value("fan_in_fan_out", false),
-               cfg_path.string() << ": DoRA, LoRA biases and fan_in_fan_out are not supported by the merge");
-  ALPACA_CHECK(cfg.value("rank_pattern", nlohmann::json::object()).empty() &&
-                   cfg.value("alpha_pattern", nlohmann::json::object()).empty(),
-               cfg_path.string() << ": rank_pattern / alpha_pattern are not supported by the merge");
-  const double r = cfg.at("r").get<double>(), alpha = cfg.at("lora_alpha").get<double>();
-  const double scaling = cfg.value("use_rslora", false) ? alpha / std::sqrt(r) : alpha / r;
-
-  auto adapter = io::SafetensorsFile::open((fs::path(adapter_dir) / "adapter_model.safetensors").string());
+  const LoraAdapter la = read_lora_adapter(adapter_dir);  // the one adapter reader (ckpt/lora_adapter.h)
+  const double scaling = la.scaling;
+  const std::shared_ptr<io::SafetensorsFile>& adapter = la.file;
   std::set<std::string> unused;
   for (const auto& n : adapter->names()) unused.insert(n);
   auto take = [&](const std::string& key) {
@@ -53,17 +36,8 @@ MergeStats merge_lora_adapter(const std::string& base_dir, const std::string& ad
 
   model::LlamaConfig mcfg = model::LlamaConfig::from_json_file((fs::path(base_dir) / "config.json").string());
   // New vocabulary rows from trainable tokens: the merged tables have max(index) + 1 rows.
-  std::map<std::string, std::vector<int64_t>> token_rows;
-  int64_t vocab = mcfg.vocab_size;
-  if (cfg.contains("trainable_token_indices") && !cfg["trainable_token_indices"].is_null()) {
-    const auto& t = cfg["trainable_token_indices"];
-    ALPACA_CHECK(t.is_object(), cfg_path.string() << ": trainable_token_indices must be {module: [ids]}");
-    for (const auto& [module, ids] : t.items()) {
-      const std::string name = module == "embed_tokens" ? "model.embed_tokens.weight" : module + ".weight";
-      token_rows[name] = ids.get<std::vector<int64_t>>();
-      for (int64_t id : token_rows[name]) vocab = std::max(vocab, id + 1);
-    }
-  }
+  const std::map<std::string, std::vector<int64_t>>& token_rows = la.token_rows;
+  const int64_t vocab = la.vocab_size(mcfg.vocab_size);
 
   const io::CheckpointReader base = io::CheckpointReader::open(base_dir);
   io::HfExportWriter writer(out_dir, max_shard_bytes, std::nullopt);

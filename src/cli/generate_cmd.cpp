@@ -7,11 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 
 #include <ATen/CPUGeneratorImpl.h>  // defines: at::CPUGeneratorImpl
 #include <CLI/CLI.hpp>  // defines: CLI::App
 
+#include "alpaca/ckpt/lora_adapter.h"
 #include "alpaca/cli/commands.h"
 #include "alpaca/cli/usage_error.h"
 #include "alpaca/data/tokenizer.h"
@@ -101,7 +103,9 @@ int run_generate(const std::vector<std::string>& args_in) {
   GenerateFlags f;
   app.add_option("--model_name_or_path", f.model_dir, "HF model directory (config.json, safetensors, tokenizer)")
       ->required();
-  app.add_option("--adapter", f.adapter, "LoRA adapter directory (not supported yet)");
+  app.add_option("--adapter", f.adapter,
+                 "peft LoRA adapter directory (adapter_config.json + adapter_model.safetensors, e.g. an "
+                 "alpaca-train --use_peft output_dir) applied unmerged to the base model");
   app.add_option("--instruction", f.instruction, "One instruction; the answer streams to stdout");
   app.add_option("--input", f.input, "The instruction's input (Alpaca's second template)");
   app.add_option("--prompts", f.prompts, "Alpaca records (JSON array or JSON Lines) to answer");
@@ -137,8 +141,6 @@ int run_generate(const std::vector<std::string>& args_in) {
   }
 
   // Usage checks first: nothing is loaded or written when the command line is wrong.
-  ALPACA_USAGE_CHECK(f.adapter.empty(), "--adapter is not supported yet (LoRA adapters land with the LoRA issue); "
-                                        "merge the adapter into the base model or drop --adapter");
   ALPACA_USAGE_CHECK(f.instruction.empty() != f.prompts.empty(),
                      "give exactly one of --instruction TEXT or --prompts FILE");
   ALPACA_USAGE_CHECK(f.input.empty() || !f.instruction.empty(), "--input goes with --instruction");
@@ -159,6 +161,16 @@ int run_generate(const std::vector<std::string>& args_in) {
                      "--model_name_or_path " << f.model_dir << " is not a directory (an HF model directory is needed)");
   ALPACA_CHECK(fs::exists(fs::path(f.model_dir) / "config.json"),
                f.model_dir << " has no config.json; point --model_name_or_path at an HF model directory");
+  ALPACA_USAGE_CHECK(f.adapter.empty() || fs::is_directory(f.adapter),
+                     "--adapter " << f.adapter << " is not a directory (a peft adapter directory is needed)");
+  // Read (and check) the adapter before the model loads; its tokenizer, when it has one, is the
+  // one it was trained with (train.py may have added [PAD]).
+  std::optional<ckpt::LoraAdapter> adapter;
+  if (!f.adapter.empty()) adapter = ckpt::read_lora_adapter(f.adapter);
+  const std::string tok_dir = adapter && (fs::is_regular_file(fs::path(f.adapter) / "tokenizer.json") ||
+                                          fs::is_regular_file(fs::path(f.adapter) / "tokenizer.model"))
+                                  ? f.adapter
+                                  : f.model_dir;
 
   // Prompts (cheap, and their errors should not wait for the model to load).
   generate::PromptOptions popts{f.raw_prompt, f.expected_field};
@@ -188,7 +200,7 @@ int run_generate(const std::vector<std::string>& args_in) {
   opts.eos_token_ids = !gc.eos_token_id.empty() ? gc.eos_token_id : cfg.eos_token_id;
   opts.padding_side = f.padding_side == "left" ? generate::PaddingSide::kLeft : generate::PaddingSide::kRight;
 
-  data::Tokenizer tok = data::Tokenizer::load(f.model_dir);
+  data::Tokenizer tok = data::Tokenizer::load(tok_dir);
   std::vector<std::vector<int64_t>> prompt_ids;
   size_t longest = 0;
   for (const auto& r : records) {
@@ -224,6 +236,11 @@ int run_generate(const std::vector<std::string>& args_in) {
   const auto t_load = std::chrono::steady_clock::now();
   model::LlamaForCausalLM m = io::load_hf_model(
       f.model_dir, at::TensorOptions().dtype(f.bf16 ? at::kBFloat16 : at::kFloat).device(device));
+  if (adapter) {
+    const int64_t n = ckpt::attach_lora_adapter(*m, *adapter, f.model_dir);
+    ALPACA_INFO("generate: adapter " << f.adapter << ": LoRA on " << n << " linears (unmerged, scaling "
+                << adapter->scaling << ")");
+  }
   m->eval();
   ALPACA_INFO("generate: loaded " << f.model_dir << " (" << model::num_parameters(m) << " parameters, "
               << (f.bf16 ? "bf16" : "fp32") << ", " << device << ") in "

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "alpaca/util/error.h"
+#include "alpaca/util/fault.h"
 #include "runtime_internal.h"
 
 namespace alpaca::dist {
@@ -127,6 +128,8 @@ void init_mpi(State& s) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // A peer that dies before the first collective (tests/ckpt/test_checkpoint_faults.cpp).
+  if (const auto victim = util::fault_int("dist.exit_after_init", -1); victim && *victim == rank) ::_exit(3);
   LaunchInfo& li = *s.launch;
   ALPACA_CHECK(rank == li.rank && size == li.world_size,
                "MPI reports rank " << rank << " of " << size << " but the " << to_string(li.source)

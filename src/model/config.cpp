@@ -110,16 +110,31 @@ LlamaConfig LlamaConfig::from_json_string(const std::string& text, const std::st
   }
   ALPACA_CHECK(j.is_object(), source << ": a model config must be a JSON object");
   Fields f(j, source);
-  ALPACA_CHECK(f.has("model_type"), source << ": required field \"model_type\" is missing (supported: llama, mistral)");
+  ALPACA_CHECK(f.has("model_type"),
+               source << ": required field \"model_type\" is missing (supported: llama, mistral, qwen2)");
   std::string model_type = f.get_string("model_type", "");
-  ALPACA_CHECK(model_type == "llama" || model_type == "mistral",
+  ALPACA_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2",
                source << ": field \"model_type\" is \"" << model_type
-                      << "\"; supported model types: llama (LLaMA 1, 2, 3, 3.1, 3.2), mistral");
+                      << "\"; supported model types: llama (LLaMA 1, 2, 3, 3.1, 3.2), mistral, qwen2");
   // Mistral's modules are LLaMA's; its sliding-window attention is not implemented.
   ALPACA_CHECK(!(model_type == "mistral" && f.has("sliding_window")),
                source << ": field \"sliding_window\" is " << j.at("sliding_window").dump()
                       << "; sliding-window attention is not supported (set it to null: with "
                          "model_max_length <= the window it changes nothing)");
+  // Qwen2Config: sliding_window and max_window_layers only matter when use_sliding_window is true
+  // (transformers then nulls sliding_window), so with it false they are ignored, as there.
+  if (model_type == "qwen2") {
+    ALPACA_CHECK(!f.get_bool("use_sliding_window", false),
+                 source << ": field \"use_sliding_window\" is true; sliding-window attention is not supported "
+                           "(set it to false: with model_max_length <= sliding_window it changes nothing)");
+    if (f.has("layer_types")) {
+      const json& lt = j.at("layer_types");
+      ALPACA_CHECK(lt.is_array(), source << ": field \"layer_types\" must be a list, got " << lt.dump());
+      for (const json& e : lt)
+        ALPACA_CHECK(e == "full_attention", source << ": field \"layer_types\" holds " << e.dump()
+                                                   << "; only \"full_attention\" layers are supported");
+    }
+  }
   std::string act = f.get_string("hidden_act", "silu");
   ALPACA_CHECK(act == "silu", source << ": field \"hidden_act\" is \"" << act << "\"; only silu is supported");
   ALPACA_CHECK(f.get_double("attention_dropout", 0.0) == 0.0,
@@ -141,7 +156,12 @@ LlamaConfig LlamaConfig::from_json_string(const std::string& text, const std::st
   c.tie_word_embeddings = f.get_bool("tie_word_embeddings", false);
   c.attention_bias = f.get_bool("attention_bias", false);
   c.mlp_bias = f.get_bool("mlp_bias", false);
-  if (model_type == "mistral") c.attention_bias = c.mlp_bias = false;  // MistralConfig has neither
+  c.o_proj_bias = c.attention_bias;  // LlamaConfig.attention_bias covers q, k, v and o
+  if (model_type == "mistral") c.attention_bias = c.o_proj_bias = c.mlp_bias = false;  // MistralConfig has none
+  if (model_type == "qwen2") {  // Qwen2Attention: q/k/v with bias, o_proj without; Qwen2MLP without
+    c.attention_bias = true;
+    c.o_proj_bias = c.mlp_bias = false;
+  }
 
   // transformers 5 keeps rope_theta inside rope_parameters; 4.x keeps it at top level.
   c.rope_theta = f.get_double("rope_theta", 10000.0);
@@ -203,10 +223,18 @@ void LlamaConfig::validate(const std::string& source) const {
 std::string LlamaConfig::to_json() const {
   json j;
   const bool mistral = model_type == "mistral";
-  j["architectures"] = json::array({mistral ? "MistralForCausalLM" : "LlamaForCausalLM"});
-  j["model_type"] = mistral ? "mistral" : "llama";
-  if (mistral) j["sliding_window"] = nullptr;
-  j["attention_bias"] = attention_bias;
+  const bool qwen2 = model_type == "qwen2";
+  j["architectures"] = json::array({mistral ? "MistralForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"});
+  j["model_type"] = mistral ? "mistral" : qwen2 ? "qwen2" : "llama";
+  if (mistral || qwen2) j["sliding_window"] = nullptr;
+  if (qwen2) {
+    j["use_sliding_window"] = false;
+    j["max_window_layers"] = num_hidden_layers;
+    j["layer_types"] = json::array();
+    for (int64_t i = 0; i < num_hidden_layers; ++i) j["layer_types"].push_back("full_attention");
+  } else {
+    j["attention_bias"] = attention_bias;  // Qwen2Config has no such field (its bias is fixed)
+  }
   j["attention_dropout"] = 0.0;
   j["bos_token_id"] = bos_token_id ? json(*bos_token_id) : json(nullptr);
   if (eos_token_id.empty()) j["eos_token_id"] = nullptr;

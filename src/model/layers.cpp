@@ -56,7 +56,7 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg, const at::TensorO
   q_proj = register_module("q_proj", Linear(d, num_heads_ * head_dim_, cfg.attention_bias, options, init));
   k_proj = register_module("k_proj", Linear(d, num_kv_heads_ * head_dim_, cfg.attention_bias, options, init));
   v_proj = register_module("v_proj", Linear(d, num_kv_heads_ * head_dim_, cfg.attention_bias, options, init));
-  o_proj = register_module("o_proj", Linear(num_heads_ * head_dim_, d, cfg.attention_bias, options, init));
+  o_proj = register_module("o_proj", Linear(num_heads_ * head_dim_, d, cfg.o_proj_bias, options, init));
 }
 
 namespace {

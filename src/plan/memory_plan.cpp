@@ -47,7 +47,8 @@ Shape shape_of(const MemoryPlanInputs& in) {
   s.hkv = kv * s.dh;
   s.tied = c.tie_word_embeddings;
   s.layer_params = s.d * s.hq + 2 * s.d * s.hkv + s.hq * s.d + 3 * s.d * s.f + 2 * s.d;
-  if (c.attention_bias) s.layer_params += s.hq + 2 * s.hkv + s.d;
+  if (c.attention_bias) s.layer_params += s.hq + 2 * s.hkv;
+  if (c.o_proj_bias) s.layer_params += s.d;
   if (c.mlp_bias) s.layer_params += 2 * s.f + s.d;
   s.root_params = s.v * s.d * (s.tied ? 1 : 2) + s.d;
   // peft LoRA on q_proj and v_proj: A (r x in) and B (out x r) per adapted linear.

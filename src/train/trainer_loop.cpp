@@ -96,6 +96,7 @@ double Trainer::Impl::evaluate_loss() {
     // end of the eval set runs example 0 and does not count it.
     const bool real = !idx.empty();
     if (!real) idx.push_back(0);
+    util::fault_pause_ms("train.pause_in_eval");  // signal-during-evaluation tests (util/fault.h)
     const DeviceBatch db = to_device(collate_indices(eval_examples, idx, pad), device);
     const model::LossSum ls = fsdp_model->forward_loss_sum(db.input_ids, db.labels, db.attention_mask, db.position_ids, db.segment_ids);
     if (real) {

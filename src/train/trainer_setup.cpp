@@ -18,6 +18,7 @@
 #include "alpaca/io/hf_model.h"
 #include "alpaca/train/throughput.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/fault.h"
 #include "alpaca/util/log.h"
 #include "alpaca/util/user_error.h"
 #include "alpaca/util/sys.h"
@@ -183,6 +184,7 @@ void Trainer::Impl::setup_engine() {
   fsdp_model = fsdp::apply_fsdp(model, comm, policy);
   engine = &fsdp_model->engine();
   if (!weights_loaded) {
+    util::fault_pause_ms("train.pause_in_load");  // signal-during-load tests (util/fault.h)
     std::function<bool(const std::string&)> base_only;  // LoRA: the base checkpoint has no adapter tensors
     if (opt.lora) base_only = [](const std::string& n) { return !model::is_lora_param(n); };
     fsdp::load_checkpoint(*engine, weights_dir.string(), /*rank0_only=*/policy.cpu_ram_efficient_loading, grow_vocab,

@@ -183,7 +183,7 @@ TEST(CheckpointFaults, UnwritableOutputDirIsAnErrorBeforeAnyLoading) {
   EXPECT_EQ(log.find("loaded"), std::string::npos) << "nothing is loaded first: " << log;
 }
 
-TEST(CheckpointFaults, SigtermDuringSaveFinishesTheCheckpointAndExits143) {
+TEST(CheckpointFaults, SigtermDuringSaveFinishesTheCheckpointAndExits75) {
   SKIP_WITHOUT_FIXTURE();
   TempDir tmp("sigterm_save");
   const fs::path out = tmp.path() / "run";
@@ -209,7 +209,7 @@ TEST(CheckpointFaults, SigtermDuringSaveFinishesTheCheckpointAndExits143) {
   const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   ASSERT_TRUE(staged) << log;
   ASSERT_TRUE(WIFEXITED(status)) << "a clean exit, not death by the signal: " << log;
-  EXPECT_EQ(WEXITSTATUS(status), 143) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 75) << log;  // EX_TEMPFAIL: stopped after a save (ckpt/preemption.h)
   // The save that was under way completes; nothing torn or half-staged stays.
   EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-2"), "") << log;
   EXPECT_FALSE(fs::exists(out / "tmp-checkpoint-2"));
@@ -275,4 +275,175 @@ TEST(CheckpointFaults, RankThatNeverArrivesIsNamedWithinTheTimeout) {
   }
   EXPECT_LT(seconds, timeout_s + 10) << "took " << seconds << " s";
   std::cout << "both ranks ended " << seconds << " s after rank 0's store opened (--ddp_timeout " << timeout_s << ")\n";
+}
+
+// ---- SIGTERM while the model loads and while evaluation runs (one rank; the pause points of
+// util/fault.h give the signal a window that does not depend on the machine's speed).
+
+namespace {
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// The trainer under `faults` in the background, its output in <tmp>/run.log.
+pid_t start_trainer(const std::string& faults, const std::string& args, const fs::path& log) {
+  const std::string cmd = "ALPACA_FAULTS=" + faults + " exec " + train_bin() + " " + args + " > " + log.string() + " 2>&1";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Polls `done` every 20 ms for up to `seconds`; true once it holds.
+template <class F>
+bool wait_until(F done, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return done();
+}
+
+// No tmp-* staging directory is left in `out`, and every checkpoint there verifies (sizes and
+// sha256 against checkpoint_complete.json). Returns how many checkpoints there are.
+int expect_no_torn_checkpoint(const fs::path& out) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(out)) {
+    const std::string name = e.path().filename().string();
+    EXPECT_NE(name.rfind("tmp-", 0), 0u) << "left behind: " << name;
+    if (name.rfind("checkpoint-", 0) == 0) {
+      ++n;
+      EXPECT_TRUE(fs::exists(e.path() / "checkpoint_complete.json")) << name;
+      EXPECT_EQ(alpaca::ckpt::checkpoint_problem(e.path()), "") << name;
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST(CheckpointFaults, SigtermDuringLoadTrainsOneStepSavesAndExits75) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("sigterm_load");
+  const fs::path out = tmp.path() / "run", log_path = tmp.path() / "run.log";
+  fs::create_directories(out);
+  // The weights' read waits 5 s; the signal comes once the flags are parsed (training_args.json
+  // is written) and before any step has been logged.
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = start_trainer("train.pause_in_load=5000", run_args(out, 100), log_path);
+  ASSERT_GT(pid, 0);
+  const bool parsed = wait_until([&] { return fs::exists(out / "training_args.json"); }, 120);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const bool stepped = fs::exists(out / "metrics.jsonl");
+  kill(pid, SIGTERM);
+  const auto t_sig = std::chrono::steady_clock::now();
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_sig).count();
+  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log = read_text(log_path);
+  ASSERT_TRUE(parsed) << log;
+  ASSERT_FALSE(stepped) << "the signal came after training began: " << log;
+  ASSERT_TRUE(WIFEXITED(status)) << "a clean exit, not death by the signal: " << log;
+  // The notice is kept through the load: one step, a sealed checkpoint, exit 75 (preemption.h).
+  EXPECT_EQ(WEXITSTATUS(status), 75) << log;
+  EXPECT_NE(log.find("stopping after step 1 on a signal; checkpoint saved; exit code 75"), std::string::npos) << log;
+  EXPECT_EQ(expect_no_torn_checkpoint(out), 1) << log;
+  EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-1"), "") << log;
+  std::cout << "SIGTERM during load: exit " << WEXITSTATUS(status) << " " << after << " s after the signal (" << total
+            << " s in all)\n";
+}
+
+TEST(CheckpointFaults, SigtermDuringEvaluationFinishesItSavesAndExits75) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("sigterm_eval");
+  const fs::path out = tmp.path() / "run", log_path = tmp.path() / "run.log";
+  fs::create_directories(out);
+  // Evaluation at step 2 (40 examples, 10 rounds of 4), each forward 600 ms late: a 6 s window.
+  const std::string args = run_args(out, 100) + " --eval_data_path " + (fixture() / "data.json").string() +
+                           " --eval_strategy steps --eval_steps 2 --per_device_eval_batch_size 4";
+  const pid_t pid = start_trainer("train.pause_in_eval=600", args, log_path);
+  ASSERT_GT(pid, 0);
+  // Step 2's training log is written just before its evaluation starts.
+  const bool in_eval = wait_until([&] { return read_text(out / "metrics.jsonl").find("\"step\":2") != std::string::npos; }, 180);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  const bool eval_done = read_text(out / "metrics.jsonl").find("eval_loss") != std::string::npos;
+  kill(pid, SIGTERM);
+  const auto t_sig = std::chrono::steady_clock::now();
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_sig).count();
+  const std::string log = read_text(log_path);
+  ASSERT_TRUE(in_eval) << log;
+  ASSERT_FALSE(eval_done) << "the signal came after the evaluation: " << log;
+  ASSERT_TRUE(WIFEXITED(status)) << "a clean exit, not death by the signal: " << log;
+  EXPECT_EQ(WEXITSTATUS(status), 75) << log;
+  // The evaluation finishes and is logged; the stop is taken at the next step boundary.
+  const std::string metrics = read_text(out / "metrics.jsonl");
+  EXPECT_NE(metrics.find("eval_loss"), std::string::npos) << metrics;
+  EXPECT_NE(log.find("on a signal; checkpoint saved; exit code 75"), std::string::npos) << log;
+  EXPECT_GE(expect_no_torn_checkpoint(out), 1) << log;
+  EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-2"), "") << log;
+  EXPECT_NE(log.find("stopping after step 3 on a signal"), std::string::npos) << log;
+  EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-3"), "") << log;
+  std::cout << "SIGTERM during evaluation: exit " << WEXITSTATUS(status) << " " << after << " s after the signal\n";
+}
+
+// Two ranks under mpirun; rank 1 _exits right after MPI_Init, before any collective. Rank 0 is
+// in its set-up (or its first collective) then; the job must end within --ddp_timeout + a few
+// seconds, non-zero, with the missing rank named, nothing left running and nothing half-written.
+TEST(CheckpointFaults, MpiPeerThatDiesBeforeTheFirstCollectiveIsNamedWithinTheTimeout) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("mpi_peer_dies");
+  const int timeout_s = 10;
+  const fs::path out = tmp.path() / "out";
+  std::string log;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = run_command("ALPACA_FAULTS=dist.exit_after_init=1 mpirun -np 2 --allow-run-as-root --oversubscribe "
+                             "--bind-to none -x ALPACA_FAULTS " +
+                                 train_bin() + " " + run_args(out, 2) + " --ddp_timeout " + std::to_string(timeout_s),
+                             &log);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_LT(seconds, timeout_s + 10) << "took " << seconds << " s: " << log;
+  // Open MPI's launcher names the rank that went away ([jobid,rank]) and its exit code.
+  EXPECT_NE(log.find(",1]"), std::string::npos) << "the missing rank is not named: " << log;
+  EXPECT_NE(log.find("Exit code:    3"), std::string::npos) << log;
+  EXPECT_EQ(log.find("step 1"), std::string::npos) << "no rank trained: " << log;
+  std::string ps;
+  // "[/]" so that the pattern does not match the shell that runs pgrep.
+  EXPECT_NE(run_command("pgrep -af 'output_dir [/]" + out.string().substr(1) + "'", &ps), 0) << "a rank is still running: " << ps;
+  if (fs::exists(out)) expect_no_torn_checkpoint(out);
+  std::cout << "MPI peer dead before the first collective: exit " << rc << " after " << seconds << " s (--ddp_timeout "
+            << timeout_s << ")\n";
+}
+
+// The same fault when the launcher does not end the job for us (Open MPI told not to abort on a
+// rank's non-zero exit; other launchers may not either): rank 0 must still end on its own within
+// --ddp_timeout + a few seconds, naming rank 1. KNOWN GAP, hence disabled: rank 0 blocks in
+// MPI_Comm_split_type (place_on_nodes, called from init_mpi in src/dist/runtime.cpp), a blocking
+// collective that no --ddp_timeout bounds (dist::init does not know the timeout yet); measured: still
+// running after 60 s with --ddp_timeout 10. Enable once the MPI start-up has a bounded roll call.
+TEST(CheckpointFaults, DISABLED_MpiPeerThatDiesBeforeTheFirstCollectiveWithoutLauncherAbort) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("mpi_peer_dies_noabort");
+  const int timeout_s = 10;
+  std::string log;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = run_command("ALPACA_FAULTS=dist.exit_after_init=1 timeout " + std::to_string(timeout_s + 30) +
+                                 " mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none"
+                                 " --mca orte_abort_on_non_zero_status 0 -x ALPACA_FAULTS " +
+                                 train_bin() + " " + run_args(tmp.path() / "out", 2) + " --ddp_timeout " +
+                                 std::to_string(timeout_s),
+                             &log);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(rc, 124) << "still running after " << timeout_s + 30 << " s: " << log;
+  EXPECT_LT(seconds, timeout_s + 10) << log;
+  EXPECT_NE(log.find("rank 1"), std::string::npos) << "rank 0 does not name the missing rank: " << log;
 }

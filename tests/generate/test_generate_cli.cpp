@@ -145,7 +145,7 @@ TEST_F(GenerateCli, BadInputFailsClearlyAndWritesNothing) {
       {"--prompts " + path("good.json").string() + o + " --top_p 1.5", 2, "--top_p must be in (0, 1]"},
       {"--prompts " + path("good.json").string() + o + " --expected_field output", 1,
        "record 0 has no \"output\" field, which --expected_field asks for"},
-      {"--prompts " + path("good.json").string() + o + " --adapter a", 2, "--adapter is not supported yet"},
+      {"--prompts " + path("good.json").string() + o + " --adapter a", 2, "--adapter a is not a directory"},
       {"--prompts " + path("good.json").string(), 2, "--prompts needs --output"},
       {"--instruction hi --prompts " + path("good.json").string() + o, 2, "exactly one of --instruction"},
       {"--prompts " + path("missing.json").string() + o, 1, "cannot read the prompts file"},

@@ -9,7 +9,7 @@ import sys
 
 ASSERT = re.compile(r"\b(EXPECT_[A-Z_]+|ASSERT_[A-Z_]+|FAIL\s*\(\s*\)|ADD_FAILURE\s*\()")
 TEST_HEAD = re.compile(r"^\s*(TEST|TEST_F|TEST_P)\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)\s*\{", re.M)
-FUNC_HEAD = re.compile(r"^[A-Za-z_][\w:<>,\s\*&]*?\b(\w+)\s*\([^;{]*\)\s*(const\s*)?\{", re.M)
+FUNC_HEAD = re.compile(r"^[ \t]*[A-Za-z_][\w:<>,\s\*&]*?\b(\w+)\s*\([^;{]*\)\s*(const\s*)?\{", re.M)
 MACRO = re.compile(r"^#define\s+(\w+)[^\n]*(?:\\\n[^\n]*)*", re.M)
 
 

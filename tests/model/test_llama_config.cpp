@@ -1,4 +1,4 @@
-// LlamaConfig: LLaMA 1/2/3 configs load; bad configs fail naming the file and field; to_json
+// LlamaConfig: LLaMA 1/2/3, Mistral and Qwen2 configs load; bad configs fail naming the file and field; to_json
 // round-trips through our parser.
 #include <gtest/gtest.h>
 
@@ -71,11 +71,66 @@ TEST(LlamaConfig, TransformersFiveRopeParametersLayout) {
   EXPECT_DOUBLE_EQ(c.rope_theta, 123.0);
 }
 
+// A transformers-4 era Qwen2.5-0.5B-style config.json: sliding_window set but use_sliding_window false.
+const char* kQwen2Config = R"({"architectures":["Qwen2ForCausalLM"],"attention_dropout":0.0,"bos_token_id":151643,
+  "eos_token_id":151645,"hidden_act":"silu","hidden_size":896,"initializer_range":0.02,"intermediate_size":4864,
+  "max_position_embeddings":32768,"max_window_layers":21,"model_type":"qwen2","num_attention_heads":14,
+  "num_hidden_layers":24,"num_key_value_heads":2,"rms_norm_eps":1e-06,"rope_theta":1000000.0,
+  "sliding_window":32768,"tie_word_embeddings":true,"torch_dtype":"bfloat16","use_cache":true,
+  "use_sliding_window":false,"vocab_size":151936})";
+
+TEST(LlamaConfig, Qwen2LoadsWithQkvBiasAndNoOBias) {
+  LlamaConfig c = LlamaConfig::from_json_string(kQwen2Config, "qwen2/config.json");
+  EXPECT_EQ(c.model_type, "qwen2");
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_FALSE(c.o_proj_bias);
+  EXPECT_FALSE(c.mlp_bias);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  // An "attention_bias" key (not a Qwen2Config field) does not change Qwen2's fixed biases.
+  std::string with_key = kQwen2Config;
+  with_key.insert(1, R"("attention_bias":false,)");
+  LlamaConfig d = LlamaConfig::from_json_string(with_key, "qwen2/config.json");
+  EXPECT_TRUE(d.attention_bias);
+  EXPECT_FALSE(d.o_proj_bias);
+  // Written back as Qwen2ForCausalLM, sliding window off, and parsed to the same config.
+  const std::string out = c.to_json();
+  EXPECT_NE(out.find("\"Qwen2ForCausalLM\""), std::string::npos);
+  EXPECT_NE(out.find("\"model_type\": \"qwen2\""), std::string::npos);
+  EXPECT_NE(out.find("\"use_sliding_window\": false"), std::string::npos);
+  EXPECT_EQ(out.find("LlamaForCausalLM"), std::string::npos);
+  LlamaConfig e = LlamaConfig::from_json_string(out, "to_json");
+  EXPECT_EQ(e.to_json(), out);
+  EXPECT_TRUE(e.attention_bias);
+  EXPECT_FALSE(e.o_proj_bias);
+  // LLaMA's attention_bias covers o_proj too.
+  LlamaConfig l = LlamaConfig::from_json_string(
+      R"({"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,
+          "num_attention_heads":2,"attention_bias":true})",
+      "llama.json");
+  EXPECT_TRUE(l.attention_bias);
+  EXPECT_TRUE(l.o_proj_bias);
+}
+
+TEST(LlamaConfig, Qwen2SlidingWindowIsRefused) {
+  std::string on = kQwen2Config;
+  on.replace(on.find("\"use_sliding_window\":false"), 26, "\"use_sliding_window\":true");
+  expect_error(on, {"bad/config.json", "use_sliding_window", "not supported", "false"});
+  std::string layers = kQwen2Config;
+  layers.insert(1, R"("layer_types":["full_attention","sliding_attention"],)");
+  expect_error(layers, {"bad/config.json", "layer_types", "sliding_attention", "full_attention"});
+  // transformers 5 writes layer_types; all full_attention is accepted.
+  std::string full = kQwen2Config;
+  full.insert(1, R"("layer_types":["full_attention","full_attention"],)");
+  EXPECT_EQ(LlamaConfig::from_json_string(full, "qwen2.json").model_type, "qwen2");
+}
+
 TEST(LlamaConfig, BadConfigsNameFileAndField) {
   const std::string ok_tail = R"("vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1)";
   expect_error("{not json", {"bad/config.json", "not valid JSON"});
   expect_error(R"({"model_type":"gpt2",)" + ok_tail + R"(,"num_attention_heads":2})",
-               {"bad/config.json", "model_type", "gpt2", "supported model types: llama", "mistral"});
+               {"bad/config.json", "model_type", "gpt2", "supported model types: llama", "mistral", "qwen2"});
   // Mistral: the same modules as LLaMA; sliding-window attention is refused.
   expect_error(R"({"model_type":"mistral",)" + ok_tail + R"(,"num_attention_heads":2,"sliding_window":4096})",
                {"bad/config.json", "sliding_window", "4096", "not supported"});

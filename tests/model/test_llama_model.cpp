@@ -28,7 +28,7 @@ LlamaConfig tiny(bool tied, int64_t kv_heads = 2) {
 
 TEST(LlamaModel, ParameterNamesAreHuggingFaces) {
   LlamaConfig c = tiny(false);
-  c.attention_bias = true;
+  c.attention_bias = c.o_proj_bias = true;  // LLaMA attention_bias: all four projections
   LlamaForCausalLM m(c);
   std::set<std::string> names;
   for (const auto& item : m->named_parameters(true)) names.insert(item.key());

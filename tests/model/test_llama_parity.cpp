@@ -111,6 +111,6 @@ TEST_P(LlamaParity, EveryHfLayoutLoadsTheSameWeights) {
 
 INSTANTIATE_TEST_SUITE_P(Configs, LlamaParity,
                          ::testing::Values("tiny_mha_untied", "tiny_gqa_tied", "tiny_llama3_rope", "tiny_linear_rope",
-                                           "tiny_dynamic_rope", "tiny_mistral"));
+                                           "tiny_dynamic_rope", "tiny_mistral", "tiny_qwen2"));
 
 }  // namespace

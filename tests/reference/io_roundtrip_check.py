@@ -6,11 +6,15 @@ each reproduces the logits our C++ model computed. Exit 0 when every check match
 <expected> holds "input_ids", "attention_mask" and "logits"; only real (mask = 1) positions count.
 """
 import argparse
+import json
 import sys
+from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
+
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 
 
 def main():
@@ -21,8 +25,13 @@ def main():
     ok = True
     for d, expected, dtype_name, tol in args.check:
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
-        model = AutoModelForCausalLM.from_pretrained(d, dtype=dtype).eval()
-        assert type(model).__name__ == "LlamaForCausalLM", type(model).__name__
+        model, info = AutoModelForCausalLM.from_pretrained(d, dtype=dtype, output_loading_info=True)
+        model.eval()
+        model_type = json.loads((Path(d) / "config.json").read_text())["model_type"]
+        want = ARCHITECTURES[model_type]
+        assert type(model).__name__ == want, f"{d}: model_type {model_type} loaded as {type(model).__name__}, not {want}"
+        # Every tensor we wrote is one transformers expects, and none is missing (e.g. qwen2's biases).
+        assert not info["missing_keys"] and not info["unexpected_keys"], f"{d}: {info}"
         exp = load_file(expected)
         with torch.no_grad():
             logits = model(input_ids=exp["input_ids"], attention_mask=exp["attention_mask"]).logits.float()

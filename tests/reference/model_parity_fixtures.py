@@ -2,6 +2,7 @@
 """Reference fixtures for the C++ LLaMA parity tests (tests/model/test_llama_parity.cpp).
 
 For each tiny config in tests/fixtures/configs/tiny_*.json: build transformers' LlamaForCausalLM
+(MistralForCausalLM, Qwen2ForCausalLM for those model types)
 with a fixed seed, save it (safetensors, sharded safetensors, .bin, sharded .bin), run two
 batches (one right-padded with labels masked like Alpaca, one unpadded) and write inputs, fp32
 logits, loss and every parameter gradient, and the bf16 loss, to <out>/<config>/expected.safetensors.
@@ -17,7 +18,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
 CONFIGS = ["tiny_mha_untied", "tiny_gqa_tied", "tiny_llama3_rope", "tiny_linear_rope", "tiny_dynamic_rope",
-           "tiny_mistral"]
+           "tiny_mistral", "tiny_qwen2"]
 
 
 def batches(vocab, gen):
@@ -53,7 +54,7 @@ def main():
     for name in CONFIGS:
         cfg_dict = json.loads((CONFIG_DIR / f"{name}.json").read_text())
         cfg_dict.pop("torch_dtype", None)
-        cfg = AutoConfig.for_model(**cfg_dict)  # model_type llama or mistral
+        cfg = AutoConfig.for_model(**cfg_dict)  # model_type llama, mistral or qwen2
         cfg._attn_implementation = "sdpa"
         torch.manual_seed(1234)
         model = AutoModelForCausalLM.from_config(cfg).float().eval()

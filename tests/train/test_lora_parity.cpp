@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "alpaca/ckpt/lora_adapter.h"
 #include "alpaca/io/hf_model.h"
 #include "alpaca/io/safetensors.h"
 #include "alpaca/model/llama.h"
@@ -169,6 +170,14 @@ TEST(LoraParity, SavedAdapterLoadsInPeftWithOurLogits) {
   EXPECT_GT(adapter->tensor("base_model.model.model.layers.1.self_attn.v_proj.lora_B.weight").abs().max().item<double>(), 0);
   at::Tensor ids = at::tensor({1, 13866, 338, 385, 32000, 29889, 32000, 2}, at::kLong).view({1, -1});
   at::Tensor logits = m->forward(ids).contiguous();
+  {
+    // What `generate --adapter` runs: the adapter attached unmerged by ckpt::attach_lora_adapter
+    // (grows the vocabulary from the token rows) gives this model's logits.
+    model::LlamaForCausalLM g = io::load_hf_model((fixture() / "model").string());
+    EXPECT_EQ(ckpt::attach_lora_adapter(*g, ckpt::read_lora_adapter(dir.string()), (fixture() / "model").string()), 4);
+    EXPECT_EQ(g->config().vocab_size, 32001);
+    EXPECT_TRUE(at::equal(g->forward(ids), logits)) << "attach_lora_adapter differs from the hand-built model";
+  }
   const fs::path ours = dir / "ours_logits.safetensors";
   {
     io::SafetensorsWriter w(ours.string());

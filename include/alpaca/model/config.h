@@ -1,5 +1,5 @@
-// LlamaConfig: the Hugging Face `config.json` of a LLaMA-family checkpoint (LLaMA 1, 2, 3/3.1),
-// read with validation (errors name the file and the field) and written back in HF form.
+// LlamaConfig: the Hugging Face `config.json` of a LLaMA-family checkpoint (LLaMA 1, 2, 3/3.1,
+// Mistral, Qwen2), read with validation (errors name the file and the field) and written back in HF form.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,9 @@ struct RopeScaling {
 };
 
 struct LlamaConfig {
-  // "llama" or "mistral" (the same modules; sliding_window must be null). Written back as read.
+  // "llama", "mistral" (the same modules; sliding_window must be null) or "qwen2" (the same
+  // modules with q/k/v bias and no o_proj bias; use_sliding_window must be false). Written back
+  // as read.
   std::string model_type = "llama";
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -33,7 +35,8 @@ struct LlamaConfig {
   double rope_theta = 10000.0;
   double initializer_range = 0.02;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;
+  bool attention_bias = false;  // bias on q_proj, k_proj, v_proj (qwen2: always true)
+  bool o_proj_bias = false;     // bias on o_proj: llama's attention_bias covers it; qwen2 has none
   bool mlp_bias = false;
   RopeScaling rope_scaling;
   std::optional<int64_t> bos_token_id;
@@ -45,7 +48,8 @@ struct LlamaConfig {
   static LlamaConfig from_json_string(const std::string& text, const std::string& source);
   // Reads `path`; errors name the file and the offending field.
   static LlamaConfig from_json_file(const std::string& path);
-  // HF config.json text (architectures = ["LlamaForCausalLM"], model_type = "llama").
+  // HF config.json text: architectures LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM
+  // with the matching model_type.
   std::string to_json() const;
   // Checks the cross-field invariants (heads divide, positive sizes); `source` names the origin.
   void validate(const std::string& source) const;

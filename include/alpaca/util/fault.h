@@ -12,6 +12,12 @@
 //   train.pause_after_step=MS   every rank sleeps MS ms after each optimizer step (tests that signal
 //                               a run mid-training, e.g. tests/slurm, get a window that does not
 //                               depend on the machine's speed).
+//   train.pause_in_load=MS      every rank sleeps MS ms just before the model's weights are read
+//                               (SIGTERM-during-load tests).
+//   train.pause_in_eval=MS      every rank sleeps MS ms before each evaluation forward
+//                               (SIGTERM-during-evaluation tests).
+//   dist.exit_after_init=RANK   that rank _exits (code 3) right after MPI_Init, before any
+//                               collective (a peer that dies before the first collective).
 // With ALPACA_FAULTS unset every query is a cheap lookup in an empty table. Thread-safe.
 #pragma once
 

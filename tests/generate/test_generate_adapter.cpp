@@ -1,0 +1,126 @@
+// Greedy generation with an unmerged peft LoRA adapter token for token equal to peft
+// (PeftModel.from_pretrained + generate(do_sample=False), fp32; tests/reference/
+// generate_adapter_reference.py): a tiny random LLaMA with a random non-zero adapter (LoRA on
+// q/v/o/down_proj, lm_head in modules_to_save, trainable-token rows of embed_tokens) on 6 prompts x
+// 16 new tokens as one left-padded batch and one by one, through the library and through
+// `alpaca-train generate --adapter` (text prompts, the bundled tokenizer). Adapters that do not fit
+// the base (a module it lacks, a wrong shape) fail naming the module.
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "alpaca/ckpt/lora_adapter.h"
+#include "alpaca/generate/generator.h"
+#include "alpaca/io/hf_model.h"
+#include "alpaca/util/error.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using namespace alpaca;
+using nlohmann::json;
+using alpaca::testing::run_command;
+
+namespace {
+
+using Ids = std::vector<std::vector<int64_t>>;
+
+class GenerateAdapter : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = alpaca::testing::binary_dir() / "fixtures" / "generate_adapter_ref";
+    std::ifstream f(dir_ / "adapter.json");
+    ASSERT_TRUE(f) << "fixture missing: run ctest (fixture_generate_adapter_ref) first; looked in " << dir_;
+    ref_ = json::parse(f);
+    opts_.max_new_tokens = ref_["max_new_tokens"].get<int64_t>();
+    opts_.eos_token_ids = ref_["eos_token_id"].get<std::vector<int64_t>>();
+    opts_.pad_token_id = ref_["pad_token_id"].get<int64_t>();
+  }
+  model::LlamaForCausalLM load(const std::string& adapter) const {
+    model::LlamaForCausalLM m = io::load_hf_model((dir_ / "model").string());
+    if (!adapter.empty()) ckpt::attach_lora_adapter(*m, ckpt::read_lora_adapter((dir_ / adapter).string()), (dir_ / "model").string());
+    m->eval();
+    return m;
+  }
+  static Ids ids_of(const std::vector<generate::Generation>& gens) {
+    Ids out;
+    for (const auto& g : gens) out.push_back(g.ids);
+    return out;
+  }
+  fs::path dir_;
+  json ref_;
+  generate::GenerateOptions opts_;
+  at::Generator gen_ = at::make_generator<at::CPUGeneratorImpl>(0);
+};
+
+TEST_F(GenerateAdapter, GreedyWithAdapterEqualsPeftBatchedAndOneByOne) {
+  std::cout << "reference's smallest top-2 logit margin " << ref_["min_margin"] << "\n";
+  const Ids prompts = ref_["prompts"].get<Ids>();
+  model::LlamaForCausalLM m = load("adapter");
+  int64_t lora_params = 0;
+  for (const auto& item : m->named_parameters())
+    if (item.key().find("lora_") != std::string::npos) ++lora_params;
+  EXPECT_EQ(lora_params, 2 * 4 * 2);  // A and B on 4 linears of 2 layers: unmerged
+  EXPECT_EQ(ids_of(generate::generate_batch(m, prompts, opts_, gen_)), ref_["batched"].get<Ids>());
+  Ids single;
+  for (const auto& p : prompts) single.push_back(generate::generate_batch(m, {p}, opts_, gen_)[0].ids);
+  EXPECT_EQ(single, ref_["single"].get<Ids>());
+  // Without the adapter the answers are the base's (and differ: the adapter is not a no-op).
+  model::LlamaForCausalLM base = load("");
+  const Ids base_ids = ids_of(generate::generate_batch(base, prompts, opts_, gen_));
+  EXPECT_EQ(base_ids, ref_["base_batched"].get<Ids>());
+  EXPECT_NE(base_ids, ref_["batched"].get<Ids>());
+}
+
+TEST_F(GenerateAdapter, CommandLineWithAdapterEqualsPeft) {
+  alpaca::testing::TempDir tmp("generate_adapter");
+  {
+    std::ofstream p(tmp.path() / "p.jsonl");
+    for (const auto& t : ref_["texts"]) p << json{{"instruction", t}}.dump() << "\n";
+  }
+  const fs::path out = tmp.path() / "o.jsonl";
+  const std::string cmd = alpaca::testing::train_bin() + " generate --model_name_or_path " + (dir_ / "model").string() +
+                          " --adapter " + (dir_ / "adapter").string() + " --prompts " + (tmp.path() / "p.jsonl").string() +
+                          " --raw_prompt --output " + out.string() + " --max_new_tokens " +
+                          std::to_string(opts_.max_new_tokens) + " --batch_size 3 --device cpu";
+  std::string log;
+  ASSERT_EQ(run_command(cmd, &log), 0) << log;
+  EXPECT_NE(log.find("LoRA on 8 linears (unmerged"), std::string::npos) << log;
+  std::ifstream f(out);
+  Ids got;
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty()) got.push_back(json::parse(line)["generation_ids"].get<std::vector<int64_t>>());
+  EXPECT_EQ(got, ref_["text_batched"].get<Ids>());
+}
+
+TEST_F(GenerateAdapter, AdapterOfAnotherBaseFailsNamingTheModule) {
+  struct Case {
+    std::string adapter, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"missing_module", "adapts model.layers.1.self_attn.qq_proj, which the base model"},
+           {"wrong_shape", "LoRA model.layers.0.mlp.down_proj: A [4, 128] and B [128, 4]"}}) {
+    try {
+      load(c.adapter);
+      ADD_FAILURE() << c.adapter << " loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << e.what();
+    }
+    alpaca::testing::TempDir tmp("generate_adapter_bad");
+    std::ofstream(tmp.path() / "p.jsonl") << R"({"instruction": "hi"})" << "\n";
+    const fs::path out = tmp.path() / "o.jsonl";
+    std::string log;
+    const int rc = run_command(alpaca::testing::train_bin() + " generate --model_name_or_path " + (dir_ / "model").string() +
+                                   " --adapter " + (dir_ / c.adapter).string() + " --prompts " +
+                                   (tmp.path() / "p.jsonl").string() + " --output " + out.string() + " --device cpu",
+                               &log);
+    EXPECT_EQ(rc, 1) << log;
+    EXPECT_NE(log.find(c.message), std::string::npos) << log;
+    EXPECT_FALSE(fs::exists(out));
+  }
+}
+
+}  // namespace

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Reference fixtures for generation with an unmerged LoRA adapter (tests/generate/test_generate_adapter.cpp).
+
+A tiny random LLaMA from `alpaca-train init-model` (GQA, two EOS ids) gets a peft LoRA adapter made
+by peft itself (get_peft_model + save_pretrained, so the key layout is peft's): r 4, alpha 8 on
+q_proj, v_proj, o_proj and down_proj, lm_head in modules_to_save, trainable tokens on rows 5, 7
+and 9 of embed_tokens. A and B are random (B is zero at init, which would test nothing), the
+saved lm_head and the token rows are perturbed. Then the adapter is loaded back the way a user
+would (PeftModel.from_pretrained) and generate(do_sample=False) runs in fp32 on 6 prompts x 16
+new tokens as one left-padded batch and one prompt at a time, and on 3 text prompts (the bundled SentencePiece tokenizer, for the
+command line) as one batch. Also written: the same adapter with
+one LoRA module renamed (missing in the base) and one with a wrong-shaped B (another base).
+<out>/adapter.json: prompts, new ids, min top-2 margin, with and without the adapter (the
+adapter must change the answers, or the test could not fail).
+
+  .venv/bin/python tests/reference/generate_adapter_reference.py --out build/fixtures/generate_adapter
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+REPO = Path(__file__).resolve().parents[2]
+NUM_PROMPTS, NEW_TOKENS = 6, 16
+TINY_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 512, "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "bos_token_id": 1,
+    "eos_token_id": [2, 3], "pad_token_id": 0, "tie_word_embeddings": False, "hidden_act": "silu",
+    "initializer_range": 0.25,
+}
+TOKEN_ROWS = [5, 7, 9]
+TEXTS = ["Say hi", "Give three tips for staying healthy.", "What is 2 + 3?"]
+
+
+def greedy(model, prompts, eos, pad, batched):
+    results, margin = [], float("inf")
+    groups = [prompts] if batched else [[p] for p in prompts]
+    for group in groups:
+        t = max(len(p) for p in group)
+        ids = torch.full((len(group), t), pad, dtype=torch.long)
+        mask = torch.zeros((len(group), t), dtype=torch.long)
+        for r, p in enumerate(group):
+            ids[r, t - len(p):] = torch.tensor(p)
+            mask[r, t - len(p):] = 1
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False,
+                                 eos_token_id=eos, pad_token_id=pad, return_dict_in_generate=True, output_logits=True)
+        for r in range(len(group)):
+            row = out.sequences[r][t:].tolist()
+            for i, tok in enumerate(row):
+                if tok in eos:
+                    row = row[: i + 1]
+                    break
+            results.append(row)
+            for s in range(len(row)):
+                top2 = out.logits[s][r].float().topk(2).values
+                margin = min(margin, float(top2[0] - top2[1]))
+    return results, margin
+
+
+def load_base(model_dir):
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa").eval()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--train_bin", default=os.environ.get("ALPACA_TRAIN_BIN", str(REPO / "build" / "alpaca-train")))
+    args = ap.parse_args()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(TINY_CONFIG))
+    model_dir, adapter_dir = out / "model", out / "adapter"
+    subprocess.run([args.train_bin, "init-model", "--config", str(out / "config.json"), "--output_dir", str(model_dir),
+                    "--seed", "3"], check=True)
+    for f in (REPO / "data" / "tokenizer").iterdir():  # the bundled SentencePiece tokenizer (512 pieces)
+        shutil.copy(f, model_dir / f.name)
+
+    # The adapter, made and saved by peft (its key layout), with non-zero values.
+    torch.manual_seed(0)
+    cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "o_proj", "down_proj"],
+                     modules_to_save=["lm_head"], trainable_token_indices={"embed_tokens": TOKEN_ROWS},
+                     task_type="CAUSAL_LM")
+    pm = get_peft_model(load_base(model_dir), cfg)
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, p in pm.named_parameters():
+            if "lora_A" in name or "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+            elif "modules_to_save" in name or "trainable_tokens_delta" in name:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+    if adapter_dir.exists():
+        shutil.rmtree(adapter_dir)
+    pm.save_pretrained(str(adapter_dir))
+    saved = json.loads((adapter_dir / "adapter_config.json").read_text())
+    assert saved["trainable_token_indices"] == {"embed_tokens": TOKEN_ROWS}, saved["trainable_token_indices"]
+
+    gen = torch.Generator().manual_seed(5)
+    prompts = []
+    for _ in range(NUM_PROMPTS):
+        n = int(torch.randint(3, 20, (1,), generator=gen))
+        prompts.append([1] + torch.randint(4, TINY_CONFIG["vocab_size"], (n - 1,), generator=gen).tolist())
+    eos, pad = TINY_CONFIG["eos_token_id"], TINY_CONFIG["pad_token_id"]
+
+    peft_model = PeftModel.from_pretrained(load_base(model_dir), str(adapter_dir)).eval()
+    batched, m_b = greedy(peft_model, prompts, eos, pad, batched=True)
+    # Text prompts for the command line (--raw_prompt), tokenized by transformers.
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    text_ids = [tok(t)["input_ids"] for t in TEXTS]
+    text_batched, m_t = greedy(peft_model, text_ids, eos, pad, batched=True)
+    single, m_s = greedy(peft_model, prompts, eos, pad, batched=False)
+    base_batched, _ = greedy(load_base(model_dir), prompts, eos, pad, batched=True)
+    differ = sum(1 for a, b in zip(batched, base_batched) if a != b)
+    assert differ > 0, "the adapter changes no answer; the test would not test it"
+
+    # Adapters that do not fit the base: a module the base lacks, and a B of another shape.
+    tensors = load_file(str(adapter_dir / "adapter_model.safetensors"))
+    for name, edit in (("missing_module", "rename"), ("wrong_shape", "reshape")):
+        d = out / name
+        if d.exists():
+            shutil.rmtree(d)
+        shutil.copytree(adapter_dir, d)
+        t = dict(tensors)
+        if edit == "rename":
+            for suffix in ("lora_A.weight", "lora_B.weight"):
+                t[f"base_model.model.model.layers.1.self_attn.qq_proj.{suffix}"] = t.pop(
+                    f"base_model.model.model.layers.1.self_attn.q_proj.{suffix}")
+        else:
+            k = "base_model.model.model.layers.0.mlp.down_proj.lora_B.weight"
+            t[k] = torch.zeros(t[k].shape[0] * 2, t[k].shape[1])
+        save_file(t, str(d / "adapter_model.safetensors"), metadata={"format": "pt"})
+
+    rec = {"model_dir": str(model_dir), "adapter_dir": str(adapter_dir), "max_new_tokens": NEW_TOKENS,
+           "eos_token_id": eos, "pad_token_id": pad, "prompts": prompts, "batched": batched, "single": single,
+           "base_batched": base_batched, "min_margin": min(m_b, m_s),
+           "texts": TEXTS, "text_ids": text_ids, "text_batched": text_batched, "text_min_margin": m_t}
+    (out / "adapter.json").write_text(json.dumps(rec))
+    print(f"adapter: {len(prompts)} prompts, adapter changes {differ} answers, batched == single for "
+          f"{sum(a == b for a, b in zip(batched, single))}, min top-2 margin {min(m_b, m_s):.4g} "
+          f"(text prompts {m_t:.4g})")
+
+
+if __name__ == "__main__":
+    main()
