@@ -1,7 +1,7 @@
 // The HF tokenizer files beside a SentencePiece model: the input is tokenizer_config.json,
 // special_tokens_map.json and added_tokens.json separated by NUL bytes (an empty part = the file
 // is absent), loaded with the repo's small tokenizer.model, then used to encode and decode.
-// (tokenizer.json is written, never read, by this build's Tokenizer.)
+// (tokenizer.json on its own is fuzz_tokenizer_json.)
 #include <filesystem>
 
 #include "alpaca/data/tokenizer.h"

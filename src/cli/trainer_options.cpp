@@ -37,35 +37,6 @@ std::vector<std::string> report_words(const std::string& text) {
 
 }  // namespace
 
-optim::LrSchedule schedule_from_flags(const TrainArgs& a) {
-  optim::LrSchedule s;
-  try {
-    s.type = optim::parse_schedule_type(a.lr_scheduler_type);
-  } catch (const Error& e) {
-    ALPACA_USAGE_FAIL(e.message());
-  }
-  s.base_lr = a.learning_rate;
-  const auto kw = nlohmann::json::parse(a.lr_scheduler_kwargs_json.empty() ? "{}" : a.lr_scheduler_kwargs_json);
-  for (const auto& [k, v] : kw.items()) {
-    const bool number = v.is_number();
-    ALPACA_USAGE_CHECK(number, "--lr_scheduler_kwargs " << k << " must be a number, got " << v.dump());
-    if (k == "num_cycles") s.num_cycles = v.get<double>();
-    else if (k == "lr_end") s.lr_end = v.get<double>();
-    else if (k == "power") s.power = v.get<double>();
-    else if (k == "timescale") s.timescale = v.get<int64_t>();
-    else if (k == "min_lr") s.min_lr = v.get<double>();
-    else if (k == "min_lr_rate") s.min_lr_rate = v.get<double>();
-    else ALPACA_USAGE_FAIL("--lr_scheduler_kwargs key '" << k << "' is not used by " << a.lr_scheduler_type
-                           << "; accepted: num_cycles, lr_end, power, timescale, min_lr, min_lr_rate");
-  }
-  try {
-    optim::validate(s);
-  } catch (const Error& e) {
-    ALPACA_USAGE_FAIL(e.message());
-  }
-  return s;
-}
-
 train::TrainerOptions trainer_options(const TrainArgs& a) {
   train::TrainerOptions o;
   o.model_name_or_path = a.model_name_or_path;

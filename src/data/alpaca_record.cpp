@@ -84,6 +84,10 @@ std::vector<AlpacaRecord> parse_alpaca_records(const std::string& raw, const std
                        << " (in record " << std::max<int64_t>(started - 1, 0)
                        << "): " << describe_parse_error(e)
                        << "; fix the file or convert it to JSON Lines");
+    } catch (const json::out_of_range& e) {
+      // A number too large for a double (e.g. -1e3010) is not a parse_error and has no offset.
+      ALPACA_FAIL(name << ": malformed JSON (in record " << std::max<int64_t>(started - 1, 0)
+                       << "): a number is out of range (" << e.what() << "); fix the file");
     }
     ALPACA_CHECK(doc.is_array(), name << ": expected a JSON array of records");
     records.reserve(doc.size());
@@ -106,6 +110,10 @@ std::vector<AlpacaRecord> parse_alpaca_records(const std::string& raw, const std
         ALPACA_FAIL(name << ": malformed JSON at line " << line_no << ", column " << col
                          << " (record " << index << " of the JSON Lines file): "
                          << describe_parse_error(e));
+      } catch (const json::out_of_range& e) {
+        ALPACA_FAIL(name << ": malformed JSON at line " << line_no << " (record " << index
+                         << " of the JSON Lines file): a number is out of range (" << e.what()
+                         << "); fix the file");
       }
       records.push_back(to_record(v, name, index));
     }

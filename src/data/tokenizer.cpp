@@ -177,7 +177,15 @@ struct Tokenizer::Impl {
 
   void load_model(const std::string& bytes, const std::string& where) {
     model_bytes = bytes;
-    auto status = sp.LoadFromSerializedProto(model_bytes);
+    // libsentencepiece's double-array builder (darts_clone) throws, rather than returning a
+    // status, on some corrupt models (a zero-length piece): turn that into the same error.
+    sentencepiece::util::Status status;
+    try {
+      status = sp.LoadFromSerializedProto(model_bytes);
+    } catch (const std::exception& e) {
+      ALPACA_FAIL("cannot load SentencePiece model " << where << ": " << e.what()
+                                                      << "; the file is corrupt, use the checkpoint's tokenizer.model");
+    }
     ALPACA_CHECK(status.ok(), "cannot load SentencePiece model " << where << ": "
                                   << status.ToString()
                                   << "; pass a directory holding tokenizer.model or the file");
@@ -186,7 +194,11 @@ struct Tokenizer::Impl {
     // the dummy prefix off without needing the generated protobuf classes.
     static const std::string kNoDummyPrefix("\x1a\x02\x18\x00", 4);
     sp_no_prefix = std::make_unique<sentencepiece::SentencePieceProcessor>();
-    status = sp_no_prefix->LoadFromSerializedProto(model_bytes + kNoDummyPrefix);
+    try {
+      status = sp_no_prefix->LoadFromSerializedProto(model_bytes + kNoDummyPrefix);
+    } catch (const std::exception& e) {
+      ALPACA_FAIL("cannot derive the no-prefix SentencePiece model from " << where << ": " << e.what());
+    }
     ALPACA_CHECK(status.ok(), "cannot derive the no-prefix SentencePiece model from " << where);
   }
 

@@ -1,0 +1,41 @@
+// --lr_scheduler_type / --learning_rate / --lr_scheduler_kwargs -> optim::LrSchedule. A file of its
+// own because validate_train_args() calls it too: validation (and fuzz_train_config, which links
+// only parser sources) must not pull in what trainer_options() needs (LoRA, metrics, TensorBoard).
+#include <nlohmann/json.hpp>  // defines: nlohmann::json
+
+#include "alpaca/cli/train_args.h"
+#include "alpaca/cli/usage_error.h"
+#include "alpaca/util/error.h"
+
+namespace alpaca::cli {
+
+optim::LrSchedule schedule_from_flags(const TrainArgs& a) {
+  optim::LrSchedule s;
+  try {
+    s.type = optim::parse_schedule_type(a.lr_scheduler_type);
+  } catch (const Error& e) {
+    ALPACA_USAGE_FAIL(e.message());
+  }
+  s.base_lr = a.learning_rate;
+  const auto kw = nlohmann::json::parse(a.lr_scheduler_kwargs_json.empty() ? "{}" : a.lr_scheduler_kwargs_json);
+  for (const auto& [k, v] : kw.items()) {
+    const bool number = v.is_number();
+    ALPACA_USAGE_CHECK(number, "--lr_scheduler_kwargs " << k << " must be a number, got " << v.dump());
+    if (k == "num_cycles") s.num_cycles = v.get<double>();
+    else if (k == "lr_end") s.lr_end = v.get<double>();
+    else if (k == "power") s.power = v.get<double>();
+    else if (k == "timescale") s.timescale = v.get<int64_t>();
+    else if (k == "min_lr") s.min_lr = v.get<double>();
+    else if (k == "min_lr_rate") s.min_lr_rate = v.get<double>();
+    else ALPACA_USAGE_FAIL("--lr_scheduler_kwargs key '" << k << "' is not used by " << a.lr_scheduler_type
+                           << "; accepted: num_cycles, lr_end, power, timescale, min_lr, min_lr_rate");
+  }
+  try {
+    optim::validate(s);
+  } catch (const Error& e) {
+    ALPACA_USAGE_FAIL(e.message());
+  }
+  return s;
+}
+
+}  // namespace alpaca::cli
