@@ -211,14 +211,19 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
       add(it, "AdamW moment shards (exp_avg, exp_avg_sq)", moments);
     }
   };
+  // What is alive from the end of forward until backward leaves the head: model states, the
+  // gathered root and kept layers, saved activations (or checkpointed inputs), RoPE tables.
+  auto forward_state_items = [&](std::vector<MemoryItem>& items) {
+    states_items(items);
+    add(items, "gathered root unit (embeddings, norm, lm_head) in param_dtype", root_full);
+    add(items, "gathered decoder layers kept after forward (no reshard)", gathered_fwd_layers);
+    add(items, in.checkpointing ? "checkpointed layer inputs" : "saved activations, all layers", saved_layers);
+    add(items, "RoPE tables", context);
+  };
   std::vector<Moment> moments_list;
   {
     Moment m{"forward at the loss", {}};
-    states_items(m.items);
-    add(m.items, "gathered root unit (embeddings, norm, lm_head) in param_dtype", root_full);
-    add(m.items, "gathered decoder layers kept after forward (no reshard)", gathered_fwd_layers);
-    add(m.items, in.checkpointing ? "checkpointed layer inputs" : "saved activations, all layers", saved_layers);
-    add(m.items, "RoPE tables", context);
+    forward_state_items(m.items);
     add(m.items, "final norm (input, fp32, output)", final_norm_fwd);
     add(m.items, "fused loss: hidden gradient", grad_h);
     add(m.items, "fused loss: fp32 lm_head gradient", grad_w32);
@@ -227,11 +232,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   }
   {
     Moment m{"backward at the head", {}};
-    states_items(m.items);
-    add(m.items, "gathered root unit (embeddings, norm, lm_head) in param_dtype", root_full);
-    add(m.items, "gathered decoder layers kept after forward (no reshard)", gathered_fwd_layers);
-    add(m.items, in.checkpointing ? "checkpointed layer inputs" : "saved activations, all layers", saved_layers);
-    add(m.items, "RoPE tables", context);
+    forward_state_items(m.items);
     add(m.items, "final norm (saved)", final_norm_bwd);
     add(m.items, "fused loss: hidden gradient", grad_h);
     add(m.items, "fused loss: lm_head gradient", grad_w_saved);
