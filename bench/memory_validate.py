@@ -1,5 +1,6 @@
 """The memory planner against measurement on CPU (issue 17): for each model size, world size and
-OOM-ladder rung (full_shard; + offload; + gradient_checkpointing), `alpaca-train estimate-memory
+OOM-ladder rung (full_shard; + offload; + gradient_checkpointing; LoRA r=16; LoRA + offload, and a
+few other --use_peft configurations, see RUNGS), `alpaca-train estimate-memory
 --num_cpu_ranks N --json` (device_allocated_bytes) beside the peak live CPU tensor bytes the
 counting allocator measured during training (max over ranks and log lines of metrics.jsonl's
 cpu_tensor_peak_bytes). Every sequence is model_max_length tokens (bench.py's data), the case the
@@ -20,11 +21,21 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import bench  # noqa: E402
 
+CKPT = ["--gradient_checkpointing", "True"]
+LORA = ["--use_peft", "True", "--lora_r", "16"]  # peft's LLaMA default targets q_proj v_proj, dropout 0.05
 RUNGS = {
     "full_shard": ("full_shard auto_wrap", []),
     "+offload": ("full_shard auto_wrap offload", []),
-    "+offload+ckpt": ("full_shard auto_wrap offload", ["--gradient_checkpointing", "True"]),
+    "+offload+ckpt": ("full_shard auto_wrap offload", CKPT),
+    # The ladder's LoRA rungs (r=16, with checkpointing; + offload), and LoRA without checkpointing.
+    "lora": ("full_shard auto_wrap", LORA),
+    "lora+ckpt": ("full_shard auto_wrap", LORA + CKPT),
+    "lora+offload+ckpt": ("full_shard auto_wrap offload", LORA + CKPT),
+    # A given --use_peft configuration other than the rungs': every linear, no dropout, lm_head trained.
+    "lora-all-linear": ("full_shard auto_wrap", LORA + ["--lora_target_modules", "all-linear", "--lora_dropout", "0"]),
+    "lora+lm_head": ("full_shard auto_wrap", LORA + ["--lora_modules_to_save", "lm_head"]),
 }
+DEFAULT_RUNGS = "full_shard,+offload,+offload+ckpt,lora,lora+offload+ckpt"
 
 
 def flags(model_dir, data_json, out_dir, batch, seq_len, fsdp, extra, dtype):
@@ -68,16 +79,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="tiny,small")
     ap.add_argument("--ranks", default="1,2,4")
-    ap.add_argument("--rungs", default=",".join(RUNGS))
+    ap.add_argument("--rungs", default=DEFAULT_RUNGS, help="any of: " + ", ".join(RUNGS))
     ap.add_argument("--dtypes", default="fp32")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq_len", type=int, default=128)
     ap.add_argument("--tol", type=float, default=0.15)
     ap.add_argument("--out", default="/tmp/alpaca_memory_validate")
     ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--reuse_measured", action="store_true",
+                    help="take a case's measured peak from --out's measured.json when an earlier run has it (to "
+                         "re-estimate after a planner change without training again)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    cache_file = out / "measured.json"
+    cache = json.loads(cache_file.read_text()) if cache_file.exists() else {}
     tok = bench.shared_dir() / "llama2-tokenizer" / "tokenizer.model"
     alpaca = bench.shared_dir() / "alpaca" / "alpaca_5000.json"
     if not tok.exists() or not alpaca.exists():
@@ -94,7 +110,13 @@ def main():
                     case = dict(size=size, dtype=dtype, ranks=ranks, rung=rung, fsdp=fsdp, extra=extra,
                                 batch=args.batch, seq_len=args.seq_len)
                     est = estimate(case, model_dir, data_json)
-                    measured = measure(case, model_dir, data_json, out, args.timeout)
+                    key = f"{size}|{dtype}|{ranks}|{rung}|{args.batch}|{args.seq_len}"
+                    if args.reuse_measured and key in cache:
+                        measured = cache[key]
+                    else:
+                        measured = measure(case, model_dir, data_json, out, args.timeout)
+                        cache[key] = measured
+                        cache_file.write_text(json.dumps(cache, indent=1))
                     predicted = est["device_allocated_bytes"]
                     err = predicted / measured - 1.0
                     worst = max(worst, abs(err))

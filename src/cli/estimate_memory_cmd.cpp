@@ -12,6 +12,7 @@
 #include "alpaca/cli/usage_error.h"
 #include "alpaca/dist/launch.h"
 #include "alpaca/fsdp/policy.h"
+#include "alpaca/model/lora.h"
 #include "alpaca/model/matmul.h"
 #include "alpaca/plan/memory_plan.h"
 #include "alpaca/util/error.h"
@@ -126,6 +127,12 @@ int run_estimate_memory(const std::vector<std::string>& argv) {
   in.forward_prefetch = policy.forward_prefetch;
   in.limit_all_gathers = policy.limit_all_gathers;
   in.hybrid_shard_size = policy.hybrid_shard_size;
+  if (args.use_peft) {  // the LoRA run these flags train (trainer_options.cpp reads the same flags)
+    in.lora_rank = args.lora_r;
+    in.lora_dropout = args.lora_dropout;
+    in.lora_target_modules = model::split_module_list(args.lora_target_modules);
+    in.lora_modules_to_save = model::split_module_list(args.lora_modules_to_save);
+  }
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   if (in.gpu) in.device_memory_bytes = static_cast<int64_t>(gpu_gb * kGiB);
   in.host_memory_bytes = static_cast<int64_t>(host_gb * kGiB);

@@ -14,6 +14,7 @@
 #include "alpaca/cli/train_args.h"
 #include "alpaca/cli/usage_error.h"
 #include "alpaca/fsdp/policy.h"
+#include "alpaca/model/config.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
 
@@ -350,6 +351,11 @@ void check_input_paths(const TrainArgs& a) {
   ALPACA_USAGE_CHECK(fs::is_regular_file(model / "tokenizer.model") || fs::is_regular_file(model / "tokenizer.json"),
                      "--model_name_or_path " << model.string() << " has no tokenizer (tokenizer.model or tokenizer.json); "
                      "copy the base model's tokenizer files into it");
+  // A wrap class of another model type (accelerate: "could not find the transformer layer class").
+  if (!a.fsdp_policy.wrap_classes.empty()) {
+    const std::string cfg = (model / "config.json").string();
+    fsdp::check_wrap_classes(a.fsdp_policy, model::LlamaConfig::from_json_file(cfg).model_type, cfg);
+  }
   for (const auto& [flag, path] : {std::pair<const char*, std::string>{"data_path", a.data_path},
                                    std::pair<const char*, std::string>{"eval_data_path", a.eval_data_path}}) {
     if (path.empty()) continue;

@@ -9,6 +9,7 @@ namespace alpaca::fsdp {
 FsdpLlama::FsdpLlama(model::LlamaForCausalLM model, std::shared_ptr<dist::Communicator> comm,
                      const FsdpPolicy& policy)
     : model_(std::move(model)) {
+  check_wrap_classes(policy, model_->config().model_type, "the model's config");
   FsdpModelParts parts;
   parts.root = model_.get();
   for (auto& layer : model_->layers()) parts.layers.push_back(layer.get());

@@ -262,16 +262,34 @@ FsdpPolicy build_fsdp_policy(const FsdpPolicyInputs& in) {
                  << join(config_classes, ",") << "; give it once");
     p.wrap_classes = in.transformer_layer_cls_to_wrap;
   }
-  // Alpaca issue #58: the pre-release class name silently wrapped nothing in PyTorch FSDP.
+  // Alpaca issue #58: the pre-release class name silently wrapped nothing in PyTorch FSDP. Which of
+  // the known classes matches the model is checked once config.json is read (check_wrap_classes).
   for (const auto& c : p.wrap_classes)
-    ALPACA_CHECK(c == "LlamaDecoderLayer", "FSDP layer class '" << c << "' does not exist in this trainer, which "
-                 "trains LLaMA models: use LlamaDecoderLayer (LLaMADecoderLayer was the pre-release spelling)");
+    ALPACA_CHECK(c == "LlamaDecoderLayer" || c == "MistralDecoderLayer" || c == "Qwen2DecoderLayer",
+                 "FSDP layer class '" << c << "' does not exist in this trainer, which trains LLaMA-family models: use "
+                 "LlamaDecoderLayer (LLaMADecoderLayer was the pre-release spelling), MistralDecoderLayer or "
+                 "Qwen2DecoderLayer, the class of the model's model_type");
   if (in.gradient_checkpointing) p.activation_checkpointing = true;
   ALPACA_CHECK(!p.cpu_ram_efficient_loading || p.sync_module_states,
                "fsdp_config: cpu_ram_efficient_loading=true requires sync_module_states=true (as in HF)");
   if (p.strategy == ShardingStrategy::kHybridShard && p.hybrid_shard_size == 0)
     p.hybrid_shard_size = std::max(1, in.local_world_size);
   return p;
+}
+
+std::string decoder_layer_class(const std::string& model_type) {
+  if (model_type == "llama") return "LlamaDecoderLayer";
+  if (model_type == "mistral") return "MistralDecoderLayer";
+  if (model_type == "qwen2") return "Qwen2DecoderLayer";
+  return "";
+}
+
+void check_wrap_classes(const FsdpPolicy& p, const std::string& model_type, const std::string& source) {
+  const std::string want = decoder_layer_class(model_type);
+  for (const auto& c : p.wrap_classes)
+    ALPACA_CHECK(c == want, "FSDP layer class '" << c << "' (--fsdp_transformer_layer_cls_to_wrap or fsdp_config "
+                 "transformer_layer_cls_to_wrap) is not in the model: " << source << " has model_type " << model_type
+                 << ", whose decoder layer is " << want << "; wrap " << want << " (or leave the class out)");
 }
 
 }  // namespace alpaca::fsdp

@@ -177,12 +177,21 @@ LlamaConfig LlamaConfig::from_json_string(const std::string& text, const std::st
   if (c.rope_scaling.type == "llama3" && c.rope_scaling.original_max_position_embeddings == 0)
     c.rope_scaling.original_max_position_embeddings = c.max_position_embeddings;
 
+  // An absent key takes transformers' default (LlamaConfig, MistralConfig: bos 1, eos 2;
+  // Qwen2Config: none); null is none.
+  const bool default_tokens = c.model_type != "qwen2";
   auto bos = parse_token_list(j, source, "bos_token_id");
   if (!bos.empty()) c.bos_token_id = bos.front();
+  else if (default_tokens && !j.contains("bos_token_id")) c.bos_token_id = 1;
   c.eos_token_id = parse_token_list(j, source, "eos_token_id");
+  if (default_tokens && !j.contains("eos_token_id")) c.eos_token_id = {2};
   auto pad = parse_token_list(j, source, "pad_token_id");
-  // Old LLaMA-1 conversions write pad_token_id = -1 for "none".
+  // Old LLaMA-1 conversions write pad_token_id = -1 for "none" (no pad token) ...
   if (!pad.empty() && pad.front() >= 0) c.pad_token_id = pad.front();
+  // ... but transformers still builds nn.Embedding(vocab, hidden, padding_idx=pad_token_id), which
+  // counts a negative index from the end: that row never gets a gradient.
+  if (!pad.empty() && pad.front() < c.vocab_size && pad.front() >= -c.vocab_size)
+    c.embedding_padding_idx = pad.front() >= 0 ? pad.front() : c.vocab_size + pad.front();
   c.torch_dtype = f.get_string("torch_dtype", f.get_string("dtype", ""));
   c.validate(source);
   return c;

@@ -36,7 +36,7 @@ EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim, const at::Tens
   weight = register_parameter("weight", make_param({num_embeddings, dim}, options, init, 0.0));
 }
 
-at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) const { return at::embedding(weight, ids); }
+at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) const { return at::embedding(weight, ids, padding_idx); }
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps_in, const at::TensorOptions& options, ParamInit init)
     : eps(eps_in) {

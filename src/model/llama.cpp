@@ -11,6 +11,7 @@ namespace alpaca::model {
 
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const at::TensorOptions& options, ParamInit init) {
   embed_tokens = register_module("embed_tokens", Embedding(cfg.vocab_size, cfg.hidden_size, options, init));
+  embed_tokens->padding_idx = cfg.embedding_padding_idx;
   torch::nn::ModuleList list;
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
     layers.emplace_back(cfg, options, init);
@@ -178,6 +179,9 @@ void LlamaForCausalLMImpl::resize_token_embeddings(int64_t new_vocab_size) {
   emb.set_data(resized(emb));
   if (lm_head) lm_head->weight.set_data(resized(lm_head->weight));
   cfg_.vocab_size = new_vocab_size;
+  // transformers keeps padding_idx unless the row is cut off.
+  if (cfg_.embedding_padding_idx >= new_vocab_size) cfg_.embedding_padding_idx = -1;
+  model->embed_tokens->padding_idx = cfg_.embedding_padding_idx;
 }
 
 int64_t num_parameters(LlamaForCausalLM& m) {

@@ -27,11 +27,49 @@ constexpr int64_t kHostBaselineCpu = 384 * kMiB;
 int64_t bytes_of(at::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Which linears of a decoder layer carry LoRA adapters, and which root tables train in full.
+struct LoraTargets {
+  bool q = false, k = false, v = false, o = false, gate = false, up = false, down = false;
+  bool embed = false, lm_head = false;  // modules_to_save
+};
+
 struct Shape {
   int64_t d = 0, f = 0, v = 0, layers = 0, heads = 0, hq = 0, hkv = 0, dh = 0;
   bool tied = false;
   int64_t layer_params = 0, root_params = 0, lora_layer_params = 0;
+  LoraTargets lora;
 };
+
+std::string leaf_of(const std::string& name) {
+  const auto dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(dot + 1);
+}
+
+// The adapted linears and saved modules, by leaf name as peft (and model/lora.cpp) match them.
+LoraTargets lora_targets_of(const MemoryPlanInputs& in) {
+  LoraTargets t;
+  std::vector<std::string> targets = in.lora_target_modules;
+  if (targets.empty()) targets = {"q_proj", "v_proj"};
+  if (targets.size() == 1 && targets[0] == "all-linear")
+    targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  for (const auto& name : targets) {
+    const std::string l = leaf_of(name);
+    bool* slot = l == "q_proj" ? &t.q : l == "k_proj" ? &t.k : l == "v_proj" ? &t.v : l == "o_proj" ? &t.o
+               : l == "gate_proj" ? &t.gate : l == "up_proj" ? &t.up : l == "down_proj" ? &t.down : nullptr;
+    ALPACA_CHECK(slot, "estimate-memory: LoRA target module '" << name << "' is not a linear of a decoder layer; the "
+                       "planner models q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (or all-linear)");
+    *slot = true;
+  }
+  for (const auto& name : in.lora_modules_to_save) {
+    const std::string l = leaf_of(name);
+    ALPACA_CHECK(l == "embed_tokens" || l == "lm_head",
+                 "estimate-memory: LoRA module to save '" << name << "' is not modelled; the planner models "
+                 "modules_to_save embed_tokens and lm_head");
+    (l == "embed_tokens" ? t.embed : t.lm_head) = true;
+  }
+  if (in.config.tie_word_embeddings && (t.embed || t.lm_head)) t.embed = t.lm_head = true;  // one tensor
+  return t;
+}
 
 Shape shape_of(const MemoryPlanInputs& in) {
   const auto& c = in.config;
@@ -51,8 +89,15 @@ Shape shape_of(const MemoryPlanInputs& in) {
   if (c.o_proj_bias) s.layer_params += s.d;
   if (c.mlp_bias) s.layer_params += 2 * s.f + s.d;
   s.root_params = s.v * s.d * (s.tied ? 1 : 2) + s.d;
-  // peft LoRA on q_proj and v_proj: A (r x in) and B (out x r) per adapted linear.
-  if (in.lora_rank > 0) s.lora_layer_params = in.lora_rank * (s.d + s.hq) + in.lora_rank * (s.d + s.hkv);
+  // peft LoRA: A (r x in) and B (out x r) per adapted linear.
+  if (in.lora_rank > 0) {
+    s.lora = lora_targets_of(in);
+    const LoraTargets& t = s.lora;
+    const int64_t io = (t.q ? s.d + s.hq : 0) + (t.k ? s.d + s.hkv : 0) + (t.v ? s.d + s.hkv : 0) +
+                       (t.o ? s.hq + s.d : 0) + (t.gate ? s.d + s.f : 0) + (t.up ? s.d + s.f : 0) +
+                       (t.down ? s.f + s.d : 0);
+    s.lora_layer_params = in.lora_rank * io;
+  }
   return s;
 }
 
@@ -117,8 +162,13 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   // ---- Units: decoder layers and the root (everything, when not auto-wrapped).
   const int64_t layer_train = lora ? s.lora_layer_params : s.layer_params;
   const int64_t layer_frozen = lora ? s.layer_params : 0;
-  const int64_t root_train = lora ? 0 : s.root_params + (wrapped ? 0 : s.layers * layer_train);
-  const int64_t root_frozen = lora ? s.root_params + (wrapped ? 0 : s.layers * layer_frozen) : 0;
+  // LoRA: the root trains only the tables in modules_to_save (a tied table is one tensor).
+  const bool embed_trains = !lora || s.lora.embed, lm_head_trains = !lora || s.lora.lm_head;
+  const int64_t table = s.v * s.d;
+  const int64_t root_own_train =
+      !lora ? s.root_params : (s.tied ? (embed_trains ? table : 0) : (embed_trains ? table : 0) + (lm_head_trains ? table : 0));
+  const int64_t root_train = root_own_train + (wrapped ? 0 : s.layers * layer_train);
+  const int64_t root_frozen = (s.root_params - root_own_train) + (wrapped ? 0 : s.layers * layer_frozen);
   const int64_t n_layer_units = wrapped ? s.layers : 0;
   const Unit lt = unit_of(layer_train, shard_world), lf = unit_of(layer_frozen, shard_world);
   const Unit rt = unit_of(root_train, shard_world), rf = unit_of(root_frozen, shard_world);
@@ -131,27 +181,47 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   // Gathered units in param_dtype, full gradients in reduce_dtype.
   const int64_t layer_full = (lt.padded + lf.padded) * bp, layer_grad = lt.padded * br;
   const int64_t root_full = (rt.padded + rf.padded) * bp, root_grad = rt.padded * br;
-  const bool lm_head_trains = !lora;
 
   // ---- Activations saved for backward, per token of one decoder layer (layers.cpp, sdpa).
   // RMSNorm saves its fp32 input (the input itself in fp32, an upcast copy otherwise) and the
   // normalised value before the weight; its output is saved by the linears that read it.
   const int64_t norm_saved = (b == 4 ? 8 : 4 + 2 * b) * s.d;
-  int64_t act_tok = 0;
-  act_tok += norm_saved + b * s.d;                 // input_layernorm (+ its output, read by q/k/v)
-  act_tok += b * (s.hq + 2 * s.hkv);               // q, k after RoPE and v, saved by attention
-  act_tok += 2 * b * s.hq + 4 * s.heads;           // attention output (+ its contiguous copy for o_proj), logsumexp
-  act_tok += norm_saved + b * s.d;                 // post_attention_layernorm (+ output, read by gate/up)
-  act_tok += 4 * b * s.f;                          // gate, silu(gate), up, silu*up (down_proj input)
-  if (lora) {
-    // Frozen linears save no input and frozen norm weights no normalised value; the adapters
-    // save their inputs (the norm output, already counted) and their rank-r intermediates.
-    act_tok -= b * s.d + b * s.f + 2 * (b == 4 ? 4 : 2) * s.d;
-    act_tok += 2 * b * in.lora_rank;
+  int64_t act_tok = 0, first_layer_less = 0;
+  if (!lora) {
+    act_tok += norm_saved + b * s.d;               // input_layernorm (+ its output, read by q/k/v)
+    act_tok += b * (s.hq + 2 * s.hkv);             // q, k after RoPE and v, saved by attention
+    act_tok += 2 * b * s.hq + 4 * s.heads;         // attention output (+ its contiguous copy for o_proj), logsumexp
+    act_tok += norm_saved + b * s.d;               // post_attention_layernorm (+ output, read by gate/up)
+    act_tok += 4 * b * s.f;                        // gate, silu(gate), up, silu*up (down_proj input)
+  } else {
+    // Frozen norm weights keep no normalised value (only the fp32 input) and frozen linears no
+    // input. An adapted linear keeps what its branch B(A(dropout(x))) needs: with dropout, its own
+    // mask (the input dtype on CPU, bool on GPU: ATen's fused dropout) and masked input, saved by A;
+    // without, the input itself, once for the linears that read it; and A's rank-r output, saved by B.
+    const LoraTargets& t = s.lora;
+    const bool drop = in.lora_dropout > 0;
+    const int64_t mask_b = in.gpu ? 1 : b;
+    const auto branch_inputs = [&](int64_t width, int adapted) -> int64_t {
+      if (adapted == 0) return 0;
+      return drop ? adapted * (mask_b + b) * width : b * width;
+    };
+    act_tok += 4 * s.d;                            // input_layernorm's fp32 input
+    act_tok += branch_inputs(s.d, t.q + t.k + t.v);  // its output, read by the q/k/v adapters
+    act_tok += b * (s.hq + 2 * s.hkv);             // q, k after RoPE and v, saved by attention
+    act_tok += b * s.hq + 4 * s.heads;             // attention output, logsumexp
+    act_tok += branch_inputs(s.hq, t.o);           // its contiguous copy, read by the o_proj adapter
+    act_tok += 4 * s.d;                            // post_attention_layernorm's fp32 input
+    act_tok += branch_inputs(s.d, t.gate + t.up);  // its output, read by the gate/up adapters
+    act_tok += 3 * b * s.f;                        // gate, silu(gate), up
+    act_tok += branch_inputs(s.f, t.down);         // silu * up, read by the down_proj adapter
+    act_tok += b * in.lora_rank * (t.q + t.k + t.v + t.o + t.gate + t.up + t.down);
+    // A frozen embedding: the first layer's input needs no gradient, its input_layernorm saves nothing.
+    if (!embed_trains) first_layer_less = 4 * s.d;
   }
   const int64_t act_layer = act_tok * n_tok;
   const int64_t ckpt_layer = b * s.d * n_tok;  // checkpointing keeps each layer's input only
-  const int64_t saved_layers = in.checkpointing ? s.layers * ckpt_layer : s.layers * act_layer;
+  const int64_t saved_layers =
+      in.checkpointing ? s.layers * ckpt_layer : s.layers * act_layer - first_layer_less * n_tok;
   const int64_t context = 2 * s.dh * b * n_tok + 8 * in.seq_len * s.dh;  // RoPE cos/sin (+ fp32 angles)
 
   // ---- Fused head loss (loss.cpp): logits of `chunk` rows at a time, no (B, T, V) tensor.
@@ -171,8 +241,9 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
                                   (in.gpu || !lm_head_trains ? 0 : 2 * chunk * s.v),
                               lm_head_trains ? 2 * s.v * s.d : int64_t{0});  // grad_w cast at the end
   }
-  const int64_t final_norm_fwd = (b == 4 ? 12 : 10) * s.d * n_tok;  // input, fp32 view, normalised, output
-  const int64_t final_norm_bwd = (b == 4 ? 8 : 6) * s.d * n_tok;
+  // A frozen norm weight (LoRA) keeps no normalised value.
+  const int64_t final_norm_fwd = ((b == 4 ? 12 : 10) - (lora ? b : 0)) * s.d * n_tok;  // input, fp32 view, normalised, output
+  const int64_t final_norm_bwd = ((b == 4 ? 8 : 6) - (lora ? b : 0)) * s.d * n_tok;
 
   // ---- Backward temporaries inside one layer: MLP gradients (three (B,T,F) at once), the
   // gradient of the hidden state flowing down (two (B,T,D)), one weight gradient before it is
@@ -261,7 +332,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     states_items(m.items);
     add(m.items, "root full gradient (reduce_dtype)", root_grad);
     add(m.items, "embedding gradient / root reduce-scatter staging",
-        std::max(lm_head_trains ? s.v * s.d * b + b * s.d * n_tok : 0, rs_staging(rt)));
+        std::max(embed_trains ? s.v * s.d * b + b * s.d * n_tok : 0, rs_staging(rt)));
     moments_list.push_back(std::move(m));
   }
   size_t peak = 0;
@@ -349,8 +420,10 @@ std::vector<LadderRung> plan_ladder(const MemoryPlanInputs& base) {
     r.inputs.strategy = fsdp::ShardingStrategy::kFullShard;
     r.inputs.offload = offload;
     r.inputs.checkpointing = ckpt;
-    r.inputs.lora_rank = lora_rank;
-    r.by_formula = lora_rank > 0;
+    r.inputs.lora_rank = lora_rank;  // peft's defaults, whatever --lora_* the given run has
+    r.inputs.lora_dropout = 0.05;
+    r.inputs.lora_target_modules.clear();
+    r.inputs.lora_modules_to_save.clear();
     r.plan = plan_memory(r.inputs);
     r.max_micro_batch = largest_fitting_micro_batch(r.inputs);
     rungs.push_back(std::move(r));
@@ -409,7 +482,6 @@ std::string report_to_json(const MemoryPlanInputs& in, const MemoryPlan& plan, c
     nlohmann::json x = plan_json(r.plan, r.inputs);
     x["name"] = r.name;
     x["max_per_device_train_batch_size"] = r.max_micro_batch;
-    x["by_formula"] = r.by_formula;
     rs.push_back(x);
   }
   j["rungs"] = rs;
@@ -420,6 +492,13 @@ std::string report_to_text(const MemoryPlanInputs& in, const MemoryPlan& plan, c
   std::ostringstream os;
   os << "Memory estimate per rank: " << in.num_ranks << " rank(s), " << in.ranks_per_node << " per node, "
      << (in.gpu ? "GPU" : "CPU") << " ranks, micro-batch " << in.micro_batch << " x " << in.seq_len << " tokens\n";
+  if (in.lora_rank > 0) {
+    std::string targets, saved;
+    for (const auto& t : in.lora_target_modules) targets += " " + t;
+    for (const auto& t : in.lora_modules_to_save) saved += " " + t;
+    os << "  LoRA r=" << in.lora_rank << " on" << (targets.empty() ? " q_proj v_proj" : targets) << ", dropout "
+       << in.lora_dropout << (saved.empty() ? "" : ", modules_to_save" + saved) << "\n";
+  }
   os << "  peak at: " << plan.peak_moment << "\n\n";
   os << "  " << std::string(70, '-') << "\n";
   char line[256];
@@ -449,12 +528,12 @@ std::string report_to_text(const MemoryPlanInputs& in, const MemoryPlan& plan, c
   for (const auto& r : rungs) {
     const std::string maxb = r.max_micro_batch < 0 ? "n/a" : std::to_string(r.max_micro_batch);
     std::snprintf(line, sizeof(line), "  %-50s %12s %12s %6s %10s %14s\n",
-                  (r.name + (r.by_formula ? " *" : "")).c_str(), gib(r.plan.device_total_bytes).c_str(),
+                  r.name.c_str(), gib(r.plan.device_total_bytes).c_str(),
                   gib(r.plan.host_node_bytes).c_str(), r.plan.fits() ? "yes" : "no", maxb.c_str(),
                   gib(r.plan.deepspeed.gpu_bytes_per_gpu).c_str());
     os << line;
   }
-  os << "  * LoRA rungs (q_proj/v_proj, r=16): by formula, not yet validated against measurement\n";
+  os << "  (LoRA rungs: peft's defaults, r=16 on q_proj v_proj, dropout 0.05)\n";
   if (rungs.empty() || rungs.front().max_micro_batch < 0)
     os << "  (max batch needs a memory size: --gpu_memory_gb, or --host_memory_gb for CPU ranks)\n";
   return os.str();

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "alpaca/cli/flag_table.h"
 #include "test_util.h"
@@ -77,6 +78,42 @@ TEST(CliBinary, UsageErrorsExitWithTwoAndSayWhatToDo) {
   r = run("generate --model_name_or_path m");
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.out.find("give exactly one of --instruction TEXT or --prompts FILE"), std::string::npos) << r.out;
+}
+
+// --fsdp_transformer_layer_cls_to_wrap: a tiny mistral / qwen2 model trains one step wrapping its
+// own class; another model type's class is refused before anything is written.
+TEST(CliBinary, WrapClassMustBeTheModelTypesDecoderLayer) {
+  ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
+  testing::TempDir dir("cli_wrap_cls");
+  std::string text;
+  for (int i = 0; i < 8; ++i) text += "the quick brown fox " + std::to_string(i) + ". ";
+  std::ofstream(dir.path() / "d.json") << R"([{"instruction": "Say it.", "input": "", "output": ")" << text
+                                       << R"("}, {"instruction": "Again.", "input": "", "output": ")" << text << R"("}])";
+  for (const auto& [type, cls, wrong] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"mistral", "MistralDecoderLayer", "LlamaDecoderLayer"}, {"qwen2", "Qwen2DecoderLayer", "MistralDecoderLayer"}}) {
+    SCOPED_TRACE(type);
+    const fs::path cfg = dir.path() / (type + ".json"), model = dir.path() / type;
+    std::ofstream(cfg) << R"({"model_type": ")" << type << R"(", "vocab_size": 32000, "hidden_size": 32,
+        "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 128, "tie_word_embeddings": false})";
+    Result r = run("init-model --config " + cfg.string() + " --output_dir " + model.string());
+    ASSERT_EQ(r.rc, 0) << r.out;
+    fs::copy_file(testing::shared_dir() / "data" / "llama2-tokenizer" / "tokenizer.model", model / "tokenizer.model");
+    const std::string args = "train --model_name_or_path " + model.string() + " --data_path " +
+                             (dir.path() / "d.json").string() + " --max_steps 1 --per_device_train_batch_size 2 "
+                             "--model_max_length 32 --save_strategy no --report_to none --disable_tqdm True "
+                             "--fsdp 'full_shard auto_wrap' --fsdp_transformer_layer_cls_to_wrap ";
+    const fs::path bad = dir.path() / ("bad_" + type);
+    r = run(args + wrong + " --output_dir " + bad.string() + " 2>&1");
+    EXPECT_NE(r.rc, 0) << r.out;
+    for (const std::string& needle : std::vector<std::string>{wrong, "model_type " + type, cls, (model / "config.json").string()})
+      EXPECT_NE(r.out.find(needle), std::string::npos) << needle << " not in:\n" << r.out;
+    EXPECT_FALSE(fs::exists(bad / "training_args.json")) << "written before the refusal";
+    const fs::path good = dir.path() / ("good_" + type);
+    r = run(args + cls + " --output_dir " + good.string() + " 2>&1");
+    EXPECT_EQ(r.rc, 0) << r.out;
+    EXPECT_TRUE(fs::exists(good / "model.safetensors") || fs::exists(good / "config.json")) << r.out;
+  }
 }
 
 TEST(CliBinary, PrintsEffectiveArgsOnceAndWritesThemToOutputDir) {

@@ -126,6 +126,43 @@ TEST(Policy, AlpacaReadmeFlags) {
   EXPECT_FALSE(p.activation_checkpointing);
 }
 
+TEST(Policy, WrapClassIsTheModelTypesDecoderLayer) {
+  FsdpPolicyInputs in;
+  in.fsdp = "full_shard auto_wrap";
+  EXPECT_TRUE(build_fsdp_policy(in).wrap_classes.empty());  // not given: the model's own class
+  for (const auto& [type, cls] : std::vector<std::pair<std::string, std::string>>{
+           {"llama", "LlamaDecoderLayer"}, {"mistral", "MistralDecoderLayer"}, {"qwen2", "Qwen2DecoderLayer"}}) {
+    SCOPED_TRACE(cls);
+    EXPECT_EQ(decoder_layer_class(type), cls);
+    in.transformer_layer_cls_to_wrap = {cls};
+    const FsdpPolicy p = build_fsdp_policy(in);
+    EXPECT_EQ(p.wrap_classes, std::vector<std::string>{cls});
+    EXPECT_NO_THROW(check_wrap_classes(p, type, "m/config.json"));
+    for (const std::string other : {"llama", "mistral", "qwen2"}) {
+      if (other == type) continue;
+      try {
+        check_wrap_classes(p, other, "m/config.json");
+        FAIL() << cls << " accepted for " << other;
+      } catch (const Error& e) {
+        for (const std::string& needle : std::vector<std::string>{cls, "m/config.json", "model_type " + other, decoder_layer_class(other)})
+          EXPECT_NE(e.message().find(needle), std::string::npos) << e.message();
+      }
+    }
+  }
+  // Through fsdp_config too; a class of no supported model is refused at parse time.
+  in.transformer_layer_cls_to_wrap.clear();
+  in.fsdp_config = R"({"transformer_layer_cls_to_wrap": ["MistralDecoderLayer"]})";
+  EXPECT_THROW(check_wrap_classes(build_fsdp_policy(in), "llama", "m/config.json"), Error);
+  in.fsdp_config = R"({"transformer_layer_cls_to_wrap": ["GPT2Block"]})";
+  try {
+    build_fsdp_policy(in);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("GPT2Block"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("Qwen2DecoderLayer"), std::string::npos) << e.message();
+  }
+}
+
 TEST(Policy, Words) {
   EXPECT_EQ(build("shard_grad_op auto_wrap").strategy, ShardingStrategy::kShardGradOp);
   EXPECT_EQ(build("no_shard").strategy, ShardingStrategy::kNoShard);

@@ -28,7 +28,29 @@ TEST(LlamaConfig, Llama1Loads) {
   EXPECT_EQ(c.num_key_value_heads, 32);  // defaults to num_attention_heads
   EXPECT_EQ(c.head_dim, 128);
   EXPECT_FALSE(c.pad_token_id.has_value());  // -1 means none
+  EXPECT_EQ(c.embedding_padding_idx, 31999);  // but transformers' nn.Embedding counts it from the end
+  EXPECT_EQ(c.bos_token_id, 0);
+  EXPECT_EQ(c.eos_token_id, std::vector<int64_t>{1});
   EXPECT_EQ(c.torch_dtype, "float16");
+}
+
+TEST(LlamaConfig, AbsentKeysTakeTransformersDefaults) {
+  const std::string shape = R"("vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2)";
+  for (const std::string type : {"llama", "mistral"}) {
+    LlamaConfig c = LlamaConfig::from_json_string(R"({"model_type":")" + type + R"(",)" + shape + "}", "c.json");
+    EXPECT_EQ(c.bos_token_id, 1) << type;  // LlamaConfig / MistralConfig defaults
+    EXPECT_EQ(c.eos_token_id, std::vector<int64_t>{2}) << type;
+    EXPECT_EQ(c.embedding_padding_idx, -1);
+  }
+  LlamaConfig q = LlamaConfig::from_json_string(R"({"model_type":"qwen2",)" + shape + "}", "c.json");
+  EXPECT_FALSE(q.bos_token_id.has_value());  // Qwen2Config: none
+  EXPECT_TRUE(q.eos_token_id.empty());
+  // null is none; a pad token is the embedding's padding row.
+  LlamaConfig n = LlamaConfig::from_json_string(
+      R"({"model_type":"llama","bos_token_id":null,"eos_token_id":null,"pad_token_id":0,)" + shape + "}", "c.json");
+  EXPECT_FALSE(n.bos_token_id.has_value());
+  EXPECT_TRUE(n.eos_token_id.empty());
+  EXPECT_EQ(n.embedding_padding_idx, 0);
 }
 
 TEST(LlamaConfig, Llama2Loads) {

@@ -1,15 +1,19 @@
 // Parity with transformers' LlamaForCausalLM (llm.c style): tests/reference/model_parity_fixtures.py
 // builds tiny random checkpoints and records logits, loss and every gradient; we load the same
 // checkpoint and must reproduce them (fp32: logits 1e-4 abs, loss 1e-5 rel, grads 1e-4 rel; bf16
-// loss 1e-2 rel). It also checks every HF weight layout loads to identical parameters.
+// loss 1e-2 rel), from config.json in transformers 5's form and in the checkpoint's own, and read
+// both as transformers does. It also checks every HF weight layout loads to identical parameters.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "alpaca/io/checkpoint.h"
 #include "alpaca/io/hf_model.h"
 #include "alpaca/model/llama.h"
+#include "alpaca/model/rope.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -36,8 +40,12 @@ class LlamaParity : public ::testing::TestWithParam<std::string> {
   std::shared_ptr<io::SafetensorsFile> expected_;
 };
 
+// Both config.json forms of the same weights: transformers 5's (rope_parameters) and the one the
+// checkpoint shipped with (rope_theta, rope_scaling), against the same reference.
 TEST_P(LlamaParity, Fp32LogitsLossAndGradients) {
-  model::LlamaForCausalLM m = io::load_hf_model((dir_ / "hf_safetensors").string());
+ for (const std::string form : {"hf_safetensors", "hf_legacy"}) {
+  SCOPED_TRACE(form);
+  model::LlamaForCausalLM m = io::load_hf_model((dir_ / form).string());
   for (const std::string tag : {"pad", "nopad"}) {
     SCOPED_TRACE(tag);
     at::Tensor ids = ref(tag + ".input_ids");
@@ -55,7 +63,7 @@ TEST_P(LlamaParity, Fp32LogitsLossAndGradients) {
         (logits.detach() - ref_logits).abs().amax(-1).masked_select(real).max().item<double>();
     const double ref_loss = ref(tag + ".loss").item<double>();
     const double loss_rel = std::abs(loss.item<double>() - ref_loss) / std::abs(ref_loss);
-    std::cout << GetParam() << "/" << tag << ": logits max|diff| " << logit_diff << ", loss " << loss.item<double>()
+    std::cout << GetParam() << "/" << form << "/" << tag << ": logits max|diff| " << logit_diff << ", loss " << loss.item<double>()
               << " vs " << ref_loss << " (rel " << loss_rel << ")\n";
     EXPECT_LE(logit_diff, 1e-4);
     EXPECT_LE(loss_rel, 1e-5);
@@ -81,6 +89,69 @@ TEST_P(LlamaParity, Fp32LogitsLossAndGradients) {
   at::Tensor ids = ref("nopad.input_ids");
   at::Tensor ones_logits = m->forward(ids, at::ones_like(ids));
   EXPECT_LE((ones_logits - ref("nopad.logits")).abs().max().item<double>(), 1e-4);
+ }
+}
+
+// What our parser reads from each form is what transformers read (transformers_config.json, written
+// by the fixture after loading both forms): shapes, heads, head_dim, tying, biases, special
+// tokens, RoPE parameters; and the RoPE inverse frequencies and attention scaling it derived.
+TEST_P(LlamaParity, BothConfigFormsReadAsTransformersReadsThem) {
+  std::ifstream f(dir_ / "transformers_config.json");
+  ASSERT_TRUE(f) << "fixture has no transformers_config.json";
+  const nlohmann::json hf = nlohmann::json::parse(f);
+  const auto& rp = hf["rope_parameters"];
+  const std::string hf_rope = rp.value("rope_type", "default");
+  for (const std::string form : {"hf_safetensors", "hf_legacy"}) {
+    SCOPED_TRACE(form);
+    const model::LlamaConfig c = model::LlamaConfig::from_json_file((dir_ / form / "config.json").string());
+    EXPECT_EQ(c.model_type, hf["model_type"].get<std::string>());
+    EXPECT_EQ(c.vocab_size, hf["vocab_size"].get<int64_t>());
+    EXPECT_EQ(c.hidden_size, hf["hidden_size"].get<int64_t>());
+    EXPECT_EQ(c.intermediate_size, hf["intermediate_size"].get<int64_t>());
+    EXPECT_EQ(c.num_hidden_layers, hf["num_hidden_layers"].get<int64_t>());
+    EXPECT_EQ(c.num_attention_heads, hf["num_attention_heads"].get<int64_t>());
+    EXPECT_EQ(c.num_key_value_heads, hf["num_key_value_heads"].get<int64_t>());
+    const int64_t hf_head_dim = hf["head_dim"].is_null() ? c.hidden_size / c.num_attention_heads  // qwen2: derived
+                                                         : hf["head_dim"].get<int64_t>();
+    EXPECT_EQ(c.head_dim, hf_head_dim);
+    EXPECT_EQ(c.max_position_embeddings, hf["max_position_embeddings"].get<int64_t>());
+    EXPECT_DOUBLE_EQ(c.rms_norm_eps, hf["rms_norm_eps"].get<double>());
+    EXPECT_EQ(c.tie_word_embeddings, hf["tie_word_embeddings"].get<bool>());
+    if (!hf["attention_bias"].is_null()) {
+      EXPECT_EQ(c.attention_bias, hf["attention_bias"].get<bool>());
+    }
+    if (!hf["mlp_bias"].is_null()) {
+      EXPECT_EQ(c.mlp_bias, hf["mlp_bias"].get<bool>());
+    }
+    if (!hf["bos_token_id"].is_null()) {
+      EXPECT_EQ(c.bos_token_id.value_or(-2), hf["bos_token_id"].get<int64_t>());
+    }
+    const auto& eos = hf["eos_token_id"];
+    EXPECT_EQ(c.eos_token_id, eos.is_array() ? eos.get<std::vector<int64_t>>() : std::vector<int64_t>{eos.get<int64_t>()});
+    // LLaMA-1's -1 is "none" for us; transformers keeps the number.
+    const auto& pad = hf["pad_token_id"];
+    const int64_t hf_pad = pad.is_null() ? -1 : pad.get<int64_t>();
+    EXPECT_EQ(c.pad_token_id.value_or(-1), hf_pad < 0 ? -1 : hf_pad);
+    EXPECT_DOUBLE_EQ(c.rope_theta, rp["rope_theta"].get<double>());
+    EXPECT_EQ(c.rope_scaling.type.empty() ? std::string("default") : c.rope_scaling.type, hf_rope);
+    if (hf_rope != "default") {
+      EXPECT_DOUBLE_EQ(c.rope_scaling.factor, rp["factor"].get<double>());
+    }
+    if (hf_rope == "llama3") {
+      EXPECT_DOUBLE_EQ(c.rope_scaling.low_freq_factor, rp["low_freq_factor"].get<double>());
+      EXPECT_DOUBLE_EQ(c.rope_scaling.high_freq_factor, rp["high_freq_factor"].get<double>());
+      EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, rp["original_max_position_embeddings"].get<int64_t>());
+    }
+    // The frequencies transformers' rotary embedding holds (its rope init function), and its
+    // attention scaling (1 for every type we support).
+    const at::Tensor inv = model::rope_inv_freq(c, 1, at::Device(at::kCPU));
+    const at::Tensor want = ref("rope.inv_freq");
+    ASSERT_EQ(inv.sizes(), want.sizes());
+    const double rel = ((inv - want).abs() / want.abs()).max().item<double>();
+    std::cout << GetParam() << "/" << form << ": rope " << hf_rope << ", inv_freq max rel diff " << rel << "\n";
+    EXPECT_LE(rel, 1e-6);
+    EXPECT_DOUBLE_EQ(ref("rope.attention_scaling").item<double>(), 1.0);
+  }
 }
 
 TEST_P(LlamaParity, Bf16Loss) {
@@ -111,6 +182,7 @@ TEST_P(LlamaParity, EveryHfLayoutLoadsTheSameWeights) {
 
 INSTANTIATE_TEST_SUITE_P(Configs, LlamaParity,
                          ::testing::Values("tiny_mha_untied", "tiny_gqa_tied", "tiny_llama3_rope", "tiny_linear_rope",
-                                           "tiny_dynamic_rope", "tiny_mistral", "tiny_qwen2"));
+                                           "tiny_dynamic_rope", "tiny_mistral", "tiny_qwen2", "tiny_llama1",
+                                           "tiny_llama2_gqa", "tiny_llama3", "tiny_llama32"));
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "alpaca/plan/memory_plan.h"
+#include "alpaca/util/error.h"
 #include "test_util.h"
 
 using namespace alpaca;
@@ -149,9 +150,94 @@ TEST(MemoryPlan, LadderHasFiveRungsAndLoraNeedsLess) {
   EXPECT_FALSE(rungs[0].plan.fits());  // 7B full_shard on 2 x 24 GB: no
   EXPECT_TRUE(rungs[2].plan.fits());   // + offload + checkpointing: yes
   EXPECT_GT(rungs[2].max_micro_batch, 1);
-  EXPECT_TRUE(rungs[3].by_formula);
   EXPECT_LT(rungs[3].plan.device_allocated_bytes, rungs[0].plan.device_allocated_bytes / 2);
   EXPECT_LT(rungs[4].plan.device_allocated_bytes, rungs[3].plan.device_allocated_bytes);
+}
+
+TEST(MemoryPlan, LoraStatesAreFp32AdaptersAndAParamDtypeFrozenBase) {
+  plan::MemoryPlanInputs in;
+  in.config = tiny();
+  in.num_ranks = 2;
+  in.gpu = false;
+  in.param_dtype = in.reduce_dtype = at::kBFloat16;
+  in.lora_rank = 8;
+  const auto p = plan::plan_memory(in);
+  // Adapters on q (64 -> 64) and v (64 -> 32): A (r x in) + B (out x r) per layer; everything else frozen.
+  const int64_t adapters = 8 * (64 + 64) + 8 * (64 + 32);
+  const int64_t layer = 64 * 64 * 2 + 2 * 64 * 32 + 3 * 64 * 172 + 2 * 64;
+  const int64_t root = 2 * 1000 * 64 + 64;
+  auto shard = [](int64_t n) { return (n + 1) / 2; };
+  const int64_t train = 3 * shard(adapters), frozen = 3 * shard(layer) + shard(root);
+  EXPECT_EQ(item(p, "master shards (fp32 adapters, param_dtype frozen base)"), 4 * train + 2 * frozen);
+  EXPECT_EQ(item(p, "fp32 gradient shards"), 4 * train);
+  EXPECT_EQ(item(p, "AdamW moment shards (exp_avg, exp_avg_sq)"), 8 * train);
+  EXPECT_EQ(item(p, "fused loss: fp32 lm_head gradient"), -1);  // the head is frozen
+  // Every linear, no dropout: more adapter state, and the inputs saved once per reader group;
+  // dropout keeps a mask and a masked copy per adapted linear.
+  in.lora_target_modules = {"all-linear"};
+  in.lora_dropout = 0;
+  const auto all = plan::plan_memory(in);
+  EXPECT_GT(item(all, "fp32 gradient shards"), 4 * item(p, "fp32 gradient shards"));
+  in.lora_dropout = 0.1;
+  EXPECT_GT(plan::plan_memory(in).activations_per_layer_bytes, all.activations_per_layer_bytes);
+  // modules_to_save lm_head: the head trains in full (its fp32 gradient in the fused loss, its states).
+  in.lora_target_modules.clear();
+  in.lora_modules_to_save = {"lm_head"};
+  const auto head = plan::plan_memory(in);
+  EXPECT_EQ(item(head, "fp32 gradient shards"), 4 * (train + shard(1000 * 64)));
+  EXPECT_EQ(item(head, "fused loss: fp32 lm_head gradient"), 4 * 1000 * 64);
+  // What the planner does not model is an error, not a silent full-model estimate.
+  in.lora_modules_to_save = {"model.norm"};
+  EXPECT_THROW(plan::plan_memory(in), alpaca::Error);
+  in.lora_modules_to_save.clear();
+  in.lora_target_modules = {"rotary_emb"};
+  EXPECT_THROW(plan::plan_memory(in), alpaca::Error);
+}
+
+TEST(EstimateMemoryCommand, UsePeftEstimatesTheGivenLoraConfiguration) {
+  TempDir dir("estimate_peft");
+  const nlohmann::json cfg = {{"model_type", "llama"}, {"vocab_size", 32000}, {"hidden_size", 4096},
+                              {"intermediate_size", 11008}, {"num_hidden_layers", 32},
+                              {"num_attention_heads", 32}, {"num_key_value_heads", 32}};
+  std::ofstream(dir.path() / "config.json") << cfg.dump();
+  const std::string base = train_bin() + " estimate-memory --json --model_name_or_path " + dir.path().string() +
+                           " --bf16 True --per_device_train_batch_size 4 --model_max_length 512 --fsdp 'full_shard "
+                           "auto_wrap' --num_gpus 2 --gpu_memory_gb 24";
+  auto estimate = [&](const std::string& extra) {
+    std::string out;
+    EXPECT_EQ(run_command(base + extra + " 2>&1", &out), 0) << out;
+    return nlohmann::json::parse(out);
+  };
+  const auto full = estimate("");
+  const auto lora = estimate(" --use_peft True --lora_r 8");
+  const auto all = estimate(" --use_peft True --lora_r 8 --lora_target_modules all-linear --lora_dropout 0");
+  // The same inputs through the library: q_proj v_proj at r = 8, dropout 0.05; a frozen bf16 base.
+  plan::MemoryPlanInputs in;
+  in.config = llama_7b();
+  in.config.vocab_size = 32001;  // + [PAD]: the config names no pad token
+  in.micro_batch = 4;
+  in.seq_len = 512;
+  in.num_ranks = in.ranks_per_node = 2;
+  in.param_dtype = in.reduce_dtype = at::kBFloat16;
+  in.device_memory_bytes = 24 * kGiB;
+  in.lora_rank = 8;
+  EXPECT_EQ(lora["device_allocated_bytes"].get<int64_t>(), plan::plan_memory(in).device_allocated_bytes);
+  EXPECT_LT(lora["device_allocated_bytes"].get<int64_t>(), full["device_allocated_bytes"].get<int64_t>() / 2);
+  EXPECT_NE(all["device_allocated_bytes"].get<int64_t>(), lora["device_allocated_bytes"].get<int64_t>());
+  in.lora_target_modules = {"all-linear"};
+  in.lora_dropout = 0;
+  EXPECT_EQ(all["device_allocated_bytes"].get<int64_t>(), plan::plan_memory(in).device_allocated_bytes);
+  // The rungs stay the ladder's, whatever the given run is.
+  EXPECT_EQ(lora["rungs"][0]["device_allocated_bytes"], full["rungs"][0]["device_allocated_bytes"]);
+  EXPECT_EQ(lora["rungs"][3]["device_allocated_bytes"], all["rungs"][3]["device_allocated_bytes"]);
+  bool named = false;
+  for (const auto& b : lora["breakdown"])
+    named |= b["name"].get<std::string>() == "master shards (fp32 adapters, param_dtype frozen base)";
+  EXPECT_TRUE(named) << lora.dump();
+  std::string out;
+  EXPECT_NE(run_command(base + " --use_peft True --lora_modules_to_save model.norm 2>&1", &out), 0);
+  EXPECT_NE(out.find("model.norm"), std::string::npos) << out;
+  EXPECT_NE(out.find("embed_tokens and lm_head"), std::string::npos) << out;
 }
 
 TEST(EstimateMemoryCommand, JsonHasTheContractFieldsAndErrorsNameTheFix) {

@@ -6,6 +6,14 @@ For each tiny config in tests/fixtures/configs/tiny_*.json: build transformers' 
 with a fixed seed, save it (safetensors, sharded safetensors, .bin, sharded .bin), run two
 batches (one right-padded with labels masked like Alpaca, one unpadded) and write inputs, fp32
 logits, loss and every parameter gradient, and the bf16 loss, to <out>/<config>/expected.safetensors.
+
+The LLaMA variants each as their checkpoints ship (LLaMA-1: no num_key_value_heads, max_sequence_length,
+pad_token_id -1; LLaMA-2 GQA; LLaMA-3: rope_theta 500000, one KV head; LLaMA-3.1: llama3 rope_scaling;
+LLaMA-3.2: tied embeddings, explicit head_dim) in both config forms: hf_safetensors/config.json is
+transformers 5's (rope_parameters, as save_pretrained writes it), hf_legacy/config.json the file
+verbatim (rope_theta, rope_scaling). transformers must read both to the same model (checked here);
+what it read (transformers_config.json, and the RoPE inv_freq / attention scaling in
+expected.safetensors) is what the C++ parser must read.
 """
 import argparse
 import json
@@ -18,7 +26,39 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
 CONFIGS = ["tiny_mha_untied", "tiny_gqa_tied", "tiny_llama3_rope", "tiny_linear_rope", "tiny_dynamic_rope",
-           "tiny_mistral", "tiny_qwen2"]
+           "tiny_mistral", "tiny_qwen2", "tiny_llama1", "tiny_llama2_gqa", "tiny_llama3", "tiny_llama32"]
+# What transformers read from config.json, for the C++ parser to match (None: not a field of that type).
+READ_FIELDS = ["model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+               "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps",
+               "tie_word_embeddings", "attention_bias", "mlp_bias", "bos_token_id", "eos_token_id", "pad_token_id"]
+
+
+def read_config(model):
+    c = model.config
+    out = {k: getattr(c, k, None) for k in READ_FIELDS}
+    out["rope_parameters"] = dict(c.rope_parameters or {})
+    return out
+
+
+def legacy_form(d, cfg_text, model):
+    """hf_legacy: the same weights with the config.json text as the checkpoint shipped it."""
+    leg = d / "hf_legacy"
+    leg.mkdir(parents=True, exist_ok=True)
+    for f in (d / "hf_safetensors").iterdir():
+        if f.name != "config.json":
+            (leg / f.name).write_bytes(f.read_bytes())
+    (leg / "config.json").write_text(cfg_text)
+    # transformers reads both forms to the same model: same config fields, RoPE and logits.
+    ids = torch.arange(3, 15).reshape(1, 12) % model.config.vocab_size
+    read = {}
+    for form in ("hf_safetensors", "hf_legacy"):
+        m = AutoModelForCausalLM.from_pretrained(d / form, dtype=torch.float32).eval()
+        with torch.no_grad():
+            assert torch.equal(m(input_ids=ids).logits, model(input_ids=ids).logits), f"{d.name}/{form}: logits"
+        assert torch.equal(m.model.rotary_emb.inv_freq, model.model.rotary_emb.inv_freq), f"{d.name}/{form}: inv_freq"
+        read[form] = read_config(m)
+    assert read["hf_safetensors"] == read["hf_legacy"], (read["hf_safetensors"], read["hf_legacy"])
+    (d / "transformers_config.json").write_text(json.dumps(read["hf_legacy"], indent=1))
 
 
 def batches(vocab, gen):
@@ -52,7 +92,8 @@ def main():
     out_root.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     for name in CONFIGS:
-        cfg_dict = json.loads((CONFIG_DIR / f"{name}.json").read_text())
+        cfg_text = (CONFIG_DIR / f"{name}.json").read_text()
+        cfg_dict = json.loads(cfg_text)
         cfg_dict.pop("torch_dtype", None)
         cfg = AutoConfig.for_model(**cfg_dict)  # model_type llama, mistral or qwen2
         cfg._attn_implementation = "sdpa"
@@ -67,6 +108,8 @@ def main():
                     p.normal_(0.0, 0.02)
         d = out_root / name
         model.save_pretrained(d / "hf_safetensors")
+        inv_freq = model.model.rotary_emb.inv_freq.float().clone()  # as initialised (dynamic RoPE grows it in use)
+        legacy_form(d, cfg_text, model)
         model.save_pretrained(d / "hf_sharded", max_shard_size="20KB")
         sd = {k: v.contiguous() for k, v in model.state_dict().items()}
         if cfg.tie_word_embeddings:
@@ -88,7 +131,8 @@ def main():
         (d / "hf_bin_sharded" / "config.json").write_text((d / "hf_safetensors" / "config.json").read_text())
 
         gen = torch.Generator().manual_seed(99)
-        tensors = {}
+        tensors = {"rope.inv_freq": inv_freq,
+                   "rope.attention_scaling": torch.tensor([float(model.model.rotary_emb.attention_scaling)])}
         for tag, (ids, mask, labels) in batches(cfg.vocab_size, gen).items():
             logits, loss, grads = run(model, ids, mask, labels)
             tensors[f"{tag}.input_ids"] = ids

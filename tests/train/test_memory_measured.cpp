@@ -2,7 +2,8 @@
 // the peak live CPU tensor bytes the counting allocator measures during training (metrics.jsonl's
 // cpu_tensor_peak_bytes, max over ranks and log lines), within 15%, for a CI-sized subset of
 // bench/memory_validate.py's table: the tiny model at worlds 1 and 2, full_shard and
-// offload + gradient checkpointing, fp32 and bf16. Also: the memory fields are in every log line.
+// offload + gradient checkpointing, fp32 and bf16, full fine-tuning and LoRA. Also: the memory
+// fields are in every log line.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,6 +41,12 @@ TEST(MemoryMeasured, EstimateWithin15PercentOfTheCountingAllocatorsPeak) {
       {2, "--fsdp 'full_shard auto_wrap'"},
       {2, "--fsdp 'full_shard auto_wrap' --bf16 True"},
       {2, "--fsdp 'full_shard auto_wrap offload' --gradient_checkpointing True"},
+      // LoRA: the ladder's rungs (r=16 on q_proj v_proj, dropout 0.05), and a given --use_peft run
+      // with every linear adapted, no dropout and a fully trained lm_head.
+      {1, "--fsdp 'full_shard auto_wrap' --use_peft True --lora_r 16"},
+      {2, "--fsdp 'full_shard auto_wrap offload' --gradient_checkpointing True --bf16 True --use_peft True --lora_r 16"},
+      {2, "--fsdp 'full_shard auto_wrap' --use_peft True --lora_r 16 --lora_target_modules all-linear "
+          "--lora_dropout 0 --lora_modules_to_save lm_head"},
   };
   for (const auto& c : cases) {
     TempDir out("memrun");

@@ -19,7 +19,9 @@ struct FsdpPolicy {
   // One unit per decoder layer (HF "auto_wrap" with transformer_layer_cls_to_wrap); false = the
   // whole model is the root unit.
   bool auto_wrap = true;
-  std::vector<std::string> wrap_classes{"LlamaDecoderLayer"};
+  // The class wrapped by auto_wrap; empty = the model's own decoder layer (HF: _no_split_modules).
+  // Given classes must be that of the model's model_type (check_wrap_classes).
+  std::vector<std::string> wrap_classes;
   at::ScalarType param_dtype = at::kFloat;   // compute dtype of unsharded parameters
   at::ScalarType reduce_dtype = at::kFloat;  // dtype gradients travel in
   bool offload = false;                      // fp32 shards, grads, optimizer state on the host
@@ -33,6 +35,14 @@ struct FsdpPolicy {
 
   bool operator==(const FsdpPolicy&) const = default;
 };
+
+// The decoder-layer class transformers names for a model_type: LlamaDecoderLayer (llama),
+// MistralDecoderLayer (mistral), Qwen2DecoderLayer (qwen2); "" for any other.
+std::string decoder_layer_class(const std::string& model_type);
+// Throws alpaca::Error when a class of p.wrap_classes is not decoder_layer_class(model_type) (as
+// accelerate fails on a class the model does not have), naming the class, the model type, the
+// expected class and `source` (the config.json).
+void check_wrap_classes(const FsdpPolicy& p, const std::string& model_type, const std::string& source);
 
 const char* to_string(ShardingStrategy s);
 const char* to_string(BackwardPrefetch p);

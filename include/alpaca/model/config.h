@@ -42,6 +42,9 @@ struct LlamaConfig {
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_id;  // LLaMA 3 lists several end tokens; LLaMA 1/2 have one
   std::optional<int64_t> pad_token_id;
+  // transformers' embed_tokens padding_idx: pad_token_id as given (LLaMA-1's -1 counted from the
+  // end, vocab_size - 1); that row gets no gradient. -1: none. Kept by resize_token_embeddings.
+  int64_t embedding_padding_idx = -1;
   std::string torch_dtype;            // "float32", "bfloat16", "float16" or "" when absent
 
   // Parses HF config.json text. `source` names the file in error messages.

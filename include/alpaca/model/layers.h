@@ -54,6 +54,7 @@ class EmbeddingImpl : public torch::nn::Module {
                 ParamInit init = ParamInit::kDefault);
   at::Tensor forward(const at::Tensor& ids) const;
   at::Tensor weight;
+  int64_t padding_idx = -1;  // as torch.nn.Embedding: this row's gradient is zero; -1 = none
 };
 TORCH_MODULE(Embedding);
 

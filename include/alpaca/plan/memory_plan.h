@@ -43,7 +43,14 @@ struct MemoryPlanInputs {
   bool forward_prefetch = false;
   bool limit_all_gathers = true;
   int hybrid_shard_size = 0;     // 0: ranks_per_node
-  int64_t lora_rank = 0;         // > 0: LoRA on q_proj and v_proj (frozen base in param_dtype), by formula
+  // LoRA (--use_peft): lora_rank > 0. The base stays frozen in param_dtype (no fp32 master,
+  // gradient or moments); adapters (and modules_to_save) train with fp32 masters. Targets are leaf
+  // names as peft matches them (empty: q_proj v_proj, peft's LLaMA default; "all-linear": every
+  // linear but lm_head); modules_to_save may name embed_tokens and lm_head (trained in full).
+  int64_t lora_rank = 0;
+  double lora_dropout = 0.05;    // > 0: each adapted linear keeps a dropout mask and its own input copy
+  std::vector<std::string> lora_target_modules;
+  std::vector<std::string> lora_modules_to_save;
   int64_t device_memory_bytes = 0;  // 0: unknown (fits is then not judged for the device)
   int64_t host_memory_bytes = 0;    // per node; 0: unknown
 };
@@ -81,6 +88,7 @@ struct MemoryPlan {
   int64_t loss_chunk_bytes = 0;
 };
 
+// Throws alpaca::Error for a LoRA target or module to save the planner does not know.
 MemoryPlan plan_memory(const MemoryPlanInputs& in);
 
 // The largest micro-batch (per_device_train_batch_size) that fits, 0 if not even 1 does; capped
@@ -92,11 +100,11 @@ struct LadderRung {
   MemoryPlanInputs inputs;
   MemoryPlan plan;
   int64_t max_micro_batch = 0;
-  bool by_formula = false;  // LoRA rungs: by formula, not validated against measurement yet
 };
 
 // The OOM ladder from the given configuration: full_shard; + offload; + gradient_checkpointing;
-// LoRA r=16; LoRA + offload.
+// LoRA r=16; LoRA + offload (the LoRA rungs: peft's defaults, q_proj v_proj, dropout 0.05, with
+// gradient checkpointing; the full rungs train every parameter, whatever the given --use_peft).
 std::vector<LadderRung> plan_ladder(const MemoryPlanInputs& base);
 
 // A JSON object with device_total_bytes, host_total_bytes, fits, breakdown, ... for one plan.
