@@ -39,8 +39,8 @@ struct MemoryPlanInputs {
   at::ScalarType reduce_dtype = at::kFloat;
   bool offload = false;
   bool checkpointing = false;
-  fsdp::BackwardPrefetch backward_prefetch = fsdp::BackwardPrefetch::kNone;
-  bool forward_prefetch = false;
+  fsdp::BackwardPrefetch backward_prefetch = fsdp::BackwardPrefetch::kBackwardPre;  // FsdpPolicy's defaults
+  bool forward_prefetch = true;
   bool limit_all_gathers = true;
   int hybrid_shard_size = 0;     // 0: ranks_per_node
   int64_t lora_rank = 0;         // > 0: LoRA on q_proj and v_proj (frozen base in param_dtype), by formula
