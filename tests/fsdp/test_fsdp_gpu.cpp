@@ -125,13 +125,18 @@ TEST(FsdpGpu, ForcedCollectivesOnCudaMatchTheCpuReference) {
   fp32.force_collectives = true;
   const TrainRun got = train(comm, fp32, steps);
   for (int i = 0; i < steps; ++i) EXPECT_NEAR(got.losses[i], ref.losses[i], 1e-4 * ref.losses[i]) << "fp32 step " << i;
-  double worst_fp32 = 0;
+  // Per parameter. AdamW's first steps move an element by ~lr whatever its gradient's size, so
+  // the reduction order alone (fused loss, sharded sums) moves a few elements measurably: on CPU
+  // the same comparison on CPU ranks gives a worst update error of 7e-5 (value error 3e-4 of the
+  // tensor's scale); the bound leaves room for CUDA's own GEMM reduction order.
+  double worst_fp32 = 0, worst_fp32_value = 0;
   ASSERT_EQ(got.params.size(), ref.params.size());
   for (const auto& [n, want] : ref.params) {
     ASSERT_TRUE(got.params.count(n)) << n;
-    const double e = rel_err(got.params.at(n), want);
-    worst_fp32 = std::max(worst_fp32, e);
-    EXPECT_LE(e, 1e-4) << "fp32 cuda vs cpu: " << n;
+    const double u = update_err(got.params.at(n), want, ref.init.at(n));
+    worst_fp32 = std::max(worst_fp32, u);
+    worst_fp32_value = std::max(worst_fp32_value, rel_err(got.params.at(n), want));
+    EXPECT_LE(u, 2e-3) << "fp32 cuda vs cpu update: " << n;
   }
   for (int i = 1; i < steps; ++i) EXPECT_LE(got.syncs_per_step[i], 1) << "host syncs in fp32 step " << i;
 
@@ -147,17 +152,17 @@ TEST(FsdpGpu, ForcedCollectivesOnCudaMatchTheCpuReference) {
     worst_loss = std::max(worst_loss, e);
     EXPECT_LE(e, 0.02) << "bf16 step " << i;
   }
-  // Per parameter: bf16 compute with fp32 master weights moves every tensor the way fp32 does.
-  // Bounds: the update within 25% of fp32's (L2), the value within 2% of the tensor's scale.
+  // Per parameter: bf16 compute with fp32 master weights moves every tensor the way fp32 does:
+  // ||update - fp32 update|| within 15% of ||fp32 update|| (the same run on CPU ranks gives 4%).
+  // The value error at the tensor's scale is reported, not bounded: zero-initialised biases have
+  // no scale but their update.
   for (const auto& [n, want] : ref.params) {
     ASSERT_TRUE(low.params.count(n)) << n;
     const double u = update_err(low.params.at(n), want, ref.init.at(n));
-    const double p = rel_err(low.params.at(n), want);
     if (u > worst_update) worst_name = n;
     worst_update = std::max(worst_update, u);
-    worst_param = std::max(worst_param, p);
-    EXPECT_LE(u, 0.25) << "bf16+offload+ckpt update vs fp32 cpu: " << n;
-    EXPECT_LE(p, 0.02) << "bf16+offload+ckpt value vs fp32 cpu: " << n;
+    worst_param = std::max(worst_param, rel_err(low.params.at(n), want));
+    EXPECT_LE(u, 0.15) << "bf16+offload+ckpt update vs fp32 cpu: " << n;
   }
   // Offload: the gradient norm, plus one wait per backward for the host gradients.
   for (int i = 1; i < steps; ++i) EXPECT_LE(low.syncs_per_step[i], 2) << "host syncs in bf16 offload step " << i;
@@ -165,7 +170,8 @@ TEST(FsdpGpu, ForcedCollectivesOnCudaMatchTheCpuReference) {
     std::ostringstream js;
     js << "{\"fsdp_gpu\": {\"loss_cpu_fp32\": [" << ref.losses.front() << ", " << ref.losses.back()
        << "], \"loss_cuda_fp32\": " << got.losses.back() << ", \"loss_cuda_bf16_offload_ckpt\": " << low.losses.back()
-       << ", \"fp32_worst_param_rel_err\": " << worst_fp32 << ", \"bf16_worst_loss_rel_gap\": " << worst_loss
+       << ", \"fp32_worst_update_rel_err\": " << worst_fp32 << ", \"fp32_worst_param_rel_err\": " << worst_fp32_value
+       << ", \"bf16_worst_loss_rel_gap\": " << worst_loss
        << ", \"bf16_worst_update_rel_err\": " << worst_update << ", \"bf16_worst_update_param\": \"" << worst_name
        << "\", \"bf16_worst_param_rel_err\": " << worst_param
        << ", \"host_syncs_per_step_fp32\": " << got.syncs_per_step.back()
