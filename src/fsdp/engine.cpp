@@ -229,7 +229,7 @@ bool FsdpEngine::Impl::reshard_after_forward() const {
 
 void FsdpEngine::Impl::gather_flat(Unit& unit, FlatParameter& flat) {
   flat.alloc_full();
-  at::Tensor lp = shard_on_device(flat.shard());
+  at::Tensor lp = shard_on_device(unit, flat);
   if (!communicate_shards()) {
     flat.full().copy_(lp);
     return;
@@ -282,14 +282,31 @@ void FsdpEngine::Impl::prefetch(int u) {
   unshard(u, /*wait=*/false);
 }
 
-at::Tensor FsdpEngine::Impl::shard_on_device(const at::Tensor& shard) const {
-  if (shard.is_cpu() && !device.is_cpu()) {
-    // Offload: the pinned shard travels as stored, asynchronously, and is cast on the device. A
-    // copy that also changed the dtype would convert on the CPU into a pageable temporary, which
-    // makes the copy synchronous (and the prefetch serial).
+at::Tensor FsdpEngine::Impl::shard_on_device(Unit& unit, FlatParameter& flat) {
+  const at::Tensor& shard = flat.shard();
+  if (!shard.is_cpu() || device.is_cpu()) return shard.to(device, policy.param_dtype);
+  // Offload to a device. A copy that also changed the dtype would convert on the CPU into a
+  // pageable temporary, which makes it synchronous (and the prefetch serial): copies start from
+  // pinned memory in param_dtype, non_blocking.
+  if (shard.scalar_type() == policy.param_dtype || !shard.is_pinned() || &flat != unit.train.get()) {
+    // Already in param_dtype (frozen shards, fp32 training), or unpinned: as stored, cast on the device.
     return shard.to(device, /*non_blocking=*/shard.is_pinned()).to(policy.param_dtype);
   }
-  return shard.to(device, policy.param_dtype);
+  if (!unit.staging.defined() || unit.staged_version != shard._version()) {
+    if (unit.copied && !unit.copied->query()) {  // never rewrite what a copy still reads
+      util::count_host_sync();
+      unit.copied->synchronize();
+    }
+    if (!unit.staging.defined())
+      unit.staging = at::empty(shard.sizes(), shard.options().dtype(policy.param_dtype).pinned_memory(true));
+    unit.staging.copy_(shard);  // the cast, once per optimizer step (or load), on the host
+    unit.staged_version = shard._version();
+  }
+  at::Tensor out = unit.staging.to(device, /*non_blocking=*/true);
+  if (!unit.copied) unit.copied.emplace(device.type());
+  c10::impl::VirtualGuardImpl guard(device.type());
+  unit.copied->record(guard.getStream(device));
+  return out;
 }
 
 void FsdpEngine::Impl::drain_host_grads(bool wait) {

@@ -197,5 +197,30 @@ TEST(FsdpCollectivePath, PrefetchDefaultsAreOnAndChangeNoNumber) {
   }
 }
 
+// Offload to a GPU stages each trainable shard in param_dtype and re-casts it only when the
+// shard's version counter moved: every writer of the shards must move it (AdamW's fused step,
+// checkpoint loading). A writer that did not would leave the GPU training on stale weights.
+TEST(FsdpCollectivePath, ShardWritersMoveTheVersionCounterTheOffloadStagingReads) {
+  TinyConfig cfg;
+  torch::manual_seed(0);
+  TinyLM m(cfg);
+  FsdpPolicy p;
+  p.offload = true;
+  FsdpEngine engine({m.get(), m->layer_modules()}, job_comm(), p);
+  optim::ShardedAdamW opt(engine.optim_shards(), optim::AdamWOptions{0.9, 0.999, 1e-8, 0.1});
+  std::vector<int64_t> before;
+  for (int u = 0; u < engine.num_units(); ++u) before.push_back(engine.trainable_flat(u)->shard()._version());
+  for (const auto& g : engine.grad_shards()) g.fill_(0.5);
+  opt.step(1e-2);
+  for (int u = 0; u < engine.num_units(); ++u)
+    EXPECT_GT(engine.trainable_flat(u)->shard()._version(), before[u]) << "AdamW step, unit " << u;
+  for (int u = 0; u < engine.num_units(); ++u) before[u] = engine.trainable_flat(u)->shard()._version();
+  engine.load_parameters([](const std::string&, const std::vector<int64_t>&, int64_t, int64_t, at::Tensor out) {
+    out.fill_(0.25);
+  }, /*rank0_only=*/false);
+  for (int u = 0; u < engine.num_units(); ++u)
+    EXPECT_GT(engine.trainable_flat(u)->shard()._version(), before[u]) << "load_parameters, unit " << u;
+}
+
 }  // namespace
 }  // namespace alpaca::testing
