@@ -1,7 +1,10 @@
 """The training half of scripts/gpu_check.sh: one-rank NCCL training of LLaMA-shaped random
 models (~1B and 7B shapes, bf16, sequence 2048, activation checkpointing, with and without CPU
 offload) with alpaca-train and with PyTorch FSDP2 on the same model, data and batch, reporting
-tokens/s, MFU against the GPU's dense bf16 peak, and peak GPU/host memory.
+tokens/s, MFU against the GPU's dense bf16 peak, and peak GPU/host memory; for the --comm_shape
+also the exposed communication time (the run again with fsdp_config force_collectives, against
+the plain one-rank run that skips them), the planner's memory (estimate-memory --json) against
+the measured peak, and host synchronisations per step; plus the gpu tests' figures (--figures).
 
   python bench/gpu_bench.py prepare --out .deps/gpu_check/data --shared ../shared
   python bench/gpu_bench.py run --bin build-gpu/alpaca-train --data .deps/gpu_check/data \
@@ -92,6 +95,17 @@ def commands(args, shape_name, work: Path):
                 "--fsdp", "full_shard auto_wrap offload" if offload else "full_shard auto_wrap",
                 "--fsdp_transformer_layer_cls_to_wrap", "LlamaDecoderLayer"]
         cmds.append(("ours_" + tag, "ours", ours))
+        if shape_name == args.comm_shape and not offload:
+            # The same run with the collectives forced at world 1 (fsdp_config force_collectives):
+            # its step time minus the plain run's (collectives skipped) is the exposed
+            # communication time of the NCCL path.
+            forced = list(ours)
+            forced[forced.index("--output_dir") + 1] = str(work / f"out_{tag}_forced")
+            forced += ["--fsdp_config", '{"force_collectives": true}']
+            cmds.append(("ours_" + tag + "_forced", "ours", forced))
+            # The planner's figure for the same flags (memory per rank vs estimate-memory).
+            est = [args.bin, "estimate-memory"] + ours[1:] + ["--num_gpus", "1", "--gpu_memory_gb", "141", "--json"]
+            cmds.append(("estimate_" + tag, "estimate", est))
         torch_out = work / f"torch_{tag}.json"
         theirs = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
                   str(HERE / "torch_fsdp_train.py"), "--model_dir", str(model_dir), "--data", str(data / f"data_{SEQ}.pt"),
@@ -109,7 +123,7 @@ def parse_ours(out_dir: Path, warmup: int):
         if "step_time" in e:
             steps.append(e["step_time"])
             tokens = e.get("tokens_per_step", tokens)
-        for k in ("gpu_peak_allocated_bytes", "gpu_peak_reserved_bytes", "host_peak_rss_bytes"):
+        for k in ("gpu_peak_allocated_bytes", "gpu_peak_reserved_bytes", "host_peak_rss_bytes", "host_syncs_per_step"):
             if k in e:
                 mem[k] = max(mem.get(k, 0), e[k])
     return steps[warmup:] or steps, tokens, mem
@@ -159,6 +173,12 @@ def run(args):
                 steps, tokens = r["step_times"][1:] or r["step_times"], r["tokens_per_step"]
                 rec.update({k: r[k] for k in ("gpu_peak_allocated_bytes", "gpu_peak_reserved_bytes") if k in r})
                 rec["host_peak_rss_bytes"] = max(r["peak_rss_bytes_per_rank"])
+            elif kind == "estimate":
+                est = json.loads(p.stdout)
+                rec.update({k: est[k] for k in ("device_total_bytes", "host_total_bytes", "fits") if k in est})
+                results["runs"][run_name] = rec
+                log(f"{run_name}: planner says {rec.get('device_total_bytes')} device bytes per rank")
+                continue
             else:  # init: the trainer reads the tokenizer from the model directory
                 shutil.copy(Path(args.data) / "tokenizer.model", work / f"model_{shape_name}" / "tokenizer.model")
                 results["runs"][run_name] = rec
@@ -169,13 +189,41 @@ def run(args):
             rec.update(median_step_s=med, tokens_per_s=tps, mfu=(tps * fpt / peak) if peak else None)
             results["runs"][run_name] = rec
             log(f"{run_name}: {tps:.0f} tok/s, MFU {rec['mfu']}, {wall:.0f} s wall")
+        runs = results["runs"]
+        plain, forced = runs.get(f"ours_{shape_name}_gpu", {}), runs.get(f"ours_{shape_name}_gpu_forced", {})
+        if plain.get("median_step_s") and forced.get("median_step_s"):
+            runs[f"exposed_comm_{shape_name}"] = {
+                "step_s_with_collectives": forced["median_step_s"], "step_s_collectives_skipped": plain["median_step_s"],
+                "exposed_comm_s": forced["median_step_s"] - plain["median_step_s"],
+                "exposed_comm_fraction": (forced["median_step_s"] - plain["median_step_s"]) / forced["median_step_s"]}
+        est = runs.get(f"estimate_{shape_name}_gpu", {})
+        if plain.get("gpu_peak_allocated_bytes") and est.get("device_total_bytes"):
+            runs[f"memory_vs_plan_{shape_name}"] = {
+                "measured_peak_allocated_bytes": plain["gpu_peak_allocated_bytes"],
+                "planned_device_bytes": est["device_total_bytes"],
+                "measured_over_planned": plain["gpu_peak_allocated_bytes"] / est["device_total_bytes"]}
         for mode in ("gpu", "offload"):
             o, t = results["runs"].get(f"ours_{shape_name}_{mode}", {}), results["runs"].get(f"torch_{shape_name}_{mode}", {})
             if o.get("tokens_per_s") and t.get("tokens_per_s"):
                 results["runs"][f"ratio_{shape_name}_{mode}"] = {"tokens_per_s": o["tokens_per_s"] / t["tokens_per_s"]}
+    results["tests"] = read_figures(args.figures)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1))
     log(f"wrote {args.out}")
+
+
+def read_figures(path):
+    """The `[gpu-figures] {...}` lines the gpu-labelled tests print (ctest log), merged."""
+    figures = {}
+    if path and Path(path).exists():
+        for line in Path(path).read_text(errors="replace").splitlines():
+            at = line.find("[gpu-figures] ")
+            if at >= 0:
+                try:
+                    figures.update(json.loads(line[at + len("[gpu-figures] "):]))
+                except json.JSONDecodeError:
+                    figures.setdefault("unparsed", []).append(line[at:])
+    return figures
 
 
 def plan(args):
@@ -205,6 +253,8 @@ def main():
         r.add_argument("--batch_1b", type=int, default=4)
         r.add_argument("--batch_7b", type=int, default=2)
         r.add_argument("--budget_s", type=int, default=300)
+        r.add_argument("--comm_shape", default="1b", help="shape of the forced-collective and estimate-memory runs")
+        r.add_argument("--figures", default="", help="JSON lines of figures from the gpu tests, merged into --out")
     args = ap.parse_args()
     {"prepare": prepare, "run": run, "plan": plan}[args.cmd](args)
 

@@ -5,9 +5,14 @@
 #   1. unpack the Debian packages prepared by scripts/prepare_gpu_check.sh (.deps/gpu_check/debs)
 #      into a private prefix with dpkg -x (never into /), relocating pkg-config files and Open MPI
 #   2. configure + build against that machine's torch (alpaca-train and the gpu-labelled tests)
-#   3. ctest -L gpu
+#   3. ctest -L gpu: the NCCL collectives, and the FSDP engine on the GPU with the collectives
+#      forced at world 1 (fsdp_config force_collectives: every all-gather/reduce-scatter really goes
+#      through NCCL); fp32 CUDA vs fp32 CPU, bf16 + offload + checkpointing vs fp32 CPU per
+#      parameter; host synchronisations per optimizer step (util/host_sync.h)
 #   4. one-rank NCCL training of ~1B and 7B LLaMA shapes (bf16, seq 2048, activation checkpointing,
-#      with and without offload) with alpaca-train and PyTorch FSDP2: tokens/s, MFU, peak memory
+#      with and without offload) with alpaca-train and PyTorch FSDP2: tokens/s, MFU, peak memory;
+#      for 1B also the exposed communication time (forced collectives vs skipped), the planner's
+#      memory (estimate-memory --json) vs the measured peak, host syncs per step
 # Results: $OUT/gpu_check.json (when OUT is set; else build-gpu/gpu_check.json), logs beside it.
 #
 #   bash scripts/gpu_check.sh              # GPU present: does it all; no GPU: dry run
@@ -119,7 +124,8 @@ if ((DRY)) || [[ ${HAS_GPU:-False} != True ]]; then
   would "ninja -C $BUILD alpaca-train <the gpu-labelled test executables>"
   would "ctest --test-dir $BUILD -L gpu --output-on-failure"
   "$PY" bench/gpu_bench.py plan --bin "$BUILD/alpaca-train" --data "$DEPS/data" --work /tmp/alpaca_gpu_bench
-  would "$PY bench/gpu_bench.py run ... --out $RESULTS/gpu_check.json  (whatever of the $BUDGET_S s budget is left)"
+  would "$PY bench/gpu_bench.py run ... --out $RESULTS/gpu_check.json --figures $RESULTS/ctest_gpu.log  (whatever of the $BUDGET_S s budget is left)"
+  say "the gpu tests print [gpu-figures] lines (per-parameter bf16+offload+checkpointing vs fp32 CPU, host syncs per step) that the JSON collects"
   if ((${#PROBLEMS[@]})); then say "dry run: ${#PROBLEMS[@]} problem(s):"; printf '  - %s\n' "${PROBLEMS[@]}"; exit 1; fi
   say "dry run: every prerequisite is present; on a GPU machine this script does the steps above"
   exit 0
@@ -140,6 +146,6 @@ tail -15 "$RESULTS/ctest_gpu.log"
 LEFT=$(( BUDGET_S - $(elapsed) ))
 say "4. training benchmarks with ${LEFT} s left"
 "$PY" bench/gpu_bench.py run --bin "$BUILD/alpaca-train" --data "$DEPS/data" --work /tmp/alpaca_gpu_bench \
-  --out "$RESULTS/gpu_check.json" --budget_s "$LEFT" 2>&1 | tee "$RESULTS/gpu_bench.log" || STATUS=1
+  --out "$RESULTS/gpu_check.json" --budget_s "$LEFT" --figures "$RESULTS/ctest_gpu.log" 2>&1 | tee "$RESULTS/gpu_bench.log" || STATUS=1
 say "done in $(elapsed) s; results in $RESULTS/gpu_check.json"
 exit $STATUS

@@ -1,11 +1,31 @@
-// The NCCL backend for CUDA tensors. Each communicator owns one communication stream (NCCL needs
-// one issue order per communicator): a collective makes that stream wait on an event of the
-// caller's current stream, enqueues the NCCL call, and records an end event; wait() makes the
-// caller's current stream wait on it, so the host never blocks in the hot path. A watchdog thread
-// polls the end events and ncclCommGetAsyncError: on an error or a collective older than the
-// timeout it aborts the NCCL communicator and ends the process naming the collective (MPI_Abort
-// under MPI; otherwise exit code 1, like PyTorch's TORCH_NCCL_ASYNC_ERROR_HANDLING=1, because a
-// watchdog thread cannot throw into the thread that is blocked on the aborted work).
+// The NCCL backend for CUDA tensors. Each communicator has two lanes, one per direction, so a
+// backward-prefetch all-gather never queues behind the previous unit's reduce-scatter: the gather
+// lane (all_gather_into, broadcast) and the reduce lane (reduce_scatter, all_reduce, barrier).
+// A lane is an NCCL communicator of its own (the gather one split from the reduce one; NCCL needs
+// one issue order per communicator) with its own high-priority stream. A collective makes the
+// lane's stream wait on an event of the caller's current stream, enqueues the NCCL call, and
+// records an end event; wait() makes the caller's current stream wait on it, so the host never
+// blocks in the hot path. barrier() is the exception: its wait() blocks the host until every rank
+// arrived (checkpoint sealing relies on host ordering). Every rank issues the collectives of both
+// lanes in the same program order (the FSDP engine is deterministic), which is what two NCCL
+// communicators on one device need to make progress together.
+//
+// Memory: the tensors of a collective are kept alive by its Work until the caller's stream was
+// ordered after the end event (wait() on the stream that issued it), or the watchdog saw the end
+// event complete; then they are released, and the caching allocator may hand the blocks to the
+// caller's stream again, which is ordered after the collective. No record_stream: blocks return as
+// soon as the order is known, so peak memory is what the engine's own lifetimes say.
+//
+// Creation is bounded by --ddp_timeout: communicators are nonblocking (config.blocking = 0), every
+// NCCL call that answers ncclInProgress is polled with ncclCommGetAsyncError until it settles or
+// the deadline passes; then the communicator is aborted (ncclCommAbort) and the error names what
+// timed out. A watchdog thread polls the end events and ncclCommGetAsyncError: on an error or a
+// collective older than the timeout it aborts the NCCL communicators and ends the process naming
+// the collective: MPI_Abort when MPI runs with MPI_THREAD_MULTIPLE (any thread may call MPI then);
+// under a lower thread level a non-main thread may not call MPI at all, so it exits with code 1
+// without MPI (mpirun and srun end the whole job when a rank exits non-zero without finalizing),
+// like PyTorch's TORCH_NCCL_ASYNC_ERROR_HANDLING=1, because a watchdog thread cannot throw into
+// the thread that is blocked on the aborted work.
 #include <nccl.h>
 
 #include <ATen/cuda/CUDAEvent.h>  // defines: at::cuda::CUDAEvent
@@ -21,11 +41,13 @@
 #include <deque>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
 
 #include "alpaca/util/error.h"
+#include "alpaca/util/host_sync.h"
 #include "mpi_include.h"
 #include "runtime_internal.h"
 
@@ -104,33 +126,124 @@ ncclUniqueId exchange_unique_id(int rank, const std::string& store_key, std::chr
   return id;
 }
 
-class NcclCommunicator;
+// Nonblocking NCCL: a call that answers ncclInProgress leaves `comm` busy until
+// ncclCommGetAsyncError reports something else. Polls (spinning briefly, then sleeping) until the
+// call settles or `deadline` passes; returns the settled result, or ncclInProgress on expiry.
+ncclResult_t settle(ncclComm_t comm, ncclResult_t rc, Clock::time_point deadline) {
+  for (int spins = 0; rc == ncclInProgress; ++spins) {
+    if (Clock::now() > deadline) return ncclInProgress;
+    if (spins < 1000) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+    if (q != ncclSuccess) return q;
+    rc = state;
+  }
+  return rc;
+}
 
-// A collective in flight: its end event on the communication stream and the tensors it uses.
+// What a communicator creation that did not settle says: a timeout names the deadline and the
+// likely causes, an error NCCL's own words.
+std::string creation_failure(const std::string& what, ncclResult_t rc, std::chrono::milliseconds timeout) {
+  std::ostringstream os;
+  if (rc == ncclInProgress) {
+    os << what << " did not complete within " << timeout.count() / 1000.0
+       << " s (--ddp_timeout); a rank is missing, started late, or cannot reach its peers (check that every rank "
+          "was started, and NCCL_SOCKET_IFNAME / the network between the nodes)";
+  } else {
+    os << what << " failed: " << ncclGetErrorString(rc) << " " << ncclGetLastError(nullptr);
+  }
+  return os.str();
+}
+
+ncclConfig_t nonblocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+// A collective in flight: its end event on the lane's stream, the stream it was issued from, and
+// the tensors it reads and writes, kept alive until their reuse is ordered after it.
+struct Inflight {
+  Inflight(std::shared_ptr<at::cuda::CUDAEvent> e, std::string w, Clock::time_point d, std::vector<at::Tensor> k,
+           c10::cuda::CUDAStream s)
+      : end(std::move(e)), what(std::move(w)), deadline(d), issued_on(s), keep(std::move(k)) {}
+  void release() {
+    std::vector<at::Tensor> drop;
+    std::lock_guard<std::mutex> lock(mu);
+    drop.swap(keep);
+  }
+  std::shared_ptr<at::cuda::CUDAEvent> end;
+  std::string what;
+  Clock::time_point deadline;
+  c10::cuda::CUDAStream issued_on;
+  std::mutex mu;
+  std::vector<at::Tensor> keep;
+};
+
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<at::cuda::CUDAEvent> end, std::string what)
-      : end_(std::move(end)), what_(std::move(what)) {}
+  NcclWork(std::shared_ptr<Inflight> inflight, bool host_blocking)
+      : inflight_(std::move(inflight)), host_blocking_(host_blocking) {}
   void wait() override {
-    // Stream-ordered: the caller's current stream waits; the host does not.
-    end_->block(c10::cuda::getCurrentCUDAStream(end_->device_index()));
+    const c10::DeviceIndex dev = inflight_->end->device_index();
+    c10::cuda::CUDAGuard guard(dev);
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(dev);
+    if (host_blocking_) {
+      // The host waits (bounded by the watchdog, which ends the process past the timeout).
+      WaitScope scope(inflight_->what);
+      util::count_host_sync();
+      for (int spins = 0; !inflight_->end->query(); ++spins) {
+        if (spins < 1000) {
+          std::this_thread::yield();
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+      }
+    } else {
+      // Stream-ordered: the caller's current stream waits; the host does not.
+      inflight_->end->block(current);
+    }
+    // Reuse of the tensors' blocks by the issuing stream is now ordered after the collective.
+    if (host_blocking_ || current == inflight_->issued_on) inflight_->release();
   }
 
  private:
-  std::shared_ptr<at::cuda::CUDAEvent> end_;
-  std::string what_;
+  std::shared_ptr<Inflight> inflight_;
+  bool host_blocking_;
 };
 
-class NcclCommunicator final : public Communicator, public std::enable_shared_from_this<NcclCommunicator> {
+enum LaneId { kGatherLane = 0, kReduceLane = 1 };
+
+class NcclCommunicator final : public Communicator {
  public:
+  // Takes ownership of `comm` (settled), and splits the gather lane's communicator off it
+  // (collective over `comm`, like the constructor's callers).
   NcclCommunicator(ncclComm_t comm, int device, const CommOptions& options, std::string name)
-      : comm_(comm),
-        device_(device),
-        options_(options),
-        name_(std::move(name)),
-        stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, static_cast<c10::DeviceIndex>(device))) {
-    ALPACA_NCCL_CHECK(ncclCommUserRank(comm_, &rank_), "nccl communicator " << name_);
-    ALPACA_NCCL_CHECK(ncclCommCount(comm_, &world_), "nccl communicator " << name_);
+      : device_(device), options_(options), name_(std::move(name)) {
+    lanes_[kReduceLane].comm = comm;
+    for (auto& lane : lanes_)
+      lane.stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, static_cast<c10::DeviceIndex>(device));
+    ALPACA_NCCL_CHECK(ncclCommUserRank(comm, &rank_), "nccl communicator " << name_);
+    ALPACA_NCCL_CHECK(ncclCommCount(comm, &world_), "nccl communicator " << name_);
+    ncclComm_t gather = nullptr;
+    ncclConfig_t config = nonblocking_config();
+    const auto deadline = deadline_after(options_.timeout);
+    {
+      WaitScope scope("ncclCommSplit of the all-gather lane of nccl communicator " + name_);
+      ncclResult_t rc = ncclCommSplit(comm, 0, rank_, &gather, &config);
+      rc = settle(gather != nullptr ? gather : comm, rc, deadline);
+      if (rc != ncclSuccess) {
+        if (gather != nullptr) ncclCommAbort(gather);
+        ncclCommAbort(comm);
+        fail_collective(creation_failure("ncclCommSplit (the all-gather lane of nccl communicator " + name_ + ")", rc,
+                                         options_.timeout));
+      }
+    }
+    lanes_[kGatherLane].comm = gather;
     watchdog_ = std::thread([this] { watch(); });
   }
 
@@ -141,9 +254,16 @@ class NcclCommunicator final : public Communicator, public std::enable_shared_fr
     }
     cv_.notify_all();
     if (watchdog_.joinable()) watchdog_.join();
-    if (!aborted_) {
-      ncclCommFinalize(comm_);
-      ncclCommDestroy(comm_);
+    if (aborted_) return;
+    const auto deadline = deadline_after(options_.timeout);
+    for (auto& lane : lanes_) {
+      if (lane.comm == nullptr) continue;
+      // Finalize flushes what was issued; past the timeout the communicator is aborted instead.
+      if (settle(lane.comm, ncclCommFinalize(lane.comm), deadline) == ncclSuccess) {
+        ncclCommDestroy(lane.comm);
+      } else {
+        ncclCommAbort(lane.comm);
+      }
     }
   }
 
@@ -162,8 +282,8 @@ class NcclCommunicator final : public Communicator, public std::enable_shared_fr
     ALPACA_CHECK(out.numel() == in.numel() * world_, op << ": out has " << out.numel() << " elements, expected world "
                                                         << world_ << " x in " << in.numel());
     // In place (in == out + rank*n) is NCCL's own in-place form.
-    return enqueue(label(op, in), {out, in}, [&](cudaStream_t s) {
-      return ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in.scalar_type(), op), comm_, s);
+    return enqueue(kGatherLane, label(op, in), {out, in}, [&](ncclComm_t c, cudaStream_t s) {
+      return ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in.scalar_type(), op), c, s);
     });
   }
 
@@ -176,9 +296,9 @@ class NcclCommunicator final : public Communicator, public std::enable_shared_fr
                                                            << in.scalar_type());
     ALPACA_CHECK(in.numel() == out.numel() * world_, op << ": in has " << in.numel() << " elements, expected world "
                                                         << world_ << " x out " << out.numel());
-    return enqueue(label(op, in, r), {out, in}, [&](cudaStream_t s) {
+    return enqueue(kReduceLane, label(op, in, r), {out, in}, [&](ncclComm_t c, cudaStream_t s) {
       return ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(in.scalar_type(), op),
-                               nccl_op(r), comm_, s);
+                               nccl_op(r), c, s);
     });
   }
 
@@ -187,13 +307,13 @@ class NcclCommunicator final : public Communicator, public std::enable_shared_fr
     check(t, op, "t");
     at::Tensor buf = t.contiguous();
     return enqueue(
-        label(op, t, r), {t, buf},
-        [&](cudaStream_t s) {
+        kReduceLane, label(op, t, r), {t, buf},
+        [&](ncclComm_t c, cudaStream_t s) {
           return ncclAllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), nccl_type(buf.scalar_type(), op),
-                               nccl_op(r), comm_, s);
+                               nccl_op(r), c, s);
         },
         [&] {
-          if (!buf.is_same(t)) t.copy_(buf);  // on the communication stream, after the reduction
+          if (!buf.is_same(t)) t.copy_(buf);  // on the lane's stream, after the reduction
         });
   }
 
@@ -203,10 +323,10 @@ class NcclCommunicator final : public Communicator, public std::enable_shared_fr
     ALPACA_CHECK(root >= 0 && root < world_, op << ": root " << root << " is outside the " << world_ << " ranks");
     at::Tensor buf = t.contiguous();
     return enqueue(
-        label(op, t) + " from rank " + std::to_string(root), {t, buf},
-        [&](cudaStream_t s) {
-          return ncclBroadcast(buf.data_ptr(), buf.data_ptr(), buf.numel(), nccl_type(buf.scalar_type(), op), root,
-                               comm_, s);
+        kGatherLane, label(op, t) + " from rank " + std::to_string(root), {t, buf},
+        [&](ncclComm_t c, cudaStream_t s) {
+          return ncclBroadcast(buf.data_ptr(), buf.data_ptr(), buf.numel(), nccl_type(buf.scalar_type(), op), root, c,
+                               s);
         },
         [&] {
           if (!buf.is_same(t)) t.copy_(buf);
@@ -214,24 +334,42 @@ class NcclCommunicator final : public Communicator, public std::enable_shared_fr
   }
 
   WorkHandle barrier() override {
-    // NCCL has no barrier: a one-element all-reduce orders every rank's stream the same way.
+    // NCCL has no barrier: a one-element all-reduce every rank must join, and wait() blocks the
+    // host until it completed here, i.e. until every rank has issued it.
     at::Tensor one = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device()));
-    return enqueue(label("barrier"), {one}, [&](cudaStream_t s) {
-      return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32, ncclSum, comm_, s);
-    });
+    return enqueue(
+        kReduceLane, label("barrier"), {one},
+        [&](ncclComm_t c, cudaStream_t s) { return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32, ncclSum, c, s); },
+        [] {}, /*host_blocking=*/true);
   }
 
   std::shared_ptr<Communicator> split(int color, int key) override {
     check_healthy("split");
+    ncclComm_t parent = lanes_[kReduceLane].comm;
     ncclComm_t sub = nullptr;
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    ALPACA_NCCL_CHECK(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, &config),
-                      "split(color " << color << ", key " << key << ") of nccl communicator " << name_);
+    ncclConfig_t config = nonblocking_config();
+    const std::string what = "ncclCommSplit(color " + std::to_string(color) + ", key " + std::to_string(key) +
+                             ") of nccl communicator " + name_;
+    {
+      WaitScope scope(what);
+      ncclResult_t rc = ncclCommSplit(parent, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, &config);
+      rc = settle(sub != nullptr ? sub : parent, rc, deadline_after(options_.timeout));
+      if (rc != ncclSuccess) {
+        if (sub != nullptr) ncclCommAbort(sub);
+        fail_collective(creation_failure(what, rc, options_.timeout));
+      }
+    }
     if (color < 0 || sub == nullptr) return nullptr;
     return std::make_shared<NcclCommunicator>(sub, device_, options_, name_ + "/split(" + std::to_string(color) + ")");
   }
 
  private:
+  struct Lane {
+    ncclComm_t comm = nullptr;
+    std::optional<c10::cuda::CUDAStream> stream;  // set by the constructor
+    std::deque<std::shared_ptr<Inflight>> pending;
+  };
+
   void check(const at::Tensor& t, const char* op, const char* name) const {
     ALPACA_CHECK(t.defined() && t.is_cuda() && t.device().index() == device_,
                  op << ": " << name << " must be a CUDA tensor on cuda:" << device_ << " for the nccl backend, got "
@@ -252,83 +390,105 @@ class NcclCommunicator final : public Communicator, public std::enable_shared_fr
   }
 
   template <class Launch, class After = void (*)()>
-  WorkHandle enqueue(const std::string& what, std::initializer_list<at::Tensor> tensors, Launch launch,
-                     After after = [] {}) {
+  WorkHandle enqueue(LaneId id, const std::string& what, std::vector<at::Tensor> keep, Launch launch,
+                     After after = [] {}, bool host_blocking = false) {
     check_healthy(what.c_str());
+    Lane& lane = lanes_[id];
     c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device_));
-    auto compute = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
-    // The inputs were produced on the caller's stream: the communication stream waits for them.
+    const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
+    // The inputs were produced on the caller's stream: the lane's stream waits for them.
     at::cuda::CUDAEvent ready;
     ready.record(compute);
-    ready.block(stream_);
+    ready.block(*lane.stream);
+    const auto deadline = deadline_after(options_.timeout);
     {
-      c10::cuda::CUDAStreamGuard stream_guard(stream_);
-      ALPACA_NCCL_CHECK(launch(stream_.stream()), what);
+      c10::cuda::CUDAStreamGuard stream_guard(*lane.stream);
+      ncclResult_t rc = settle(lane.comm, launch(lane.comm, lane.stream->stream()), deadline);
+      if (rc == ncclInProgress) {
+        abort_all(what + " could not be enqueued within the timeout (--ddp_timeout)");
+        fail_collective(what + " could not be enqueued within the timeout (--ddp_timeout); NCCL stayed busy");
+      }
+      ALPACA_CHECK(rc == ncclSuccess, what << " failed in NCCL: " << ncclGetErrorString(rc) << " "
+                                           << ncclGetLastError(nullptr));
       after();
     }
-    // The caching allocator must not hand these blocks to the caller's stream before we are done.
-    for (const auto& t : tensors) t.record_stream(stream_);
     auto end = std::make_shared<at::cuda::CUDAEvent>();
-    end->record(stream_);
+    end->record(*lane.stream);
+    auto inflight = std::make_shared<Inflight>(end, what, deadline, std::move(keep), compute);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      pending_.push_back({end, what, deadline_after(options_.timeout)});
+      lane.pending.push_back(inflight);
     }
     cv_.notify_all();
-    return std::make_shared<NcclWork>(end, what);
+    return std::make_shared<NcclWork>(inflight, host_blocking);
   }
 
-  // Polls pending collectives: completion, NCCL async errors, deadlines.
+  // Aborts both lanes' NCCL communicators once (any thread); later calls are refused.
+  void abort_all(const std::string& reason) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_) return;
+      aborted_ = true;
+      abort_reason_ = reason;
+    }
+    for (auto& lane : lanes_)
+      if (lane.comm != nullptr) ncclCommAbort(lane.comm);
+  }
+
+  // Polls pending collectives: completion (releasing their tensors), NCCL async errors, deadlines.
   void watch() {
     c10::cuda::CUDAGuard device_guard(static_cast<c10::DeviceIndex>(device_));
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::milliseconds(100));
-      while (!pending_.empty() && pending_.front().end->query()) pending_.pop_front();
-      ncclResult_t async_err = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async_err);
+      std::vector<std::shared_ptr<Inflight>> done;
       std::string failure;
-      if (async_err != ncclSuccess && async_err != ncclInProgress) {
-        failure = (pending_.empty() ? std::string("a collective") : pending_.front().what) + " failed in NCCL: " +
-                  ncclGetErrorString(async_err);
-      } else if (!pending_.empty() && Clock::now() > pending_.front().deadline) {
-        failure = pending_.front().what +
-                  " did not complete within the timeout (--ddp_timeout); a peer rank is dead, stuck, or called the "
-                  "collectives in a different order";
+      for (auto& lane : lanes_) {
+        while (!lane.pending.empty() && lane.pending.front()->end->query()) {
+          done.push_back(std::move(lane.pending.front()));
+          lane.pending.pop_front();
+        }
+        if (!failure.empty() || lane.comm == nullptr) continue;
+        ncclResult_t async_err = ncclSuccess;
+        ncclCommGetAsyncError(lane.comm, &async_err);
+        if (async_err != ncclSuccess && async_err != ncclInProgress) {
+          failure = (lane.pending.empty() ? std::string("a collective") : lane.pending.front()->what) +
+                    " failed in NCCL: " + ncclGetErrorString(async_err);
+        } else if (!lane.pending.empty() && Clock::now() > lane.pending.front()->deadline) {
+          failure = lane.pending.front()->what +
+                    " did not complete within the timeout (--ddp_timeout); a peer rank is dead, stuck, or called the "
+                    "collectives in a different order";
+        }
       }
+      lock.unlock();
+      for (auto& d : done) d->release();  // deallocation outside the lock
+      done.clear();
       if (!failure.empty()) {
-        aborted_ = true;
-        abort_reason_ = failure;
-        lock.unlock();
-        ncclCommAbort(comm_);
+        abort_all(failure);
         fail_from_watchdog(failure);
       }
+      lock.lock();
     }
   }
 
   [[noreturn]] static void fail_from_watchdog(const std::string& msg) {
     std::cerr << "alpaca-train [rank " << launch_info().rank << "]: error: " << msg << std::endl;
-    if (mpi_active()) MPI_Abort(MPI_COMM_WORLD, 1);
+    // MPI_Abort from this (non-main) thread is legal only under MPI_THREAD_MULTIPLE; otherwise the
+    // exit status alone ends the job (mpirun/srun kill the other ranks of a job whose rank exits
+    // non-zero without MPI_Finalize).
+    if (mpi_active() && mpi_thread_multiple()) MPI_Abort(MPI_COMM_WORLD, 1);
     std::_Exit(1);
   }
 
-  struct Pending {
-    std::shared_ptr<at::cuda::CUDAEvent> end;
-    std::string what;
-    Clock::time_point deadline;
-  };
-
-  ncclComm_t comm_;
   int device_;
   CommOptions options_;
   std::string name_;
-  c10::cuda::CUDAStream stream_;
+  Lane lanes_[2];
   int rank_ = 0;
   int world_ = 1;
   uint64_t seq_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Pending> pending_;
   bool stop_ = false;
   bool aborted_ = false;
   std::string abort_reason_;
@@ -357,9 +517,16 @@ std::shared_ptr<Communicator> make_nccl_communicator(const CommOptions& options)
   ncclUniqueId id = exchange_unique_id(li.rank, key, options.timeout);
   ncclComm_t comm = nullptr;
   {
-    WaitScope scope("ncclCommInitRank (make_communicator)");
-    ALPACA_NCCL_CHECK(ncclCommInitRank(&comm, li.world_size, id, li.rank),
-                      "make_communicator(nccl) on cuda:" << li.local_rank);
+    const std::string what = "ncclCommInitRank (make_communicator: rank " + std::to_string(li.rank) + " of " +
+                             std::to_string(li.world_size) + " on cuda:" + std::to_string(li.local_rank) + ")";
+    WaitScope scope(what);
+    ncclConfig_t config = nonblocking_config();
+    ncclResult_t rc = ncclCommInitRankConfig(&comm, li.world_size, id, li.rank, &config);
+    if (comm != nullptr) rc = settle(comm, rc, deadline_after(options.timeout));
+    if (rc != ncclSuccess) {
+      if (comm != nullptr) ncclCommAbort(comm);
+      fail_collective(creation_failure(what, rc, options.timeout));
+    }
   }
   return std::make_shared<NcclCommunicator>(comm, li.local_rank, options, "world");
 }

@@ -281,6 +281,8 @@ bool mpi_progress_thread() {
   return enabled && state().mpi_thread_level >= MPI_THREAD_MULTIPLE;
 }
 
+bool mpi_thread_multiple() { return state().mpi_thread_level >= MPI_THREAD_MULTIPLE; }
+
 void check_mpi_thread(const char* op) {
   State& s = state();
   if (s.mpi_thread_level >= MPI_THREAD_MULTIPLE) return;

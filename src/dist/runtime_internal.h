@@ -25,6 +25,9 @@ bool mpi_progress_thread();
 void stop_mpi_progress();
 // Throws unless the calling thread may call MPI (FUNNELED/SERIALIZED: only the init thread).
 void check_mpi_thread(const char* op);
+// True when MPI runs with MPI_THREAD_MULTIPLE, so any thread (e.g. the NCCL watchdog) may call
+// MPI_Abort; below it only the init thread may call MPI at all.
+bool mpi_thread_multiple();
 
 // The torchrun-style rendezvous store (rank 0 hosts it), made on first use; its operations are
 // bounded by `timeout`. For a world of one it is an in-process store.

@@ -4,6 +4,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>  // defines: at::detail::getDefaultCPUGenerator
 #include <ATen/Context.h>           // defines: at::globalContext().defaultGenerator
+#include <c10/core/impl/VirtualGuardImpl.h>  // defines: c10::impl::VirtualGuardImpl
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
@@ -16,6 +17,7 @@
 
 #include "alpaca/dist/communicator.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/host_sync.h"
 #include "alpaca/util/log.h"
 #include "engine_impl.h"
 
@@ -215,7 +217,7 @@ void FsdpEngine::Impl::setup_comms() {
   }
   shard_world = shard_comm ? shard_comm->world_size() : 1;
   shard_rank = shard_comm ? shard_comm->rank() : 0;
-  if (replicate_comm && replicate_comm->world_size() == 1) replicate_comm.reset();
+  if (replicate_comm && replicate_comm->world_size() == 1 && !policy.force_collectives) replicate_comm.reset();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -227,8 +229,8 @@ bool FsdpEngine::Impl::reshard_after_forward() const {
 
 void FsdpEngine::Impl::gather_flat(Unit& unit, FlatParameter& flat) {
   flat.alloc_full();
-  at::Tensor lp = flat.shard().to(device, policy.param_dtype, /*non_blocking=*/flat.shard().is_pinned());
-  if (shard_world == 1) {
+  at::Tensor lp = shard_on_device(unit, flat);
+  if (!communicate_shards()) {
     flat.full().copy_(lp);
     return;
   }
@@ -278,6 +280,43 @@ void FsdpEngine::Impl::prefetch(int u) {
   // limit_all_gathers: a prefetch may not make a third unit resident; it then happens on demand.
   if (policy.limit_all_gathers && num_unsharded >= 2) return;
   unshard(u, /*wait=*/false);
+}
+
+at::Tensor FsdpEngine::Impl::shard_on_device(Unit& unit, FlatParameter& flat) {
+  const at::Tensor& shard = flat.shard();
+  if (!shard.is_cpu() || device.is_cpu()) return shard.to(device, policy.param_dtype);
+  // Offload to a device. A copy that also changed the dtype would convert on the CPU into a
+  // pageable temporary, which makes it synchronous (and the prefetch serial): copies start from
+  // pinned memory in param_dtype, non_blocking.
+  if (shard.scalar_type() == policy.param_dtype || !shard.is_pinned() || &flat != unit.train.get()) {
+    // Already in param_dtype (frozen shards, fp32 training), or unpinned: as stored, cast on the device.
+    return shard.to(device, /*non_blocking=*/shard.is_pinned()).to(policy.param_dtype);
+  }
+  if (!unit.staging.defined() || unit.staged_version != shard._version()) {
+    if (unit.copied && !unit.copied->query()) {  // never rewrite what a copy still reads
+      util::count_host_sync();
+      unit.copied->synchronize();
+    }
+    if (!unit.staging.defined())
+      unit.staging = at::empty(shard.sizes(), shard.options().dtype(policy.param_dtype).pinned_memory(true));
+    unit.staging.copy_(shard);  // the cast, once per optimizer step (or load), on the host
+    unit.staged_version = shard._version();
+  }
+  at::Tensor out = unit.staging.to(device, /*non_blocking=*/true);
+  if (!unit.copied) unit.copied.emplace(device.type());
+  c10::impl::VirtualGuardImpl guard(device.type());
+  unit.copied->record(guard.getStream(device));
+  return out;
+}
+
+void FsdpEngine::Impl::drain_host_grads(bool wait) {
+  if (wait && !host_grads.empty()) util::count_host_sync();  // one wait: the copies are stream-ordered
+  while (!host_grads.empty() && (wait || host_grads.front().copied.query())) {
+    HostGrad& h = host_grads.front();
+    if (wait) h.copied.synchronize();
+    h.grad.add_(h.staging);
+    host_grads.pop_front();
+  }
 }
 
 void FsdpEngine::Impl::add_bytes(int64_t delta) {
@@ -401,7 +440,7 @@ void FsdpEngine::Impl::issue_reduce(int u) {
   p.unit = u;
   p.flat = unit.flat_grad;
   unit.flat_grad = at::Tensor();
-  if (shard_world > 1) {
+  if (communicate_shards()) {
     p.out = at::empty({unit.train->shard_info().shard_numel}, p.flat.options());
     if (!probe) p.work = shard_comm->reduce_scatter(p.out, p.flat, dist::ReduceOp::kSum);
   } else {
@@ -420,7 +459,19 @@ void FsdpEngine::Impl::flush_reduce() {
     at::Tensor staged = p.out.to(grad.device(), at::kFloat);  // the same copy, not accumulated
   } else {
     if (replicate_comm) replicate_comm->all_reduce(p.out, dist::ReduceOp::kSum)->wait();
-    grad.add_(p.out.to(grad.device(), at::kFloat));
+    if (grad.is_cpu() && !p.out.is_cpu()) {
+      // Offload: cast on the device, copy into pinned memory without a host wait, add on the host
+      // when the copy is known complete (drain_host_grads), in reduction order.
+      drain_host_grads(/*wait=*/false);
+      const at::Tensor g32 = p.out.to(at::kFloat);
+      HostGrad h{c10::Event(device.type()), at::empty(g32.sizes(), grad.options().pinned_memory(true)), grad};
+      h.staging.copy_(g32, /*non_blocking=*/true);
+      c10::impl::VirtualGuardImpl guard(device.type());
+      h.copied.record(guard.getStream(device));
+      host_grads.push_back(std::move(h));
+    } else {
+      grad.add_(p.out.to(grad.device(), at::kFloat));
+    }
   }
   add_bytes(-p.flat.nbytes());
 }
@@ -430,6 +481,9 @@ void FsdpEngine::Impl::finish_backward() {
   for (int u = num_layers; u >= 0; --u)
     if (units[u].flat_grad.defined() && !units[u].reduced) post_backward(u);
   flush_reduce();
+  // Offload: the host gradient shards are complete when backward returns (the CPU optimizer and
+  // the clipping read them): one host synchronisation per backward, none per unit.
+  drain_host_grads(/*wait=*/true);
   for (int u = 0; u <= num_layers; ++u) {
     reshard(u);
     units[u].reduced = false;
@@ -440,6 +494,10 @@ void FsdpEngine::Impl::finish_backward() {
 }
 
 void FsdpEngine::Impl::abandon() {
+  if (!host_grads.empty()) {  // copies in flight write into staging we hold: let them land, drop them
+    host_grads.back().copied.synchronize();
+    host_grads.clear();
+  }
   if (pending) {
     if (pending->work) pending->work->wait();  // never free a buffer a collective still uses
     add_bytes(-pending->flat.nbytes());

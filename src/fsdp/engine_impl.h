@@ -2,6 +2,9 @@
 // export). Units 0..num_layers-1 are decoder layers; unit num_layers is the root.
 #pragma once
 
+#include <c10/core/Event.h>  // defines: c10::Event
+
+#include <deque>
 #include <optional>
 
 #include "alpaca/dist/communicator.h"
@@ -22,6 +25,12 @@ struct FsdpEngine::Impl {
     std::vector<char> got;                  // per trainable entry: gradient arrived this backward
     int64_t grads_in = 0;
     bool reduced = false;
+    // Offload to a GPU with a 16-bit param_dtype: the trainable fp32 shard cast once per change
+    // (its version counter moves when the optimizer or a load writes it) into pinned memory, the
+    // source of every copy to the device; `copied` orders rewriting it after the last copy.
+    at::Tensor staging;
+    int64_t staged_version = -1;
+    std::optional<c10::Event> copied;
     bool has_params() const { return train || frozen; }
     int64_t full_bytes() const;
   };
@@ -30,17 +39,31 @@ struct FsdpEngine::Impl {
     at::Tensor flat, out;
     dist::WorkHandle work;
   };
+  // A reduced gradient on its way to an offloaded (host) fp32 gradient shard: cast to fp32 on the
+  // device, copied asynchronously into pinned staging; added on the host once `copied` completed.
+  struct HostGrad {
+    c10::Event copied;
+    at::Tensor staging, grad;
+  };
 
   Impl(const FsdpModelParts& parts, std::shared_ptr<dist::Communicator> comm, const FsdpPolicy& policy);
 
   void setup_comms();
   bool reshard_after_forward() const;
+  // Gathers and reduce-scatters go through shard_comm: it shards (world > 1), or the policy forces
+  // the collective path at world 1 (force_collectives).
+  bool communicate_shards() const { return shard_comm && (shard_world > 1 || policy.force_collectives); }
   void gather_flat(Unit& unit, FlatParameter& flat);
   void unshard(int u, bool wait);
   void wait_gather(Unit& unit);
   void reshard(int u);
   void prefetch(int u);
   void add_bytes(int64_t delta);
+  // The shard of `flat` in param_dtype on the compute device (see gather_flat).
+  at::Tensor shard_on_device(Unit& unit, FlatParameter& flat);
+  // Adds the gradients whose copy to the host completed (all of them, waiting, when `wait`), in
+  // the order they were reduced, so the sums are those of a synchronous copy. Local.
+  void drain_host_grads(bool wait);
 
   at::Tensor forward(const std::function<at::Tensor()>& fn);
   at::Tensor run_layer(int64_t idx, const at::Tensor& hidden, std::function<at::Tensor(const at::Tensor&)> fn);
@@ -66,6 +89,7 @@ struct FsdpEngine::Impl {
   bool backward_started = false;
   bool probe = false;  // memory probe: allocate as usual, communicate nothing (set_memory_probe)
   std::optional<Pending> pending;
+  std::deque<HostGrad> host_grads;
 
   int num_unsharded = 0, peak_unsharded = 0;
   int64_t unsharded_bytes = 0, peak_bytes = 0;

@@ -23,7 +23,7 @@ std::vector<FlatParameter*> flats_of(Impl::Unit& unit) {
 // nothing is sharded, else an all-gather over the shard communicator. Collective.
 at::Tensor gather_fp32(Impl& impl, const at::Tensor& shard, int64_t padded_numel) {
   at::Tensor src = shard.to(impl.device, at::kFloat);
-  if (impl.shard_world == 1) return src;
+  if (!impl.communicate_shards()) return src;
   at::Tensor full = at::empty({padded_numel}, src.options());
   impl.shard_comm->all_gather_into(full, src.contiguous())->wait();
   return full;
@@ -127,7 +127,7 @@ at::Tensor FsdpEngine::gather_rows(const std::string& name, int64_t row_begin, i
             out.narrow(0, lo - begin, hi - lo)
                 .copy_(flat->shard().narrow(0, slice->shard_offset + (lo - slice->param_begin), hi - lo));
         }
-        if (impl.shard_world > 1) impl.shard_comm->all_reduce(out, dist::ReduceOp::kSum)->wait();
+        if (impl.communicate_shards()) impl.shard_comm->all_reduce(out, dist::ReduceOp::kSum)->wait();
         return out.view({row_end - row_begin, cols}).to(at::kCPU);
       }
     }

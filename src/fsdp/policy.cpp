@@ -161,12 +161,14 @@ void apply_config(const json& cfg, const std::string& origin, FsdpPolicy& p, boo
     } else if (key == "hybrid_shard_size") {  // alpaca-train extension
       ALPACA_CHECK(v.is_number_integer() && v.get<int>() > 0, origin << ": hybrid_shard_size must be a positive integer");
       p.hybrid_shard_size = v.get<int>();
+    } else if (key == "force_collectives") {  // alpaca-train extension: test/debug knob (policy.h)
+      p.force_collectives = as_bool(v, key, origin);
     } else {
       ALPACA_FAIL(origin << ": key '" << it.key() << "' is not supported by alpaca-train (accepted: "
                   "version, min_num_params=0, transformer_layer_cls_to_wrap, backward_prefetch, forward_prefetch, "
                   "limit_all_gathers, use_orig_params, sync_module_states, cpu_ram_efficient_loading, "
                   "activation_checkpointing, offload_params, sharding_strategy, state_dict_type, reduce_dtype, "
-                  "hybrid_shard_size)");
+                  "hybrid_shard_size, force_collectives)");
     }
   }
 }

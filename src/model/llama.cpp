@@ -6,6 +6,7 @@
 #include "alpaca/model/matmul.h"
 #include "alpaca/model/rope.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/host_sync.h"
 
 namespace alpaca::model {
 
@@ -56,12 +57,20 @@ LayerContext LlamaForCausalLMImpl::make_context(const at::Tensor& input_ids_bt, 
 
   // Like transformers, drop an all-ones padding mask so the fused causal kernel runs (and the
   // numbers match transformers', which takes the same shortcut).
-  const bool has_padding = attention_mask_bt.defined() && !attention_mask_bt.to(at::kBool).all().item<bool>();
+  // A mask given on the host (the trainer's collated batch) is checked there, at no cost, and then
+  // moved without a host wait; a mask already on the device costs a synchronisation to check.
+  at::Tensor mask_bt = attention_mask_bt;
+  bool has_padding = false;
+  if (mask_bt.defined()) {
+    if (!mask_bt.is_cpu()) util::count_host_sync();
+    has_padding = !mask_bt.to(at::kBool).all().item<bool>();
+    mask_bt = util::to_device_async(mask_bt, device);
+  }
   if (has_padding || segment_ids_bt.defined()) {
     auto bopts = at::TensorOptions().dtype(at::kBool).device(device);
     at::Tensor allow_b1tt = at::ones({t, t}, bopts).tril().view({1, 1, t, t});
-    if (attention_mask_bt.defined()) {
-      allow_b1tt = allow_b1tt & attention_mask_bt.to(at::kBool).view({b, 1, 1, t});
+    if (mask_bt.defined()) {
+      allow_b1tt = allow_b1tt & mask_bt.to(at::kBool).view({b, 1, 1, t});
     }
     if (segment_ids_bt.defined()) {
       ALPACA_CHECK(segment_ids_bt.sizes() == input_ids_bt.sizes(),

@@ -8,6 +8,7 @@
 
 #include "alpaca/model/matmul.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/host_sync.h"
 
 namespace alpaca::model {
 namespace {
@@ -29,10 +30,13 @@ LossSum causal_lm_loss_sum(const at::Tensor& logits_btv, const at::Tensor& label
                "loss: logits (B, T, V) and labels (B, T) disagree: " << logits_btv.sizes() << " vs "
                                                                      << labels_bt.sizes());
   const int64_t v = logits_btv.size(2);
-  const at::Tensor flat_labels = shifted_flat_labels(labels_bt, logits_btv.device());
+  // Counted where the labels are: on the host (a collated batch) without a device synchronisation.
+  const at::Tensor labels_here = shifted_flat_labels(labels_bt, labels_bt.device());
+  if (!labels_here.is_cpu()) util::count_host_sync();
+  const int64_t count = labels_here.ne(kIgnoreIndex).sum().item<int64_t>();
+  const at::Tensor flat_labels = util::to_device_async(labels_here, logits_btv.device());
   at::Tensor sum = at::cross_entropy_loss(logits_btv.to(at::kFloat).reshape({-1, v}), flat_labels, {},
                                           at::Reduction::Sum, kIgnoreIndex);
-  const int64_t count = flat_labels.ne(kIgnoreIndex).sum().item<int64_t>();
   return {sum, count};
 }
 
@@ -48,12 +52,12 @@ using torch::autograd::tensor_list;
 
 // Forward does the whole work (loss and, if needed, both gradients); backward scales.
 struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEntropy> {
-  // h_nd: (N, D) hidden rows; w_vd: (V, D); labels_n: int64 (N), shifted. Only rows with a label
+  // h_nd: (N, D) hidden rows; w_vd: (V, D); labels_n: int64 (N), shifted; rows: the indices of
+  // the rows with a label (int64, on h's device; their count is known on the host). Only those
   // are projected: an ignored row adds nothing to the loss and gets a zero gradient.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h_nd, const at::Tensor& w_vd,
-                            const at::Tensor& labels_n, int64_t chunk) {
+                            const at::Tensor& labels_n, const at::Tensor& rows, int64_t chunk) {
     const bool need_h = h_nd.requires_grad(), need_w = w_vd.requires_grad();
-    const at::Tensor rows = labels_n.ne(kIgnoreIndex).nonzero().squeeze(1);
     const int64_t n = rows.size(0);
     at::Tensor loss = at::zeros({}, h_nd.options().dtype(at::kFloat));
     at::Tensor grad_h = need_h ? at::zeros_like(h_nd) : at::Tensor();
@@ -99,7 +103,7 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
     ctx->saved_data.clear();
     if (grad_h.defined()) grad_h.mul_(g.to(grad_h.scalar_type()));
     if (grad_w.defined()) grad_w.mul_(g.to(grad_w.scalar_type()));
-    return {grad_h, grad_w, at::Tensor(), at::Tensor()};
+    return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -113,19 +117,28 @@ LossSum causal_lm_head_loss_sum(const at::Tensor& hidden_btd, const at::Tensor& 
                "loss: hidden (B, T, D), lm_head weight (V, D) and labels (B, T) disagree: "
                    << hidden_btd.sizes() << ", " << weight_vd.sizes() << ", " << labels_bt.sizes());
   const int64_t v = weight_vd.size(0), d = hidden_btd.size(2);
-  const at::Tensor flat_labels = shifted_flat_labels(labels_bt, hidden_btd.device());
-  // The label count and the out-of-vocabulary count in one device-to-host copy.
-  const at::Tensor valid = flat_labels.ne(kIgnoreIndex);
-  const at::Tensor bad = valid & (flat_labels.lt(0) | flat_labels.ge(v));
-  const at::Tensor counts = at::stack({valid.sum(), bad.sum()}).cpu();
+  // The label count, the vocabulary check and the labelled rows are computed where the labels
+  // are: labels on the host (the trainer's collated batch) cost no device synchronisation and
+  // travel to the device without a host wait; labels on the device cost two (the counts, the rows).
+  const at::Tensor labels_here = shifted_flat_labels(labels_bt, labels_bt.device());
+  const at::Tensor valid = labels_here.ne(kIgnoreIndex);
+  const at::Tensor bad = valid & (labels_here.lt(0) | labels_here.ge(v));
+  if (!labels_here.is_cpu()) util::count_host_sync();
+  const at::Tensor counts = at::stack({valid.sum(), bad.sum()}).cpu();  // one copy when on the device
   const int64_t count = counts[0].item<int64_t>();
   if (counts[1].item<int64_t>() > 0) {
-    const int64_t label = flat_labels.masked_select(bad)[0].item<int64_t>();
+    const int64_t label = labels_here.masked_select(bad)[0].item<int64_t>();
     ALPACA_FAIL("loss: label " << label << " outside the vocabulary [0, " << v << ") (labels must be token ids or "
                                << kIgnoreIndex << ")");
   }
+  if (!labels_here.is_cpu()) util::count_host_sync();
+  const at::Tensor rows_here = valid.nonzero().squeeze(1);
+  const at::Device device = hidden_btd.device();
+  const at::Tensor flat_labels = util::to_device_async(labels_here, device);
+  const at::Tensor rows = util::to_device_async(rows_here, device);
   if (chunk_tokens <= 0) chunk_tokens = std::max<int64_t>(1, (int64_t{1} << 23) / std::max<int64_t>(v, 1));
-  at::Tensor sum = FusedHeadCrossEntropy::apply(hidden_btd.reshape({-1, d}), weight_vd, flat_labels, chunk_tokens);
+  at::Tensor sum =
+      FusedHeadCrossEntropy::apply(hidden_btd.reshape({-1, d}), weight_vd, flat_labels, rows, chunk_tokens);
   return {sum, count};
 }
 

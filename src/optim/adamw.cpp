@@ -56,6 +56,9 @@ void ShardedAdamW::step(double lr) {
                         options_.beta2, d == 1 ? options_.weight_decay : 0.0, options_.eps,
                         /*amsgrad=*/false, /*maximize=*/false);
     }
+    // The fused kernel writes the parameters without moving their version counter; readers that
+    // cache a converted copy (the FSDP engine's offload staging) rely on it moving.
+    s.param.unsafeGetTensorImpl()->bump_version();
   }
 }
 

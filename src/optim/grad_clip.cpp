@@ -4,48 +4,71 @@
 #include <cmath>
 
 #include "alpaca/dist/communicator.h"
+#include "alpaca/util/host_sync.h"
 
 namespace alpaca::optim {
+namespace {
 
-double global_grad_norm(const std::vector<at::Tensor>& grad_shards, dist::Communicator* comm) {
-  // Squared norms summed in fp64 on the host: one scalar per shard, so the cost is a sync, not math.
-  double local_sq = 0.0;
+at::Device where(const std::vector<at::Tensor>& grad_shards, dist::Communicator* comm) {
+  for (const auto& g : grad_shards)
+    if (g.defined()) return g.device();
+  return comm != nullptr ? comm->device() : at::Device(at::kCPU);
+}
+
+}  // namespace
+
+at::Tensor global_grad_norm_sq(const std::vector<at::Tensor>& grad_shards, dist::Communicator* comm) {
+  // Squared norms summed in fp64, one shard after the other (the same sums as a host loop over
+  // per-shard norms), as tensor operations where the gradients are: no host round trip per shard.
+  at::Tensor sq;
   for (const auto& g : grad_shards) {
     if (!g.defined() || g.numel() == 0) continue;
-    const double n = g.norm(2).item<double>();
-    local_sq += n * n;
+    const at::Tensor n = g.norm(2).to(at::kDouble);
+    sq = sq.defined() ? sq + n * n : n * n;
   }
+  if (!sq.defined()) sq = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(where(grad_shards, comm)));
+  at::Tensor t = sq.reshape({1});
   if (comm != nullptr && comm->world_size() > 1) {
-    at::Tensor t = at::full({1}, local_sq, at::TensorOptions().dtype(at::kDouble)).to(comm->device());
+    t = util::to_device_async(t, comm->device()).clone();
     comm->all_reduce(t, dist::ReduceOp::kSum)->wait();
-    local_sq = t.cpu().item<double>();
   }
-  return std::sqrt(local_sq);
+  return t;
+}
+
+double global_grad_norm(const std::vector<at::Tensor>& grad_shards, dist::Communicator* comm) {
+  const at::Tensor sq = global_grad_norm_sq(grad_shards, comm);
+  util::count_host_sync();  // the one read of the step's norm
+  return std::sqrt(sq.cpu().item<double>());
 }
 
 double clip_grad_norm(const std::vector<at::Tensor>& grad_shards, double max_norm,
                       dist::Communicator* comm) {
   const double total = global_grad_norm(grad_shards, comm);
-  const double coef = max_norm / (total + 1e-6);
+  clip_grad_norm_by(grad_shards, max_norm, total);
+  return total;
+}
+
+void clip_grad_norm_by(const std::vector<at::Tensor>& grad_shards, double max_norm, double total_norm) {
+  const double coef = max_norm / (total_norm + 1e-6);
   if (coef < 1.0) {
     for (const auto& g : grad_shards)
       if (g.defined()) g.mul_(coef);
   }
-  return total;
 }
 
 bool any_non_finite(const std::vector<at::Tensor>& grad_shards, dist::Communicator* comm) {
-  double bad = 0.0;
+  // One flag for all shards, read once (not one read per shard).
+  at::Tensor bad = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(where(grad_shards, comm)));
   for (const auto& g : grad_shards) {
     if (!g.defined() || g.numel() == 0) continue;
-    if (!at::isfinite(g).all().item<bool>()) bad = 1.0;
+    bad = at::maximum(bad, at::logical_not(at::isfinite(g).all()).to(at::kFloat).reshape({1}));
   }
   if (comm != nullptr && comm->world_size() > 1) {
-    at::Tensor t = at::full({1}, bad, at::TensorOptions().dtype(at::kFloat)).to(comm->device());
-    comm->all_reduce(t, dist::ReduceOp::kMax)->wait();
-    bad = t.cpu().item<double>();
+    bad = util::to_device_async(bad, comm->device()).contiguous();
+    comm->all_reduce(bad, dist::ReduceOp::kMax)->wait();
   }
-  return bad > 0.0;
+  util::count_host_sync();
+  return bad.cpu().item<float>() > 0.0f;
 }
 
 }  // namespace alpaca::optim

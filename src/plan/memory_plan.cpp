@@ -353,6 +353,8 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     add(plan.breakdown, lora ? "master shards (offloaded, pinned)" : "fp32 master shards (offloaded, pinned)", 0, master);
     add(plan.breakdown, "fp32 gradient shards (offloaded, pinned)", 0, grads);
     add(plan.breakdown, "AdamW moment shards (offloaded, pinned)", 0, moments);
+    // The engine stages the trainable shards in param_dtype (pinned) for their copies to the GPU.
+    if (in.gpu && bp != 4) add(plan.breakdown, "param_dtype staging of the trainable shards (pinned)", 0, bp * train_shard);
   }
   if (in.gpu) {
     const int64_t margin = static_cast<int64_t>(kAllocatorMargin * static_cast<double>(plan.device_allocated_bytes));

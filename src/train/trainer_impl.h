@@ -37,7 +37,9 @@ struct StepBatches {
   std::vector<data::Batch> batches;
   int64_t local_tokens = 0;   // attention-mask tokens on this rank
   int64_t global_labels = 0;  // label tokens over all ranks and micro-batches: the loss denominator
-  int64_t global_tokens = 0;
+  int64_t global_tokens = 0;  // global_labels / global_tokens: read at the end of the step
+  at::Tensor counts;          // (labels, tokens) over all ranks, int64 on the device
+  at::Tensor denominator_t;   // max(labels, 1) as an fp32 scalar on the device
   double denominator() const { return static_cast<double>(std::max<int64_t>(global_labels, 1)); }
 };
 
@@ -53,6 +55,7 @@ struct StepOutcome {
 struct RunWindow {
   sys::Timer run_timer, window_timer;
   int64_t steps = 0, tokens = 0, local_tokens = 0;
+  int64_t syncs_at_start = 0;  // util::host_sync_count() after the previous step's log/eval/save
   double last_grad_norm = std::numeric_limits<double>::quiet_NaN(), last_lr = 0;
   std::optional<double> last_eval_loss;
 };
@@ -122,9 +125,10 @@ struct Trainer::Impl {
   // loop (trainer_loop.cpp); train() runs the step functions top to bottom.
   int train();
   StepBatches gather_micro_batches();
-  double forward_backward(const StepBatches& sb);
-  StepOutcome reduce_step_loss(double local_loss_sum, const StepBatches& sb);
-  void optimizer_step(StepOutcome& out);
+  at::Tensor forward_backward(const StepBatches& sb);
+  at::Tensor reduce_step_loss(const at::Tensor& local_loss_sum);
+  void read_step(const at::Tensor& red, const at::Tensor& norm_sq, StepBatches& sb, StepOutcome& out, double* norm);
+  StepOutcome optimizer_step(const at::Tensor& red, StepBatches& sb);
   void advance(const StepBatches& sb, const StepOutcome& out, RunWindow& w);
   void log_eval_save(RunWindow& w, bool stop);
   void log_window(RunWindow& w);

@@ -14,6 +14,7 @@
 #include "alpaca/train/throughput.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/fault.h"
+#include "alpaca/util/host_sync.h"
 #include "alpaca/util/log.h"
 #include "alpaca/util/user_error.h"
 #include "alpaca/util/sys.h"
@@ -26,13 +27,16 @@ struct DeviceBatch {
   at::Tensor input_ids, labels, attention_mask, position_ids, segment_ids;
 };
 
+// The collated batch (host tensors) for the model, without a host wait: ids and positions travel
+// asynchronously (pinned staging); labels and the mask stay on the host, where the loss and the
+// model read their counts and padding at no cost, and move them the same way.
 DeviceBatch to_device(const data::Batch& b, const at::Device& d) {
-  auto mv = [&](const at::Tensor& t) { return t.defined() ? t.to(d) : t; };
+  auto mv = [&](const at::Tensor& t) { return util::to_device_async(t, d); };
   // A batch without padding needs no mask: the model then runs SDPA's causal kernel instead of
   // materialising a (B, 1, T, T) mask (transformers drops an all-ones mask the same way).
-  const bool no_padding = b.attention_mask_bt.defined() && b.attention_mask_bt.all().item<bool>();
-  return {mv(b.input_ids_bt), mv(b.labels_bt), no_padding ? at::Tensor() : mv(b.attention_mask_bt),
-          mv(b.position_ids_bt), mv(b.segment_ids_bt)};
+  const bool no_padding = b.attention_mask_bt.defined() && b.attention_mask_bt.all().item<bool>();  // host data
+  return {mv(b.input_ids_bt), b.labels_bt, no_padding ? at::Tensor() : b.attention_mask_bt, mv(b.position_ids_bt),
+          mv(b.segment_ids_bt)};
 }
 
 data::Batch collate_indices(const std::vector<data::Example>& examples, const std::vector<int64_t>& idx, int64_t pad) {
@@ -114,7 +118,9 @@ double Trainer::Impl::evaluate_loss() {
 // ---- One optimizer step, in the order train() runs them.
 
 // 1. This rank's micro-batches of the step, and the label/token counts over all ranks (one
-//    all-reduce, before any forward: the loss is normalised by the global label count).
+//    all-reduce, before any forward: the loss is normalised by the global label count). The
+//    counts stay on the device: the loss divides by them there, and the host reads them with the
+//    step's other results, in the step's one read (optimizer_step).
 StepBatches Trainer::Impl::gather_micro_batches() {
   StepBatches sb;
   const int64_t pad = *tokenizer->pad_id();
@@ -122,59 +128,86 @@ StepBatches Trainer::Impl::gather_micro_batches() {
   for (const auto& idx : sampler->micro_batches(epoch, step_in_epoch)) {
     sb.batches.push_back(collate_indices(train_examples, idx, pad));
     local_labels += sb.batches.back().num_label_tokens;
-    sb.local_tokens += sb.batches.back().attention_mask_bt.sum().item<int64_t>();
+    sb.local_tokens += sb.batches.back().attention_mask_bt.sum().item<int64_t>();  // host data
   }
-  at::Tensor counts = at::tensor({local_labels, sb.local_tokens}, at::kLong).to(device);
-  comm->all_reduce(counts, dist::ReduceOp::kSum)->wait();
-  counts = counts.cpu();
-  sb.global_labels = counts[0].item<int64_t>();
-  sb.global_tokens = counts[1].item<int64_t>();
+  sb.counts = util::to_device_async(at::tensor({local_labels, sb.local_tokens}, at::kLong), device);
+  comm->all_reduce(sb.counts, dist::ReduceOp::kSum)->wait();
+  // max(labels, 1) as the fp32 divisor of the loss: the value a double denominator rounds to.
+  sb.denominator_t = sb.counts[0].clamp_min(1).to(at::kFloat);
   return sb;
 }
 
 // 2. Forward + backward of every micro-batch; gradients accumulate in the fp32 shards. Returns
-//    this rank's summed token loss.
-double Trainer::Impl::forward_backward(const StepBatches& sb) {
-  double local_loss_sum = 0;
+//    this rank's summed token loss, accumulated in fp64 on the device (no read per micro-batch).
+at::Tensor Trainer::Impl::forward_backward(const StepBatches& sb) {
+  at::Tensor local_loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
   for (const data::Batch& b : sb.batches) {
     const DeviceBatch db = to_device(b, device);
     const model::LossSum ls =
         fsdp_model->forward_loss_sum(db.input_ids, db.labels, db.attention_mask, db.position_ids, db.segment_ids);
-    at::Tensor loss = ls.sum / sb.denominator();
+    at::Tensor loss = ls.sum / sb.denominator_t;
     if (scaler) loss = loss * scaler->scale();
     loss.backward();
-    local_loss_sum += ls.sum.item<double>();
+    local_loss_sum = local_loss_sum + ls.sum.detach().to(at::kDouble);
   }
   return local_loss_sum;
 }
 
-// 3. The step's loss over all ranks and whether any rank was asked to stop, in one all-reduce.
-StepOutcome Trainer::Impl::reduce_step_loss(double local_loss_sum, const StepBatches& sb) {
+// 3. The step's loss over all ranks and whether any rank was asked to stop, in one all-reduce,
+//    left on the device (read with the gradient norm in optimizer_step).
+at::Tensor Trainer::Impl::reduce_step_loss(const at::Tensor& local_loss_sum) {
   const double stop_local = ckpt::stop_requested() == ckpt::StopRequest::kSaveAndExit ? 1.0 : 0.0;
-  at::Tensor red = at::tensor({local_loss_sum, stop_local}, at::kFloat).to(device);
+  at::Tensor red = at::stack(
+      {local_loss_sum.to(at::kFloat), at::scalar_tensor(stop_local, local_loss_sum.options().dtype(at::kFloat))});
   comm->all_reduce(red, dist::ReduceOp::kSum)->wait();
-  red = red.cpu();
-  StepOutcome out;
-  out.loss = red[0].item<double>() / sb.denominator();
-  out.stop = red[1].item<double>() > 0;
-  return out;
+  return red;
+}
+
+// The step's one read of device results: [loss sum, stop, (norm^2), labels, tokens] as fp64 (each
+// value exact: fp32 and counts below 2^53 convert losslessly).
+void Trainer::Impl::read_step(const at::Tensor& red, const at::Tensor& norm_sq, StepBatches& sb, StepOutcome& out,
+                              double* norm) {
+  std::vector<at::Tensor> parts = {red.to(at::kDouble)};
+  if (norm_sq.defined()) parts.push_back(util::to_device_async(norm_sq, device).to(at::kDouble).reshape({1}));
+  parts.push_back(sb.counts.to(at::kDouble));
+  util::count_host_sync();
+  const at::Tensor v = at::cat(parts).cpu();
+  const double* p = v.data_ptr<double>();
+  size_t i = 2;
+  if (norm_sq.defined()) *norm = std::sqrt(p[i++]);
+  sb.global_labels = static_cast<int64_t>(p[i]);
+  sb.global_tokens = static_cast<int64_t>(p[i + 1]);
+  out.loss = p[0] / sb.denominator();
+  out.stop = p[1] > 0;
 }
 
 // 4. Non-finite checks, clipping, AdamW, schedule. An fp16 overflow skips the update (the scaler
-//    backs off); any other non-finite loss or norm is an error that says what to change.
-void Trainer::Impl::optimizer_step(StepOutcome& out) {
+//    backs off); any other non-finite loss or norm is an error that says what to change. Without
+//    a loss scaler the loss, the stop flag, the counts and the gradient norm are read in one host
+//    synchronisation; the scaler's unscale/overflow check needs its own reads (fp16 only).
+StepOutcome Trainer::Impl::optimizer_step(const at::Tensor& red, StepBatches& sb) {
   const int64_t step_no = state.global_step + 1;
+  StepOutcome out;
   bool do_step = true;
+  const auto grads = engine->grad_shards();
+  std::optional<double> norm;
+  if (!scaler) {
+    double n = 0;
+    read_step(red, optim::global_grad_norm_sq(grads, engine->norm_comm()), sb, out, &n);
+    norm = n;
+  } else {
+    read_step(red, at::Tensor(), sb, out, nullptr);
+  }
   if (!std::isfinite(out.loss)) {
     ALPACA_USER_CHECK(scaler, "the training loss is " << out.loss << " at step " << step_no << " (epoch " << epoch
                                                  << "); lower --learning_rate, check the data, or use --bf16");
     do_step = false;
   }
-  const auto grads = engine->grad_shards();
   if (do_step && scaler) do_step = scaler->unscale_or_skip(grads, engine->norm_comm());
   if (do_step) {
-    out.grad_norm = opt.max_grad_norm > 0 ? optim::clip_grad_norm(grads, opt.max_grad_norm, engine->norm_comm())
-                                          : optim::global_grad_norm(grads, engine->norm_comm());
+    if (!norm) norm = optim::global_grad_norm(grads, engine->norm_comm());
+    out.grad_norm = *norm;
+    if (opt.max_grad_norm > 0) optim::clip_grad_norm_by(grads, opt.max_grad_norm, out.grad_norm);
     if (!std::isfinite(out.grad_norm)) {
       ALPACA_USER_CHECK(scaler, "the gradient norm is " << out.grad_norm << " at step " << step_no << " (epoch " << epoch
                                                    << ", loss " << out.loss << "); lower --learning_rate or check the data");
@@ -189,6 +222,7 @@ void Trainer::Impl::optimizer_step(StepOutcome& out) {
     ALPACA_WARN("step " << step_no << ": fp16 overflow, optimizer step skipped (loss scale now " << scaler->scale() << ")");
   }
   engine->zero_grad();
+  return out;
 }
 
 // 5. Bookkeeping: HF's global_step / epoch, the loss window, tokens seen, the progress bar.
@@ -220,6 +254,7 @@ void Trainer::Impl::log_eval_save(RunWindow& w, bool stop) {
   if (due(opt.eval_strategy, eval_steps) || (opt.eval_strategy == Interval::kSteps && last))
     w.last_eval_loss = evaluate_and_log();
   if (due(opt.save_strategy, save_steps) || (opt.save_strategy == Interval::kSteps && last) || stop) save_checkpoint();
+  w.syncs_at_start = util::host_sync_count();  // logging, evaluation and saving are not the steps' syncs
 }
 
 // The training log entry of the window since the last one (loss, norm, lr, throughput, memory).
@@ -236,6 +271,9 @@ void Trainer::Impl::log_window(RunWindow& w) {
   e.emplace_back("x_tokens_per_second", tps);
   e.emplace_back("x_tokens_per_second_per_rank", secs > 0 ? static_cast<double>(w.local_tokens) / secs : 0.0);
   if (device.is_cuda() && peak_flops) e.emplace_back("x_mfu", mfu(tps / world, flops_per_token, *peak_flops));
+  // Device->host synchronisations of the window's steps (util/host_sync.h), before this entry's own.
+  e.emplace_back("x_host_syncs_per_step",
+                 w.steps > 0 ? static_cast<double>(util::host_sync_count() - w.syncs_at_start) / w.steps : 0.0);
   append_memory_fields(e, *comm, device);  // peaks since the previous log, max over ranks (collective)
   log_entry(std::move(e));
   w.window_timer.reset();
@@ -292,16 +330,17 @@ void Trainer::Impl::finish_run(const RunWindow& w) {
 int Trainer::Impl::train() {
   initial_step = state.global_step;
   RunWindow w;
+  w.syncs_at_start = util::host_sync_count();  // setup's reads are not a step's
   reset_memory_window(device);  // the first log's peaks cover training only, not setup
   while (state.global_step < length.max_steps) {
     if (step_in_epoch >= length.steps_per_epoch) {
       ++epoch;
       step_in_epoch = 0;
     }
-    const StepBatches sb = gather_micro_batches();
-    const double local_loss_sum = forward_backward(sb);
-    StepOutcome out = reduce_step_loss(local_loss_sum, sb);
-    optimizer_step(out);
+    StepBatches sb = gather_micro_batches();
+    const at::Tensor local_loss_sum = forward_backward(sb);
+    const at::Tensor red = reduce_step_loss(local_loss_sum);
+    const StepOutcome out = optimizer_step(red, sb);
     advance(sb, out, w);
     util::fault_pause_ms("train.pause_after_step");  // signal-mid-run tests (util/fault.h)
     log_eval_save(w, out.stop);

@@ -3,6 +3,7 @@
 // ALPACA_TEST_BACKEND=store (store backend), and with ALPACA_TEST_BACKEND=nccl on CUDA (label gpu).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <thread>
 
@@ -256,5 +257,32 @@ TEST(Collectives, FromAnotherThread) {
   } else {
     EXPECT_EQ(error, "");
     expect_equal(t, at::full({3}, static_cast<float>(job_comm()->world_size() - 1)), "all_reduce from another thread");
+  }
+}
+
+// barrier()->wait() orders the host on every backend (checkpoint sealing relies on it): the last
+// rank arrives 400 ms late, and no rank may leave the wait before it arrived. The late rank
+// publishes its arrival time over a second collective, measured on one steady clock (same node).
+TEST(Collectives, BarrierBlocksTheHostUntilEveryRankArrived) {
+  const int R = job_comm()->rank(), W = job_comm()->world_size();
+  if (W == 1) GTEST_SKIP() << "needs two ranks";
+  using Clock = std::chrono::steady_clock;
+  auto now_us = [] {
+    return static_cast<double>(
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch()).count());
+  };
+  job_comm()->barrier()->wait();  // start together
+  if (R == W - 1) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const double arrived = now_us();
+  job_comm()->barrier()->wait();
+  const double left = now_us();
+  // Everyone learns when the late rank arrived (max over ranks of the arrival times).
+  at::Tensor t = on_dev(at::full({1}, arrived, at::kDouble));
+  job_comm()->all_reduce(t, ReduceOp::kMax)->wait();
+  const double last_arrival = t.cpu().item<double>();
+  EXPECT_GE(left, last_arrival) << "rank " << R << " left barrier() " << (last_arrival - left) / 1000.0
+                                << " ms before the last rank arrived";
+  if (R == 0) {
+    EXPECT_GE(left - arrived, 300e3) << "rank 0 waited only " << (left - arrived) / 1000.0 << " ms";
   }
 }

@@ -121,7 +121,11 @@ TEST(Policy, AlpacaReadmeFlags) {
   EXPECT_FALSE(p.offload);
   EXPECT_EQ(p.param_dtype, at::kBFloat16);
   EXPECT_EQ(p.reduce_dtype, at::kBFloat16);  // accelerate: reduce in param dtype
-  EXPECT_EQ(p.backward_prefetch, BackwardPrefetch::kNone);  // HF: NO_PREFETCH unless configured
+  // Speed defaults (HF: NO_PREFETCH / false), the math is identical (test_fsdp_collective_path).
+  EXPECT_EQ(p.backward_prefetch, BackwardPrefetch::kBackwardPre);
+  EXPECT_TRUE(p.forward_prefetch);
+  EXPECT_TRUE(p.limit_all_gathers);
+  EXPECT_FALSE(p.force_collectives);
   EXPECT_TRUE(p.sync_module_states);
   EXPECT_FALSE(p.activation_checkpointing);
 }
@@ -197,6 +201,21 @@ TEST(Policy, ConfigKeysWithAndWithoutPrefix) {
   EXPECT_EQ(p.reduce_dtype, at::kFloat);
   EXPECT_EQ(build("full_shard", R"({"backward_prefetch":"BACKWARD_POST"})").backward_prefetch,
             BackwardPrefetch::kBackwardPost);
+}
+
+// The speed defaults never override what a config says: HF's explicit values are kept.
+TEST(Policy, ExplicitPrefetchValuesAreHonoured) {
+  FsdpPolicy none = build("full_shard auto_wrap", R"({"backward_prefetch": "NO_PREFETCH", "forward_prefetch": false})");
+  EXPECT_EQ(none.backward_prefetch, BackwardPrefetch::kNone);
+  EXPECT_FALSE(none.forward_prefetch);
+  FsdpPolicy post = build("full_shard auto_wrap", R"({"fsdp_backward_prefetch": "backward_post"})");
+  EXPECT_EQ(post.backward_prefetch, BackwardPrefetch::kBackwardPost);
+  EXPECT_TRUE(post.forward_prefetch);  // not given: the default
+  FsdpPolicy fwd_off = build("full_shard auto_wrap", R"({"forward_prefetch": "false"})");
+  EXPECT_EQ(fwd_off.backward_prefetch, BackwardPrefetch::kBackwardPre);
+  EXPECT_FALSE(fwd_off.forward_prefetch);
+  EXPECT_TRUE(build("full_shard auto_wrap", R"({"force_collectives": true})").force_collectives);
+  EXPECT_THROW(build("full_shard auto_wrap", R"({"force_collectives": "sometimes"})"), Error);
 }
 
 TEST(Policy, KeysNotActedOnAreErrors) {

@@ -28,6 +28,18 @@ std::string common_args(const fs::path& out, int per_device, int accum) {
          " --model_max_length 64 --logging_steps 1 --save_strategy no --report_to jsonl --seed 42";
 }
 
+// util/host_sync.h: the trainer reads the device once per optimizer step outside logging (the
+// loss, stop flag, counts and gradient norm together), whatever the world and accumulation.
+void expect_one_host_sync_per_step(const fs::path& out) {
+  int logged = 0;
+  for (const auto& e : read_metrics(out)) {
+    if (!e.count("loss") || !e.count("host_syncs_per_step")) continue;
+    ++logged;
+    EXPECT_LE(e.at("host_syncs_per_step"), 1.0) << "step " << e.at("step");
+  }
+  EXPECT_GT(logged, 0) << "no host_syncs_per_step in " << out / "metrics.jsonl";
+}
+
 nlohmann::json reference() {
   std::ifstream f(fixture() / "reference.json");
   return nlohmann::json::parse(f);
@@ -53,6 +65,7 @@ TEST(TrainParity, World1MatchesTransformersFor30Steps) {
     EXPECT_NEAR(steps[i].grad_norm, ref["grad_norms"][i].get<double>(), 1e-3 * ref["grad_norms"][i].get<double>())
         << "step " << i + 1;
   }
+  expect_one_host_sync_per_step(out.path());
   std::cout << "[parity] world 1: worst relative loss difference over 30 steps " << worst << "; first loss "
             << steps.front().loss << ", last " << steps.back().loss << "\n";
 }
@@ -73,5 +86,6 @@ TEST(TrainParity, World2FsdpMatchesWorld1) {
     worst = std::max(worst, rel);
     EXPECT_LE(rel, 1e-4) << "step " << i + 1 << ": world 1 " << a[i].loss << " world 2 " << b[i].loss;
   }
+  expect_one_host_sync_per_step(w2.path());
   std::cout << "[parity] world 2 FSDP vs world 1: worst relative loss difference " << worst << "\n";
 }

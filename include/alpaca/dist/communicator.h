@@ -40,6 +40,8 @@ class Communicator {
   virtual WorkHandle all_reduce(at::Tensor t, ReduceOp op) = 0;
   // t <- root's t (in place).
   virtual WorkHandle broadcast(at::Tensor t, int root) = 0;
+  // Its wait() blocks the host until every rank of the communicator called barrier(), on every
+  // backend (NCCL included): checkpoint sealing and shutdown rely on host ordering.
   virtual WorkHandle barrier() = 0;
 
   // A sub-communicator of the ranks passing the same color, ordered by key (MPI_Comm_split

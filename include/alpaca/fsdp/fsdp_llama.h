@@ -43,7 +43,9 @@ class FsdpLlama {
                      const at::Tensor& position_ids_bt = {}, const at::Tensor& segment_ids_bt = {});
 
   // The model's fused-head loss under the engine (model::LlamaForCausalLM::forward_loss_sum: no
-  // (B, T, V) logits); what the trainer differentiates. Inputs must already be on the engine's device.
+  // (B, T, V) logits); what the trainer differentiates. input_ids (and position/segment ids) must
+  // be on the engine's device; labels and the attention mask may stay on the host, where their
+  // counts and padding are read without a device synchronisation (the trainer passes them so).
   model::LossSum forward_loss_sum(const at::Tensor& input_ids_bt, const at::Tensor& labels_bt,
                                   const at::Tensor& attention_mask_bt = {}, const at::Tensor& position_ids_bt = {},
                                   const at::Tensor& segment_ids_bt = {});

@@ -26,12 +26,21 @@ struct FsdpPolicy {
   at::ScalarType reduce_dtype = at::kFloat;  // dtype gradients travel in
   bool offload = false;                      // fp32 shards, grads, optimizer state on the host
   bool activation_checkpointing = false;     // recompute each decoder layer in backward
-  BackwardPrefetch backward_prefetch = BackwardPrefetch::kNone;  // HF: NO_PREFETCH unless given
-  bool forward_prefetch = false;
+  // Prefetch defaults chosen for speed (HF's are NO_PREFETCH and false): prefetching changes when
+  // a gather is issued, never what is computed (tests/fsdp/test_fsdp_collective_path.cpp), and
+  // limit_all_gathers bounds it to two resident units. fsdp_config backward_prefetch /
+  // forward_prefetch, when given, are honoured as HF reads them.
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::kBackwardPre;
+  bool forward_prefetch = true;
   bool limit_all_gathers = true;     // at most two units unsharded at once
   bool sync_module_states = true;    // HF default: rank 0's values are broadcast at wrap time
   bool cpu_ram_efficient_loading = false;  // only rank 0 reads the checkpoint (needs sync_module_states)
   int hybrid_shard_size = 0;         // ranks per shard group for HYBRID_SHARD (0 = caller's local world)
+  // Test/debug knob (fsdp_config "force_collectives", an alpaca-train extension): communicate even
+  // where a communicator has one rank, so a world of one runs the very all-gather / reduce-scatter /
+  // all-reduce path (and its stream/event ordering) that a sharded job runs. The math is the same
+  // (a one-rank collective is a copy); it only costs time. The one-GPU checks use it.
+  bool force_collectives = false;
 
   bool operator==(const FsdpPolicy&) const = default;
 };

@@ -39,7 +39,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   explicit LlamaForCausalLMImpl(const LlamaConfig& cfg, const at::TensorOptions& options = at::kFloat,
                                 ParamInit init = ParamInit::kDefault);
 
-  // input_ids_bt: int64 (B, T). attention_mask_bt: 1/true = real token (undefined = all real).
+  // input_ids_bt: int64 (B, T). attention_mask_bt: 1/true = real token (undefined = all real); it
+  // may stay on the host (its padding is then checked there and it moves without a host wait).
   // position_ids_bt: (B, T) or (1, T) (undefined = 0..T-1). segment_ids_bt: packing, attend only
   // inside equal ids. Returns logits (B, T, V) in the parameter dtype.
   at::Tensor forward(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt = {},

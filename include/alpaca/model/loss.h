@@ -28,6 +28,10 @@ at::Tensor causal_lm_loss(const at::Tensor& logits_btv, const at::Tensor& labels
 // them by the incoming gradient. Peak extra memory is one chunk of logits instead of several
 // (B, T, V) fp32 tensors; the weight gradient accumulates in fp32 across chunks.
 // chunk_tokens <= 0 picks a chunk of about 2^23 logits (32 MiB in fp32).
+// The labels may live on the host while the hidden states are on a device: the count, the
+// vocabulary check and the labelled rows are then computed on the host (no device
+// synchronisation) and moved asynchronously; device labels cost two synchronisations (counted,
+// util/host_sync.h). The same holds for causal_lm_loss_sum's count.
 LossSum causal_lm_head_loss_sum(const at::Tensor& hidden_btd, const at::Tensor& weight_vd, const at::Tensor& labels_bt,
                                 int64_t chunk_tokens = 0);
 

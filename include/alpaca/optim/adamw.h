@@ -38,6 +38,8 @@ class ShardedAdamW {
   ShardedAdamW(std::vector<OptimShard> shards, AdamWOptions options);
 
   // One AdamW update of every shard with learning rate `lr`. Not collective.
+  // Updates every shard in place and moves each shard's version counter (at::Tensor::_version),
+  // which the fused kernel alone does not.
   void step(double lr);
 
   int64_t step_count() const { return step_count_; }

@@ -39,8 +39,8 @@ struct MemoryPlanInputs {
   at::ScalarType reduce_dtype = at::kFloat;
   bool offload = false;
   bool checkpointing = false;
-  fsdp::BackwardPrefetch backward_prefetch = fsdp::BackwardPrefetch::kNone;
-  bool forward_prefetch = false;
+  fsdp::BackwardPrefetch backward_prefetch = fsdp::BackwardPrefetch::kBackwardPre;  // FsdpPolicy's defaults
+  bool forward_prefetch = true;
   bool limit_all_gathers = true;
   int hybrid_shard_size = 0;     // 0: ranks_per_node
   // LoRA (--use_peft): lora_rank > 0. The base stays frozen in param_dtype (no fp32 master,
