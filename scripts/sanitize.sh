@@ -8,9 +8,9 @@
 #
 #   scripts/sanitize.sh [extra ctest args, e.g. -R safetensors]
 #
-# Cost (docs/reliability.md): a second full build of the library (81 units on LibTorch headers,
-# 1.75x the normal CPU time on the one measured) and of the chosen tests; too much for CI, which fuzzes the
-# parsers under the same sanitizers instead.
+# Cost (docs/reliability.md): a second full build of the library (81 units on LibTorch headers;
+# 1.75x the normal CPU time on the one unit measured) and of the chosen tests; too much for CI,
+# which fuzzes the parsers under the same sanitizers instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${ALPACA_ASAN_BUILD_DIR:-build-asan}
