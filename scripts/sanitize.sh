@@ -10,7 +10,8 @@
 #
 # Cost (docs/reliability.md): a second full build of the library (81 units on LibTorch headers;
 # 1.75x the normal CPU time on the one unit measured) and of the chosen tests; too much for CI,
-# which fuzzes the parsers under the same sanitizers instead.
+# which fuzzes the parsers under the same sanitizers instead and runs their unit tests built
+# against the parser libraries alone (fuzz/CMakeLists.txt, ctest -L unit_asan in build-fuzz/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${ALPACA_ASAN_BUILD_DIR:-build-asan}
