@@ -21,17 +21,20 @@ run_one() {
   rm -rf "$work" && mkdir -p "$work/corpus" "$work/tmp"
   local log="$work/fuzz.log" rc=0 dict=()
   [ -f "$ROOT/fuzz/dict/$name.dict" ] && dict=(-dict="$ROOT/fuzz/dict/$name.dict")
-  # detect_leaks: a leak fails. -timeout: one input slower than 10 s is a hang.
-  ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:${ASAN_OPTIONS:-}" \
-  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}" \
+  # detect_leaks: a leak fails. -timeout: one input slower than 10 s is a hang. Ours come after
+  # the caller's options so that an inherited detect_leaks=0 cannot let a leak pass.
+  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=1:abort_on_error=0" \
+  UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:halt_on_error=1" \
   TMPDIR="$work/tmp" \
     "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 -max_len=65536 \
       -print_final_stats=1 "${dict[@]}" -artifact_prefix="$work/" "$work/corpus" "$seeds" >"$log" 2>&1 || rc=$?
   local execs cov corp crashes
-  execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{print $2}' | tail -1)
-  cov=$(grep -o 'cov: [0-9]*' "$log" | awk '{print $2}' | tail -1)
-  corp=$(grep -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' "$log" | awk '{print $2}' | tail -1)
-  crashes=$(find "$work" -maxdepth 1 -name 'crash-*' -o -maxdepth 1 -name 'leak-*' -o -maxdepth 1 -name 'timeout-*' -o -maxdepth 1 -name 'oom-*' | wc -l)
+  # A run that crashed has no final stats: a grep that finds nothing must not end the script
+  # (set -e, pipefail) before it says which target failed and why.
+  execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{print $2}' | tail -1 || true)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | awk '{print $2}' | tail -1 || true)
+  corp=$(grep -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' "$log" | awk '{print $2}' | tail -1 || true)
+  crashes=$(find "$work" -maxdepth 1 \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
   printf '%-28s execs %-9s corpus %-12s cov %-6s crashes %s (%ss)\n' "$name" "${execs:-?}" "${corp:-?}" "${cov:-?}" "$crashes" "$secs"
   if [ "$rc" -ne 0 ] || [ "$crashes" -ne 0 ]; then
     echo "--- $name failed (rc $rc); last lines of $log:"

@@ -8,21 +8,32 @@
 #
 #   scripts/sanitize.sh [extra ctest args, e.g. -R safetensors]
 #
-# Cost (measured on the 2-core CI machine, see docs/reliability.md): the build is a second full
-# build of the library and every unit test.
+# Cost (docs/reliability.md): a second full build of the library (81 units on LibTorch headers;
+# 1.75x the normal CPU time on the one unit measured) and of the chosen tests; too much for CI,
+# which fuzzes the parsers under the same sanitizers instead and runs their unit tests built
+# against the parser libraries alone (fuzz/CMakeLists.txt, ctest -L unit_asan in build-fuzz/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${ALPACA_ASAN_BUILD_DIR:-build-asan}
 JOBS=${ALPACA_JOBS:-$(nproc)}
 t0=$(date +%s)
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+# GCC's flow-based warnings see the sanitizers' instrumentation and report bogus problems in
+# libstdc++ (std::regex: maybe-uninitialized; string concatenation: array-bounds); the normal
+# build keeps them errors, here they stay warnings.
+NOERR="-Wno-error=maybe-uninitialized -Wno-error=array-bounds -Wno-error=stringop-overflow"
+NOERR="$NOERR -Wno-error=stringop-overread -Wno-error=restrict -Wno-error=null-dereference"
 if [ ! -f "$BUILD/build.ninja" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_FLAGS="$SAN" -DCMAKE_C_FLAGS="$SAN" -DCMAKE_EXE_LINKER_FLAGS="$SAN" \
+    -DCMAKE_CXX_FLAGS="$SAN $NOERR" -DCMAKE_C_FLAGS="$SAN" -DCMAKE_EXE_LINKER_FLAGS="$SAN" \
     -DALPACA_WITH_CUDA=OFF ${CCACHE:+-DCMAKE_CXX_COMPILER_LAUNCHER=ccache}
 fi
 # Only what the unit label needs: the unit test executables (and alpaca-train, which some run).
-targets=$(ctest --test-dir "$BUILD" -N -L unit 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: \([A-Za-z0-9_]*\).*/\1/p' | sed 's/_np[0-9]*$//' | sort -u)
+# ctest's arguments (-R ...) pick the tests, and so what is built.
+targets=$(ctest --test-dir "$BUILD" -N -L unit "$@" 2>/dev/null | sed -n 's/^ *Test *#[0-9]*: \([A-Za-z0-9_]*\).*/\1/p' | sed 's/_np[0-9]*$//' | sort -u)
+# Some unit tests are scripts or fixtures, not executables: keep the names ninja knows.
+known=$(ninja -C "$BUILD" -t targets all | sed 's/:.*//' | sort -u)
+targets=$(comm -12 <(echo "$targets") <(echo "$known") | tr '\n' ' ')
 if [ -z "$targets" ]; then targets=all; fi
 cmake --build "$BUILD" -j "$JOBS" --target alpaca-train $targets
 t1=$(date +%s)

@@ -1,5 +1,6 @@
 // `alpaca-train [train]`: parse and validate the flags, set up rank-aware logging, print the
 // effective arguments once, record them in output_dir, then hand over to the trainer.
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -57,10 +58,12 @@ int run_train(const std::vector<std::string>& argv) {
   // Before the first tensor: every CPU tensor of the run is counted (log lines, OOM caps).
   util::install_counting_cpu_allocator();
   // The launch is read once, here, and passed down (the parser, the runtime).
-  const dist::LaunchInfo launch = dist::discover_launch();
+  dist::LaunchInfo launch = dist::discover_launch();
   const int rank = launch.source == dist::LaunchSource::kSingle ? -1 : launch.rank;
   if (rank >= 0) set_process_rank(rank);  // error messages name the rank from the start
   TrainArgs args = parse_train_args(argv, launch);
+  // dist::init's start-up roll call waits this long for every rank (a peer that died is named).
+  launch.timeout = std::chrono::seconds(args.ddp_timeout);
   // From here on SIGUSR1/SIGTERM/SIGINT only ask the trainer to save and stop (after its first
   // step when they come during set-up): a scheduler's notice during a long model load is kept,
   // not fatal (the Trainer installs the same handlers, idempotently, and restores the defaults).

@@ -18,6 +18,7 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -110,6 +111,98 @@ void place_on_nodes(LaunchInfo& li) {
   li.num_nodes = node_and_count[1];
 }
 
+// The start-up roll call: every rank reports to rank 0 before the first blocking collective
+// (MPI_Comm_dup, MPI_Comm_split_type), which would wait forever for a peer that died after
+// MPI_Init when the launcher does not end the job. Point-to-point on MPI_COMM_WORLD (our
+// collectives use duplicates of it; nothing else sends there) with nonblocking requests polled
+// until li.timeout (--ddp_timeout), so rank 0 knows exactly who did not answer. Rank 0 then sends
+// every rank that answered the verdict: arrived[r] for each rank. On a missing rank each rank
+// that knows names it and calls MPI_Abort (from the main thread), which ends the whole job.
+// Collective in spirit: every rank of MPI_COMM_WORLD calls it once, right after MPI_Init.
+constexpr int kRollCallTag = 23011;  // the arrival (rank r -> 0)
+constexpr int kVerdictTag = 23012;   // the verdict (0 -> rank r)
+
+std::string rank_list(const std::vector<int>& arrived, int want) {
+  std::string list;
+  int count = 0;
+  for (int r = 0; r < static_cast<int>(arrived.size()); ++r)
+    if (arrived[r] == want) list += (count++ ? ", " : "") + std::to_string(r);
+  return (count > 1 ? "ranks " : "rank ") + list;
+}
+
+void roll_call(const LaunchInfo& li) {
+  const int world = li.world_size;
+  if (world <= 1) return;
+  const long long seconds = std::max<long long>(1, li.timeout.count() / 1000);
+  const auto deadline = std::chrono::steady_clock::now() + li.timeout;
+  const auto poll = [] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };
+  const auto check = [](int rc, const char* op) {
+    if (rc == MPI_SUCCESS) return;
+    std::ostringstream msg;
+    msg << "the start-up roll call failed in " << op << " (MPI error " << rc << ")";
+    detail::fail_collective(msg.str());
+  };
+  std::vector<int> arrived(world, 0);  // (world): 1 once rank r answered (rank 0's view), then the verdict
+  if (li.rank == 0) {
+    arrived[0] = 1;
+    std::vector<int> token(world, 0);
+    std::vector<MPI_Request> recv(world, MPI_REQUEST_NULL);
+    for (int r = 1; r < world; ++r)
+      check(MPI_Irecv(&token[r], 1, MPI_INT, r, kRollCallTag, MPI_COMM_WORLD, &recv[r]), "MPI_Irecv");
+    for (int pending = world - 1; pending > 0 && std::chrono::steady_clock::now() < deadline;) {
+      for (int r = 1; r < world; ++r) {
+        if (arrived[r]) continue;
+        int flag = 0;
+        check(MPI_Test(&recv[r], &flag, MPI_STATUS_IGNORE), "MPI_Test");
+        if (flag) arrived[r] = 1, --pending;
+      }
+      if (pending > 0) poll();
+    }
+    const bool all = std::count(arrived.begin(), arrived.end(), 1) == world;
+    // Tell every rank that answered (never a missing one: a send to a dead peer may block).
+    std::vector<MPI_Request> sends;
+    for (int r = 1; r < world; ++r) {
+      if (!arrived[r]) continue;
+      sends.emplace_back(MPI_REQUEST_NULL);
+      check(MPI_Isend(arrived.data(), world, MPI_INT, r, kVerdictTag, MPI_COMM_WORLD, &sends.back()), "MPI_Isend");
+    }
+    // A failed roll call gives the verdicts a moment to leave before the abort; a good one waits
+    // for them (every receiver is alive and has posted its receive).
+    const auto send_deadline = all ? std::chrono::steady_clock::time_point::max()
+                                   : std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    for (int done = 0; !done && std::chrono::steady_clock::now() < send_deadline;) {
+      check(MPI_Testall(static_cast<int>(sends.size()), sends.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+      if (!done) poll();
+    }
+    if (!all)
+      detail::fail_collective(rank_list(arrived, 0) + " of " + std::to_string(world) +
+                              " did not answer the start-up roll call within " + std::to_string(seconds) +
+                              " s (--ddp_timeout): the process died after MPI_Init, hangs, or is far behind; see its "
+                              "own output and the launcher's");
+    return;
+  }
+  int token = 1;
+  MPI_Request send = MPI_REQUEST_NULL, recv = MPI_REQUEST_NULL;
+  check(MPI_Isend(&token, 1, MPI_INT, 0, kRollCallTag, MPI_COMM_WORLD, &send), "MPI_Isend");
+  check(MPI_Irecv(arrived.data(), world, MPI_INT, 0, kVerdictTag, MPI_COMM_WORLD, &recv), "MPI_Irecv");
+  // Rank 0 answers at its own deadline, which may be a little after ours.
+  const auto grace = deadline + std::chrono::seconds(5);
+  for (int flag = 0; !flag;) {
+    check(MPI_Test(&recv, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    if (flag) break;
+    if (std::chrono::steady_clock::now() > grace)
+      detail::fail_collective("rank 0 did not answer the start-up roll call within " + std::to_string(seconds) +
+                              " s (--ddp_timeout) + 5 s: it died after MPI_Init, hangs, or is far behind; see its own "
+                              "output and the launcher's");
+    poll();
+  }
+  check(MPI_Wait(&send, MPI_STATUS_IGNORE), "MPI_Wait");  // rank 0 received it: it sent the verdict after
+  if (std::count(arrived.begin(), arrived.end(), 1) != world)
+    detail::fail_collective(rank_list(arrived, 0) + " of " + std::to_string(world) +
+                            " did not answer the start-up roll call within " + std::to_string(seconds) +
+                            " s (--ddp_timeout), says rank 0; see that rank's own output and the launcher's");
+}
+
 void init_mpi(State& s) {
   int already = 0;
   MPI_Initialized(&already);
@@ -124,7 +217,6 @@ void init_mpi(State& s) {
   ALPACA_CHECK(s.mpi_thread_level >= MPI_THREAD_FUNNELED,
                "the MPI library offers only MPI_THREAD_SINGLE; alpaca-train needs at least MPI_THREAD_FUNNELED");
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  MPI_Comm_dup(MPI_COMM_WORLD, &s.shutdown_comm);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -135,6 +227,8 @@ void init_mpi(State& s) {
                "MPI reports rank " << rank << " of " << size << " but the " << to_string(li.source)
                                    << " launch variables say rank " << li.rank << " of " << li.world_size
                                    << "; was the binary started by a different MPI than it was built with?");
+  roll_call(li);  // before the first blocking collective (the dup below)
+  MPI_Comm_dup(MPI_COMM_WORLD, &s.shutdown_comm);
   place_on_nodes(li);
 }
 

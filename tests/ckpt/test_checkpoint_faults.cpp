@@ -425,25 +425,61 @@ TEST(CheckpointFaults, MpiPeerThatDiesBeforeTheFirstCollectiveIsNamedWithinTheTi
 
 // The same fault when the launcher does not end the job for us (Open MPI told not to abort on a
 // rank's non-zero exit; other launchers may not either): rank 0 must still end on its own within
-// --ddp_timeout + a few seconds, naming rank 1. KNOWN GAP, hence disabled: rank 0 blocks in
-// MPI_Comm_split_type (place_on_nodes, called from init_mpi in src/dist/runtime.cpp), a blocking
-// collective that no --ddp_timeout bounds (dist::init does not know the timeout yet); measured: still
-// running after 60 s with --ddp_timeout 10. Enable once the MPI start-up has a bounded roll call.
-TEST(CheckpointFaults, DISABLED_MpiPeerThatDiesBeforeTheFirstCollectiveWithoutLauncherAbort) {
+// --ddp_timeout + a few seconds, naming rank 1. Without the start-up roll call in dist::init
+// (src/dist/runtime.cpp) rank 0 blocked in its first collective (MPI_Comm_dup, then
+// MPI_Comm_split_type) for ever: measured still running after 60 s with --ddp_timeout 10.
+TEST(CheckpointFaults, MpiPeerThatDiesBeforeTheFirstCollectiveWithoutLauncherAbort) {
   SKIP_WITHOUT_FIXTURE();
   TempDir tmp("mpi_peer_dies_noabort");
   const int timeout_s = 10;
+  const fs::path out = tmp.path() / "out";
   std::string log;
   const auto t0 = std::chrono::steady_clock::now();
   const int rc = run_command("ALPACA_FAULTS=dist.exit_after_init=1 timeout " + std::to_string(timeout_s + 30) +
                                  " mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none"
                                  " --mca orte_abort_on_non_zero_status 0 -x ALPACA_FAULTS " +
-                                 train_bin() + " " + run_args(tmp.path() / "out", 2) + " --ddp_timeout " +
-                                 std::to_string(timeout_s),
+                                 train_bin() + " " + run_args(out, 2) + " --ddp_timeout " + std::to_string(timeout_s),
                              &log);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_NE(rc, 0) << log;
   EXPECT_NE(rc, 124) << "still running after " << timeout_s + 30 << " s: " << log;
   EXPECT_LT(seconds, timeout_s + 10) << log;
-  EXPECT_NE(log.find("rank 1"), std::string::npos) << "rank 0 does not name the missing rank: " << log;
+  EXPECT_NE(log.find("rank 1 of 2 did not answer the start-up roll call within " + std::to_string(timeout_s) +
+                     " s (--ddp_timeout)"),
+            std::string::npos)
+      << "rank 0 does not name the missing rank: " << log;
+  EXPECT_EQ(log.find("step 1"), std::string::npos) << "no rank trained: " << log;
+  std::string ps;
+  EXPECT_NE(run_command("pgrep -af 'output_dir [/]" + out.string().substr(1) + "'", &ps), 0) << "a rank is still running: " << ps;
+  if (fs::exists(out)) expect_no_torn_checkpoint(out);
+  std::cout << "MPI peer dead before the first collective, launcher not aborting: exit " << rc << " after " << seconds
+            << " s (--ddp_timeout " << timeout_s << ")\n";
+}
+
+// The roll call's other side: rank 0 (which collects it) dies after MPI_Init and the launcher
+// does not end the job; rank 1 must give up on its own at --ddp_timeout + 5 s, naming rank 0.
+TEST(CheckpointFaults, MpiRankZeroThatDiesBeforeTheFirstCollectiveIsNamedByTheOthers) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("mpi_rank0_dies_noabort");
+  const int timeout_s = 5;
+  const fs::path out = tmp.path() / "out";
+  std::string log;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = run_command("ALPACA_FAULTS=dist.exit_after_init=0 timeout " + std::to_string(timeout_s + 30) +
+                                 " mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none"
+                                 " --mca orte_abort_on_non_zero_status 0 -x ALPACA_FAULTS " +
+                                 train_bin() + " " + run_args(out, 2) + " --ddp_timeout " + std::to_string(timeout_s),
+                             &log);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(rc, 124) << "still running after " << timeout_s + 30 << " s: " << log;
+  EXPECT_LT(seconds, timeout_s + 5 + 10) << log;
+  EXPECT_NE(log.find("[rank 1]: error: rank 0 did not answer the start-up roll call within " + std::to_string(timeout_s) +
+                     " s (--ddp_timeout) + 5 s"),
+            std::string::npos)
+      << "rank 1 does not name the missing rank 0: " << log;
+  std::string ps;
+  EXPECT_NE(run_command("pgrep -af 'output_dir [/]" + out.string().substr(1) + "'", &ps), 0) << "a rank is still running: " << ps;
+  std::cout << "MPI rank 0 dead before the first collective, launcher not aborting: exit " << rc << " after " << seconds
+            << " s (--ddp_timeout " << timeout_s << ")\n";
 }

@@ -3,6 +3,7 @@
 // can be unit-tested without starting one.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <string>
 
@@ -24,6 +25,10 @@ struct LaunchInfo {
   std::string master_addr;  // torchrun-style only: host of the c10d::TCPStore (rank 0)
   int master_port = 0;      // torchrun-style only
   LaunchSource source = LaunchSource::kSingle;
+  // Bound on the start-up roll call in dist::init (every rank must answer within it, else the
+  // ones missing are named and the job ends) and on the shutdown barrier: --ddp_timeout. Not a
+  // launch variable: discover_launch leaves the default; alpaca-train sets it after parsing flags.
+  std::chrono::milliseconds timeout = std::chrono::seconds(1800);
 
   // True when an MPI launcher (mpirun, mpiexec, srun) started us, i.e. MPI_Init can find peers.
   bool mpi_launched() const {

@@ -26,6 +26,8 @@
 // - under an MPI launch: calls MPI_Abort, so every rank of the job ends at once;
 // - otherwise: throws alpaca::Error (the launcher then stops the other workers).
 // A rank terminated by SIGTERM/SIGINT while waiting prints which collective it was in.
+// Start-up: under an MPI launch init() holds a roll call before its first blocking collective,
+// bounded by LaunchInfo::timeout; a rank that did not answer is named and the job is aborted.
 #pragma once
 
 #include <chrono>
