@@ -356,3 +356,57 @@ TEST(LoraParity, Fp16WithTheLossScalerTracksFp32) {
   std::cout << "[lora fp16] vs fp32, 20 steps: worst relative loss difference " << worst << ", grad norm " << worst_norm
             << ", adapter tensors " << worst_t << "\n";
 }
+
+TEST(LoraParity, TiedEmbeddingsShareOneTrainableTokenDeltaThatPeftLoads) {
+  // tie_word_embeddings: peft ties lm_head's token adapter to the embedding's (one delta, saved
+  // once, config names embed_tokens only); ours is one parameter used by both. The adapter loads
+  // in PeftModel.from_pretrained without a warning and gives the logits of our unmerged attach.
+  SKIP_WITHOUT_FIXTURE();
+  TempDir work("lora_tied");
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(fixture() / "model" / "config.json"));
+  cfg["tie_word_embeddings"] = true;
+  const fs::path cfg_path = work.path() / "config.json", model_dir = work.path() / "model", out = work.path() / "out";
+  std::ofstream(cfg_path) << cfg.dump();
+  std::string log;
+  ASSERT_EQ(run_command(train_bin() + " init-model --config " + cfg_path.string() + " --output_dir " + model_dir.string() +
+                        " 2>&1", &log), 0) << log;
+  for (const char* f : {"tokenizer.model", "tokenizer_config.json"}) fs::copy_file(fixture() / "model" / f, model_dir / f);
+  std::string args = lora_args(out, 2, 2, 5);
+  args.replace(args.find((fixture() / "model").string()), (fixture() / "model").string().size(), model_dir.string());
+  ASSERT_EQ(run_trainer(args + " --fsdp 'full_shard auto_wrap' --fsdp_transformer_layer_cls_to_wrap LlamaDecoderLayer", 2,
+                        &log), 0) << log;
+  nlohmann::json acfg = nlohmann::json::parse(std::ifstream(out / "adapter_config.json"));
+  EXPECT_EQ(acfg["trainable_token_indices"], nlohmann::json({{"embed_tokens", {32000}}}));
+  auto adapter = io::SafetensorsFile::open((out / "adapter_model.safetensors").string());
+  EXPECT_TRUE(adapter->contains("base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta"));
+  EXPECT_FALSE(adapter->contains("base_model.model.lm_head.token_adapter.trainable_tokens_delta"));
+  // Trained: the [PAD] logit is in every softmax, so the shared row gets the head's gradient.
+  model::LlamaForCausalLM base = io::load_hf_model(model_dir.string());
+  const at::Tensor mean = base->model->embed_tokens->weight.mean(0, true);
+  const at::Tensor delta = adapter->tensor("base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta");
+  EXPECT_GT((delta - mean).abs().max().item<double>(), 1e-3) << "the tied [PAD] row was not trained";
+
+  model::LlamaForCausalLM g = io::load_hf_model(model_dir.string());
+  EXPECT_EQ(ckpt::attach_lora_adapter(*g, ckpt::read_lora_adapter(out.string()), model_dir.string()), 4);
+  at::NoGradGuard ng;
+  at::Tensor ids = at::tensor({1, 13866, 338, 385, 32000, 29889, 32000, 2}, at::kLong).view({1, -1});
+  const fs::path ours = work.path() / "ours_logits.safetensors";
+  {
+    io::SafetensorsWriter w(ours.string());
+    w.add("input_ids", ids);
+    w.add("logits", g->forward(ids).contiguous());
+    w.finish();
+  }
+  std::string out_text;
+  const int rc = run_command(python() + " " + (source_dir() / "tests/reference/lora_peft_load_check.py").string() +
+                                 " --base " + model_dir.string() + " --adapter " + out.string() + " --ours " +
+                                 ours.string() + " 2>&1",
+                             &out_text);
+  const auto brace = out_text.rfind("{\"max_abs_diff\"");
+  ASSERT_NE(brace, std::string::npos) << out_text;
+  const auto j = nlohmann::json::parse(out_text.substr(brace, out_text.find('\n', brace) - brace));
+  EXPECT_EQ(rc, 0) << "peft warned while loading the adapter: " << j["warnings"].dump();
+  EXPECT_LE(j["max_abs_diff"].get<double>(), 1e-5) << out_text;
+  std::cout << "[lora tied] PeftModel.from_pretrained (tied embeddings): no warnings; max |logits - ours| = "
+            << j["max_abs_diff"] << "\n";
+}
