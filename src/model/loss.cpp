@@ -65,12 +65,13 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
     at::Tensor grad_r = need_rows ? at::zeros(rows_kd.sizes(), rows_kd.options().dtype(at::kFloat)) : at::Tensor();
     // GEMM operands: as given, or upcast once when bf16 products take the fp32 route (matmul.h).
     const bool f32 = bf16_gemm_via_fp32(h_nd, w_vd);
-    at::Tensor w_c = f32 ? w_vd.to(at::kFloat) : w_vd;
-    at::Tensor r_c;
+    const at::Tensor w_c = f32 ? w_vd.to(at::kFloat) : w_vd;
+    // Trainable rows: W' = W with rows `row_index_k` replaced by r, never formed. Logits h W'^T
+    // are h W^T with those columns from h r^T; h's gradient g W' = g W + g[:, rows] (r - W[rows]).
+    at::Tensor r_c, r_minus_w;
     if (with_rows) {
       r_c = rows_kd.to(w_c.scalar_type());
-      // The backward of h W'^T to h uses W' itself: one (V, D) copy only when h needs a gradient.
-      if (need_h) w_c = w_c.index_copy(0, row_index_k, r_c);
+      if (need_h) r_minus_w = r_c - w_c.index_select(0, row_index_k);
     }
     for (int64_t s = 0; s < n; s += chunk) {
       const at::Tensor idx = rows.narrow(0, s, std::min(chunk, n - s));
@@ -79,7 +80,7 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
       const at::Tensor target = labels_n.index_select(0, idx).unsqueeze(1);
       // As transformers: logits in the compute dtype, upcast to fp32, then the cross-entropy.
       at::Tensor z_c = at::mm(h_c, w_c.t());
-      if (with_rows && !need_h) z_c.index_copy_(1, row_index_k, at::mm(h_c, r_c.t()));
+      if (with_rows) z_c.index_copy_(1, row_index_k, at::mm(h_c, r_c.t()));
       at::Tensor z = z_c.to(at::kFloat);
       const at::Tensor target_logit = z.gather(1, target);
       const at::Tensor zmax = z.amax(1, /*keepdim=*/true);
@@ -91,7 +92,11 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
       z.div_(sumexp);
       z.scatter_add_(1, target, at::full_like(target_logit, -1.0));
       const at::Tensor g = z.to(h_c.scalar_type());
-      if (need_h) grad_h.index_copy_(0, idx, at::mm(g, w_c).to(h_nd.scalar_type()));
+      if (need_h) {
+        at::Tensor gh = at::mm(g, w_c);
+        if (with_rows) gh.addmm_(g.index_select(1, row_index_k), r_minus_w);
+        grad_h.index_copy_(0, idx, gh.to(h_nd.scalar_type()));
+      }
       if (need_w) {
         if (g.scalar_type() == at::kFloat) {
           grad_w.addmm_(g.t(), h_c);
