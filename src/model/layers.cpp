@@ -17,6 +17,15 @@ at::Tensor make_param(at::IntArrayRef sizes, const at::TensorOptions& options, P
 }
 }  // namespace
 
+TrainableTokensImpl::TrainableTokensImpl(std::vector<int64_t> indices, int64_t dim) : token_indices(std::move(indices)) {
+  trainable_tokens_delta = register_parameter(
+      "trainable_tokens_delta", at::zeros({static_cast<int64_t>(token_indices.size()), dim}, at::kFloat));
+}
+
+at::Tensor TrainableTokensImpl::index(const at::Device& device) const {
+  return at::tensor(token_indices, at::kLong).to(device);
+}
+
 LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias,
                        const at::TensorOptions& options, ParamInit init) {
   weight = register_parameter("weight", make_param({out_features, in_features}, options, init, 0.0));
@@ -36,7 +45,17 @@ EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim, const at::Tens
   weight = register_parameter("weight", make_param({num_embeddings, dim}, options, init, 0.0));
 }
 
-at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) const { return at::embedding(weight, ids, padding_idx); }
+at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) const {
+  at::Tensor out = at::embedding(weight, ids, padding_idx);
+  if (!token_adapter) return out;
+  // The lookup of W.index_copy(0, indices, delta) without copying the table: positions whose id
+  // is a trainable token take that token's delta row (so the gradient reaches only the delta).
+  const at::Tensor idx = token_adapter->index(ids.device());
+  const at::Tensor hit = ids.unsqueeze(-1).eq(idx);  // (..., k)
+  const at::Tensor any = hit.any(-1, /*keepdim=*/true);
+  const at::Tensor rows = at::embedding(token_adapter->trainable_tokens_delta.to(out.scalar_type()), hit.to(at::kLong).argmax(-1));
+  return at::where(any, rows, out);
+}
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps_in, const at::TensorOptions& options, ParamInit init)
     : eps(eps_in) {

@@ -34,6 +34,10 @@ at::Tensor LlamaForCausalLMImpl::lm_head_weight() const {
   return lm_head ? lm_head->weight : model->embed_tokens->weight;
 }
 
+TrainableTokensImpl* LlamaForCausalLMImpl::lm_head_token_adapter() const {
+  return (lm_head ? lm_head->token_adapter : model->embed_tokens->token_adapter).get();
+}
+
 void LlamaForCausalLMImpl::set_layer_runner(LayerRunner runner) { runner_ = std::move(runner); }
 
 at::Tensor LlamaForCausalLMImpl::embed(const at::Tensor& input_ids_bt) const {
@@ -142,7 +146,12 @@ at::Tensor LlamaForCausalLMImpl::forward_cached(const at::Tensor& input_ids_bt, 
 }
 
 at::Tensor LlamaForCausalLMImpl::head(const at::Tensor& hidden_btd) const {
-  return model::linear(model->norm->forward(hidden_btd), lm_head_weight());
+  const at::Tensor w = lm_head_weight();
+  const TrainableTokensImpl* tok = lm_head_token_adapter();
+  if (!tok) return model::linear(model->norm->forward(hidden_btd), w);
+  // peft's TrainableTokensLayer on the head: F.linear(x, W.index_copy(0, indices, delta)).
+  const at::Tensor merged = w.index_copy(0, tok->index(w.device()), tok->trainable_tokens_delta.to(w.scalar_type()));
+  return model::linear(model->norm->forward(hidden_btd), merged);
 }
 
 at::Tensor LlamaForCausalLMImpl::decoder(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt,
@@ -168,7 +177,11 @@ LossSum LlamaForCausalLMImpl::forward_loss_sum(const at::Tensor& input_ids_bt, c
                                                const at::Tensor& attention_mask_bt, const at::Tensor& position_ids_bt,
                                                const at::Tensor& segment_ids_bt, int64_t chunk_tokens) {
   const at::Tensor h_btd = decoder(input_ids_bt, attention_mask_bt, position_ids_bt, segment_ids_bt);
-  return causal_lm_head_loss_sum(model->norm->forward(h_btd), lm_head_weight(), labels_bt, chunk_tokens);
+  const at::Tensor w = lm_head_weight();
+  const TrainableTokensImpl* tok = lm_head_token_adapter();
+  if (!tok) return causal_lm_head_loss_sum(model->norm->forward(h_btd), w, labels_bt, chunk_tokens);
+  return causal_lm_head_loss_sum(model->norm->forward(h_btd), w, labels_bt, chunk_tokens, tok->trainable_tokens_delta,
+                                 tok->index(w.device()));
 }
 
 void LlamaForCausalLMImpl::resize_token_embeddings(int64_t new_vocab_size) {

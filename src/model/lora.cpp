@@ -3,6 +3,8 @@
 
 #include "alpaca/model/llama.h"
 
+#include <algorithm>
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 
@@ -52,7 +54,8 @@ std::vector<std::string> split_module_list(const std::string& text) {
 }
 
 bool is_lora_param(const std::string& name) {
-  return name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight");
+  return name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight") ||
+         name.ends_with(".token_adapter.trainable_tokens_delta");
 }
 
 LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t seed) {
@@ -148,6 +151,28 @@ LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t se
   }
   for (torch::nn::Module* s : saved)
     for (auto& p : s->parameters(/*recurse=*/true)) p.requires_grad_(true);
+
+  if (!opt.trainable_token_indices.empty()) {
+    const std::vector<int64_t>& ids = opt.trainable_token_indices;
+    const int64_t vocab = m.config().vocab_size;
+    for (int64_t id : ids)
+      ALPACA_CHECK(id >= 0 && id < vocab, "trainable token id " << id << " is outside the vocabulary [0, " << vocab << ")");
+    auto in_full = [&](const std::string& name) {
+      return std::find(plan.saved_modules.begin(), plan.saved_modules.end(), name) != plan.saved_modules.end();
+    };
+    auto attach = [&](const std::string& key, const std::string& name, const at::Tensor& w,
+                      std::shared_ptr<TrainableTokensImpl>& slot, torch::nn::Module& owner) {
+      ALPACA_CHECK(!slot, "trainable tokens are already attached to " << name);
+      auto t = std::make_shared<TrainableTokensImpl>(ids, w.size(1));
+      if (!w.is_meta()) t->trainable_tokens_delta.copy_(w.index_select(0, t->index(w.device())));
+      t->trainable_tokens_delta.requires_grad_(true);
+      slot = owner.register_module("token_adapter", t);
+      plan.token_tables.emplace_back(key, name);
+    };
+    auto& emb = *m.model->embed_tokens;
+    if (!in_full("model.embed_tokens")) attach("embed_tokens", "model.embed_tokens", emb.weight, emb.token_adapter, emb);
+    if (m.lm_head && !in_full("lm_head")) attach("lm_head", "lm_head", m.lm_head->weight, m.lm_head->token_adapter, *m.lm_head);
+  }
   return plan;
 }
 

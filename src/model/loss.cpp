@@ -55,34 +55,53 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
   // h_nd: (N, D) hidden rows; w_vd: (V, D); labels_n: int64 (N), shifted; rows: the indices of
   // the rows with a label (int64, on h's device; their count is known on the host). Only those
   // are projected: an ignored row adds nothing to the loss and gets a zero gradient.
+  // rows_kd / row_index_k: peft trainable-token rows (empty = none); see loss.h.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h_nd, const at::Tensor& w_vd,
-                            const at::Tensor& labels_n, const at::Tensor& rows, int64_t chunk) {
+                            const at::Tensor& labels_n, const at::Tensor& rows, int64_t chunk,
+                            const at::Tensor& rows_kd, const at::Tensor& row_index_k) {
     const bool need_h = h_nd.requires_grad(), need_w = w_vd.requires_grad();
+    const bool with_rows = rows_kd.numel() > 0;  // empty = none (apply takes defined tensors only)
+    const bool need_rows = with_rows && rows_kd.requires_grad();
+    ALPACA_CHECK(!with_rows || !need_w, "loss: trainable token rows need a frozen lm_head weight");
     const int64_t n = rows.size(0);
     at::Tensor loss = at::zeros({}, h_nd.options().dtype(at::kFloat));
     at::Tensor grad_h = need_h ? at::zeros_like(h_nd) : at::Tensor();
     at::Tensor grad_w = need_w ? at::zeros(w_vd.sizes(), w_vd.options().dtype(at::kFloat)) : at::Tensor();
+    at::Tensor grad_r = need_rows ? at::zeros(rows_kd.sizes(), rows_kd.options().dtype(at::kFloat)) : at::Tensor();
     // GEMM operands: as given, or upcast once when bf16 products take the fp32 route (matmul.h).
     const bool f32 = bf16_gemm_via_fp32(h_nd, w_vd);
     const at::Tensor w_c = f32 ? w_vd.to(at::kFloat) : w_vd;
+    // Trainable rows: W' = W with rows `row_index_k` replaced by r, never formed. Logits h W'^T
+    // are h W^T with those columns from h r^T; h's gradient g W' = g W + g[:, rows] (r - W[rows]).
+    at::Tensor r_c, r_minus_w;
+    if (with_rows) {
+      r_c = rows_kd.to(w_c.scalar_type());
+      if (need_h) r_minus_w = r_c - w_c.index_select(0, row_index_k);
+    }
     for (int64_t s = 0; s < n; s += chunk) {
       const at::Tensor idx = rows.narrow(0, s, std::min(chunk, n - s));
       at::Tensor h_c = h_nd.index_select(0, idx);
       if (f32) h_c = h_c.to(at::kFloat);
       const at::Tensor target = labels_n.index_select(0, idx).unsqueeze(1);
       // As transformers: logits in the compute dtype, upcast to fp32, then the cross-entropy.
-      at::Tensor z = at::mm(h_c, w_c.t()).to(at::kFloat);
+      at::Tensor z_c = at::mm(h_c, w_c.t());
+      if (with_rows) z_c.index_copy_(1, row_index_k, at::mm(h_c, r_c.t()));
+      at::Tensor z = z_c.to(at::kFloat);
       const at::Tensor target_logit = z.gather(1, target);
       const at::Tensor zmax = z.amax(1, /*keepdim=*/true);
       z.sub_(zmax).exp_();                                   // exp(z - max), in place
       const at::Tensor sumexp = z.sum(1, /*keepdim=*/true);  // lse = log(sumexp) + max
       loss.add_((sumexp.log() + zmax - target_logit).sum());
-      if (!need_h && !need_w) continue;
+      if (!need_h && !need_w && !need_rows) continue;
       // d(loss)/d(z) = softmax - one_hot; cast to the GEMM dtype (the backward of the upcast).
       z.div_(sumexp);
       z.scatter_add_(1, target, at::full_like(target_logit, -1.0));
       const at::Tensor g = z.to(h_c.scalar_type());
-      if (need_h) grad_h.index_copy_(0, idx, at::mm(g, w_c).to(h_nd.scalar_type()));
+      if (need_h) {
+        at::Tensor gh = at::mm(g, w_c);
+        if (with_rows) gh.addmm_(g.index_select(1, row_index_k), r_minus_w);
+        grad_h.index_copy_(0, idx, gh.to(h_nd.scalar_type()));
+      }
       if (need_w) {
         if (g.scalar_type() == at::kFloat) {
           grad_w.addmm_(g.t(), h_c);
@@ -90,9 +109,18 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
           grad_w.add_(at::mm(g.t(), h_c));  // per-chunk product in the compute dtype, summed in fp32
         }
       }
+      if (need_rows) {
+        const at::Tensor g_rows = g.index_select(1, row_index_k);
+        if (g.scalar_type() == at::kFloat) {
+          grad_r.addmm_(g_rows.t(), h_c);
+        } else {
+          grad_r.add_(at::mm(g_rows.t(), h_c));
+        }
+      }
     }
     ctx->saved_data["grad_h"] = grad_h;
     ctx->saved_data["grad_w"] = need_w ? grad_w.to(w_vd.scalar_type()) : grad_w;
+    ctx->saved_data["grad_r"] = need_rows ? grad_r.to(rows_kd.scalar_type()) : grad_r;
     return loss;
   }
 
@@ -100,17 +128,19 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
     const at::Tensor g = grad_out[0];
     at::Tensor grad_h = ctx->saved_data["grad_h"].toTensor();
     at::Tensor grad_w = ctx->saved_data["grad_w"].toTensor();
+    at::Tensor grad_r = ctx->saved_data["grad_r"].toTensor();
     ctx->saved_data.clear();
     if (grad_h.defined()) grad_h.mul_(g.to(grad_h.scalar_type()));
     if (grad_w.defined()) grad_w.mul_(g.to(grad_w.scalar_type()));
-    return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor()};
+    if (grad_r.defined()) grad_r.mul_(g.to(grad_r.scalar_type()));
+    return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), grad_r, at::Tensor()};
   }
 };
 
 }  // namespace
 
 LossSum causal_lm_head_loss_sum(const at::Tensor& hidden_btd, const at::Tensor& weight_vd, const at::Tensor& labels_bt,
-                                int64_t chunk_tokens) {
+                                int64_t chunk_tokens, const at::Tensor& rows_kd, const at::Tensor& row_index_k) {
   ALPACA_CHECK(hidden_btd.dim() == 3 && weight_vd.dim() == 2 && labels_bt.dim() == 2 &&
                    hidden_btd.size(0) == labels_bt.size(0) && hidden_btd.size(1) == labels_bt.size(1) &&
                    hidden_btd.size(2) == weight_vd.size(1),
@@ -137,8 +167,14 @@ LossSum causal_lm_head_loss_sum(const at::Tensor& hidden_btd, const at::Tensor& 
   const at::Tensor flat_labels = util::to_device_async(labels_here, device);
   const at::Tensor rows = util::to_device_async(rows_here, device);
   if (chunk_tokens <= 0) chunk_tokens = std::max<int64_t>(1, (int64_t{1} << 23) / std::max<int64_t>(v, 1));
-  at::Tensor sum =
-      FusedHeadCrossEntropy::apply(hidden_btd.reshape({-1, d}), weight_vd, flat_labels, rows, chunk_tokens);
+  const bool with_rows = rows_kd.defined() && rows_kd.numel() > 0;
+  ALPACA_CHECK(!with_rows || (rows_kd.dim() == 2 && rows_kd.size(1) == d && row_index_k.defined() &&
+                              row_index_k.numel() == rows_kd.size(0)),
+               "loss: trainable token rows " << rows_kd.sizes() << " do not fit the head weight " << weight_vd.sizes());
+  const at::Tensor none = at::empty({0}, weight_vd.options());
+  at::Tensor sum = FusedHeadCrossEntropy::apply(hidden_btd.reshape({-1, d}), weight_vd, flat_labels, rows, chunk_tokens,
+                                               with_rows ? rows_kd : none,
+                                               with_rows ? row_index_k : none.to(at::kLong));
   return {sum, count};
 }
 

@@ -140,6 +140,7 @@ struct Trainer::Impl {
 
   // LoRA (trainer_lora.cpp)
   void setup_lora(int64_t base_vocab_size);
+  void init_trainable_token_rows();  // after the base is loaded: the deltas start as its rows (collective)
   ckpt::Fingerprint lora_fingerprint() const;                       // base identity + LoRA flags
   void check_lora_resume(const ckpt::Fingerprint& saved_model) const;  // clear errors, before the generic check
   bool is_adapter_param(const std::string& name) const;             // LoRA A/B or a modules_to_save parameter

@@ -2,8 +2,9 @@
 // the peft output: adapter_config.json + adapter_model.safetensors with peft's key names
 // ("base_model.model.<our name>", no adapter name), gathered one FSDP unit at a time from the
 // trainable shards only, so saving an adapter never gathers the frozen base. Rows that train.py
-// added to the vocabulary ([PAD]) are stored as peft trainable tokens (trainable_token_indices,
-// one (rows, D) delta per table) unless the whole table is in modules_to_save.
+// added to the vocabulary ([PAD]) are trained as peft trainable tokens (trainable_token_indices:
+// one (rows, D) trainable delta per table, tied tables share one) unless the whole table is in
+// modules_to_save.
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
 #include "alpaca/util/sys.h"
+#include "alpaca/util/tensor_memory.h"
 #include "trainer_impl.h"
 
 namespace fs = std::filesystem;
@@ -78,8 +80,10 @@ void Trainer::Impl::check_lora_resume(const ckpt::Fingerprint& saved_model) cons
 }
 
 void Trainer::Impl::setup_lora(int64_t base_vocab_size) {
-  lora_plan = model::apply_lora(*model, *opt.lora, static_cast<uint64_t>(opt.seed));
   for (int64_t id = base_vocab_size; id < tokenizer->vocab_size(); ++id) added_token_ids.push_back(id);
+  model::LoraOptions lo = *opt.lora;
+  lo.trainable_token_indices = added_token_ids;
+  lora_plan = model::apply_lora(*model, lo, static_cast<uint64_t>(opt.seed));
   int64_t adapter = 0;
   for (const auto& p : model->parameters())
     if (p.requires_grad()) adapter += p.numel();
@@ -87,6 +91,23 @@ void Trainer::Impl::setup_lora(int64_t base_vocab_size) {
               << (opt.lora->use_rslora ? " (rsLoRA)" : "") << " on " << lora_plan.lora_modules.size() << " modules ("
               << join_words(lora_plan.target_modules) << "): " << adapter << " trainable parameters of "
               << model::num_parameters(model));
+}
+
+void Trainer::Impl::init_trainable_token_rows() {
+  if (added_token_ids.empty()) return;
+  // peft's TrainableTokensLayer starts from weight[indices]: the rows just loaded (train.py's mean
+  // rows). The ids train.py adds are contiguous: [base vocab, len(tokenizer)).
+  const int64_t lo = added_token_ids.front(), hi = added_token_ids.back() + 1;
+  ALPACA_CHECK(hi - lo == static_cast<int64_t>(added_token_ids.size()), "added token ids are not contiguous");
+  for (const auto& [key, module] : lora_plan.token_tables) {
+    const at::Tensor rows = engine->gather_rows(module + ".weight", lo, hi).reshape({-1});  // collective
+    const std::string delta = module + ".token_adapter.trainable_tokens_delta";
+    engine->load_parameters(
+        [&](const std::string&, const std::vector<int64_t>&, int64_t begin, int64_t end, at::Tensor out) {
+          out.copy_(rows.narrow(0, begin, end - begin));
+        },
+        /*rank0_only=*/false, [&](const std::string& n) { return n == delta; });
+  }
 }
 
 bool Trainer::Impl::is_adapter_param(const std::string& name) const {
@@ -101,26 +122,19 @@ void Trainer::Impl::export_adapter(const fs::path& dir) {
   if (rank == 0) writer = std::make_unique<io::SafetensorsWriter>((dir / "adapter_model.safetensors").string());
   const int64_t rss_before = sys::rss_bytes();
   int64_t rss_peak = rss_before;
+  // CPU tensor bytes (the counting allocator, util/tensor_memory.h): what gathering and writing
+  // the adapter holds at its worst, which must stay about the adapter's size, never the base's.
+  const int64_t tensors_before = util::begin_cpu_tensor_watch();
   engine->export_trainable_state([&](const std::string& name, const at::Tensor& value) {
     writer->add(kPeftPrefix + name, value);
     rss_peak = std::max(rss_peak, sys::rss_bytes());
   });
-  // Added vocabulary rows as peft trainable tokens, for the tables not saved in full.
+  // Added vocabulary rows: their trained deltas were exported above with the adapters (peft's
+  // key "<table>.token_adapter.trainable_tokens_delta"); the config names their ids per table.
   nlohmann::json tokens = nullptr;
-  if (!added_token_ids.empty()) {
-    const int64_t lo = added_token_ids.front(), hi = added_token_ids.back() + 1;
-    auto saved_in_full = [&](const std::string& module) {
-      return std::find(lora_plan.saved_modules.begin(), lora_plan.saved_modules.end(), module) != lora_plan.saved_modules.end();
-    };
-    std::vector<std::pair<std::string, std::string>> tables = {{"embed_tokens", "model.embed_tokens"}};
-    if (!model->config().tie_word_embeddings) tables.emplace_back("lm_head", "lm_head");
-    for (const auto& [key, module] : tables) {
-      if (saved_in_full(module)) continue;
-      at::Tensor rows = engine->gather_rows(module + ".weight", lo, hi);  // collective
-      if (rank == 0) writer->add(kPeftPrefix + module + ".token_adapter.trainable_tokens_delta", rows);
-      if (tokens.is_null()) tokens = nlohmann::json::object();
-      tokens[key] = added_token_ids;
-    }
+  for (const auto& [key, module] : lora_plan.token_tables) {
+    if (tokens.is_null()) tokens = nlohmann::json::object();
+    tokens[key] = added_token_ids;
   }
   if (rank != 0) return;
   writer->finish({{"format", "pt"}});
@@ -137,8 +151,11 @@ void Trainer::Impl::export_adapter(const fs::path& dir) {
       {"rank_pattern", nlohmann::json::object()}, {"alpha_pattern", nlohmann::json::object()},
       {"exclude_modules", nullptr}, {"revision", nullptr}, {"target_parameters", nullptr}};
   ckpt::write_file_durable(dir / "adapter_config.json", cfg.dump(2) + "\n");
-  ALPACA_INFO("saved the LoRA adapter to " << dir.string() << " (" << writer->data_bytes() / 1024 << " KiB; rank 0 RSS grew by "
-              << (rss_peak - rss_before) / (1 << 20) << " MiB while gathering it; the base was not gathered)");
+  const bool counted = util::counting_cpu_allocator_installed();
+  ALPACA_INFO("saved the LoRA adapter to " << dir.string() << " (" << writer->data_bytes() << " bytes; rank 0 CPU tensor "
+              "peak grew by " << (counted ? std::to_string(util::cpu_tensor_watch_peak_bytes() - tensors_before) : "?")
+              << " bytes and RSS by " << (rss_peak - rss_before) / (1 << 20)
+              << " MiB while gathering it; the base was not gathered)");
 }
 
 void Trainer::Impl::load_adapter(const fs::path& dir) {

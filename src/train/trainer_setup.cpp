@@ -190,6 +190,7 @@ void Trainer::Impl::setup_engine() {
     fsdp::load_checkpoint(*engine, weights_dir.string(), /*rank0_only=*/policy.cpu_ram_efficient_loading, grow_vocab,
                           base_only);
     weights_loaded = true;
+    if (opt.lora && !resume_dir) init_trainable_token_rows();
   }
   sys::release_free_host_memory();  // load staging buffers and unsharded parameters are not needed again
 

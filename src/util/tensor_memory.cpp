@@ -18,6 +18,7 @@ namespace {
 
 std::atomic<int64_t> g_current{0};
 std::atomic<int64_t> g_peak{0};
+std::atomic<int64_t> g_watch_peak{0};
 std::atomic<int64_t> g_cap{0};
 std::atomic<int64_t> g_refusals{0};
 std::atomic<bool> g_installed{false};
@@ -27,10 +28,15 @@ std::atomic<bool> g_installed{false};
 // freeing needs no lookup table.
 constexpr size_t kHeader = 64;  // c10's CPU alignment: the data stays 64-byte aligned
 
-void raise_peak(int64_t now) {
-  int64_t peak = g_peak.load(std::memory_order_relaxed);
-  while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+void raise(std::atomic<int64_t>& peak_var, int64_t now) {
+  int64_t peak = peak_var.load(std::memory_order_relaxed);
+  while (now > peak && !peak_var.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
+}
+
+void raise_peak(int64_t now) {
+  raise(g_peak, now);
+  raise(g_watch_peak, now);
 }
 
 void counted_free(void* data) {
@@ -95,6 +101,13 @@ int64_t reset_cpu_tensor_peak() {
   const int64_t now = g_current.load(std::memory_order_relaxed);
   return g_peak.exchange(now, std::memory_order_relaxed);
 }
+
+int64_t begin_cpu_tensor_watch() {
+  const int64_t now = g_current.load(std::memory_order_relaxed);
+  g_watch_peak.store(now, std::memory_order_relaxed);
+  return now;
+}
+int64_t cpu_tensor_watch_peak_bytes() { return g_watch_peak.load(std::memory_order_relaxed); }
 
 void set_cpu_tensor_cap_bytes(int64_t cap) { g_cap.store(cap > 0 ? cap : 0, std::memory_order_relaxed); }
 int64_t cpu_tensor_cap_bytes() { return g_cap.load(std::memory_order_relaxed); }

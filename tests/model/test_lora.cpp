@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "alpaca/model/llama.h"
+#include "alpaca/model/loss.h"
 #include "alpaca/model/lora.h"
 #include "alpaca/util/error.h"
 
@@ -146,4 +147,66 @@ TEST(Lora, BadTargetsNameWhatExists) {
   e = error_of([&] { apply_lora(*m4, o, 1); });
   EXPECT_NE(e.find("r must be > 0"), std::string::npos) << e;
   EXPECT_EQ(split_module_list("q_proj, v_proj  o_proj"), (std::vector<std::string>{"q_proj", "v_proj", "o_proj"}));
+}
+
+// Trainable token rows (peft's TrainableTokensLayer): the forward and every gradient equal the
+// same model computed peft's way, with the tables' rows replaced by index_copy (autograd through
+// W.index_copy(0, ids, delta)); only the deltas get gradients; tied tables share one delta.
+TEST(Lora, TrainableTokenRowsAreRowsReplacedAsPeftDoes) {
+  for (bool tied : {false, true}) {
+    LlamaConfig c = tiny();
+    c.tie_word_embeddings = tied;
+    LlamaForCausalLM m(c);
+    init_weights(m, 3);
+    LoraOptions o;
+    o.r = 4;
+    o.alpha = 8;
+    o.dropout = 0;
+    o.trainable_token_indices = {61, 63};
+    const LoraPlan plan = apply_lora(*m, o, 7);
+    using Tables = std::vector<std::pair<std::string, std::string>>;
+    const Tables want_tables = tied ? Tables{{"embed_tokens", "model.embed_tokens"}}
+                                    : Tables{{"embed_tokens", "model.embed_tokens"}, {"lm_head", "lm_head"}};
+    EXPECT_EQ(plan.token_tables, want_tables);
+    auto params = m->named_parameters(true);
+    at::Tensor emb_delta = params["model.embed_tokens.token_adapter.trainable_tokens_delta"];
+    ASSERT_TRUE(emb_delta.defined() && emb_delta.requires_grad());
+    EXPECT_TRUE(is_lora_param("model.embed_tokens.token_adapter.trainable_tokens_delta"));
+    at::Tensor idx = at::tensor({61, 63}, at::kLong);
+    // Initialised from the table's rows (peft: weight[indices].clone()).
+    EXPECT_TRUE(at::equal(emb_delta, m->model->embed_tokens->weight.index_select(0, idx)));
+    EXPECT_FALSE(m->model->embed_tokens->weight.requires_grad());
+    at::Tensor head_delta = tied ? emb_delta : params["lm_head.token_adapter.trainable_tokens_delta"];
+    {
+      // Move the deltas off the table rows so a path that ignored them would show.
+      at::NoGradGuard ng;
+      emb_delta.add_(0.5);
+      if (!tied) head_delta.sub_(0.25);
+    }
+    at::Tensor ids = at::tensor({1, 61, 5, 63, 63, 7, 2, 61}, at::kLong).view({2, 4});
+    at::Tensor labels = at::tensor({-100, 63, 5, 61, 63, -100, 61, 2}, at::kLong).view({2, 4});
+    LossSum ours = m->forward_loss_sum(ids, labels);
+    ours.sum.backward();
+    const at::Tensor g_emb = emb_delta.grad().clone(), g_head = head_delta.grad().clone();
+    const at::Tensor logits_ours = m->forward(ids).detach();
+    // peft's way: plain tables with the rows replaced, leaf copies of the deltas.
+    at::Tensor e_leaf = emb_delta.detach().clone().requires_grad_(true);
+    at::Tensor h_leaf = tied ? e_leaf : head_delta.detach().clone().requires_grad_(true);
+    at::Tensor w_emb = m->model->embed_tokens->weight.detach().index_copy(0, idx, e_leaf);
+    at::Tensor w_head = (tied ? m->model->embed_tokens->weight : m->lm_head->weight).detach().index_copy(0, idx, h_leaf);
+    at::Tensor h = at::embedding(w_emb, ids);
+    LayerContext ctx = m->make_context(ids, {}, {}, {}, h.scalar_type());
+    for (auto& layer : m->layers()) h = layer->forward(h, ctx);
+    at::Tensor logits = at::matmul(m->model->norm->forward(h), w_head.t());
+    at::Tensor ref = causal_lm_loss_sum(logits, labels).sum;
+    ref.backward();
+    EXPECT_NEAR(ours.sum.item<double>(), ref.item<double>(), 1e-4) << "tied " << tied;
+    EXPECT_TRUE(at::allclose(logits_ours, logits.detach(), 1e-5, 1e-5)) << "tied " << tied;
+    EXPECT_TRUE(at::allclose(g_emb, e_leaf.grad(), 1e-5, 1e-6)) << "tied " << tied << "\n" << g_emb << e_leaf.grad();
+    if (!tied) {
+      EXPECT_TRUE(at::allclose(g_head, h_leaf.grad(), 1e-5, 1e-6)) << g_head << h_leaf.grad();
+    }
+    EXPECT_GT(g_emb.abs().max().item<double>(), 1e-3);
+    EXPECT_GT(g_head.abs().max().item<double>(), 1e-3);
+  }
 }

@@ -3,12 +3,16 @@
 random LLaMA, real Alpaca records and example order as alpaca-train (train_parity_ref.py's
 semantics), starting from alpaca-train's initial adapter: A is drawn exactly as model::apply_lora
 draws it (kaiming_uniform_(a=sqrt(5)) from one torch.Generator seeded with --seed, in module
-order), B = 0; the test also checks our A against lora_init.safetensors bitwise.
+order), B = 0; the test also checks our A against lora_init.safetensors bitwise. train.py's added
+[PAD] rows (mean-initialised) train as peft trainable tokens (trainable_token_indices on
+embed_tokens and lm_head), as alpaca-train trains them.
 
 Writes into --out:
   model/                 the tiny random LLaMA (HF dir, fp32 safetensors, LLaMA-2 tokenizer.model)
   data.json              the Alpaca records both sides train on
   lora_init.safetensors  the initial A of every adapted module, under our parameter names
+  tokens_final.safetensors  the [PAD] trainable-token rows after the last step (and "<name>.init"
+                         before the first), under our parameter names
   reference.json         {"losses": [...], "learning_rates": [...], "grad_norms": [...], "config": {...}}
 """
 import argparse
@@ -87,8 +91,10 @@ def main():
         model.get_output_embeddings().weight[-1] = old_out.mean(0)
 
     # target_modules=None: peft's default for LLaMA (q_proj, v_proj), which alpaca-train also uses.
+    # The added [PAD] rows train as peft trainable tokens (TrainableTokensLayer on both tables:
+    # the model is untied), as alpaca-train trains them.
     lcfg = LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=0.0, target_modules=None,
-                      task_type="CAUSAL_LM")
+                      task_type="CAUSAL_LM", trainable_token_indices={"embed_tokens": [pad_id], "lm_head": [pad_id]})
     model = get_peft_model(model, lcfg)
     init = {}
     g = torch.Generator()
@@ -104,6 +110,10 @@ def main():
     save_file(init, str(out / "lora_init.safetensors"))
 
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    deltas = {n.removeprefix("base_model.model.").removesuffix(".default"): p for n, p in named
+              if "trainable_tokens_delta" in n}
+    assert len(deltas) == 2, sorted(deltas)
+    tokens = {n + ".init": p.detach().clone() for n, p in deltas.items()}
     no_decay = [n for n, _ in named if n.endswith("bias") or "norm" in n]
     groups = [{"params": [p for n, p in named if n not in no_decay], "weight_decay": args.weight_decay},
               {"params": [p for n, p in named if n in no_decay], "weight_decay": 0.0}]
@@ -138,6 +148,8 @@ def main():
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
         norms.append(norm.item())
+    tokens.update({n: p.detach().clone() for n, p in deltas.items()})
+    save_file(tokens, str(out / "tokens_final.safetensors"))
     (out / "reference.json").write_text(json.dumps(
         {"losses": losses, "learning_rates": lrs, "grad_norms": norms,
          "config": {"steps": args.steps, "global_batch": G, "lr": args.lr, "warmup_ratio": args.warmup_ratio,

@@ -7,6 +7,8 @@
 #include <torch/nn/module.h>    // defines: torch::nn::Module
 #include <torch/nn/pimpl.h>     // defines: TORCH_MODULE
 
+#include <vector>
+
 #include "alpaca/model/config.h"
 
 namespace alpaca::model {
@@ -28,6 +30,21 @@ struct LayerContext {
   int64_t layer_idx = -1;
 };
 
+// peft's TrainableTokensLayer (trainable_token_indices): a few rows of a frozen table trained on
+// their own. "trainable_tokens_delta" (k, D) holds the *values* of rows `token_indices` (peft
+// replaces, it does not add: W' = W.index_copy(0, indices, delta)); it is the only trainable
+// parameter, so only those rows get gradients. Attached by model::apply_lora to embed_tokens and,
+// untied, lm_head (tied, the head uses the embedding's adapter, as peft ties them).
+class TrainableTokensImpl : public torch::nn::Module {
+ public:
+  TrainableTokensImpl(std::vector<int64_t> token_indices, int64_t dim);
+  // The indices as an int64 tensor on `device` (the delta's rows, in order).
+  at::Tensor index(const at::Device& device) const;
+  std::vector<int64_t> token_indices;
+  at::Tensor trainable_tokens_delta;  // (k, D) fp32
+};
+TORCH_MODULE(TrainableTokens);
+
 // y = x W^T (+ b). Parameters "weight" (out, in) and optionally "bias" (out).
 // With a LoRA adapter attached (model::apply_lora, peft's lora.Linear):
 //   y = x W^T (+ b) + s * B(A(dropout(x))), A = "lora_A.weight" (r, in), B = "lora_B.weight" (out, r).
@@ -44,10 +61,14 @@ class LinearImpl : public torch::nn::Module {
   std::shared_ptr<LinearImpl> lora_A, lora_B;
   double lora_scaling = 0.0;
   double lora_dropout = 0.0;
+  // Trainable rows of `weight` (lm_head's added tokens; null without). Only the LM head's weight
+  // is used this way (LlamaForCausalLMImpl::head / forward_loss_sum); forward() ignores it.
+  std::shared_ptr<TrainableTokensImpl> token_adapter;
 };
 TORCH_MODULE(Linear);
 
-// Token embedding table "weight" (V, D).
+// Token embedding table "weight" (V, D). With `token_adapter`, the rows it holds come from its
+// delta (peft's TrainableTokensLayer: embedding(W.index_copy(0, indices, delta), ids)).
 class EmbeddingImpl : public torch::nn::Module {
  public:
   EmbeddingImpl(int64_t num_embeddings, int64_t dim, const at::TensorOptions& options,
@@ -55,6 +76,7 @@ class EmbeddingImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& ids) const;
   at::Tensor weight;
   int64_t padding_idx = -1;  // as torch.nn.Embedding: this row's gradient is zero; -1 = none
+  std::shared_ptr<TrainableTokensImpl> token_adapter;
 };
 TORCH_MODULE(Embedding);
 

@@ -86,6 +86,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   const LlamaConfig& config() const { return cfg_; }
   // The output projection (V, D): lm_head.weight, or embed_tokens.weight when tied.
   at::Tensor lm_head_weight() const;
+  // The head's trainable token rows (peft trainable_token_indices; tied: the embedding's), or null.
+  TrainableTokensImpl* lm_head_token_adapter() const;
 
   LlamaModel model{nullptr};
   Linear lm_head{nullptr};  // null when tie_word_embeddings (then embed_tokens' weight is used)

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace alpaca::model {
@@ -21,6 +22,9 @@ struct LoraOptions {
   bool use_rslora = false;
   std::vector<std::string> target_modules;   // names, or {"all-linear"}; empty = peft's LLaMA default q_proj v_proj
   std::vector<std::string> modules_to_save;  // modules trained in full (peft modules_to_save), e.g. lm_head
+  // Vocabulary rows trained on their own (peft trainable_token_indices: train.py's added [PAD]) in
+  // embed_tokens and, untied, lm_head; a table in modules_to_save is trained in full instead.
+  std::vector<int64_t> trainable_token_indices;
   double scaling() const;                    // alpha / r, or alpha / sqrt(r) with use_rslora
 };
 
@@ -28,6 +32,9 @@ struct LoraPlan {
   std::vector<std::string> lora_modules;     // full names of the adapted linears, in module order
   std::vector<std::string> target_modules;   // the resolved target list (what adapter_config.json says)
   std::vector<std::string> saved_modules;    // full names of the modules_to_save modules
+  // Tables with trainable token rows: {peft's trainable_token_indices key, full module name}, e.g.
+  // {"embed_tokens", "model.embed_tokens"}, {"lm_head", "lm_head"} (tied: the embedding only).
+  std::vector<std::pair<std::string, std::string>> token_tables;
 };
 
 // Splits a flag value "q_proj,v_proj" or "q_proj v_proj" into names.
@@ -38,11 +45,16 @@ std::vector<std::string> split_module_list(const std::string& text);
 // parameters of modules_to_save. A is drawn on the CPU from one generator seeded with `seed`, in
 // module order (bitwise what torch.nn.init.kaiming_uniform_(A, a=sqrt(5), generator=g) draws from
 // torch.Generator().manual_seed(seed) in the same order). Adapter tensors are fp32 on the CPU.
+// Trainable token rows (opt.trainable_token_indices) get a TrainableTokens module named
+// "token_adapter" on each table (peft's key: "<table>.token_adapter.trainable_tokens_delta"),
+// initialised from the table's rows, or zeros while the table is on the meta device (the caller
+// then copies the loaded rows in, as peft's TrainableTokensLayer starts from weight[indices]).
 // Throws alpaca::Error when r <= 0, when a target or a module to save matches no module (naming the
 // modules that exist), or when a target is not a linear layer.
 LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t seed);
 
-// True for the name of a LoRA adapter parameter ("...lora_A.weight" / "...lora_B.weight").
+// True for the name of a parameter LoRA adds, which the base checkpoint does not have
+// ("...lora_A.weight" / "...lora_B.weight" / "...token_adapter.trainable_tokens_delta").
 bool is_lora_param(const std::string& name);
 
 }  // namespace alpaca::model

@@ -32,7 +32,11 @@ at::Tensor causal_lm_loss(const at::Tensor& logits_btv, const at::Tensor& labels
 // vocabulary check and the labelled rows are then computed on the host (no device
 // synchronisation) and moved asynchronously; device labels cost two synchronisations (counted,
 // util/host_sync.h). The same holds for causal_lm_loss_sum's count.
+// With `rows_kd` (peft trainable tokens: the values of rows `row_index_k` of the weight), the
+// weight is W.index_copy(0, row_index_k, rows_kd) without forming it: those logits come from
+// rows_kd, which gets their gradient; `weight_vd` must then be frozen (no gradient).
 LossSum causal_lm_head_loss_sum(const at::Tensor& hidden_btd, const at::Tensor& weight_vd, const at::Tensor& labels_bt,
-                                int64_t chunk_tokens = 0);
+                                int64_t chunk_tokens = 0, const at::Tensor& rows_kd = {},
+                                const at::Tensor& row_index_k = {});
 
 }  // namespace alpaca::model

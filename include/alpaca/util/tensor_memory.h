@@ -25,6 +25,11 @@ int64_t cpu_tensor_bytes();
 int64_t cpu_tensor_peak_bytes();
 // Starts a new phase: the peak becomes the current total. Returns the peak of the phase that ended.
 int64_t reset_cpu_tensor_peak();
+// A watch for one operation that leaves the phase peak above alone (e.g. "what did saving the
+// adapter add"): begin returns the current total and starts a second peak from it; the watch
+// peak is the largest total since. One watch at a time (a new begin restarts it).
+int64_t begin_cpu_tensor_watch();
+int64_t cpu_tensor_watch_peak_bytes();
 // Allocations that would exceed this live total fail with c10::OutOfMemoryError; 0 = no cap.
 void set_cpu_tensor_cap_bytes(int64_t cap);
 int64_t cpu_tensor_cap_bytes();
