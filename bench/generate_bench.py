@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Generation throughput: new tokens per second, ours (bench_generate) vs transformers' generate,
 same model, same prompts (tokenized once, by the model's own tokenizer), same number of new
-tokens, same intra-op thread count, greedy on both sides, in fp32 and in bf16 (our --bf16 against
+tokens, same intra-op thread count, greedy on both sides, exactly --new_tokens per prompt (no EOS stop,
+so both sides count the same tokens; --stop_at_eos to stop), in fp32 and in bf16 (our --bf16 against
 transformers with dtype=torch.bfloat16), batch 1 and batch 8, 1 and 2 threads. Prints one line
 per case and a table of every ratio side by side; writes --out/generate.json.
 
@@ -44,7 +45,7 @@ def transformers_run(model, prompts, batch, new_tokens, eos, pad):
                 mask[r, t - len(p):] = 1
             t0, c0 = time.perf_counter(), time.process_time()
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False,
-                                 eos_token_id=eos, pad_token_id=pad, use_cache=True)
+                                 eos_token_id=eos or None, pad_token_id=pad, use_cache=True)
             secs += time.perf_counter() - t0
             cpu += time.process_time() - c0
             for r in range(len(group)):
@@ -75,6 +76,8 @@ def main():
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--new_tokens", type=int, default=32)
+    ap.add_argument("--stop_at_eos", action="store_true",
+                    help="stop a row at EOS (default: every prompt gets exactly --new_tokens on both sides)")
     ap.add_argument("--out", default=str(REPO / "build" / "bench"))
     args = ap.parse_args()
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -90,15 +93,20 @@ def main():
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     pfile = out_dir / "generate_prompts.json"
+    if not args.stop_at_eos:
+        eos = []  # no stopping: the same number of new tokens on both sides, whatever they are
     pfile.write_text(json.dumps({"prompts": prompts, "eos_token_id": eos, "pad_token_id": pad}))
-    print(f"{len(prompts)} prompts ({min(map(len, prompts))}-{max(map(len, prompts))} tokens), up to "
-          f"{args.new_tokens} new tokens each, greedy; load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"{len(prompts)} prompts ({min(map(len, prompts))}-{max(map(len, prompts))} tokens), "
+          f"{'up to ' if eos else 'exactly '}{args.new_tokens} new tokens each, greedy; "
+          f"load average {os.getloadavg()[0]:.2f}", flush=True)
 
     rows = []
     case = 0
     for dtype in args.dtypes.split(","):
         tdtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
         model = AutoModelForCausalLM.from_pretrained(args.model, dtype=tdtype, attn_implementation="sdpa").eval()
+        if not eos:
+            model.generation_config.eos_token_id = None  # else generate() falls back to the model's EOS
         for threads in [int(t) for t in args.threads.split(",")]:
             torch.set_num_threads(threads)
             for batch in [int(b) for b in args.batches.split(",")]:
