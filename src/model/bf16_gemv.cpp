@@ -6,24 +6,37 @@
 #include "alpaca/model/matmul.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>  // defines: at::GradMode
 #include <c10/util/BFloat16.h>
-#include <immintrin.h>
 
-#include <cstring>
+#include <algorithm>
+#include <vector>
 
 #include "alpaca/util/error.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define ALPACA_HAVE_BF16_GEMV 1
+#else
+#define ALPACA_HAVE_BF16_GEMV 0  // other CPUs: bf16_gemv_applies is false, oneDNN does the work
+#endif
+
+#if ALPACA_HAVE_BF16_GEMV && defined(__GNUC__) && !defined(__clang__)
 // GCC 12 warns inside its own AVX-512 intrinsics (the _mm512_undefined_* they start from,
 // GCC bug 105593); nothing of ours is uninitialised.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace alpaca::model {
 namespace {
-
 // Up to two rows of x the kernel is bandwidth-bound and ~1.6x oneDNN's; from four rows on, its
 // per-output reductions make it slower than oneDNN (on the SmolLM2 step: 19 ms for 1 or 2 rows,
 // 27 ms for 4, 49 ms for 8, against oneDNN's 29, 37, 41, 43 ms), so larger batches keep oneDNN.
 constexpr int64_t kMaxRows = 2;
+}  // namespace
+
+#if ALPACA_HAVE_BF16_GEMV
+namespace {
 
 #define ALPACA_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -67,8 +80,10 @@ using RowsFn = void (*)(const c10::BFloat16*, int64_t, const c10::BFloat16*, int
 constexpr RowsFn kRowsFns[kMaxRows] = {gemv_rows<1>, gemv_rows<2>};
 
 }  // namespace
+#endif
 
 bool bf16_gemv_applies(const at::Tensor& x, const at::Tensor& weight) {
+  if (!ALPACA_HAVE_BF16_GEMV) return false;
   if (x.scalar_type() != at::kBFloat16 || weight.scalar_type() != at::kBFloat16) return false;
   if (!x.device().is_cpu() || !weight.device().is_cpu() || weight.dim() != 2 || x.dim() < 1) return false;
   if (x.size(-1) != weight.size(1) || x.numel() == 0 || x.numel() / x.size(-1) > kMaxRows) return false;
@@ -80,6 +95,7 @@ at::Tensor bf16_gemv(const at::Tensor& x, const at::Tensor& weight) {
   ALPACA_CHECK(bf16_gemv_applies(x, weight), "bf16_gemv: needs bf16 CPU operands x (..., " << weight.size(1)
                                                  << ") with at most " << kMaxRows
                                                  << " rows, no autograd, and a CPU with AVX512-BF16");
+#if ALPACA_HAVE_BF16_GEMV
   const int64_t k = weight.size(1), n = weight.size(0), m = x.numel() / k;
   const at::Tensor x2 = x.reshape({m, k}).contiguous();
   const at::Tensor w = weight.contiguous();
@@ -94,6 +110,9 @@ at::Tensor bf16_gemv(const at::Tensor& x, const at::Tensor& weight) {
   const int64_t grain = std::max<int64_t>(64, (256 << 10) / (2 * k));
   at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) { fn(xp, k, wp, k, n0, n1, yp, n); });
   return y.view(out_sizes);
+#else
+  return {};
+#endif
 }
 
 }  // namespace alpaca::model
