@@ -21,10 +21,20 @@ void set_cpu_bf16_gemm(CpuBf16Gemm mode);
 // Whether this CPU has native bf16 dot products (AVX512_BF16 or AMX-BF16), from /proc/cpuinfo.
 bool cpu_has_native_bf16();
 
-// y = x W^T (+ b), differentiable, as at::linear under the policy above.
+// y = x W^T (+ b), differentiable, as at::linear under the policy above; a bias-less product
+// that bf16_gemv_applies to takes bf16_gemv instead.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
 // Whether a product of these operands takes the fp32 route (for fused kernels that run their
 // own GEMMs and upcast each operand once rather than per product).
 bool bf16_gemm_via_fp32(const at::Tensor& a, const at::Tensor& b);
+
+// The decode step's bf16 product (src/model/bf16_gemv.cpp): x (..., in) with at most 2 rows in
+// all, weight (out, in), both bf16 on a CPU with AVX512-BF16 in kNative mode, no autograd
+// (GradMode off or neither operand requiring grad). y = x W^T in bf16 from fp32 sums (one
+// rounding, as a bf16 GEMM), reading each weight row once for every row of x; the weight rows are
+// split across the intra-op threads. oneDNN streams the weights at about 0.6x this speed at
+// these shapes, and a batch-1 generation step is mostly that stream.
+bool bf16_gemv_applies(const at::Tensor& x, const at::Tensor& weight);
+at::Tensor bf16_gemv(const at::Tensor& x, const at::Tensor& weight);
 
 }  // namespace alpaca::model
