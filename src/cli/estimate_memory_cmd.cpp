@@ -109,7 +109,11 @@ int run_estimate_memory(const std::vector<std::string>& argv) {
   in.config = model::LlamaConfig::from_json_file(cfg_path.string());
   // train.py adds [PAD] (one embedding row) when the tokenizer has none; LLaMA configs that name no
   // pad token are such models.
-  if (!in.config.pad_token_id) ++in.config.vocab_size;
+  // Under LoRA that row trains as a peft trainable-token delta.
+  if (!in.config.pad_token_id) {
+    ++in.config.vocab_size;
+    in.lora_token_rows = 1;
+  }
   in.micro_batch = args.per_device_train_batch_size;
   in.seq_len = args.model_max_length;
   in.gpu = num_cpu == 0;

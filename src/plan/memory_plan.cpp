@@ -165,10 +165,13 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   // LoRA: the root trains only the tables in modules_to_save (a tied table is one tensor).
   const bool embed_trains = !lora || s.lora.embed, lm_head_trains = !lora || s.lora.lm_head;
   const int64_t table = s.v * s.d;
-  const int64_t root_own_train =
+  const int64_t root_tables_train =
       !lora ? s.root_params : (s.tied ? (embed_trains ? table : 0) : (embed_trains ? table : 0) + (lm_head_trains ? table : 0));
+  // The added rows of each frozen table train as a trainable-token delta (one shared when tied).
+  const int64_t token_deltas = !lora ? 0 : (s.tied ? (embed_trains ? 0 : 1) : (embed_trains ? 0 : 1) + (lm_head_trains ? 0 : 1));
+  const int64_t root_own_train = root_tables_train + token_deltas * in.lora_token_rows * s.d;
   const int64_t root_train = root_own_train + (wrapped ? 0 : s.layers * layer_train);
-  const int64_t root_frozen = (s.root_params - root_own_train) + (wrapped ? 0 : s.layers * layer_frozen);
+  const int64_t root_frozen = (s.root_params - root_tables_train) + (wrapped ? 0 : s.layers * layer_frozen);
   const int64_t n_layer_units = wrapped ? s.layers : 0;
   const Unit lt = unit_of(layer_train, shard_world), lf = unit_of(layer_frozen, shard_world);
   const Unit rt = unit_of(root_train, shard_world), rf = unit_of(root_frozen, shard_world);

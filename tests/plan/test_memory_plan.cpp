@@ -186,6 +186,15 @@ TEST(MemoryPlan, LoraStatesAreFp32AdaptersAndAParamDtypeFrozenBase) {
   const auto head = plan::plan_memory(in);
   EXPECT_EQ(item(head, "fp32 gradient shards"), 4 * (train + shard(1000 * 64)));
   EXPECT_EQ(item(head, "fused loss: fp32 lm_head gradient"), 4 * 1000 * 64);
+  // train.py's added [PAD] row trains as a trainable-token delta (1 x D) per frozen table.
+  in.lora_token_rows = 1;
+  EXPECT_EQ(item(plan::plan_memory(in), "fp32 gradient shards"), 4 * (train + shard(1000 * 64 + 64)));
+  in.lora_modules_to_save.clear();
+  EXPECT_EQ(item(plan::plan_memory(in), "fp32 gradient shards"), 4 * (train + shard(2 * 64)));
+  in.config.tie_word_embeddings = true;  // one shared delta
+  EXPECT_EQ(item(plan::plan_memory(in), "fp32 gradient shards"), 4 * (train + shard(64)));
+  in.config.tie_word_embeddings = false;
+  in.lora_token_rows = 0;
   // What the planner does not model is an error, not a silent full-model estimate.
   in.lora_modules_to_save = {"model.norm"};
   EXPECT_THROW(plan::plan_memory(in), alpaca::Error);
@@ -215,6 +224,7 @@ TEST(EstimateMemoryCommand, UsePeftEstimatesTheGivenLoraConfiguration) {
   plan::MemoryPlanInputs in;
   in.config = llama_7b();
   in.config.vocab_size = 32001;  // + [PAD]: the config names no pad token
+  in.lora_token_rows = 1;        // which LoRA trains as a trainable-token delta per table
   in.micro_batch = 4;
   in.seq_len = 512;
   in.num_ranks = in.ranks_per_node = 2;

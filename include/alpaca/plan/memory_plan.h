@@ -51,6 +51,10 @@ struct MemoryPlanInputs {
   double lora_dropout = 0.05;    // > 0: each adapted linear keeps a dropout mask and its own input copy
   std::vector<std::string> lora_target_modules;
   std::vector<std::string> lora_modules_to_save;
+  // Rows train.py's rule added to the vocabulary ([PAD]): under LoRA each table not in
+  // modules_to_save trains them as a peft trainable-token delta (k x D, in the root unit; a tied
+  // table has one shared delta).
+  int64_t lora_token_rows = 0;
   int64_t device_memory_bytes = 0;  // 0: unknown (fits is then not judged for the device)
   int64_t host_memory_bytes = 0;    // per node; 0: unknown
 };
