@@ -84,9 +84,13 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
       if (f32) h_c = h_c.to(at::kFloat);
       const at::Tensor target = labels_n.index_select(0, idx).unsqueeze(1);
       // As transformers: logits in the compute dtype, upcast to fp32, then the cross-entropy.
-      at::Tensor z_c = at::mm(h_c, w_c.t());
-      if (with_rows) z_c.index_copy_(1, row_index_k, at::mm(h_c, r_c.t()));
-      at::Tensor z = z_c.to(at::kFloat);
+      // (The compute-dtype logits die with the upcast: in bf16 they would be one more chunk.)
+      at::Tensor z;
+      {
+        at::Tensor z_c = at::mm(h_c, w_c.t());
+        if (with_rows) z_c.index_copy_(1, row_index_k, at::mm(h_c, r_c.t()));
+        z = z_c.to(at::kFloat);
+      }
       const at::Tensor target_logit = z.gather(1, target);
       const at::Tensor zmax = z.amax(1, /*keepdim=*/true);
       z.sub_(zmax).exp_();                                   // exp(z - max), in place
