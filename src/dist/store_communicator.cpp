@@ -34,7 +34,7 @@ void from_bytes(const Bytes& b, at::Tensor dst, const std::string& what) {
   ALPACA_CHECK(static_cast<int64_t>(b.size()) == static_cast<int64_t>(dst.nbytes()),
                what << ": a peer sent " << b.size() << " bytes where " << dst.nbytes()
                     << " were expected; every rank must pass tensors of the same size and dtype");
-  std::memcpy(dst.data_ptr(), b.data(), b.size());
+  if (!b.empty()) std::memcpy(dst.data_ptr(), b.data(), b.size());  // an empty tensor has no buffer
 }
 
 class DoneWork final : public Work {

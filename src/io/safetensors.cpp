@@ -120,7 +120,7 @@ at::Tensor SafetensorsFile::tensor_range(const std::string& name, int64_t elem_b
   auto opts = at::TensorOptions().dtype(ti.dtype).device(at::kCPU);
   if (reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(esize) != 0) {
     at::Tensor out = at::empty({elem_count}, opts);
-    std::memcpy(out.data_ptr(), ptr, static_cast<size_t>(elem_count * esize));
+    if (elem_count > 0) std::memcpy(out.data_ptr(), ptr, static_cast<size_t>(elem_count * esize));  // empty: no buffer
     return out;
   }
   std::shared_ptr<Mapping> keep = mapping_;

@@ -90,6 +90,10 @@ TEST_F(TensorMemory, RawAllocateAndCloneWork) {
 }
 
 TEST(PeakRssWindow, ResetStartsAWindowAndKeepsTheLifetimePeak) {
+#if defined(__SANITIZE_ADDRESS__)
+  // AddressSanitizer keeps freed blocks resident in its quarantine, so a free never lowers RSS.
+  GTEST_SKIP() << "under AddressSanitizer a free does not return memory (quarantine)";
+#endif
   {
     at::Tensor big = at::ones({64 << 18}, at::kFloat);  // 64 MiB, touched, then freed (munmap)
     EXPECT_GT(big.sum().item<double>(), 0);
