@@ -1,9 +1,10 @@
 // New tokens per second of our generation (not part of ctest; bench/generate_bench.py drives it).
-//   bench_generate <model_dir> <prompts.json> <batch_size> <max_new_tokens> [bf16] [threads=N] [profile]
+//   bench_generate <model_dir> <prompts.json> <batch_size> <max_new_tokens> [bf16] [threads=N] [unfused] [profile]
 // prompts.json: {"prompts": [[ids...], ...]} (tokenized by the caller, so both sides decode the
 // same inputs). Greedy, EOS from the prompts file's "eos_token_id". One warm-up batch first.
 // threads=N sets LibTorch's intra-op threads (default: what OMP_NUM_THREADS gave it); the number
-// in force is printed back, so the driver can check it.
+// in force is printed back, so the driver can check it. `unfused` turns the fused CPU decode step
+// (model::CpuDecoder) off, so every step runs the module graph (the path before it existed).
 // Prints one JSON line: {"new_tokens", "seconds", "cpu_seconds", "tokens_per_s", "threads", "generations"}
 // (cpu_seconds: process CPU time, which a busy shared machine distorts less than wall time).
 //
@@ -224,12 +225,14 @@ nlohmann::json profile(model::LlamaForCausalLM& m, const std::vector<std::vector
 int main(int argc, char** argv) {
   try {
     ALPACA_CHECK(argc >= 5, "usage: bench_generate <model_dir> <prompts.json> <batch_size> <max_new_tokens> [bf16] "
-                            "[threads=N] [profile]");
-    bool bf16 = false, do_profile = false;
+                            "[threads=N] [unfused] [profile]");
+    bool bf16 = false, do_profile = false, fused = true;
     for (int i = 5; i < argc; ++i) {
       const std::string a = argv[i];
       if (a == "bf16") {
         bf16 = true;
+      } else if (a == "unfused") {
+        fused = false;
       } else if (a == "profile") {
         do_profile = true;
       } else if (a.rfind("threads=", 0) == 0) {
@@ -244,6 +247,7 @@ int main(int argc, char** argv) {
     opts.max_new_tokens = std::stoll(argv[4]);
     opts.eos_token_ids = j["eos_token_id"].get<std::vector<int64_t>>();
     opts.pad_token_id = j["pad_token_id"].get<int64_t>();
+    opts.fused_cpu_decode = fused;
     const int64_t batch = std::stoll(argv[3]);
     model::LlamaForCausalLM m = io::load_hf_model(argv[1], bf16 ? at::kBFloat16 : at::kFloat);
     m->eval();
@@ -274,7 +278,8 @@ int main(int argc, char** argv) {
     }
     std::cout << nlohmann::json{{"new_tokens", n},         {"seconds", secs},
                                 {"cpu_seconds", cpu_secs}, {"tokens_per_s", n / secs},
-                                {"threads", at::get_num_threads()}, {"generations", out_ids}}
+                                {"threads", at::get_num_threads()}, {"fused", fused},
+                                {"generations", out_ids}}
                      .dump()
               << "\n";
     return 0;

@@ -2,7 +2,9 @@
 #include "alpaca/generate/generator.h"
 
 #include <algorithm>
+#include <optional>
 
+#include "alpaca/model/cpu_decode.h"
 #include "alpaca/model/kv_cache.h"
 #include "alpaca/util/error.h"
 
@@ -62,6 +64,8 @@ std::vector<Generation> generate_batch(model::LlamaForCausalLM& m, const std::ve
 
   at::Tensor logits_bv = m->forward_cached(ids_bt.to(device), cache, padded ? mask_full.narrow(1, 0, t) : at::Tensor(),
                                            pos_bt.to(device), left ? at::Tensor() : last_b.to(device));
+  std::optional<model::CpuDecoder> fused;
+  if (opts.fused_cpu_decode && model::CpuDecoder::unsupported(*m, b).empty()) fused.emplace(*m, b);
   std::vector<Generation> out(b);
   std::vector<bool> done(b, false);
   int64_t num_done = 0;
@@ -88,8 +92,9 @@ std::vector<Generation> generate_batch(model::LlamaForCausalLM& m, const std::ve
     at::Tensor next_dev = next_b.to(device).view({b, 1});
     if (seen_bv.defined()) seen_bv.scatter_(1, next_dev, true);
     const int64_t len = cache.length();
-    logits_bv = m->forward_cached(next_dev, cache, padded ? mask_full.narrow(1, 0, len + 1) : at::Tensor(),
-                                  next_pos_dev);
+    const at::Tensor mask_bk = padded ? mask_full.narrow(1, 0, len + 1) : at::Tensor();
+    logits_bv = fused ? fused->step(next_dev, cache, mask_bk, next_pos_dev)
+                      : m->forward_cached(next_dev, cache, mask_bk, next_pos_dev);
     next_pos_dev = next_pos_dev + 1;
   }
   return out;

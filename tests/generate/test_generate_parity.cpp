@@ -1,7 +1,8 @@
 // Greedy generation token for token equal to transformers' generate(do_sample=False) in fp32
 // (tests/reference/generate_reference.py): 20 prompts x 32 new tokens for a tiny random LLaMA from
 // `alpaca-train init-model` (GQA, two EOS ids) and for SmolLM2-135M-Instruct (Alpaca prompts
-// tokenized by its own tokenizer), as one left-padded batch of 20 and one prompt at a time. Also:
+// tokenized by its own tokenizer), as one left-padded batch of 20 and one prompt at a time (the
+// fused CPU decode step where this CPU runs it; the module path too, on 5 prompts). Also:
 // right padding gives the unpadded answers, any batch size gives the same answers, and a seed
 // reproduces sampled answers.
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include "alpaca/generate/generation_config.h"
 #include "alpaca/generate/generator.h"
 #include "alpaca/io/hf_model.h"
+#include "alpaca/model/cpu_decode.h"
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
@@ -114,7 +116,15 @@ TEST_P(GenerateParity, GreedyBatchedAndOneByOneEqualTransformers) {
             << " stop at EOS); batch of 20 " << std::chrono::duration<double>(t1 - t0).count() << " s, one by one "
             << std::chrono::duration<double>(t2 - t1).count() << " s\n";
   EXPECT_EQ(count_mismatches(batched, ref_.batched, "batched"), 0);
+  const std::string why = model::CpuDecoder::unsupported(*m_, 1);
+  std::cout << "  one by one: " << (why.empty() ? "the fused CPU decode step" : "the module path (" + why + ")") << "\n";
   EXPECT_EQ(count_mismatches(single, ref_.single, "one by one"), 0);
+  // The module path at batch 1 too (the reference the fused step is tested against), on 5 prompts.
+  GenerateOptions unfused = ref_.opts;
+  unfused.fused_cpu_decode = false;
+  std::vector<std::vector<int64_t>> single5;
+  for (size_t i = 0; i < 5; ++i) single5.push_back(generate_batch(m_, {ref_.prompts[i]}, unfused, gen_)[0].ids);
+  EXPECT_EQ(count_mismatches(single5, {ref_.single.begin(), ref_.single.begin() + 5}, "one by one, module path"), 0);
 }
 
 TEST_P(GenerateParity, RightPaddingAndBatchSizeGiveTheUnpaddedAnswers) {

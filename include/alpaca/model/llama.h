@@ -78,6 +78,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
 
   std::vector<LlamaDecoderLayer>& layers() { return model->layers; }
   void set_layer_runner(LayerRunner runner);  // empty = default: layers()[i]->forward(h, ctx)
+  bool has_layer_runner() const { return static_cast<bool>(runner_); }
 
   // Grows (or shrinks) the vocabulary; new rows are the mean of the old rows in the input and
   // output embeddings (Stanford Alpaca's smart_tokenizer_and_embedding_resize).

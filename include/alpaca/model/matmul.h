@@ -28,7 +28,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 // own GEMMs and upcast each operand once rather than per product).
 bool bf16_gemm_via_fp32(const at::Tensor& a, const at::Tensor& b);
 
-// The decode step's bf16 product (src/model/bf16_gemv.cpp): x (..., in) with at most 2 rows in
+// The decode step's bf16 product (src/model/gemv.cpp): x (..., in) with at most 2 rows in
 // all, weight (out, in), both bf16 on a CPU with AVX512-BF16 in kNative mode, no autograd
 // (GradMode off or neither operand requiring grad). y = x W^T in bf16 from fp32 sums (one
 // rounding, as a bf16 GEMM), reading each weight row once for every row of x; the weight rows are
