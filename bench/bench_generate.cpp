@@ -13,7 +13,8 @@
 // floor), the weight products alone (every linear of one step back to back on the real weights),
 // and the decode steps themselves under a RecordFunction observer that times each top-level ATen
 // op (linear split by weight shape), leaving the rest as host work between ops. All of it in
-// thread CPU time; run it with threads=1.
+// thread CPU time; run it with threads=1. Those steps are the module path (forward_cached); last,
+// the fused step (model::CpuDecoder) on the same inputs, which is what generate runs at 1-2 rows.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -30,6 +31,8 @@
 
 #include "alpaca/generate/generator.h"
 #include "alpaca/io/hf_model.h"
+#include "alpaca/model/cpu_decode.h"
+#include "alpaca/model/kv_cache.h"
 #include "alpaca/model/matmul.h"
 #include "alpaca/util/error.h"
 
@@ -216,6 +219,29 @@ nlohmann::json profile(model::LlamaForCausalLM& m, const std::vector<std::vector
             << std::setprecision(3);
   out["ops"] = ops;
   out["top_level_ops_per_step"] = calls / steps;
+
+  // 4. The fused step (model::CpuDecoder, what generate_batch runs at 1-2 rows), same inputs.
+  const std::string why = model::CpuDecoder::unsupported(*m, batch);
+  if (why.empty()) {
+    auto fused_steps = [&] {
+      model::KvCache cache(m->config(), batch, shortest + steps + 1, m->lm_head_weight().options());
+      at::Tensor logits = m->forward_cached(ids, cache).to(at::kFloat);
+      model::CpuDecoder dec(*m, batch);
+      const double t0 = thread_cpu_s();
+      for (int64_t s = 0; s < steps; ++s) {
+        at::Tensor next = logits.argmax(-1);
+        logits = dec.step(next, cache, {}, at::full({batch}, cache.length(), at::kLong));
+      }
+      return thread_cpu_s() - t0;
+    };
+    fused_steps();  // warm-up
+    const double fused = std::min(fused_steps(), fused_steps());
+    out["fused_step_s"] = fused / steps;
+    std::cerr << "fused decode step (model::CpuDecoder): " << 1e3 * fused / steps << " ms\n";
+  } else {
+    out["fused_step_s"] = nullptr;
+    std::cerr << "fused decode step: does not run here (" << why << ")\n";
+  }
   out["host_between_ops_s"] = (observed - in_ops) / steps;
   return out;
 }

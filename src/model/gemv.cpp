@@ -37,6 +37,10 @@ namespace {
 #define ALPACA_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #define ALPACA_AVX512F __attribute__((target("avx512f")))
 
+// The per-row-of-x loops are unrolled so each row's accumulators stay in registers (GCC keeps
+// them in a stack array otherwise, a load and a store around every FMA: 3x slower at 8 rows).
+#define ALPACA_UNROLL _Pragma("GCC unroll 8")
+
 inline void store(float* p, float v) { *p = v; }
 inline void store(c10::BFloat16* p, float v) { *p = c10::BFloat16(v); }
 
@@ -51,17 +55,17 @@ ALPACA_AVX512_BF16 void bf16_block(const c10::BFloat16* x, int64_t ldx, const c1
   const __mmask32 tail = static_cast<__mmask32>((1ULL << (k - full)) - 1);
   for (int64_t j = n0; j < n1; ++j) {
     __m512 acc[M];
-    for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
+    ALPACA_UNROLL for (int i = 0; i < M; ++i) acc[i] = _mm512_setzero_ps();
     const c10::BFloat16* wr = w + j * k;
     for (int64_t c = 0; c < k; c += 32) {
       const __mmask32 mask = c < full ? static_cast<__mmask32>(~0U) : tail;
       const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mask, wr + c);
-      for (int i = 0; i < M; ++i) {
+      ALPACA_UNROLL for (int i = 0; i < M; ++i) {
         const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + i * ldx + c);
         acc[i] = _mm512_dpbf16_ps(acc[i], xv, wv);
       }
     }
-    for (int i = 0; i < M; ++i) store(y + i * ldy + j, _mm512_reduce_add_ps(acc[i]));
+    ALPACA_UNROLL for (int i = 0; i < M; ++i) store(y + i * ldy + j, _mm512_reduce_add_ps(acc[i]));
   }
 }
 
@@ -74,25 +78,25 @@ ALPACA_AVX512F void f32_block(const float* x, int64_t ldx, const float* w, int64
   const __mmask16 tail = static_cast<__mmask16>((1U << (k - full)) - 1);
   for (int64_t j = n0; j < n1; ++j) {
     __m512 a0[M], a1[M];
-    for (int i = 0; i < M; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
+    ALPACA_UNROLL for (int i = 0; i < M; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
     const float* wr = w + j * k;
     int64_t c = 0;
     for (; c + 32 <= full; c += 32) {
       const __m512 w0 = _mm512_loadu_ps(wr + c), w1 = _mm512_loadu_ps(wr + c + 16);
-      for (int i = 0; i < M; ++i) {
+      ALPACA_UNROLL for (int i = 0; i < M; ++i) {
         a0[i] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i * ldx + c), w0, a0[i]);
         a1[i] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i * ldx + c + 16), w1, a1[i]);
       }
     }
     for (; c < full; c += 16) {
       const __m512 w0 = _mm512_loadu_ps(wr + c);
-      for (int i = 0; i < M; ++i) a0[i] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i * ldx + c), w0, a0[i]);
+      ALPACA_UNROLL for (int i = 0; i < M; ++i) a0[i] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i * ldx + c), w0, a0[i]);
     }
     if (tail != 0) {
       const __m512 w0 = _mm512_maskz_loadu_ps(tail, wr + c);
-      for (int i = 0; i < M; ++i) a1[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, x + i * ldx + c), w0, a1[i]);
+      ALPACA_UNROLL for (int i = 0; i < M; ++i) a1[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, x + i * ldx + c), w0, a1[i]);
     }
-    for (int i = 0; i < M; ++i) y[i * ldy + j] = _mm512_reduce_add_ps(_mm512_add_ps(a0[i], a1[i]));
+    ALPACA_UNROLL for (int i = 0; i < M; ++i) y[i * ldy + j] = _mm512_reduce_add_ps(_mm512_add_ps(a0[i], a1[i]));
   }
 }
 
