@@ -220,6 +220,19 @@ at::Tensor CpuDecoder::step(const at::Tensor& ids_b, KvCache& cache, const at::T
                                                 attention_mask_bk.size(1) == cache.length() + 1),
                "attention_mask must be (" << batch_ << ", " << cache.length() + 1
                                           << ") = (batch, cached + new positions), got " << attention_mask_bk.sizes());
+  ALPACA_CHECK(cache.num_layers() == static_cast<int64_t>(layers_.size()),
+               "CpuDecoder::step: the KV cache has " << cache.num_layers() << " layers, the model " << layers_.size());
+  // Checked before anything is written, so a refused step leaves the cache as it was.
+  for (int64_t li = 0; li < cache.num_layers(); ++li) {
+    const at::Tensor& kbuf = cache.key_buffer(li);
+    const at::Tensor& vbuf = cache.value_buffer(li);
+    ALPACA_CHECK(kbuf.scalar_type() == dtype_ && vbuf.scalar_type() == dtype_ && kbuf.is_cpu() && vbuf.is_cpu() &&
+                     kbuf.is_contiguous() && vbuf.is_contiguous() && kbuf.size(1) == cfg_.num_key_value_heads &&
+                     kbuf.size(3) == cfg_.head_dim,
+                 "CpuDecoder::step: the KV cache must hold contiguous CPU buffers (batch, "
+                     << cfg_.num_key_value_heads << ", capacity, " << cfg_.head_dim << ") in " << c10::toString(dtype_)
+                     << ", got " << kbuf.sizes() << " " << kbuf.scalar_type() << " on " << kbuf.device());
+  }
   at::NoGradGuard no_grad;
   if (dtype_ == at::kFloat) return step_impl<float>(ids_b, cache, attention_mask_bk, position_ids_b);
   return step_impl<BFloat16>(ids_b, cache, attention_mask_bk, position_ids_b);
@@ -264,12 +277,8 @@ at::Tensor CpuDecoder::step_impl(const at::Tensor& ids_b, KvCache& cache, const 
 
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& L = layers_[li];
-    at::Tensor& kbuf = cache.key_buffer(static_cast<int64_t>(li));
-    at::Tensor& vbuf = cache.value_buffer(static_cast<int64_t>(li));
-    ALPACA_CHECK(kbuf.scalar_type() == dtype_ && kbuf.is_contiguous() && vbuf.is_contiguous() && kbuf.is_cpu(),
-                 "CpuDecoder::step: the KV cache must be contiguous CPU buffers in the model's dtype");
-    T* kc = kbuf.mutable_data_ptr<T>();
-    T* vc = vbuf.mutable_data_ptr<T>();
+    T* kc = cache.key_buffer(static_cast<int64_t>(li)).mutable_data_ptr<T>();
+    T* vc = cache.value_buffer(static_cast<int64_t>(li)).mutable_data_ptr<T>();
 
     // --- attention block ---
     for (int i = 0; i < b; ++i) rms_norm(h + i * d, ptr<T>(L.ln1), L.eps1, d, xn + i * d);

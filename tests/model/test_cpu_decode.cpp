@@ -205,6 +205,15 @@ TEST(CpuDecode, BadStepInputsAreClearErrors) {
     return std::string();
   };
   EXPECT_NE(error_of(at::full({1, 1}, 96, at::kLong), {}).find("outside the model's vocabulary"), std::string::npos);
+  EXPECT_EQ(cache.length(), 2) << "a refused step moved the cache";
+  KvCache bf16_cache(cfg, 1, 3, at::kBFloat16);
+  try {
+    dec.step(at::ones({1, 1}, at::kLong), bf16_cache, {}, at::full({1, 1}, 0, at::kLong));
+    ADD_FAILURE() << "expected an error for a bf16 cache under an fp32 model";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("KV cache must hold contiguous CPU buffers"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(bf16_cache.length(), 0);
   EXPECT_NE(error_of(at::ones({2, 1}, at::kLong), {}).find("ids must be 1"), std::string::npos);
   EXPECT_NE(error_of(at::ones({1, 1}, at::kLong), at::ones({1, 2}, at::kLong)).find("attention_mask must be (1, 3)"),
             std::string::npos);
