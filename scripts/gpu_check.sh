@@ -8,7 +8,8 @@
 #   3. ctest -L gpu: the NCCL collectives, and the FSDP engine on the GPU with the collectives
 #      forced at world 1 (fsdp_config force_collectives: every all-gather/reduce-scatter really goes
 #      through NCCL); fp32 CUDA vs fp32 CPU, bf16 + offload + checkpointing vs fp32 CPU per
-#      parameter; host synchronisations per optimizer step (util/host_sync.h)
+#      parameter; host synchronisations per optimizer step (util/host_sync.h); generation's cached
+#      decode on CUDA vs the CPU (fp32 logits, greedy tokens; bf16)
 #   4. one-rank NCCL training of ~1B and 7B LLaMA shapes (bf16, seq 2048, activation checkpointing,
 #      with and without offload) with alpaca-train and PyTorch FSDP2: tokens/s, MFU, peak memory;
 #      for 1B also the exposed communication time (forced collectives vs skipped), the planner's
