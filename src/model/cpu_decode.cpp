@@ -32,6 +32,7 @@ namespace {
 using c10::BFloat16;
 constexpr int64_t kMaxHeadDim = 512;
 constexpr int64_t kRowGrain = 32;  // weight rows per thread at least
+constexpr int64_t kMaxLoraRank = 1024;
 
 // Rounding to the compute dtype where the module path produces a tensor of that dtype.
 inline float rnd(float v, float*) { return v; }
@@ -129,6 +130,34 @@ const T* ptr(const at::Tensor& t) {
   return t.defined() ? t.const_data_ptr<T>() : nullptr;
 }
 
+// peft's unmerged LoRA branch on one projection: A(x) for the m rows of x, rounded to the dtype
+// as lora_A's output is, then per output j: B(A(x))_j rounded, times scaling rounded.
+template <typename T>
+struct LoraBranch {
+  const T* b = nullptr;  // (out, r)
+  int64_t r = 0;
+  float scaling = 0;
+  float ax[2 * kMaxLoraRank];  // (m, r): A(x), already rounded to T
+
+  bool active() const { return b != nullptr; }
+  void start(const T* x, int m, int64_t k, const at::Tensor& a_w, const at::Tensor& b_w, float s) {
+    if (!a_w.defined()) {
+      b = nullptr;
+      return;
+    }
+    r = a_w.size(0);
+    b = b_w.const_data_ptr<T>();
+    scaling = s;
+    rows(x, k, m, a_w.const_data_ptr<T>(), k, 0, r, ax, r);
+    for (int64_t c = 0; c < m * r; ++c) ax[c] = round_to<T>(ax[c]);
+  }
+  // y_j (the base output, rounded) plus row i's branch at output j, rounded as `y + delta`.
+  float add(int i, int64_t j, float y) const {
+    const float delta = round_to<T>(round_to<T>(dot(ax + i * r, b + j * r, r)) * scaling);
+    return round_to<T>(y + delta);
+  }
+};
+
 // One weight (n rows) at column offset `off` of the stacked output.
 template <typename T>
 struct Seg {
@@ -171,8 +200,13 @@ std::string CpuDecoder::unsupported(LlamaForCausalLMImpl& m, int64_t batch) {
   if (m.model->embed_tokens->token_adapter || m.lm_head_token_adapter()) return "trainable tokens are attached";
   for (auto& l : m.layers())
     for (const auto* lin : {&l->self_attn->q_proj, &l->self_attn->k_proj, &l->self_attn->v_proj,
-                            &l->self_attn->o_proj, &l->mlp->gate_proj, &l->mlp->up_proj, &l->mlp->down_proj})
-      if ((*lin)->lora_A) return "a LoRA adapter is attached";
+                            &l->self_attn->o_proj, &l->mlp->gate_proj, &l->mlp->up_proj, &l->mlp->down_proj}) {
+      const auto& L = *lin;
+      if (!L->lora_A) continue;
+      if (L->lora_A->bias.defined() || L->lora_B->bias.defined()) return "a LoRA branch with a bias";
+      if (L->lora_dropout > 0 && L->is_training()) return "LoRA dropout in training mode (call eval())";
+      if (L->lora_A->weight.size(0) > kMaxLoraRank) return "a LoRA rank above " + std::to_string(kMaxLoraRank);
+    }
   const LlamaConfig& c = m.config();
   if (c.head_dim % 2 != 0 || c.head_dim > kMaxHeadDim) return "head_dim " + std::to_string(c.head_dim);
   return "";
@@ -183,7 +217,15 @@ CpuDecoder::CpuDecoder(LlamaForCausalLMImpl& m, int64_t batch) : cfg_(m.config()
   ALPACA_CHECK(why.empty(), "the fused CPU decode step cannot run this model: " << why);
   dtype_ = m.model->embed_tokens->weight.scalar_type();
   for (auto& l : m.layers()) {
-    auto proj = [](const Linear& lin) { return Proj{lin->weight, lin->bias}; };
+    auto proj = [](const Linear& lin) {
+      Proj p{lin->weight, lin->bias, {}, {}, 0.0F};
+      if (lin->lora_A) {
+        p.lora_a = lin->lora_A->weight;
+        p.lora_b = lin->lora_B->weight;
+        p.scaling = static_cast<float>(lin->lora_scaling);
+      }
+      return p;
+    };
     Layer L{proj(l->self_attn->q_proj), proj(l->self_attn->k_proj), proj(l->self_attn->v_proj),
             proj(l->self_attn->o_proj), proj(l->mlp->gate_proj),    proj(l->mlp->up_proj),
             proj(l->mlp->down_proj),    l->input_layernorm->weight, l->post_attention_layernorm->weight,
@@ -275,6 +317,8 @@ at::Tensor CpuDecoder::step_impl(const at::Tensor& ids_b, KvCache& cache, const 
     std::copy_n(emb + idp[i] * d, d, h + i * d);
   }
 
+  // The LoRA branches of the projections in flight (q, k, v at once; then one or two at a time).
+  std::vector<LoraBranch<T>> lora(3);
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& L = layers_[li];
     T* kc = cache.key_buffer(static_cast<int64_t>(li)).mutable_data_ptr<T>();
@@ -284,13 +328,18 @@ at::Tensor CpuDecoder::step_impl(const at::Tensor& ids_b, KvCache& cache, const 
     for (int i = 0; i < b; ++i) rms_norm(h + i * d, ptr<T>(L.ln1), L.eps1, d, xn + i * d);
     const Seg<T> qkv_segs[3] = {{ptr<T>(L.q.w), nq, 0}, {ptr<T>(L.k.w), nk, nq}, {ptr<T>(L.v.w), nk, nq + nk}};
     const T* bias_qkv[3] = {ptr<T>(L.q.b), ptr<T>(L.k.b), ptr<T>(L.v.b)};
+    const Proj* qkv_proj[3] = {&L.q, &L.k, &L.v};
+    for (int s = 0; s < 3; ++s)
+      lora[s].start(xn, b, d, qkv_proj[s]->lora_a, qkv_proj[s]->lora_b, qkv_proj[s]->scaling);
     stacked_products(xn, b, d, qkv_segs, sums, lds, [&](int64_t r0, int64_t r1) {
       for (int s = 0; s < 3; ++s) {
-        const int64_t lo = std::max(r0, qkv_segs[s].off), hi = std::min(r1, qkv_segs[s].off + qkv_segs[s].n);
+        const int64_t off = qkv_segs[s].off, lo = std::max(r0, off), hi = std::min(r1, off + qkv_segs[s].n);
         for (int i = 0; i < b; ++i)
           for (int64_t j = lo; j < hi; ++j) {
-            const float bias = bias_qkv[s] != nullptr ? static_cast<float>(bias_qkv[s][j - qkv_segs[s].off]) : 0.0F;
-            qkv[i * nqkv + j] = static_cast<T>(sums[i * lds + j] + bias);
+            const float bias = bias_qkv[s] != nullptr ? static_cast<float>(bias_qkv[s][j - off]) : 0.0F;
+            float v = round_to<T>(sums[i * lds + j] + bias);
+            if (lora[s].active()) v = lora[s].add(i, j - off, v);
+            qkv[i * nqkv + j] = static_cast<T>(v);
           }
       }
     });
@@ -340,10 +389,12 @@ at::Tensor CpuDecoder::step_impl(const at::Tensor& ids_b, KvCache& cache, const 
     });
     const Seg<T> o_seg[1] = {{ptr<T>(L.o.w), d, 0}};
     const T* bo = ptr<T>(L.o.b);
+    lora[0].start(att, b, nq, L.o.lora_a, L.o.lora_b, L.o.scaling);
     stacked_products(att, b, nq, o_seg, sums, lds, [&](int64_t r0, int64_t r1) {
       for (int i = 0; i < b; ++i)
         for (int64_t j = r0; j < r1; ++j) {
-          const float v = round_to<T>(sums[i * lds + j] + (bo != nullptr ? static_cast<float>(bo[j]) : 0.0F));
+          float v = round_to<T>(sums[i * lds + j] + (bo != nullptr ? static_cast<float>(bo[j]) : 0.0F));
+          if (lora[0].active()) v = lora[0].add(i, j, v);
           h[i * d + j] = static_cast<T>(static_cast<float>(h[i * d + j]) + v);
         }
     });
@@ -354,24 +405,30 @@ at::Tensor CpuDecoder::step_impl(const at::Tensor& ids_b, KvCache& cache, const 
     const T* wu = ptr<T>(L.up.w);
     const T* bg = ptr<T>(L.gate.b);
     const T* bu = ptr<T>(L.up.b);
+    lora[0].start(xn, b, d, L.gate.lora_a, L.gate.lora_b, L.gate.scaling);
+    lora[1].start(xn, b, d, L.up.lora_a, L.up.lora_b, L.up.scaling);
     at::parallel_for(0, f, kRowGrain, [&](int64_t r0, int64_t r1) {
       rows(xn, d, b, wg, d, r0, r1, sums, lds);
       rows(xn, d, b, wu, d, r0, r1, sums + f, lds);
       for (int i = 0; i < b; ++i)
         for (int64_t j = r0; j < r1; ++j) {
           // A product with a bias rounds once, after the bias (a GEMM's epilogue).
-          const float g = round_to<T>(sums[i * lds + j] + (bg != nullptr ? static_cast<float>(bg[j]) : 0.0F));
-          const float u = round_to<T>(sums[i * lds + f + j] + (bu != nullptr ? static_cast<float>(bu[j]) : 0.0F));
+          float g = round_to<T>(sums[i * lds + j] + (bg != nullptr ? static_cast<float>(bg[j]) : 0.0F));
+          float u = round_to<T>(sums[i * lds + f + j] + (bu != nullptr ? static_cast<float>(bu[j]) : 0.0F));
+          if (lora[0].active()) g = lora[0].add(i, j, g);
+          if (lora[1].active()) u = lora[1].add(i, j, u);
           const float s = round_to<T>(g / (1.0F + std::exp(-g)));
           act[i * f + j] = static_cast<T>(s * u);
         }
     });
     const Seg<T> down_seg[1] = {{ptr<T>(L.down.w), d, 0}};
     const T* bd = ptr<T>(L.down.b);
+    lora[0].start(act, b, f, L.down.lora_a, L.down.lora_b, L.down.scaling);
     stacked_products(act, b, f, down_seg, sums, lds, [&](int64_t r0, int64_t r1) {
       for (int i = 0; i < b; ++i)
         for (int64_t j = r0; j < r1; ++j) {
-          const float v = round_to<T>(sums[i * lds + j] + (bd != nullptr ? static_cast<float>(bd[j]) : 0.0F));
+          float v = round_to<T>(sums[i * lds + j] + (bd != nullptr ? static_cast<float>(bd[j]) : 0.0F));
+          if (lora[0].active()) v = lora[0].add(i, j, v);
           h[i * d + j] = static_cast<T>(static_cast<float>(h[i * d + j]) + v);
         }
     });

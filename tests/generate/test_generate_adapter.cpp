@@ -3,7 +3,8 @@
 // generate_adapter_reference.py): a tiny random LLaMA with a random non-zero adapter (LoRA on
 // q/v/o/down_proj, lm_head in modules_to_save, trainable-token rows of embed_tokens) on 6 prompts x
 // 16 new tokens as one left-padded batch and one by one, through the library and through
-// `alpaca-train generate --adapter` (text prompts, the bundled tokenizer). Adapters that do not fit
+// `alpaca-train generate --adapter` (text prompts, the bundled tokenizer); a plain LoRA adapter on
+// all seven linears one by one (the fused CPU decode step). Adapters that do not fit
 // the base (a module it lacks, a wrong shape) fail naming the module.
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include "alpaca/ckpt/lora_adapter.h"
 #include "alpaca/generate/generator.h"
 #include "alpaca/io/hf_model.h"
+#include "alpaca/model/cpu_decode.h"
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
@@ -73,6 +75,17 @@ TEST_F(GenerateAdapter, GreedyWithAdapterEqualsPeftBatchedAndOneByOne) {
   const Ids base_ids = ids_of(generate::generate_batch(base, prompts, opts_, gen_));
   EXPECT_EQ(base_ids, ref_["base_batched"].get<Ids>());
   EXPECT_NE(base_ids, ref_["batched"].get<Ids>());
+}
+
+TEST_F(GenerateAdapter, PlainLoraOneByOneThroughTheFusedStepEqualsPeft) {
+  std::cout << "reference's smallest top-2 logit margin " << ref_["lora_only_min_margin"] << "\n";
+  model::LlamaForCausalLM m = load("lora_only");
+  const std::string why = model::CpuDecoder::unsupported(*m, 1);
+  if (!why.empty()) std::cout << "the fused CPU decode step does not run here (" << why << "): the module path\n";
+  Ids single;
+  for (const auto& p : ref_["prompts"].get<Ids>()) single.push_back(generate::generate_batch(m, {p}, opts_, gen_)[0].ids);
+  EXPECT_EQ(single, ref_["lora_only_single"].get<Ids>());
+  EXPECT_NE(single, ref_["base_batched"].get<Ids>());
 }
 
 TEST_F(GenerateAdapter, CommandLineWithAdapterEqualsPeft) {

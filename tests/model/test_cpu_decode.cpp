@@ -4,8 +4,8 @@
 // roundings of the logits' scale: a product that rounds to the neighbouring bf16 carries through
 // the later layers), for multi-head and grouped-query attention, head_dim off the 16-lane vector
 // width, biases on every projection (qwen2-style), linear RoPE scaling, a left-padded batch of
-// two, and 1 or 2 intra-op threads (bitwise equal: each output is summed by one thread). Also the
-// cases it refuses, by name.
+// two, peft LoRA branches on every linear (unmerged), and 1 or 2 intra-op threads (bitwise
+// equal: each output is summed by one thread). Also the cases it refuses, by name.
 #include <gtest/gtest.h>
 
 #include <ATen/Parallel.h>
@@ -26,6 +26,7 @@ struct Case {
   int64_t head_dim;
   bool biases;
   bool bf16;
+  bool lora = false;
 };
 
 LlamaConfig tiny(const Case& c) {
@@ -63,6 +64,16 @@ class CpuDecodeTest : public ::testing::TestWithParam<Case> {
       at::manual_seed(5);
       for (auto& item : m_->named_parameters())
         if (item.key().ends_with(".bias")) item.value().normal_(0.0, 0.3);
+    }
+    if (c.lora) {  // peft's LoRA on every linear, B made non-zero (peft starts it at zero)
+      LoraOptions lo;
+      lo.r = 4;
+      lo.alpha = 8;
+      lo.target_modules = {"all-linear"};
+      apply_lora(*m_, lo, 6);
+      at::manual_seed(6);
+      for (auto& item : m_->named_parameters())
+        if (item.key().find("lora_B") != std::string::npos) item.value().normal_(0.0, 0.2);
     }
     if (c.bf16) m_->to(at::kBFloat16);
     m_->eval();
@@ -155,7 +166,9 @@ TEST_P(CpuDecodeTest, ThreadsChangeNoBit) {
 INSTANTIATE_TEST_SUITE_P(Models, CpuDecodeTest,
                          ::testing::Values(Case{"Fp32Mha", 4, 12, false, false}, Case{"Fp32GqaBiases", 2, 16, true, false},
                                            Case{"Fp32Dh40", 1, 40, false, false}, Case{"Bf16Mha", 4, 12, false, true},
-                                           Case{"Bf16GqaBiases", 2, 16, true, true}),
+                                           Case{"Bf16GqaBiases", 2, 16, true, true},
+                                           Case{"Fp32GqaLora", 2, 16, false, false, true},
+                                           Case{"Bf16BiasesLora", 4, 12, true, true, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(CpuDecode, SaysWhyItCannotRun) {
@@ -168,17 +181,22 @@ TEST(CpuDecode, SaysWhyItCannotRun) {
     m->set_layer_runner([](int64_t, const at::Tensor& h, const LayerContext&) { return h; });
     EXPECT_NE(CpuDecoder::unsupported(*m, 1).find("layer runner"), std::string::npos);
     m->set_layer_runner({});
-    LoraOptions lo;
+    LoraOptions lo;  // dropout 0.05: only in training mode does the branch differ from eval's
     lo.target_modules = {"q_proj"};
     apply_lora(*m, lo, 3);
+    m->train();
     const std::string why = CpuDecoder::unsupported(*m, 1);
-    EXPECT_NE(why.find("LoRA"), std::string::npos) << why;
+    EXPECT_NE(why.find("LoRA dropout in training mode"), std::string::npos) << why;
     try {
       CpuDecoder dec(*m, 1);
       FAIL() << "expected an error";
     } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find("LoRA"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("LoRA dropout"), std::string::npos) << e.what();
     }
+    m->eval();
+    EXPECT_EQ(CpuDecoder::unsupported(*m, 1), "");
+    m->model->embed_tokens->token_adapter = std::make_shared<TrainableTokensImpl>(std::vector<int64_t>{5}, 48);
+    EXPECT_NE(CpuDecoder::unsupported(*m, 1).find("trainable tokens"), std::string::npos);
   } else {
     EXPECT_NE(CpuDecoder::unsupported(*m, 1).find("AVX-512F"), std::string::npos) << CpuDecoder::unsupported(*m, 1);
   }

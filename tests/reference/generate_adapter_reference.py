@@ -9,7 +9,9 @@ saved lm_head and the token rows are perturbed. Then the adapter is loaded back 
 would (PeftModel.from_pretrained) and generate(do_sample=False) runs in fp32 on 6 prompts x 16
 new tokens as one left-padded batch and one prompt at a time, and on 3 text prompts (the bundled SentencePiece tokenizer, for the
 command line) as one batch. Also written: the same adapter with
-one LoRA module renamed (missing in the base) and one with a wrong-shaped B (another base).
+one LoRA module renamed (missing in the base) and one with a wrong-shaped B (another base), and a
+plain LoRA adapter on all seven linears (no modules_to_save, no token rows) with its one-by-one
+answers (those go through the fused CPU decode step).
 <out>/adapter.json: prompts, new ids, min top-2 margin, with and without the adapter (the
 adapter must change the answers, or the test could not fail).
 
@@ -122,6 +124,25 @@ def main():
     differ = sum(1 for a, b in zip(batched, base_batched) if a != b)
     assert differ > 0, "the adapter changes no answer; the test would not test it"
 
+    # A plain LoRA adapter (every linear, nothing else): what the fused CPU decode step runs at batch
+    # 1, so one by one goes through it (the adapter above has trainable tokens: the module path).
+    torch.manual_seed(1)
+    cfg2 = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM",
+                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    pm2 = get_peft_model(load_base(model_dir), cfg2)
+    gen = torch.Generator().manual_seed(8)
+    with torch.no_grad():
+        for name, p in pm2.named_parameters():
+            if "lora_A" in name or "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    lora_only_dir = out / "lora_only"
+    if lora_only_dir.exists():
+        shutil.rmtree(lora_only_dir)
+    pm2.save_pretrained(str(lora_only_dir))
+    peft_model2 = PeftModel.from_pretrained(load_base(model_dir), str(lora_only_dir)).eval()
+    lora_only_single, m_l = greedy(peft_model2, prompts, eos, pad, batched=False)
+    assert lora_only_single != base_batched, "the plain adapter changes no answer"
+
     # Adapters that do not fit the base: a module the base lacks, and a B of another shape.
     tensors = load_file(str(adapter_dir / "adapter_model.safetensors"))
     for name, edit in (("missing_module", "rename"), ("wrong_shape", "reshape")):
@@ -142,7 +163,8 @@ def main():
     rec = {"model_dir": str(model_dir), "adapter_dir": str(adapter_dir), "max_new_tokens": NEW_TOKENS,
            "eos_token_id": eos, "pad_token_id": pad, "prompts": prompts, "batched": batched, "single": single,
            "base_batched": base_batched, "min_margin": min(m_b, m_s),
-           "texts": TEXTS, "text_ids": text_ids, "text_batched": text_batched, "text_min_margin": m_t}
+           "texts": TEXTS, "text_ids": text_ids, "text_batched": text_batched, "text_min_margin": m_t,
+           "lora_only_single": lora_only_single, "lora_only_min_margin": m_l}
     (out / "adapter.json").write_text(json.dumps(rec))
     print(f"adapter: {len(prompts)} prompts, adapter changes {differ} answers, batched == single for "
           f"{sum(a == b for a, b in zip(batched, single))}, min top-2 margin {min(m_b, m_s):.4g} "

@@ -8,7 +8,8 @@
 // transformers'), the cache append, softmax attention over the cached keys (GQA, the padding
 // mask), SiLU-gated MLP and the residuals, rounding to the compute dtype wherever the module path
 // (and transformers) rounds; the weight products are gemv_kernels' streams, q/k/v together and
-// gate/up together, split by rows across the intra-op threads.
+// gate/up together, split by rows across the intra-op threads. A LoRA adapter's branch is added
+// unmerged, as peft's lora.Linear does: y + B(A(x)) * scaling, with the same roundings.
 //
 // Not bitwise the module path: sums run in another order (fp32 logits agree to ~1e-6 relative;
 // greedy tokens are tested equal to transformers'). The module path (forward_cached) stays the
@@ -29,8 +30,9 @@ namespace alpaca::model {
 class CpuDecoder {
  public:
   // Why CpuDecoder cannot run `m` at `batch` rows, or "" when it can: parameters on the CPU in
-  // fp32 (needs AVX-512F) or bf16 (needs AVX512-BF16 and the kNative bf16 policy), contiguous
-  // weights, 1 or 2 rows, no LoRA branch, no trainable tokens, no layer runner (FSDP).
+  // fp32 (needs AVX-512F) or bf16 (needs AVX512-BF16 and the kNative bf16 policy), all in one
+  // dtype, contiguous, 1 or 2 rows, no trainable tokens, no layer runner (FSDP), no LoRA dropout
+  // in training mode. LoRA branches (unmerged, as peft runs them) are computed.
   static std::string unsupported(LlamaForCausalLMImpl& m, int64_t batch);
 
   // Checks unsupported() (throws with its reason) and keeps the model's weights (shared, not
@@ -47,7 +49,9 @@ class CpuDecoder {
 
  private:
   struct Proj {
-    at::Tensor w, b;  // (out, in), bias (out) or undefined
+    at::Tensor w, b;          // (out, in), bias (out) or undefined
+    at::Tensor lora_a, lora_b;  // peft's unmerged LoRA branch (r, in), (out, r), or undefined
+    float scaling = 0;
   };
   struct Layer {
     Proj q, k, v, o, gate, up, down;
