@@ -189,15 +189,16 @@ std::string CpuDecoder::unsupported(LlamaForCausalLMImpl& m, int64_t batch) {
   const at::Tensor emb = m.model->embed_tokens->weight;
   const at::ScalarType dtype = emb.scalar_type();
   if (dtype != at::kFloat && dtype != at::kBFloat16) return std::string("parameters in ") + c10::toString(dtype);
-  for (const auto& p : m.parameters()) {
+  for (const auto& item : m.named_parameters()) {
+    const at::Tensor& p = item.value();
     if (!p.device().is_cpu()) return "parameters on " + p.device().str();
-    if (p.scalar_type() != dtype) return "parameters in more than one dtype";
+    // Trainable-token rows are fp32 in any model (peft's); they are cast once, as the module path does.
+    if (p.scalar_type() != dtype && !item.key().ends_with("trainable_tokens_delta")) return "parameters in more than one dtype";
     if (!p.is_contiguous()) return "a non-contiguous parameter";
   }
   if (dtype == at::kFloat && !gemv::have_avx512f()) return "fp32 on a CPU without AVX-512F";
   if (dtype == at::kBFloat16 && (!gemv::have_avx512_bf16() || cpu_bf16_gemm() != CpuBf16Gemm::kNative))
     return "bf16 without native bf16 dot products (AVX512-BF16) on this CPU";
-  if (m.model->embed_tokens->token_adapter || m.lm_head_token_adapter()) return "trainable tokens are attached";
   for (auto& l : m.layers())
     for (const auto* lin : {&l->self_attn->q_proj, &l->self_attn->k_proj, &l->self_attn->v_proj,
                             &l->self_attn->o_proj, &l->mlp->gate_proj, &l->mlp->up_proj, &l->mlp->down_proj}) {
@@ -233,6 +234,13 @@ CpuDecoder::CpuDecoder(LlamaForCausalLMImpl& m, int64_t batch) : cfg_(m.config()
     layers_.push_back(std::move(L));
   }
   embed_ = m.model->embed_tokens->weight;
+  auto token_rows = [&](const TrainableTokensImpl* t, TokenRows& out) {
+    if (t == nullptr) return;
+    out.ids = t->token_indices;
+    out.rows = t->trainable_tokens_delta.detach().to(dtype_).contiguous();
+  };
+  token_rows(m.model->embed_tokens->token_adapter.get(), embed_tokens_);
+  token_rows(m.lm_head_token_adapter(), head_tokens_);
   norm_ = m.model->norm->weight;
   norm_eps_ = static_cast<float>(m.model->norm->eps);
   lm_head_ = m.lm_head_weight();
@@ -314,7 +322,11 @@ at::Tensor CpuDecoder::step_impl(const at::Tensor& ids_b, KvCache& cache, const 
   for (int i = 0; i < b; ++i) {
     ALPACA_CHECK(idp[i] >= 0 && idp[i] < embed_.size(0),
                  "token id " << idp[i] << " is outside the model's vocabulary [0, " << embed_.size(0) << ")");
-    std::copy_n(emb + idp[i] * d, d, h + i * d);
+    // peft's TrainableTokensLayer: a trainable token's row is its delta (cast to the dtype).
+    const T* row = emb + idp[i] * d;
+    for (size_t k = 0; k < embed_tokens_.ids.size(); ++k)
+      if (embed_tokens_.ids[k] == idp[i]) row = embed_tokens_.rows.const_data_ptr<T>() + static_cast<int64_t>(k) * d;
+    std::copy_n(row, d, h + i * d);
   }
 
   // The LoRA branches of the projections in flight (q, k, v at once; then one or two at a time).
@@ -443,6 +455,16 @@ at::Tensor CpuDecoder::step_impl(const at::Tensor& ids_b, KvCache& cache, const 
     for (int i = 0; i < b; ++i)
       for (int64_t j = r0; j < r1; ++j) lp[i * vocab + j] = round_to<T>(lp[i * vocab + j]);
   });
+  // Trainable-token rows of the head (W.index_copy(0, indices, delta) in the module path).
+  if (!head_tokens_.ids.empty()) {
+    std::vector<float> xf(static_cast<size_t>(d));
+    for (int i = 0; i < b; ++i) {
+      for (int64_t c = 0; c < d; ++c) xf[c] = static_cast<float>(xn[i * d + c]);
+      for (size_t k = 0; k < head_tokens_.ids.size(); ++k)
+        lp[i * vocab + head_tokens_.ids[k]] =
+            round_to<T>(dot(xf.data(), head_tokens_.rows.const_data_ptr<T>() + static_cast<int64_t>(k) * d, d));
+    }
+  }
   return logits;
 }
 

@@ -4,7 +4,8 @@
 // q/v/o/down_proj, lm_head in modules_to_save, trainable-token rows of embed_tokens) on 6 prompts x
 // 16 new tokens as one left-padded batch and one by one, through the library and through
 // `alpaca-train generate --adapter` (text prompts, the bundled tokenizer); a plain LoRA adapter on
-// all seven linears one by one (the fused CPU decode step). Adapters that do not fit
+// all seven linears one by one. One by one runs the fused CPU decode step (LoRA branches and
+// token rows included) where this CPU has it. Adapters that do not fit
 // the base (a module it lacks, a wrong shape) fail naming the module.
 #include <gtest/gtest.h>
 
@@ -66,6 +67,8 @@ TEST_F(GenerateAdapter, GreedyWithAdapterEqualsPeftBatchedAndOneByOne) {
   for (const auto& item : m->named_parameters())
     if (item.key().find("lora_") != std::string::npos) ++lora_params;
   EXPECT_EQ(lora_params, 2 * 4 * 2);  // A and B on 4 linears of 2 layers: unmerged
+  const std::string why = model::CpuDecoder::unsupported(*m, 1);
+  std::cout << "one by one: " << (why.empty() ? "the fused CPU decode step" : "the module path (" + why + ")") << "\n";
   EXPECT_EQ(ids_of(generate::generate_batch(m, prompts, opts_, gen_)), ref_["batched"].get<Ids>());
   Ids single;
   for (const auto& p : prompts) single.push_back(generate::generate_batch(m, {p}, opts_, gen_)[0].ids);
@@ -81,7 +84,7 @@ TEST_F(GenerateAdapter, PlainLoraOneByOneThroughTheFusedStepEqualsPeft) {
   std::cout << "reference's smallest top-2 logit margin " << ref_["lora_only_min_margin"] << "\n";
   model::LlamaForCausalLM m = load("lora_only");
   const std::string why = model::CpuDecoder::unsupported(*m, 1);
-  if (!why.empty()) std::cout << "the fused CPU decode step does not run here (" << why << "): the module path\n";
+  std::cout << "one by one: " << (why.empty() ? "the fused CPU decode step" : "the module path (" + why + ")") << "\n";
   Ids single;
   for (const auto& p : ref_["prompts"].get<Ids>()) single.push_back(generate::generate_batch(m, {p}, opts_, gen_)[0].ids);
   EXPECT_EQ(single, ref_["lora_only_single"].get<Ids>());

@@ -4,7 +4,8 @@
 // roundings of the logits' scale: a product that rounds to the neighbouring bf16 carries through
 // the later layers), for multi-head and grouped-query attention, head_dim off the 16-lane vector
 // width, biases on every projection (qwen2-style), linear RoPE scaling, a left-padded batch of
-// two, peft LoRA branches on every linear (unmerged), and 1 or 2 intra-op threads (bitwise
+// two, peft LoRA branches on every linear (unmerged), trainable-token rows (embedding and head),
+// and 1 or 2 intra-op threads (bitwise
 // equal: each output is summed by one thread). Also the cases it refuses, by name.
 #include <gtest/gtest.h>
 
@@ -27,6 +28,7 @@ struct Case {
   bool biases;
   bool bf16;
   bool lora = false;
+  bool tokens = false;  // trainable-token rows on the embedding and the LM head
 };
 
 LlamaConfig tiny(const Case& c) {
@@ -75,7 +77,20 @@ class CpuDecodeTest : public ::testing::TestWithParam<Case> {
       for (auto& item : m_->named_parameters())
         if (item.key().find("lora_B") != std::string::npos) item.value().normal_(0.0, 0.2);
     }
-    if (c.bf16) m_->to(at::kBFloat16);
+    if (c.tokens) {  // peft trainable_token_indices: every third id, non-zero deltas (fp32, as peft's)
+      std::vector<int64_t> ids;
+      for (int64_t t = 1; t < 96; t += 3) ids.push_back(t);
+      at::manual_seed(8);
+      m_->model->embed_tokens->token_adapter = std::make_shared<TrainableTokensImpl>(ids, 48);
+      m_->model->embed_tokens->token_adapter->trainable_tokens_delta.normal_(0.0, 0.5);
+      m_->lm_head->token_adapter = std::make_shared<TrainableTokensImpl>(std::vector<int64_t>(ids.begin(), ids.begin() + 10), 48);
+      m_->lm_head->token_adapter->trainable_tokens_delta.normal_(0.0, 0.5);
+    }
+    if (c.bf16) {
+      m_->to(at::kBFloat16);
+      for (auto* t : {m_->model->embed_tokens->token_adapter.get(), m_->lm_head->token_adapter.get()})
+        if (t != nullptr) t->trainable_tokens_delta.set_data(t->trainable_tokens_delta.to(at::kFloat));  // stays fp32
+    }
     m_->eval();
     dtype_ = c.bf16 ? at::kBFloat16 : at::kFloat;
     why_ = CpuDecoder::unsupported(*m_, 2);
@@ -168,7 +183,9 @@ INSTANTIATE_TEST_SUITE_P(Models, CpuDecodeTest,
                                            Case{"Fp32Dh40", 1, 40, false, false}, Case{"Bf16Mha", 4, 12, false, true},
                                            Case{"Bf16GqaBiases", 2, 16, true, true},
                                            Case{"Fp32GqaLora", 2, 16, false, false, true},
-                                           Case{"Bf16BiasesLora", 4, 12, true, true, true}),
+                                           Case{"Bf16BiasesLora", 4, 12, true, true, true},
+                                           Case{"Fp32LoraTokens", 2, 16, false, false, true, true},
+                                           Case{"Bf16Tokens", 4, 12, false, true, false, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(CpuDecode, SaysWhyItCannotRun) {
@@ -196,7 +213,7 @@ TEST(CpuDecode, SaysWhyItCannotRun) {
     m->eval();
     EXPECT_EQ(CpuDecoder::unsupported(*m, 1), "");
     m->model->embed_tokens->token_adapter = std::make_shared<TrainableTokensImpl>(std::vector<int64_t>{5}, 48);
-    EXPECT_NE(CpuDecoder::unsupported(*m, 1).find("trainable tokens"), std::string::npos);
+    EXPECT_EQ(CpuDecoder::unsupported(*m, 1), "") << "trainable tokens (fp32 deltas) are computed";
   } else {
     EXPECT_NE(CpuDecoder::unsupported(*m, 1).find("AVX-512F"), std::string::npos) << CpuDecoder::unsupported(*m, 1);
   }

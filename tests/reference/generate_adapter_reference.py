@@ -11,7 +11,7 @@ new tokens as one left-padded batch and one prompt at a time, and on 3 text prom
 command line) as one batch. Also written: the same adapter with
 one LoRA module renamed (missing in the base) and one with a wrong-shaped B (another base), and a
 plain LoRA adapter on all seven linears (no modules_to_save, no token rows) with its one-by-one
-answers (those go through the fused CPU decode step).
+answers.
 <out>/adapter.json: prompts, new ids, min top-2 margin, with and without the adapter (the
 adapter must change the answers, or the test could not fail).
 
@@ -124,8 +124,7 @@ def main():
     differ = sum(1 for a, b in zip(batched, base_batched) if a != b)
     assert differ > 0, "the adapter changes no answer; the test would not test it"
 
-    # A plain LoRA adapter (every linear, nothing else): what the fused CPU decode step runs at batch
-    # 1, so one by one goes through it (the adapter above has trainable tokens: the module path).
+    # A plain LoRA adapter (every linear, nothing else: the common --use_peft output), one by one.
     torch.manual_seed(1)
     cfg2 = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM",
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])

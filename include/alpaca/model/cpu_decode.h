@@ -31,8 +31,8 @@ class CpuDecoder {
  public:
   // Why CpuDecoder cannot run `m` at `batch` rows, or "" when it can: parameters on the CPU in
   // fp32 (needs AVX-512F) or bf16 (needs AVX512-BF16 and the kNative bf16 policy), all in one
-  // dtype, contiguous, 1 or 2 rows, no trainable tokens, no layer runner (FSDP), no LoRA dropout
-  // in training mode. LoRA branches (unmerged, as peft runs them) are computed.
+  // dtype, contiguous, 1 or 2 rows, no layer runner (FSDP), no LoRA dropout in training mode.
+  // LoRA branches (unmerged, as peft runs them) and trainable-token rows are computed.
   static std::string unsupported(LlamaForCausalLMImpl& m, int64_t batch);
 
   // Checks unsupported() (throws with its reason) and keeps the model's weights (shared, not
@@ -61,11 +61,17 @@ class CpuDecoder {
   template <typename T>
   at::Tensor step_impl(const at::Tensor& ids_b, KvCache& cache, const at::Tensor& mask_bk, const at::Tensor& pos_b);
 
+  struct TokenRows {
+    std::vector<int64_t> ids;  // peft trainable_token_indices
+    at::Tensor rows;           // (ids, hidden) in the compute dtype
+  };
+
   LlamaConfig cfg_;
   int64_t batch_;
   at::ScalarType dtype_;
   std::vector<Layer> layers_;
   at::Tensor embed_, norm_, lm_head_;
+  TokenRows embed_tokens_, head_tokens_;  // trainable-token rows of the embedding / the LM head
   float norm_eps_ = 0;
   // Scratch in the compute dtype (bf16 or fp32) and fp32 (products' sums, attention scores).
   at::Tensor h_, xn_, qkv_, attn_, act_;
