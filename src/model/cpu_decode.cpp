@@ -32,7 +32,6 @@ namespace {
 using c10::BFloat16;
 constexpr int64_t kMaxHeadDim = 512;
 constexpr int64_t kRowGrain = 32;  // weight rows per thread at least
-constexpr int64_t kMaxLoraRank = 1024;
 
 // Rounding to the compute dtype where the module path produces a tensor of that dtype.
 inline float rnd(float v, float*) { return v; }
@@ -137,7 +136,7 @@ struct LoraBranch {
   const T* b = nullptr;  // (out, r)
   int64_t r = 0;
   float scaling = 0;
-  float ax[2 * kMaxLoraRank];  // (m, r): A(x), already rounded to T
+  std::vector<float> ax;  // (m, r): A(x), already rounded to T
 
   bool active() const { return b != nullptr; }
   void start(const T* x, int m, int64_t k, const at::Tensor& a_w, const at::Tensor& b_w, float s) {
@@ -148,12 +147,13 @@ struct LoraBranch {
     r = a_w.size(0);
     b = b_w.const_data_ptr<T>();
     scaling = s;
-    rows(x, k, m, a_w.const_data_ptr<T>(), k, 0, r, ax, r);
-    for (int64_t c = 0; c < m * r; ++c) ax[c] = round_to<T>(ax[c]);
+    ax.resize(static_cast<size_t>(m * r));
+    rows(x, k, m, a_w.const_data_ptr<T>(), k, 0, r, ax.data(), r);
+    for (float& v : ax) v = round_to<T>(v);
   }
   // y_j (the base output, rounded) plus row i's branch at output j, rounded as `y + delta`.
   float add(int i, int64_t j, float y) const {
-    const float delta = round_to<T>(round_to<T>(dot(ax + i * r, b + j * r, r)) * scaling);
+    const float delta = round_to<T>(round_to<T>(dot(ax.data() + i * r, b + j * r, r)) * scaling);
     return round_to<T>(y + delta);
   }
 };
@@ -206,7 +206,6 @@ std::string CpuDecoder::unsupported(LlamaForCausalLMImpl& m, int64_t batch) {
       if (!L->lora_A) continue;
       if (L->lora_A->bias.defined() || L->lora_B->bias.defined()) return "a LoRA branch with a bias";
       if (L->lora_dropout > 0 && L->is_training()) return "LoRA dropout in training mode (call eval())";
-      if (L->lora_A->weight.size(0) > kMaxLoraRank) return "a LoRA rank above " + std::to_string(kMaxLoraRank);
     }
   const LlamaConfig& c = m.config();
   if (c.head_dim % 2 != 0 || c.head_dim > kMaxHeadDim) return "head_dim " + std::to_string(c.head_dim);

@@ -1,6 +1,6 @@
-// The decode step's products: y = x W^T for one or two rows of x (a generation step of one or two
-// sequences), which at these shapes is a stream of the weights. Each weight row is read once for
-// all of x's rows; bf16 rows are dotted with VDPBF16PS (bf16 pairs multiplied, summed into fp32
+// The decode step's products: y = x W^T for 1 to 8 rows of x (a generation step of that many
+// sequences), which at these shapes is a stream of the weights (1-2 rows) or close to one (up to
+// 8: ~2.2x the 1-row time for 8 rows). Each weight row is read once for all of x's rows; bf16 rows are dotted with VDPBF16PS (bf16 pairs multiplied, summed into fp32
 // lanes) and rounded to bf16 once, the contract of a bf16 GEMM; fp32 rows with FMAs. The library
 // kernels stream these shapes at about half the speed this machine can (oneDNN for bf16, MKL's
 // generic sgemv for fp32 on this AMD CPU).
@@ -100,6 +100,19 @@ ALPACA_AVX512F void f32_block(const float* x, int64_t ldx, const float* w, int64
   }
 }
 
+// m rows of x: block<1> .. block<8>.
+#define ALPACA_GEMV_DISPATCH(block, m, ...)        \
+  switch (m) {                                     \
+    case 1: block<1>(__VA_ARGS__); break;          \
+    case 2: block<2>(__VA_ARGS__); break;          \
+    case 3: block<3>(__VA_ARGS__); break;          \
+    case 4: block<4>(__VA_ARGS__); break;          \
+    case 5: block<5>(__VA_ARGS__); break;          \
+    case 6: block<6>(__VA_ARGS__); break;          \
+    case 7: block<7>(__VA_ARGS__); break;          \
+    default: block<8>(__VA_ARGS__); break;         \
+  }
+
 }  // namespace
 
 bool have_avx512f() {
@@ -117,22 +130,19 @@ bool have_avx512_bf16() {
 void f32_rows(const float* x, int64_t ldx, int m, const float* w, int64_t k, int64_t n0, int64_t n1, float* y,
               int64_t ldy) {
   ALPACA_CHECK(m >= 1 && m <= kMaxRows && have_avx512f(), "gemv::f32_rows: " << m << " rows on this CPU");
-  if (m == 1) f32_block<1>(x, ldx, w, k, n0, n1, y, ldy);
-  else f32_block<2>(x, ldx, w, k, n0, n1, y, ldy);
+  ALPACA_GEMV_DISPATCH(f32_block, m, x, ldx, w, k, n0, n1, y, ldy);
 }
 
 void bf16_rows(const c10::BFloat16* x, int64_t ldx, int m, const c10::BFloat16* w, int64_t k, int64_t n0, int64_t n1,
                float* y, int64_t ldy) {
   ALPACA_CHECK(m >= 1 && m <= kMaxRows && have_avx512_bf16(), "gemv::bf16_rows: " << m << " rows on this CPU");
-  if (m == 1) bf16_block<1>(x, ldx, w, k, n0, n1, y, ldy);
-  else bf16_block<2>(x, ldx, w, k, n0, n1, y, ldy);
+  ALPACA_GEMV_DISPATCH(bf16_block, m, x, ldx, w, k, n0, n1, y, ldy);
 }
 
 void bf16_rows(const c10::BFloat16* x, int64_t ldx, int m, const c10::BFloat16* w, int64_t k, int64_t n0, int64_t n1,
                c10::BFloat16* y, int64_t ldy) {
   ALPACA_CHECK(m >= 1 && m <= kMaxRows && have_avx512_bf16(), "gemv::bf16_rows: " << m << " rows on this CPU");
-  if (m == 1) bf16_block<1>(x, ldx, w, k, n0, n1, y, ldy);
-  else bf16_block<2>(x, ldx, w, k, n0, n1, y, ldy);
+  ALPACA_GEMV_DISPATCH(bf16_block, m, x, ldx, w, k, n0, n1, y, ldy);
 }
 
 #else
@@ -152,21 +162,23 @@ void bf16_rows(const c10::BFloat16*, int64_t, int, const c10::BFloat16*, int64_t
 
 }  // namespace gemv
 
-// Up to two rows of x the kernel is bandwidth-bound and ~1.6x oneDNN's; from four rows on, its
-// per-output reductions make it slower than oneDNN (on the SmolLM2 step: 19 ms for 1 or 2 rows,
-// 27 ms for 4, 49 ms for 8, against oneDNN's 29, 37, 41, 43 ms), so larger batches keep oneDNN.
+// model::linear takes the kernel up to two rows, where it is bandwidth-bound and ~1.6x oneDNN's.
+// (Measured before the row loops were unrolled, from four rows on it was slower than oneDNN: 27 ms
+// for 4 and 49 ms for 8 on the SmolLM2 step, against oneDNN's 37 and 43. Unrolled it is ~18 and
+// ~31 ms; the fused decode step uses it up to 8 rows, model::linear still stops at 2.)
+constexpr int64_t kLinearMaxRows = 2;
 bool bf16_gemv_applies(const at::Tensor& x, const at::Tensor& weight) {
   if (!gemv::have_avx512_bf16()) return false;
   if (x.scalar_type() != at::kBFloat16 || weight.scalar_type() != at::kBFloat16) return false;
   if (!x.device().is_cpu() || !weight.device().is_cpu() || weight.dim() != 2 || x.dim() < 1) return false;
-  if (x.size(-1) != weight.size(1) || x.numel() == 0 || x.numel() / x.size(-1) > gemv::kMaxRows) return false;
+  if (x.size(-1) != weight.size(1) || x.numel() == 0 || x.numel() / x.size(-1) > kLinearMaxRows) return false;
   if (at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad())) return false;
   return cpu_bf16_gemm() == CpuBf16Gemm::kNative;
 }
 
 at::Tensor bf16_gemv(const at::Tensor& x, const at::Tensor& weight) {
   ALPACA_CHECK(bf16_gemv_applies(x, weight), "bf16_gemv: needs bf16 CPU operands x (..., " << weight.size(1)
-                                                 << ") with at most " << gemv::kMaxRows
+                                                 << ") with at most " << kLinearMaxRows
                                                  << " rows, no autograd, and a CPU with AVX512-BF16");
   const int64_t k = weight.size(1), n = weight.size(0), m = x.numel() / k;
   const at::Tensor x2 = x.reshape({m, k}).contiguous();

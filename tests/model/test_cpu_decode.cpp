@@ -166,6 +166,20 @@ TEST_P(CpuDecodeTest, LeftPaddedPairEqualsTheModulePath) {
   expect_same(run(plain, {}, 4, true), run(plain, {}, 4, false), "unpadded batch of 2");
 }
 
+TEST_P(CpuDecodeTest, PaddedBatchOfFiveAndEightEqualTheModulePath) {
+  if (!why_.empty()) GTEST_SKIP() << "the fused step does not run here: " << why_;
+  for (int64_t b : {5, 8}) {
+    at::manual_seed(10 + b);
+    at::Tensor ids = at::randint(1, 96, {b, 7}, at::kLong);
+    at::Tensor mask = at::ones({b, 7}, at::kLong);
+    for (int64_t r = 1; r < b; r += 2) {  // every other row left-padded by r % 5 + 1
+      mask.select(0, r).narrow(0, 0, r % 5 + 1).zero_();
+      ids.select(0, r).narrow(0, 0, r % 5 + 1).fill_(0);
+    }
+    expect_same(run(ids, mask, 4, true), run(ids, mask, 4, false), "left-padded batch of " + std::to_string(b));
+  }
+}
+
 TEST_P(CpuDecodeTest, ThreadsChangeNoBit) {
   if (!why_.empty()) GTEST_SKIP() << "the fused step does not run here: " << why_;
   at::manual_seed(3);
@@ -192,7 +206,7 @@ TEST(CpuDecode, SaysWhyItCannotRun) {
   LlamaConfig cfg = tiny(Case{"", 2, 16, false, false});
   LlamaForCausalLM m(cfg);
   init_weights(m, 1);
-  EXPECT_NE(CpuDecoder::unsupported(*m, 3).find("batch of 3"), std::string::npos);
+  EXPECT_NE(CpuDecoder::unsupported(*m, 9).find("batch of 9"), std::string::npos);
   EXPECT_NE(CpuDecoder::unsupported(*m, 0).find("batch of 0"), std::string::npos);
   if (CpuDecoder::unsupported(*m, 1).empty()) {
     m->set_layer_runner([](int64_t, const at::Tensor& h, const LayerContext&) { return h; });

@@ -26,7 +26,7 @@ struct GenerateOptions {
   std::vector<int64_t> eos_token_ids;  // stop at any of them; empty = never stop early
   int64_t pad_token_id = 0;            // fills padding and rows that have stopped
   PaddingSide padding_side = PaddingSide::kLeft;
-  // Decode steps of 1 or 2 rows on the CPU take the fused step (model::CpuDecoder) when it can run
+  // Decode steps of 1 to 8 rows on the CPU take the fused step (model::CpuDecoder) when it can run
   // the model; false: every step through the module graph (forward_cached), the reference path.
   bool fused_cpu_decode = true;
 };

@@ -1,4 +1,4 @@
-// One generation step on the CPU, fused: a batch of one or two sequences, one new token each,
+// One generation step on the CPU, fused: a batch of 1 to 8 sequences, one new token each,
 // through every decoder layer and the LM head without the module graph.
 //
 // A batch-1 step of a small model is ~2,000 tiny ATen ops (norms, RoPE, views, adds, attention
@@ -31,7 +31,7 @@ class CpuDecoder {
  public:
   // Why CpuDecoder cannot run `m` at `batch` rows, or "" when it can: parameters on the CPU in
   // fp32 (needs AVX-512F) or bf16 (needs AVX512-BF16 and the kNative bf16 policy), all in one
-  // dtype, contiguous, 1 or 2 rows, no layer runner (FSDP), no LoRA dropout in training mode.
+  // dtype, contiguous, 1 to 8 rows, no layer runner (FSDP), no LoRA dropout in training mode.
   // LoRA branches (unmerged, as peft runs them) and trainable-token rows are computed.
   static std::string unsupported(LlamaForCausalLMImpl& m, int64_t batch);
 
