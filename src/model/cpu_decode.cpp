@@ -330,6 +330,23 @@ at::Tensor CpuDecoder::step_impl(const at::Tensor& ids_b, KvCache& cache, const 
 
   // The LoRA branches of the projections in flight (q, k, v at once; then one or two at a time).
   std::vector<LoraBranch<T>> lora(3);
+  // Output j of a projection for row i from its fp32 sum: + bias, rounded once (a GEMM's
+  // epilogue), then + its LoRA branch (peft: y + B(A(x)) * scaling).
+  auto out_value = [](float sum, const T* bias, int64_t j, const LoraBranch<T>& br, int i) {
+    float v = round_to<T>(sum + (bias != nullptr ? static_cast<float>(bias[j]) : 0.0F));
+    return br.active() ? br.add(i, j, v) : v;
+  };
+  // h += p(x) (o_proj, down_proj): the product and the residual add, rows split across threads.
+  auto add_product = [&](const T* x, int64_t k, const Proj& p) {
+    const Seg<T> seg[1] = {{ptr<T>(p.w), d, 0}};
+    const T* bias = ptr<T>(p.b);
+    lora[0].start(x, b, k, p.lora_a, p.lora_b, p.scaling);
+    stacked_products(x, b, k, seg, sums, lds, [&](int64_t r0, int64_t r1) {
+      for (int i = 0; i < b; ++i)
+        for (int64_t j = r0; j < r1; ++j)
+          h[i * d + j] = static_cast<T>(static_cast<float>(h[i * d + j]) + out_value(sums[i * lds + j], bias, j, lora[0], i));
+    });
+  };
   for (size_t li = 0; li < layers_.size(); ++li) {
     const Layer& L = layers_[li];
     T* kc = cache.key_buffer(static_cast<int64_t>(li)).mutable_data_ptr<T>();
@@ -347,10 +364,7 @@ at::Tensor CpuDecoder::step_impl(const at::Tensor& ids_b, KvCache& cache, const 
         const int64_t off = qkv_segs[s].off, lo = std::max(r0, off), hi = std::min(r1, off + qkv_segs[s].n);
         for (int i = 0; i < b; ++i)
           for (int64_t j = lo; j < hi; ++j) {
-            const float bias = bias_qkv[s] != nullptr ? static_cast<float>(bias_qkv[s][j - off]) : 0.0F;
-            float v = round_to<T>(sums[i * lds + j] + bias);
-            if (lora[s].active()) v = lora[s].add(i, j - off, v);
-            qkv[i * nqkv + j] = static_cast<T>(v);
+            qkv[i * nqkv + j] = static_cast<T>(out_value(sums[i * lds + j], bias_qkv[s], j - off, lora[s], i));
           }
       }
     });
@@ -398,17 +412,7 @@ at::Tensor CpuDecoder::step_impl(const at::Tensor& ids_b, KvCache& cache, const 
         for (int64_t c = 0; c < dh; ++c) o[c] = static_cast<T>(out[c] / total);
       }
     });
-    const Seg<T> o_seg[1] = {{ptr<T>(L.o.w), d, 0}};
-    const T* bo = ptr<T>(L.o.b);
-    lora[0].start(att, b, nq, L.o.lora_a, L.o.lora_b, L.o.scaling);
-    stacked_products(att, b, nq, o_seg, sums, lds, [&](int64_t r0, int64_t r1) {
-      for (int i = 0; i < b; ++i)
-        for (int64_t j = r0; j < r1; ++j) {
-          float v = round_to<T>(sums[i * lds + j] + (bo != nullptr ? static_cast<float>(bo[j]) : 0.0F));
-          if (lora[0].active()) v = lora[0].add(i, j, v);
-          h[i * d + j] = static_cast<T>(static_cast<float>(h[i * d + j]) + v);
-        }
-    });
+    add_product(att, nq, L.o);
 
     // --- MLP block: down(silu(gate(x)) * up(x)) ---
     for (int i = 0; i < b; ++i) rms_norm(h + i * d, ptr<T>(L.ln2), L.eps2, d, xn + i * d);
@@ -423,26 +427,13 @@ at::Tensor CpuDecoder::step_impl(const at::Tensor& ids_b, KvCache& cache, const 
       rows(xn, d, b, wu, d, r0, r1, sums + f, lds);
       for (int i = 0; i < b; ++i)
         for (int64_t j = r0; j < r1; ++j) {
-          // A product with a bias rounds once, after the bias (a GEMM's epilogue).
-          float g = round_to<T>(sums[i * lds + j] + (bg != nullptr ? static_cast<float>(bg[j]) : 0.0F));
-          float u = round_to<T>(sums[i * lds + f + j] + (bu != nullptr ? static_cast<float>(bu[j]) : 0.0F));
-          if (lora[0].active()) g = lora[0].add(i, j, g);
-          if (lora[1].active()) u = lora[1].add(i, j, u);
+          const float g = out_value(sums[i * lds + j], bg, j, lora[0], i);
+          const float u = out_value(sums[i * lds + f + j], bu, j, lora[1], i);
           const float s = round_to<T>(g / (1.0F + std::exp(-g)));
           act[i * f + j] = static_cast<T>(s * u);
         }
     });
-    const Seg<T> down_seg[1] = {{ptr<T>(L.down.w), d, 0}};
-    const T* bd = ptr<T>(L.down.b);
-    lora[0].start(act, b, f, L.down.lora_a, L.down.lora_b, L.down.scaling);
-    stacked_products(act, b, f, down_seg, sums, lds, [&](int64_t r0, int64_t r1) {
-      for (int i = 0; i < b; ++i)
-        for (int64_t j = r0; j < r1; ++j) {
-          float v = round_to<T>(sums[i * lds + j] + (bd != nullptr ? static_cast<float>(bd[j]) : 0.0F));
-          if (lora[0].active()) v = lora[0].add(i, j, v);
-          h[i * d + j] = static_cast<T>(static_cast<float>(h[i * d + j]) + v);
-        }
-    });
+    add_product(act, f, L.down);
   }
   cache.advance(1);
 

@@ -68,6 +68,18 @@ def greedy(model, prompts, eos, pad, batched):
     return results, margin
 
 
+def randomized(pm, seed):
+    """Random LoRA A and B (B is zero at init, which would test nothing), perturbed saved modules and token rows."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in pm.named_parameters():
+            if "lora_A" in name or "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+            elif "modules_to_save" in name or "trainable_tokens_delta" in name:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+    return pm
+
+
 def load_base(model_dir):
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa").eval()
 
@@ -92,14 +104,7 @@ def main():
     cfg = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "o_proj", "down_proj"],
                      modules_to_save=["lm_head"], trainable_token_indices={"embed_tokens": TOKEN_ROWS},
                      task_type="CAUSAL_LM")
-    pm = get_peft_model(load_base(model_dir), cfg)
-    gen = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for name, p in pm.named_parameters():
-            if "lora_A" in name or "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
-            elif "modules_to_save" in name or "trainable_tokens_delta" in name:
-                p.add_(torch.randn(p.shape, generator=gen) * 0.1)
+    pm = randomized(get_peft_model(load_base(model_dir), cfg), seed=7)
     if adapter_dir.exists():
         shutil.rmtree(adapter_dir)
     pm.save_pretrained(str(adapter_dir))
@@ -128,12 +133,7 @@ def main():
     torch.manual_seed(1)
     cfg2 = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, task_type="CAUSAL_LM",
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-    pm2 = get_peft_model(load_base(model_dir), cfg2)
-    gen = torch.Generator().manual_seed(8)
-    with torch.no_grad():
-        for name, p in pm2.named_parameters():
-            if "lora_A" in name or "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    pm2 = randomized(get_peft_model(load_base(model_dir), cfg2), seed=8)
     lora_only_dir = out / "lora_only"
     if lora_only_dir.exists():
         shutil.rmtree(lora_only_dir)
