@@ -9,7 +9,7 @@
 #   scripts/sanitize.sh [extra ctest args, e.g. -R safetensors]
 #
 # Cost (docs/reliability.md): a second full build of the library and the unit tests, about 11 min
-# on 2 cores (1.75x the normal CPU time per unit), then 108 s of tests (32, all pass); too much for CI,
+# on 2 cores (1.75x the normal CPU time per unit), then ~2 min of tests (33, all pass); too much for CI,
 # which fuzzes the parsers under the same sanitizers instead and runs their unit tests built
 # against the parser libraries alone (fuzz/CMakeLists.txt, ctest -L unit_asan in build-fuzz/).
 set -euo pipefail
