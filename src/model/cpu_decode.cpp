@@ -1,6 +1,7 @@
 // CpuDecoder: the fused CPU generation step (see the header). The per-row ops are plain loops
-// over at most 2 x hidden values in the calling thread; the weight products and the attention
-// heads are split across the intra-op threads, four parallel regions per layer.
+// over at most 8 x hidden values in the calling thread; the weight products and the attention
+// heads are split across the intra-op threads: five parallel regions per layer (q/k/v,
+// attention, o, gate/up, down) and one for the head.
 #include "alpaca/model/cpu_decode.h"
 
 #include <ATen/Parallel.h>
