@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <chrono>
 #include <memory>
 
 #include "alpaca/dist/communicator.h"
@@ -11,7 +12,15 @@
 
 namespace alpaca::testing {
 
-// job_comm(): the process's communicator (dist_test_env.h).
+// job_comm(): the process's communicator (dist_test_env.h). The FSDP tests register it with
+//   const auto* g_env = register_job_comm(fsdp_job_options());
+// a 120 s collective timeout: a multi-rank FSDP test on an oversubscribed 2-core machine can
+// stall a collective for tens of seconds without anything being wrong.
+inline dist::CommOptions fsdp_job_options() {
+  dist::CommOptions opts;
+  opts.timeout = std::chrono::seconds(120);
+  return opts;
+}
 
 struct GlobalBatch {
   at::Tensor ids_bt, labels_bt;  // (G, T) int64; labels -100 where ignored

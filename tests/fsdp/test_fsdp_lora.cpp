@@ -21,12 +21,7 @@
 namespace alpaca::testing {
 namespace {
 
-dist::CommOptions job_options() {
-  dist::CommOptions opts;
-  opts.timeout = std::chrono::seconds(120);
-  return opts;
-}
-const auto* g_env = register_job_comm(job_options());
+const auto* g_env = register_job_comm(fsdp_job_options());
 
 using fsdp::FsdpPolicy;
 using fsdp::ShardingStrategy;
