@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "alpaca/model/matmul.h"
 #include "alpaca/model/rope.h"
@@ -35,11 +36,10 @@ constexpr int64_t kMaxHeadDim = 512;
 constexpr int64_t kRowGrain = 32;  // weight rows per thread at least
 
 // Rounding to the compute dtype where the module path produces a tensor of that dtype.
-inline float rnd(float v, float*) { return v; }
-inline float rnd(float v, BFloat16*) { return static_cast<float>(BFloat16(v)); }
 template <typename T>
 inline float round_to(float v) {
-  return rnd(v, static_cast<T*>(nullptr));
+  if constexpr (std::is_same_v<T, BFloat16>) return static_cast<float>(BFloat16(v));
+  return v;
 }
 
 // Sums of m rows of x against rows [n0, n1) of w, fp32 out.

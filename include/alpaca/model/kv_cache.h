@@ -32,9 +32,10 @@ class KvCache {
   void advance(int64_t num_positions);
 
   // Layer `layer`'s whole key / value buffer (B, Hkv, capacity, Dh), contiguous, for kernels that
-  // write position length() themselves (CpuDecoder) before advance().
-  at::Tensor& key_buffer(int64_t layer) { return k_.at(static_cast<size_t>(layer)); }
-  at::Tensor& value_buffer(int64_t layer) { return v_.at(static_cast<size_t>(layer)); }
+  // write position length() themselves (CpuDecoder, through mutable_data_ptr) before advance().
+  // The tensors themselves are not replaceable from outside.
+  const at::Tensor& key_buffer(int64_t layer) const { return k_.at(static_cast<size_t>(layer)); }
+  const at::Tensor& value_buffer(int64_t layer) const { return v_.at(static_cast<size_t>(layer)); }
 
   // Keeps only batch rows `rows` (int64 indices, in that order), e.g. to drop finished sequences.
   void select_rows(const at::Tensor& rows);
