@@ -52,6 +52,15 @@ std::optional<std::string> token_string(const json& v) {
   return std::nullopt;
 }
 
+// A true/false field of an AddedToken object ("special", "lstrip", "rstrip"): false when the
+// token is a plain string or the field is absent; anything but a boolean is an error naming it.
+bool token_flag(const json& v, const char* key, const fs::path& file) {
+  if (!v.is_object() || !v.contains(key)) return false;
+  ALPACA_CHECK(v[key].is_boolean(), "'" << key << "' of the added token " << v.dump() << " in " << file
+                                        << " must be true or false");
+  return v[key].get<bool>();
+}
+
 // Python's str.isspace (what 4.28.1's str.lstrip()/rstrip() strip beside an added token).
 bool is_py_space(uint32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
@@ -430,8 +439,9 @@ Tokenizer Tokenizer::load(const std::string& dir_or_file, bool use_fast) {
                                                     << dir / "tokenizer_config.json"
                                                     << " has no string 'content'");
       const json& v = it.value();
-      impl->add(*content, v.value("special", false), id, v.value("lstrip", false),
-                v.value("rstrip", false));
+      const fs::path file = dir / "tokenizer_config.json";
+      impl->add(*content, token_flag(v, "special", file), id, token_flag(v, "lstrip", file),
+                token_flag(v, "rstrip", file));
     }
   }
   if (fs::exists(dir / "added_tokens.json")) {
@@ -473,7 +483,8 @@ Tokenizer Tokenizer::load(const std::string& dir_or_file, bool use_fast) {
         auto s = token_string(t);
         ALPACA_CHECK(s, key << " in the tokenizer files of " << dir << " must hold strings");
         if (t.is_object()) {
-          impl->add(*s, true, std::nullopt, t.value("lstrip", false), t.value("rstrip", false));
+          const fs::path file = dir / (src == &config ? "tokenizer_config.json" : "special_tokens_map.json");
+          impl->add(*s, true, std::nullopt, token_flag(t, "lstrip", file), token_flag(t, "rstrip", file));
         } else {
           impl->add_plain(*s, true);
         }

@@ -118,5 +118,36 @@ TEST(Tokenizer, ReadsHfSpecialTokenFiles) {
   EXPECT_THROW(Tokenizer::load((dir.path() / "missing").string()), Error);
 }
 
+// AddedToken flags ("special", "lstrip", "rstrip") that are not booleans are errors naming the
+// field and the file, not a JSON library exception (fuzz_tokenizer_files found this); a plain
+// string entry in added_tokens_decoder has no flags. The bundled SentencePiece model suffices.
+TEST(Tokenizer, AddedTokenFlagsMustBeBooleans) {
+  TempDir dir("tokenizer_flags");
+  std::filesystem::copy_file(alpaca::testing::source_dir() / "data" / "tokenizer" / "tokenizer.model",
+                             dir.path() / "tokenizer.model");
+  std::ofstream(dir.path() / "tokenizer_config.json") << R"({"added_tokens_decoder": {"600": "<sep>"}})";
+  EXPECT_EQ(Tokenizer::load(dir.path().string()).vocab_size(), 601);
+  std::ofstream(dir.path() / "tokenizer_config.json")
+      << R"({"added_tokens_decoder": {"600": {"content": "<sep>", "special": "yes"}}})";
+  try {
+    Tokenizer::load(dir.path().string());
+    FAIL() << "a string 'special' flag was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("'special' of the added token"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("must be true or false"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("tokenizer_config.json"), std::string::npos) << e.message();
+  }
+  std::ofstream(dir.path() / "tokenizer_config.json") << "{}";
+  std::ofstream(dir.path() / "special_tokens_map.json")
+      << R"({"additional_special_tokens": [{"content": "<x>", "lstrip": 1}]})";
+  try {
+    Tokenizer::load(dir.path().string());
+    FAIL() << "a numeric 'lstrip' flag was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("'lstrip'"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("special_tokens_map.json"), std::string::npos) << e.message();
+  }
+}
+
 }  // namespace
 }  // namespace alpaca::data
