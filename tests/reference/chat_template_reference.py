@@ -176,6 +176,34 @@ def render_one(tmpl, messages, extra, agp, special, stock):
     return out
 
 
+def prefix_spans(tmpl, messages, extra, special):
+    """The prefix-render oracle (Megatron-Bridge PR #3927): assistant message i is the text between
+    render(messages[:i], add_generation_prompt=True) and render(messages[:i+1]), as UTF-8 byte offsets into
+    render(messages). Refused (like the C++ side) where an earlier rendering is not a prefix of a later one."""
+    kwargs = {k: v for k, v in extra.items() if k not in ("tools", "documents")}
+    msgs = [{k: v for k, v in m.items() if v is not None} for m in copy.deepcopy(messages)]
+
+    def render(n, agp):
+        out, _ = ctu.render_jinja_template([copy.deepcopy(msgs[:n])], tools=extra.get("tools"),
+                                           documents=extra.get("documents"), chat_template=tmpl,
+                                           add_generation_prompt=agp, **special, **kwargs)
+        return out[0]
+
+    try:
+        full = render(len(msgs), False)
+        spans = []
+        for i, m in enumerate(msgs):
+            if m.get("role") != "assistant":
+                continue
+            before, after = render(i, True), render(i + 1, False)
+            if not (after.startswith(before) and full.startswith(after)):
+                return {"prefix_error": f"message {i} is not prefix-stable"}
+            spans.append([i, len(before.encode("utf-8")), len(after.encode("utf-8"))])
+        return {"prefix_spans": spans}
+    except Exception as e:
+        return {"prefix_error": f"{type(e).__name__}: {e}"}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -197,11 +225,16 @@ def main():
         for cname, (messages, extra) in cases().items():
             for agp in (False, True):
                 res = render_one(src, messages, extra, agp, special, stock)
+                if stock and not agp:  # the oracle renders both ways itself
+                    res.update(prefix_spans(src, messages, extra, special))
                 ctx = {"messages": messages, "add_generation_prompt": agp, **special, **extra}
                 out["cases"].append({"template": ti, "case": f"{cname}/agp={int(agp)}", "context": ctx, **res})
     with open(os.path.join(args.out, "chat_templates.json"), "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False)
     n_err = sum(1 for c in out["cases"] if "error" in c)
+    n_prefix = sum(1 for c in out["cases"] if "prefix_spans" in c)
+    print(f"[chat_template_reference] prefix-render oracle: {n_prefix} cases with spans, "
+          f"{sum(1 for c in out['cases'] if 'prefix_error' in c)} refused")
     print(f"[chat_template_reference] {len(templates)} templates x {len(cases()) * 2} cases = {len(out['cases'])} "
           f"renderings ({n_err} errors expected) -> {args.out}")
 

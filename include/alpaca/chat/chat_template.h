@@ -74,4 +74,19 @@ class ChatTemplate {
   std::unique_ptr<Template> impl_;
 };
 
+// What to train on in a template without {% generation %} markers, by prefix rendering (as
+// Megatron-Bridge does): for each assistant message i, the text between
+// render(messages[:i], add_generation_prompt=True) and render(messages[:i+1]) — its content and
+// its turn terminator, never its role header. Offsets are bytes into
+// render(messages, add_generation_prompt=False), the text these spans index.
+struct AssistantSpan {
+  size_t message_index;
+  size_t begin, end;
+};
+// Throws alpaca::Error naming the message when the template is not prefix-stable there (an earlier
+// rendering is not a prefix of a later one, e.g. a template that rewrites past turns), since the
+// spans would then index text that is not in the full rendering.
+std::vector<AssistantSpan> assistant_char_spans(const ChatTemplate& tmpl, std::string_view context_json,
+                                                const RenderOptions& options = {});
+
 }  // namespace alpaca::chat
