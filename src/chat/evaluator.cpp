@@ -101,37 +101,42 @@ namespace {
 
 Value loop_object(const std::vector<Value>& items, size_t i, const Value& cycle) {
   size_t n = items.size();
-  Dict d;
-  d.entries.reserve(13);
-  d.set("index", Value::integer(static_cast<int64_t>(i + 1)));
-  d.set("index0", Value::integer(static_cast<int64_t>(i)));
-  d.set("revindex", Value::integer(static_cast<int64_t>(n - i)));
-  d.set("revindex0", Value::integer(static_cast<int64_t>(n - i - 1)));
-  d.set("first", Value::boolean(i == 0));
-  d.set("last", Value::boolean(i + 1 == n));
-  d.set("length", Value::integer(static_cast<int64_t>(n)));
-  d.set("depth", Value::integer(1));
-  d.set("depth0", Value::integer(0));
-  if (i > 0) d.set("previtem", items[i - 1]);
-  if (i + 1 < n) d.set("nextitem", items[i + 1]);
-  d.set("cycle", cycle);
+  auto num = [](size_t x) { return Value::integer(static_cast<int64_t>(x)); };
+  Dict d;  // keys are distinct: appended without Dict::set's search
+  d.entries.reserve(12);
+  d.entries.emplace_back("index", num(i + 1));
+  d.entries.emplace_back("index0", num(i));
+  d.entries.emplace_back("revindex", num(n - i));
+  d.entries.emplace_back("revindex0", num(n - i - 1));
+  d.entries.emplace_back("first", Value::boolean(i == 0));
+  d.entries.emplace_back("last", Value::boolean(i + 1 == n));
+  d.entries.emplace_back("length", num(n));
+  d.entries.emplace_back("depth", Value::integer(1));
+  d.entries.emplace_back("depth0", Value::integer(0));
+  if (i > 0) d.entries.emplace_back("previtem", items[i - 1]);
+  if (i + 1 < n) d.entries.emplace_back("nextitem", items[i + 1]);
+  d.entries.emplace_back("cycle", cycle);
   return Value::dict(std::move(d));
 }
 
 }  // namespace
 
 Evaluator::Flow Evaluator::exec_for(const Stmt& s, const FramePtr& frame) {
-  std::vector<Value> items = iterate(eval(*s.expr, frame), s.line);
+  Value iterable = eval(*s.expr, frame);
+  std::vector<Value> owned;
+  if (!iterable.is_list() || s.cond) owned = iterate(iterable, s.line);
+  const std::vector<Value>* list = iterable.is_list() && !s.cond ? &iterable.items() : &owned;
   if (s.cond) {  // for x in xs if cond: filtered before loop.* is computed
     std::vector<Value> kept;
-    for (const Value& item : items) {
+    for (const Value& item : owned) {
       auto probe = std::make_shared<Frame>();
       probe->parent = frame;
       assign(s.targets, item, *probe, s.line);
       if (eval(*s.cond, probe).truthy()) kept.push_back(item);
     }
-    items = std::move(kept);
+    owned = std::move(kept);
   }
+  const std::vector<Value>& items = *list;
   count_iterations(items.size(), s.line);
   auto index = std::make_shared<size_t>(0);
   auto cycle = std::make_shared<Function>();

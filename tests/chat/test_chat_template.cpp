@@ -117,6 +117,12 @@ TEST(ChatTemplate, MatchesTransformersOnEveryTemplateAndCase) {
             << " with generation spans): " << num_diff << " differences\n";
   EXPECT_EQ(num_diff, 0u);
   EXPECT_GE(templates.size(), 70u) << "the trl wheel ships 73 templates; fewer means the fixture lost some";
+  // The model directory scripts/make_smollm2.py writes (when present) holds the same template.
+  fs::path smol = alpaca::testing::source_dir() / "models" / "smollm2-135m-instruct";
+  if (fs::exists(smol / "chat_template.jinja") && fx["templates"][0]["name"] == "smollm2") {
+    EXPECT_EQ(ChatTemplate::load(smol).source(), fx["templates"][0]["source"].get<std::string>());
+    std::cout << "[chat_template] " << smol.string() << "/chat_template.jinja is the template compared above\n";
+  }
 }
 
 namespace {
