@@ -25,6 +25,8 @@ APT_PACKAGES=(
 # Slurm 22.05 controller, node daemon and client, munge, and libpmix-dev, whose libpmix Slurm's
 # mpi/pmix plugin loads at run time (srun --mpi=pmix).
 APT_PACKAGES+=(slurmctld slurmd slurm-client munge libpmix-dev)
+# Test extra for tests/dist/test_multinode (network namespaces, veth, bridge; timings with bc).
+APT_PACKAGES+=(iproute2 bc)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -74,6 +76,18 @@ if [ "$(cat .venv-transformers428/.requirements.sha256 2>/dev/null)" != "$want42
   echo "$want428" > .venv-transformers428/.requirements.sha256
 else
   echo "[install_deps] .venv-transformers428: already installed"
+fi
+# The Kubeflow operators' Python models (kubeflow-training, kubeflow-trainer-api) in their own venv:
+# tests/reference/k8s_manifest_check.py checks scripts/k8s/ with them. No torch; ~40 s the first time.
+KF=tests/reference/requirements-kubeflow.txt
+wantkf=$(sha256sum "$KF" | cut -d' ' -f1)
+if [ "$(cat .venv-kubeflow/.requirements.sha256 2>/dev/null)" != "$wantkf" ]; then
+  echo "[install_deps] creating .venv-kubeflow (kubeflow-training, kubeflow-trainer-api)"
+  [ -x .venv-kubeflow/bin/python ] || "$PY" -m venv .venv-kubeflow
+  .venv-kubeflow/bin/python -m pip install -q --disable-pip-version-check -r "$KF"
+  echo "$wantkf" > .venv-kubeflow/.requirements.sha256
+else
+  echo "[install_deps] .venv-kubeflow: already installed"
 fi
 .venv/bin/python -c "import torch; print('[install_deps] torch', torch.__version__, 'cuda', torch.version.cuda)"
 echo "[install_deps] done in $(( $(date +%s) - t0 )) s"

@@ -8,6 +8,7 @@
 #include "alpaca/cli/flag_table.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/cli/usage_error.h"
+#include "alpaca/dist/launcher.h"
 
 namespace alpaca::cli {
 namespace {
@@ -59,7 +60,9 @@ int dispatch(const std::vector<std::string>& argv) {
                       << (guess.empty() ? "; use one of " + subcommand_list() + ", or start with a --flag"
                                         : "; did you mean '" + guess + "'?"));
   }
-  if (has_nproc_per_node(train_argv)) return run_launcher(train_argv);
+  // A Kubeflow pod (PET_NPROC_PER_NODE set, not yet a worker) is a launch too: run_launcher reads it.
+  if (has_nproc_per_node(train_argv) || dist::pod_launcher_options(dist::process_env()))
+    return run_launcher(train_argv);
   return run_train(train_argv);
 }
 

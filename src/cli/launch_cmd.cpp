@@ -1,5 +1,5 @@
 // `alpaca-train --nproc_per_node N [--nnodes M --node_rank R --master_addr A --master_port P] <train flags>`:
-// torchrun's flags on our binary. Takes the launcher flags out of the arguments (wherever they
+// torchrun's flags on our binary (or a Kubeflow pod's PET_* variables, dist::pod_launcher_options). Takes the launcher flags out of the arguments (wherever they
 // are) and starts N copies of this very binary (/proc/self/exe) with the rest.
 #include <unistd.h>
 
@@ -36,9 +36,11 @@ std::string self_exe() {
 }  // namespace
 
 int run_launcher(const std::vector<std::string>& args) {
-  dist::LauncherOptions opts;
+  // A Kubeflow pod's variables (PyTorchJob, TrainJob torch runtime) first; explicit flags win.
+  const auto pod = dist::pod_launcher_options(dist::process_env());
+  dist::LauncherOptions opts = pod.value_or(dist::LauncherOptions{});
   opts.program = self_exe();
-  bool master_addr_given = false;
+  bool master_addr_given = pod.has_value() && !opts.master_addr.empty();
   for (size_t i = 0; i < args.size(); ++i) {
     std::string a = args[i], value;
     bool has_value = false;

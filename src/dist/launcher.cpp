@@ -192,6 +192,62 @@ class SignalGuard {
 
 }  // namespace
 
+namespace {
+
+int pod_int(const EnvMap& env, const char* name, const std::string& shown) {
+  const std::string& v = env.at(name);
+  size_t used = 0;
+  long n = -1;
+  try {
+    n = std::stol(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  ALPACA_CHECK(used == v.size() && !v.empty() && n >= 0 && n < 65536,
+               "Kubeflow pod launch: " << name << "=" << v << " is not a non-negative integer (elastic ranges and "
+                                       << "'auto' are not supported); pod variables: " << shown);
+  return static_cast<int>(n);
+}
+
+const char* first_set(const EnvMap& env, const char* a, const char* b) {
+  return env.count(a) ? a : env.count(b) ? b : nullptr;
+}
+
+}  // namespace
+
+std::optional<LauncherOptions> pod_launcher_options(const EnvMap& env) {
+  if (!env.count("PET_NPROC_PER_NODE") || env.count("LOCAL_RANK")) return std::nullopt;
+  std::string shown;
+  for (const char* k : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PET_NPROC_PER_NODE", "PET_NNODES",
+                        "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"})
+    if (env.count(k)) shown += (shown.empty() ? "" : " ") + std::string(k) + "=" + env.at(k);
+  LauncherOptions o;
+  o.nproc_per_node = pod_int(env, "PET_NPROC_PER_NODE", shown);
+  const char* nnodes = first_set(env, "PET_NNODES", "WORLD_SIZE");
+  const char* node_rank = first_set(env, "PET_NODE_RANK", "RANK");
+  ALPACA_CHECK(nnodes && node_rank, "Kubeflow pod launch (PET_NPROC_PER_NODE is set) needs PET_NNODES or WORLD_SIZE, and "
+                                    "PET_NODE_RANK or RANK; pod variables: " << shown);
+  o.nnodes = pod_int(env, nnodes, shown);
+  o.node_rank = pod_int(env, node_rank, shown);
+  if (env.count("WORLD_SIZE")) {
+    const int world = pod_int(env, "WORLD_SIZE", shown);
+    ALPACA_CHECK(world == o.nnodes || world == o.nnodes * o.nproc_per_node,
+                 "Kubeflow pod launch: WORLD_SIZE=" << world << " is neither the pod count " << o.nnodes
+                                                    << " nor pods x PET_NPROC_PER_NODE = " << o.nnodes * o.nproc_per_node
+                                                    << "; pod variables: " << shown);
+  }
+  ALPACA_CHECK(o.node_rank < o.nnodes, "Kubeflow pod launch: node rank " << o.node_rank << " is outside the " << o.nnodes
+                                                                        << " pods; pod variables: " << shown);
+  const char* addr = first_set(env, "MASTER_ADDR", "PET_MASTER_ADDR");
+  const char* port = first_set(env, "MASTER_PORT", "PET_MASTER_PORT");
+  ALPACA_CHECK(o.nnodes == 1 || (addr && port), "Kubeflow pod launch of " << o.nnodes << " pods needs MASTER_ADDR and "
+                                                                            "MASTER_PORT (or PET_MASTER_*); pod variables: "
+                                                                         << shown);
+  if (addr) o.master_addr = env.at(addr);
+  if (port) o.master_port = pod_int(env, port, shown);
+  return o;
+}
+
 int pick_free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   ALPACA_CHECK(fd >= 0, "launcher: cannot open a socket to find a free port: " << std::strerror(errno));

@@ -278,8 +278,9 @@ Backend parse_backend(const std::string& word) {
   if (word == "auto") return Backend::kAuto;
   if (word == "mpi") return Backend::kMpi;
   if (word == "store") return Backend::kStore;
+  if (word == "gloo") return Backend::kGloo;
   if (word == "nccl") return Backend::kNccl;
-  ALPACA_FAIL("unknown communicator backend '" << word << "'; use one of auto, mpi, store, nccl");
+  ALPACA_FAIL("unknown communicator backend '" << word << "'; use one of auto, mpi, gloo, store, nccl");
 }
 
 const char* to_string(Backend backend) {
@@ -287,6 +288,7 @@ const char* to_string(Backend backend) {
     case Backend::kAuto: return "auto";
     case Backend::kMpi: return "mpi";
     case Backend::kStore: return "store";
+    case Backend::kGloo: return "gloo";
     case Backend::kNccl: return "nccl";
   }
   return "unknown";
@@ -525,14 +527,15 @@ std::shared_ptr<Communicator> make_communicator(const CommOptions& options) {
     s.timeout = std::max(s.timeout, options.timeout);
   }
   Backend b = options.backend;
-  if (b == Backend::kAuto) b = options.cuda ? Backend::kNccl : (detail::mpi_active() ? Backend::kMpi : Backend::kStore);
+  if (b == Backend::kAuto) b = options.cuda ? Backend::kNccl : (detail::mpi_active() ? Backend::kMpi : Backend::kGloo);
   switch (b) {
     case Backend::kMpi:
       ALPACA_CHECK(detail::mpi_active(), "the mpi backend needs an MPI launch (mpirun, mpiexec, srun); this process was "
                                          "launched by "
-                                             << to_string(li.source) << "; use the store backend or launch with mpirun");
+                                             << to_string(li.source) << "; use the gloo backend or launch with mpirun");
       return detail::make_mpi_communicator(options);
     case Backend::kStore: return detail::make_store_communicator(options);
+    case Backend::kGloo: return detail::make_gloo_communicator(options);
     case Backend::kNccl:
 #ifdef ALPACA_WITH_CUDA
       return detail::make_nccl_communicator(options);

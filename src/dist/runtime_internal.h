@@ -59,6 +59,7 @@ const char* to_string(ReduceOp op);
 
 std::shared_ptr<Communicator> make_mpi_communicator(const CommOptions& options);
 std::shared_ptr<Communicator> make_store_communicator(const CommOptions& options);
+std::shared_ptr<Communicator> make_gloo_communicator(const CommOptions& options);
 #ifdef ALPACA_WITH_CUDA
 std::shared_ptr<Communicator> make_nccl_communicator(const CommOptions& options);
 #endif

@@ -3,16 +3,23 @@
 //   dist_test_worker fail  <rank> <code>     <rank> exits with <code>; the others wait in a barrier
 //   dist_test_worker die   <rank> <timeout>  <rank> SIGKILLs itself while the others are in all_reduce
 //   dist_test_worker stuck <rank> <timeout>  <rank> sleeps forever while the others are in all_reduce
-//   dist_test_worker bench [MiB]             prints the bandwidth of each collective (figures, not a test)
+//   dist_test_worker loop <seconds> <timeout> every rank all_reduces 4 MiB for <seconds> (a fault comes from outside)
+//   dist_test_worker bench [MiB,MiB,...]     prints the time of each fp32 collective per size (figures, not a
+//                                            test): "BENCH <backend> world <W> <op> <MiB> MiB <ms> ms <GB/s> GB/s
+//                                            cpu <s> s" (rank 0; MiB = the full tensor; cpu = rank 0's user+sys)
 //   dist_test_worker save  <ms> <code>       waits for the trainer's stop signals (SIGTERM/SIGUSR1), then
 //                                            "saves" for <ms> ms and exits with <code> (a preempted trainer)
 //   dist_test_worker --nproc_per_node N ...  runs the built-in launcher on itself, as alpaca-train does
-// ALPACA_TEST_BACKEND=mpi|store|nccl picks the backend (default auto, CPU).
+//                                            (also with a Kubeflow pod's PET_NPROC_PER_NODE and no flag)
+// ALPACA_TEST_BACKEND=mpi|gloo|store|nccl picks the backend (default auto, CPU).
 // Each process writes its pid to $ALPACA_TEST_PIDDIR/<pid> (when set) so tests can check that
 // nothing is left behind.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <sstream>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -23,10 +30,64 @@
 
 #include "alpaca/ckpt/preemption.h"
 #include "alpaca/cli/commands.h"
+#include "alpaca/dist/launcher.h"
 #include "alpaca/dist/runtime.h"
 #include "alpaca/util/error.h"
 
 namespace dist = alpaca::dist;
+
+namespace {
+
+double cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+// all_reduce, all_gather_into and reduce_scatter on fp32 tensors of each size (MiB of the full
+// tensor: the all_reduce operand, the gathered output, the scattered input), median of 3 after a
+// warm-up, each size's buffers freed before the next.
+void bench(dist::Communicator& comm, const std::string& sizes) {
+  const int W = comm.world_size();
+  auto time_it = [&](const char* name, int64_t mib, auto fn) {
+    fn();  // warm-up (connections, buffers)
+    std::vector<double> wall;
+    double cpu = 0;
+    for (int i = 0; i < 3; ++i) {
+      comm.barrier()->wait();
+      const double c0 = cpu_seconds();
+      auto t0 = std::chrono::steady_clock::now();
+      fn();
+      if (comm.device().is_cuda()) (void)at::ones({1}, at::TensorOptions().device(comm.device())).item<float>();
+      wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      cpu += cpu_seconds() - c0;
+    }
+    std::sort(wall.begin(), wall.end());
+    const double s = wall[1];
+    if (comm.rank() == 0)
+      std::cout << "BENCH " << comm.backend() << " world " << W << " " << name << " " << mib << " MiB " << s * 1e3
+                << " ms " << (mib << 20) / s / 1e9 << " GB/s cpu " << cpu / 3 << " s" << std::endl;
+  };
+  std::stringstream ss(sizes);
+  for (std::string item; std::getline(ss, item, ',');) {
+    const int64_t mib = std::stoll(item), n = (mib << 20) / 4 / W * W;
+    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(comm.device());
+    {
+      at::Tensor t = at::ones({n}, f32);
+      time_it("all_reduce", mib, [&] { comm.all_reduce(t, dist::ReduceOp::kSum)->wait(); });
+    }
+    {
+      at::Tensor full = at::empty({n}, f32), shard = at::ones({n / W}, f32);
+      time_it("all_gather", mib, [&] { comm.all_gather_into(full, shard)->wait(); });
+    }
+    {
+      at::Tensor full = at::ones({n}, f32), shard = at::empty({n / W}, f32);
+      time_it("reduce_scatter", mib, [&] { comm.reduce_scatter(shard, full, dist::ReduceOp::kSum)->wait(); });
+    }
+  }
+}
+
+}  // namespace
 
 int run(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "report";
@@ -36,7 +97,7 @@ int run(int argc, char** argv) {
   dist::CommOptions opts;
   if (const char* b = std::getenv("ALPACA_TEST_BACKEND")) opts.backend = dist::parse_backend(b);
   opts.cuda = opts.backend == dist::Backend::kNccl;
-  if (mode == "die" || mode == "stuck") opts.timeout = std::chrono::seconds(argc > 3 ? std::atoi(argv[3]) : 5);
+  if (mode == "die" || mode == "stuck" || mode == "loop") opts.timeout = std::chrono::seconds(argc > 3 ? std::atoi(argv[3]) : 5);
   auto comm = dist::make_communicator(opts);
   const auto& li = runtime.launch();
 
@@ -47,32 +108,7 @@ int run(int argc, char** argv) {
             << " SUM " << t.item<int64_t>() << std::endl;
 
   if (mode == "bench") {
-    const int64_t bytes = (argc > 2 ? std::atoll(argv[2]) : 16) << 20;
-    const int W = comm->world_size();
-    auto time_it = [&](const char* name, auto fn) {
-      fn();  // warm-up
-      comm->barrier()->wait();
-      const int reps = 5;
-      auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < reps; ++i) fn();
-      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
-      if (comm->rank() == 0)
-        std::cout << "BENCH " << comm->backend() << " world " << W << " " << name << " " << (bytes >> 20)
-                  << " MiB: " << s * 1e3 << " ms, " << bytes / s / 1e9 << " GB/s (payload bytes / time)" << std::endl;
-    };
-    auto opts_f = at::TensorOptions().device(comm->device());
-    at::Tensor f32 = at::ones({bytes / 4}, opts_f.dtype(at::kFloat));
-    at::Tensor b16_full = at::ones({bytes / 2 / W * W}, opts_f.dtype(at::kBFloat16));
-    at::Tensor b16_shard = at::ones({bytes / 2 / W}, opts_f.dtype(at::kBFloat16));
-    time_it("all_reduce fp32", [&] { comm->all_reduce(f32, dist::ReduceOp::kSum)->wait(); });
-    time_it("all_gather_into bf16", [&] { comm->all_gather_into(b16_full, b16_shard)->wait(); });
-    time_it("reduce_scatter bf16", [&] { comm->reduce_scatter(b16_shard, b16_full, dist::ReduceOp::kAvg)->wait(); });
-    at::Tensor f32_shard = at::ones({bytes / 4 / W}, opts_f.dtype(at::kFloat));
-    at::Tensor f32_full = at::ones({bytes / 4 / W * W}, opts_f.dtype(at::kFloat));
-    time_it("reduce_scatter fp32", [&] { comm->reduce_scatter(f32_shard, f32_full, dist::ReduceOp::kSum)->wait(); });
-    at::Tensor b16 = at::ones({bytes / 2}, opts_f.dtype(at::kBFloat16));
-    time_it("all_reduce bf16", [&] { comm->all_reduce(b16, dist::ReduceOp::kSum)->wait(); });
-    if (comm->device().is_cuda()) (void)f32.sum().item<float>();
+    bench(*comm, argc > 2 ? argv[2] : "16");
   } else if (mode == "save") {
     alpaca::ckpt::install_preemption_handlers();
     std::cout << "WAITING rank " << comm->rank() << std::endl;
@@ -81,6 +117,13 @@ int run(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(victim));
     std::cout << "SAVED rank " << comm->rank() << " on signal " << alpaca::ckpt::stop_signal() << std::endl;
     return argc > 3 ? std::atoi(argv[3]) : 0;
+  } else if (mode == "loop") {
+    // Every rank all_reduces 4 MiB (max: the values stay finite) for <seconds>; the fault tests
+    // break a link or kill a node meanwhile.
+    at::Tensor big = at::ones({1 << 20}, at::kFloat).to(comm->device());
+    std::cout << "LOOPING rank " << comm->rank() << std::endl;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(victim);
+    while (std::chrono::steady_clock::now() < until) comm->all_reduce(big, dist::ReduceOp::kMax)->wait();
   } else if (mode == "fail") {
     if (comm->rank() == victim) {
       dist::finalize(/*clean=*/false);  // a failing rank must not wait for the healthy ones
@@ -106,6 +149,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     for (const auto& a : args)
       if (a.rfind("--nproc_per_node", 0) == 0) return alpaca::cli::run_launcher(args);
+    if (dist::pod_launcher_options(dist::process_env())) return alpaca::cli::run_launcher(args);  // a Kubeflow pod
     return run(argc, argv);
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << std::endl;

@@ -1,6 +1,6 @@
 // The built-in launcher end to end with real processes: N workers get distinct ranks and one
 // world (also across two "nodes" on this host), a failing worker ends the rest and its exit code
-// comes back, SIGTERM and SIGUSR1 are forwarded, the store backend runs the collectives suite, and the
+// comes back, SIGTERM and SIGUSR1 are forwarded, the gloo and store backends run the collectives suite, and the
 // runtime's backend choices and refusals.
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@ TEST(Launcher, WorkersSeeDistinctRanksAndOneWorld) {
   ASSERT_EQ(r.rc, 0) << r.output;
   for (int rank = 0; rank < 3; ++rank) {
     std::string line = "[rank " + std::to_string(rank) + "]: RANK " + std::to_string(rank) + " WORLD 3 LOCAL " +
-                       std::to_string(rank) + "/3 NODE 0/1 SOURCE torchrun BACKEND store SUM 3";
+                       std::to_string(rank) + "/3 NODE 0/1 SOURCE torchrun BACKEND gloo SUM 3";
     EXPECT_NE(r.output.find(line), std::string::npos) << "missing '" << line << "' in:\n" << r.output;
   }
 }
@@ -31,7 +31,7 @@ TEST(Launcher, TwoNodesFormOneWorld) {
   ASSERT_EQ(r.rc, 0) << r.output;
   for (int rank = 0; rank < 4; ++rank) {
     std::string line = "[rank " + std::to_string(rank) + "]: RANK " + std::to_string(rank) + " WORLD 4 LOCAL " +
-                       std::to_string(rank % 2) + "/2 NODE " + std::to_string(rank / 2) + "/2 SOURCE torchrun BACKEND store SUM 6";
+                       std::to_string(rank % 2) + "/2 NODE " + std::to_string(rank / 2) + "/2 SOURCE torchrun BACKEND gloo SUM 6";
     EXPECT_NE(r.output.find(line), std::string::npos) << "missing '" << line << "' in:\n" << r.output;
   }
 }
@@ -63,8 +63,8 @@ TEST(Runtime, MpiBackendNeedsAnMpiLauncher) {
   Outcome r = run("RANK=0 WORLD_SIZE=1 ALPACA_TEST_BACKEND=mpi " + worker() + " report");
   EXPECT_EQ(r.rc, 1) << r.output;
   EXPECT_NE(r.output.find("the mpi backend needs an MPI launch"), std::string::npos) << r.output;
-  r = run("ALPACA_TEST_BACKEND=gloo " + worker() + " report");
-  EXPECT_NE(r.output.find("unknown communicator backend 'gloo'; use one of auto, mpi, store, nccl"), std::string::npos)
+  r = run("ALPACA_TEST_BACKEND=ucc " + worker() + " report");
+  EXPECT_NE(r.output.find("unknown communicator backend 'ucc'; use one of auto, mpi, gloo, store, nccl"), std::string::npos)
       << r.output;
 }
 
@@ -89,8 +89,12 @@ TEST(Launcher, AFailingWorkerEndsTheRestAndItsExitCodeComesBack) {
 
 TEST(Launcher, ForwardsSigtermAndStopsEveryWorker) {
   alpaca::testing::TempDir pids("launcher_term");
-  Outcome r = run("{ ALPACA_TEST_PIDDIR=" + pids.path().string() + " " + worker() +
-                  " --nproc_per_node 2 stuck 0 60 & pid=$!; sleep 4; kill -TERM $pid; wait $pid; }");
+  // Signalled once both workers are past start-up (a loaded machine may take seconds to start them).
+  const std::string log = (pids.path() / "out.log").string();
+  Outcome r = run("{ ALPACA_TEST_PIDDIR=" + pids.path().string() + " " + worker() + " --nproc_per_node 2 stuck 0 60 > " +
+                  log + " 2>&1 & pid=$!; for i in $(seq 1200); do [ $(grep -c 'RANK ' " + log +
+                  ") -ge 2 ] && break; sleep 0.1; done; sleep 1; kill -TERM $pid; wait $pid; rc=$?; cat " + log + "; rm " +
+                  log + "; exit $rc; }");
   EXPECT_EQ(r.rc, 128 + SIGTERM) << r.output;
   EXPECT_LT(r.seconds, 15) << r.output;
   EXPECT_NE(r.output.find("forwarding it to the workers"), std::string::npos) << r.output;
@@ -118,16 +122,23 @@ TEST(Launcher, ForwardsSigusr1AndWaitsForTheWorkersToSave) {
   expect_nothing_left(pids.path());
 }
 
-TEST(Launcher, StoreBackendCollectivesPass) {
-  // The collectives suite (written for mpirun) under our launcher, over the TCPStore backend.
+// The collectives suite (written for mpirun) under our launcher: over gloo (the default for
+// torchrun-style launches) at 2, 3 and 4 ranks, and over the TCPStore backend (the bench baseline).
+int collectives_under_launcher(int ranks, const char* backend) {
   alpaca::dist::LauncherOptions o;
-  o.nproc_per_node = 3;
+  o.nproc_per_node = ranks;
   o.program = here() + "/test_collectives";
-  ::setenv("ALPACA_TEST_BACKEND", "store", 1);
+  ::setenv("ALPACA_TEST_BACKEND", backend, 1);
   int rc = alpaca::dist::run_workers(o);
   ::unsetenv("ALPACA_TEST_BACKEND");
-  EXPECT_EQ(rc, 0);
+  return rc;
 }
+
+TEST(Launcher, GlooBackendCollectivesPass) {
+  for (int ranks : {2, 3, 4}) EXPECT_EQ(collectives_under_launcher(ranks, "gloo"), 0) << ranks << " ranks";
+}
+
+TEST(Launcher, StoreBackendCollectivesPass) { EXPECT_EQ(collectives_under_launcher(3, "store"), 0); }
 
 // Checked wherever the tests run: with no GPU, or with fewer GPUs than local ranks, the nccl
 // backend refuses with a hint instead of putting two ranks on one GPU.

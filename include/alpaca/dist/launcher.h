@@ -7,8 +7,11 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "alpaca/dist/launch.h"
 
 namespace alpaca::dist {
 
@@ -34,6 +37,15 @@ struct LauncherOptions {
 // when a worker cannot be started. Must be called from the main thread (it installs
 // SIGINT/SIGTERM/SIGUSR1 handlers for its duration).
 int run_workers(const LauncherOptions& options);
+
+// Kubeflow pods that run our binary itself as the torchrun of the pod: PyTorchJob (training-operator
+// v1) sets pod-level RANK (the pod index, also PET_NODE_RANK), WORLD_SIZE (the pod count before
+// v1.7, pods x nprocPerNode since; kubeflow/trainer#1790, #1840), PET_NPROC_PER_NODE, PET_NNODES,
+// MASTER_ADDR/MASTER_PORT; Trainer v2's torch runtime sets the PET_* ones (PET_MASTER_ADDR/PORT).
+// With PET_NPROC_PER_NODE set and LOCAL_RANK unset (not yet a worker), returns the options that
+// start this pod's local ranks with global ranks node_rank * nproc + local (program and args left
+// empty); otherwise nullopt. Throws alpaca::Error showing the variables when they disagree.
+std::optional<LauncherOptions> pod_launcher_options(const EnvMap& env);
 
 // A TCP port that is free on this host now (for a single-node job's store).
 int pick_free_port();

@@ -3,7 +3,7 @@
 // builds communicators. One per process; `Runtime` is the RAII form for main/trainer.
 //
 //   alpaca::dist::Runtime runtime;                       // init(); finalize() on scope exit
-//   auto comm = alpaca::dist::make_communicator({});     // MPI or store on CPU, NCCL on CUDA
+//   auto comm = alpaca::dist::make_communicator({});     // MPI or gloo on CPU, NCCL on CUDA
 //   comm->all_reduce(t, alpaca::dist::ReduceOp::kSum)->wait();
 //
 // Backends (CommOptions::backend, or "auto"):
@@ -13,11 +13,14 @@
 //            progress thread advances pending collectives (ALPACA_MPI_PROGRESS_THREAD=0 turns it
 //            off). Below MULTIPLE every collective and wait must come from the thread that called
 //            init(), which is checked (alpaca::Error naming the collective).
-// - "store": CPU tensors exchanged through LibTorch's c10d::TCPStore at MASTER_ADDR:MASTER_PORT
-//            (rank 0 hosts it). Used for torchrun-style launches (our --nproc_per_node launcher
-//            or torchrun) where no MPI launcher exists. Correct and bounded, but every byte goes
-//            through rank 0's store: for tests and small CPU jobs; use mpirun for CPU throughput.
-//            Its collectives complete before they return.
+// - "gloo":  CPU tensors over LibTorch's c10d::ProcessGroupGloo (TCP, ring / halving-doubling),
+//            rendezvous through the torchrun-style c10d::TCPStore (rank 0 hosts it; it carries no
+//            tensor bytes). Used for torchrun-style launches (our --nproc_per_node launcher,
+//            torchrun, PyTorchJob, TrainJob) where no MPI launcher exists. Binds to
+//            GLOO_SOCKET_IFNAME, else to the address facing MASTER_ADDR.
+// - "store": CPU tensors exchanged through the TCPStore itself (every byte through rank 0).
+//            Only on request (ALPACA_TEST_BACKEND=store), as a baseline for the bandwidth bench;
+//            its collectives complete before they return.
 // - "nccl":  CUDA tensors (device cuda:local_rank) over NCCL on dedicated streams; the unique id
 //            travels over MPI (mpirun/srun) or the store (torchrun-style).
 //
@@ -39,8 +42,8 @@
 
 namespace alpaca::dist {
 
-enum class Backend { kAuto, kMpi, kStore, kNccl };
-// "auto", "mpi", "store", "nccl"; throws alpaca::Error naming the accepted words otherwise.
+enum class Backend { kAuto, kMpi, kGloo, kStore, kNccl };
+// "auto", "mpi", "gloo", "store", "nccl"; throws alpaca::Error naming the accepted words otherwise.
 Backend parse_backend(const std::string& word);
 const char* to_string(Backend backend);
 
