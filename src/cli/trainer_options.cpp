@@ -35,6 +35,18 @@ std::vector<std::string> report_words(const std::string& text) {
   return words;
 }
 
+// --use_peft's adapter: the --lora_* flags as peft's LoraConfig reads them.
+model::LoraOptions lora_options(const TrainArgs& a) {
+  model::LoraOptions l;
+  l.r = a.lora_r;
+  l.alpha = a.lora_alpha;
+  l.dropout = a.lora_dropout;
+  l.use_rslora = a.use_rslora;
+  l.target_modules = model::split_module_list(a.lora_target_modules);
+  l.modules_to_save = model::split_module_list(a.lora_modules_to_save);
+  return l;
+}
+
 }  // namespace
 
 train::TrainerOptions trainer_options(const TrainArgs& a) {
@@ -101,14 +113,7 @@ train::TrainerOptions trainer_options(const TrainArgs& a) {
   o.save_total_limit = a.save_total_limit;
 
   if (a.use_peft) {
-    model::LoraOptions l;
-    l.r = a.lora_r;
-    l.alpha = a.lora_alpha;
-    l.dropout = a.lora_dropout;
-    l.use_rslora = a.use_rslora;
-    l.target_modules = model::split_module_list(a.lora_target_modules);
-    l.modules_to_save = model::split_module_list(a.lora_modules_to_save);
-    o.lora = l;
+    o.lora = lora_options(a);
     o.merge_adapter = a.merge_adapter;
   }
 

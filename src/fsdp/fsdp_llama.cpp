@@ -48,6 +48,9 @@ FsdpModelParts fsdp_parts(model::LlamaForCausalLMImpl& model) {
   FsdpModelParts parts;
   parts.root = &model;
   for (auto& layer : model.layers()) parts.layers.push_back(layer.get());
+  // Untied, the embedding is its own unit: its full gradient exists only at the end of backward,
+  // and [norm, lm_head]'s is reduced right after the head. Tied, the table is also the head: one unit.
+  if (!model.config().tie_word_embeddings) parts.embed = model.model->embed_tokens.ptr().get();
   return parts;
 }
 

@@ -56,9 +56,9 @@ TEST(MemoryPlan, ModelStatesAreSixteenBytesPerShardedParameterWithPadding) {
   const auto p = plan::plan_memory(in);
   // Per layer: q 64x64, k/v 64x32 each (GQA), o 64x64, gate/up/down 64x172, two norms.
   const int64_t layer = 64 * 64 * 2 + 2 * 64 * 32 + 3 * 64 * 172 + 2 * 64;
-  const int64_t root = 2 * 1000 * 64 + 64;
+  // The root is two units: embed_tokens, and [norm, lm_head]; each is padded on its own.
   auto shard = [](int64_t n) { return (n + 2) / 3; };
-  const int64_t shards = 3 * shard(layer) + shard(root);
+  const int64_t shards = 3 * shard(layer) + shard(1000 * 64) + shard(1000 * 64 + 64);
   EXPECT_EQ(item(p, "fp32 master shards"), 4 * shards);
   EXPECT_EQ(item(p, "fp32 gradient shards"), 4 * shards);
   EXPECT_EQ(item(p, "AdamW moment shards (exp_avg, exp_avg_sq)"), 8 * shards);
@@ -165,9 +165,9 @@ TEST(MemoryPlan, LoraStatesAreFp32AdaptersAndAParamDtypeFrozenBase) {
   // Adapters on q (64 -> 64) and v (64 -> 32): A (r x in) + B (out x r) per layer; everything else frozen.
   const int64_t adapters = 8 * (64 + 64) + 8 * (64 + 32);
   const int64_t layer = 64 * 64 * 2 + 2 * 64 * 32 + 3 * 64 * 172 + 2 * 64;
-  const int64_t root = 2 * 1000 * 64 + 64;
   auto shard = [](int64_t n) { return (n + 1) / 2; };
-  const int64_t train = 3 * shard(adapters), frozen = 3 * shard(layer) + shard(root);
+  // Frozen root: embed_tokens, and [norm, lm_head] (two units).
+  const int64_t train = 3 * shard(adapters), frozen = 3 * shard(layer) + shard(1000 * 64) + shard(1000 * 64 + 64);
   EXPECT_EQ(item(p, "master shards (fp32 adapters, param_dtype frozen base)"), 4 * train + 2 * frozen);
   EXPECT_EQ(item(p, "fp32 gradient shards"), 4 * train);
   EXPECT_EQ(item(p, "AdamW moment shards (exp_avg, exp_avg_sq)"), 8 * train);

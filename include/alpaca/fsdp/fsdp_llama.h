@@ -1,5 +1,6 @@
-// apply_fsdp for the project's LlamaForCausalLM: one unit per LlamaDecoderLayer plus the root
-// (embed_tokens, model.norm, lm_head; tied weights stored once), installed through the model's
+// apply_fsdp for the project's LlamaForCausalLM: one unit per LlamaDecoderLayer plus the root,
+// `embed_tokens` and `[model.norm, lm_head]` as two units (one when tied: the weight is stored
+// once; fsdp/unit_plan.h), installed through the model's
 // layer-runner hook. The returned object owns the engine and uninstalls the hook when destroyed.
 //
 // The trainer wraps its model through apply_fsdp too (train/trainer_setup.cpp), so the FSDP
