@@ -17,6 +17,7 @@
 
 #include "alpaca/dist/communicator.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/trace.h"
 #include "alpaca/util/host_sync.h"
 #include "alpaca/util/log.h"
 #include "engine_impl.h"
@@ -228,6 +229,7 @@ bool FsdpEngine::Impl::reshard_after_forward() const {
 }
 
 void FsdpEngine::Impl::gather_flat(Unit& unit, FlatParameter& flat) {
+  ALPACA_TRACE("fsdp:gather");
   flat.alloc_full();
   at::Tensor lp = shard_on_device(unit, flat);
   if (!communicate_shards()) {
@@ -259,6 +261,7 @@ void FsdpEngine::Impl::unshard(int u, bool wait) {
 }
 
 void FsdpEngine::Impl::wait_gather(Unit& unit) {
+  ALPACA_TRACE("fsdp:wait_gather");
   for (auto& w : unit.gather_work) w->wait();
   unit.gather_work.clear();
   unit.gather_inputs.clear();
@@ -402,6 +405,7 @@ void FsdpEngine::Impl::pre_backward(int u) {
 }
 
 void FsdpEngine::Impl::on_param_grad(int u, int e, const at::Tensor& param) {
+  ALPACA_TRACE("fsdp:grad_accumulate");
   Unit& unit = units.at(u);
   ALPACA_CHECK(!unit.reduced, "FSDP " << unit.label << ": gradient of " << unit.train->entries()[e].name
                << " arrived after the unit was reduced; each parameter must be used once per backward graph");
@@ -433,6 +437,7 @@ void FsdpEngine::Impl::post_backward(int u) {
 }
 
 void FsdpEngine::Impl::issue_reduce(int u) {
+  ALPACA_TRACE("fsdp:reduce_scatter");
   flush_reduce();  // one reduction in flight: bounds the memory of full gradients
   Unit& unit = units.at(u);
   unit.reduced = true;
@@ -450,6 +455,7 @@ void FsdpEngine::Impl::issue_reduce(int u) {
 }
 
 void FsdpEngine::Impl::flush_reduce() {
+  ALPACA_TRACE("fsdp:reduce_wait_add");
   if (!pending) return;
   Pending p = std::move(*pending);
   pending.reset();
