@@ -31,6 +31,10 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 using u16 = uint16_t;
+// The row loops' operands never overlap (the vectoriser needs to know).
+using In = const u16* __restrict;
+using Out = u16* __restrict;
+using Acc = float* __restrict;
 
 // bf16 <-> fp32 as c10::BFloat16 converts (round to nearest even, NaN to the quiet NaN), written on
 // bits so that the loops vectorise.
@@ -71,7 +75,7 @@ ALPACA_INLINE float exp_f(float x) {
 
 constexpr int kLanes = 16;  // independent partial sums, so the reductions vectorise
 
-ALPACA_INLINE float sum_squares_impl(const u16* __restrict x, int64_t d) {
+ALPACA_INLINE float sum_squares_impl(In x, int64_t d) {
   float acc[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= d; i += kLanes)
@@ -82,14 +86,13 @@ ALPACA_INLINE float sum_squares_impl(const u16* __restrict x, int64_t d) {
   return s;
 }
 
-ALPACA_INLINE void rms_forward_row_impl(const u16* __restrict x, const u16* __restrict w, u16* __restrict y, int64_t d, float rs) {
+ALPACA_INLINE void rms_forward_row_impl(In x, In w, Out y, int64_t d, float rs) {
   for (int64_t i = 0; i < d; ++i) y[i] = bf16(f32(w[i]) * rnd(f32(x[i]) * rs));
 }
 
 // Row backward: dx = bf16(rs * gh - x * rs^3 * sum(gh * x) / d), gh = bf16(g * w); the weight's
 // partial gradient sum(bf16(g * bf16(x * rs))) accumulates in fp32 into gw.
-ALPACA_INLINE void rms_backward_row_impl(const u16* __restrict g, const u16* __restrict x, const u16* __restrict w, float rs, int64_t d, u16* __restrict gx,
-                                    float* __restrict gw) {
+ALPACA_INLINE void rms_backward_row_impl(In g, In x, In w, float rs, int64_t d, Out gx, Acc gw) {
   float acc[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= d; i += kLanes)
@@ -106,7 +109,7 @@ ALPACA_INLINE void rms_backward_row_impl(const u16* __restrict g, const u16* __r
 }
 
 // RoPE on one head row: y = x * c + rotate_half(x) * s, rounded after each product and the sum.
-ALPACA_INLINE void rope_row_impl(const u16* __restrict x, const u16* __restrict c, const u16* __restrict s, int64_t half, u16* __restrict y) {
+ALPACA_INLINE void rope_row_impl(In x, In c, In s, int64_t half, Out y) {
   for (int64_t i = 0; i < half; ++i) {
     y[i] = bf16(rnd(f32(x[i]) * f32(c[i])) - rnd(f32(x[i + half]) * f32(s[i])));
     y[i + half] = bf16(rnd(f32(x[i + half]) * f32(c[i + half])) + rnd(f32(x[i]) * f32(s[i + half])));
@@ -114,14 +117,14 @@ ALPACA_INLINE void rope_row_impl(const u16* __restrict x, const u16* __restrict 
 }
 
 // Its transpose: dx = g * c + (the rotation's transpose of g * s), with the module path's roundings.
-ALPACA_INLINE void rope_backward_row_impl(const u16* __restrict g, const u16* __restrict c, const u16* __restrict s, int64_t half, u16* __restrict gx) {
+ALPACA_INLINE void rope_backward_row_impl(In g, In c, In s, int64_t half, Out gx) {
   for (int64_t i = 0; i < half; ++i) {
     gx[i] = bf16(rnd(f32(g[i]) * f32(c[i])) + rnd(f32(g[i + half]) * f32(s[i + half])));
     gx[i + half] = bf16(rnd(f32(g[i + half]) * f32(c[i + half])) - rnd(f32(g[i]) * f32(s[i])));
   }
 }
 
-ALPACA_INLINE void silu_mul_rows_impl(const u16* __restrict gate, const u16* __restrict up, u16* __restrict out, int64_t n) {
+ALPACA_INLINE void silu_mul_rows_impl(In gate, In up, Out out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = f32(gate[i]);
     out[i] = bf16(rnd(x / (1.0f + exp_f(-x))) * f32(up[i]));
@@ -129,8 +132,7 @@ ALPACA_INLINE void silu_mul_rows_impl(const u16* __restrict gate, const u16* __r
 }
 
 // d(silu(a) * b): db = bf16(g * bf16(silu(a))), da = silu'(a) * bf16(g * b), as ATen's silu_backward.
-ALPACA_INLINE void silu_mul_backward_rows_impl(const u16* __restrict g, const u16* __restrict gate, const u16* __restrict up, u16* __restrict ggate, u16* __restrict gup,
-                                          int64_t n) {
+ALPACA_INLINE void silu_mul_backward_rows_impl(In g, In gate, In up, Out ggate, Out gup, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = f32(gate[i]), gv = f32(g[i]);
     const float sig = 1.0f / (1.0f + exp_f(-x));
@@ -198,7 +200,9 @@ const u16* bits(const at::Tensor& t) { return reinterpret_cast<const u16*>(t.con
 u16* mbits(at::Tensor& t) { return reinterpret_cast<u16*>(t.mutable_data_ptr<at::BFloat16>()); }
 
 // Rows per task: enough work per chunk for the intra-op threads (~64 KiB of input).
-int64_t grain_rows(int64_t row_elems) { return std::max<int64_t>(1, (int64_t{32} << 10) / std::max<int64_t>(1, row_elems)); }
+int64_t grain_rows(int64_t row_elems) {
+  return std::max<int64_t>(1, (int64_t{32} << 10) / std::max<int64_t>(1, row_elems));
+}
 
 struct RmsNormFn : public torch::autograd::Function<RmsNormFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& w, double eps) {
@@ -254,7 +258,8 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
     u16* op = mbits(out);
     at::parallel_for(0, b * t, grain_rows(h * dh), [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p)
-        for (int64_t j = 0; j < h; ++j) row(ip + (p * h + j) * dh, cp + p * dh, sp + p * dh, dh / 2, op + (p * h + j) * dh);
+        for (int64_t j = 0; j < h; ++j)
+          row(ip + (p * h + j) * dh, cp + p * dh, sp + p * dh, dh / 2, op + (p * h + j) * dh);
     });
   }
 
