@@ -475,6 +475,8 @@ void FsdpEngine::Impl::flush_reduce() {
       c10::impl::VirtualGuardImpl guard(device.type());
       h.copied.record(guard.getStream(device));
       host_grads.push_back(std::move(h));
+    } else if (p.out.device() == grad.device()) {
+      grad.add_(p.out);  // a bf16 gradient upcast inside the add: no full-size fp32 temporary, same bits
     } else {
       grad.add_(p.out.to(grad.device(), at::kFloat));
     }
