@@ -145,9 +145,10 @@ def main() -> int:
         if t:
             report += ["PyTorch by phase (wall s, profiled step):", "", *phase_kind_table(t, "wall_s", "kind"), "",
                        "PyTorch, top ops (wall s, profiled step):", "", *top_ops(t, "wall_s", 20), ""]
-    text = "\n".join(report) + "\n"
-    (out / f"profile_{args.size}_{args.dtype}.md").write_text(text)
-    (out / f"profile_{args.size}_{args.dtype}.json").write_text(json.dumps(results, indent=1))
+        # Written after every case: a later case that fails (or is killed) keeps the earlier ones.
+        text = "\n".join(report) + "\n"
+        (out / f"profile_{args.size}_{args.dtype}.md").write_text(text)
+        (out / f"profile_{args.size}_{args.dtype}.json").write_text(json.dumps(results, indent=1))
     print(text)
     return 0
 
