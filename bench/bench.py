@@ -6,7 +6,10 @@ model_max_length sequences (every example is longer than the limit, so every seq
 seq_len tokens and no padding on either side), with the same global batch, steps, AdamW and
 threads per rank. Runs alternate (ours, theirs, ours, ...) so machine noise hits both.
 Reported per case: median step time (first --warmup steps excluded), tokens/s, peak RSS per
-rank, and ours/PyTorch ratios; written as results.json, results.md and chart.png (matplotlib) in --out.
+rank, ours/PyTorch ratios, and MFU-CPU: 6 N tokens/s over this machine's matmul peak in the case's
+dtype, measured in the same run (torch.matmul, 2048^3, one thread, in process CPU time so that
+other load on the machine does not lower it, times the cores the case uses); the CPU model heads
+the table. Written as results.json, results.md and chart.png (matplotlib) in --out.
 
   python bench/bench.py --quick                 # CI: tiny model, 2 ranks, fp32, a few steps
   python bench/bench.py                         # full: tiny+small, 1/2/4 ranks, fp32+bf16
@@ -121,6 +124,7 @@ def run_torch(case: dict, model_dir: Path, data_pt: Path, work: Path, timeout: i
            "--dtype", case["dtype"], "--threads", str(case["threads"])]
     if case.get("lora_r"):
         cmd += ["--lora_r", str(case["lora_r"])]
+    cmd += case.get("torch_args", [])
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         return {"error": f"exit {p.returncode}: {(p.stdout + p.stderr)[-1500:]}"}
@@ -189,6 +193,72 @@ def ratio(a, b):
     return a / b if a and b else None
 
 
+def cpu_model() -> str:
+    """`lscpu`'s Model name (what docs quote), else /proc/cpuinfo's."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+MATMUL_PEAK_SCRIPT = r"""
+import json, sys, time, torch
+torch.set_num_threads(1)
+n = int(sys.argv[1]); out = {}
+for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+    a, b = torch.randn(n, n).to(dt), torch.randn(n, n).to(dt)
+    a @ b
+    best = 0.0
+    for _ in range(3):
+        t = time.process_time(); a @ b; best = max(best, 2 * n**3 / (time.process_time() - t))
+    out[name] = best
+print(json.dumps(out))
+"""
+
+
+def matmul_peak_per_core(n: int = 2048) -> dict:
+    """FLOP/s of one core in torch.matmul (n^3, one thread) per dtype, best of 3, in process CPU time."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run([python_bin(), "-c", MATMUL_PEAK_SCRIPT, str(n)], env=env, capture_output=True, text=True,
+                       timeout=600)
+    if p.returncode != 0:
+        log(f"matmul peak not measured: {p.stderr[-300:]}")
+        return {}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def model_num_parameters(model_dir: Path) -> int:
+    """Parameter count from the safetensors headers (no weights read)."""
+    n = 0
+    for f in sorted(model_dir.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            size = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(size))
+        for k, v in header.items():
+            if k != "__metadata__":
+                count = 1
+                for d in v["shape"]:
+                    count *= d
+                n += count
+    return n
+
+
+def mfu_cpu(tokens_per_s, num_params: int, case: dict, peaks: dict):
+    """6 N tokens/s over the per-core matmul peak times the cores the case runs on."""
+    peak = peaks.get(case["dtype"])
+    if not tokens_per_s or not peak or not num_params:
+        return None
+    cores = min(case["ranks"] * case["threads"], os.cpu_count() or 1)
+    return 6.0 * num_params * tokens_per_s / (peak * cores)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="CI mode: tiny, 2 ranks, fp32, 4 steps, 1 repetition")
@@ -247,9 +317,14 @@ def main() -> int:
     if not have_ours and args.only != "torch":
         log(f"{train_bin()} not built; only the PyTorch side runs (build with ninja -C build alpaca-train)")
 
+    model_name = cpu_model()
+    peaks = matmul_peak_per_core()
+    log(f"CPU: {model_name}; matmul peak per core: " +
+        ", ".join(f"{k} {v / 1e9:.0f} GFLOP/s" for k, v in peaks.items()))
     results = []
     for case in cases:
         model_dir = make_model(case["size"], out, tok)
+        num_params = model_num_parameters(model_dir)
         runs = {"ours": [], "torch": []}
         for rep in range(args.reps):
             for side in ("ours", "torch"):
@@ -269,15 +344,19 @@ def main() -> int:
         ours, theirs = summarize(runs["ours"], args.warmup), summarize(runs["torch"], args.warmup)
         row = dict(case=case, ours=ours, pytorch=theirs,
                    tokens_per_s_ratio=ratio(ours.get("tokens_per_s"), theirs.get("tokens_per_s")),
-                   peak_rss_ratio=ratio(ours.get("peak_rss_mb_per_rank_max"), theirs.get("peak_rss_mb_per_rank_max")))
+                   peak_rss_ratio=ratio(ours.get("peak_rss_mb_per_rank_max"), theirs.get("peak_rss_mb_per_rank_max")),
+                   num_params=num_params, ours_mfu_cpu=mfu_cpu(ours.get("tokens_per_s"), num_params, case, peaks),
+                   pytorch_mfu_cpu=mfu_cpu(theirs.get("tokens_per_s"), num_params, case, peaks))
         results.append(row)
         log(f"{case['name']}: ours {ours.get('tokens_per_s')} tok/s, pytorch {theirs.get('tokens_per_s')} tok/s, "
-            f"ratio {row['tokens_per_s_ratio']}, rss ratio {row['peak_rss_ratio']}")
+            f"ratio {row['tokens_per_s_ratio']}, MFU-CPU ours {row['ours_mfu_cpu']} pytorch {row['pytorch_mfu_cpu']}, "
+            f"rss ratio {row['peak_rss_ratio']}")
 
     import platform
 
     meta = dict(host=platform.node(), cpus=os.cpu_count(), when=time.strftime("%Y-%m-%d %H:%M:%S"),
-                seq_len=args.seq_len, steps=args.steps, warmup=args.warmup, reps=args.reps, threads=args.threads,
+                cpu_model=model_name, matmul_peak_flops_per_core=peaks,
+                load_average=os.getloadavg(), seq_len=args.seq_len, steps=args.steps, warmup=args.warmup, reps=args.reps, threads=args.threads,
                 quick=args.quick)
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     md = write_markdown(out / "results.md", meta, results)
@@ -331,21 +410,31 @@ def _f(v, fmt="{:.1f}"):
     return fmt.format(v) if isinstance(v, (int, float)) else "n/a"
 
 
+def _pct(v):
+    return f"{100 * v:.1f}%" if isinstance(v, (int, float)) else "n/a"
+
+
 def write_markdown(path: Path, meta: dict, results: list) -> str:
     lines = [f"# alpaca-train vs PyTorch FSDP (CPU, gloo) — {meta['when']}, {meta['cpus']} CPUs",
              "",
              f"seq {meta['seq_len']}, {meta['steps']} steps ({meta['warmup']} warm-up excluded), "
              f"{meta['reps']} alternating reps, {meta['threads']} thread(s) per rank",
              "",
+             f"CPU: {meta.get('cpu_model', 'n/a')}; matmul peak per core (torch.matmul 2048^3, 1 thread, CPU time): "
+             + ", ".join(f"{k} {v / 1e9:.0f} GFLOP/s" for k, v in (meta.get("matmul_peak_flops_per_core") or {}).items())
+             + f"; load average at the end {', '.join(f'{x:.1f}' for x in meta.get('load_average') or [])}. "
+             "MFU-CPU = 6 N tokens/s / (peak per core x cores used).",
+             "",
              "| case | ranks | dtype | global batch | ours step s | torch step s | ours tok/s | torch tok/s | "
-             "tok/s ratio | ours RSS MB/rank | torch RSS MB/rank | RSS ratio |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "tok/s ratio | ours MFU-CPU | torch MFU-CPU | ours RSS MB/rank | torch RSS MB/rank | RSS ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         c, o, t = r["case"], r["ours"], r["pytorch"]
         gb = c["ranks"] * c["batch"] * c["accum"]
         lines.append(f"| {c['size']} | {c['ranks']} | {c['dtype']} | {gb} | {_f(o.get('median_step_s'), '{:.3f}')} | "
                      f"{_f(t.get('median_step_s'), '{:.3f}')} | {_f(o.get('tokens_per_s'))} | {_f(t.get('tokens_per_s'))} | "
-                     f"{_f(r['tokens_per_s_ratio'], '{:.2f}')} | {_f(o.get('peak_rss_mb_per_rank_max'))} | "
+                     f"{_f(r['tokens_per_s_ratio'], '{:.2f}')} | {_pct(r.get('ours_mfu_cpu'))} | "
+                     f"{_pct(r.get('pytorch_mfu_cpu'))} | {_f(o.get('peak_rss_mb_per_rank_max'))} | "
                      f"{_f(t.get('peak_rss_mb_per_rank_max'))} | {_f(r['peak_rss_ratio'], '{:.2f}')} |")
     errors = [(r["case"]["name"], side, r[side]["error"]) for r in results for side in ("ours", "pytorch")
               if "error" in r[side]]

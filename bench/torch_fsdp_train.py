@@ -8,6 +8,7 @@ HF's loss, and writes per-step wall times and each rank's peak RSS to --out (JSO
       --per_device_batch 4 --grad_accum 1 --steps 10 --dtype fp32 --threads 1
 """
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -15,6 +16,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.autograd.profiler import record_function
 
 
 def peak_rss_bytes() -> int:
@@ -42,6 +44,9 @@ def main() -> None:
     ap.add_argument("--offload", action="store_true", help="FSDP CPU offload of parameters, gradients, optimizer")
     ap.add_argument("--lora_r", type=int, default=0,
                     help="> 0: peft LoRA (r, alpha 2r, q_proj v_proj, no dropout) on the frozen base, as TRL --use_peft")
+    ap.add_argument("--profile", help="write a per-phase / per-kind profile of the steps after --profile_skip here "
+                    "(bench/profile_step.py; the last step under torch.profiler)")
+    ap.add_argument("--profile_skip", type=int, default=2)
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -96,14 +101,29 @@ def main() -> None:
         fully_shard(model, mp_policy=mp, offload_policy=off)
     optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
+    prof_mod = timer = timer_prof = None
+    if args.profile:
+        import torch_step_profile as prof_mod
+
+        prof_mod.install_scopes(model)
+        timer, timer_prof = prof_mod.PhaseTimer(), prof_mod.PhaseTimer()
     data = torch.load(args.data)
     input_ids, labels = data["input_ids"], data["labels"]
     n, seq = input_ids.shape
     global_batch = args.per_device_batch * args.grad_accum * world
     step_times, losses = [], []
     cursor = 0
+    profiler = None
     for step in range(args.steps):
         t0 = time.perf_counter()
+        ph = contextlib.nullcontext
+        if args.profile and step >= args.profile_skip:
+            tm = timer_prof if step == args.steps - 1 else timer
+            tm.steps += 1
+            ph = tm.phase
+            if step == args.steps - 1:
+                profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                profiler.__enter__()
         # The global batch in example order; rank r takes every world-th micro-batch slice, as ours does.
         idx = [(cursor + i) % n for i in range(global_batch)]
         cursor += global_batch
@@ -114,20 +134,35 @@ def main() -> None:
             lo = (micro * world + rank) * args.per_device_batch
             ids = batch_ids[lo:lo + args.per_device_batch].to(dev)
             lab = batch_labels[lo:lo + args.per_device_batch].to(dev)
-            logits = model(input_ids=ids).logits.float()
-            loss_sum = torch.nn.functional.cross_entropy(
-                logits[:, :-1].reshape(-1, logits.size(-1)), lab[:, 1:].reshape(-1), ignore_index=-100, reduction="sum")
+            with ph("forward"):
+                logits = model(input_ids=ids).logits
+                with record_function("cat:loss"):
+                    loss_sum = torch.nn.functional.cross_entropy(
+                        logits.float()[:, :-1].reshape(-1, logits.size(-1)), lab[:, 1:].reshape(-1), ignore_index=-100,
+                        reduction="sum")
             # Sum of token losses / global token count, times world because FSDP averages gradients.
-            (loss_sum * world / num_tokens).backward()
+            with ph("backward"):
+                (loss_sum * world / num_tokens).backward()
             step_loss += loss_sum.item() / num_tokens
-        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
-        optim.step()
-        optim.zero_grad(set_to_none=True)
+        with ph("optimizer"):
+            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+            optim.step()
+            optim.zero_grad(set_to_none=True)
         t = torch.tensor([step_loss], dtype=torch.float64, device=dev)
         dist.all_reduce(t)
         if cuda:
             torch.cuda.synchronize()
         step_times.append(time.perf_counter() - t0)
+        if profiler is not None:
+            profiler.__exit__(None, None, None)
+            out = prof_mod.summarize(profiler, timer_prof)
+            out["phases_unprofiled"] = {p: {"cpu_s": timer.cpu[p] / max(timer.steps, 1),
+                                            "wall_s": timer.wall[p] / max(timer.steps, 1)} for p in timer.cpu}
+            out["step_times"] = step_times
+            os.makedirs(args.profile, exist_ok=True)
+            with open(os.path.join(args.profile, f"torch_rank{rank}.json"), "w") as f:
+                json.dump(out, f, indent=1)
+            profiler = None
         losses.append(float(t.item()))
 
     rss = torch.tensor([peak_rss_bytes()], dtype=torch.int64, device=dev)

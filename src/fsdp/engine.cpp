@@ -16,6 +16,7 @@
 
 #include "alpaca/dist/communicator.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/trace.h"
 #include "alpaca/util/host_sync.h"
 #include "alpaca/util/log.h"
 #include "engine_impl.h"
@@ -217,6 +218,7 @@ bool FsdpEngine::Impl::reshard_after_forward() const {
 }
 
 void FsdpEngine::Impl::gather_flat(Unit& unit, FlatParameter& flat) {
+  ALPACA_TRACE("fsdp:gather");
   flat.alloc_full();
   at::Tensor lp = shard_on_device(unit, flat);
   if (!communicate_shards()) {
@@ -248,6 +250,7 @@ void FsdpEngine::Impl::unshard(int u, bool wait) {
 }
 
 void FsdpEngine::Impl::wait_gather(Unit& unit) {
+  ALPACA_TRACE("fsdp:wait_gather");
   for (auto& w : unit.gather_work) w->wait();
   unit.gather_work.clear();
   unit.gather_inputs.clear();
@@ -391,6 +394,7 @@ void FsdpEngine::Impl::pre_backward(int u) {
 }
 
 void FsdpEngine::Impl::on_param_grad(int u, int e, const at::Tensor& param) {
+  ALPACA_TRACE("fsdp:grad_accumulate");
   Unit& unit = units.at(u);
   ALPACA_CHECK(!unit.reduced, "FSDP " << unit.label << ": gradient of " << unit.train->entries()[e].name
                << " arrived after the unit was reduced; each parameter must be used once per backward graph");
@@ -422,6 +426,7 @@ void FsdpEngine::Impl::post_backward(int u) {
 }
 
 void FsdpEngine::Impl::issue_reduce(int u) {
+  ALPACA_TRACE("fsdp:reduce_scatter");
   flush_reduce();  // one reduction in flight: bounds the memory of full gradients
   Unit& unit = units.at(u);
   unit.reduced = true;
@@ -439,6 +444,7 @@ void FsdpEngine::Impl::issue_reduce(int u) {
 }
 
 void FsdpEngine::Impl::flush_reduce() {
+  ALPACA_TRACE("fsdp:reduce_wait_add");
   if (!pending) return;
   Pending p = std::move(*pending);
   pending.reset();
@@ -458,6 +464,8 @@ void FsdpEngine::Impl::flush_reduce() {
       c10::impl::VirtualGuardImpl guard(device.type());
       h.copied.record(guard.getStream(device));
       host_grads.push_back(std::move(h));
+    } else if (p.out.device() == grad.device()) {
+      grad.add_(p.out);  // a bf16 gradient upcast inside the add: no full-size fp32 temporary, same bits
     } else {
       grad.add_(p.out.to(grad.device(), at::kFloat));
     }

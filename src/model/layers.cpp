@@ -1,16 +1,24 @@
 // LLaMA blocks, op for op as transformers' modeling_llama.py (sdpa attention path).
 #include "alpaca/model/layers.h"
 
+#include <ATen/core/grad_mode.h>  // defines: at::GradMode
+
 #include <cmath>
 #include <tuple>
 
+#include "alpaca/model/fused_ops.h"
 #include "alpaca/model/kv_cache.h"
 #include "alpaca/model/matmul.h"
 #include "alpaca/model/rope.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/trace.h"
 
 namespace alpaca::model {
 namespace {
+// The fused bf16 CPU kernels serve training (autograd on); inference keeps the module path that the
+// decode step and the generation tests were checked against.
+bool fused_training(const at::Tensor& x) { return at::GradMode::is_enabled() && fused_cpu_bf16_applies(x); }
+
 at::Tensor make_param(at::IntArrayRef sizes, const at::TensorOptions& options, ParamInit init, double fill) {
   if (init == ParamInit::kUninitialized) return at::empty(sizes, options);
   return at::full(sizes, fill, options);
@@ -46,6 +54,7 @@ EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim, const at::Tens
 }
 
 at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) const {
+  ALPACA_TRACE("cat:embedding");
   at::Tensor out = at::embedding(weight, ids, padding_idx);
   if (!token_adapter) return out;
   // The lookup of W.index_copy(0, indices, delta) without copying the table: positions whose id
@@ -63,6 +72,8 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_in, const at::TensorOptions& op
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) const {
+  ALPACA_TRACE("cat:rmsnorm");
+  if (fused_training(x) && weight.scalar_type() == at::kBFloat16) return rms_norm_bf16(x, weight, eps);
   at::Tensor h = x.to(at::kFloat);
   at::Tensor variance = h.pow(2).mean(-1, /*keepdim=*/true);
   h = h * at::rsqrt(variance + eps);
@@ -89,15 +100,25 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
 
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x_btd, const LayerContext& ctx) const {
   const int64_t b = x_btd.size(0), t = x_btd.size(1);
-  at::Tensor q_bhtd = q_proj->forward(x_btd).view({b, t, -1, head_dim_}).transpose(1, 2);
-  at::Tensor k_bhtd = k_proj->forward(x_btd).view({b, t, -1, head_dim_}).transpose(1, 2);
+  at::Tensor q_bthd = q_proj->forward(x_btd).view({b, t, -1, head_dim_});
+  at::Tensor k_bthd = k_proj->forward(x_btd).view({b, t, -1, head_dim_});
   at::Tensor v_bhtd = v_proj->forward(x_btd).view({b, t, -1, head_dim_}).transpose(1, 2);
-  q_bhtd = apply_rope(q_bhtd, ctx.cos, ctx.sin);
-  k_bhtd = apply_rope(k_bhtd, ctx.cos, ctx.sin);
+  at::Tensor q_bhtd, k_bhtd;
+  {
+    ALPACA_TRACE("cat:rope");
+    if (fused_training(q_bthd) && ctx.cos.scalar_type() == at::kBFloat16) {
+      q_bhtd = rope_bf16(q_bthd, ctx.cos, ctx.sin).transpose(1, 2);
+      k_bhtd = rope_bf16(k_bthd, ctx.cos, ctx.sin).transpose(1, 2);
+    } else {
+      q_bhtd = apply_rope(q_bthd.transpose(1, 2), ctx.cos, ctx.sin);
+      k_bhtd = apply_rope(k_bthd.transpose(1, 2), ctx.cos, ctx.sin);
+    }
+  }
   if (ctx.kv_cache != nullptr) std::tie(k_bhtd, v_bhtd) = ctx.kv_cache->update(ctx.layer_idx, k_bhtd, v_bhtd);
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   const int64_t n_rep = num_heads_ / num_kv_heads_;
-  at::Tensor out_bhtd;
+  at::Tensor out_bhtd, out_btd;
+  ALPACA_TRACE("cat:attention");
   if (!ctx.attn_mask.defined()) {
     // Pure causal: the fused path handles GQA itself (what transformers does without a mask).
     // With a cache, make_cached_context gives a mask whenever T > 1 follows cached positions, so
@@ -110,7 +131,7 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x_btd, const LayerConte
     out_bhtd = at::scaled_dot_product_attention(q_bhtd, repeat_kv(k_bhtd, n_rep), repeat_kv(v_bhtd, n_rep),
                                                 ctx.attn_mask, 0.0, /*is_causal=*/false, scale);
   }
-  at::Tensor out_btd = out_bhtd.transpose(1, 2).reshape({b, t, -1});
+  out_btd = out_bhtd.transpose(1, 2).reshape({b, t, -1});
   return o_proj->forward(out_btd);
 }
 
@@ -122,7 +143,13 @@ LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& cfg, const at::TensorOptions& opti
 }
 
 at::Tensor LlamaMLPImpl::forward(const at::Tensor& x_btd) const {
-  return down_proj->forward(at::silu(gate_proj->forward(x_btd)) * up_proj->forward(x_btd));
+  const at::Tensor gate = gate_proj->forward(x_btd), up = up_proj->forward(x_btd);
+  at::Tensor act;
+  {
+    ALPACA_TRACE("cat:silu_mul");
+    act = fused_training(gate) ? silu_mul_bf16(gate, up) : at::silu(gate) * up;
+  }
+  return down_proj->forward(act);
 }
 
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg, const at::TensorOptions& options,
@@ -135,8 +162,15 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg, const at::T
 }
 
 at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& hidden_btd, const LayerContext& ctx) {
-  at::Tensor h = hidden_btd + self_attn->forward(input_layernorm->forward(hidden_btd), ctx);
-  return h + mlp->forward(post_attention_layernorm->forward(h));
+  const at::Tensor attn = self_attn->forward(input_layernorm->forward(hidden_btd), ctx);
+  at::Tensor h;
+  {
+    ALPACA_TRACE("cat:residual");
+    h = hidden_btd + attn;
+  }
+  const at::Tensor mlp_out = mlp->forward(post_attention_layernorm->forward(h));
+  ALPACA_TRACE("cat:residual");
+  return h + mlp_out;
 }
 
 }  // namespace alpaca::model

@@ -6,6 +6,7 @@
 #include "alpaca/model/matmul.h"
 #include "alpaca/model/rope.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/trace.h"
 #include "alpaca/util/host_sync.h"
 
 namespace alpaca::model {
@@ -55,7 +56,10 @@ LayerContext LlamaForCausalLMImpl::make_context(const at::Tensor& input_ids_bt, 
                "position_ids must be (" << b << ", " << t << ") or (1, " << t << "), got " << pos.sizes());
   pos = pos.to(at::kLong).expand({b, t});
   LayerContext ctx;
-  std::tie(ctx.cos, ctx.sin) = rope_cos_sin(cfg_, pos, dtype);
+  {
+    ALPACA_TRACE("cat:rope");
+    std::tie(ctx.cos, ctx.sin) = rope_cos_sin(cfg_, pos, dtype);
+  }
   ALPACA_CHECK(!attention_mask_bt.defined() || attention_mask_bt.sizes() == input_ids_bt.sizes(),
                "attention_mask must match input_ids " << input_ids_bt.sizes() << ", got " << attention_mask_bt.sizes());
 

@@ -8,6 +8,7 @@
 
 #include "alpaca/model/matmul.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/trace.h"
 #include "alpaca/util/host_sync.h"
 
 namespace alpaca::model {
@@ -145,6 +146,7 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
 
 LossSum causal_lm_head_loss_sum(const at::Tensor& hidden_btd, const at::Tensor& weight_vd, const at::Tensor& labels_bt,
                                 int64_t chunk_tokens, const at::Tensor& rows_kd, const at::Tensor& row_index_k) {
+  ALPACA_TRACE("cat:loss");
   ALPACA_CHECK(hidden_btd.dim() == 3 && weight_vd.dim() == 2 && labels_bt.dim() == 2 &&
                    hidden_btd.size(0) == labels_bt.size(0) && hidden_btd.size(1) == labels_bt.size(1) &&
                    hidden_btd.size(2) == weight_vd.size(1),

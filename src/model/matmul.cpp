@@ -9,6 +9,7 @@
 #include <string>
 
 #include "alpaca/util/error.h"
+#include "alpaca/util/trace.h"
 
 namespace alpaca::model {
 namespace {
@@ -92,6 +93,7 @@ CpuBf16Gemm cpu_bf16_gemm() { return static_cast<CpuBf16Gemm>(mode_slot().load(s
 void set_cpu_bf16_gemm(CpuBf16Gemm mode) { mode_slot().store(static_cast<int>(mode), std::memory_order_relaxed); }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  ALPACA_TRACE("cat:linear");
   if (!bias.defined() && bf16_gemv_applies(x, weight)) return bf16_gemv(x, weight);
   if (bf16_gemm_via_fp32(x, weight)) return bias.defined() ? Fp32LinearBias::apply(x, weight, bias) : Fp32Linear::apply(x, weight);
   return bias.defined() ? at::linear(x, weight, bias) : at::linear(x, weight);

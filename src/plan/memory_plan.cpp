@@ -209,14 +209,18 @@ void unit_figures(const MemoryPlanInputs& in, const Shape& s, Figures& g) {
 // before the weight; its output is saved by the linears that read it.
 void activation_figures(const MemoryPlanInputs& in, const Shape& s, Figures& g) {
   const int64_t b = g.b;
-  const int64_t norm_saved = (b == 4 ? 8 : 4 + 2 * b) * s.d;
+  // bf16 on CPU takes the fused kernels (model/fused_ops.h): an RMSNorm saves its bf16 input and one
+  // fp32 scale per token, SiLU*mul its two inputs (no silu(gate)).
+  const bool fused = !in.gpu && in.param_dtype == at::kBFloat16;
+  const int64_t fused_norm = 2 * s.d + 4;
+  const int64_t norm_saved = fused ? fused_norm : (b == 4 ? 8 : 4 + 2 * b) * s.d;
   int64_t act_tok = 0, first_layer_less = 0;
   if (!g.lora) {
     act_tok += norm_saved + b * s.d;               // input_layernorm (+ its output, read by q/k/v)
     act_tok += b * (s.hq + 2 * s.hkv);             // q, k after RoPE and v, saved by attention
     act_tok += 2 * b * s.hq + 4 * s.heads;         // attention output (+ its contiguous copy for o_proj), logsumexp
     act_tok += norm_saved + b * s.d;               // post_attention_layernorm (+ output, read by gate/up)
-    act_tok += 4 * b * s.f;                        // gate, silu(gate), up, silu*up (down_proj input)
+    act_tok += (fused ? 3 : 4) * b * s.f;          // gate, silu(gate) (not fused), up, silu*up (down_proj input)
   } else {
     // Frozen norm weights keep no normalised value (only the fp32 input) and frozen linears no
     // input. An adapted linear keeps what its branch B(A(dropout(x))) needs: with dropout, its own
@@ -229,18 +233,18 @@ void activation_figures(const MemoryPlanInputs& in, const Shape& s, Figures& g) 
       if (adapted == 0) return 0;
       return drop ? adapted * (mask_b + b) * width : b * width;
     };
-    act_tok += 4 * s.d;                            // input_layernorm's fp32 input
+    act_tok += fused ? fused_norm : 4 * s.d;       // input_layernorm's fp32 input
     act_tok += branch_inputs(s.d, t.q + t.k + t.v);  // its output, read by the q/k/v adapters
     act_tok += b * (s.hq + 2 * s.hkv);             // q, k after RoPE and v, saved by attention
     act_tok += b * s.hq + 4 * s.heads;             // attention output, logsumexp
     act_tok += branch_inputs(s.hq, t.o);           // its contiguous copy, read by the o_proj adapter
-    act_tok += 4 * s.d;                            // post_attention_layernorm's fp32 input
+    act_tok += fused ? fused_norm : 4 * s.d;       // post_attention_layernorm's fp32 input
     act_tok += branch_inputs(s.d, t.gate + t.up);  // its output, read by the gate/up adapters
-    act_tok += 3 * b * s.f;                        // gate, silu(gate), up
+    act_tok += (fused ? 2 : 3) * b * s.f;          // gate, silu(gate) (not fused), up
     act_tok += branch_inputs(s.f, t.down);         // silu * up, read by the down_proj adapter
     act_tok += b * in.lora_rank * (t.q + t.k + t.v + t.o + t.gate + t.up + t.down);
     // A frozen embedding: the first layer's input needs no gradient, its input_layernorm saves nothing.
-    if (!s.embed_trains) first_layer_less = 4 * s.d;
+    if (!s.embed_trains) first_layer_less = fused ? fused_norm : 4 * s.d;
   }
   g.act_layer = act_tok * g.n_tok;
   g.ckpt_layer = b * s.d * g.n_tok;  // checkpointing keeps each layer's input only
@@ -268,8 +272,11 @@ void loss_and_backward_figures(const MemoryPlanInputs& in, const Shape& s, Figur
                                 s.lm_head_trains ? 2 * s.v * s.d : int64_t{0});  // grad_w cast at the end
   }
   // A frozen norm weight (LoRA) keeps no normalised value.
-  g.final_norm_fwd = ((b == 4 ? 12 : 10) - (g.lora ? b : 0)) * s.d * n_tok;  // input, fp32 view, normalised, output
-  g.final_norm_bwd = ((b == 4 ? 8 : 6) - (g.lora ? b : 0)) * s.d * n_tok;
+  // bf16 on CPU: the fused RMSNorm saves its input, output and one fp32 scale per token.
+  const bool fused = !in.gpu && in.param_dtype == at::kBFloat16;
+  g.final_norm_fwd = fused ? (2 * b * s.d + 4) * n_tok
+                           : ((b == 4 ? 12 : 10) - (g.lora ? b : 0)) * s.d * n_tok;  // input, fp32 view, normalised, output
+  g.final_norm_bwd = fused ? (2 * s.d + 4) * n_tok : ((b == 4 ? 8 : 6) - (g.lora ? b : 0)) * s.d * n_tok;
   // Backward temporaries inside one layer: MLP gradients (three (B,T,F) at once), the gradient of
   // the hidden state flowing down (two (B,T,D)), one weight gradient before it is moved into the
   // unit's flat gradient; on the CPU fp32 GEMM route the fp32 copies of the largest linear's

@@ -18,6 +18,7 @@
 #include "alpaca/util/log.h"
 #include "alpaca/util/user_error.h"
 #include "alpaca/util/sys.h"
+#include "alpaca/util/trace.h"
 #include "trainer_impl.h"
 
 namespace alpaca::train {
@@ -122,6 +123,7 @@ double Trainer::Impl::evaluate_loss() {
 //    counts stay on the device: the loss divides by them there, and the host reads them with the
 //    step's other results, in the step's one read (optimizer_step).
 StepBatches Trainer::Impl::gather_micro_batches() {
+  ALPACA_TRACE("phase:batch");
   StepBatches sb;
   const int64_t pad = *tokenizer->pad_id();
   int64_t local_labels = 0;
@@ -143,11 +145,16 @@ at::Tensor Trainer::Impl::forward_backward(const StepBatches& sb) {
   at::Tensor local_loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
   for (const data::Batch& b : sb.batches) {
     const DeviceBatch db = to_device(b, device);
-    const model::LossSum ls =
-        fsdp_model->forward_loss_sum(db.input_ids, db.labels, db.attention_mask, db.position_ids, db.segment_ids);
+    const model::LossSum ls = [&] {
+      ALPACA_TRACE("phase:forward");
+      return fsdp_model->forward_loss_sum(db.input_ids, db.labels, db.attention_mask, db.position_ids, db.segment_ids);
+    }();
     at::Tensor loss = ls.sum / sb.denominator_t;
     if (scaler) loss = loss * scaler->scale();
-    loss.backward();
+    {
+      ALPACA_TRACE("phase:backward");
+      loss.backward();
+    }
     local_loss_sum = local_loss_sum + ls.sum.detach().to(at::kDouble);
   }
   return local_loss_sum;
@@ -186,6 +193,7 @@ void Trainer::Impl::read_step(const at::Tensor& red, const at::Tensor& norm_sq, 
 //    a loss scaler the loss, the stop flag, the counts and the gradient norm are read in one host
 //    synchronisation; the scaler's unscale/overflow check needs its own reads (fp16 only).
 StepOutcome Trainer::Impl::optimizer_step(const at::Tensor& red, StepBatches& sb) {
+  ALPACA_TRACE("phase:optimizer");
   const int64_t step_no = state.global_step + 1;
   StepOutcome out;
   bool do_step = true;
@@ -337,6 +345,7 @@ int Trainer::Impl::train() {
       ++epoch;
       step_in_epoch = 0;
     }
+    ALPACA_TRACE("phase:step");  // profilers' step boundary (bench/train_profile.cpp)
     StepBatches sb = gather_micro_batches();
     const at::Tensor local_loss_sum = forward_backward(sb);
     const at::Tensor red = reduce_step_loss(local_loss_sum);

@@ -1,0 +1,181 @@
+// The fused bf16 CPU kernels (model/fused_ops.h) against the module path they replace, forward and
+// backward, on every instruction-set variant this CPU runs:
+// - RoPE: bit for bit (same roundings in the same places);
+// - SiLU*mul: each output the module path's value or its bf16 neighbour (our exp and Sleef's differ
+//   in the last fp32 bit), and at least 99% of them identical;
+// - RMSNorm: forward likewise (fp32 sums in another order), gradients within 2 bf16 ulps of the
+//   module path's plus 1e-3 of their largest magnitude (the module path rounds its own way too);
+// - the variants agree with each other bit for bit;
+// - a bf16 decoder layer's output and gradients match the module path's within bf16 tolerance;
+// - fp32 never takes them (the fp32 parity tests need the module path's exact numbers).
+#include <gtest/gtest.h>
+
+#include <torch/csrc/autograd/autograd.h>
+
+#include "alpaca/model/config.h"
+#include "alpaca/model/fused_ops.h"
+#include "alpaca/model/layers.h"
+#include "alpaca/model/rope.h"
+
+using namespace alpaca::model;
+
+namespace {
+
+std::vector<FusedCpuIsa> isas() {
+  std::vector<FusedCpuIsa> out;
+  for (int i = 0; i <= static_cast<int>(best_fused_cpu_isa()); ++i) out.push_back(static_cast<FusedCpuIsa>(i));
+  return out;
+}
+
+class FusedOps : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    set_fused_cpu_isa(best_fused_cpu_isa());
+    set_fused_cpu_bf16(true);
+  }
+};
+
+at::Tensor bf16_randn(at::IntArrayRef sizes, double scale = 1.0) {
+  return (at::randn(sizes) * scale).to(at::kBFloat16).requires_grad_(true);
+}
+
+// Distance in units of the bf16 spacing at the reference value.
+at::Tensor ulps(const at::Tensor& got, const at::Tensor& ref) {
+  const at::Tensor r = ref.to(at::kFloat);
+  const at::Tensor ulp = at::pow(2.0, at::floor(at::log2(r.abs().clamp_min(1e-30))) - 7);
+  return (got.to(at::kFloat) - r).abs() / ulp;
+}
+
+void expect_close_bf16(const at::Tensor& got, const at::Tensor& ref, const char* what) {
+  const at::Tensor diff = (got.to(at::kFloat) - ref.to(at::kFloat)).abs();
+  const double floor = 1e-3 * ref.to(at::kFloat).abs().max().item<double>();
+  const at::Tensor allowed = 2 * at::pow(2.0, at::floor(at::log2(ref.to(at::kFloat).abs().clamp_min(1e-30))) - 7) + floor;
+  EXPECT_TRUE((diff <= allowed).all().item<bool>()) << what << ": max diff " << diff.max().item<double>();
+}
+
+TEST_F(FusedOps, RopeIsTheModulePathBitForBit) {
+  at::manual_seed(1);
+  for (int64_t dh : {8, 64, 40}) {  // halves below, at and off the 16-lane width
+    const at::Tensor x = bf16_randn({2, 5, 3, dh}, 3.0);
+    const at::Tensor cos = at::rand({2, 5, dh}).mul(2).sub(1).to(at::kBFloat16);
+    const at::Tensor sin = at::rand({2, 5, dh}).mul(2).sub(1).to(at::kBFloat16);
+    const at::Tensor g = at::randn({2, 3, 5, dh}).to(at::kBFloat16);
+    const at::Tensor ref = apply_rope(x.transpose(1, 2), cos, sin);
+    const at::Tensor ref_grad = torch::autograd::grad({ref}, {x}, {g})[0];
+    for (FusedCpuIsa isa : isas()) {
+      set_fused_cpu_isa(isa);
+      const at::Tensor y = rope_bf16(x, cos, sin).transpose(1, 2);
+      EXPECT_TRUE(at::equal(y, ref)) << "isa " << static_cast<int>(isa) << " dh " << dh;
+      EXPECT_TRUE(at::equal(torch::autograd::grad({y}, {x}, {g})[0], ref_grad)) << "isa " << static_cast<int>(isa);
+    }
+  }
+}
+
+TEST_F(FusedOps, SiluMulIsTheModulePathWithinOneUlp) {
+  at::manual_seed(2);
+  const at::Tensor a = bf16_randn({3, 7, 70}, 4.0), b = bf16_randn({3, 7, 70}, 2.0);
+  const at::Tensor g = at::randn({3, 7, 70}).to(at::kBFloat16);
+  const at::Tensor ref = at::silu(a) * b;
+  const auto ref_grads = torch::autograd::grad({ref}, {a, b}, {g});
+  at::Tensor first;
+  std::vector<at::Tensor> first_grads;
+  for (FusedCpuIsa isa : isas()) {
+    set_fused_cpu_isa(isa);
+    const at::Tensor y = silu_mul_bf16(a, b);
+    const auto grads = torch::autograd::grad({y}, {a, b}, {g});
+    const std::vector<std::pair<at::Tensor, at::Tensor>> pairs = {{y, ref}, {grads[0], ref_grads[0]}, {grads[1], ref_grads[1]}};
+    for (const auto& [got, want] : pairs) {
+      EXPECT_LE(ulps(got, want).max().item<double>(), 1.0);
+      EXPECT_GE(got.eq(want).to(at::kFloat).mean().item<double>(), 0.99);
+    }
+    if (!first.defined()) {
+      first = y;
+      first_grads = {grads[0], grads[1]};
+    } else {  // every instruction-set variant computes the same bits
+      EXPECT_TRUE(at::equal(y, first) && at::equal(grads[0], first_grads[0]) && at::equal(grads[1], first_grads[1]));
+    }
+  }
+}
+
+TEST_F(FusedOps, RmsNormIsTheModulePathWithinBf16Rounding) {
+  at::manual_seed(3);
+  for (int64_t d : {64, 100}) {
+    RMSNorm norm(d, 1e-5, at::TensorOptions().dtype(at::kBFloat16));
+    {
+      at::NoGradGuard no_grad;
+      norm->weight.copy_(at::rand({d}).add(0.5));
+    }
+    const at::Tensor x = bf16_randn({4, 9, d}, 2.0);
+    const at::Tensor g = at::randn({4, 9, d}).to(at::kBFloat16);
+    set_fused_cpu_bf16(false);
+    const at::Tensor ref = norm->forward(x);
+    const auto ref_grads = torch::autograd::grad({ref}, {x, norm->weight}, {g});
+    set_fused_cpu_bf16(true);
+    at::Tensor first;
+    for (FusedCpuIsa isa : isas()) {
+      set_fused_cpu_isa(isa);
+      const at::Tensor y = norm->forward(x);  // the module takes the kernel
+      const auto grads = torch::autograd::grad({y}, {x, norm->weight}, {g});
+      EXPECT_LE(ulps(y, ref).max().item<double>(), 1.0);
+      EXPECT_GE(y.eq(ref).to(at::kFloat).mean().item<double>(), 0.99);
+      expect_close_bf16(grads[0], ref_grads[0], "dx");
+      expect_close_bf16(grads[1], ref_grads[1], "dweight");
+      if (!first.defined()) first = at::cat({y.flatten(), grads[0].flatten(), grads[1].flatten()});
+      EXPECT_TRUE(at::equal(at::cat({y.flatten(), grads[0].flatten(), grads[1].flatten()}), first));
+    }
+  }
+}
+
+LlamaConfig tiny_config() {
+  LlamaConfig c;
+  c.hidden_size = 64;
+  c.intermediate_size = 160;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.vocab_size = 32;
+  return c;
+}
+
+TEST_F(FusedOps, Bf16DecoderLayerMatchesTheModulePath) {
+  at::manual_seed(4);
+  const LlamaConfig cfg = tiny_config();
+  LlamaDecoderLayer layer(cfg, at::TensorOptions().dtype(at::kBFloat16));
+  {
+    at::NoGradGuard no_grad;
+    for (auto& p : layer->parameters()) p.copy_(at::randn(p.sizes()).mul(p.dim() == 1 ? 0.1 : 0.1).add(p.dim() == 1 ? 1 : 0));
+  }
+  const at::Tensor x = bf16_randn({2, 12, cfg.hidden_size});
+  LayerContext ctx;
+  std::tie(ctx.cos, ctx.sin) = rope_cos_sin(cfg, at::arange(12).unsqueeze(0).expand({2, 12}), at::kBFloat16);
+  std::vector<at::Tensor> inputs = {x};
+  for (auto& p : layer->parameters()) inputs.push_back(p);
+  auto run = [&] {
+    const at::Tensor y = layer->forward(x, ctx);
+    const at::Tensor loss = y.to(at::kFloat).pow(2).sum();
+    std::vector<at::Tensor> out = torch::autograd::grad({loss}, inputs);
+    out.insert(out.begin(), y);
+    return out;
+  };
+  set_fused_cpu_bf16(false);
+  const auto ref = run();
+  set_fused_cpu_bf16(true);
+  const auto got = run();
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double scale = ref[i].to(at::kFloat).abs().max().item<double>();
+    const double err = (got[i].to(at::kFloat) - ref[i].to(at::kFloat)).abs().max().item<double>();
+    EXPECT_LE(err, 0.02 * scale) << "output/gradient " << i;
+  }
+}
+
+TEST_F(FusedOps, Fp32KeepsTheModulePath) {
+  at::manual_seed(5);
+  EXPECT_FALSE(fused_cpu_bf16_applies(at::zeros({2}, at::kFloat)));
+  RMSNorm norm(32, 1e-6, at::TensorOptions().dtype(at::kFloat));
+  const at::Tensor x = at::randn({3, 32}, at::kFloat);
+  const at::Tensor h = x * at::rsqrt(x.pow(2).mean(-1, true) + 1e-6);
+  EXPECT_TRUE(at::equal(norm->forward(x), norm->weight * h));
+}
+
+}  // namespace
