@@ -10,7 +10,7 @@ save, from the trainer's own log line and metrics.jsonl:
   - save wall time (rank 0's view: until the checkpoint is sealed),
   - the training stall: step 4's time (its window includes the step-3 save) / the median of the
     other steps' times,
-  - bytes written per rank, and each rank's peak RSS during the save (rank 0 vs the others).
+  - bytes written per rank, and what the save added to each rank's peak RSS (rank 0 vs the others).
 """
 import argparse
 import json
@@ -29,7 +29,7 @@ CASES = [("gathered", "--save_checkpoint_layout gathered"),
          ("sharded sync", "--save_checkpoint_layout sharded --save_async False"),
          ("sharded async", "--save_checkpoint_layout sharded --save_async True")]
 LINE = re.compile(r"saved checkpoint (\S+?)(?: \((\w+)\))?: shard bytes per rank \[([0-9, ]+)\] of (\d+) .*?"
-                  r"peak RSS during the save: rank 0 (\d+) MiB, other ranks at most (\d+) MiB; training stalled "
+                  r"RSS growth during the save: rank 0 (\d+) MiB, other ranks at most (\d+) MiB; training stalled "
                   r"([0-9.e-]+) s, the shard write took ([0-9.e-]+) s")
 
 
@@ -75,7 +75,7 @@ def main():
     rows = [run_case(n, e, model, data, work, a.ranks, a.seq) for n, e in CASES]
     print(f"\n{a.size} model, {a.ranks} ranks, save of checkpoint-3 (fp32 weights + 2 AdamW moments):\n")
     print("| layout | save wall s (rank 0) | training stalled s | step 4 / normal step | bytes per rank (MB) | "
-          "rank 0 peak RSS MiB | others' peak RSS MiB |")
+          "rank 0 RSS growth MiB | others' RSS growth MiB |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = r["step4"] / r["normal"] if r["step4"] and r["normal"] else float("nan")

@@ -81,6 +81,7 @@ void Trainer::Impl::save_checkpoint(bool allow_async) {
   ckpt::CheckpointWriter writer(output_dir, state.global_step);
   sys::Timer timer;
   sys::reset_peak_rss_window();
+  const int64_t rss_at_start = sys::rss_bytes();
   try {
     save_checkpoint_into(writer);
   } catch (const Error& e) {
@@ -89,14 +90,14 @@ void Trainer::Impl::save_checkpoint(bool allow_async) {
     if (rank != 0) throw;
     ALPACA_FAIL(e.message() << "; " << writer.abandon());
   }
-  log_gathered_save(writer.final_dir(), timer.seconds());
+  log_gathered_save(writer.final_dir(), timer.seconds(), rss_at_start);
 }
 
 // The same facts as a sharded save reports (bench/save_bench.py compares them): rank 0 wrote
 // every byte; each rank's peak RSS during the save.
-void Trainer::Impl::log_gathered_save(const fs::path& dir, double seconds) {
+void Trainer::Impl::log_gathered_save(const fs::path& dir, double seconds, int64_t rss_at_start) {
   at::Tensor rss = at::zeros({world}, at::kLong);
-  rss[rank] = sys::window_peak_rss_bytes();
+  rss[rank] = std::max<int64_t>(0, sys::window_peak_rss_bytes() - rss_at_start);
   rss = rss.to(device);
   comm->all_reduce(rss, dist::ReduceOp::kSum)->wait();
   rss = rss.to(at::kCPU);
@@ -108,7 +109,7 @@ void Trainer::Impl::log_gathered_save(const fs::path& dir, double seconds) {
   std::string per_rank = std::to_string(bytes);
   for (int r = 1; r < world; ++r) per_rank += ", 0";
   ALPACA_INFO("saved checkpoint " << dir.string() << " (gathered): shard bytes per rank [" << per_rank << "] of " << bytes
-              << " (1/" << world << " = " << bytes / world << "); peak RSS during the save: rank 0 "
+              << " (1/" << world << " = " << bytes / world << "); RSS growth during the save: rank 0 "
               << rss[0].item<int64_t>() / (1 << 20) << " MiB, other ranks at most " << others / (1 << 20)
               << " MiB; training stalled " << seconds << " s, the shard write took 0 s");
 }

@@ -152,7 +152,7 @@ struct Trainer::Impl {
   void save_checkpoint(bool allow_async = false);
   void save_checkpoint_into(ckpt::CheckpointWriter& writer);  // save_checkpoint without the cleanup
   void load_checkpoint(const std::filesystem::path& dir);
-  void log_gathered_save(const std::filesystem::path& dir, double seconds);  // collective
+  void log_gathered_save(const std::filesystem::path& dir, double seconds, int64_t rss_at_start);  // collective
   void load_gathered_optimizer(const std::filesystem::path& dir, const ckpt::ResumeState& rs);
   void export_model(const std::filesystem::path& dir, bool write_tokenizer);
   ckpt::ResumeState capture_resume_state() const;

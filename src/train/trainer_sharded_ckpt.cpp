@@ -77,6 +77,7 @@ struct Trainer::Impl::PendingSave {
   std::vector<ckpt::WrittenFile> files;
   std::string error;        // the shard write's (background thread)
   std::string small_error;  // rank 0's small files' (main thread)
+  int64_t rss_at_start = 0;
   double stall_seconds = 0, write_seconds = 0;
 };
 
@@ -130,6 +131,7 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
   if (rank == 0) writer.begin();
   barrier();  // the staging directory exists before any rank writes into it
   sys::reset_peak_rss_window();
+  const int64_t rss_at_start = sys::rss_bytes();
   // Asynchronous when every rank can hold a copy of its shards twice over in free host memory.
   bool async = allow_async && opt.save_async;
   if (async) {
@@ -144,6 +146,7 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
   }
   ShardSet set = snapshot_shards(/*copy=*/async);
   auto pending = std::make_shared<PendingSave>(std::move(writer));
+  pending->rss_at_start = rss_at_start;
   try {  // a failure is reported through the status gather, so no rank waits for rank 0 in vain
     if (rank == 0) write_small_checkpoint_files(pending->writer.staging_dir());
   } catch (const std::exception& e) {
@@ -189,7 +192,7 @@ void Trainer::Impl::finish_pending_save() {
   auto* m = mine.data_ptr<int64_t>();
   const std::string error = p->error.empty() ? p->small_error : p->error;
   m[0] = error.empty() ? 0 : 1;
-  m[2] = sys::window_peak_rss_bytes();
+  m[2] = std::max<int64_t>(0, sys::window_peak_rss_bytes() - p->rss_at_start);  // what the save added
   for (size_t s = 0; s < p->files.size() && s < kSlots; ++s) {
     const auto& f = p->files[s];
     m[3 + 3 * s] = f.size;
@@ -236,7 +239,7 @@ void Trainer::Impl::seal(PendingSave& p, const at::Tensor& gathered) {
   }
   const fs::path final_dir = p.writer.commit(known);
   ALPACA_INFO("saved checkpoint " << final_dir.string() << ": shard bytes per rank [" << per_rank.str() << "] of " << total
-              << " (1/" << world << " = " << total / world << "); peak RSS during the save: rank 0 "
+              << " (1/" << world << " = " << total / world << "); RSS growth during the save: rank 0 "
               << a[0][2] / (1 << 20) << " MiB, other ranks at most " << others_rss / (1 << 20) << " MiB; training stalled "
               << p.stall_seconds << " s, the shard write took " << p.write_seconds << " s");
   if (opt.save_total_limit)
