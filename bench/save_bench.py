@@ -52,8 +52,8 @@ def run_case(name, extra, model, data, work, ranks, seq):
     steps = {}
     for line in (out / "metrics.jsonl").read_text().splitlines():
         e = json.loads(line)
-        if "x_step_time" in e:
-            steps[int(e["step"])] = e["x_step_time"]
+        if "step_time" in e:
+            steps[int(e["step"])] = e["step_time"]
     normal = statistics.median(steps[s] for s in (2, 3, 5) if s in steps)
     return dict(case=name, bytes_per_rank=[int(x) for x in m.group(3).split(",")], total=int(m.group(4)),
                 rss0=int(m.group(5)), rss_others=int(m.group(6)), stall=float(m.group(7)), write=float(m.group(8)),
