@@ -14,6 +14,7 @@ APT_PACKAGES=(
   libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libsentencepiece-dev sentencepiece
   libpcre2-dev libutf8proc-dev
+  libxxhash-dev  # XXH3 digests of checkpoint files (ckpt/digest.cpp)
   libgtest-dev libgmock-dev
   libopenmpi-dev openmpi-bin
   python3 python3-venv

@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "alpaca/ckpt/digest.h"
 #include "alpaca/ckpt/resume_state.h"  // defines: sha256_file
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
@@ -103,20 +104,33 @@ void CheckpointWriter::begin() {
   fs::create_directories(staging_);
 }
 
-fs::path CheckpointWriter::commit() {
+fs::path CheckpointWriter::commit(const std::map<std::string, std::pair<int64_t, std::string>>& known) {
   ALPACA_CHECK(fs::is_directory(staging_), "checkpoint staging directory " << staging_
                                                << " vanished before it was committed; was output_dir shared by two runs?");
-  nlohmann::json files = nlohmann::json::object(), sha256 = nlohmann::json::object();
+  nlohmann::json files = nlohmann::json::object(), digests = nlohmann::json::object();
   for (const fs::path& rel : files_under(staging_)) {
+    const std::string key = rel.generic_string();
+    auto it = known.find(key);
+    if (it != known.end()) {  // a shard file: its rank flushed it and digested it while writing
+      const auto actual = static_cast<int64_t>(fs::file_size(staging_ / rel));
+      ALPACA_CHECK(actual == it->second.first, "checkpoint file " << (staging_ / rel).string() << " has " << actual
+                   << " bytes, its rank wrote " << it->second.first << "; was output_dir shared by two runs?");
+      files[key] = actual;
+      digests[key] = it->second.second;
+      continue;
+    }
     fsync_path(staging_ / rel);
-    files[rel.generic_string()] = static_cast<int64_t>(fs::file_size(staging_ / rel));
-    // Read back from the page cache: a resume verifies every byte, not only the sizes.
-    sha256[rel.generic_string()] = sha256_file((staging_ / rel).string());
+    files[key] = static_cast<int64_t>(fs::file_size(staging_ / rel));
+    // A small file rank 0 wrote: read back from the page cache, so a resume verifies every byte.
+    digests[key] = xxh3_file((staging_ / rel).string());
   }
+  for (const auto& [key, v] : known)
+    ALPACA_CHECK(files.contains(key), "checkpoint file " << (staging_ / key).string()
+                 << " was written by its rank but is not in the staging directory; was output_dir shared by two runs?");
   for (const auto& e : fs::recursive_directory_iterator(staging_)) {
     if (e.is_directory()) fsync_path(e.path());
   }
-  nlohmann::json marker = {{"step", step_}, {"files", files}, {"sha256", sha256}};
+  nlohmann::json marker = {{"step", step_}, {"files", files}, {kDigestAlgorithm, digests}};
   write_file_durable(staging_ / kCompleteMarker, marker.dump(2) + "\n");
   fsync_path(staging_);
   const fs::path dst = final_dir();
@@ -160,7 +174,7 @@ std::string CheckpointWriter::abandon() {
   return os.str();
 }
 
-std::string checkpoint_problem(const fs::path& dir) {
+std::string checkpoint_problem(const fs::path& dir, int rank, int world) {
   if (!fs::is_directory(dir)) return "it is not a directory";
   const fs::path marker_path = dir / kCompleteMarker;
   if (!fs::exists(marker_path)) return std::string("it has no ") + kCompleteMarker + " (the save did not finish)";
@@ -186,18 +200,21 @@ std::string checkpoint_problem(const fs::path& dir) {
       return "file " + (dir / rel).string() + " has " + std::to_string(actual) + " bytes, " +
              std::to_string(size.get<int64_t>()) + " were written (truncated or replaced)";
   }
-  // Checkpoints written before the checksums carry sizes only; those are still resumable.
-  if (marker.contains("sha256")) {
-    if (!marker["sha256"].is_object()) return std::string(kCompleteMarker) + " has a 'sha256' that is not an object";
-    for (const auto& [rel, size] : marker["files"].items()) {
-      if (!marker["sha256"].contains(rel) || !marker["sha256"][rel].is_string())
-        return std::string(kCompleteMarker) + " has no sha256 for file " + rel;
-      const std::string want = marker["sha256"][rel].get<std::string>();
-      const std::string got = sha256_file((dir / rel).string());
-      if (got != want)
-        return "file " + (dir / rel).string() + " is corrupt: its sha256 is " + got + ", " + want +
-               " was written (a flipped or overwritten byte)";
-    }
+  // XXH3 since the sharded checkpoints; SHA-256 before; sizes only before the checksums. All resume.
+  const char* algo = marker.contains(kDigestAlgorithm) ? kDigestAlgorithm : marker.contains("sha256") ? "sha256" : nullptr;
+  if (!algo) return "";
+  if (!marker[algo].is_object()) return std::string(kCompleteMarker) + " has a '" + algo + "' that is not an object";
+  int index = 0;
+  for (const auto& [rel, size] : marker["files"].items()) {
+    if (!marker[algo].contains(rel) || !marker[algo][rel].is_string())
+      return std::string(kCompleteMarker) + " has no " + algo + " digest for file " + rel;
+    if (world > 1 && index++ % world != rank) continue;  // another rank verifies it
+    const std::string want = marker[algo][rel].get<std::string>();
+    const std::string path = (dir / rel).string();
+    const std::string got = std::string(algo) == "sha256" ? sha256_file(path) : xxh3_file(path);
+    if (got != want)
+      return "file " + path + " is corrupt: its " + algo + " is " + got + ", " + want +
+             " was written (a flipped or overwritten byte)";
   }
   return "";
 }

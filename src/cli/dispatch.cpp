@@ -30,7 +30,8 @@ std::string subcommand_list() {
 
 const std::vector<std::string>& subcommand_names() {
   static const std::vector<std::string> names = {"train",    "init-model",      "preprocess", "merge",
-                                                    "generate", "estimate-memory", "help",       "version"};
+                                                    "consolidate", "generate", "estimate-memory", "help",
+                                                    "version"};
   return names;
 }
 
@@ -46,6 +47,7 @@ int dispatch(const std::vector<std::string>& argv) {
   if (first == "init-model") return run_init_model(rest);
   if (first == "preprocess") return run_preprocess(rest);
   if (first == "merge") return run_merge(rest);
+  if (first == "consolidate") return run_consolidate(rest);
   if (first == "estimate-memory") return run_estimate_memory(rest);
   if (first == "help") {
     std::cout << train_help();

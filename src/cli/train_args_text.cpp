@@ -48,6 +48,7 @@ std::string train_help() {
         "  alpaca-train init-model ...              (write a randomly initialised LLaMA directory)\n"
         "  alpaca-train preprocess ...              (tokenize a dataset ahead of training)\n"
         "  alpaca-train merge ...                   (merge a LoRA adapter into its base model)\n"
+        "  alpaca-train consolidate CHECKPOINT OUT  (a sharded training checkpoint -> an HF model directory)\n"
         "  alpaca-train generate ...                (answer instructions with a model directory)\n"
         "  alpaca-train estimate-memory <train flags> [--num_gpus N ...]  (per-rank memory, no GPU needed)\n"
         "  alpaca-train --version                   (version, git commit, LibTorch version)\n"

@@ -110,6 +110,8 @@ train::TrainerOptions trainer_options(const TrainArgs& a) {
   o.disable_tqdm = a.disable_tqdm.value_or(false);
   o.save_max_shard_bytes = a.save_max_shard_bytes;
   o.save_only_model = a.save_only_model;
+  o.save_async = a.save_async;
+  o.sharded_checkpoints = a.save_checkpoint_layout == "sharded";
   o.save_total_limit = a.save_total_limit;
 
   if (a.use_peft) {

@@ -173,6 +173,7 @@ void validate_strategies(TrainArgs& a) {
   check_choice("eval_strategy", a.eval_strategy, intervals);
   ALPACA_USAGE_CHECK(a.save_strategy != "best", "--save_strategy best is not supported (it needs best-model tracking); use steps or epoch");
   check_choice("save_strategy", a.save_strategy, intervals);
+  check_choice("save_checkpoint_layout", a.save_checkpoint_layout, {"sharded", "gathered"});
 
   // A *_steps flag the user set only acts under the matching "steps" strategy.
   struct Pair { const char* steps; const char* strategy; const std::string& value; };

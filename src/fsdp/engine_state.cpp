@@ -31,6 +31,30 @@ at::Tensor gather_fp32(Impl& impl, const at::Tensor& shard, int64_t padded_numel
 
 }  // namespace
 
+std::vector<LocalParamShard> FsdpEngine::local_param_shards() const {
+  Impl& impl = *impl_;
+  std::vector<LocalParamShard> out;
+  size_t k = 0;
+  for (auto& unit : impl.units) {
+    for (FlatParameter* flat : flats_of(unit)) {
+      const bool trainable = flat == unit.train.get();
+      for (const auto& e : flat->entries()) {
+        auto slice = param_shard_slice(e.offset, e.numel, flat->shard_info());
+        if (!slice) continue;
+        out.push_back({e.name, e.shape, slice->param_begin, slice->param_end, trainable, trainable ? k : 0,
+                       slice->shard_offset, flat->shard().narrow(0, slice->shard_offset, slice->numel())});
+      }
+    }
+    if (unit.train) ++k;
+  }
+  return out;
+}
+
+std::pair<int, int> FsdpEngine::shard_replica() const {
+  const auto& rc = impl_->replicate_comm;
+  return rc ? std::make_pair(rc->rank(), rc->world_size()) : std::make_pair(0, 1);
+}
+
 void FsdpEngine::load_parameters(const ParamRangeReader& reader, bool rank0_only,
                                  const std::function<bool(const std::string&)>& include) {
   Impl& impl = *impl_;

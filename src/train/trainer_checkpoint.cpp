@@ -1,4 +1,6 @@
-// Checkpoints and the final save. A checkpoint-<step>/ holds the HF export (gathered one FSDP
+// Checkpoints and the final save. The default layout is sharded (trainer_sharded_ckpt.cpp); this
+// file keeps the gathered one (--save_checkpoint_layout gathered, LoRA runs), which every
+// checkpoint written before the sharded layout has, and reads both. A gathered checkpoint-<step>/ holds the HF export (gathered one FSDP
 // unit at a time; rank 0 writes), the tokenizer, trainer_state.json, our resume state and the
 // AdamW moments per parameter name (optimizer.safetensors, "exp_avg.<name>" / "exp_avg_sq.<name>"),
 // so it can be resumed on any world size. It is staged, fsync'ed and renamed (ckpt/).
@@ -52,8 +54,34 @@ void Trainer::Impl::export_model(const fs::path& dir, bool write_tokenizer) {
   }
 }
 
-void Trainer::Impl::save_checkpoint() {
+ckpt::ResumeState Trainer::Impl::capture_resume_state() const {
+  ckpt::ResumeState rs;
+  rs.global_step = state.global_step;
+  rs.epoch = epoch;
+  rs.steps_in_epoch = step_in_epoch;
+  rs.samples_in_epoch = step_in_epoch * length.global_batch_size;
+  rs.seed = opt.seed;
+  rs.data_seed = opt.data_seed;
+  rs.world_size = world;
+  rs.global_batch_size = length.global_batch_size;
+  rs.scheduler_step = scheduler_step;
+  rs.num_input_tokens_seen = state.num_input_tokens_seen;
+  rs.total_loss_sum = losses.total_logged();
+  if (scaler) rs.loss_scaler = ckpt::LossScalerState{scaler->scale(), scaler->growth_tracker()};
+  rs.cpu_rng_state = ckpt::capture_cpu_rng_state();
+  rs.cuda_rng_states = ckpt::capture_cuda_rng_states();
+  rs.model = model_fingerprint;
+  rs.tokenizer = tokenizer_fingerprint;
+  return rs;
+}
+
+void Trainer::Impl::save_checkpoint(bool allow_async) {
+  // LoRA checkpoints keep the gathered layout: a peft adapter directory users load as it is.
+  if (opt.sharded_checkpoints && !opt.lora) return save_sharded_checkpoint(allow_async);
   ckpt::CheckpointWriter writer(output_dir, state.global_step);
+  sys::Timer timer;
+  sys::reset_peak_rss_window();
+  const int64_t rss_at_start = sys::rss_bytes();
   try {
     save_checkpoint_into(writer);
   } catch (const Error& e) {
@@ -62,6 +90,28 @@ void Trainer::Impl::save_checkpoint() {
     if (rank != 0) throw;
     ALPACA_FAIL(e.message() << "; " << writer.abandon());
   }
+  log_gathered_save(writer.final_dir(), timer.seconds(), rss_at_start);
+}
+
+// The same facts as a sharded save reports (bench/save_bench.py compares them): rank 0 wrote
+// every byte; each rank's peak RSS during the save.
+void Trainer::Impl::log_gathered_save(const fs::path& dir, double seconds, int64_t rss_at_start) {
+  at::Tensor rss = at::zeros({world}, at::kLong);
+  rss[rank] = std::max<int64_t>(0, sys::window_peak_rss_bytes() - rss_at_start);
+  rss = rss.to(device);
+  comm->all_reduce(rss, dist::ReduceOp::kSum)->wait();
+  rss = rss.to(at::kCPU);
+  if (rank != 0) return;
+  int64_t bytes = 0, others = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) bytes += static_cast<int64_t>(e.file_size());
+  for (int r = 1; r < world; ++r) others = std::max(others, rss[r].item<int64_t>());
+  std::string per_rank = std::to_string(bytes);
+  for (int r = 1; r < world; ++r) per_rank += ", 0";
+  ALPACA_INFO("saved checkpoint " << dir.string() << " (gathered): shard bytes per rank [" << per_rank << "] of " << bytes
+              << " (1/" << world << " = " << bytes / world << "); RSS growth during the save: rank 0 "
+              << rss[0].item<int64_t>() / (1 << 20) << " MiB, other ranks at most " << others / (1 << 20)
+              << " MiB; training stalled " << seconds << " s, the shard write took 0 s");
 }
 
 void Trainer::Impl::save_checkpoint_into(ckpt::CheckpointWriter& writer) {
@@ -78,24 +128,7 @@ void Trainer::Impl::save_checkpoint_into(ckpt::CheckpointWriter& writer) {
     });
     if (rank == 0) {
       opt_writer->finish({{"format", "pt"}, {"step", std::to_string(optimizer->step_count())}});
-      ckpt::ResumeState rs;
-      rs.global_step = state.global_step;
-      rs.epoch = epoch;
-      rs.steps_in_epoch = step_in_epoch;
-      rs.samples_in_epoch = step_in_epoch * length.global_batch_size;
-      rs.seed = opt.seed;
-      rs.data_seed = opt.data_seed;
-      rs.world_size = world;
-      rs.global_batch_size = length.global_batch_size;
-      rs.scheduler_step = scheduler_step;
-      rs.num_input_tokens_seen = state.num_input_tokens_seen;
-      rs.total_loss_sum = losses.total_logged();
-      if (scaler) rs.loss_scaler = ckpt::LossScalerState{scaler->scale(), scaler->growth_tracker()};
-      rs.cpu_rng_state = ckpt::capture_cpu_rng_state();
-      rs.cuda_rng_states = ckpt::capture_cuda_rng_states();
-      rs.model = model_fingerprint;
-      rs.tokenizer = tokenizer_fingerprint;
-      rs.save((dir / ckpt::kResumeStateName).string());
+      capture_resume_state().save((dir / ckpt::kResumeStateName).string());
     }
   }
   if (rank == 0) state.save((dir / ckpt::kTrainerStateName).string());
@@ -113,7 +146,8 @@ void Trainer::Impl::save_checkpoint_into(ckpt::CheckpointWriter& writer) {
 
 void Trainer::Impl::load_checkpoint(const fs::path& dir) {
   const auto rs = ckpt::ResumeState::load((dir / ckpt::kResumeStateName).string());
-  ALPACA_USER_CHECK(fs::exists(dir / kOptimizerFile), dir.string() << " was saved with --save_only_model (no " << kOptimizerFile
+  const bool sharded = sharded_layout(dir);
+  ALPACA_USER_CHECK(sharded ? fs::is_directory(dir / "optimizer") : fs::exists(dir / kOptimizerFile), dir.string() << " was saved with --save_only_model (no " << kOptimizerFile
                                                               << "); it holds a model but cannot be resumed from");
   ALPACA_USER_CHECK(rs.global_batch_size == length.global_batch_size,
                "cannot resume from " << dir.string() << ": it was trained with a global batch of " << rs.global_batch_size
@@ -135,6 +169,22 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
   losses.restore(state.global_step, rs.total_loss_sum);
 
   if (opt.lora) load_adapter(dir);
+  if (sharded) {
+    load_sharded_optimizer(dir);  // the weights were read in setup_engine
+  } else {
+    load_gathered_optimizer(dir, rs);
+  }
+  if (scaler && rs.loss_scaler) scaler->set_state(rs.loss_scaler->scale, rs.loss_scaler->growth_tracker);
+  ckpt::restore_cpu_rng_state(rs.cpu_rng_state);
+  ckpt::restore_cuda_rng_states(rs.cuda_rng_states);
+  if (rs.world_size != world)
+    ALPACA_INFO("resharding: the checkpoint was written by " << rs.world_size << " ranks, this run has " << world);
+  ALPACA_INFO("resumed at step " << state.global_step << " (epoch " << epoch << ", step " << step_in_epoch
+                                 << " of the epoch)");
+}
+
+// The layout before sharded checkpoints: optimizer.safetensors with "exp_avg.<name>" full tensors.
+void Trainer::Impl::load_gathered_optimizer(const fs::path& dir, const ckpt::ResumeState& rs) {
   auto file = io::SafetensorsFile::open((dir / kOptimizerFile).string());
   engine->load_optimizer_state_by_name(*optimizer, [&](const std::string& name, const std::string& key) {
     const std::string k = key + "." + name;
@@ -145,16 +195,10 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
   const auto& meta = file->metadata();
   auto it = meta.find("step");
   optimizer->set_step_count(it != meta.end() ? std::stoll(it->second) : rs.scheduler_step);
-  if (scaler && rs.loss_scaler) scaler->set_state(rs.loss_scaler->scale, rs.loss_scaler->growth_tracker);
-  ckpt::restore_cpu_rng_state(rs.cpu_rng_state);
-  ckpt::restore_cuda_rng_states(rs.cuda_rng_states);
-  if (rs.world_size != world)
-    ALPACA_INFO("resharding: the checkpoint was written by " << rs.world_size << " ranks, this run has " << world);
-  ALPACA_INFO("resumed at step " << state.global_step << " (epoch " << epoch << ", step " << step_in_epoch
-                                 << " of the epoch)");
 }
 
 void Trainer::Impl::save_final() {
+  finish_pending_save();  // a background checkpoint write is sealed (or reported) before the export
   export_model(output_dir, /*write_tokenizer=*/true);
   if (rank == 0) state.save((output_dir / ckpt::kTrainerStateName).string());
   if (opt.lora && opt.merge_adapter && rank == 0) {

@@ -10,6 +10,7 @@
 
 #include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/ckpt/resume_state.h"
+#include "alpaca/ckpt/sharded_tensors.h"
 #include "alpaca/ckpt/trainer_state.h"
 #include "alpaca/data/alpaca_example.h"
 #include "alpaca/data/collate.h"
@@ -148,10 +149,31 @@ struct Trainer::Impl {
   void load_adapter(const std::filesystem::path& dir);              // collective
 
   // checkpoints (trainer_checkpoint.cpp)
-  void save_checkpoint();
+  void save_checkpoint(bool allow_async = false);
   void save_checkpoint_into(ckpt::CheckpointWriter& writer);  // save_checkpoint without the cleanup
   void load_checkpoint(const std::filesystem::path& dir);
+  void log_gathered_save(const std::filesystem::path& dir, double seconds, int64_t rss_at_start);  // collective
+  void load_gathered_optimizer(const std::filesystem::path& dir, const ckpt::ResumeState& rs);
   void export_model(const std::filesystem::path& dir, bool write_tokenizer);
+  ckpt::ResumeState capture_resume_state() const;
+
+  // sharded checkpoints, the default layout (trainer_sharded_ckpt.cpp)
+  struct ShardSet;
+  struct PendingSave;
+  std::shared_ptr<PendingSave> pending_save;  // a background (--save_async) write not sealed yet
+  static bool sharded_layout(const std::filesystem::path& dir);
+  void save_sharded_checkpoint(bool allow_async);  // collective
+  ShardSet snapshot_shards(bool copy);
+  std::vector<ckpt::WrittenFile> write_shards(const std::filesystem::path& dir, const ShardSet& set) const;
+  void write_small_checkpoint_files(const std::filesystem::path& dir);  // rank 0
+  void poll_pending_save();    // collective, every step while a save is pending: seals it when all ranks are done
+  void finish_pending_save();  // collective: waits for the background write, then seals (or fails naming the ranks)
+  void seal(PendingSave& p, const at::Tensor& gathered);  // rank 0
+  void load_sharded_weights(const std::filesystem::path& dir);    // collective
+  void load_sharded_optimizer(const std::filesystem::path& dir);  // local: this rank's ranges
+  // ckpt::checkpoint_problem with the digests split between the ranks (collective): the file's
+  // name on the rank that found it, a pointer to that rank elsewhere.
+  std::string checkpoint_problem_shared(const std::filesystem::path& dir);
   void save_final();
   void barrier();
 };

@@ -250,6 +250,7 @@ void Trainer::Impl::advance(const StepBatches& sb, const StepOutcome& out, RunWi
 
 // 6. Log / evaluate / save, as HF's DefaultFlowCallback decides; a stop request saves too.
 void Trainer::Impl::log_eval_save(RunWindow& w, bool stop) {
+  poll_pending_save();  // a background checkpoint write: sealed once every rank finished, or its error stops the run
   const bool last = state.global_step >= length.max_steps;
   const bool epoch_end = step_in_epoch >= length.steps_per_epoch;
   auto due = [&](Interval when, int64_t every) {
@@ -261,7 +262,8 @@ void Trainer::Impl::log_eval_save(RunWindow& w, bool stop) {
   // HF also evaluates and saves after the last step under the steps strategy.
   if (due(opt.eval_strategy, eval_steps) || (opt.eval_strategy == Interval::kSteps && last))
     w.last_eval_loss = evaluate_and_log();
-  if (due(opt.save_strategy, save_steps) || (opt.save_strategy == Interval::kSteps && last) || stop) save_checkpoint();
+  if (due(opt.save_strategy, save_steps) || (opt.save_strategy == Interval::kSteps && last) || stop)
+    save_checkpoint(/*allow_async=*/!last && !stop);  // the run ends right after those: write them now
   w.syncs_at_start = util::host_sync_count();  // logging, evaluation and saving are not the steps' syncs
 }
 

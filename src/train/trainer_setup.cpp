@@ -187,8 +187,11 @@ void Trainer::Impl::setup_engine() {
     util::fault_pause_ms("train.pause_in_load");  // signal-during-load tests (util/fault.h)
     std::function<bool(const std::string&)> base_only;  // LoRA: the base checkpoint has no adapter tensors
     if (opt.lora) base_only = [](const std::string& n) { return !model::is_lora_param(n); };
-    fsdp::load_checkpoint(*engine, weights_dir.string(), /*rank0_only=*/policy.cpu_ram_efficient_loading, grow_vocab,
-                          base_only);
+    if (resume_dir && !opt.lora && sharded_layout(*resume_dir))
+      load_sharded_weights(*resume_dir);  // each rank reads its own ranges, whoever wrote them
+    else
+      fsdp::load_checkpoint(*engine, weights_dir.string(), /*rank0_only=*/policy.cpu_ram_efficient_loading, grow_vocab,
+                            base_only);
     weights_loaded = true;
     if (opt.lora && !resume_dir) init_trainable_token_rows();
   }
@@ -260,7 +263,7 @@ Trainer::Trainer(const TrainerOptions& opt) : impl_(std::make_unique<Impl>(opt))
     }
     case ResumeFrom::Kind::kDirectory: {
       s.resume_dir = opt.resume.directory;
-      const std::string why = ckpt::checkpoint_problem(*s.resume_dir);
+      const std::string why = s.checkpoint_problem_shared(*s.resume_dir);  // each rank verifies 1/world of the files
       ALPACA_USER_CHECK(why.empty(), "--resume_from_checkpoint " << s.resume_dir->string() << " cannot be resumed from: " << why);
       break;
     }

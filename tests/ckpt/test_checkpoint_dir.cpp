@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "alpaca/ckpt/checkpoint_dir.h"
+#include "alpaca/ckpt/resume_state.h"
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
@@ -98,7 +99,7 @@ TEST(CheckpointDir, SkipsIncompleteAndCorruptNewest) {
   EXPECT_FALSE(find_latest_complete_checkpoint(tmp.path()));
 }
 
-TEST(CheckpointDir, OneFlippedByteIsCaughtBySha256AndNamesTheFile) {
+TEST(CheckpointDir, OneFlippedByteIsCaughtByTheDigestAndNamesTheFile) {
   TempDir tmp("ckpt_flip");
   const fs::path c10 = save_checkpoint(tmp.path(), 10);
   const fs::path c20 = save_checkpoint(tmp.path(), 20);
@@ -109,12 +110,27 @@ TEST(CheckpointDir, OneFlippedByteIsCaughtBySha256AndNamesTheFile) {
     f.put('X');
   }
   const std::string why = checkpoint_problem(c20);
-  EXPECT_NE(why.find((c20 / "model.safetensors").string() + " is corrupt: its sha256 is"), std::string::npos) << why;
+  EXPECT_NE(why.find((c20 / "model.safetensors").string() + " is corrupt: its xxh3_128 is"), std::string::npos) << why;
   EXPECT_EQ(*find_latest_complete_checkpoint(tmp.path()), c10) << "the corrupt newest is skipped";
-  // A checkpoint written before the checksums (sizes only) is still resumable.
+  // Split between 3 ranks, only the rank whose share holds the file reads it.
+  int found = 0;
+  for (int r = 0; r < 3; ++r) found += checkpoint_problem(c20, r, 3).empty() ? 0 : 1;
+  EXPECT_EQ(found, 1);
   std::ifstream in(c10 / kCompleteMarker);
   nlohmann::json marker = nlohmann::json::parse(in);
-  marker.erase("sha256");
+  // A checkpoint written with SHA-256 digests (before XXH3) still verifies, and catches a flip.
+  nlohmann::json sha = nlohmann::json::object();
+  for (const auto& [rel, size] : marker["files"].items()) sha[rel] = sha256_file((c10 / rel).string());
+  nlohmann::json old_marker = marker;
+  old_marker.erase("xxh3_128");
+  old_marker["sha256"] = sha;
+  std::ofstream(c10 / kCompleteMarker) << old_marker.dump(2);
+  EXPECT_EQ(checkpoint_problem(c10), "");
+  old_marker["sha256"]["model.safetensors"] = std::string(64, '0');
+  std::ofstream(c10 / kCompleteMarker) << old_marker.dump(2);
+  EXPECT_NE(checkpoint_problem(c10).find("is corrupt: its sha256 is"), std::string::npos);
+  // A checkpoint written before the checksums (sizes only) is still resumable.
+  marker.erase("xxh3_128");
   std::ofstream(c10 / kCompleteMarker) << marker.dump(2);
   EXPECT_EQ(checkpoint_problem(c10), "");
   // A marker that is not what we wrote is corrupt, not a crash.

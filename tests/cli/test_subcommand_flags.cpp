@@ -1,5 +1,5 @@
 // Every subcommand's flags come from one table (cli/subcommand_flags.h, train_flags.inc for
-// train): a bad or misspelt flag is a usage error, exit 2, naming the flag, in all six subcommands;
+// train): a bad or misspelt flag is a usage error, exit 2, naming the flag, in all seven subcommands;
 // a missing required flag and a bad value too; --help of each lists its flags; the top-level help
 // lists every subcommand; --version prints the version, the git commit and LibTorch's version.
 #include <gtest/gtest.h>
@@ -27,7 +27,7 @@ Result run(const std::string& args) {
 }  // namespace
 
 TEST(SubcommandFlags, ABadFlagIsAUsageErrorInEverySubcommand) {
-  for (const char* sub : {"train", "init-model", "preprocess", "merge", "generate", "estimate-memory"}) {
+  for (const char* sub : {"train", "init-model", "preprocess", "merge", "consolidate", "generate", "estimate-memory"}) {
     const std::string train_inputs = std::string(sub) == "train" ? " --model_name_or_path m --data_path d" : "";
     const Result r = run(std::string(sub) + train_inputs + " --no_such_flag 1");
     EXPECT_EQ(r.rc, 2) << sub << ": " << r.out;
@@ -47,6 +47,9 @@ TEST(SubcommandFlags, ABadFlagIsAUsageErrorInEverySubcommand) {
   EXPECT_NE(r.out.find("--seed needs an integer, got 'many'"), std::string::npos) << r.out;
   r = run("preprocess --data_path d.json --output o.jsonl --packing maybe");
   EXPECT_EQ(r.rc, 2) << r.out;
+  r = run("consolidate only_one_argument");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("consolidate: expected CHECKPOINT and OUT"), std::string::npos) << r.out;
   r = run("generate --model_name_or_path m --top_k");
   EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("--top_k needs a value"), std::string::npos) << r.out;
@@ -55,12 +58,13 @@ TEST(SubcommandFlags, ABadFlagIsAUsageErrorInEverySubcommand) {
 TEST(SubcommandFlags, HelpListsEverySubcommandAndEachSubcommandsFlags) {
   Result r = run("--help");
   ASSERT_EQ(r.rc, 0) << r.out;
-  for (const char* sub : {"init-model", "preprocess", "merge", "generate", "estimate-memory", "--version"})
+  for (const char* sub : {"init-model", "preprocess", "merge", "consolidate", "generate", "estimate-memory", "--version"})
     EXPECT_NE(r.out.find(std::string("alpaca-train ") + sub), std::string::npos) << sub << "\n" << r.out;
   const std::vector<std::pair<std::string, std::vector<std::string>>> flags = {
       {"init-model", {"--config", "--output_dir", "--seed", "--dtype", "--save_max_shard_size"}},
       {"preprocess", {"--data_path", "--tokenizer", "--output", "--packing", "--num_threads"}},
       {"merge", {"--model_name_or_path", "--adapter", "--output_dir"}},
+      {"consolidate", {"--save_max_shard_size"}},
       {"generate", {"--instruction", "--prompts", "--top_p", "--bf16", "--device"}},
       {"estimate-memory", {"--num_gpus", "--num_cpu_ranks", "--gpu_memory_gb", "--json"}}};
   for (const auto& [sub, names] : flags) {

@@ -12,8 +12,10 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace alpaca::ckpt {
@@ -21,7 +23,8 @@ namespace alpaca::ckpt {
 inline constexpr const char* kCheckpointPrefix = "checkpoint";
 inline constexpr const char* kStagingPrefix = "tmp-checkpoint";
 // Written last into a checkpoint; JSON {"step": n, "files": {"relative/path": size_bytes, ...},
-// "sha256": {"relative/path": hex, ...}} (checkpoints from before the checksums have no "sha256").
+// "xxh3_128": {"relative/path": hex, ...}} (ckpt/digest.h). Checkpoints of earlier versions carry
+// "sha256" digests instead, or none at all; both still verify and resume.
 inline constexpr const char* kCompleteMarker = "checkpoint_complete.json";
 
 std::string checkpoint_name(int64_t step);  // "checkpoint-<step>"
@@ -44,7 +47,10 @@ class CheckpointWriter {
   const std::filesystem::path& staging_dir() const { return staging_; }
   std::filesystem::path final_dir() const;
   // Returns the final directory. Throws alpaca::Error when the staging directory is missing.
-  std::filesystem::path commit();  // rank 0 only
+  // `known`: files other ranks wrote and fsync'ed, with the size and digest they computed while
+  // writing (relative path -> (size, xxh3 hex)); they are not read again. The other files (the
+  // small ones rank 0 wrote) are fsync'ed and digested here.
+  std::filesystem::path commit(const std::map<std::string, std::pair<int64_t, std::string>>& known = {});  // rank 0 only
   // After a failed save (rank 0): removes the staging directory, so nothing half-written stays
   // behind, and returns a sentence for the error: how many bytes the save had written and the
   // newest checkpoint-<step> that is still there with its size (about what a checkpoint needs).
@@ -58,8 +64,10 @@ class CheckpointWriter {
 
 // Why a checkpoint directory cannot be resumed from, naming the file; empty when it is complete:
 // the marker exists, parses, names this step, and every listed file exists with the listed size
-// and (when the marker has them) the listed sha256. Reads every byte of the checkpoint.
-std::string checkpoint_problem(const std::filesystem::path& checkpoint_dir);
+// and (when the marker has them) the listed digest. Reads every byte of the checkpoint, unless
+// `world` > 1: then only the files whose index in the marker is `rank` modulo `world` are read
+// (every rank verifies its share, and the caller combines the answers).
+std::string checkpoint_problem(const std::filesystem::path& checkpoint_dir, int rank = 0, int world = 1);
 
 // The newest complete checkpoint-<step> in output_dir (by step), skipping incomplete or corrupt
 // ones with a warning that names them and says why; nullopt when there is none.

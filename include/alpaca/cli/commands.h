@@ -13,6 +13,7 @@ int run_init_model(const std::vector<std::string>& args);  // `init-model --conf
 int run_preprocess(const std::vector<std::string>& args);  // `preprocess --data_path ... --output ...`
 int run_generate(const std::vector<std::string>& args);    // `generate --model_name_or_path d --instruction ...`
 int run_merge(const std::vector<std::string>& args);       // `merge --model_name_or_path B --adapter A --output_dir O`
+int run_consolidate(const std::vector<std::string>& args);  // `consolidate CHECKPOINT OUT`
 // `estimate-memory <train flags> [--num_gpus N] ...`: the memory planner (plan/memory_plan.h).
 int run_estimate_memory(const std::vector<std::string>& args);
 // The built-in torchrun-style launcher: `alpaca-train --nproc_per_node N ... <train flags>`.

@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "alpaca/fsdp/flat_param.h"
@@ -61,6 +62,18 @@ using OptimStateSink =
     std::function<void(const std::string& name, const std::string& key, const at::Tensor& value)>;
 // Returns the full optimizer state tensor for (name, key) (fp32, CPU, parameter shape).
 using OptimStateSource = std::function<at::Tensor(const std::string& name, const std::string& key)>;
+
+// One parameter's elements in this rank's shard: what a sharded checkpoint writes and reads on
+// this rank. `values` views the shard (fp32; a frozen shard may be in param_dtype).
+struct LocalParamShard {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t param_begin = 0, param_end = 0;  // of the flattened parameter
+  bool trainable = false;
+  size_t optim_index = 0;    // trainable: its shard in optim_shards() / ShardedAdamW
+  int64_t shard_offset = 0;  // where the elements start inside that shard
+  at::Tensor values;
+};
 
 class FsdpEngine {
  public:
@@ -108,6 +121,12 @@ class FsdpEngine {
   void gather_optimizer_state_by_name(const optim::ShardedAdamW& opt, const OptimStateSink& sink,
                                       bool all_ranks = false);
   void load_optimizer_state_by_name(optim::ShardedAdamW& opt, const OptimStateSource& source);
+
+  // Every parameter part in this rank's shards, in unit order (no padding). Local.
+  std::vector<LocalParamShard> local_param_shards() const;
+  // (index, count) of the ranks holding this rank's shards (NO_SHARD, HYBRID_SHARD replicas; (0, 1)
+  // otherwise), so a checkpoint writer can split a replicated shard between them.
+  std::pair<int, int> shard_replica() const;
 
   // Memory probe (auto_find_batch_size): while on, every gather and reduce-scatter allocates
   // exactly the buffers it would, but nothing is communicated and no gradient reaches the shards,

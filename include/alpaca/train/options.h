@@ -89,6 +89,8 @@ struct TrainerOptions {
   bool disable_tqdm = false;
   int64_t save_max_shard_bytes = 0;         // 0 = 5 GB
   bool save_only_model = false;
+  bool save_async = true;           // background checkpoint writes (trainer_sharded_ckpt.cpp)
+  bool sharded_checkpoints = true;  // every rank writes its shards; false: rank 0 gathers (old layout)
   std::optional<int64_t> save_total_limit;  // unset = keep every checkpoint
 
   // ---- LoRA (--use_peft): set = train a peft adapter over the frozen base.

@@ -6,6 +6,9 @@
 // Points in use (each call site names its point; keep this list in step with the code):
 //   ckpt.pause_before_seal=MS   every rank sleeps MS ms after writing its checkpoint files and
 //                               before the checkpoint is sealed (kill-mid-write tests).
+//                               With --save_async the pause is in the background writer.
+//   ckpt.fail_write_rank=RANK   that rank's sharded checkpoint writes fail as on a full disk
+//                               (ENOSPC), the other ranks' succeed (one-rank disk-full tests).
 //   mem.cpu_cap_bytes=N         the counting CPU allocator (util/tensor_memory.h) refuses any
 //                               allocation that would take live CPU tensor bytes above N, with
 //                               c10::OutOfMemoryError (out-of-memory tests on CPU).

@@ -1,0 +1,300 @@
+// Sharded checkpoints (the default layout): every rank writes the parameter and AdamW-moment
+// ranges it owns as safetensors in torch DCP's Hugging Face layout (ckpt/sharded_tensors.h), with
+// digests computed while writing; nothing passes through another rank. Rank 0 writes the small
+// files (config, tokenizer, trainer and resume state) and seals the checkpoint only after an
+// all-gather of every rank's status, file sizes and digests. With --save_async the shards are
+// first copied into host memory and a background thread writes them while training goes on; the
+// seal happens at the first step after every rank finished (or at the next save, the end, a
+// signal). A resume reads only this rank's ranges, whatever world size or strategy wrote them.
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "alpaca/ckpt/digest.h"
+#include "alpaca/ckpt/sharded_tensors.h"
+#include "alpaca/util/error.h"
+#include "alpaca/util/fault.h"
+#include "alpaca/util/log.h"
+#include "alpaca/util/sys.h"
+#include "trainer_impl.h"
+
+namespace fs = std::filesystem;
+
+namespace alpaca::train {
+namespace {
+
+constexpr const char* kModelSub = "sharded";  // torch's SHARDED_DIR_NAME
+struct Kind {
+  const char* sub;
+  const char* stem;
+};
+// Slot order of the status gather: kind-major, then the part.
+constexpr Kind kKinds[] = {{kModelSub, "model"}, {"optimizer/exp_avg", "exp_avg"}, {"optimizer/exp_avg_sq", "exp_avg_sq"}};
+constexpr int kNumKinds = 3;
+constexpr int kSlots = kNumKinds * ckpt::kShardParts;
+constexpr int kGatherWidth = 3 + 3 * kSlots;  // status, bytes written, peak RSS; (size, hi, lo) per slot
+
+int64_t mem_available_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return -1;
+}
+
+// This rank's part of [begin, end) when `count` ranks hold the same shard (NO_SHARD / HYBRID).
+std::pair<int64_t, int64_t> replica_part(int64_t begin, int64_t end, int index, int count) {
+  const int64_t n = end - begin;
+  return {begin + n * index / count, begin + n * (index + 1) / count};
+}
+
+}  // namespace
+
+struct Trainer::Impl::ShardSet {
+  std::vector<ckpt::RangePiece> kinds[kNumKinds];
+  int64_t optimizer_step = 0;
+  int64_t bytes() const {
+    int64_t b = 0;
+    for (const auto& k : kinds)
+      for (const auto& p : k) b += static_cast<int64_t>(p.values.nbytes());
+    return b;
+  }
+};
+
+struct Trainer::Impl::PendingSave {
+  explicit PendingSave(ckpt::CheckpointWriter w) : writer(std::move(w)) {}
+  ~PendingSave() {
+    if (thread.joinable()) thread.join();  // an error unwinds the trainer: the write has no collectives
+  }
+  ckpt::CheckpointWriter writer;
+  std::thread thread;
+  std::atomic<bool> done{false};
+  std::vector<ckpt::WrittenFile> files;
+  std::string error;        // the shard write's (background thread)
+  std::string small_error;  // rank 0's small files' (main thread)
+  int64_t rss_at_start = 0;
+  double stall_seconds = 0, write_seconds = 0;
+};
+
+bool Trainer::Impl::sharded_layout(const fs::path& dir) { return fs::is_directory(dir / kModelSub); }
+
+// The ranges this rank owns, as views (copy = false, CPU fp32 shards) or host copies.
+Trainer::Impl::ShardSet Trainer::Impl::snapshot_shards(bool copy) {
+  ShardSet set;
+  const auto [replica, replicas] = engine->shard_replica();
+  auto piece = [&](const fsdp::LocalParamShard& p, const at::Tensor& shard_values) {
+    const auto [b, e] = replica_part(p.param_begin, p.param_end, replica, replicas);
+    at::Tensor v = shard_values.narrow(0, b - p.param_begin, e - b);
+    v = copy ? v.to(at::kCPU, at::kFloat, false, /*copy=*/true) : v.to(at::kCPU, at::kFloat);
+    return ckpt::RangePiece{p.name, p.shape, b, e, v};
+  };
+  for (const auto& p : engine->local_param_shards()) {
+    set.kinds[0].push_back(piece(p, p.values));
+    if (!p.trainable || opt.save_only_model) continue;
+    const int64_t n = p.param_end - p.param_begin;
+    set.kinds[1].push_back(piece(p, optimizer->exp_avg(p.optim_index).narrow(0, p.shard_offset, n)));
+    set.kinds[2].push_back(piece(p, optimizer->exp_avg_sq(p.optim_index).narrow(0, p.shard_offset, n)));
+  }
+  set.optimizer_step = optimizer->step_count();
+  return set;
+}
+
+std::vector<ckpt::WrittenFile> Trainer::Impl::write_shards(const fs::path& dir, const ShardSet& set) const {
+  std::vector<ckpt::WrittenFile> files;
+  for (int k = 0; k < kNumKinds; ++k) {
+    std::map<std::string, std::string> meta;
+    if (k > 0) meta["step"] = std::to_string(set.optimizer_step);
+    auto f = set.kinds[k].empty() && k > 0 ? std::vector<ckpt::WrittenFile>(ckpt::kShardParts)
+                                           : ckpt::write_rank_shards(dir, kKinds[k].sub, kKinds[k].stem, rank, set.kinds[k], meta);
+    files.insert(files.end(), f.begin(), f.end());
+  }
+  util::fault_pause_ms("ckpt.pause_before_seal");  // kill-mid-write tests (util/fault.h)
+  return files;
+}
+
+void Trainer::Impl::write_small_checkpoint_files(const fs::path& dir) {
+  ckpt::write_file_durable(dir / "config.json", model->config().to_json());
+  tokenizer->save(dir.string());
+  state.save((dir / ckpt::kTrainerStateName).string());
+  if (!opt.save_only_model) capture_resume_state().save((dir / ckpt::kResumeStateName).string());
+}
+
+void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
+  if (pending_save) finish_pending_save();
+  sys::Timer stall;
+  ckpt::CheckpointWriter writer(output_dir, state.global_step);
+  if (rank == 0) writer.begin();
+  barrier();  // the staging directory exists before any rank writes into it
+  sys::reset_peak_rss_window();
+  const int64_t rss_at_start = sys::rss_bytes();
+  // Asynchronous when every rank can hold a copy of its shards twice over in free host memory.
+  bool async = allow_async && opt.save_async;
+  if (async) {
+    int64_t need = 0;
+    for (const auto& p : engine->local_param_shards()) need += (p.param_end - p.param_begin) * 4 * 3;
+    at::Tensor refuse = at::full({1}, mem_available_bytes() > 2 * need ? 0 : 1, at::TensorOptions().dtype(at::kLong).device(device));
+    comm->all_reduce(refuse, dist::ReduceOp::kMax)->wait();
+    if (refuse.item<int64_t>() != 0) {
+      ALPACA_INFO("--save_async: not enough free host memory on some rank for a copy of its shards; saving synchronously");
+      async = false;
+    }
+  }
+  ShardSet set = snapshot_shards(/*copy=*/async);
+  auto pending = std::make_shared<PendingSave>(std::move(writer));
+  pending->rss_at_start = rss_at_start;
+  try {  // a failure is reported through the status gather, so no rank waits for rank 0 in vain
+    if (rank == 0) write_small_checkpoint_files(pending->writer.staging_dir());
+  } catch (const std::exception& e) {
+    pending->small_error = e.what();
+  }
+  auto run = [this, p = pending.get(), s = std::make_shared<ShardSet>(std::move(set))] {
+    sys::Timer t;
+    try {
+      p->files = write_shards(p->writer.staging_dir(), *s);
+    } catch (const std::exception& e) {
+      p->error = e.what();
+    }
+    p->write_seconds = t.seconds();
+    p->done = true;
+  };
+  if (!async) {
+    run();
+    pending->stall_seconds = stall.seconds();
+    pending_save = pending;
+    finish_pending_save();
+    return;
+  }
+  pending->thread = std::thread(run);
+  pending->stall_seconds = stall.seconds();
+  pending_save = pending;
+  ALPACA_INFO("checkpoint-" << state.global_step << ": shards copied to host memory in " << pending->stall_seconds
+                            << " s; writing them in the background");
+}
+
+void Trainer::Impl::poll_pending_save() {
+  if (!pending_save) return;
+  at::Tensor busy = at::full({1}, pending_save->done ? 0 : 1, at::TensorOptions().dtype(at::kLong).device(device));
+  comm->all_reduce(busy, dist::ReduceOp::kMax)->wait();
+  if (busy.item<int64_t>() == 0) finish_pending_save();
+}
+
+void Trainer::Impl::finish_pending_save() {
+  std::shared_ptr<PendingSave> p = std::move(pending_save);
+  if (!p) return;
+  if (p->thread.joinable()) p->thread.join();
+  // Every rank's status, bytes, peak RSS and (size, digest) per file, to every rank.
+  at::Tensor mine = at::zeros({kGatherWidth}, at::kLong);
+  auto* m = mine.data_ptr<int64_t>();
+  const std::string error = p->error.empty() ? p->small_error : p->error;
+  m[0] = error.empty() ? 0 : 1;
+  m[2] = std::max<int64_t>(0, sys::window_peak_rss_bytes() - p->rss_at_start);  // what the save added
+  for (size_t s = 0; s < p->files.size() && s < kSlots; ++s) {
+    const auto& f = p->files[s];
+    m[3 + 3 * s] = f.size;
+    m[4 + 3 * s] = static_cast<int64_t>(f.digest_high);
+    m[5 + 3 * s] = static_cast<int64_t>(f.digest_low);
+    m[1] += std::max<int64_t>(f.size, 0);
+  }
+  if (p->files.empty())
+    for (int s = 0; s < kSlots; ++s) m[3 + 3 * s] = -1;
+  at::Tensor all = at::empty({world * kGatherWidth}, at::TensorOptions().dtype(at::kLong).device(device));
+  comm->all_gather_into(all, mine.to(device))->wait();
+  all = all.to(at::kCPU).view({world, kGatherWidth});
+  const auto a = all.accessor<int64_t, 2>();
+  std::string failed;
+  for (int r = 0; r < world; ++r)
+    if (a[r][0] != 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  if (!failed.empty()) {
+    std::string msg = p->writer.final_dir().filename().string() + " was not saved: rank(s) " + failed +
+                      " could not write their shards";
+    if (!error.empty()) msg += " (this rank: " + error + ")";
+    if (rank == 0) msg += "; " + p->writer.abandon();
+    ALPACA_FAIL(msg);
+  }
+  if (rank == 0) seal(*p, all);
+  barrier();
+}
+
+void Trainer::Impl::seal(PendingSave& p, const at::Tensor& gathered) {
+  const auto a = gathered.accessor<int64_t, 2>();
+  std::map<std::string, std::pair<int64_t, std::string>> known;
+  std::ostringstream per_rank;
+  int64_t total = 0, max_rss = 0, others_rss = 0;
+  for (int r = 0; r < world; ++r) {
+    for (int s = 0; s < kSlots; ++s) {
+      if (a[r][3 + 3 * s] < 0) continue;
+      const Kind& k = kKinds[s / ckpt::kShardParts];
+      known[ckpt::shard_file_name(k.sub, k.stem, r, s % ckpt::kShardParts)] = {
+          a[r][3 + 3 * s], ckpt::xxh3_hex(static_cast<uint64_t>(a[r][4 + 3 * s]), static_cast<uint64_t>(a[r][5 + 3 * s]))};
+    }
+    total += a[r][1];
+    per_rank << (r ? ", " : "") << a[r][1];
+    max_rss = std::max(max_rss, a[r][2]);
+    if (r) others_rss = std::max(others_rss, a[r][2]);
+  }
+  const fs::path final_dir = p.writer.commit(known);
+  ALPACA_INFO("saved checkpoint " << final_dir.string() << ": shard bytes per rank [" << per_rank.str() << "] of " << total
+              << " (1/" << world << " = " << total / world << "); RSS growth during the save: rank 0 "
+              << a[0][2] / (1 << 20) << " MiB, other ranks at most " << others_rss / (1 << 20) << " MiB; training stalled "
+              << p.stall_seconds << " s, the shard write took " << p.write_seconds << " s");
+  if (opt.save_total_limit)
+    ckpt::rotate_checkpoints(output_dir, *opt.save_total_limit, state.best_model_checkpoint.value_or(""), true);
+}
+
+void Trainer::Impl::load_sharded_weights(const fs::path& dir) {
+  auto reader = std::make_shared<ckpt::ShardedTensorReader>(ckpt::ShardedTensorReader::open(dir / kModelSub));
+  engine->load_parameters(
+      [reader](const std::string& name, const std::vector<int64_t>& shape, int64_t begin, int64_t end, at::Tensor out) {
+        ALPACA_CHECK(reader->contains(name) && reader->shape(name) == shape,
+                     reader->dir().string() << " has no tensor " << name << " of shape " << at::IntArrayRef(shape)
+                                            << "; is it a checkpoint of this model?");
+        reader->read_range(name, begin, end, out);
+      },
+      /*rank0_only=*/false);
+}
+
+void Trainer::Impl::load_sharded_optimizer(const fs::path& dir) {
+  const auto m = ckpt::ShardedTensorReader::open(dir / kKinds[1].sub);
+  const auto v = ckpt::ShardedTensorReader::open(dir / kKinds[2].sub);
+  for (const auto& p : engine->local_param_shards()) {
+    if (!p.trainable) continue;
+    const int64_t n = p.param_end - p.param_begin;
+    for (const auto* r : {&m, &v}) {
+      ALPACA_CHECK(r->contains(p.name) && r->shape(p.name) == p.shape,
+                   r->dir().string() << " has no optimizer state for " << p.name << " of shape " << at::IntArrayRef(p.shape)
+                                     << "; the checkpoint is incomplete or of another model, resume from an older one");
+      at::Tensor state = (r == &m ? optimizer->exp_avg(p.optim_index) : optimizer->exp_avg_sq(p.optim_index)).narrow(0, p.shard_offset, n);
+      if (state.device().is_cpu() && state.scalar_type() == at::kFloat) {
+        r->read_range(p.name, p.param_begin, p.param_end, state);
+      } else {
+        at::Tensor buf = at::empty({n}, at::kFloat);
+        r->read_range(p.name, p.param_begin, p.param_end, buf);
+        state.copy_(buf);
+      }
+    }
+  }
+  const std::string step = m.metadata("step");
+  ALPACA_CHECK(!step.empty(), m.dir().string() << " has no optimizer step in its metadata; the checkpoint is corrupt");
+  optimizer->set_step_count(std::stoll(step));
+}
+
+std::string Trainer::Impl::checkpoint_problem_shared(const fs::path& dir) {
+  const std::string why = ckpt::checkpoint_problem(dir, rank, world);
+  at::Tensor bad = at::zeros({world}, at::kLong);
+  bad[rank] = why.empty() ? 0 : 1;
+  bad = bad.to(device);
+  comm->all_reduce(bad, dist::ReduceOp::kSum)->wait();
+  bad = bad.to(at::kCPU);
+  // The first rank that found a problem: every rank repeats that rank's share, so all of them
+  // hold the same message naming the file (rank 0 prints input errors).
+  for (int r = 0; r < world; ++r)
+    if (bad[r].item<int64_t>() != 0) return r == rank ? why : ckpt::checkpoint_problem(dir, r, world);
+  return "";
+}
+
+}  // namespace alpaca::train

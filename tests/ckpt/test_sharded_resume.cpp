@@ -1,0 +1,320 @@
+// Sharded checkpoints of real training runs (alpaca-train on the tiny parity model, CPU, under
+// mpirun): every rank writes its own shards; resume is bitwise at the same world size with sync
+// and async saves, within 1e-6 after resharding (4 -> 2, 2 -> 3, full_shard -> shard_grad_op);
+// a checkpoint of the gathered (pre-sharding) layout still resumes; bytes per rank are 1/N;
+// consolidate gives the HF export's tensors; faults leave the previous checkpoint usable.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "alpaca/ckpt/checkpoint_dir.h"
+#include "alpaca/io/safetensors.h"
+#include "test_util.h"
+#include "train_test_util.h"
+
+namespace fs = std::filesystem;
+using namespace alpaca::testing;
+
+namespace {
+
+fs::path fixture() { return binary_dir() / "fixtures" / "train_parity"; }
+
+std::string args(const fs::path& out, int64_t max_steps, int per_device, int accum, const std::string& extra = "") {
+  return "--model_name_or_path " + (fixture() / "model").string() + " --data_path " + (fixture() / "data.json").string() +
+         " --output_dir " + out.string() + " --max_steps " + std::to_string(max_steps) +
+         " --per_device_train_batch_size " + std::to_string(per_device) + " --gradient_accumulation_steps " +
+         std::to_string(accum) +
+         " --learning_rate 1e-3 --warmup_ratio 0.1 --lr_scheduler_type cosine --model_max_length 64"
+         " --logging_steps 1 --report_to jsonl --seed 42 --save_steps 3 --fsdp 'full_shard auto_wrap' " + extra;
+}
+
+std::map<std::string, at::Tensor> weights(const fs::path& file) {
+  auto f = alpaca::io::SafetensorsFile::open(file.string());
+  std::map<std::string, at::Tensor> out;
+  for (const auto& n : f->names()) out[n] = f->tensor(n).clone();
+  return out;
+}
+
+nlohmann::json marker(const fs::path& ckpt) {
+  std::ifstream f(ckpt / alpaca::ckpt::kCompleteMarker);
+  return nlohmann::json::parse(f);
+}
+
+// Runs the last steps from `ckpt` copied into a fresh output_dir; returns that directory's logs.
+std::vector<StepLog> resume(const fs::path& ckpt, const fs::path& out, int ranks, const std::string& run_args,
+                            std::string* log) {
+  fs::create_directories(out);
+  fs::copy(ckpt, out / ckpt.filename(), fs::copy_options::recursive);
+  EXPECT_EQ(run_trainer(run_args + " --resume_from_checkpoint True", ranks, log), 0) << *log;
+  return read_step_logs(out);
+}
+
+// Shard bytes per rank: each within 1% of the checkpoint's shard bytes / world.
+void expect_even_bytes(const fs::path& ckpt, int world) {
+  const auto m = marker(ckpt);
+  std::vector<int64_t> per(world, 0);
+  int64_t total = 0;
+  for (const auto& [rel, size] : m["files"].items()) {
+    std::smatch sm;
+    static const std::regex re("shard-([0-9]{5})-");
+    if (!std::regex_search(rel, sm, re)) continue;
+    const int r = std::stoi(sm[1].str()) - 1;
+    ASSERT_LT(r, world) << rel;
+    per[r] += size.get<int64_t>();
+    total += size.get<int64_t>();
+  }
+  ASSERT_GT(total, 0) << "no shard files in " << ckpt;
+  for (int r = 0; r < world; ++r)
+    EXPECT_LE(std::abs(per[r] - total / world), total / world / 100)
+        << "rank " << r << " wrote " << per[r] << " bytes of " << total << " (world " << world << ")";
+}
+
+void expect_same_steps(const std::vector<StepLog>& resumed, const std::vector<StepLog>& straight, double rel_tol) {
+  ASSERT_EQ(resumed.size(), 3u);
+  ASSERT_EQ(straight.size(), 6u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(resumed[i].step, straight[3 + i].step);
+    if (rel_tol == 0) {
+      EXPECT_EQ(resumed[i].loss, straight[3 + i].loss) << "step " << resumed[i].step << " must be bitwise identical";
+    } else {
+      EXPECT_NEAR(resumed[i].loss, straight[3 + i].loss, rel_tol * std::abs(straight[3 + i].loss)) << "step " << resumed[i].step;
+    }
+  }
+}
+
+void expect_weights(const fs::path& a, const fs::path& b, double rel_tol) {
+  const auto wa = weights(a / "model.safetensors"), wb = weights(b / "model.safetensors");
+  ASSERT_EQ(wa.size(), wb.size());
+  for (const auto& [name, t] : wa) {
+    if (rel_tol == 0) {
+      EXPECT_TRUE(at::equal(t, wb.at(name))) << name << " differs";
+    } else {
+      const double rel = (t - wb.at(name)).norm().item<double>() / std::max(t.norm().item<double>(), 1e-12);
+      EXPECT_LE(rel, rel_tol) << name;
+    }
+  }
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+void expect_no_staging(const fs::path& out) {
+  for (const auto& e : fs::directory_iterator(out))
+    EXPECT_NE(e.path().filename().string().rfind("tmp-", 0), 0u) << "left behind: " << e.path();
+}
+
+#define SKIP_WITHOUT_FIXTURE() ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture())
+
+}  // namespace
+
+TEST(ShardedResume, BitwiseSixEqualsThreePlusThreeSyncAndAsync) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("sharded_bitwise");
+  std::string log;
+  const fs::path sync = tmp.path() / "sync", async = tmp.path() / "async";
+  ASSERT_EQ(run_trainer(args(sync, 6, 2, 2, "--save_async False"), 2, &log), 0) << log;
+  ASSERT_EQ(run_trainer(args(async, 6, 2, 2), 2, &log), 0) << log;
+  EXPECT_NE(log.find("writing them in the background"), std::string::npos) << "checkpoint-3 must be saved asynchronously: " << log;
+  // Every rank wrote its own files; the async checkpoint is bitwise the synchronous one.
+  const auto ms = marker(sync / "checkpoint-3"), ma = marker(async / "checkpoint-3");
+  int shard_files = 0;
+  for (const auto& [rel, digest] : ms["xxh3_128"].items()) {
+    if (rel.find("shard-") == std::string::npos) continue;
+    ++shard_files;
+    EXPECT_EQ(ma["xxh3_128"].value(rel, ""), digest.get<std::string>()) << rel << " differs between sync and async saves";
+  }
+  EXPECT_GE(shard_files, 6) << "model, exp_avg and exp_avg_sq files of both ranks";
+  EXPECT_TRUE(fs::exists(sync / "checkpoint-3" / "sharded" / "shard-00002-model-00001-of-00003.safetensors"));
+  EXPECT_FALSE(fs::exists(sync / "checkpoint-3" / "optimizer.safetensors"));
+  expect_even_bytes(sync / "checkpoint-3", 2);
+  // 3 + resume 3, from each.
+  const auto straight = read_step_logs(sync);
+  EXPECT_EQ(read_step_logs(async).size(), 6u);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(read_step_logs(async)[i].loss, straight[i].loss) << "an async save changes nothing";
+  for (const fs::path& from : {sync, async}) {
+    SCOPED_TRACE(from.filename().string());
+    const fs::path out = tmp.path() / ("resumed_" + from.filename().string());
+    expect_same_steps(resume(from / "checkpoint-3", out, 2, args(out, 6, 2, 2), &log), straight, 0);
+    expect_weights(sync, out, 0);
+    expect_no_staging(out);
+  }
+}
+
+TEST(ShardedResume, ReshardedResumesMatchWithin1e6) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("sharded_reshard");
+  std::string log;
+  // Global batch 12 throughout: 4 x 3 x 1, 2 x 3 x 2, 3 x 2 x 2.
+  const fs::path w4 = tmp.path() / "w4", w2 = tmp.path() / "w2";
+  ASSERT_EQ(run_trainer(args(w4, 6, 3, 1), 4, &log), 0) << log;
+  expect_even_bytes(w4 / "checkpoint-3", 4);
+  // What the save adds to rank 0's RSS is no more than the other ranks' plus the small files.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("RSS growth during the save: rank 0 ([0-9]+) MiB, other ranks at most ([0-9]+) MiB")))
+      << log;
+  EXPECT_LE(std::stoll(m[1].str()), std::stoll(m[2].str()) + 16) << m[0];
+  ASSERT_EQ(run_trainer(args(w2, 6, 3, 2), 2, &log), 0) << log;
+  const auto s4 = read_step_logs(w4), s2 = read_step_logs(w2);
+  struct Case {
+    const char* name;
+    fs::path from;
+    int ranks;
+    int per_device, accum;
+    std::string extra;
+    const std::vector<StepLog>* straight;
+  } cases[] = {{"4 -> 2", w4, 2, 3, 2, "", &s4},
+               {"2 -> 3", w2, 3, 2, 2, "", &s2},
+               {"full_shard -> shard_grad_op", w2, 2, 3, 2, "--fsdp 'shard_grad_op auto_wrap'", &s2}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path out = tmp.path() / (std::string("resumed_") + std::to_string(&c - cases));
+    expect_same_steps(resume(c.from / "checkpoint-3", out, c.ranks, args(out, 6, c.per_device, c.accum, c.extra), &log),
+                      *c.straight, 1e-6);
+    EXPECT_NE(log.find("resuming from"), std::string::npos) << log;
+    expect_weights(c.from, out, 1e-6);
+  }
+}
+
+TEST(ShardedResume, GatheredCheckpointOfEarlierVersionsStillResumes) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("sharded_old_layout");
+  std::string log;
+  const fs::path old = tmp.path() / "old", out = tmp.path() / "resumed";
+  ASSERT_EQ(run_trainer(args(old, 6, 2, 2, "--save_checkpoint_layout gathered"), 2, &log), 0) << log;
+  ASSERT_TRUE(fs::exists(old / "checkpoint-3" / "optimizer.safetensors"));
+  ASSERT_TRUE(fs::exists(old / "checkpoint-3" / "model.safetensors"));
+  expect_same_steps(resume(old / "checkpoint-3", out, 2, args(out, 6, 2, 2), &log), read_step_logs(old), 0);
+  expect_weights(old, out, 0);
+  EXPECT_TRUE(fs::is_directory(out / "checkpoint-6" / "sharded")) << "new saves use the sharded layout";
+}
+
+TEST(ShardedResume, ConsolidateAndTorchReadTheModelAsTheHfExport) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("sharded_consolidate");
+  std::string log;
+  const fs::path out = tmp.path() / "run";
+  ASSERT_EQ(run_trainer(args(out, 3, 2, 2), 2, &log), 0) << log;
+  const fs::path ck = out / "checkpoint-3";
+  ASSERT_EQ(run_command(train_bin() + " consolidate " + ck.string() + " " + (tmp.path() / "hf").string(), &log), 0) << log;
+  const auto ours = weights(out / "model.safetensors"), cons = weights(tmp.path() / "hf" / "model.safetensors");
+  ASSERT_EQ(ours.size(), cons.size());
+  for (const auto& [name, t] : ours) EXPECT_TRUE(at::equal(t, cons.at(name))) << name;
+  EXPECT_TRUE(fs::exists(tmp.path() / "hf" / "config.json"));
+  EXPECT_TRUE(fs::exists(tmp.path() / "hf" / "tokenizer_config.json"));
+  // torch's own DCP Hugging Face reader and consolidator on the 2-rank checkpoint.
+  const std::string py = python() + " " + (source_dir() / "tests" / "reference" / "read_dcp_checkpoint.py").string() + " " +
+                         (ck / "sharded").string() + " " + (out / "model.safetensors").string() + " " + (tmp.path() / "torch").string();
+  ASSERT_EQ(run_command(py, &log), 0) << log;
+  EXPECT_NE(log.find("torch read"), std::string::npos) << log;
+}
+
+TEST(ShardedResume, OneRankDiskFullKeepsThePreviousCheckpoint) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("sharded_disk_full");
+  std::string log;
+  const fs::path out = tmp.path() / "run";
+  ASSERT_EQ(run_trainer(args(out, 3, 2, 2), 2, &log), 0) << log;  // checkpoint-3
+  // Rank 1's writes fail as on a full disk at checkpoint-6 (a background save): reported, run stops.
+  int rc = run_command("ALPACA_FAULTS=ckpt.fail_write_rank=1 mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none "
+                       "-x ALPACA_FAULTS " + train_bin() + " " + args(out, 9, 2, 2, "--resume_from_checkpoint True"), &log);
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(log.find("checkpoint-6 was not saved: rank(s) 1 could not write their shards"), std::string::npos) << log;
+  EXPECT_NE(log.find("No space left on device"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(out / "checkpoint-6"));
+  EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-3"), "") << "the previous checkpoint is intact";
+  // The next run resumes from it and leaves no staging directory.
+  ASSERT_EQ(run_trainer(args(out, 9, 2, 2, "--resume_from_checkpoint True"), 2, &log), 0) << log;
+  EXPECT_NE(log.find("resuming from " + (out / "checkpoint-3").string()), std::string::npos) << log;
+  expect_no_staging(out);
+  EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-9"), "");
+}
+
+TEST(ShardedResume, FlippedByteAndMissingShardAreRefusedNamingTheFile) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("sharded_corrupt");
+  std::string log;
+  const fs::path out = tmp.path() / "run";
+  ASSERT_EQ(run_trainer(args(out, 3, 2, 2), 2, &log), 0) << log;
+  const fs::path good = out / "checkpoint-3";
+  const std::string rank1_model = "sharded/shard-00002-model-00001-of-00003.safetensors";
+  const std::string rank0_moment = "optimizer/exp_avg/shard-00001-exp_avg-00001-of-00003.safetensors";
+  struct Case {
+    std::string file, expect;
+    bool flip;
+  } cases[] = {{rank1_model, "is corrupt: its xxh3_128 is", true}, {rank0_moment, "is missing", false}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.file);
+    const fs::path bad = tmp.path() / "bad" / "checkpoint-3";
+    fs::remove_all(bad.parent_path());
+    fs::create_directories(bad.parent_path());
+    fs::copy(good, bad, fs::copy_options::recursive);
+    if (c.flip) {
+      std::fstream f(bad / c.file, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(-100, std::ios::end);
+      const char ch = static_cast<char>(f.get());
+      f.seekp(-100, std::ios::end);
+      f.put(static_cast<char>(ch ^ 0x10));
+    } else {
+      fs::remove(bad / c.file);
+    }
+    const fs::path again = tmp.path() / "again";
+    const int rc = run_trainer(args(again, 6, 2, 2, "--resume_from_checkpoint " + bad.string()), 2, &log);
+    EXPECT_NE(rc, 0) << log;
+    EXPECT_NE(log.find((bad / c.file).string() + " " + c.expect), std::string::npos) << log;
+    EXPECT_FALSE(fs::exists(again / "checkpoint-6"));
+  }
+}
+
+TEST(ShardedResume, KillNineOfOneRankDuringTheBackgroundWrite) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("sharded_kill9");
+  const fs::path out = tmp.path() / "run";
+  fs::create_directories(out);
+  // Each background write pauses 4 s after its files, before the seal: checkpoint-3 is sealed at
+  // step 6's save, then rank 1 is killed while checkpoint-6 is being written.
+  const std::string cmd = "exec mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none -x ALPACA_FAULTS=ckpt.pause_before_seal=4000 " +
+                          train_bin() + " " + args(out, 9, 2, 2) + " > " + (tmp.path() / "run.log").string() + " 2>&1";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool staged = false;
+  for (int i = 0; i < 6000 && !staged; ++i) {
+    staged = fs::exists(out / "checkpoint-3") && fs::exists(out / "tmp-checkpoint-6" / "sharded");
+    if (!staged) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Rank 1: the alpaca-train process whose environment says OMPI_COMM_WORLD_RANK=1.
+  pid_t victim = -1;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string env = read_text(e.path() / "environ");
+    const std::string cmdline = read_text(e.path() / "cmdline");
+    if (cmdline.find(out.string()) != std::string::npos && cmdline.find("mpirun") == std::string::npos &&
+        env.find(std::string("OMPI_COMM_WORLD_RANK=1") + '\0') != std::string::npos)
+      victim = std::stoi(e.path().filename().string());
+  }
+  if (victim > 0) kill(victim, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(staged) << read_text(tmp.path() / "run.log");
+  ASSERT_GT(victim, 0) << "rank 1's process was not found";
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the job fails when a rank is killed";
+  EXPECT_FALSE(fs::exists(out / "checkpoint-6"));
+  EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-3"), "");
+  std::string log;
+  ASSERT_EQ(run_trainer(args(out, 9, 2, 2, "--resume_from_checkpoint True"), 2, &log), 0) << log;
+  EXPECT_NE(log.find("resuming from " + (out / "checkpoint-3").string()), std::string::npos) << log;
+  expect_no_staging(out);
+  EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-9"), "");
+}
