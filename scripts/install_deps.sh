@@ -75,5 +75,17 @@ if [ "$(cat .venv-transformers428/.requirements.sha256 2>/dev/null)" != "$want42
 else
   echo "[install_deps] .venv-transformers428: already installed"
 fi
+# transformers 4.44.2 in its own venv: a 4.4x writer of LLaMA tokenizer.json files for
+# tests/reference/llama2_tokenizer_variants_reference.py (issue 26). No torch; about 20 s.
+TF444=tests/reference/requirements-transformers444.txt
+want444=$(sha256sum "$TF444" | cut -d' ' -f1)
+if [ "$(cat .venv-transformers444/.requirements.sha256 2>/dev/null)" != "$want444" ]; then
+  echo "[install_deps] creating .venv-transformers444 (transformers 4.44.2, tokenizers 0.19.1)"
+  [ -x .venv-transformers444/bin/python ] || "$PY" -m venv .venv-transformers444
+  .venv-transformers444/bin/python -m pip install -q --disable-pip-version-check -r "$TF444"
+  echo "$want444" > .venv-transformers444/.requirements.sha256
+else
+  echo "[install_deps] .venv-transformers444: already installed"
+fi
 .venv/bin/python -c "import torch; print('[install_deps] torch', torch.__version__, 'cuda', torch.version.cuda)"
 echo "[install_deps] done in $(( $(date +%s) - t0 )) s"

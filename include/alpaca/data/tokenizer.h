@@ -79,6 +79,19 @@ class Tokenizer {
   // Id of `token` when it is a whole SentencePiece piece or an added token.
   std::optional<int64_t> token_to_id(const std::string& token) const;
 
+  // The file the tokenizer runs from (tokenizer.json or tokenizer.model; "(in memory)" for
+  // from_serialized_model) and, for tokenizer.json, the class transformers 5 builds it as
+  // ("LlamaTokenizer", ... or "TokenizersBackend" when the file's pipeline is used as is).
+  std::string source() const;
+  std::string tokenizer_class() const;
+  // The self-check every run and `preprocess` make before tokenizing data: the EOS train.py
+  // appends to each target, and the BOS and PAD, each alone and after/before text, must come
+  // out as exactly their own id. Throws alpaca::Error naming the token, the ids it became and
+  // the tokenizer file otherwise (a split EOS means the model never learns to stop).
+  void check_special_tokens() const;
+  // "id 'piece'" for each of `ids` (the pieces as the vocabulary spells them), for messages.
+  std::string describe_ids(const std::vector<int64_t>& ids) const;
+
   // Adds `token` as a special token unless it already exists; returns its id. A new token gets
   // id vocab_size() (HF add_special_tokens: "[PAD]" -> 32000 for LLaMA-2).
   int64_t add_special_token(const std::string& token);
