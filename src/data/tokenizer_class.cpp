@@ -43,9 +43,7 @@ const std::map<std::string, std::string>& rebuilt_classes() {
 // model_type -> the tokenizer class transformers 5.23 registers for it (TOKENIZER_MAPPING_NAMES,
 // after tokenization_auto.py adds TokenizersBackend for MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS).
 // config.json's model_type can override the tokenizer_config's class (resolve_class below).
-const std::map<std::string, std::string>& registered_classes() {
-  static const std::map<std::string, std::string> m = [] {
-    static const char* kTable =
+constexpr const char* kRegisteredTable =
       "EvollaModel=TokenizersBackend aimv2=CLIPTokenizer albert=AlbertTokenizer align=BertTokenizer "
       "arctic=TokenizersBackend aria=TokenizersBackend audioflamingo3=Qwen2Tokenizer "
       "aya_vision=CohereTokenizer bark=BertTokenizer bart=RobertaTokenizer barthez=BarthezTokenizer "
@@ -138,8 +136,11 @@ const std::map<std::string, std::string>& registered_classes() {
       "whisper=WhisperTokenizer xclip=CLIPTokenizer xglm=XGLMTokenizer xlm=XLMTokenizer "
       "xlm-roberta=XLMRobertaTokenizer xlm-roberta-xl=TokenizersBackend xlnet=XLNetTokenizer "
       "xlstm=GPTNeoXTokenizer xmod=XLMRobertaTokenizer yoso=AlbertTokenizer zaya=GemmaTokenizer";
+
+const std::map<std::string, std::string>& registered_classes() {
+  static const std::map<std::string, std::string> m = [] {
     std::map<std::string, std::string> t;
-    std::string all(kTable);
+    std::string all(kRegisteredTable);
     for (size_t i = 0; i < all.size();) {
       size_t end = all.find(' ', i);
       if (end == std::string::npos) end = all.size();
