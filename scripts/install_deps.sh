@@ -66,29 +66,28 @@ if ! .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.versio
 else
   echo "[install_deps] .venv: $SMOLLM2_PKG already installed"
 fi
-# transformers 4.28.1 (stanford_alpaca's pin) in its own venv: the reference for the SentencePiece
-# tokenizer (tests/reference/slow_llama_428_reference.py). No torch; about 20 s the first time.
-TF428=tests/reference/requirements-transformers428.txt
-want428=$(sha256sum "$TF428" | cut -d' ' -f1)
-if [ "$(cat .venv-transformers428/.requirements.sha256 2>/dev/null)" != "$want428" ]; then
-  echo "[install_deps] creating .venv-transformers428 (transformers 4.28.1, tokenizers 0.13.3)"
-  [ -x .venv-transformers428/bin/python ] || "$PY" -m venv .venv-transformers428
-  .venv-transformers428/bin/python -m pip install -q --disable-pip-version-check -r "$TF428"
-  echo "$want428" > .venv-transformers428/.requirements.sha256
-else
-  echo "[install_deps] .venv-transformers428: already installed"
-fi
-# The Kubeflow operators' Python models (kubeflow-training, kubeflow-trainer-api) in their own venv:
-# tests/reference/k8s_manifest_check.py checks scripts/k8s/ with them. No torch; ~40 s the first time.
-KF=tests/reference/requirements-kubeflow.txt
-wantkf=$(sha256sum "$KF" | cut -d' ' -f1)
-if [ "$(cat .venv-kubeflow/.requirements.sha256 2>/dev/null)" != "$wantkf" ]; then
-  echo "[install_deps] creating .venv-kubeflow (kubeflow-training, kubeflow-trainer-api)"
-  [ -x .venv-kubeflow/bin/python ] || "$PY" -m venv .venv-kubeflow
-  .venv-kubeflow/bin/python -m pip install -q --disable-pip-version-check -r "$KF"
-  echo "$wantkf" > .venv-kubeflow/.requirements.sha256
-else
-  echo "[install_deps] .venv-kubeflow: already installed"
-fi
+# Reference venvs beside .venv, each pinned by a requirements file and remade only when that file
+# changes (a stamp of its sha256). None has torch; each takes 20-40 s the first time.
+side_venv() {  # side_venv DIR REQUIREMENTS DESCRIPTION
+  local dir=$1 req=$2 want
+  want=$(sha256sum "$req" | cut -d' ' -f1)
+  if [ "$(cat "$dir/.requirements.sha256" 2>/dev/null)" != "$want" ]; then
+    echo "[install_deps] creating $dir ($3)"
+    [ -x "$dir/bin/python" ] || "$PY" -m venv "$dir"
+    "$dir/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+    echo "$want" > "$dir/.requirements.sha256"
+  else
+    echo "[install_deps] $dir: already installed"
+  fi
+}
+# transformers 4.28.1 (stanford_alpaca's pin): the reference for the SentencePiece tokenizer
+# (tests/reference/slow_llama_428_reference.py) and a 4.28 writer of tokenizer.json files.
+side_venv .venv-transformers428 tests/reference/requirements-transformers428.txt "transformers 4.28.1, tokenizers 0.13.3"
+# transformers 4.44.2: a 4.4x writer of LLaMA tokenizer.json files for
+# tests/reference/llama2_tokenizer_variants_reference.py (issue 26).
+side_venv .venv-transformers444 tests/reference/requirements-transformers444.txt "transformers 4.44.2, tokenizers 0.19.1"
+# The Kubeflow operators' Python models (kubeflow-training, kubeflow-trainer-api):
+# tests/reference/k8s_manifest_check.py checks scripts/k8s/ with them.
+side_venv .venv-kubeflow tests/reference/requirements-kubeflow.txt "kubeflow-training, kubeflow-trainer-api"
 .venv/bin/python -c "import torch; print('[install_deps] torch', torch.__version__, 'cuda', torch.version.cuda)"
 echo "[install_deps] done in $(( $(date +%s) - t0 )) s"

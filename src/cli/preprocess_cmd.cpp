@@ -123,6 +123,14 @@ int run_preprocess(const std::vector<std::string>& args) {
   if (packing)
     std::cout << "packed blocks:      " << pstats.num_blocks << " (fill " << pstats.fill_ratio
               << ")\n";
+  if (!examples.empty() && !packing) {
+    // The end of the first example, so a user sees the EOS train.py appends (id and piece).
+    const auto& ids = examples.front().input_ids;
+    const size_t k = std::min<size_t>(ids.size(), 6);
+    std::cout << "first example ends: " << tok.describe_ids({ids.end() - static_cast<std::ptrdiff_t>(k), ids.end()})
+              << " (eos " << tok.eos_id() << ", tokenizer " << tok.source()
+              << (tok.tokenizer_class().empty() ? "" : " as " + tok.tokenizer_class()) << ")\n";
+  }
   std::cout << "written:            " << (packing ? pstats.num_blocks : n) << " lines to "
             << output << "\n"
             << "time:               load " << load_s << " s, tokenize " << tok_s << " s ("

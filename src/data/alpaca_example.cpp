@@ -35,6 +35,7 @@ std::vector<Example> tokenize_alpaca(const std::vector<AlpacaRecord>& records,
                                      int num_threads, TokenizeStats* stats) {
   ALPACA_CHECK(model_max_length > 0,
                "--model_max_length must be positive, got " << model_max_length);
+  tokenizer.check_special_tokens();
   const int64_t n = static_cast<int64_t>(records.size());
   std::vector<Example> examples(records.size());
   std::vector<char> truncated(records.size(), 0);

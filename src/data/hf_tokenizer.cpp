@@ -1330,15 +1330,21 @@ std::unique_ptr<HfTokenizer> HfTokenizer::load(const std::string& path) {
 
 std::unique_ptr<HfTokenizer> HfTokenizer::from_json_string(const std::string& text,
                                                            const std::string& source) {
-  auto impl = std::make_unique<Impl>();
-  impl->source = source;
-  Ctx ctx(source);
+  json doc;
   try {
-    impl->doc = json::parse(text);
+    doc = json::parse(text);
   } catch (const json::exception& e) {
     ALPACA_FAIL(source << ": not valid JSON (" << e.what()
                        << "); a tokenizer.json as written by the `tokenizers` library is expected");
   }
+  return from_json(std::move(doc), source);
+}
+
+std::unique_ptr<HfTokenizer> HfTokenizer::from_json(json doc, const std::string& source) {
+  auto impl = std::make_unique<Impl>();
+  impl->source = source;
+  Ctx ctx(source);
+  impl->doc = std::move(doc);
   const json& d = impl->doc;
   ALPACA_CHECK(d.is_object() && d.contains("model"),
                source << ": not a tokenizer.json (a JSON object with \"model\", \"added_tokens\", "
@@ -1363,6 +1369,14 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json_string(const std::string& te
 std::unique_ptr<HfTokenizer> HfTokenizer::clone() const {
   return from_json_string(to_json(), impl_->source);
 }
+
+void HfTokenizer::set_post_processor(const json& processor) {
+  impl_->post_processor = PostProcessor::parse(processor, Ctx(impl_->source), "post_processor");
+  impl_->doc["post_processor"] = processor;
+}
+
+const std::string& HfTokenizer::source() const { return impl_->source; }
+const json& HfTokenizer::document() const { return impl_->doc; }
 
 std::vector<int64_t> HfTokenizer::encode(const std::string& text, bool add_special_tokens) const {
   return impl_->encode(text, add_special_tokens);

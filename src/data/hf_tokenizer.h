@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,8 @@ class HfTokenizer {
   // Parses tokenizer.json text; `source` names it in errors.
   static std::unique_ptr<HfTokenizer> from_json_string(const std::string& text,
                                                        const std::string& source);
+  // Builds from a parsed document (one apply_tokenizer_class() may have rewritten).
+  static std::unique_ptr<HfTokenizer> from_json(nlohmann::json doc, const std::string& source);
   ~HfTokenizer();
   std::unique_ptr<HfTokenizer> clone() const;
 
@@ -48,6 +51,11 @@ class HfTokenizer {
   // Ids the post-processor puts before / after a single sequence (TemplateProcessing).
   std::vector<int64_t> template_prefix() const;
   std::vector<int64_t> template_suffix() const;
+
+  // Replaces the post-processor (transformers' update_post_processor); to_json() writes it.
+  void set_post_processor(const nlohmann::json& processor);
+  const std::string& source() const;  // the file it was read from
+  const nlohmann::json& document() const;  // the document as run (to_json() less added_tokens)
 
   // The tokenizer.json text: the document it was read from with `added_tokens` brought up to date.
   std::string to_json() const;

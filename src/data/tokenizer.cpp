@@ -16,6 +16,7 @@
 
 #include "alpaca/util/error.h"
 #include "hf_tokenizer.h"
+#include "tokenizer_class.h"
 #include "tokenizer_json.h"
 
 namespace alpaca::data {
@@ -41,6 +42,17 @@ json read_json(const fs::path& path) {
   } catch (const json::exception& e) {
     ALPACA_FAIL("tokenizer file " << path << " is not valid JSON (" << e.what()
                                   << "); fix or delete it");
+  }
+}
+
+// A tokenizer.json document; HfTokenizer reports what is wrong inside it.
+json read_json_doc(const fs::path& path) {
+  std::string text = read_file(path);
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    ALPACA_FAIL(path.string() << ": not valid JSON (" << e.what()
+                              << "); a tokenizer.json as written by the `tokenizers` library is expected");
   }
 }
 
@@ -104,6 +116,8 @@ struct Tokenizer::Impl {
   // Set: the tokenizer.json backend (everything SentencePiece below is unused then).
   std::unique_ptr<detail::HfTokenizer> hf;
   json hf_config = json::object();       // its tokenizer_config.json as read; save() updates it
+  std::string tokenizer_class;           // the class transformers 5 builds (tokenizer_class.h)
+  std::string source = "(in memory)";    // the file encoding runs from
   std::string model_bytes;               // serialized ModelProto, written back by save()
   sentencepiece::SentencePieceProcessor sp;
   // The same model with add_dummy_prefix off: what HF's non-legacy LlamaTokenizer encodes with.
@@ -336,6 +350,26 @@ struct Tokenizer::Impl {
     return out;
   }
 
+  // TokenizersBackend.__init__: add_bos_token / add_eos_token in tokenizer_config.json (default
+  // false), or a file without a post-processor, make the template "<bos> $A <eos>" from the flags.
+  void update_post_processor(const json& config) {
+    const bool has_bos_flag = config.contains("add_bos_token"), has_eos_flag = config.contains("add_eos_token");
+    const json& doc_pp = hf_post_processor_json();
+    if (!has_bos_flag && !has_eos_flag && !doc_pp.is_null()) return;
+    auto on = [&](const char* key) { return config.contains(key) && config[key].is_boolean() && config[key].get<bool>(); };
+    std::string bos = on("add_bos_token") ? bos_token : "", eos = on("add_eos_token") ? eos_token : "";
+    std::optional<int64_t> bos_id = bos.empty() ? std::nullopt : lookup(bos), eos_id = eos.empty() ? std::nullopt : lookup(eos);
+    if (!bos_id) bos.clear();
+    if (!eos_id) eos.clear();
+    hf->set_post_processor(detail::template_post_processor(bos, bos_id.value_or(0), eos, eos_id.value_or(0)));
+  }
+
+  const json& hf_post_processor_json() const {
+    static const json kNull;
+    const json& doc = hf->document();
+    return doc.contains("post_processor") ? doc.at("post_processor") : kNull;
+  }
+
   bool is_special_id(int64_t id) const {
     if (hf) return hf->is_special(id);
     for (const auto& t : added)
@@ -358,6 +392,8 @@ Tokenizer& Tokenizer::operator=(const Tokenizer& other) {
   if (o.hf) {
     impl->hf = o.hf->clone();
     impl->hf_config = o.hf_config;
+    impl->tokenizer_class = o.tokenizer_class;
+    impl->source = o.source;
   } else {
     impl->load_model(other.impl_->model_bytes, "(copy)");
   }
@@ -404,11 +440,24 @@ Tokenizer Tokenizer::load(const std::string& dir_or_file, bool use_fast) {
     file = has_json && (use_fast || !has_model) ? dir / "tokenizer.json" : dir / "tokenizer.model";
   }
   auto impl = std::make_unique<Impl>();
+  json config = is_dir && fs::exists(dir / "tokenizer_config.json") ? read_json(dir / "tokenizer_config.json")
+                                                                    : json::object();
+  ALPACA_CHECK(config.is_object(), dir / "tokenizer_config.json" << " must hold a JSON object");
+  detail::TokenizerClassInfo cls;
   if (file.extension() == ".json") {
-    impl->hf = detail::HfTokenizer::load(file.string());
+    // transformers 5's class rule: a known tokenizer_class rebuilds the pipeline (tokenizer_class.h).
+    json doc = read_json_doc(file);
+    if (is_dir && doc.is_object() && doc.contains("model")) {
+      json model_config = fs::exists(dir / "config.json") ? read_json(dir / "config.json") : json::object();
+      cls = detail::apply_tokenizer_class(doc, config, model_config, file.string());
+    }
+    impl->hf = detail::HfTokenizer::from_json(std::move(doc), file.string());
+    impl->source = file.string();
+    impl->tokenizer_class = cls.name;
   } else {
     impl->load_model(read_file(file), file.string());
     impl->defaults_from_model();
+    impl->source = file.string();
   }
   if (!is_dir) {
     impl->register_special_tokens();
@@ -417,10 +466,14 @@ Tokenizer Tokenizer::load(const std::string& dir_or_file, bool use_fast) {
 
   // Explicit ids first (added_tokens_decoder, added_tokens.json) so later name-only tokens
   // cannot take their ids.
-  json config = fs::exists(dir / "tokenizer_config.json") ? read_json(dir / "tokenizer_config.json")
-                                                          : json::object();
-  ALPACA_CHECK(config.is_object(), dir / "tokenizer_config.json" << " must hold a JSON object");
-  if (impl->hf) impl->hf_config = config;
+  if (impl->hf) {
+    impl->hf_config = config;
+    // The class's __init__ defaults for the roles the files leave out (LlamaTokenizer: <s>, </s>, <unk>).
+    if (cls.bos) impl->bos_token = *cls.bos;
+    if (cls.eos) impl->eos_token = *cls.eos;
+    if (cls.unk) impl->unk_token = *cls.unk;
+    if (cls.pad) impl->pad_token = *cls.pad;
+  }
   if (config.contains("added_tokens_decoder")) {
     const json& dec = config["added_tokens_decoder"];
     ALPACA_CHECK(dec.is_object(), "added_tokens_decoder in " << dir / "tokenizer_config.json"
@@ -472,9 +525,10 @@ Tokenizer Tokenizer::load(const std::string& dir_or_file, bool use_fast) {
     }
     return std::nullopt;
   };
-  if (auto v = role("bos_token"); v && *v) impl->bos_token = **v;
-  if (auto v = role("eos_token"); v && *v) impl->eos_token = **v;
-  if (auto v = role("unk_token"); v && *v) impl->unk_token = **v;
+  // tokenizer.json: an explicit null clears the class default, as a None kwarg does.
+  if (auto v = role("bos_token"); v && (*v || impl->hf)) impl->bos_token = v->value_or("");
+  if (auto v = role("eos_token"); v && (*v || impl->hf)) impl->eos_token = v->value_or("");
+  if (auto v = role("unk_token"); v && (*v || impl->hf)) impl->unk_token = v->value_or("");
   if (auto v = role("pad_token")) impl->pad_token = *v;
   for (const json* src : {&config, &special_map}) {
     for (const char* key : {"additional_special_tokens", "extra_special_tokens"}) {
@@ -491,8 +545,9 @@ Tokenizer Tokenizer::load(const std::string& dir_or_file, bool use_fast) {
       }
     }
   }
-  if (impl->hf) {  // the post-processor decides BOS/EOS (transformers 5 ignores add_bos_token here)
+  if (impl->hf) {
     impl->register_special_tokens();
+    impl->update_post_processor(config);
     return Tokenizer(std::move(impl));
   }
   if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
@@ -588,6 +643,24 @@ int64_t role_id(const std::string& token, std::optional<int64_t> id, const char*
 int64_t Tokenizer::bos_id() const { return role_id(impl_->bos_token, impl_->lookup(impl_->bos_token), "bos"); }
 int64_t Tokenizer::eos_id() const { return role_id(impl_->eos_token, impl_->lookup(impl_->eos_token), "eos"); }
 int64_t Tokenizer::unk_id() const { return role_id(impl_->unk_token, impl_->lookup(impl_->unk_token), "unk"); }
+std::string Tokenizer::source() const { return impl_->source; }
+std::string Tokenizer::tokenizer_class() const { return impl_->hf ? impl_->tokenizer_class : ""; }
+std::string Tokenizer::describe_ids(const std::vector<int64_t>& ids) const {
+  std::string out;
+  for (int64_t id : ids) {
+    std::optional<std::string> piece;
+    if (impl_->hf) {
+      piece = impl_->hf->id_to_token(id);
+    } else if (id >= 0 && id < impl_->sp_size()) {
+      piece = impl_->sp.IdToPiece(static_cast<int>(id));
+    } else {
+      for (const auto& t : impl_->added)
+        if (t.id == id) piece = t.content;
+    }
+    out += (out.empty() ? "" : " ") + std::to_string(id) + " " + json(piece.value_or("?")).dump();
+  }
+  return out;
+}
 std::string Tokenizer::format() const { return impl_->hf ? "tokenizer.json" : "sentencepiece"; }
 std::optional<std::string> Tokenizer::unk_token() const {
   if (impl_->unk_token.empty()) return std::nullopt;

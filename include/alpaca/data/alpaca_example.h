@@ -31,6 +31,7 @@ struct TokenizeStats {
 };
 
 // Tokenizes every record (train.py's preprocess). `num_threads` <= 0 uses every core.
+// Runs tokenizer.check_special_tokens() first: a split EOS stops here, before any output.
 // Example i corresponds to record i. `stats`, when given, receives truncation counts.
 std::vector<Example> tokenize_alpaca(const std::vector<AlpacaRecord>& records,
                                      const Tokenizer& tokenizer, int64_t model_max_length,

@@ -6,8 +6,10 @@
 //    chunk is encoded by SentencePiece on its own (each chunk gets the dummy "▁" prefix), special
 //    strings become their ids, and BOS is prepended (no EOS).
 //  - Hugging Face `tokenizer.json` (the `tokenizers` library's format: LLaMA-3, SmolLM, Mistral,
-//    and LLaMA-2 as transformers 5 saves it), encoded with that library's semantics, as
-//    transformers 5's AutoTokenizer does (src/data/hf_tokenizer.h lists the components).
+//    and LLaMA-2 as transformers 4.x/5 save it), encoded with that library's semantics, as
+//    transformers 5's AutoTokenizer does (src/data/hf_tokenizer.h lists the components), including
+//    its class rule: a tokenizer_class such as LlamaTokenizer rebuilds the pipeline from the class
+//    and keeps only vocab, merges and added tokens from the file (src/data/tokenizer_class.h).
 // Which one `load` uses: tokenizer.model when present (stanford_alpaca's use_fast=False), else
 // tokenizer.json; `use_fast` (HF's --use_fast_tokenizer) picks tokenizer.json when both exist.
 // SentencePiece, PCRE2 and utf8proc stay behind the pimpl so no third-party header leaks from here.
@@ -78,6 +80,19 @@ class Tokenizer {
   const std::vector<AddedToken>& added_tokens() const;
   // Id of `token` when it is a whole SentencePiece piece or an added token.
   std::optional<int64_t> token_to_id(const std::string& token) const;
+
+  // The file the tokenizer runs from (tokenizer.json or tokenizer.model; "(in memory)" for
+  // from_serialized_model) and, for tokenizer.json, the class transformers 5 builds it as
+  // ("LlamaTokenizer", ... or "TokenizersBackend" when the file's pipeline is used as is).
+  std::string source() const;
+  std::string tokenizer_class() const;
+  // The self-check every run and `preprocess` make before tokenizing data: the EOS train.py
+  // appends to each target, and the BOS and PAD, each alone and after/before text, must come
+  // out as exactly their own id. Throws alpaca::Error naming the token, the ids it became and
+  // the tokenizer file otherwise (a split EOS means the model never learns to stop).
+  void check_special_tokens() const;
+  // "id 'piece'" for each of `ids` (the pieces as the vocabulary spells them), for messages.
+  std::string describe_ids(const std::vector<int64_t>& ids) const;
 
   // Adds `token` as a special token unless it already exists; returns its id. A new token gets
   // id vocab_size() (HF add_special_tokens: "[PAD]" -> 32000 for LLaMA-2).

@@ -1,0 +1,337 @@
+// transformers 5's class rule for tokenizer.json (see tokenizer_class.h). Sources, in the pinned
+// transformers 5.23 wheel: models/auto/tokenization_auto.py (AutoTokenizer.from_pretrained: the
+// "Fast" suffix is dropped, tokenizer_class_from_name, the LlamaTokenizer-with-ByteLevel
+// fallback, MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS), tokenization_utils_tokenizers.py
+// (TokenizersBackend.convert_to_native_format: a class defining __init__ gets vocab, merges and
+// the file's post_processor; __init__: update_post_processor when add_bos_token/add_eos_token are
+// given or there is no post-processor), and each class's __init__ (models/*/tokenization_*.py).
+#include "tokenizer_class.h"
+
+#include <map>
+#include <set>
+
+#include "alpaca/util/error.h"
+
+namespace alpaca::data::detail {
+namespace {
+
+using nlohmann::json;
+
+// Every tokenizer_class (without "Fast") that transformers 5.23 resolves to a TokenizersBackend
+// subclass defining its own __init__, and that class. tests/reference/llama2_tokenizer_variants_
+// reference.py lists them from the installed transformers; the test compares the two lists.
+const std::map<std::string, std::string>& rebuilt_classes() {
+  static const std::map<std::string, std::string> m = [] {
+    std::map<std::string, std::string> t;
+    for (const char* n :
+         {"Albert", "Barthez", "Bert", "BigBird", "Blenderbot", "CLIP", "Camembert", "CodeGen",
+          "CodeLlama", "Cohere", "DPRContextEncoder", "DPRQuestionEncoder", "DPRReader", "Deberta",
+          "DebertaV2", "DistilBert", "Esmc", "Funnel", "GPT2", "GPTNeoX", "Gemma", "Herbert", "Lasr",
+          "LayoutLMv2", "LayoutLMv3", "LayoutXLM", "Llama", "Luke", "MBart50", "MBart", "MLuke",
+          "MPNet", "MarkupLM", "Nllb", "Nougat", "OpenAIGPT", "Pegasus", "Qwen2", "Qwen3_5",
+          "Reformer", "RemBert", "RoFormer", "Roberta", "SeamlessM4T", "Siglip2", "Splinter", "T5",
+          "Tipsv2", "Udop", "VideoPrism", "Whisper", "XGLM", "XLMRoberta", "XLNet"})
+      t[std::string(n) + "Tokenizer"] = std::string(n) + "Tokenizer";
+    for (const char* n : {"Bart", "LED", "Mvp"}) t[std::string(n) + "Tokenizer"] = "RobertaTokenizer";
+    for (const char* n : {"Lxmert", "MobileBert", "SqueezeBert"})
+      t[std::string(n) + "Tokenizer"] = "BertTokenizer";
+    return t;
+  }();
+  return m;
+}
+
+// model_type -> the tokenizer class transformers 5.23 registers for it (TOKENIZER_MAPPING_NAMES,
+// after tokenization_auto.py adds TokenizersBackend for MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS).
+// config.json's model_type can override the tokenizer_config's class (resolve_class below).
+constexpr const char* kRegisteredTable =
+      "EvollaModel=TokenizersBackend aimv2=CLIPTokenizer albert=AlbertTokenizer align=BertTokenizer "
+      "arctic=TokenizersBackend aria=TokenizersBackend audioflamingo3=Qwen2Tokenizer "
+      "aya_vision=CohereTokenizer bark=BertTokenizer bart=RobertaTokenizer barthez=BarthezTokenizer "
+      "bartpho=BartphoTokenizer beam=TokenizersBackend bert=BertTokenizer "
+      "bert-generation=BertGenerationTokenizer bert-japanese=BertJapaneseTokenizer "
+      "bertweet=BertweetTokenizer big_bird=BigBirdTokenizer bigbird_pegasus=TokenizersBackend "
+      "biogpt=BioGptTokenizer blenderbot=BlenderbotTokenizer blenderbot-small=BlenderbotSmallTokenizer "
+      "blip=BertTokenizer blip-2=GPT2Tokenizer bridgetower=RobertaTokenizer bros=BertTokenizer "
+      "byt5=ByT5Tokenizer camembert=CamembertTokenizer camembertv2-base=TokenizersBackend "
+      "canary=TokenizersBackend canine=CanineTokenizer chatlm=TokenizersBackend chinese_clip=BertTokenizer "
+      "clap=RobertaTokenizer clip=CLIPTokenizer clipseg=CLIPTokenizer clvp=ClvpTokenizer "
+      "code_llama=CodeLlamaTokenizer codegen=GPT2Tokenizer cohere=CohereTokenizer cohere2=CohereTokenizer "
+      "cohere_asr=TokenizersBackend colqwen2=Qwen2Tokenizer convbert=BertTokenizer "
+      "cosmos3_omni=Qwen2Tokenizer cpm=CpmTokenizer cpmant=CpmAntTokenizer ctrl=CTRLTokenizer "
+      "data2vec-audio=Wav2Vec2CTCTokenizer data2vec-text=RobertaTokenizer dbrx=GPT2Tokenizer "
+      "deberta=DebertaTokenizer deberta-v2=DebertaV2Tokenizer dia=DiaTokenizer "
+      "diffusion_gemma=GemmaTokenizer distilbert=BertTokenizer dots3_note=Qwen2Tokenizer "
+      "dpr=DPRQuestionEncoderTokenizer electra=BertTokenizer emu3=GPT2Tokenizer ernie=BertTokenizer "
+      "ernie4_5=TokenizersBackend ernie4_5_moe=TokenizersBackend esm=EsmTokenizer esmc=EsmcTokenizer "
+      "esmfold2=EsmcTokenizer falcon_mamba=GPTNeoXTokenizer flaubert=FlaubertTokenizer flava=BertTokenizer "
+      "flex_olmo=TokenizersBackend florence2=BartTokenizer fnet=FNetTokenizer fsmt=FSMTTokenizer "
+      "fun_asr_nano=Qwen2Tokenizer funnel=FunnelTokenizer fuyu=TokenizersBackend gemma=GemmaTokenizer "
+      "gemma2=GemmaTokenizer gemma3=GemmaTokenizer gemma3_text=GemmaTokenizer gemma3n=GemmaTokenizer "
+      "gemma3n_text=GemmaTokenizer git=BertTokenizer glm=TokenizersBackend glm4=TokenizersBackend "
+      "glm4_moe=TokenizersBackend glm4_moe_lite=TokenizersBackend glm4v=TokenizersBackend "
+      "glm4v_moe=TokenizersBackend glm_image=TokenizersBackend glmasr=TokenizersBackend "
+      "got_ocr2=TokenizersBackend gpt-sw3=GPTSw3Tokenizer gpt2=GPT2Tokenizer gpt_bigcode=TokenizersBackend "
+      "gpt_neo=GPT2Tokenizer gpt_neox=GPTNeoXTokenizer gpt_neox_japanese=GPTNeoXJapaneseTokenizer "
+      "gptj=GPT2Tokenizer gradium_phonon_tts=TokenizersBackend granite=TokenizersBackend "
+      "granite_speech5_ctc=ParakeetTokenizer granitemoe=TokenizersBackend "
+      "granitemoehybrid=TokenizersBackend granitemoeshared=TokenizersBackend grounding-dino=BertTokenizer "
+      "groupvit=CLIPTokenizer gte=XLMRobertaTokenizer h2ovl_chat=TokenizersBackend "
+      "herbert=HerbertTokenizer hubert=Wav2Vec2CTCTokenizer hunyuan_vl=Qwen2Tokenizer "
+      "hyperclovax=TokenizersBackend hyperclovax_vision_v2=GPT2Tokenizer hyperclovax_vlm=TokenizersBackend "
+      "ibert=RobertaTokenizer idefics=LlamaTokenizer idefics2=LlamaTokenizer instructblip=GPT2Tokenizer "
+      "instructblipvideo=GPT2Tokenizer internlm2=TokenizersBackend internlm3=TokenizersBackend "
+      "internvl=Qwen2Tokenizer iquestcoder=TokenizersBackend jais2=GPT2Tokenizer jamba=TokenizersBackend "
+      "jina_embeddings_v3=XLMRobertaTokenizer kimi_k25=TokenizersBackend kimi_linear=TokenizersBackend "
+      "kosmos-2=TokenizersBackend lasr_ctc=LasrTokenizer lasr_encoder=LasrTokenizer layoutlm=BertTokenizer "
+      "layoutlmv2=LayoutLMv2Tokenizer layoutlmv3=LayoutLMv3Tokenizer layoutxlm=LayoutXLMTokenizer "
+      "led=LEDTokenizer lighton_ocr=Qwen2TokenizerFast lilt=RobertaTokenizer llava=TokenizersBackend "
+      "llava_next=TokenizersBackend longformer=RobertaTokenizer luke=LukeTokenizer lxmert=LxmertTokenizer "
+      "m2m_100=M2M100Tokenizer mamba=GPTNeoXTokenizer mamba2=GPTNeoXTokenizer marian=MarianTokenizer "
+      "markuplm=MarkupLMTokenizer mbart=MBartTokenizer mbart50=MBart50Tokenizer mega=RobertaTokenizer "
+      "megatron-bert=BertTokenizer metaclip_2=XLMRobertaTokenizer mgp-str=MgpstrTokenizer "
+      "mimo_v2_flash=TokenizersBackend minicpm3=TokenizersBackend minicpm_ocr=TokenizersBackend "
+      "minicpmv=TokenizersBackend minicpmv4_6=TokenizersBackend minicpmv4_7=TokenizersBackend "
+      "minimax_m2=TokenizersBackend ministral=TokenizersBackend ministral3=TokenizersBackend "
+      "mistral=TokenizersBackend mistral3=TokenizersBackend mistral_large4=TokenizersBackend "
+      "mixtral=TokenizersBackend mluke=MLukeTokenizer mm-grounding-dino=BertTokenizer "
+      "mobilebert=MobileBertTokenizer modernbert=TokenizersBackend modernbert-decoder=TokenizersBackend "
+      "molmo=TokenizersBackend molmo2=TokenizersBackend moss_transcribe_diarize=Qwen2Tokenizer "
+      "mpnet=MPNetTokenizer mpt=GPTNeoXTokenizer mra=RobertaTokenizer mt5=T5Tokenizer musicgen=T5Tokenizer "
+      "musicgen_melody=T5Tokenizer mvp=MvpTokenizer myt5=MyT5Tokenizer nemo_speechlm=TokenizersBackend "
+      "nemotron=TokenizersBackend nemotron3_5_asr=ParakeetTokenizer "
+      "nemotron_asr_streaming=ParakeetTokenizer nezha=BertTokenizer nllb=NllbTokenizer "
+      "nllb-moe=NllbTokenizer nomic_bert=BertTokenizer nougat=NougatTokenizer nvfp4=TokenizersBackend "
+      "nystromformer=TokenizersBackend olmo=GPTNeoXTokenizer olmo2=TokenizersBackend "
+      "olmo3=TokenizersBackend olmo_hybrid=TokenizersBackend olmoe=GPTNeoXTokenizer "
+      "omdet-turbo=CLIPTokenizer oneformer=CLIPTokenizer openai-gpt=OpenAIGPTTokenizer "
+      "opencua=TokenizersBackend openvla=TokenizersBackend opt=GPT2Tokenizer ovis2=Qwen2Tokenizer "
+      "owlv2=CLIPTokenizer owlvit=CLIPTokenizer paddleocr_vl=TokenizersBackend "
+      "parakeet_ctc=ParakeetTokenizer parakeet_rnnt=ParakeetTokenizer parakeet_tdt=ParakeetTokenizer "
+      "pegasus=PegasusTokenizer pegasus_x=TokenizersBackend perceiver=PerceiverTokenizer "
+      "persimmon=TokenizersBackend phi=GPT2Tokenizer phi3=TokenizersBackend phi3_v=TokenizersBackend "
+      "phimoe=TokenizersBackend phobert=PhobertTokenizer pix2struct=TokenizersBackend "
+      "pixtral=TokenizersBackend plbart=PLBartTokenizer pocket_tts=TokenizersBackend "
+      "pp_formulanet=NougatTokenizer prophetnet=ProphetNetTokenizer qdqbert=BertTokenizer "
+      "qianfan_ocr=Qwen2Tokenizer qwen2=Qwen2Tokenizer qwen2_5_omni=Qwen2Tokenizer "
+      "qwen2_5_vl=Qwen2Tokenizer qwen2_audio=Qwen2Tokenizer qwen2_moe=Qwen2Tokenizer "
+      "qwen2_vl=Qwen2Tokenizer qwen3=Qwen2Tokenizer qwen3_5=Qwen3_5Tokenizer qwen3_5_moe=Qwen3_5Tokenizer "
+      "qwen3_5_moe_text=Qwen3_5Tokenizer qwen3_5_text=Qwen3_5Tokenizer qwen3_asr=Qwen2Tokenizer "
+      "qwen3_moe=Qwen2Tokenizer qwen3_next=Qwen2Tokenizer qwen3_omni_moe=Qwen2Tokenizer "
+      "qwen3_vl=Qwen2Tokenizer qwen3_vl_moe=Qwen2Tokenizer qwen4_exp=Qwen3_5Tokenizer rag=RagTokenizer "
+      "realm=BertTokenizer recurrent_gemma=GemmaTokenizer reformer=ReformerTokenizer "
+      "rembert=RemBertTokenizer retribert=BertTokenizer roberta=RobertaTokenizer "
+      "roberta-prelayernorm=RobertaTokenizer roc_bert=RoCBertTokenizer roformer=RoFormerTokenizer "
+      "rwkv=GPTNeoXTokenizer sam3=CLIPTokenizer sam3_video=CLIPTokenizer seamless_m4t=SeamlessM4TTokenizer "
+      "seamless_m4t_v2=SeamlessM4TTokenizer shieldgemma2=GemmaTokenizer siglip=SiglipTokenizer "
+      "siglip2=Siglip2Tokenizer smolvlm=TokenizersBackend speech_to_text=Speech2TextTokenizer "
+      "speecht5=SpeechT5Tokenizer splinter=SplinterTokenizer squeezebert=BertTokenizer "
+      "stablelm=TokenizersBackend starcoder2=GPT2Tokenizer step3_vl=TokenizersBackend "
+      "switch_transformers=T5Tokenizer t5=T5Tokenizer t5gemma=GemmaTokenizer tapas=TapasTokenizer "
+      "tipsv2=Tipsv2Tokenizer trocr=XLMRobertaTokenizer tvp=BertTokenizer udop=UdopTokenizer "
+      "umt5=TokenizersBackend unispeech=Wav2Vec2CTCTokenizer unispeech-sat=Wav2Vec2CTCTokenizer "
+      "vibevoice=Qwen2TokenizerFast videoprism=VideoPrismTokenizer vilt=BertTokenizer "
+      "vipllava=TokenizersBackend visual_bert=BertTokenizer vits=VitsTokenizer voxtral=TokenizersBackend "
+      "voxtral_realtime=TokenizersBackend wav2vec2=Wav2Vec2CTCTokenizer wav2vec2-bert=Wav2Vec2CTCTokenizer "
+      "wav2vec2-conformer=Wav2Vec2CTCTokenizer wav2vec2_phoneme=Wav2Vec2PhonemeCTCTokenizer "
+      "whisper=WhisperTokenizer xclip=CLIPTokenizer xglm=XGLMTokenizer xlm=XLMTokenizer "
+      "xlm-roberta=XLMRobertaTokenizer xlm-roberta-xl=TokenizersBackend xlnet=XLNetTokenizer "
+      "xlstm=GPTNeoXTokenizer xmod=XLMRobertaTokenizer yoso=AlbertTokenizer zaya=GemmaTokenizer";
+
+const std::map<std::string, std::string>& registered_classes() {
+  static const std::map<std::string, std::string> m = [] {
+    std::map<std::string, std::string> t;
+    std::string all(kRegisteredTable);
+    for (size_t i = 0; i < all.size();) {
+      size_t end = all.find(' ', i);
+      if (end == std::string::npos) end = all.size();
+      const std::string item = all.substr(i, end - i);
+      const size_t eq = item.find('=');
+      if (eq != std::string::npos) t[item.substr(0, eq)] = item.substr(eq + 1);
+      i = end + 1;
+    }
+    return t;
+  }();
+  return m;
+}
+
+// tokenization_auto.py's MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS: their registered class wins.
+const std::set<std::string>& incorrect_hub_class_types() {
+  static const std::set<std::string> s = {
+      "arctic", "chatlm", "ernie4_5", "ernie4_5_moe", "fuyu", "h2ovl_chat", "hyperclovax",
+      "hyperclovax_vlm", "hyperclovax_vision_v2", "internlm2", "internlm3", "iquestcoder", "jamba",
+      "llava", "llava_next", "minicpm3", "minicpmv", "minimax_m2", "modernbert", "modernbert-decoder",
+      "molmo", "molmo2", "nemotron", "nvfp4", "opencua", "openvla", "paddleocr_vl", "phi3", "phi3_v",
+      "phimoe", "qwen2", "qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen4_exp", "step3_vl",
+      "vipllava", "cohere_asr", "camembertv2-base", "siglip2", "smolvlm"};
+  return s;
+}
+
+std::string json_string_or(const json& obj, const char* key, const std::string& fallback) {
+  if (obj.is_object() && obj.contains(key) && obj.at(key).is_string()) return obj.at(key).get<std::string>();
+  return fallback;
+}
+
+// A boolean kwarg of the class: absent or null -> nullopt.
+std::optional<bool> flag(const json& config, const char* key) {
+  if (!config.is_object() || !config.contains(key) || config.at(key).is_null()) return std::nullopt;
+  ALPACA_CHECK(config.at(key).is_boolean(), "'" << key << "' in tokenizer_config.json must be true, false or null");
+  return config.at(key).get<bool>();
+}
+
+bool has_byte_level(const json& component) {
+  if (component.is_object()) {
+    if (json_string_or(component, "type", "") == "ByteLevel") return true;
+    for (const auto& [k, v] : component.items())
+      if (v.is_array() || v.is_object())
+        if (has_byte_level(v)) return true;
+  } else if (component.is_array()) {
+    for (const auto& v : component)
+      if (has_byte_level(v)) return true;
+  }
+  return false;
+}
+
+// The BPE model with the class's flags; vocab and merges stay the file's.
+void set_bpe(json& doc, const std::string& file, std::optional<std::string> unk, bool fuse_unk,
+             bool byte_fallback, bool empty_affixes) {
+  json& model = doc["model"];
+  ALPACA_CHECK(json_string_or(model, "type", "") == "BPE",
+               file << ": tokenizer_class builds a BPE model, but the file's model is "
+                    << model.value("type", json("?")).dump() << "; fix tokenizer_class in tokenizer_config.json");
+  model["dropout"] = nullptr;
+  model["unk_token"] = unk ? json(*unk) : json(nullptr);
+  model["fuse_unk"] = fuse_unk;
+  model["byte_fallback"] = byte_fallback;
+  model["ignore_merges"] = false;
+  model["continuing_subword_prefix"] = empty_affixes ? json("") : json(nullptr);
+  model["end_of_word_suffix"] = empty_affixes ? json("") : json(nullptr);
+}
+
+json metaspace_decoders(bool strip_prefix) {
+  json seq = json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                          {{"type", "ByteFallback"}},
+                          {{"type", "Fuse"}}});
+  if (strip_prefix) seq.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
+  return {{"type", "Sequence"}, {"decoders", seq}};
+}
+
+// models/llama/tokenization_llama.py: no normalizer, Metaspace(prepend_scheme from
+// add_prefix_space (default True) and legacy (default False), split=False), BPE with
+// fuse_unk + byte_fallback and no unk_token.
+void build_llama(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  const bool add_prefix_space = flag(config, "add_prefix_space").value_or(true);
+  const bool legacy = flag(config, "legacy").value_or(false);
+  set_bpe(doc, file, std::nullopt, /*fuse_unk=*/true, /*byte_fallback=*/true, false);
+  doc["normalizer"] = nullptr;
+  doc["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"},
+                          {"prepend_scheme", add_prefix_space ? (legacy ? "always" : "first") : "never"},
+                          {"split", false}};
+  doc["decoder"] = metaspace_decoders(add_prefix_space);
+  info->unk = "<unk>", info->bos = "<s>", info->eos = "</s>";
+}
+
+// models/gpt2/tokenization_gpt2.py: ByteLevel(add_prefix_space) pre-tokenizer and decoder.
+void build_gpt2(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_bpe(doc, file, std::nullopt, false, false, /*empty_affixes=*/true);
+  doc["normalizer"] = nullptr;
+  doc["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", flag(config, "add_prefix_space").value_or(false)},
+                          {"trim_offsets", true}, {"use_regex", true}};
+  doc["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  info->unk = info->bos = info->eos = "<|endoftext|>";
+}
+
+// models/qwen2/tokenization_qwen2.py: NFC, Qwen2's Split regex then ByteLevel without regex.
+void build_qwen2(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  static const char* kPattern =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  set_bpe(doc, file, std::nullopt, false, false, /*empty_affixes=*/true);
+  doc["normalizer"] = {{"type", "NFC"}};
+  doc["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       json::array({{{"type", "Split"}, {"pattern", {{"Regex", kPattern}}}, {"behavior", "Isolated"}, {"invert", false}},
+                    {{"type", "ByteLevel"}, {"add_prefix_space", flag(config, "add_prefix_space").value_or(false)},
+                     {"trim_offsets", true}, {"use_regex", false}}})}};
+  doc["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  info->unk = info->eos = info->pad = "<|endoftext|>";
+}
+
+std::string strip_fast(const std::string& s) {
+  return s.size() > 4 && s.compare(s.size() - 4, 4, "Fast") == 0 ? s.substr(0, s.size() - 4) : s;
+}
+
+// The class a tokenizer_class name resolves to: a rebuilding class, else TokenizersBackend (which
+// is also where transformers falls back for a name it does not know).
+std::string canonical(const std::string& name) {
+  auto it = rebuilt_classes().find(strip_fast(name));
+  return it == rebuilt_classes().end() ? "TokenizersBackend" : it->second;
+}
+
+// AutoTokenizer.from_pretrained's choice of class for the directory, in its order.
+std::string resolve_class(const json& doc, const json& config, const json& model_config) {
+  if (config.is_object() && config.contains("auto_map")) return "TokenizersBackend";  // remote code: as is
+  const std::string hub = json_string_or(config, "tokenizer_class", json_string_or(model_config, "tokenizer_class", ""));
+  const std::string model_type = json_string_or(model_config, "model_type", "");
+  const auto reg = registered_classes().find(model_type);
+  const std::string registered = reg == registered_classes().end() ? "" : strip_fast(reg->second);
+  const bool incorrect = incorrect_hub_class_types().count(model_type) > 0;
+  // A LlamaTokenizer whose tokenizer.json is byte-level (LLaMA-3 repositories) loads as is.
+  if (strip_fast(hub) == "LlamaTokenizer" && registered != "MistralCommonBackend" && !incorrect &&
+      (has_byte_level(doc.value("pre_tokenizer", json())) || has_byte_level(doc.value("decoder", json()))))
+    return "TokenizersBackend";
+  // config.json's model_type registers another class than the Hub's tokenizer_class.
+  if (!hub.empty() && !registered.empty() && registered != strip_fast(hub)) {
+    static const std::set<std::string> kGeneric = {"TokenizersBackend", "PythonBackend", "PreTrainedTokenizerFast",
+                                                   "MistralCommonBackend"};
+    if (!kGeneric.count(registered)) return canonical(incorrect ? registered : hub);
+    return "TokenizersBackend";
+  }
+  if (!hub.empty()) return canonical(hub);
+  return registered.empty() ? "TokenizersBackend" : canonical(registered);
+}
+
+}  // namespace
+
+TokenizerClassInfo apply_tokenizer_class(json& doc, const json& config, const json& model_config,
+                                         const std::string& file) {
+  TokenizerClassInfo info;
+  info.name = resolve_class(doc, config, model_config);
+  if (info.name == "TokenizersBackend") return info;
+  info.rebuilt = true;
+  if (info.name == "LlamaTokenizer") {
+    build_llama(doc, config, file, &info);
+  } else if (info.name == "GPT2Tokenizer") {
+    build_gpt2(doc, config, file, &info);
+  } else if (info.name == "Qwen2Tokenizer") {
+    build_qwen2(doc, config, file, &info);
+  } else {
+    ALPACA_FAIL("tokenizer_class " << json_string_or(config, "tokenizer_class", info.name) << " of " << file
+                                   << ": transformers 5 builds this class's pipeline (" << info.name
+                                   << ") from its Python __init__ rather than from tokenizer.json, and that "
+                                      "class is not reimplemented here (supported: LlamaTokenizer, "
+                                      "GPT2Tokenizer, Qwen2Tokenizer, and the classes that take the file as "
+                                      "is: PreTrainedTokenizerFast, TokenizersBackend); set \"tokenizer_class\": "
+                                      "\"PreTrainedTokenizerFast\" in tokenizer_config.json if the file's own "
+                                      "pipeline is the one you want");
+  }
+  return info;
+}
+
+json template_post_processor(const std::string& bos, int64_t bos_id, const std::string& eos, int64_t eos_id) {
+  json single = json::array(), pair = json::array(), specials = json::object();
+  auto special = [](const std::string& t, int type_id) { return json{{"SpecialToken", {{"id", t}, {"type_id", type_id}}}}; };
+  auto seq = [](const char* id, int type_id) { return json{{"Sequence", {{"id", id}, {"type_id", type_id}}}}; };
+  for (int part = 0; part < 2; ++part) {
+    json& out = part == 0 ? single : pair;
+    for (int k = 0; k <= part; ++k) {
+      if (!bos.empty()) out.push_back(special(bos, k));
+      out.push_back(seq(k == 0 ? "A" : "B", k));
+      if (!eos.empty()) out.push_back(special(eos, k));
+    }
+  }
+  if (!bos.empty()) specials[bos] = {{"id", bos}, {"ids", {bos_id}}, {"tokens", {bos}}};
+  if (!eos.empty()) specials[eos] = {{"id", eos}, {"ids", {eos_id}}, {"tokens", {eos}}};
+  return {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", specials}};
+}
+
+}  // namespace alpaca::data::detail

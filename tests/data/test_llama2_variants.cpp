@@ -1,0 +1,261 @@
+// Issue 26: LLaMA-2 tokenizer.json files as transformers 4.28.1, 4.44.2 and 5 write them (with
+// and without tokenizer.model beside, legacy true/false), token-exact with transformers 5's
+// AutoTokenizer after train.py's special-token rule (fixture:
+// tests/reference/llama2_tokenizer_variants_reference.py): all Alpaca records, edge cases with
+// both decodes, the save -> AutoTokenizer round trip, the class table and each reimplemented
+// class's pipeline against transformers', and the EOS self-check on a file whose EOS splits.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "alpaca/data/alpaca_example.h"
+#include "alpaca/data/tokenizer.h"
+#include "alpaca/util/error.h"
+#include "test_util.h"
+
+namespace alpaca::data {
+namespace {
+
+namespace fs = std::filesystem;
+using ::alpaca::testing::binary_dir;
+using ::alpaca::testing::shared_dir;
+using ::alpaca::testing::TempDir;
+using nlohmann::json;
+
+const fs::path& fixture() {
+  static const fs::path p = binary_dir() / "fixtures/llama2_variants";
+  return p;
+}
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+void write(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+#define REQUIRE_FIXTURE()                                                      \
+  ALPACA_REQUIRE_SHARED("data/alpaca/alpaca_5000.json");                       \
+  ASSERT_TRUE(fs::exists(fixture() / "reference.json"))                        \
+      << "run the fixture first: ctest -R llama2_variants (fixture_llama2_variants)"
+
+Tokenizer load_variant(const json& r) {
+  // With tokenizer.model beside, tokenizer.json is what --use_fast_tokenizer (and transformers 5) uses.
+  return Tokenizer::load(r["dir"].get<std::string>(), /*use_fast=*/true);
+}
+
+TEST(Llama2Variants, EveryVariantMatchesAutoTokenizer) {
+  REQUIRE_FIXTURE();
+  const json ref = read_json(fixture() / "reference.json");
+  auto records = load_alpaca_records((shared_dir() / "data/alpaca/alpaca_5000.json").string());
+  const int64_t max_len = ref["model_max_length"].get<int64_t>();
+  std::map<std::string, std::vector<json>> files;  // records file -> its lines
+  size_t compared_files = 0, compared_records = 0, differing = 0;
+  for (const auto& [name, r] : ref["variants"].items()) {
+    SCOPED_TRACE(name);
+    Tokenizer tok = load_variant(r);
+    EXPECT_EQ(tok.format(), "tokenizer.json");
+    EXPECT_EQ(tok.tokenizer_class(), r["class"].get<std::string>());
+    EXPECT_EQ(tok.add_missing_special_tokens(), r["num_new_tokens"].get<int64_t>());
+    EXPECT_EQ(tok.vocab_size(), r["len"].get<int64_t>());
+    EXPECT_EQ(tok.pad_id(), r["pad_id"].get<int64_t>());
+    EXPECT_EQ(tok.eos_id(), r["eos_id"].get<int64_t>());
+    EXPECT_EQ(tok.bos_id(), r["bos_id"].get<int64_t>());
+    EXPECT_EQ(tok.encode("Hello world</s>", false), r["auto_hello_eos"].get<std::vector<int64_t>>());
+    EXPECT_NO_THROW(tok.check_special_tokens());
+    const auto& texts = ref["edge_texts"];
+    size_t bad = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const std::string text = texts[i].get<std::string>();
+      const json& e = r["edge"][i];
+      const auto want = e["ids"].get<std::vector<int64_t>>();
+      const auto got = tok.encode(text);
+      if (got != want && ++bad <= 5)
+        ADD_FAILURE() << "edge case " << json(text).dump() << ": ours " << json(got).dump() << " reference "
+                      << json(want).dump();
+      EXPECT_EQ(tok.decode(want, false), e["decoded"].get<std::string>()) << json(text).dump();
+      EXPECT_EQ(tok.decode(want, true), e["decoded_skip"].get<std::string>()) << json(text).dump();
+    }
+    EXPECT_EQ(bad, 0u);
+    auto& lines = files[r["records_file"].get<std::string>()];
+    if (lines.empty()) {
+      std::ifstream in(fixture() / r["records_file"].get<std::string>());
+      for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+    }
+    ASSERT_EQ(lines.size(), records.size());
+    auto examples = tokenize_alpaca(records, tok, max_len, 0);
+    size_t mismatched = 0;
+    for (size_t n = 0; n < lines.size(); ++n) {
+      const bool same = lines[n]["input_ids"].get<std::vector<int64_t>>() == examples[n].input_ids &&
+                        lines[n]["labels"].get<std::vector<int64_t>>() == examples[n].labels;
+      if (!same && ++mismatched <= 3) ADD_FAILURE() << "record " << n << " differs";
+    }
+    EXPECT_EQ(mismatched, 0u) << mismatched << " of " << lines.size() << " records differ";
+    // Every example ends with the EOS id (or was cut at max_length).
+    for (const auto& ex : examples) {
+      if (static_cast<int64_t>(ex.input_ids.size()) < max_len) {
+        ASSERT_EQ(ex.input_ids.back(), tok.eos_id());
+      }
+    }
+    ++compared_files;
+    compared_records += lines.size();
+    differing += mismatched;
+  }
+  EXPECT_EQ(compared_files, 10u);
+  std::cout << "[llama2 variants] " << compared_files << " files x " << records.size() << " records = "
+            << compared_records << " compared, " << differing << " differ\n";
+}
+
+// A saved directory keeps the class's pipeline and loads in transformers 5 with the same ids.
+TEST(Llama2Variants, SavedDirectoriesLoadInTransformersWithSameIds) {
+  REQUIRE_FIXTURE();
+  const json ref = read_json(fixture() / "reference.json");
+  TempDir tmp("llama2_variants_save");
+  const std::vector<std::string> texts = {"Below is an instruction.\n\n### Response:Sure thing</s>",
+                                          "x[PAD]y <s>Hello</s> world", " leading \u2581 space", "日本語 🦙 123"};
+  json ours = json::object();
+  std::string dirs;
+  for (const auto& [name, r] : ref["variants"].items()) {
+    Tokenizer tok = load_variant(r);
+    tok.add_missing_special_tokens();
+    const fs::path out = tmp.path() / name;
+    tok.save(out.string());
+    Tokenizer back = Tokenizer::load(out.string(), true);
+    json ids = json::array();
+    for (const auto& t : texts) {
+      EXPECT_EQ(back.encode(t), tok.encode(t)) << name << " " << t;
+      ids.push_back(tok.encode(t));
+    }
+    ours[name] = {{"len", tok.vocab_size()}, {"pad", *tok.pad_id()}, {"eos", tok.eos_id()}, {"ids", ids}};
+    dirs += " " + out.string();
+  }
+  const fs::path script = tmp.path() / "check.py";
+  write(script,
+        "import sys, json\n"
+        "from transformers import AutoTokenizer\n"
+        "texts = json.loads(sys.argv[1])\n"
+        "out = {}\n"
+        "for d in sys.argv[2:]:\n"
+        "    t = AutoTokenizer.from_pretrained(d)\n"
+        "    out[d.rsplit('/', 1)[1]] = {'len': len(t), 'pad': t.pad_token_id, 'eos': t.eos_token_id,\n"
+        "        'ids': [t(s)['input_ids'] for s in texts]}\n"
+        "print(json.dumps(out))\n");
+  std::string out;
+  int rc = ::alpaca::testing::run_command(::alpaca::testing::python() + " " + script.string() + " '" +
+                                              json(texts).dump() + "'" + dirs + " 2>/dev/null",
+                                          &out);
+  ASSERT_EQ(rc, 0) << out;
+  json theirs = json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(theirs, ours) << "transformers: " << theirs.dump() << "\nours: " << ours.dump();
+}
+
+fs::path tiny_dir(const fs::path& root, const std::string& tag, const json& config) {
+  // The fixture's class cases share one tiny tokenizer.json (Lowercase + Digits of its own).
+  const fs::path src = fixture() / "class_cases/case0/tokenizer.json";
+  fs::path d = root / tag;
+  fs::create_directories(d);
+  fs::copy_file(src, d / "tokenizer.json", fs::copy_options::overwrite_existing);
+  write(d / "tokenizer_config.json", config.dump());
+  return d;
+}
+
+// Which names transformers 5 rebuilds from the class, and the pipeline each reimplemented class
+// builds for every flag setting, against the installed transformers.
+TEST(Llama2Variants, ClassTableAndPipelinesMatchTransformers) {
+  REQUIRE_FIXTURE();
+  const json classes = read_json(fixture() / "classes.json");
+  TempDir tmp("llama2_variants_classes");
+  const std::set<std::string> supported = {"LlamaTokenizer", "GPT2Tokenizer", "Qwen2Tokenizer"};
+  for (const auto& [name, cls] : classes["rebuilt"].items()) {
+    fs::path d = tiny_dir(tmp.path(), name, {{"tokenizer_class", name + "Fast"}});
+    if (supported.count(cls.get<std::string>())) {
+      EXPECT_EQ(Tokenizer::load(d.string()).tokenizer_class(), cls.get<std::string>()) << name;
+      continue;
+    }
+    try {
+      Tokenizer::load(d.string());
+      ADD_FAILURE() << name << ": expected an error (transformers 5 rebuilds " << cls << ")";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not reimplemented here"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(name + "Fast"), std::string::npos) << e.what();
+    }
+  }
+  for (const auto& name : classes["as_is"]) {
+    fs::path d = tiny_dir(tmp.path(), "as_is_" + name.get<std::string>(), {{"tokenizer_class", name}});
+    EXPECT_EQ(Tokenizer::load(d.string()).tokenizer_class(), "TokenizersBackend") << name;
+  }
+  size_t i = 0;
+  for (const json& c : classes["pipelines"]) {
+    fs::path d = tiny_dir(tmp.path(), "pipeline" + std::to_string(i++), c["config"]);
+    Tokenizer tok = Tokenizer::load(d.string());
+    const fs::path out = d / "saved";
+    tok.save(out.string());
+    const json built = read_json(out / "tokenizer.json");
+    for (const char* k : {"normalizer", "pre_tokenizer", "decoder"})
+      EXPECT_EQ(built[k], c[k]) << c["config"].dump() << " " << k;
+    for (const auto& [k, v] : c["model"].items())
+      EXPECT_EQ(built["model"][k], v) << c["config"].dump() << " model." << k;
+  }
+  EXPECT_EQ(i, classes["pipelines"].size());
+}
+
+// A tokenizer.json whose EOS splits (the 4.28.1 file taken as is): the self-check stops the
+// data load with the token, its ids and the file; `preprocess` exits non-zero and writes nothing.
+TEST(Llama2Variants, SelfCheckRejectsASplitEos) {
+  REQUIRE_FIXTURE();
+  const json ref = read_json(fixture() / "reference.json");
+  TempDir tmp("llama2_variants_broken");
+  const fs::path d = tmp.path() / "broken";
+  fs::copy(ref["variants"]["tf428_json"]["dir"].get<std::string>(), d, fs::copy_options::recursive);
+  json config = read_json(d / "tokenizer_config.json");
+  config["tokenizer_class"] = "PreTrainedTokenizerFast";  // the raw library's pipeline, as is
+  write(d / "tokenizer_config.json", config.dump());
+  Tokenizer tok = Tokenizer::load(d.string());
+  EXPECT_EQ(tok.tokenizer_class(), "TokenizersBackend");
+  try {
+    tok.check_special_tokens();
+    FAIL() << "expected the self-check to fail";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const std::string& part : std::vector<std::string>{"eos token \"</s>\" (id 2)", "29879 \"s\" 29958 \">\"",
+                                   (d / "tokenizer.json").string(), "never teach the model to stop"})
+      EXPECT_NE(msg.find(part), std::string::npos) << "'" << part << "' not in: " << msg;
+  }
+  auto records = load_alpaca_records((shared_dir() / "data/alpaca/alpaca_5000.json").string());
+  records.resize(3);
+  EXPECT_THROW(tokenize_alpaca(records, tok, 512, 1), Error);
+
+  const fs::path out = tmp.path() / "out" / "examples.jsonl";
+  fs::create_directories(out.parent_path());
+  std::string log;
+  int rc = ::alpaca::testing::run_command(
+      ::alpaca::testing::train_bin() + " preprocess --data_path " +
+          (shared_dir() / "data/alpaca/alpaca_5000.json").string() + " --tokenizer " + d.string() +
+          " --output " + out.string() + " 2>&1",
+      &log);
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_NE(log.find("tokenizer self-check failed: the eos token"), std::string::npos) << log;
+  EXPECT_TRUE(fs::is_empty(out.parent_path())) << "preprocess left files behind";
+
+  // The same file with its class rule (LlamaTokenizer) passes, and preprocess shows the EOS.
+  const fs::path good = ref["variants"]["tf428_json"]["dir"].get<std::string>();
+  rc = ::alpaca::testing::run_command(
+      ::alpaca::testing::train_bin() + " preprocess --data_path " +
+          (shared_dir() / "data/alpaca/alpaca_5000.json").string() + " --tokenizer " + good.string() +
+          " --output " + out.string() + " 2>&1",
+      &log);
+  EXPECT_EQ(rc, 0) << log;
+  EXPECT_NE(log.find("first example ends:"), std::string::npos) << log;
+  EXPECT_NE(log.find(" 2 \"</s>\" (eos 2"), std::string::npos) << log;
+  EXPECT_NE(log.find("as LlamaTokenizer"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace alpaca::data
