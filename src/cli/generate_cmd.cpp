@@ -233,8 +233,8 @@ std::vector<std::vector<int64_t>> encode_prompts(const GenerateFlags& f,
       try {
         tmpl = chat::ChatTemplate::load(tok_dir, f.chat_template);
       } catch (const Error& e) {
-        ALPACA_FAIL(e.message() << " (--chat and \"messages\" prompts are rendered by the model's chat template; "
-                                   "give one with --chat_template FILE, or drop --chat to use the Alpaca prompt)");
+        ALPACA_FAIL(e.message() << " (--chat and \"messages\" prompts are rendered by it; without --chat, Alpaca "
+                                   "records get the Alpaca prompt)");
       }
       ALPACA_INFO("generate: chat template of " << (f.chat_template.empty() ? tok_dir : f.chat_template)
                   << ", with add_generation_prompt");
