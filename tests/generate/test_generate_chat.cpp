@@ -1,7 +1,8 @@
 // `alpaca-train generate --chat` against transformers (tests/reference/generate_chat_reference.py):
 // on SmolLM2-135M-Instruct, message-list prompts rendered by its chat template with
 // add_generation_prompt and tokenized without added special tokens give apply_chat_template's
-// ids exactly, and the CLI's greedy answers are token-exact with model.generate on them. A model
+// ids exactly, the CLI's greedy answers are token-exact with model.generate on them (also for
+// --instruction with --chat_template: one user message). A model
 // without a chat template under --chat is a clear error.
 #include <gtest/gtest.h>
 
@@ -75,6 +76,22 @@ TEST_F(GenerateChat, GreedyCliAnswersEqualTransformersGenerate) {
     EXPECT_TRUE(rec.contains("messages")) << "the output line repeats the record";
   }
   EXPECT_EQ(i, ref_["new_ids"].size());
+}
+
+// --instruction with --chat_template (which implies --chat): one user message, so the streamed
+// answer is conversation 0's.
+TEST_F(GenerateChat, InstructionWithChatTemplateIsOneUserMessage) {
+  const auto tok = alpaca::data::Tokenizer::load(model_.string());
+  const std::string want = tok.decode(ref_["new_ids"][0].get<std::vector<int64_t>>(), /*skip_special=*/true);
+  std::string out;
+  ASSERT_EQ(run_command("(" + alpaca::testing::train_bin() + " generate --model_name_or_path " + model_.string() +
+                            " --chat_template " + (model_ / "chat_template.jinja").string() +
+                            " --instruction 'What is the capital of France?' --max_new_tokens " +
+                            std::to_string(ref_["max_new_tokens"].get<int64_t>()) + " 2>/dev/null)",
+                        &out),
+            0)
+      << out;
+  EXPECT_EQ(out, want + "\n");
 }
 
 TEST_F(GenerateChat, ModelWithoutATemplateIsAClearError) {
