@@ -12,12 +12,16 @@
 
 #include <ATen/CPUGeneratorImpl.h>  // defines: at::CPUGeneratorImpl
 
+#include <nlohmann/json.hpp>  // defines: nlohmann::json
+
+#include "alpaca/chat/chat_template.h"
 #include "alpaca/ckpt/lora_adapter.h"
 #include "alpaca/cli/commands.h"
 #include "alpaca/cli/subcommand_flags.h"
 #include "alpaca/cli/usage_error.h"
 #include "alpaca/data/tokenizer.h"
 #include "alpaca/generate/generation_config.h"
+#include "alpaca/generate/chat_prompt.h"
 #include "alpaca/generate/generator.h"
 #include "alpaca/generate/prompt_records.h"
 #include "alpaca/io/hf_model.h"
@@ -31,8 +35,8 @@ namespace {
 
 struct GenerateFlags {
   std::string model_dir, adapter, instruction, input, prompts, output, expected_field, device = "auto";
-  std::string padding_side = "left";
-  bool raw_prompt = false, bf16 = false, do_sample = false;
+  std::string padding_side = "left", chat_template;
+  bool chat = false, raw_prompt = false, bf16 = false, do_sample = false;
   int64_t max_new_tokens = 0, top_k = 50, batch_size = 1;
   double temperature = 1.0, top_p = 1.0, repetition_penalty = 1.0;
   uint64_t seed = 42;
@@ -86,6 +90,10 @@ void check_flags(const GenerateFlags& f, const ParsedFlags& parsed) {
   ALPACA_USAGE_CHECK(f.output.empty() || !f.prompts.empty(), "--output goes with --prompts");
   ALPACA_USAGE_CHECK(f.expected_field.empty() || !f.prompts.empty(), "--expected_field goes with --prompts");
   ALPACA_USAGE_CHECK(!(f.raw_prompt && !f.input.empty()), "--raw_prompt sends --instruction as is; drop --input");
+  ALPACA_USAGE_CHECK(!(f.raw_prompt && f.chat), "--raw_prompt sends the text as is, --chat through the chat template; "
+                                                "give one of them");
+  ALPACA_USAGE_CHECK(f.chat_template.empty() || fs::is_regular_file(f.chat_template),
+                     "--chat_template " << f.chat_template << " is not a file (a Jinja chat template is needed)");
   ALPACA_USAGE_CHECK(f.padding_side == "left" || f.padding_side == "right",
                      "--padding_side must be left or right, got " << f.padding_side);
   ALPACA_USAGE_CHECK(f.batch_size > 0, "--batch_size must be positive, got " << f.batch_size);
@@ -169,6 +177,12 @@ Subcommand generate_command(GenerateFlags& f) {
        {"--expected_field", &f.expected_field,
         "Record field to compare with the generation (adds exact_match and a summary line)"},
        {"--raw_prompt", &f.raw_prompt, "Send the instruction text as is (no Alpaca template)"},
+       {"--chat", &f.chat,
+        "Ask through the model's chat template with add_generation_prompt (as transformers' apply_chat_template): "
+        "the instruction (+ input) as one user message; --prompts records with \"messages\" always are"},
+       {"--chat_template", &f.chat_template,
+        "Jinja chat template file used instead of the model's (chat_template.jinja / tokenizer_config.json); "
+        "implies --chat"},
        {"--max_new_tokens", &f.max_new_tokens,
         "New tokens at most (default: generation_config.json's max_new_tokens, or max_length minus the longest "
         "prompt, else 256)"},
@@ -202,6 +216,35 @@ generate::SamplingParams sampling_options(const GenerateFlags& f, const ParsedFl
   return o;
 }
 
+// Token ids of every prompt: Alpaca/raw text with the tokenizer's special tokens, a conversation
+// through the chat template (loaded only when a record has one) and without them, as transformers'
+// apply_chat_template(tokenize=True) does.
+std::vector<std::vector<int64_t>> encode_prompts(const GenerateFlags& f,
+                                                 const std::vector<generate::PromptRecord>& records,
+                                                 const data::Tokenizer& tok, const std::string& tok_dir) {
+  std::optional<chat::ChatTemplate> tmpl;
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& r : records) {
+    if (!r.messages) {
+      out.push_back(tok.encode(r.prompt, /*add_special_tokens=*/true));
+      continue;
+    }
+    if (!tmpl) {
+      try {
+        tmpl = chat::ChatTemplate::load(tok_dir, f.chat_template);
+      } catch (const Error& e) {
+        ALPACA_FAIL(e.message() << " (--chat and \"messages\" prompts are rendered by it; without --chat, Alpaca "
+                                   "records get the Alpaca prompt)");
+      }
+      ALPACA_INFO("generate: chat template of " << (f.chat_template.empty() ? tok_dir : f.chat_template)
+                  << ", with add_generation_prompt");
+    }
+    out.push_back(tok.encode(generate::chat_prompt(*tmpl, *r.messages, tok.bos_token(), tok.eos_token()),
+                             /*add_special_tokens=*/false));
+  }
+  return out;
+}
+
 }  // namespace
 
 int run_generate(const std::vector<std::string>& args) {
@@ -219,14 +262,14 @@ int run_generate(const std::vector<std::string>& args) {
                                   : f.model_dir;
 
   // Prompts (cheap, and their errors should not wait for the model to load).
-  generate::PromptOptions popts{f.raw_prompt, f.expected_field};
+  if (!f.chat_template.empty()) f.chat = true;
+  generate::PromptOptions popts{f.raw_prompt, f.expected_field, f.chat};
   std::vector<generate::PromptRecord> records;
   if (!f.prompts.empty()) {
     records = generate::load_prompt_records(f.prompts, popts);
   } else {
-    generate::PromptRecord r;
-    r.prompt = f.raw_prompt ? f.instruction : generate::alpaca_prompt(f.instruction, f.input);
-    records.push_back(std::move(r));
+    records = generate::parse_prompt_records(
+        nlohmann::json({{"instruction", f.instruction}, {"input", f.input}}).dump(), "--instruction", popts);
   }
 
   // Decoding options: flags, else generation_config.json, else transformers' defaults.
@@ -238,12 +281,9 @@ int run_generate(const std::vector<std::string>& args) {
   opts.padding_side = f.padding_side == "left" ? generate::PaddingSide::kLeft : generate::PaddingSide::kRight;
 
   data::Tokenizer tok = data::Tokenizer::load(tok_dir);
-  std::vector<std::vector<int64_t>> prompt_ids;
+  const std::vector<std::vector<int64_t>> prompt_ids = encode_prompts(f, records, tok, tok_dir);
   size_t longest = 0;
-  for (const auto& r : records) {
-    prompt_ids.push_back(tok.encode(r.prompt, /*add_special_tokens=*/true));
-    longest = std::max(longest, prompt_ids.back().size());
-  }
+  for (const auto& p : prompt_ids) longest = std::max(longest, p.size());
   ALPACA_CHECK(longest > 0, "a prompt encodes to no tokens; give a non-empty instruction");
   opts.pad_token_id = gc.pad_token_id ? *gc.pad_token_id
                       : cfg.pad_token_id ? *cfg.pad_token_id

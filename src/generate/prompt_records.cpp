@@ -13,14 +13,29 @@ namespace {
 
 using nlohmann::json;
 
+// An OpenAI-style conversation: a non-empty list of objects, each with a string "role" (the
+// template decides what it accepts beyond that, as transformers leaves it to the template).
+std::string checked_messages(const json& m, const std::string& name, int64_t index) {
+  ALPACA_CHECK(m.is_array() && !m.empty(), name << ": \"messages\" of record " << index << " is a " << m.type_name()
+                                                << (m.is_array() ? " that is empty" : "")
+                                                << ", expected a list of {\"role\": ..., \"content\": ...} objects");
+  for (size_t i = 0; i < m.size(); ++i) {
+    ALPACA_CHECK(m[i].is_object() && m[i].contains("role") && m[i]["role"].is_string(),
+                 name << ": message " << i << " of record " << index
+                      << " is not an object with a string \"role\" (OpenAI messages: {\"role\": ..., \"content\": ...})");
+  }
+  return m.dump();
+}
+
 PromptRecord to_prompt(const json& v, const std::string& name, int64_t index, const PromptOptions& opts) {
   ALPACA_CHECK(v.is_object(), name << ": record " << index << " is a " << v.type_name()
-                                   << ", expected an object with \"instruction\" (and optionally \"input\")");
+                                   << ", expected an object with \"instruction\" (and optionally \"input\")"
+                                   << " or with \"messages\"");
   auto str = [&](const char* key, bool required) -> std::optional<std::string> {
     auto it = v.find(key);
     if (it == v.end()) {
       ALPACA_CHECK(!required, name << ": record " << index << " has no \"" << key << "\" field"
-                                   << (std::string(key) == "instruction" ? "; every record needs an instruction" : ""));
+                                   << (std::string(key) == "instruction" ? "; every record needs an instruction (or a \"messages\" list)" : ""));
       return std::nullopt;
     }
     ALPACA_CHECK(it->is_string(), name << ": field \"" << key << "\" of record " << index << " is a "
@@ -28,9 +43,17 @@ PromptRecord to_prompt(const json& v, const std::string& name, int64_t index, co
     return it->get<std::string>();
   };
   PromptRecord r;
-  const std::string instruction = *str("instruction", true);
-  const std::string input = str("input", false).value_or("");
-  r.prompt = opts.raw_prompt ? instruction : alpaca_prompt(instruction, input);
+  if (v.contains("messages")) {
+    r.messages = checked_messages(v["messages"], name, index);
+  } else {
+    const std::string instruction = *str("instruction", true);
+    const std::string input = str("input", false).value_or("");
+    if (opts.chat) {
+      r.messages = json::array({{{"role", "user"}, {"content", chat_user_content(instruction, input)}}}).dump();
+    } else {
+      r.prompt = opts.raw_prompt ? instruction : alpaca_prompt(instruction, input);
+    }
+  }
   if (!opts.expected_field.empty()) {
     auto it = v.find(opts.expected_field);
     ALPACA_CHECK(it != v.end(), name << ": record " << index << " has no \"" << opts.expected_field
@@ -48,6 +71,10 @@ std::string alpaca_prompt(const std::string& instruction, const std::string& inp
   rec.instruction = instruction;
   rec.input = input;
   return data::format_alpaca_prompt(rec);
+}
+
+std::string chat_user_content(const std::string& instruction, const std::string& input) {
+  return input.empty() ? instruction : instruction + "\n\n" + input;
 }
 
 std::vector<PromptRecord> parse_prompt_records(const std::string& raw, const std::string& name,

@@ -11,17 +11,23 @@ namespace alpaca::generate {
 
 struct PromptRecord {
   std::string json;      // the record as read, one JSON object (compact)
-  std::string prompt;    // the text sent to the model (template applied unless raw)
+  std::string prompt;    // the text sent to the model (template applied unless raw); "" for a chat record
+  // A chat record's conversation, a JSON array of {"role", "content", ...} messages: a record's own
+  // "messages", or (PromptOptions::chat) its instruction as one user message. The chat template
+  // renders it with add_generation_prompt (generate::chat_prompt).
+  std::optional<std::string> messages;
   std::optional<std::string> expected;  // the --expected_field value, when asked for
 };
 
 struct PromptOptions {
   bool raw_prompt = false;     // send "instruction" as is (no template, no "input")
   std::string expected_field;  // "" = none; else every record must have this string field
+  bool chat = false;           // Alpaca records become one user message (instruction, "\n\n", input)
 };
 
 // Reads `path`. Errors (alpaca::Error): unreadable file, malformed JSON (with line), no records,
-// a record that is not an object, no string "instruction", a non-string "input", a missing
+// a record that is not an object, neither a "messages" list of {"role": string, ...} objects nor a
+// string "instruction", a non-string "input", a missing
 // expected field.
 std::vector<PromptRecord> load_prompt_records(const std::string& path, const PromptOptions& opts);
 std::vector<PromptRecord> parse_prompt_records(const std::string& text, const std::string& name,
@@ -29,6 +35,10 @@ std::vector<PromptRecord> parse_prompt_records(const std::string& text, const st
 
 // The Alpaca prompt of one instruction (+ input) as in training (data::format_alpaca_prompt).
 std::string alpaca_prompt(const std::string& instruction, const std::string& input);
+
+// The user message of an Alpaca record under --chat: the instruction, then its input (if any)
+// after a blank line.
+std::string chat_user_content(const std::string& instruction, const std::string& input);
 
 // One output line: the record's fields plus "generation", "generation_ids" and, when an expected
 // value is known, "exact_match" (generation and expected equal after trimming whitespace).
