@@ -15,6 +15,7 @@
 #include "alpaca/data/alpaca_example.h"
 #include "alpaca/data/alpaca_record.h"
 #include "alpaca/data/collate.h"
+#include "alpaca/data/conversation.h"
 #include "alpaca/data/packing.h"
 #include "alpaca/data/tokenizer.h"
 #include "alpaca/util/error.h"
@@ -35,12 +36,19 @@ int64_t percentile(const std::vector<int64_t>& sorted, double p) {
 int run_preprocess(const std::vector<std::string>& args) {
   CLI::App app{"Tokenize an Alpaca dataset as training does and report its statistics",
                "alpaca-train preprocess"};
-  std::string data_path, model_dir, tokenizer_path, output;
+  std::string data_path, model_dir, tokenizer_path, output, dataset_format = "auto";
   int64_t model_max_length = 512;
   int num_threads = 0;
   bool packing = false;
   bool use_fast_tokenizer = false;
-  app.add_option("--data_path", data_path, "Alpaca JSON array or JSON Lines file")->required();
+  app.add_option("--data_path", data_path,
+                 "Dataset: JSON array, JSON Lines, Parquet or a datasets.save_to_disk directory; "
+                 "several comma-separated paths are concatenated")
+      ->required();
+  app.add_option("--dataset_format", dataset_format,
+                 "auto (detect per file) / alpaca / messages / sharegpt / prompt_completion")
+      ->check(CLI::IsMember({"auto", "alpaca", "messages", "sharegpt", "prompt_completion"}))
+      ->capture_default_str();
   app.add_option("--model_name_or_path", model_dir,
                  "Model directory holding tokenizer.model or tokenizer.json (+ tokenizer_config.json ...)");
   app.add_option("--tokenizer", tokenizer_path,
@@ -84,7 +92,9 @@ int run_preprocess(const std::vector<std::string>& args) {
                                          << model_max_length);
 
   sys::Timer timer;
-  auto records = data::load_alpaca_records(data_path);
+  const auto dataset = data::load_dataset(data_path, data::parse_dataset_format(dataset_format));
+  data::require_alpaca_rows(dataset.files, "--data_path");
+  const auto records = dataset.alpaca_records();
   data::Tokenizer tok = data::Tokenizer::load(model_dir.empty() ? tokenizer_path : model_dir, use_fast_tokenizer);
   // As train.py: missing special tokens are added ([PAD] etc.; they can appear in the text).
   tok.add_missing_special_tokens();
