@@ -15,6 +15,7 @@
 #include "alpaca/data/alpaca_example.h"
 #include "alpaca/data/alpaca_record.h"
 #include "alpaca/data/collate.h"
+#include "alpaca/data/conversation.h"
 #include "alpaca/data/packing.h"
 #include "alpaca/data/tokenizer.h"
 #include "alpaca/util/error.h"
@@ -56,14 +57,17 @@ void write_examples(const std::string& output, const std::vector<data::Example>&
 }  // namespace
 
 int run_preprocess(const std::vector<std::string>& args) {
-  std::string data_path, model_dir, tokenizer_path, output;
+  std::string data_path, model_dir, tokenizer_path, output, dataset_format = "auto";
   int64_t model_max_length = 512;
   int num_threads = 0;
   bool packing = false;
   bool use_fast_tokenizer = false;
   const Subcommand cmd{
       "preprocess", "Tokenize an Alpaca dataset as training does and report its statistics.",
-      {{"--data_path", &data_path, "Alpaca JSON array or JSON Lines file", true},
+      {{"--data_path", &data_path,
+        "Dataset: JSON array, JSON Lines, Parquet or a datasets.save_to_disk directory; several "
+        "comma-separated paths are concatenated", true},
+       {"--dataset_format", &dataset_format, "auto (detect per file) / alpaca / messages / sharegpt / prompt_completion"},
        {"--model_name_or_path", &model_dir,
         "Model directory holding tokenizer.model or tokenizer.json (+ tokenizer_config.json ...)"},
        {"--tokenizer", &tokenizer_path,
@@ -78,9 +82,15 @@ int run_preprocess(const std::vector<std::string>& args) {
   ALPACA_USAGE_CHECK(model_dir.empty() != tokenizer_path.empty(),
                      "preprocess: give exactly one of --model_name_or_path and --tokenizer");
   ALPACA_USAGE_CHECK(model_max_length > 0, "--model_max_length must be positive, got " << model_max_length);
+  ALPACA_USAGE_CHECK(dataset_format == "auto" || dataset_format == "alpaca" || dataset_format == "messages" ||
+                         dataset_format == "sharegpt" || dataset_format == "prompt_completion",
+                     "--dataset_format '" << dataset_format << "' is not a dataset format; give auto or one of "
+                                          << data::dataset_format_names());
 
   sys::Timer timer;
-  auto records = data::load_alpaca_records(data_path);
+  const auto dataset = data::load_dataset(data_path, data::parse_dataset_format(dataset_format));
+  data::require_alpaca_rows(dataset.files, "--data_path");
+  const auto records = dataset.alpaca_records();
   data::Tokenizer tok = data::Tokenizer::load(model_dir.empty() ? tokenizer_path : model_dir, use_fast_tokenizer);
   // As train.py: missing special tokens are added ([PAD] etc.; they can appear in the text).
   tok.add_missing_special_tokens();

@@ -8,6 +8,7 @@
 #include "alpaca/ckpt/preemption.h"
 #include "alpaca/cli/commands.h"
 #include "alpaca/cli/train_args.h"
+#include "alpaca/data/conversation.h"
 #include "alpaca/dist/launch.h"
 #include "alpaca/train/run.h"
 #include "alpaca/util/error.h"
@@ -74,6 +75,12 @@ int run_train(const std::vector<std::string>& argv) {
     for (const auto& note : args.notes) ALPACA_INFO(note);
   }
   check_input_paths(args);  // before anything is written to output_dir
+  // Conversation files are refused before output_dir is written too (each file's first row says
+  // its format; the trainer reads the rows).
+  for (const auto& [flag, paths] : {std::pair<std::string, std::string>{"--data_path", args.data_path},
+                                    std::pair<std::string, std::string>{"--eval_data_path", args.eval_data_path}})
+    if (!paths.empty())
+      data::require_alpaca_rows(data::peek_dataset_formats(paths, data::parse_dataset_format(args.dataset_format)), flag);
   if (rank <= 0) {
     write_args_json(args);
     ALPACA_INFO("wrote " << (fs::path(args.output_dir) / "training_args.json").string());

@@ -55,6 +55,7 @@ train::TrainerOptions trainer_options(const TrainArgs& a) {
   o.use_fast_tokenizer = a.use_fast_tokenizer;
   o.data_path = a.data_path;
   o.eval_data_path = a.eval_data_path;
+  o.dataset_format = a.dataset_format;
   o.model_max_length = a.model_max_length;
   o.packing = a.packing;
   o.group_by_length = a.group_by_length;

@@ -120,6 +120,10 @@ void validate_required(TrainArgs& a) {
                      "--model_name_or_path is required: a local Hugging Face LLaMA directory "
                      "(create a small one with `alpaca-train init-model`)");
   ALPACA_USAGE_CHECK(!a.data_path.empty(), "--data_path is required: an Alpaca JSON file of {instruction, input, output} records");
+  ALPACA_USAGE_CHECK(a.dataset_format == "auto" || a.dataset_format == "alpaca" || a.dataset_format == "messages" ||
+                         a.dataset_format == "sharegpt" || a.dataset_format == "prompt_completion",
+                     "--dataset_format '" << a.dataset_format << "' is not a dataset format; give auto or one of "
+                                          "alpaca, messages, sharegpt, prompt_completion");
   ALPACA_USAGE_CHECK(!a.output_dir.empty(), "--output_dir must not be empty");
 }
 
@@ -357,11 +361,16 @@ void check_input_paths(const TrainArgs& a) {
     const std::string cfg = (model / "config.json").string();
     fsdp::check_wrap_classes(a.fsdp_policy, model::LlamaConfig::from_json_file(cfg).model_type, cfg);
   }
-  for (const auto& [flag, path] : {std::pair<const char*, std::string>{"data_path", a.data_path},
-                                   std::pair<const char*, std::string>{"eval_data_path", a.eval_data_path}}) {
-    if (path.empty()) continue;
-    ALPACA_USAGE_CHECK(fs::is_regular_file(path), "--" << flag << " " << path << ": no such file; give an Alpaca JSON "
-                       "file of {instruction, input, output} records");
+  for (const auto& [flag, paths] : {std::pair<const char*, std::string>{"data_path", a.data_path},
+                                    std::pair<const char*, std::string>{"eval_data_path", a.eval_data_path}}) {
+    if (paths.empty()) continue;
+    std::stringstream items(paths);  // several files separated by commas (data::split_data_paths)
+    for (std::string path; std::getline(items, path, ',');) {
+      path.erase(0, path.find_first_not_of(" \t"));
+      path.erase(path.find_last_not_of(" \t") + 1);
+      ALPACA_USAGE_CHECK(fs::exists(path), "--" << flag << " " << path << ": no such file; give an Alpaca JSON "
+                         "file of {instruction, input, output} records (or JSON Lines, Parquet, a save_to_disk directory)");
+    }
   }
 }
 

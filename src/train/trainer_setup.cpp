@@ -11,6 +11,7 @@
 #include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/ckpt/preemption.h"
 #include "alpaca/data/alpaca_record.h"
+#include "alpaca/data/conversation.h"
 #include "alpaca/data/packing.h"
 #include "alpaca/dist/runtime.h"
 #include "alpaca/fsdp/policy.h"
@@ -143,7 +144,10 @@ void Trainer::Impl::setup_tokenizer_and_model() {
 }
 
 void Trainer::Impl::setup_data() {
-  const auto records = data::load_alpaca_records(opt.data_path);
+  const auto format = data::parse_dataset_format(opt.dataset_format);
+  const auto dataset = data::load_dataset(opt.data_path, format);
+  data::require_alpaca_rows(dataset.files, "--data_path");
+  const auto records = dataset.alpaca_records();
   data::TokenizeStats stats;
   train_examples = data::tokenize_alpaca(records, *tokenizer, opt.model_max_length, 0, &stats);
   ALPACA_INFO("tokenized " << train_examples.size() << " training examples from " << opt.data_path << " ("
@@ -157,8 +161,9 @@ void Trainer::Impl::setup_data() {
   }
   if (opt.eval_strategy != Interval::kNo) {
     ALPACA_CHECK(!opt.eval_data_path.empty(), "evaluation is scheduled but no --eval_data_path was given");
-    eval_examples = data::tokenize_alpaca(data::load_alpaca_records(opt.eval_data_path), *tokenizer,
-                                          opt.model_max_length);
+    const auto eval_set = data::load_dataset(opt.eval_data_path, format);
+    data::require_alpaca_rows(eval_set.files, "--eval_data_path");
+    eval_examples = data::tokenize_alpaca(eval_set.alpaca_records(), *tokenizer, opt.model_max_length);
   }
   build_sampler();
 }

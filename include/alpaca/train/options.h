@@ -35,6 +35,7 @@ struct TrainerOptions {
   bool use_fast_tokenizer = false;  // tokenizer.json over tokenizer.model when both exist
   std::string data_path;
   std::string eval_data_path;  // "" = none
+  std::string dataset_format = "auto";  // data::parse_dataset_format
   int64_t model_max_length = 512;
   bool packing = false;
   bool group_by_length = false;

@@ -1,0 +1,89 @@
+// Dataset rows in the formats TRL's SFTTrainer detects, each normalised into one plain struct
+// that the chat-template engine renders across a JSON-text boundary (no JSON type in this header).
+//
+//   alpaca             {instruction, input?, output}           -> AlpacaRecord, byte-identical to
+//                                                                 load_alpaca_records
+//   messages           {messages: [{role, content, ...}], tools?}   (OpenAI / TRL conversational)
+//   sharegpt           {conversations: [{from, value}], system?, tools?}  (LLaMA-Factory)
+//   prompt_completion  {prompt, completion}: both strings, or both message lists
+//
+// The format is chosen per file from its first row's fields (messages, conversations,
+// prompt+completion, instruction+output, in that order, as TRL checks `messages` first), unless
+// --dataset_format names one. Files: JSON array or JSON Lines (.json, .jsonl, any other name),
+// Parquet (.parquet), Arrow IPC (.arrow), and a `datasets.save_to_disk` directory; several
+// comma-separated paths are concatenated in order. Every error names the file and the row.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "alpaca/data/alpaca_record.h"
+
+namespace alpaca::data {
+
+enum class DatasetFormat { kAuto, kAlpaca, kMessages, kShareGpt, kPromptCompletion };
+
+// "auto" (or "") / alpaca / messages / sharegpt / prompt_completion; anything else is an error
+// listing the names.
+DatasetFormat parse_dataset_format(const std::string& name);
+const char* dataset_format_name(DatasetFormat format);
+// "alpaca, messages, sharegpt, prompt_completion": for help texts and errors.
+const char* dataset_format_names();
+
+// One dataset row after normalisation.
+//  - kAlpaca: `alpaca` only.
+//  - kMessages / kShareGpt / kPromptCompletion with message lists: `conversation_json` is the
+//    template context `{"messages": [...], "tools": [...]}` ("tools" only when the row has it),
+//    every message {"role", "content"?, other keys in the row's order}: roles are system, user,
+//    assistant, tool; ShareGPT roles are mapped (conversation.cpp says how); null members and the
+//    per-message "train" key are dropped (its value is in `train_message`). For prompt-completion,
+//    messages[0, num_prompt_messages) are the prompt and the rest the completion.
+//  - kPromptCompletion with strings: `prompt` and `completion`, `conversation_json` empty.
+struct ConversationRow {
+  DatasetFormat format = DatasetFormat::kAlpaca;
+  std::string source;  // "<file>: row <i>", for errors about this row later (template, mask)
+  AlpacaRecord alpaca;
+  std::string conversation_json;
+  std::vector<char> train_message;  // per message: 0 where the row says "train": false
+  int64_t num_prompt_messages = 0;   // prompt-completion message lists only
+  std::string prompt, completion;    // prompt-completion strings only
+
+  bool is_conversational() const { return !conversation_json.empty(); }
+};
+
+// Each --data_path item and its format.
+using FileFormats = std::vector<std::pair<std::string, DatasetFormat>>;
+
+struct Dataset {
+  std::vector<ConversationRow> rows;  // in file order, files in the order given
+  FileFormats files;                  // each path and the format it had
+
+  bool all_alpaca() const;
+  std::vector<AlpacaRecord> alpaca_records() const;  // requires all_alpaca()
+};
+
+// Loads `paths` (one path or several separated by commas). `format` kAuto detects per file.
+// Errors: a missing or unreadable path, a file that is not the format its extension says, rows
+// that match no format (listing the fields seen and the formats known), and any bad row.
+Dataset load_dataset(const std::string& paths, DatasetFormat format = DatasetFormat::kAuto);
+
+// The rows of JSON text (an array or JSON Lines) normalised; `name` stands for the file in errors.
+std::vector<ConversationRow> parse_dataset_rows(const std::string& text, const std::string& name,
+                                                DatasetFormat format = DatasetFormat::kAuto);
+
+// The paths of a comma-separated --data_path (empty items are an error).
+std::vector<std::string> split_data_paths(const std::string& paths);
+
+// Each file of `paths` with its format (`format` when given, else detected from its first row),
+// without normalising the rows: for checks before a run writes anything. A file whose first row
+// cannot be read gets kAuto; its error comes when load_dataset reads it.
+FileFormats peek_dataset_formats(const std::string& paths, DatasetFormat format = DatasetFormat::kAuto);
+
+// Until the chat-template engine is wired in: an error for conversation files, which
+// alpaca-train cannot yet tokenize ("conversation formats need a chat template: ..."). `flag`
+// names the option in the message (--data_path).
+void require_alpaca_rows(const FileFormats& files, const std::string& flag);
+
+}  // namespace alpaca::data

@@ -1,0 +1,242 @@
+// Dataset rows -> ConversationRow: format detection and the normalisation of each format's
+// messages into role/content messages that chat templates render.
+#include "alpaca/data/conversation.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "alpaca/util/error.h"
+#include "conversation_rows.h"
+
+namespace alpaca::data {
+namespace {
+
+constexpr const char* kRoles = "system, user, assistant, tool";
+
+bool is_known_role(const std::string& r) {
+  return r == "system" || r == "user" || r == "assistant" || r == "tool";
+}
+
+// Object members that are null are dropped at every level: Arrow and Parquet cannot say "absent"
+// (a struct holds null where a JSON object had no key), so the same row must normalise the same
+// from JSON and from Arrow. Array elements stay.
+void drop_nulls(Row& v) {
+  if (v.is_object()) {
+    for (auto it = v.begin(); it != v.end();) {
+      if (it->is_null()) {
+        it = v.erase(it);
+      } else {
+        drop_nulls(*it);
+        ++it;
+      }
+    }
+  } else if (v.is_array()) {
+    for (auto& e : v) drop_nulls(e);
+  }
+}
+
+}  // namespace
+
+// `tools` as a list (a JSON string holding the list, as LLaMA-Factory stores it, is parsed).
+Row normalise_tools(const Row& tools, const std::string& where) {
+  Row out = tools;
+  if (tools.is_string()) {
+    try {
+      out = Row::parse(tools.get<std::string>());
+    } catch (const Row::exception& e) {
+      ALPACA_FAIL(where << ": \"tools\" is a string that is not JSON (" << e.what()
+                        << "); give a list of tool schemas or its JSON text");
+    }
+  }
+  ALPACA_CHECK(out.is_array(), where << ": \"tools\" is a " << out.type_name()
+                                     << ", expected a list of tool (function) schemas");
+  drop_nulls(out);
+  return out;
+}
+
+Row make_message(const std::string& role, const Row* content, const Row& src,
+                 std::initializer_list<const char*> skip, const std::string& where, char* train) {
+  ALPACA_CHECK(is_known_role(role), where << ": unknown role \"" << role << "\"; known roles: "
+                                          << kRoles);
+  Row m = Row::object();
+  m["role"] = role;
+  if (content) {
+    ALPACA_CHECK(content->is_string() || content->is_array(),
+                 where << ": \"content\" is a " << content->type_name()
+                       << ", expected a string (or a list of content parts)");
+    m["content"] = *content;
+    drop_nulls(m["content"]);
+  }
+  *train = 1;
+  for (auto it = src.begin(); it != src.end(); ++it) {
+    const std::string& key = it.key();
+    if (it->is_null() || std::find_if(skip.begin(), skip.end(), [&](const char* s) {
+                           return key == s;
+                         }) != skip.end())
+      continue;
+    if (key == "train") {
+      ALPACA_CHECK(it->is_boolean(), where << ": \"train\" is a " << it->type_name()
+                                           << ", expected true or false");
+      *train = it->get<bool>() ? 1 : 0;
+      continue;
+    }
+    m[key] = *it;
+    drop_nulls(m[key]);
+  }
+  const bool has_calls = m.contains("tool_calls");
+  ALPACA_CHECK(content || (role == "assistant" && has_calls),
+               where << (role == "assistant" ? ": an assistant turn with no content (and no tool_calls); "
+                                               "give it a \"content\" or drop the message"
+                                             : ": message has no \"content\"; every " + role +
+                                                   " message needs one"));
+  return m;
+}
+
+std::string row_where(const std::string& name, int64_t index) {
+  return name + ": row " + std::to_string(index);
+}
+
+namespace {
+
+// OpenAI / TRL messages: [{role, content, ...}].
+void append_openai_messages(const Row& list, const std::string& where, const char* field,
+                            Row& messages, std::vector<char>& train) {
+  ALPACA_CHECK(list.is_array(), where << ": \"" << field << "\" is a " << list.type_name()
+                                      << ", expected a list of {role, content} messages");
+  for (size_t j = 0; j < list.size(); ++j) {
+    const std::string mw = where + ", " + field + "[" + std::to_string(j) + "]";
+    const Row& src = list[j];
+    ALPACA_CHECK(src.is_object(), mw << " is a " << src.type_name()
+                                     << ", expected an object {role, content}");
+    const Row* role = member(src, "role");
+    ALPACA_CHECK(role, mw << ": message has no \"role\" (one of " << kRoles << ")");
+    ALPACA_CHECK(role->is_string(), mw << ": \"role\" is a " << role->type_name()
+                                       << ", expected a string (one of " << kRoles << ")");
+    char t = 1;
+    messages.push_back(make_message(role->get<std::string>(), member(src, "content"), src,
+                                    {"role", "content"}, mw, &t));
+    train.push_back(t);
+  }
+}
+
+ConversationRow messages_row(const Row& row, const std::string& name, int64_t index) {
+  const std::string where = row_where(name, index);
+  const Row* list = member(row, "messages");
+  ALPACA_CHECK(list, where << " has no \"messages\" field; every row of a messages dataset needs "
+                              "one ([{role, content}, ...])");
+  ConversationRow r;
+  r.format = DatasetFormat::kMessages;
+  Row ctx = Row::object();
+  ctx["messages"] = Row::array();
+  append_openai_messages(*list, where, "messages", ctx["messages"], r.train_message);
+  ALPACA_CHECK(!ctx["messages"].empty(), where << ": \"messages\" is empty");
+  if (const Row* tools = member(row, "tools")) ctx["tools"] = normalise_tools(*tools, where);
+  r.conversation_json = ctx.dump();
+  return r;
+}
+
+ConversationRow prompt_completion_row(const Row& row, const std::string& name, int64_t index) {
+  const std::string where = row_where(name, index);
+  const Row* prompt = member(row, "prompt");
+  const Row* completion = member(row, "completion");
+  ALPACA_CHECK(prompt && completion, where << " has no \"" << (prompt ? "completion" : "prompt")
+                                           << "\" field; every prompt-completion row needs both");
+  ConversationRow r;
+  r.format = DatasetFormat::kPromptCompletion;
+  if (prompt->is_string() && completion->is_string()) {
+    r.prompt = prompt->get<std::string>();
+    r.completion = completion->get<std::string>();
+    return r;
+  }
+  ALPACA_CHECK(prompt->is_array() && completion->is_array(),
+               where << ": \"prompt\" is a " << prompt->type_name() << " and \"completion\" a "
+                     << completion->type_name()
+                     << "; give both as strings or both as lists of {role, content} messages");
+  Row ctx = Row::object();
+  ctx["messages"] = Row::array();
+  append_openai_messages(*prompt, where, "prompt", ctx["messages"], r.train_message);
+  r.num_prompt_messages = static_cast<int64_t>(ctx["messages"].size());
+  append_openai_messages(*completion, where, "completion", ctx["messages"], r.train_message);
+  ALPACA_CHECK(static_cast<int64_t>(ctx["messages"].size()) > r.num_prompt_messages,
+               where << ": \"completion\" is an empty list; it needs the assistant's message");
+  if (const Row* tools = member(row, "tools")) ctx["tools"] = normalise_tools(*tools, where);
+  r.conversation_json = ctx.dump();
+  return r;
+}
+
+ConversationRow alpaca_row(const Row& row, const std::string& name, int64_t index) {
+  ConversationRow r;
+  r.format = DatasetFormat::kAlpaca;
+  r.alpaca = alpaca_record_from_row(row, name, index);
+  return r;
+}
+
+}  // namespace
+
+DatasetFormat detect_format(const Row& first, const std::string& name) {
+  ALPACA_CHECK(first.is_object(), name << ": record 0 is a " << first.type_name()
+                                       << ", expected an object (a dataset row); known formats: "
+                                       << kFormatFields);
+  if (member(first, "messages")) return DatasetFormat::kMessages;
+  if (member(first, "conversations")) return DatasetFormat::kShareGpt;
+  if (member(first, "prompt") || member(first, "completion")) return DatasetFormat::kPromptCompletion;
+  if (first.contains("instruction") || first.contains("output")) return DatasetFormat::kAlpaca;
+  std::ostringstream seen;
+  for (auto it = first.begin(); it != first.end(); ++it)
+    seen << (it == first.begin() ? "" : ", ") << it.key();
+  ALPACA_FAIL(name << ": its rows match no dataset format: row 0 has the fields [" << seen.str()
+                   << "]; known formats: " << kFormatFields
+                   << " (or name one with --dataset_format)");
+}
+
+ConversationRow normalise_row(const Row& row, DatasetFormat format, const std::string& name,
+                              int64_t index) {
+  if (format != DatasetFormat::kAlpaca)
+    ALPACA_CHECK(row.is_object(), row_where(name, index) << " is a " << row.type_name()
+                                                         << ", expected an object");
+  ConversationRow r;
+  switch (format) {
+    case DatasetFormat::kAlpaca: r = alpaca_row(row, name, index); break;
+    case DatasetFormat::kMessages: r = messages_row(row, name, index); break;
+    case DatasetFormat::kShareGpt: r = sharegpt_row(row, name, index); break;
+    case DatasetFormat::kPromptCompletion: r = prompt_completion_row(row, name, index); break;
+    case DatasetFormat::kAuto: ALPACA_FAIL("normalise_row needs a detected format");
+  }
+  r.source = row_where(name, index);
+  return r;
+}
+
+std::vector<ConversationRow> parse_dataset_rows(const std::string& text, const std::string& name,
+                                                DatasetFormat format) {
+  std::vector<ConversationRow> out;
+  for_each_json_row(text, name, [&](Row&& row, int64_t index) {
+    if (format == DatasetFormat::kAuto) format = detect_format(row, name);
+    out.push_back(normalise_row(row, format, name, index));
+  });
+  return out;
+}
+
+DatasetFormat parse_dataset_format(const std::string& name) {
+  if (name.empty() || name == "auto") return DatasetFormat::kAuto;
+  if (name == "alpaca") return DatasetFormat::kAlpaca;
+  if (name == "messages") return DatasetFormat::kMessages;
+  if (name == "sharegpt") return DatasetFormat::kShareGpt;
+  if (name == "prompt_completion") return DatasetFormat::kPromptCompletion;
+  ALPACA_FAIL("unknown dataset format \"" << name << "\"; give auto (detect from the fields) or one of "
+                                          << dataset_format_names());
+}
+
+const char* dataset_format_name(DatasetFormat format) {
+  switch (format) {
+    case DatasetFormat::kAuto: return "auto";
+    case DatasetFormat::kAlpaca: return "alpaca";
+    case DatasetFormat::kMessages: return "messages";
+    case DatasetFormat::kShareGpt: return "sharegpt";
+    case DatasetFormat::kPromptCompletion: return "prompt_completion";
+  }
+  return "?";
+}
+
+const char* dataset_format_names() { return "alpaca, messages, sharegpt, prompt_completion"; }
+
+}  // namespace alpaca::data

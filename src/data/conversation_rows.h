@@ -1,0 +1,45 @@
+// Private to src/data: the pieces of row normalisation shared by conversation.cpp (detection,
+// OpenAI messages, prompt-completion), sharegpt.cpp and dataset_files.cpp (files -> rows).
+#pragma once
+
+#include <initializer_list>
+#include <string>
+
+#include "alpaca/data/conversation.h"
+#include "dataset_rows.h"
+
+namespace alpaca::data {
+
+inline constexpr const char* kFormatFields =
+    "alpaca {instruction, input, output}, messages {messages: [{role, content}]}, "
+    "sharegpt {conversations: [{from, value}]}, prompt_completion {prompt, completion}";
+
+// obj[key] unless absent or null.
+inline const Row* member(const Row& obj, const char* key) {
+  auto it = obj.find(key);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+// "<name>: row <index>", the prefix of every row error.
+std::string row_where(const std::string& name, int64_t index);
+
+// A normalised message {role, content?, the other keys of `src` in order}, minus the keys in
+// `skip`, null members and "train" (whose value goes to *train). Errors (prefixed by `where`): an
+// unknown role, a non-string content, a message with no content (an assistant one may have
+// tool_calls instead), a non-boolean train.
+Row make_message(const std::string& role, const Row* content, const Row& src,
+                 std::initializer_list<const char*> skip, const std::string& where, char* train);
+
+// `tools` as a list (a JSON string is parsed), nulls dropped.
+Row normalise_tools(const Row& tools, const std::string& where);
+
+ConversationRow sharegpt_row(const Row& row, const std::string& name, int64_t index);
+
+// The format of a file from its first row; an error listing row 0's fields when none matches.
+DatasetFormat detect_format(const Row& first, const std::string& name);
+
+// Row `index` of file `name` in `format` (not kAuto).
+ConversationRow normalise_row(const Row& row, DatasetFormat format, const std::string& name,
+                              int64_t index);
+
+}  // namespace alpaca::data

@@ -1,0 +1,220 @@
+// Dataset formats and files (issue 28): the same rows written by tests/reference/
+// chat_dataset_reference.py as JSON, JSON Lines, Parquet (pyarrow), a datasets.save_to_disk
+// directory and a JSONL + Parquet pair normalise to exactly the rows the reference computed
+// (the template context byte for byte); and every kind of bad input is an error naming the file,
+// the row and the fix.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "alpaca/data/conversation.h"
+#include "alpaca/util/error.h"
+#include "test_util.h"
+
+namespace alpaca::data {
+namespace {
+
+namespace fs = std::filesystem;
+using ::alpaca::testing::TempDir;
+
+fs::path fixture() { return ::alpaca::testing::binary_dir() / "fixtures" / "chat_dataset"; }
+
+void expect_row(const ConversationRow& got, const nlohmann::json& want, const std::string& where) {
+  EXPECT_EQ(dataset_format_name(got.format), want["format"].get<std::string>()) << where;
+  EXPECT_EQ(got.conversation_json, want["conversation_json"].get<std::string>()) << where;
+  std::vector<char> train;
+  for (const auto& t : want["train"]) train.push_back(t.get<bool>() ? 1 : 0);
+  EXPECT_EQ(got.train_message, train) << where;
+  EXPECT_EQ(got.num_prompt_messages, want["num_prompt_messages"].get<int64_t>()) << where;
+  EXPECT_EQ(got.prompt, want["prompt"].get<std::string>()) << where;
+  EXPECT_EQ(got.completion, want["completion"].get<std::string>()) << where;
+  if (!want["alpaca"].is_null()) {
+    EXPECT_EQ(got.alpaca.instruction, want["alpaca"][0].get<std::string>()) << where;
+    EXPECT_EQ(got.alpaca.input, want["alpaca"][1].get<std::string>()) << where;
+    EXPECT_EQ(got.alpaca.output, want["alpaca"][2].get<std::string>()) << where;
+  }
+}
+
+TEST(ChatDataset, EveryFileKindGivesTheReferenceRows) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture());
+  int64_t compared = 0;
+  for (const char* name_c : {"alpaca", "messages", "sharegpt", "pc_text", "pc_messages"}) {
+    const std::string name = name_c;
+    nlohmann::json want;
+    std::ifstream(fixture() / (name + ".expected.json")) >> want;
+    ASSERT_GT(want.size(), 300u) << name;
+    const std::string base = (fixture() / name).string();
+    for (const std::string& paths : {base + ".json", base + ".jsonl", base + ".parquet", base + "_disk",
+                                    base + "_a.jsonl," + base + "_b.parquet"}) {
+      SCOPED_TRACE(paths);
+      Dataset d = load_dataset(paths);
+      ASSERT_EQ(d.rows.size(), want.size());
+      for (const auto& [path, format] : d.files)
+        EXPECT_EQ(dataset_format_name(format), want[0]["format"].get<std::string>()) << path;
+      for (size_t i = 0; i < want.size(); ++i) expect_row(d.rows[i], want[i], d.rows[i].source);
+      compared += static_cast<int64_t>(want.size());
+      // The detected format and an explicit one agree.
+      Dataset forced = load_dataset(paths, parse_dataset_format(want[0]["format"].get<std::string>()));
+      ASSERT_EQ(forced.rows.size(), want.size());
+      EXPECT_EQ(forced.rows.back().conversation_json, d.rows.back().conversation_json);
+    }
+  }
+  std::cout << "compared " << compared << " rows (5 datasets x 5 file kinds) with the reference\n";
+}
+
+TEST(ChatDataset, AlpacaRowsAreTheAlpacaLoadersRecords) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture());
+  const std::string json = (fixture() / "alpaca.json").string();
+  const auto expect = load_alpaca_records(json);
+  for (const std::string& path : {json, (fixture() / "alpaca.parquet").string(), (fixture() / "alpaca_disk").string()}) {
+    Dataset d = load_dataset(path);
+    ASSERT_TRUE(d.all_alpaca()) << path;
+    const auto got = d.alpaca_records();
+    ASSERT_EQ(got.size(), expect.size()) << path;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].instruction, expect[i].instruction) << path << " " << i;
+      EXPECT_EQ(got[i].input, expect[i].input) << path << " " << i;
+      EXPECT_EQ(got[i].output, expect[i].output) << path << " " << i;
+    }
+  }
+}
+
+TEST(ChatDataset, PeekNamesEachFilesFormatAndConversationsAreRefused) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture());
+  const std::string paths = (fixture() / "alpaca.jsonl").string() + "," + (fixture() / "sharegpt_disk").string() +
+                            "," + (fixture() / "pc_messages.parquet").string();
+  FileFormats f = peek_dataset_formats(paths);
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_EQ(f[0].second, DatasetFormat::kAlpaca);
+  EXPECT_EQ(f[1].second, DatasetFormat::kShareGpt);
+  EXPECT_EQ(f[2].second, DatasetFormat::kPromptCompletion);
+  try {
+    require_alpaca_rows(f, "--data_path");
+    ADD_FAILURE() << "conversation files were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("conversation formats need a chat template: --data_path " + f[1].first),
+              std::string::npos)
+        << e.message();
+  }
+  EXPECT_NO_THROW(require_alpaca_rows(peek_dataset_formats((fixture() / "alpaca.parquet").string()), "--data_path"));
+}
+
+// The error of loading `text` written to a file named `name` (with `format`), or "" if it loaded.
+std::string load_error(const std::string& text, const std::string& name = "d.jsonl",
+                       DatasetFormat format = DatasetFormat::kAuto) {
+  TempDir dir("chat_bad");
+  const auto path = dir.path() / name;
+  std::ofstream(path, std::ios::binary) << text;
+  try {
+    load_dataset(path.string(), format);
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find(path.string()), std::string::npos) << "error does not name the file: " << e.message();
+    return e.message();
+  }
+  return "";
+}
+
+#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << "'" << (part) << "' not in: " << (msg)
+
+TEST(ChatDataset, BadRowsAreErrorsNamingTheRow) {
+  std::string m = load_error(R"({"question": "q", "answer": "a"})");
+  EXPECT_HAS(m, "match no dataset format");
+  EXPECT_HAS(m, "[question, answer]");
+  EXPECT_HAS(m, "sharegpt {conversations");
+  EXPECT_HAS(m, "--dataset_format");
+
+  const std::string ok = R"({"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]})";
+  m = load_error(ok + "\n" + R"({"messages": [{"content": "u"}]})");
+  EXPECT_HAS(m, "row 1, messages[0]: message has no \"role\"");
+  m = load_error(ok + "\n" + R"({"messages": [{"role": "user"}]})");
+  EXPECT_HAS(m, "row 1, messages[0]: message has no \"content\"");
+  m = load_error(R"({"messages": [{"role": "robot", "content": "x"}]})");
+  EXPECT_HAS(m, "row 0, messages[0]: unknown role \"robot\"; known roles: system, user, assistant, tool");
+  m = load_error(ok + "\n" + ok + "\n" + R"({"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": null}]})");
+  EXPECT_HAS(m, "row 2, messages[1]: an assistant turn with no content");
+  m = load_error(R"({"messages": [{"role": "user", "content": "u", "train": "no"}]})");
+  EXPECT_HAS(m, "\"train\" is a string, expected true or false");
+  m = load_error(ok + "\n" + R"({"prompt": "p", "completion": "c"})");
+  EXPECT_HAS(m, "row 1 has no \"messages\" field");
+  m = load_error(R"({"messages": []})");
+  EXPECT_HAS(m, "row 0: \"messages\" is empty");
+
+  m = load_error(R"({"conversations": [{"from": "human", "value": "h"}, {"from": "bot", "value": "b"}]})");
+  EXPECT_HAS(m, "row 0, conversations[1]: unknown role (\"from\") \"bot\"");
+  m = load_error(R"({"conversations": [{"from": "gpt", "value": "b"}]})");
+  EXPECT_HAS(m, "\"gpt\" where a human or observation turn belongs");
+  m = load_error(R"({"conversations": [{"from": "human", "value": "h"}, {"from": "gpt"}]})");
+  EXPECT_HAS(m, "an assistant turn (gpt) with no \"value\"");
+  m = load_error(R"({"conversations": [{"from": "human", "value": "h"}, {"from": "function_call", "value": "not json"}]})");
+  EXPECT_HAS(m, "a function_call's value is not JSON");
+
+  m = load_error(R"({"prompt": "p", "completion": [{"role": "assistant", "content": "c"}]})");
+  EXPECT_HAS(m, "give both as strings or both as lists");
+  m = load_error(R"({"prompt": "p"})");
+  EXPECT_HAS(m, "row 0 has no \"completion\" field");
+
+  m = load_error(R"({"instruction": "i", "output": "o"})", "d.jsonl", DatasetFormat::kMessages);
+  EXPECT_HAS(m, "row 0 has no \"messages\" field");
+  // Alpaca rows keep the Alpaca loader's messages.
+  m = load_error(R"([{"instruction": "a", "output": "b"}, {"instruction": 1, "output": "b"}])", "d.json");
+  EXPECT_HAS(m, "field \"instruction\" of record 1 is a number, expected a string");
+  m = load_error(R"({"instruction": "a"})");
+  EXPECT_HAS(m, "record 0 has no \"output\" field");
+}
+
+TEST(ChatDataset, FilesThatAreNotWhatTheirNameSaysAreErrors) {
+  std::string m = load_error("PAR1 this is no json", "d.json");
+  EXPECT_HAS(m, "is a Parquet file but its name says JSON");
+  m = load_error(R"({"instruction": "a", "output": "b"})", "d.parquet");
+  EXPECT_HAS(m, "is named .parquet but is not a Parquet file");
+  m = load_error("PAR1 truncated junk PAR1", "d.parquet");
+  EXPECT_HAS(m, "not a readable Parquet file");
+  m = load_error("[1, 2]", "d.arrow");
+  EXPECT_HAS(m, "is named .arrow but is not an Arrow IPC file or stream");
+
+  TempDir dir("chat_paths");
+  EXPECT_THROW(load_dataset((dir.path() / "missing.json").string()), Error);
+  EXPECT_THROW(split_data_paths("a.json,,b.json"), Error);
+  fs::create_directories(dir.path() / "not_a_dataset");
+  try {
+    load_dataset((dir.path() / "not_a_dataset").string());
+    ADD_FAILURE() << "a plain directory loaded";
+  } catch (const Error& e) {
+    EXPECT_HAS(e.message(), "not a datasets.save_to_disk directory");
+  }
+  EXPECT_THROW(parse_dataset_format("chatml"), Error);
+}
+
+// Until the chat template is applied, train and preprocess refuse conversation rows before they
+// write anything.
+TEST(ChatDataset, TrainAndPreprocessRefuseConversations) {
+  TempDir dir("chat_cli");
+  const auto data = dir.path() / "chat.jsonl";
+  std::ofstream(data) << R"({"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]})"
+                      << "\n";
+  const auto tok = ::alpaca::testing::source_dir() / "data/tokenizer";
+  const auto out = dir.path() / "tokens.jsonl";
+  std::string log;
+  int rc = ::alpaca::testing::run_command(::alpaca::testing::train_bin() + " preprocess --data_path " +
+                                              data.string() + " --tokenizer " + tok.string() + " --output " +
+                                              out.string(), &log);
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_HAS(log, "conversation formats need a chat template: --data_path " + data.string());
+  EXPECT_FALSE(fs::exists(out));
+
+  fs::create_directories(dir.path() / "model");
+  std::ofstream(dir.path() / "model" / "config.json") << "{}";
+  fs::copy_file(tok / "tokenizer.model", dir.path() / "model" / "tokenizer.model");
+  const auto run_dir = dir.path() / "run";
+  rc = ::alpaca::testing::run_command(::alpaca::testing::train_bin() + " train --model_name_or_path " +
+                                          (dir.path() / "model").string() + " --data_path " + data.string() +
+                                          " --output_dir " + run_dir.string(), &log);
+  EXPECT_NE(rc, 0) << log;
+  EXPECT_HAS(log, "conversation formats need a chat template: --data_path " + data.string());
+  EXPECT_FALSE(fs::exists(run_dir / "training_args.json")) << log;
+}
+
+}  // namespace
+}  // namespace alpaca::data
