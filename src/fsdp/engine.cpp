@@ -189,7 +189,10 @@ FsdpEngine::Impl::Impl(const FsdpModelParts& parts, std::shared_ptr<dist::Commun
       // is stored and gathered in param_dtype only.
       opt.with_grad = false;
       opt.master_dtype = policy.param_dtype;
-      unit.frozen = std::make_unique<FlatParameter>(std::move(frozen_entries[u]), shard_world, shard_rank, opt);
+      if (!policy.quant4_type.empty() && u != root_index)
+        build_quant(unit, std::move(frozen_entries[u]), opt);
+      else
+        unit.frozen = std::make_unique<FlatParameter>(std::move(frozen_entries[u]), shard_world, shard_rank, opt);
     }
   }
 }
@@ -249,7 +252,7 @@ void FsdpEngine::Impl::unshard(int u, bool wait) {
   if (!unit.has_params()) return;
   if (!unit.unsharded) {
     if (unit.train) gather_flat(unit, *unit.train);
-    if (unit.frozen) gather_flat(unit, *unit.frozen);
+    if (unit.frozen) unit.quant ? gather_quant(unit) : gather_flat(unit, *unit.frozen);
     unit.unsharded = true;
     ++num_unsharded;
     peak_unsharded = std::max(peak_unsharded, num_unsharded);
@@ -262,6 +265,10 @@ void FsdpEngine::Impl::wait_gather(Unit& unit) {
   for (auto& w : unit.gather_work) w->wait();
   unit.gather_work.clear();
   unit.gather_inputs.clear();
+  if (unit.quant_blob.defined()) {  // 4-bit base: dequantize the gathered bytes into param_dtype
+    unit.quant->unpack(unit.quant_blob, *unit.frozen);
+    unit.quant_blob = at::Tensor();
+  }
 }
 
 void FsdpEngine::Impl::reshard(int u) {
@@ -592,6 +599,10 @@ MemoryAccount FsdpEngine::memory_account(const optim::ShardedAdamW* opt) const {
       m.grad_bytes += unit.train->grad().nbytes();
     }
     if (unit.frozen) m.frozen_bytes += unit.frozen->shard().nbytes();
+    if (unit.quant) {
+      m.frozen_bytes += unit.quant->shard().nbytes();
+      m.quant4_params += unit.quant->quantized_numel();
+    }
   }
   if (opt) m.optimizer_bytes = opt->state_bytes();
   m.unsharded_bytes = impl_->unsharded_bytes;
@@ -611,6 +622,7 @@ std::string MemoryAccount::to_string() const {
   auto mib = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   os << "params " << mib(param_bytes) << " MiB, ";
   if (frozen_bytes > 0) os << "frozen params " << mib(frozen_bytes) << " MiB, ";
+  if (quant4_params > 0) os << "of which " << quant4_params << " values 4-bit, ";
   os << "grads " << mib(grad_bytes) << " MiB, optimizer "
      << mib(optimizer_bytes) << " MiB, unsharded now " << mib(unsharded_bytes) << " MiB (peak "
      << mib(peak_unsharded_bytes) << " MiB, " << peak_unsharded_units << " units)";
