@@ -19,19 +19,29 @@ bool has_nproc_per_node(const std::vector<std::string>& argv) {
   });
 }
 
+std::string subcommand_list() {
+  std::string out;
+  for (const auto& n : subcommand_names()) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 }  // namespace
 
 const std::vector<std::string>& subcommand_names() {
   static const std::vector<std::string> names = {"train",    "init-model",      "preprocess", "merge",
-                                                    "generate", "estimate-memory", "help"};
+                                                    "generate", "estimate-memory", "help",       "version"};
   return names;
 }
 
 int dispatch(const std::vector<std::string>& argv) {
   ALPACA_USAGE_CHECK(!argv.empty(), "no arguments: give training flags (`alpaca-train --help` lists them) or a "
-                                    "subcommand: train, init-model, preprocess");
+                                    "subcommand: " << subcommand_list());
   const std::string& first = argv.front();
   std::vector<std::string> rest(argv.begin() + 1, argv.end());
+  if (first == "--version" || first == "version") {
+    std::cout << version_text();
+    return 0;
+  }
   if (first == "init-model") return run_init_model(rest);
   if (first == "preprocess") return run_preprocess(rest);
   if (first == "merge") return run_merge(rest);
@@ -46,7 +56,7 @@ int dispatch(const std::vector<std::string>& argv) {
     std::vector<std::string> names = subcommand_names();
     std::string guess = closest_name(first, names);
     ALPACA_USAGE_FAIL("unknown subcommand '" << first << "'"
-                      << (guess.empty() ? "; use train, init-model or preprocess, or start with a --flag"
+                      << (guess.empty() ? "; use one of " + subcommand_list() + ", or start with a --flag"
                                         : "; did you mean '" + guess + "'?"));
   }
   if (has_nproc_per_node(train_argv)) return run_launcher(train_argv);

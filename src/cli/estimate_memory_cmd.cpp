@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "alpaca/cli/commands.h"
+#include "alpaca/cli/subcommand_flags.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/cli/usage_error.h"
 #include "alpaca/dist/launch.h"
@@ -18,88 +19,13 @@
 #include "alpaca/util/error.h"
 
 namespace alpaca::cli {
-namespace {
 
 namespace fs = std::filesystem;
 
-const char* kHelp =
-    "alpaca-train estimate-memory <the train flags> [options]\n"
-    "  Per-rank memory of the run the same flags would start, from config.json alone (no weights,\n"
-    "  no GPU): fp32 master/gradient/AdamW shards, gathered units, reduce-scatter buffers, the root\n"
-    "  unit, activations (with and without gradient checkpointing), the fused loss chunk and an\n"
-    "  allocator margin; the same for each OOM-ladder rung with the largest micro-batch that fits;\n"
-    "  DeepSpeed's ZeRO-3 estimator beside it.\n"
-    "Options (besides every train flag; --data_path is not read):\n"
-    "  --num_gpus N         GPU ranks in the job (default: 1)\n"
-    "  --num_cpu_ranks N    CPU ranks instead (device memory is host memory; the tests' setting)\n"
-    "  --gpus_per_node G    ranks per node (default: min(N, 8))\n"
-    "  --gpu_memory_gb X    memory of one GPU in GiB (default: 80)\n"
-    "  --host_memory_gb Y   host memory per node in GiB (default: unknown, not judged)\n"
-    "  --json               one JSON object: device_total_bytes, host_total_bytes, fits, breakdown, rungs\n";
+namespace {
 
-int64_t parse_positive(const std::string& flag, const std::string& value, bool allow_zero = false) {
-  char* end = nullptr;
-  const long long v = std::strtoll(value.c_str(), &end, 10);
-  ALPACA_USAGE_CHECK(end && *end == '\0' && (v > 0 || (allow_zero && v == 0)),
-                     flag << " needs a positive integer, got '" << value << "'");
-  return v;
-}
-
-double parse_gb(const std::string& flag, const std::string& value) {
-  char* end = nullptr;
-  const double v = std::strtod(value.c_str(), &end);
-  ALPACA_USAGE_CHECK(end && *end == '\0' && v > 0, flag << " needs a positive number of GiB, got '" << value << "'");
-  return v;
-}
-
-}  // namespace
-
-int run_estimate_memory(const std::vector<std::string>& argv) {
-  int64_t num_gpus = 0, num_cpu = 0, per_node = 0;
-  double gpu_gb = 80, host_gb = 0;
-  bool json = false, has_data = false;
-  std::vector<std::string> train_argv;
-  for (size_t i = 0; i < argv.size(); ++i) {
-    std::string a = argv[i], value;
-    const size_t eq = a.find('=');
-    const bool inline_value = a.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (inline_value) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-    }
-    auto next = [&]() -> std::string {
-      if (inline_value) return value;
-      ALPACA_USAGE_CHECK(i + 1 < argv.size(), a << " needs a value (see alpaca-train estimate-memory --help)");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::cout << kHelp;
-      return 0;
-    }
-    if (a == "--num_gpus") num_gpus = parse_positive(a, next());
-    else if (a == "--num_cpu_ranks") num_cpu = parse_positive(a, next());
-    else if (a == "--gpus_per_node") per_node = parse_positive(a, next());
-    else if (a == "--gpu_memory_gb") gpu_gb = parse_gb(a, next());
-    else if (a == "--host_memory_gb") host_gb = parse_gb(a, next());
-    else if (a == "--json") json = true;
-    else {
-      if (a == "--data_path") has_data = true;
-      train_argv.push_back(argv[i]);
-    }
-  }
-  ALPACA_USAGE_CHECK(num_gpus == 0 || num_cpu == 0, "give --num_gpus or --num_cpu_ranks, not both");
-  // The estimate never reads the data; the train flags' parser requires the flag.
-  if (!has_data) {
-    train_argv.push_back("--data_path");
-    train_argv.push_back("(not read by estimate-memory)");
-  }
-  // The job this estimates: its rank count and ranks per node (hybrid_shard groups are a node).
-  dist::LaunchInfo job;
-  job.world_size = static_cast<int>(num_cpu > 0 ? num_cpu : std::max<int64_t>(num_gpus, 1));
-  job.local_world_size = static_cast<int>(per_node > 0 ? per_node : std::min<int64_t>(job.world_size, num_cpu > 0 ? job.world_size : 8));
-  job.num_nodes = (job.world_size + job.local_world_size - 1) / job.local_world_size;
-  const TrainArgs args = parse_train_args(train_argv, job);
-
+// The planner's inputs for the run `args` would train on `job`.
+plan::MemoryPlanInputs plan_inputs(const TrainArgs& args, const dist::LaunchInfo& job, bool gpu) {
   fs::path cfg_path = args.model_name_or_path;
   if (fs::is_directory(cfg_path)) cfg_path /= "config.json";
   ALPACA_USAGE_CHECK(fs::is_regular_file(cfg_path), "--model_name_or_path " << args.model_name_or_path
@@ -116,7 +42,7 @@ int run_estimate_memory(const std::vector<std::string>& argv) {
   }
   in.micro_batch = args.per_device_train_batch_size;
   in.seq_len = args.model_max_length;
-  in.gpu = num_cpu == 0;
+  in.gpu = gpu;
   in.num_ranks = job.world_size;
   in.ranks_per_node = job.local_world_size;
   in.cpu_bf16_via_fp32 = model::cpu_bf16_gemm() == model::CpuBf16Gemm::kFp32;
@@ -140,6 +66,56 @@ int run_estimate_memory(const std::vector<std::string>& argv) {
     in.lora_target_modules = model::split_module_list(args.lora_target_modules);
     in.lora_modules_to_save = model::split_module_list(args.lora_modules_to_save);
   }
+  return in;
+}
+
+}  // namespace
+
+int run_estimate_memory(const std::vector<std::string>& argv) {
+  int64_t num_gpus = 0, num_cpu = 0, per_node = 0;
+  double gpu_gb = 80, host_gb = 0;
+  bool json = false;
+  const Subcommand cmd{
+      "estimate-memory",
+      "Per-rank memory of the run the same flags would start, from config.json alone (no weights, no GPU):\n"
+      "fp32 master/gradient/AdamW shards, gathered units, reduce-scatter buffers, the root units,\n"
+      "activations (with and without gradient checkpointing), the fused loss chunk and an allocator margin;\n"
+      "the same for each OOM-ladder rung with the largest micro-batch that fits; DeepSpeed's ZeRO-3\n"
+      "estimator beside it. Every train flag is accepted (--data_path is not read).",
+      {{"--num_gpus", &num_gpus, "GPU ranks in the job (default: 1)"},
+       {"--num_cpu_ranks", &num_cpu, "CPU ranks instead (device memory is host memory; the tests' setting)"},
+       {"--gpus_per_node", &per_node, "Ranks per node (default: min(N, 8))"},
+       {"--gpu_memory_gb", &gpu_gb, "Memory of one GPU in GiB"},
+       {"--host_memory_gb", &host_gb, "Host memory per node in GiB (default: unknown, not judged)"},
+       {"--json", &json, "One JSON object: device_total_bytes, host_total_bytes, fits, breakdown, rungs"}},
+      "<the train flags>"};
+  const ParsedFlags parsed = parse_subcommand_flags(cmd, argv, /*pass_through=*/true);
+  if (parsed.help) return 0;
+  auto positive = [&](const char* flag, double v) {
+    ALPACA_USAGE_CHECK(!parsed.was_given(flag) || v > 0, flag << " must be positive, got " << v);
+  };
+  positive("--num_gpus", static_cast<double>(num_gpus));
+  positive("--num_cpu_ranks", static_cast<double>(num_cpu));
+  positive("--gpus_per_node", static_cast<double>(per_node));
+  positive("--gpu_memory_gb", gpu_gb);
+  positive("--host_memory_gb", host_gb);
+  std::vector<std::string> train_argv = parsed.rest;
+  bool has_data = false;
+  for (const auto& a : train_argv) has_data |= a == "--data_path" || a.rfind("--data_path=", 0) == 0;
+  ALPACA_USAGE_CHECK(num_gpus == 0 || num_cpu == 0, "give --num_gpus or --num_cpu_ranks, not both");
+  // The estimate never reads the data; the train flags' parser requires the flag.
+  if (!has_data) {
+    train_argv.push_back("--data_path");
+    train_argv.push_back("(not read by estimate-memory)");
+  }
+  // The job this estimates: its rank count and ranks per node (hybrid_shard groups are a node).
+  dist::LaunchInfo job;
+  job.world_size = static_cast<int>(num_cpu > 0 ? num_cpu : std::max<int64_t>(num_gpus, 1));
+  job.local_world_size = static_cast<int>(per_node > 0 ? per_node : std::min<int64_t>(job.world_size, num_cpu > 0 ? job.world_size : 8));
+  job.num_nodes = (job.world_size + job.local_world_size - 1) / job.local_world_size;
+  const TrainArgs args = parse_train_args(train_argv, job);
+
+  plan::MemoryPlanInputs in = plan_inputs(args, job, /*gpu=*/num_cpu == 0);
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   if (in.gpu) in.device_memory_bytes = static_cast<int64_t>(gpu_gb * kGiB);
   in.host_memory_bytes = static_cast<int64_t>(host_gb * kGiB);

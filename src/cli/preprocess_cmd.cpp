@@ -2,8 +2,6 @@
 // one JSON line per example, then prints what the data looks like to the model: counts, length
 // percentiles, truncations and examples left without label tokens. Useful to pick
 // --model_max_length and to check a dataset before a long run.
-#include <CLI/CLI.hpp>  // defines: CLI::App
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "alpaca/cli/commands.h"
+#include "alpaca/cli/subcommand_flags.h"
+#include "alpaca/cli/usage_error.h"
 #include "alpaca/data/alpaca_example.h"
 #include "alpaca/data/alpaca_record.h"
 #include "alpaca/data/collate.h"
@@ -30,58 +30,54 @@ int64_t percentile(const std::vector<int64_t>& sorted, double p) {
   return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
 }
 
+// One JSON line per example, written under a temporary name and renamed, so a failed run leaves
+// no half file.
+void write_examples(const std::string& output, const std::vector<data::Example>& examples, bool packing) {
+  const std::string tmp = output + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    ALPACA_CHECK(out.good(), "cannot write " << tmp << "; check --output");
+    for (const auto& ex : examples) {
+      nlohmann::json j = {{"input_ids", ex.input_ids}, {"labels", ex.labels}};
+      if (packing) {
+        j["position_ids"] = ex.position_ids;
+        j["segment_ids"] = ex.segment_ids;
+      }
+      out << j.dump() << "\n";
+    }
+    out.close();
+    ALPACA_CHECK(out.good(), "failed writing " << tmp << " (disk full?)");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, output, ec);
+  ALPACA_CHECK(!ec, "cannot rename " << tmp << " to " << output << ": " << ec.message());
+}
+
 }  // namespace
 
 int run_preprocess(const std::vector<std::string>& args) {
-  CLI::App app{"Tokenize an Alpaca dataset as training does and report its statistics",
-               "alpaca-train preprocess"};
   std::string data_path, model_dir, tokenizer_path, output;
   int64_t model_max_length = 512;
   int num_threads = 0;
   bool packing = false;
   bool use_fast_tokenizer = false;
-  app.add_option("--data_path", data_path, "Alpaca JSON array or JSON Lines file")->required();
-  app.add_option("--model_name_or_path", model_dir,
-                 "Model directory holding tokenizer.model or tokenizer.json (+ tokenizer_config.json ...)");
-  app.add_option("--tokenizer", tokenizer_path,
-                 "Tokenizer directory, tokenizer.model or tokenizer.json file (instead of --model_name_or_path)");
-  app.add_option("--output", output, "Where to write the tokenized examples (JSON Lines)")
-      ->required();
-  app.add_option("--model_max_length", model_max_length,
-                 "Maximum sequence length; longer examples are truncated on the right")
-      ->capture_default_str();
-  app.add_flag("--packing", packing,
-               "Pack examples into --model_max_length blocks (position/segment ids per example)");
-  app.add_flag("--use_fast_tokenizer", use_fast_tokenizer,
-               "Use tokenizer.json when the directory also has tokenizer.model (default: tokenizer.model)");
-  app.add_option("--num_threads", num_threads, "Tokenizer threads (0 = every core)")
-      ->capture_default_str();
-  // HF-style booleans ("--packing True") as well as the bare flag: fold a following boolean word
-  // into "--packing=<word>", which CLI11 reads for flags.
-  std::vector<std::string> folded;
-  for (size_t i = 0; i < args.size(); ++i) {
-    static const std::vector<std::string> kWords = {"True", "False", "true", "false", "1", "0"};
-    if ((args[i] == "--packing" || args[i] == "--use_fast_tokenizer") && i + 1 < args.size() &&
-        std::find(kWords.begin(), kWords.end(), args[i + 1]) != kWords.end()) {
-      folded.push_back(args[i] + "=" + args[i + 1]);
-      ++i;
-    } else {
-      folded.push_back(args[i]);
-    }
-  }
-  std::vector<std::string> argv(folded.rbegin(), folded.rend());  // CLI11 parses reversed
-  try {
-    app.parse(argv);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.help();
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    ALPACA_FAIL("preprocess: " << e.what() << " (see alpaca-train preprocess --help)");
-  }
-  ALPACA_CHECK(model_dir.empty() != tokenizer_path.empty(),
-               "preprocess: give exactly one of --model_name_or_path and --tokenizer");
-  ALPACA_CHECK(model_max_length > 0, "--model_max_length must be positive, got "
-                                         << model_max_length);
+  const Subcommand cmd{
+      "preprocess", "Tokenize an Alpaca dataset as training does and report its statistics.",
+      {{"--data_path", &data_path, "Alpaca JSON array or JSON Lines file", true},
+       {"--model_name_or_path", &model_dir,
+        "Model directory holding tokenizer.model or tokenizer.json (+ tokenizer_config.json ...)"},
+       {"--tokenizer", &tokenizer_path,
+        "Tokenizer directory, tokenizer.model or tokenizer.json file (instead of --model_name_or_path)"},
+       {"--output", &output, "Where to write the tokenized examples (JSON Lines)", true},
+       {"--model_max_length", &model_max_length, "Maximum sequence length; longer examples are truncated on the right"},
+       {"--packing", &packing, "Pack examples into --model_max_length blocks (position/segment ids per example)"},
+       {"--use_fast_tokenizer", &use_fast_tokenizer,
+        "Use tokenizer.json when the directory also has tokenizer.model (default: tokenizer.model)"},
+       {"--num_threads", &num_threads, "Tokenizer threads (0 = every core)"}}};
+  if (parse_subcommand_flags(cmd, args).help) return 0;
+  ALPACA_USAGE_CHECK(model_dir.empty() != tokenizer_path.empty(),
+                     "preprocess: give exactly one of --model_name_or_path and --tokenizer");
+  ALPACA_USAGE_CHECK(model_max_length > 0, "--model_max_length must be positive, got " << model_max_length);
 
   sys::Timer timer;
   auto records = data::load_alpaca_records(data_path);
@@ -109,25 +105,7 @@ int run_preprocess(const std::vector<std::string>& args) {
   const std::vector<data::Example>& out_examples =
       packing ? (examples = data::pack_examples(examples, model_max_length, &pstats)) : examples;
 
-  // Written under a temporary name and renamed, so a failed run leaves no half file.
-  const std::string tmp = output + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    ALPACA_CHECK(out.good(), "cannot write " << tmp << "; check --output");
-    for (const auto& ex : out_examples) {
-      nlohmann::json j = {{"input_ids", ex.input_ids}, {"labels", ex.labels}};
-      if (packing) {
-        j["position_ids"] = ex.position_ids;
-        j["segment_ids"] = ex.segment_ids;
-      }
-      out << j.dump() << "\n";
-    }
-    out.close();
-    ALPACA_CHECK(out.good(), "failed writing " << tmp << " (disk full?)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, output, ec);
-  ALPACA_CHECK(!ec, "cannot rename " << tmp << " to " << output << ": " << ec.message());
+  write_examples(output, out_examples, packing);
 
   const int64_t n = static_cast<int64_t>(examples.size());
   std::cout << "records:            " << records.size() << "\n"

@@ -13,7 +13,6 @@
 
 #include <regex>
 #include <sstream>
-#include <unordered_map>
 
 #include "alpaca/dist/communicator.h"
 #include "alpaca/util/error.h"
@@ -118,20 +117,10 @@ FsdpEngine::Impl::Impl(const FsdpModelParts& parts, std::shared_ptr<dist::Commun
                        const FsdpPolicy& pol)
     : comm(std::move(comm_in)), policy(pol), device(comm->device()) {
   ALPACA_CHECK(parts.root != nullptr, "apply_fsdp: no root module");
-  num_layers = policy.auto_wrap ? static_cast<int>(parts.layers.size()) : 0;
   setup_comms();
-
-  // Primary HF name per distinct tensor (tied weights stored once), in named_parameters order.
-  auto named = parts.root->named_parameters(/*recurse=*/true);
-  std::unordered_map<c10::TensorImpl*, int> layer_of;
-  if (policy.auto_wrap) {
-    for (size_t i = 0; i < parts.layers.size(); ++i)
-      for (const auto& p : parts.layers[i]->parameters(/*recurse=*/true))
-        layer_of[p.unsafeGetTensorImpl()] = static_cast<int>(i);
-  }
   if (policy.sync_module_states && comm->world_size() > 1) {
     // HF: rank 0's values win (it may be the only rank that loaded the checkpoint).
-    for (const auto& item : named) {
+    for (const auto& item : parts.root->named_parameters(/*recurse=*/true)) {
       if (item.value().is_meta()) continue;  // nothing to send: values arrive by load_parameters
       at::Tensor p = item.value().detach();
       at::Tensor t = p.to(device).contiguous();
@@ -139,60 +128,70 @@ FsdpEngine::Impl::Impl(const FsdpModelParts& parts, std::shared_ptr<dist::Commun
       p.copy_(t);
     }
   }
-  const int root_index = num_layers;
-  std::vector<std::vector<FlatParamEntry>> train_entries(num_layers + 1), frozen_entries(num_layers + 1);
-  std::unordered_map<c10::TensorImpl*, std::pair<int, std::pair<bool, size_t>>> placed;
-  for (const auto& item : named) {
-    const at::Tensor& p = item.value();
-    c10::TensorImpl* key = p.unsafeGetTensorImpl();
-    auto it = placed.find(key);
-    if (it != placed.end()) {
-      auto& list = it->second.second.first ? train_entries : frozen_entries;
-      list[it->second.first][it->second.second.second].aliases.push_back(item.key());
-      continue;
-    }
-    auto lit = layer_of.find(key);
-    const int u = lit != layer_of.end() ? lit->second : root_index;
-    const bool trainable = p.requires_grad();
-    auto& list = trainable ? train_entries[u] : frozen_entries[u];
-    FlatParamEntry e;
-    e.name = item.key();
-    e.param = p;
-    list.push_back(std::move(e));
-    placed[key] = {u, {trainable, list.size() - 1}};
-  }
-  if (policy.auto_wrap)
-    ALPACA_CHECK(layer_of.size() <= placed.size(),
-                 "apply_fsdp: some decoder-layer parameters are not reachable from the root module");
+  build_units(parts);
+}
 
+// The units as plan_units() lays them out (the planner computes the same layout): each planned
+// flat buffer becomes a FlatParameter over the module's own tensors.
+void FsdpEngine::Impl::build_units(const FsdpModelParts& parts) {
+  const ModelParams model = describe_parameters(parts);
+  layout = plan_units(model.specs, static_cast<int>(parts.layers.size()), policy, shard_world, shard_rank);
+  num_layers = layout.num_layers;
+  embed_unit = layout.embed_unit;
+  head_unit = layout.head_unit;
   FlatParamOptions opt;
   opt.param_dtype = policy.param_dtype;
   opt.compute_device = device;
   opt.master_device = policy.offload ? at::Device(at::kCPU) : device;
   opt.pin_memory = policy.offload && device.is_cuda();
-  units.resize(num_layers + 1);
-  for (int u = 0; u <= num_layers; ++u) {
+  auto make_entries = [&](const PlannedFlat& planned) {
+    std::vector<FlatParamEntry> entries;
+    for (const auto& pe : planned.entries) {
+      FlatParamEntry e;
+      e.name = pe.name;
+      e.aliases = pe.aliases;
+      e.param = model.tensors[static_cast<size_t>(pe.spec)];
+      entries.push_back(std::move(e));
+    }
+    return entries;
+  };
+  auto check_planned = [](const FlatParameter& flat, const PlannedFlat& planned) {
+    ALPACA_CHECK(flat.shard_info().padded_numel == planned.shard.padded_numel,
+                 "FSDP: a flat buffer of " << flat.numel() << " elements was planned with " << planned.shard.numel);
+  };
+  auto make_flat = [&](const PlannedFlat& planned) {
+    auto flat = std::make_unique<FlatParameter>(make_entries(planned), shard_world, shard_rank, opt);
+    check_planned(*flat, planned);
+    return flat;
+  };
+  units.resize(layout.units.size());
+  for (int u = 0; u < num_units(); ++u) {
+    const PlannedUnit& planned = layout.units[u];
     Unit& unit = units[u];
     unit.index = u;
-    unit.label = u == root_index ? std::string("root") : "layer " + std::to_string(u);
-    if (!train_entries[u].empty()) {
+    unit.label = planned.label;
+    if (planned.has_train) {
       opt.with_grad = true;
       opt.master_dtype = at::kFloat;
-      unit.train = std::make_unique<FlatParameter>(std::move(train_entries[u]), shard_world, shard_rank, opt);
+      unit.train = make_flat(planned.train);
       unit.got.assign(unit.train->entries().size(), 0);
       for (size_t e = 0; e < unit.train->entries().size(); ++e)
         torch::autograd::impl::set_post_acc_grad_hooks(
             unit.train->entries()[e].param, std::make_unique<GradHook>(this, u, static_cast<int>(e)));
     }
-    if (!frozen_entries[u].empty()) {
+    if (planned.has_frozen) {
       // Frozen (e.g. LoRA base weights): no fp32 master, no gradient, no optimizer state; the shard
       // is stored and gathered in param_dtype only.
       opt.with_grad = false;
       opt.master_dtype = policy.param_dtype;
-      if (!policy.quant4_type.empty() && u != root_index)
-        build_quant(unit, std::move(frozen_entries[u]), opt);
-      else
-        unit.frozen = std::make_unique<FlatParameter>(std::move(frozen_entries[u]), shard_world, shard_rank, opt);
+      // --load_in_4bit: a decoder layer's frozen base (units [0, num_layers) are the layers under
+      // plan_units' order) is held 4-bit; embed_tokens / norm+lm_head / root stay in param_dtype.
+      if (!policy.quant4_type.empty() && u < num_layers) {
+        build_quant(unit, make_entries(planned.frozen), opt);
+        check_planned(*unit.frozen, planned.frozen);
+      } else {
+        unit.frozen = make_flat(planned.frozen);
+      }
     }
   }
 }
@@ -283,7 +282,7 @@ void FsdpEngine::Impl::reshard(int u) {
 }
 
 void FsdpEngine::Impl::prefetch(int u) {
-  if (u < 0 || u > num_layers || units[u].unsharded || !units[u].has_params()) return;
+  if (u < 0 || u >= num_units() || units[u].unsharded || !units[u].has_params()) return;
   // limit_all_gathers: a prefetch may not make a third unit resident; it then happens on demand.
   if (policy.limit_all_gathers && num_unsharded >= 2) return;
   unshard(u, /*wait=*/false);
@@ -341,14 +340,14 @@ int64_t FsdpEngine::Impl::Unit::full_bytes() const {
 at::Tensor FsdpEngine::Impl::forward(const std::function<at::Tensor()>& fn) {
   ALPACA_CHECK(!backward_started, "FsdpEngine::forward called while a backward is still running");
   // A forward whose output never saw backward (e.g. evaluation) may have left units resident.
-  for (int u = 0; u < num_layers; ++u) reshard(u);
-  const int root = num_layers;
-  unshard(root, /*wait=*/true);
+  for (int u = 0; u < num_units(); ++u)
+    if (u != embed_unit) reshard(u);
+  unshard(embed_unit, /*wait=*/true);
   at::Tensor out = fn();
   if (out.requires_grad()) {
     out.register_hook([this](const at::Tensor&) { root_pre_backward(); });
   } else {
-    for (int u = 0; u <= num_layers; ++u) reshard(u);
+    for (int u = 0; u < num_units(); ++u) reshard(u);
   }
   return out;
 }
@@ -360,15 +359,15 @@ at::Tensor FsdpEngine::Impl::run_layer(int64_t idx, const at::Tensor& hidden,
   if (num_layers == 0) return ckpt ? checkpoint(-1, hidden, std::move(fn)) : fn(hidden);
   ALPACA_CHECK(idx >= 0 && idx < num_layers, "FsdpEngine: layer index " << idx << " outside [0, " << num_layers << ")");
   const int u = static_cast<int>(idx);
-  const int root = num_layers;
-  // The root's parameters are done after the embedding lookup and needed again after the last layer.
-  if (u == 0 && reshard_after_forward()) reshard(root);
+  // The embedding's parameters are done after the lookup; the head's (the same unit when the root
+  // is not split) are needed after the last layer.
+  if (u == 0 && reshard_after_forward()) reshard(embed_unit);
   unshard(u, /*wait=*/true);
-  if (policy.forward_prefetch) prefetch(u + 1);
+  if (policy.forward_prefetch) prefetch(next_in_forward(u));
   at::Tensor y = ckpt ? checkpoint(u, hidden, std::move(fn)) : fn(hidden);
   if (y.requires_grad()) y.register_hook([this, u](const at::Tensor&) { pre_backward(u); });
   if (reshard_after_forward()) reshard(u);
-  if (u == num_layers - 1) unshard(root, /*wait=*/true);
+  if (u == num_layers - 1) unshard(head_unit, /*wait=*/true);
   return y;
 }
 
@@ -394,7 +393,7 @@ void FsdpEngine::Impl::root_pre_backward() {
   if (backward_started) return;
   backward_started = true;
   torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
-  unshard(num_layers, /*wait=*/true);
+  unshard(head_unit, /*wait=*/true);
 }
 
 void FsdpEngine::Impl::pre_backward(int u) {
@@ -403,7 +402,7 @@ void FsdpEngine::Impl::pre_backward(int u) {
   // frozen weights post_backward kept for the rest of their backward.
   for (int v = u + 1; v < num_layers; ++v)
     if (!units[v].train || units[v].reduced) reshard(v);
-  if (u == num_layers - 1 && reshard_after_forward()) reshard(num_layers);
+  if (u == num_layers - 1 && reshard_after_forward()) reshard(head_unit);
   unshard(u, /*wait=*/true);
   if (policy.backward_prefetch == BackwardPrefetch::kBackwardPre) prefetch(u - 1);
 }
@@ -485,13 +484,13 @@ void FsdpEngine::Impl::flush_reduce() {
 
 void FsdpEngine::Impl::finish_backward() {
   // Units whose parameters did not all receive gradients: the missing ones count as zero.
-  for (int u = num_layers; u >= 0; --u)
+  for (int u = num_units() - 1; u >= 0; --u)
     if (units[u].flat_grad.defined() && !units[u].reduced) post_backward(u);
   flush_reduce();
   // Offload: the host gradient shards are complete when backward returns (the CPU optimizer and
   // the clipping read them): one host synchronisation per backward, none per unit.
   drain_host_grads(/*wait=*/true);
-  for (int u = 0; u <= num_layers; ++u) {
+  for (int u = 0; u < num_units(); ++u) {
     reshard(u);
     units[u].reduced = false;
     units[u].grads_in = 0;
@@ -510,7 +509,7 @@ void FsdpEngine::Impl::abandon() {
     add_bytes(-pending->flat.nbytes());
     pending.reset();
   }
-  for (int u = 0; u <= num_layers; ++u) {
+  for (int u = 0; u < num_units(); ++u) {
     Unit& unit = units[u];
     if (unit.flat_grad.defined()) {
       add_bytes(-unit.flat_grad.nbytes());
@@ -589,7 +588,11 @@ dist::Communicator* FsdpEngine::norm_comm() const { return impl_->shard_comm.get
 
 int FsdpEngine::num_units() const { return static_cast<int>(impl_->units.size()); }
 
+const UnitPlan& FsdpEngine::unit_plan() const { return impl_->layout; }
+
 const FlatParameter* FsdpEngine::trainable_flat(int u) const { return impl_->units.at(u).train.get(); }
+
+const FlatParameter* FsdpEngine::frozen_flat(int u) const { return impl_->units.at(u).frozen.get(); }
 
 MemoryAccount FsdpEngine::memory_account(const optim::ShardedAdamW* opt) const {
   MemoryAccount m;

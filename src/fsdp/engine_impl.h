@@ -1,5 +1,7 @@
 // Private state of FsdpEngine, shared by engine.cpp (lifecycle) and engine_state.cpp (loading,
-// export). Units 0..num_layers-1 are decoder layers; unit num_layers is the root.
+// export). Units 0..num_layers-1 are decoder layers; the root follows (layout.embed_unit, the unit
+// gathered for the embedding, and layout.head_unit, gathered after the last layer; the same unit
+// when the root is not split).
 #pragma once
 
 #include <c10/core/Event.h>  // defines: c10::Event
@@ -54,6 +56,7 @@ struct FsdpEngine::Impl {
   Impl(const FsdpModelParts& parts, std::shared_ptr<dist::Communicator> comm, const FsdpPolicy& policy);
 
   void setup_comms();
+  void build_units(const FsdpModelParts& parts);
   bool reshard_after_forward() const;
   // Gathers and reduce-scatters go through shard_comm: it shards (world > 1), or the policy forces
   // the collective path at world 1 (force_collectives).
@@ -91,7 +94,12 @@ struct FsdpEngine::Impl {
   FsdpPolicy policy;
   at::Device device;
   int num_layers = 0;
+  UnitPlan layout;  // plan_units(): what `units` were built from
+  int embed_unit = 0, head_unit = 0;
   std::vector<Unit> units;
+  int num_units() const { return static_cast<int>(units.size()); }
+  // The unit forward runs after u (prefetch order): the next layer, the head after the last.
+  int next_in_forward(int u) const { return u + 1 < num_layers ? u + 1 : head_unit; }
 
   bool backward_started = false;
   bool probe = false;  // memory probe: allocate as usual, communicate nothing (set_memory_probe)

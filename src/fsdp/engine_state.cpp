@@ -100,10 +100,7 @@ void FsdpEngine::load_parameters(const ParamRangeReader& reader, bool rank0_only
 void FsdpEngine::export_full_state(const NamedTensorSink& sink, bool all_ranks) {
   Impl& impl = *impl_;
   const bool receive = all_ranks || impl.comm->rank() == 0;
-  // Root first so the HF order (embeddings, layers, norm, head) is roughly kept.
-  std::vector<int> order{impl.num_layers};
-  for (int u = 0; u < impl.num_layers; ++u) order.push_back(u);
-  for (int u : order) {
+  for (int u : impl.layout.export_order()) {
     Impl::Unit& unit = impl.units[u];
     if (unit.quant) {  // the 4-bit base dequantized into param_dtype, as training sees it
       impl.unshard(u, /*wait=*/true);
@@ -124,9 +121,7 @@ void FsdpEngine::export_full_state(const NamedTensorSink& sink, bool all_ranks) 
 void FsdpEngine::export_trainable_state(const NamedTensorSink& sink, bool all_ranks) {
   Impl& impl = *impl_;
   const bool receive = all_ranks || impl.comm->rank() == 0;
-  std::vector<int> order{impl.num_layers};
-  for (int u = 0; u < impl.num_layers; ++u) order.push_back(u);
-  for (int u : order) {
+  for (int u : impl.layout.export_order()) {
     const FlatParameter* flat = impl.units[u].train.get();
     if (!flat) continue;
     at::Tensor full = gather_fp32(impl, flat->shard(), flat->shard_info().padded_numel);

@@ -10,10 +10,7 @@ FsdpLlama::FsdpLlama(model::LlamaForCausalLM model, std::shared_ptr<dist::Commun
                      const FsdpPolicy& policy)
     : model_(std::move(model)) {
   check_wrap_classes(policy, model_->config().model_type, "the model's config");
-  FsdpModelParts parts;
-  parts.root = model_.get();
-  for (auto& layer : model_->layers()) parts.layers.push_back(layer.get());
-  engine_ = std::make_unique<FsdpEngine>(parts, std::move(comm), policy);
+  engine_ = std::make_unique<FsdpEngine>(fsdp_parts(*model_), std::move(comm), policy);
   FsdpEngine* eng = engine_.get();
   model::LlamaForCausalLMImpl* m = model_.get();
   model_->set_layer_runner([eng, m](int64_t i, const at::Tensor& h, const model::LayerContext& ctx) {
@@ -45,6 +42,13 @@ model::LossSum FsdpLlama::forward_loss_sum(const at::Tensor& input_ids_bt, const
     return ls.sum;
   });
   return {sum, count};
+}
+
+FsdpModelParts fsdp_parts(model::LlamaForCausalLMImpl& model) {
+  FsdpModelParts parts;
+  parts.root = &model;
+  for (auto& layer : model.layers()) parts.layers.push_back(layer.get());
+  return parts;
 }
 
 std::unique_ptr<FsdpLlama> apply_fsdp(model::LlamaForCausalLM model, std::shared_ptr<dist::Communicator> comm,

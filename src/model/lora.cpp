@@ -58,6 +58,11 @@ bool is_lora_param(const std::string& name) {
          name.ends_with(".token_adapter.trainable_tokens_delta");
 }
 
+const std::vector<std::string>& default_lora_target_modules() {
+  static const std::vector<std::string> kTargets{"q_proj", "v_proj"};  // peft's mapping["llama"] (and mistral, qwen2)
+  return kTargets;
+}
+
 LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t seed) {
   ALPACA_CHECK(opt.r > 0, "LoRA rank r must be > 0, got " << opt.r << " (--lora_r)");
   ALPACA_CHECK(opt.dropout >= 0 && opt.dropout < 1, "LoRA dropout must be in [0, 1), got " << opt.dropout
@@ -77,7 +82,7 @@ LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t se
 
   LoraPlan plan;
   std::vector<std::string> targets = opt.target_modules;
-  if (targets.empty()) targets = {"q_proj", "v_proj"};  // peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING["llama"]
+  if (targets.empty()) targets = default_lora_target_modules();
   const bool all_linear = targets.size() == 1 && targets[0] == "all-linear";
   ALPACA_CHECK(all_linear || std::find(targets.begin(), targets.end(), "all-linear") == targets.end(),
                "LoRA target 'all-linear' cannot be combined with module names; give one or the other");

@@ -8,6 +8,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "alpaca/fsdp/fsdp_llama.h"
+#include "alpaca/fsdp/unit_plan.h"
+#include "alpaca/model/llama.h"
+#include "alpaca/model/lora.h"
 #include "alpaca/util/error.h"
 
 namespace alpaca::plan {
@@ -27,17 +31,9 @@ constexpr int64_t kHostBaselineCpu = 384 * kMiB;
 int64_t bytes_of(at::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Which linears of a decoder layer carry LoRA adapters, and which root tables train in full.
+// Which linears of a decoder layer carry LoRA adapters (what apply_lora attached).
 struct LoraTargets {
   bool q = false, k = false, v = false, o = false, gate = false, up = false, down = false;
-  bool embed = false, lm_head = false;  // modules_to_save
-};
-
-struct Shape {
-  int64_t d = 0, f = 0, v = 0, layers = 0, heads = 0, hq = 0, hkv = 0, dh = 0;
-  bool tied = false;
-  int64_t layer_params = 0, root_params = 0, lora_layer_params = 0;
-  LoraTargets lora;
 };
 
 std::string leaf_of(const std::string& name) {
@@ -45,33 +41,59 @@ std::string leaf_of(const std::string& name) {
   return dot == std::string::npos ? name : name.substr(dot + 1);
 }
 
-// The adapted linears and saved modules, by leaf name as peft (and model/lora.cpp) match them.
-LoraTargets lora_targets_of(const MemoryPlanInputs& in) {
-  LoraTargets t;
-  std::vector<std::string> targets = in.lora_target_modules;
-  if (targets.empty()) targets = {"q_proj", "v_proj"};
-  if (targets.size() == 1 && targets[0] == "all-linear")
-    targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-  for (const auto& name : targets) {
-    const std::string l = leaf_of(name);
-    bool* slot = l == "q_proj" ? &t.q : l == "k_proj" ? &t.k : l == "v_proj" ? &t.v : l == "o_proj" ? &t.o
-               : l == "gate_proj" ? &t.gate : l == "up_proj" ? &t.up : l == "down_proj" ? &t.down : nullptr;
-    ALPACA_CHECK(slot, "estimate-memory: LoRA target module '" << name << "' is not a linear of a decoder layer; the "
-                       "planner models q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (or all-linear)");
-    *slot = true;
-  }
+// The model's shape (activations) and its FSDP units: plan_units on the model the trainer builds.
+struct Shape {
+  int64_t d = 0, f = 0, v = 0, layers = 0, heads = 0, hq = 0, hkv = 0, dh = 0;
+  bool tied = false;
+  LoraTargets lora;
+  bool embed_trains = true, lm_head_trains = true;
+  fsdp::UnitPlan units;  // seen from rank 0 (every rank's shard has the same size)
+  int64_t total_params = 0, largest_param = 0;
+};
+
+// The model training would wrap: built on the meta device (no storage) from the config, with the
+// LoRA adapters apply_lora attaches for --use_peft (train/trainer_setup.cpp builds it the same way).
+model::LlamaForCausalLM planned_model(const MemoryPlanInputs& in, model::LoraPlan* lora_plan) {
+  model::LlamaConfig cfg = in.config;
+  if (cfg.num_key_value_heads <= 0) cfg.num_key_value_heads = cfg.num_attention_heads;
+  if (cfg.head_dim <= 0) cfg.head_dim = cfg.hidden_size / cfg.num_attention_heads;
+  model::LlamaForCausalLM m(cfg, at::TensorOptions().device(at::kMeta).dtype(at::kFloat));
+  if (in.lora_rank <= 0) return m;
   for (const auto& name : in.lora_modules_to_save) {
     const std::string l = leaf_of(name);
     ALPACA_CHECK(l == "embed_tokens" || l == "lm_head",
                  "estimate-memory: LoRA module to save '" << name << "' is not modelled; the planner models "
                  "modules_to_save embed_tokens and lm_head");
-    (l == "embed_tokens" ? t.embed : t.lm_head) = true;
   }
-  if (in.config.tie_word_embeddings && (t.embed || t.lm_head)) t.embed = t.lm_head = true;  // one tensor
+  model::LoraOptions lo;
+  lo.r = in.lora_rank;
+  lo.dropout = in.lora_dropout;
+  lo.target_modules = in.lora_target_modules;
+  lo.modules_to_save = in.lora_modules_to_save;
+  for (int64_t i = cfg.vocab_size - in.lora_token_rows; i < cfg.vocab_size; ++i) lo.trainable_token_indices.push_back(i);
+  *lora_plan = model::apply_lora(*m, lo, /*seed=*/0);
+  return m;
+}
+
+// The adapted linears of the first decoder layer (every layer has the same), by leaf name.
+LoraTargets lora_targets_of(const model::LoraPlan& plan) {
+  LoraTargets t;
+  for (const auto& name : plan.lora_modules) {
+    ALPACA_CHECK(name.find(".layers.") != std::string::npos,
+                 "estimate-memory: LoRA target module " << name << " is not a linear of a decoder layer; the "
+                 "planner models q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (or all-linear)");
+    if (name.find(".layers.0.") == std::string::npos) continue;
+    const std::string l = leaf_of(name);
+    bool* slot = l == "q_proj" ? &t.q : l == "k_proj" ? &t.k : l == "v_proj" ? &t.v : l == "o_proj" ? &t.o
+               : l == "gate_proj" ? &t.gate : l == "up_proj" ? &t.up : l == "down_proj" ? &t.down : nullptr;
+    ALPACA_CHECK(slot, "estimate-memory: LoRA target module " << name << " is not modelled; the planner models "
+                       "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (or all-linear)");
+    *slot = true;
+  }
   return t;
 }
 
-Shape shape_of(const MemoryPlanInputs& in) {
+Shape shape_of(const MemoryPlanInputs& in, int shard_world) {
   const auto& c = in.config;
   Shape s;
   s.d = c.hidden_size;
@@ -84,34 +106,28 @@ Shape shape_of(const MemoryPlanInputs& in) {
   s.hq = s.heads * s.dh;
   s.hkv = kv * s.dh;
   s.tied = c.tie_word_embeddings;
-  s.layer_params = s.d * s.hq + 2 * s.d * s.hkv + s.hq * s.d + 3 * s.d * s.f + 2 * s.d;
-  if (c.attention_bias) s.layer_params += s.hq + 2 * s.hkv;
-  if (c.o_proj_bias) s.layer_params += s.d;
-  if (c.mlp_bias) s.layer_params += 2 * s.f + s.d;
-  s.root_params = s.v * s.d * (s.tied ? 1 : 2) + s.d;
-  // peft LoRA: A (r x in) and B (out x r) per adapted linear.
-  if (in.lora_rank > 0) {
-    s.lora = lora_targets_of(in);
-    const LoraTargets& t = s.lora;
-    const int64_t io = (t.q ? s.d + s.hq : 0) + (t.k ? s.d + s.hkv : 0) + (t.v ? s.d + s.hkv : 0) +
-                       (t.o ? s.hq + s.d : 0) + (t.gate ? s.d + s.f : 0) + (t.up ? s.d + s.f : 0) +
-                       (t.down ? s.f + s.d : 0);
-    s.lora_layer_params = in.lora_rank * io;
+  model::LoraPlan lora_plan;
+  model::LlamaForCausalLM m = planned_model(in, &lora_plan);
+  if (in.lora_rank > 0) s.lora = lora_targets_of(lora_plan);
+  fsdp::FsdpPolicy policy;
+  policy.strategy = in.strategy;
+  policy.auto_wrap = in.auto_wrap;
+  const fsdp::ModelParams params = fsdp::describe_parameters(fsdp::fsdp_parts(*m));
+  s.units = fsdp::plan_units(params.specs, static_cast<int>(s.layers), policy, shard_world, 0);
+  for (const auto& p : params.specs) {
+    s.total_params += p.numel();
+    s.largest_param = std::max(s.largest_param, p.numel());
+    if (p.name == "model.embed_tokens.weight") s.embed_trains = p.trainable;
+    if (p.name == (s.tied ? "model.embed_tokens.weight" : "lm_head.weight")) s.lm_head_trains = p.trainable;
   }
   return s;
 }
 
-// Bytes of one unit's FlatParameter pieces on this rank.
+// Bytes of one FlatParameter's pieces on this rank.
 struct Unit {
   int64_t numel = 0, padded = 0, shard = 0;
 };
-Unit unit_of(int64_t numel, int shard_world) {
-  Unit u;
-  u.numel = numel;
-  u.shard = ceil_div(numel, shard_world);
-  u.padded = u.shard * shard_world;
-  return u;
-}
+Unit unit_of(const fsdp::PlannedFlat& f) { return {f.shard.numel, f.shard.padded_numel, f.shard.shard_numel}; }
 
 void add(std::vector<MemoryItem>& items, const std::string& name, int64_t device, int64_t host = 0) {
   if (device == 0 && host == 0) return;
@@ -135,62 +151,67 @@ std::string gib(int64_t b) {
   return buf;
 }
 
-}  // namespace
+int shard_world_of(const MemoryPlanInputs& in) {
+  fsdp::FsdpPolicy policy;
+  policy.strategy = in.strategy;
+  policy.hybrid_shard_size = in.hybrid_shard_size;
+  return fsdp::shard_world_of(policy, in.num_ranks, in.ranks_per_node);
+}
 
-MemoryPlan plan_memory(const MemoryPlanInputs& in) {
-  const auto& c = in.config;
-  ALPACA_CHECK(c.hidden_size > 0 && c.num_hidden_layers > 0 && c.vocab_size > 0 && c.num_attention_heads > 0,
-               "estimate-memory: the model config has no shape (hidden_size, num_hidden_layers, vocab_size, "
-               "num_attention_heads must be positive)");
-  ALPACA_CHECK(in.micro_batch > 0 && in.seq_len > 0 && in.num_ranks > 0,
-               "estimate-memory: micro-batch, sequence length and ranks must be positive");
-  const Shape s = shape_of(in);
-  const bool lora = in.lora_rank > 0;
-  const int64_t bp = bytes_of(in.param_dtype), br = bytes_of(in.reduce_dtype);
-  const int64_t b = bp;  // activations are in the compute (param) dtype
-  const bool f32route = !in.gpu && in.param_dtype == at::kBFloat16 && in.cpu_bf16_via_fp32;
-  const int64_t n_tok = in.micro_batch * in.seq_len;
+// Every figure of one plan, in bytes on one rank.
+struct Figures {
+  bool lora = false, f32route = false, reshard_fwd = true, split = false;
+  int64_t bp = 4, br = 4, b = 4, n_tok = 0;
+  int shard_world = 1;
+  // Model states, gathered units and full gradients (from the unit plan).
+  int64_t train_shard = 0, frozen_shard = 0, master = 0, grads = 0, moments = 0;
+  int64_t layer_full = 0, layer_grad = 0;
+  int64_t embed_full = 0, embed_grad = 0, head_full = 0, head_grad = 0, root_full = 0;
+  Unit lt, et;  // a layer's and the embedding unit's trainable flat buffers
+  int64_t largest_unit = 0;
+  // Activations, the fused loss, backward temporaries.
+  int64_t act_layer = 0, ckpt_layer = 0, saved_layers = 0, context = 0;
+  int64_t chunk = 0, grad_h = 0, grad_w32 = 0, grad_w_saved = 0, loss_fwd_extra = 0;
+  int64_t final_norm_fwd = 0, final_norm_bwd = 0, layer_bwd_tmp = 0, gathered_bwd = 0, gathered_fwd_layers = 0;
+};
 
-  int shard_world = in.num_ranks;
-  if (in.strategy == fsdp::ShardingStrategy::kNoShard) shard_world = 1;
-  if (in.strategy == fsdp::ShardingStrategy::kHybridShard)
-    shard_world = in.hybrid_shard_size > 0 ? in.hybrid_shard_size : std::max(1, in.ranks_per_node);
-  const bool reshard_fwd =
-      in.strategy == fsdp::ShardingStrategy::kFullShard || in.strategy == fsdp::ShardingStrategy::kHybridShard;
-  const bool wrapped = in.auto_wrap;
-
-  // ---- Units: decoder layers and the root (everything, when not auto-wrapped).
-  const int64_t layer_train = lora ? s.lora_layer_params : s.layer_params;
-  const int64_t layer_frozen = lora ? s.layer_params : 0;
-  // LoRA: the root trains only the tables in modules_to_save (a tied table is one tensor).
-  const bool embed_trains = !lora || s.lora.embed, lm_head_trains = !lora || s.lora.lm_head;
-  const int64_t table = s.v * s.d;
-  const int64_t root_tables_train =
-      !lora ? s.root_params : (s.tied ? (embed_trains ? table : 0) : (embed_trains ? table : 0) + (lm_head_trains ? table : 0));
-  // The added rows of each frozen table train as a trainable-token delta (one shared when tied).
-  const int64_t token_deltas = !lora ? 0 : (s.tied ? (embed_trains ? 0 : 1) : (embed_trains ? 0 : 1) + (lm_head_trains ? 0 : 1));
-  const int64_t root_own_train = root_tables_train + token_deltas * in.lora_token_rows * s.d;
-  const int64_t root_train = root_own_train + (wrapped ? 0 : s.layers * layer_train);
-  const int64_t root_frozen = (s.root_params - root_tables_train) + (wrapped ? 0 : s.layers * layer_frozen);
-  const int64_t n_layer_units = wrapped ? s.layers : 0;
-  const Unit lt = unit_of(layer_train, shard_world), lf = unit_of(layer_frozen, shard_world);
-  const Unit rt = unit_of(root_train, shard_world), rf = unit_of(root_frozen, shard_world);
-
-  // Model states (fp32 master of every parameter, fp32 gradient and AdamW moments of trainable ones).
-  const int64_t train_shard = n_layer_units * lt.shard + rt.shard;
-  const int64_t frozen_shard = n_layer_units * lf.shard + rf.shard;
+// Model states and units: what plan_units laid out (the engine allocates exactly these).
+void unit_figures(const MemoryPlanInputs& in, const Shape& s, Figures& g) {
+  const fsdp::UnitPlan& up = s.units;
+  for (const auto& u : up.units) {
+    g.train_shard += u.train.shard.shard_numel;
+    g.frozen_shard += u.frozen.shard.shard_numel;
+    g.largest_unit = std::max(g.largest_unit, u.numel());
+  }
   // Frozen (LoRA base) weights are stored in param_dtype only: no master, gradient or moments.
-  const int64_t master = 4 * train_shard + bp * frozen_shard, grads = 4 * train_shard, moments = 8 * train_shard;
+  g.master = 4 * g.train_shard + g.bp * g.frozen_shard;
+  g.grads = 4 * g.train_shard;
+  g.moments = 8 * g.train_shard;
   // Gathered units in param_dtype, full gradients in reduce_dtype.
-  const int64_t layer_full = (lt.padded + lf.padded) * bp, layer_grad = lt.padded * br;
-  const int64_t root_full = (rt.padded + rf.padded) * bp, root_grad = rt.padded * br;
+  if (up.num_layers > 0) {
+    g.layer_full = up.units[0].full_bytes(in.param_dtype);
+    g.layer_grad = up.units[0].full_grad_bytes(in.reduce_dtype);
+    g.lt = unit_of(up.units[0].train);
+  }
+  const auto& embed = up.units[static_cast<size_t>(up.embed_unit)];
+  const auto& head = up.units[static_cast<size_t>(up.head_unit)];
+  g.split = up.split_root();
+  g.embed_full = embed.full_bytes(in.param_dtype);
+  g.embed_grad = embed.full_grad_bytes(in.reduce_dtype);
+  g.head_full = head.full_bytes(in.param_dtype);
+  g.head_grad = head.full_grad_bytes(in.reduce_dtype);
+  g.root_full = g.split ? g.embed_full + g.head_full : g.head_full;
+  g.et = unit_of(embed.train);
+}
 
-  // ---- Activations saved for backward, per token of one decoder layer (layers.cpp, sdpa).
-  // RMSNorm saves its fp32 input (the input itself in fp32, an upcast copy otherwise) and the
-  // normalised value before the weight; its output is saved by the linears that read it.
+// Activations saved for backward, per token of one decoder layer (layers.cpp, sdpa). RMSNorm saves
+// its fp32 input (the input itself in fp32, an upcast copy otherwise) and the normalised value
+// before the weight; its output is saved by the linears that read it.
+void activation_figures(const MemoryPlanInputs& in, const Shape& s, Figures& g) {
+  const int64_t b = g.b;
   const int64_t norm_saved = (b == 4 ? 8 : 4 + 2 * b) * s.d;
   int64_t act_tok = 0, first_layer_less = 0;
-  if (!lora) {
+  if (!g.lora) {
     act_tok += norm_saved + b * s.d;               // input_layernorm (+ its output, read by q/k/v)
     act_tok += b * (s.hq + 2 * s.hkv);             // q, k after RoPE and v, saved by attention
     act_tok += 2 * b * s.hq + 4 * s.heads;         // attention output (+ its contiguous copy for o_proj), logsumexp
@@ -219,145 +240,154 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     act_tok += branch_inputs(s.f, t.down);         // silu * up, read by the down_proj adapter
     act_tok += b * in.lora_rank * (t.q + t.k + t.v + t.o + t.gate + t.up + t.down);
     // A frozen embedding: the first layer's input needs no gradient, its input_layernorm saves nothing.
-    if (!embed_trains) first_layer_less = 4 * s.d;
+    if (!s.embed_trains) first_layer_less = 4 * s.d;
   }
-  const int64_t act_layer = act_tok * n_tok;
-  const int64_t ckpt_layer = b * s.d * n_tok;  // checkpointing keeps each layer's input only
-  const int64_t saved_layers =
-      in.checkpointing ? s.layers * ckpt_layer : s.layers * act_layer - first_layer_less * n_tok;
-  const int64_t context = 2 * s.dh * b * n_tok + 8 * in.seq_len * s.dh;  // RoPE cos/sin (+ fp32 angles)
+  g.act_layer = act_tok * g.n_tok;
+  g.ckpt_layer = b * s.d * g.n_tok;  // checkpointing keeps each layer's input only
+  g.saved_layers = in.checkpointing ? s.layers * g.ckpt_layer : s.layers * g.act_layer - first_layer_less * g.n_tok;
+  g.context = 2 * s.dh * b * g.n_tok + 8 * in.seq_len * s.dh;  // RoPE cos/sin (+ fp32 angles)
+}
 
-  // ---- Fused head loss (loss.cpp): logits of `chunk` rows at a time, no (B, T, V) tensor.
-  const int64_t chunk = std::min(std::max<int64_t>(1, (int64_t{1} << 23) / s.v), n_tok);
-  const int64_t grad_h = n_tok * s.d * b;
-  const int64_t grad_w32 = lm_head_trains ? s.v * s.d * 4 : 0;
-  const int64_t grad_w_saved = lm_head_trains ? s.v * s.d * bp : 0;
-  int64_t loss_fwd_extra = 0;  // transient buffers of the loss forward, at their largest
+// The fused head loss (loss.cpp): logits of `chunk` rows at a time, no (B, T, V) tensor; the final
+// norm; a layer's backward temporaries; what stays gathered.
+void loss_and_backward_figures(const MemoryPlanInputs& in, const Shape& s, Figures& g) {
+  const int64_t b = g.b, bp = g.bp, n_tok = g.n_tok;
+  g.chunk = std::min(std::max<int64_t>(1, (int64_t{1} << 23) / s.v), n_tok);
+  g.grad_h = n_tok * s.d * b;
+  g.grad_w32 = s.lm_head_trains ? s.v * s.d * 4 : 0;
+  g.grad_w_saved = s.lm_head_trains ? s.v * s.d * bp : 0;
   if (b == 4) {
-    loss_fwd_extra = 4 * chunk * s.v + 8 * chunk * s.d;
-  } else if (f32route) {
-    loss_fwd_extra = 4 * s.v * s.d /* fp32 copy of lm_head */ + 4 * chunk * s.v + 10 * chunk * s.d;
+    g.loss_fwd_extra = 4 * g.chunk * s.v + 8 * g.chunk * s.d;
+  } else if (g.f32route) {
+    g.loss_fwd_extra = 4 * s.v * s.d /* fp32 copy of lm_head */ + 4 * g.chunk * s.v + 10 * g.chunk * s.d;
   } else {
     // bf16 logits, their fp32 copy, the bf16 gradient and the lm_head gradient product; a CPU
     // (oneDNN) GEMM also copies its transposed bf16 operand (the logits gradient) contiguous.
-    loss_fwd_extra = std::max(6 * chunk * s.v + (lm_head_trains ? 2 * s.v * s.d : 0) +
-                                  (in.gpu || !lm_head_trains ? 0 : 2 * chunk * s.v),
-                              lm_head_trains ? 2 * s.v * s.d : int64_t{0});  // grad_w cast at the end
+    g.loss_fwd_extra = std::max(6 * g.chunk * s.v + (s.lm_head_trains ? 2 * s.v * s.d : 0) +
+                                    (in.gpu || !s.lm_head_trains ? 0 : 2 * g.chunk * s.v),
+                                s.lm_head_trains ? 2 * s.v * s.d : int64_t{0});  // grad_w cast at the end
   }
   // A frozen norm weight (LoRA) keeps no normalised value.
-  const int64_t final_norm_fwd = ((b == 4 ? 12 : 10) - (lora ? b : 0)) * s.d * n_tok;  // input, fp32 view, normalised, output
-  const int64_t final_norm_bwd = ((b == 4 ? 8 : 6) - (lora ? b : 0)) * s.d * n_tok;
-
-  // ---- Backward temporaries inside one layer: MLP gradients (three (B,T,F) at once), the
-  // gradient of the hidden state flowing down (two (B,T,D)), one weight gradient before it is
-  // moved into the unit's flat gradient; on the CPU fp32 GEMM route the fp32 copies of the largest
-  // linear's operands and results.
-  int64_t layer_bwd_tmp = 3 * b * s.f * n_tok + 2 * b * s.d * n_tok + (lora ? 0 : s.d * s.f * bp);
-  if (f32route) layer_bwd_tmp += 8 * s.f * n_tok + (lora ? 4 : 8) * s.d * s.f;
-
+  g.final_norm_fwd = ((b == 4 ? 12 : 10) - (g.lora ? b : 0)) * s.d * n_tok;  // input, fp32 view, normalised, output
+  g.final_norm_bwd = ((b == 4 ? 8 : 6) - (g.lora ? b : 0)) * s.d * n_tok;
+  // Backward temporaries inside one layer: MLP gradients (three (B,T,F) at once), the gradient of
+  // the hidden state flowing down (two (B,T,D)), one weight gradient before it is moved into the
+  // unit's flat gradient; on the CPU fp32 GEMM route the fp32 copies of the largest linear's
+  // operands and results.
+  g.layer_bwd_tmp = 3 * b * s.f * n_tok + 2 * b * s.d * n_tok + (g.lora ? 0 : s.d * s.f * bp);
+  if (g.f32route) g.layer_bwd_tmp += 8 * s.f * n_tok + (g.lora ? 4 : 8) * s.d * s.f;
   // Gathered units during a layer's backward: the layer, plus a prefetched one (at most two under
   // limit_all_gathers); unsharded strategies keep every layer and the root until its backward.
-  const bool bwd_prefetch = in.backward_prefetch != fsdp::BackwardPrefetch::kNone;
   // A unit with frozen weights (LoRA) stays gathered until backward reaches the unit before it.
-  const int64_t gathered_bwd =
-      reshard_fwd ? layer_full * (((bwd_prefetch || lora) && s.layers > 1) ? 2 : 1) : layer_full * s.layers + root_full;
-  const int64_t gathered_fwd_layers = reshard_fwd ? 0 : layer_full * s.layers;
-  // Reduce-scatter staging of a 16-bit gradient over MPI (fp32 send copy + fp32 receive), CPU ranks.
-  // Then the reduced shard is added into the fp32 gradient (an fp32 copy first when 16-bit).
-  const auto rs_staging = [&](const Unit& u) -> int64_t {
-    const int64_t to_fp32 = br == 4 ? 0 : 4 * u.shard;
-    if (shard_world == 1) return to_fp32;  // the full gradient is the shard: no output buffer
-    if (in.gpu || br == 4) return u.shard * br + to_fp32;
-    return 4 * (u.padded + u.shard) + to_fp32;
-  };
+  const bool bwd_prefetch = in.backward_prefetch != fsdp::BackwardPrefetch::kNone;
+  g.gathered_bwd = g.reshard_fwd ? g.layer_full * (((bwd_prefetch || g.lora) && s.layers > 1) ? 2 : 1)
+                                 : g.layer_full * s.layers + g.root_full;
+  g.gathered_fwd_layers = g.reshard_fwd ? 0 : g.layer_full * s.layers;
+}
 
-  // ---- Where the states live. Offload: host (pinned) on GPU ranks; CPU ranks have one memory.
+Figures figures_of(const MemoryPlanInputs& in, const Shape& s) {
+  Figures g;
+  g.lora = in.lora_rank > 0;
+  g.bp = bytes_of(in.param_dtype);
+  g.br = bytes_of(in.reduce_dtype);
+  g.b = g.bp;  // activations are in the compute (param) dtype
+  g.f32route = !in.gpu && in.param_dtype == at::kBFloat16 && in.cpu_bf16_via_fp32;
+  g.n_tok = in.micro_batch * in.seq_len;
+  g.shard_world = s.units.shard_world;
+  g.reshard_fwd =
+      in.strategy == fsdp::ShardingStrategy::kFullShard || in.strategy == fsdp::ShardingStrategy::kHybridShard;
+  unit_figures(in, s, g);
+  activation_figures(in, s, g);
+  loss_and_backward_figures(in, s, g);
+  return g;
+}
+
+struct Moment {
+  std::string name;
+  std::vector<MemoryItem> items;
+};
+
+// Reduce-scatter staging of a 16-bit gradient over MPI (fp32 send copy + fp32 receive), CPU ranks.
+// Then the reduced shard is added into the fp32 gradient (an fp32 copy first when 16-bit).
+int64_t rs_staging(const MemoryPlanInputs& in, const Figures& g, const Unit& u) {
+  const int64_t to_fp32 = g.br == 4 ? 0 : 4 * u.shard;
+  if (g.shard_world == 1) return to_fp32;  // the full gradient is the shard: no output buffer
+  if (in.gpu || g.br == 4) return u.shard * g.br + to_fp32;
+  return 4 * (u.padded + u.shard) + to_fp32;
+}
+
+// The moments of one micro-step where live memory is highest (see memory_plan.h). With a split
+// root the head's full gradient is reduced right after the head's backward (it is the reduction in
+// flight while the last layer's backward runs) and the embedding's is allocated only at the end;
+// one root unit keeps its full gradient from the head to the end of backward.
+std::vector<Moment> moments_of(const MemoryPlanInputs& in, const Shape& s, const Figures& g) {
+  // Offload: states on the host (pinned) on GPU ranks; CPU ranks have one memory.
   const bool states_on_device = !in.offload || !in.gpu;
-
-  struct Moment {
-    std::string name;
-    std::vector<MemoryItem> items;
-  };
   auto states_items = [&](std::vector<MemoryItem>& it) {
-    if (states_on_device) {
-      add(it, lora ? "master shards (fp32 adapters, param_dtype frozen base)" : "fp32 master shards", master);
-      add(it, "fp32 gradient shards", grads);
-      add(it, "AdamW moment shards (exp_avg, exp_avg_sq)", moments);
-    }
+    if (!states_on_device) return;
+    add(it, g.lora ? "master shards (fp32 adapters, param_dtype frozen base)" : "fp32 master shards", g.master);
+    add(it, "fp32 gradient shards", g.grads);
+    add(it, "AdamW moment shards (exp_avg, exp_avg_sq)", g.moments);
   };
-  // What is alive from the end of forward until backward leaves the head: model states, the
-  // gathered root and kept layers, saved activations (or checkpointed inputs), RoPE tables.
+  // Alive from the end of forward until backward leaves the head: model states, the gathered head
+  // (and, unsharded strategies, the embedding and every layer), saved activations, RoPE tables.
+  const int64_t root_gathered = g.reshard_fwd ? g.head_full : g.root_full;
   auto forward_state_items = [&](std::vector<MemoryItem>& items) {
     states_items(items);
-    add(items, "gathered root unit (embeddings, norm, lm_head) in param_dtype", root_full);
-    add(items, "gathered decoder layers kept after forward (no reshard)", gathered_fwd_layers);
-    add(items, in.checkpointing ? "checkpointed layer inputs" : "saved activations, all layers", saved_layers);
-    add(items, "RoPE tables", context);
+    add(items, g.split ? "gathered root units in param_dtype" : "gathered root unit (embeddings, norm, lm_head) in param_dtype",
+        root_gathered);
+    add(items, "gathered decoder layers kept after forward (no reshard)", g.gathered_fwd_layers);
+    add(items, in.checkpointing ? "checkpointed layer inputs" : "saved activations, all layers", g.saved_layers);
+    add(items, "RoPE tables", g.context);
   };
-  std::vector<Moment> moments_list;
-  {
-    Moment m{"forward at the loss", {}};
-    forward_state_items(m.items);
-    add(m.items, "final norm (input, fp32, output)", final_norm_fwd);
-    add(m.items, "fused loss: hidden gradient", grad_h);
-    add(m.items, "fused loss: fp32 lm_head gradient", grad_w32);
-    add(m.items, "fused loss: logits chunk and temporaries", loss_fwd_extra);
-    moments_list.push_back(std::move(m));
+  const char* root_grad_name = g.split ? "head unit full gradient (reduce_dtype)" : "root full gradient (reduce_dtype)";
+  std::vector<Moment> out(4);
+  out[0].name = "forward at the loss";
+  forward_state_items(out[0].items);
+  add(out[0].items, "final norm (input, fp32, output)", g.final_norm_fwd);
+  add(out[0].items, "fused loss: hidden gradient", g.grad_h);
+  add(out[0].items, "fused loss: fp32 lm_head gradient", g.grad_w32);
+  add(out[0].items, "fused loss: logits chunk and temporaries", g.loss_fwd_extra);
+  out[1].name = "backward at the head";
+  forward_state_items(out[1].items);
+  add(out[1].items, "final norm (saved)", g.final_norm_bwd);
+  add(out[1].items, "fused loss: hidden gradient", g.grad_h);
+  add(out[1].items, "fused loss: lm_head gradient", g.grad_w_saved);
+  add(out[1].items, root_grad_name, g.head_grad);
+  out[2].name = "backward in a decoder layer";
+  auto& layer = out[2].items;
+  states_items(layer);
+  if (!g.split) add(layer, root_grad_name, g.head_grad);
+  add(layer, "gathered units during backward (layer + prefetch; unsharded strategies: all)", g.gathered_bwd);
+  if (in.checkpointing) {
+    add(layer, "checkpointed layer inputs", g.saved_layers);
+    add(layer, "one recomputed layer's activations", g.act_layer);
+  } else {
+    add(layer, "saved activations, remaining layers", g.saved_layers);
   }
-  {
-    Moment m{"backward at the head", {}};
-    forward_state_items(m.items);
-    add(m.items, "final norm (saved)", final_norm_bwd);
-    add(m.items, "fused loss: hidden gradient", grad_h);
-    add(m.items, "fused loss: lm_head gradient", grad_w_saved);
-    add(m.items, "root full gradient (reduce_dtype)", root_grad);
-    moments_list.push_back(std::move(m));
-  }
-  {
-    Moment m{"backward in a decoder layer", {}};
-    states_items(m.items);
-    add(m.items, "root full gradient (reduce_dtype)", root_grad);
-    add(m.items, "gathered units during backward (layer + prefetch; unsharded strategies: all)", gathered_bwd);
-    if (in.checkpointing) {
-      add(m.items, "checkpointed layer inputs", saved_layers);
-      add(m.items, "one recomputed layer's activations", act_layer);
-    } else {
-      add(m.items, "saved activations, remaining layers", saved_layers);
-    }
-    add(m.items, "RoPE tables", context);
-    add(m.items, "layer full gradients (this + one reduce-scatter in flight)",
-        layer_grad * (s.layers > 1 ? 2 : 1) + rs_staging(lt));
-    add(m.items, "layer backward temporaries", layer_bwd_tmp);
-    moments_list.push_back(std::move(m));
-  }
-  {
-    Moment m{"end of backward (root reduce-scatter)", {}};
-    states_items(m.items);
-    add(m.items, "root full gradient (reduce_dtype)", root_grad);
-    add(m.items, "embedding gradient / root reduce-scatter staging",
-        std::max(embed_trains ? s.v * s.d * b + b * s.d * n_tok : 0, rs_staging(rt)));
-    moments_list.push_back(std::move(m));
-  }
-  size_t peak = 0;
-  for (size_t i = 1; i < moments_list.size(); ++i)
-    if (sum_device(moments_list[i].items) > sum_device(moments_list[peak].items)) peak = i;
+  add(layer, "RoPE tables", g.context);
+  const int64_t in_flight = std::max(s.layers > 1 ? g.layer_grad : 0, g.split ? g.head_grad : 0);
+  add(layer, "layer full gradients (this + one reduce-scatter in flight)",
+      g.layer_grad + in_flight + rs_staging(in, g, g.lt));
+  add(layer, "layer backward temporaries", g.layer_bwd_tmp);
+  out[3].name = g.split ? "end of backward (embedding reduce-scatter)" : "end of backward (root reduce-scatter)";
+  states_items(out[3].items);
+  add(out[3].items, g.split ? "embedding unit full gradient (reduce_dtype)" : root_grad_name, g.embed_grad);
+  add(out[3].items, g.split ? "embedding gradient / embedding reduce-scatter staging"
+                            : "embedding gradient / root reduce-scatter staging",
+      std::max(s.embed_trains ? s.v * s.d * g.b + g.b * s.d * g.n_tok : 0, rs_staging(in, g, g.et)));
+  return out;
+}
 
-  MemoryPlan plan;
-  for (const auto& m : moments_list) plan.moments.push_back({m.name, sum_device(m.items), 0});
-  plan.peak_moment = moments_list[peak].name;
-  plan.breakdown = moments_list[peak].items;
-  plan.device_allocated_bytes = sum_device(plan.breakdown);
-  plan.activations_per_layer_bytes = act_layer;
-  plan.checkpointed_per_layer_bytes = ckpt_layer;
-  plan.loss_chunk_bytes = 4 * chunk * s.v;
-
-  // Host side of the same moment, and what a GPU needs beyond allocated tensors.
-  if (!states_on_device) {
-    add(plan.breakdown, lora ? "master shards (offloaded, pinned)" : "fp32 master shards (offloaded, pinned)", 0, master);
-    add(plan.breakdown, "fp32 gradient shards (offloaded, pinned)", 0, grads);
-    add(plan.breakdown, "AdamW moment shards (offloaded, pinned)", 0, moments);
+// The host side of the peak moment, what a GPU needs beyond allocated tensors, and whether it fits.
+void add_host_and_margins(const MemoryPlanInputs& in, const Figures& g, MemoryPlan& plan) {
+  if (in.offload && in.gpu) {
+    add(plan.breakdown, g.lora ? "master shards (offloaded, pinned)" : "fp32 master shards (offloaded, pinned)", 0,
+        g.master);
+    add(plan.breakdown, "fp32 gradient shards (offloaded, pinned)", 0, g.grads);
+    add(plan.breakdown, "AdamW moment shards (offloaded, pinned)", 0, g.moments);
     // The engine stages the trainable shards in param_dtype (pinned) for their copies to the GPU.
-    if (in.gpu && bp != 4) add(plan.breakdown, "param_dtype staging of the trainable shards (pinned)", 0, bp * train_shard);
+    if (g.bp != 4) add(plan.breakdown, "param_dtype staging of the trainable shards (pinned)", 0, g.bp * g.train_shard);
   }
   if (in.gpu) {
     const int64_t margin = static_cast<int64_t>(kAllocatorMargin * static_cast<double>(plan.device_allocated_bytes));
@@ -367,8 +397,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   } else {
     plan.device_total_bytes = plan.device_allocated_bytes;
   }
-  const int64_t largest_unit = std::max(rt.numel + rf.numel, lt.numel + lf.numel);
-  add(plan.breakdown, "checkpoint export staging (one unit in fp32)", 0, 4 * largest_unit);
+  add(plan.breakdown, "checkpoint export staging (one unit in fp32)", 0, 4 * g.largest_unit);
   add(plan.breakdown, "process baseline (LibTorch, communicator, tokenized data)", 0,
       in.gpu ? kHostBaselineGpu : kHostBaselineCpu);
   int64_t host = 0;
@@ -378,12 +407,14 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   plan.host_node_bytes = plan.host_total_bytes * per_node;
   plan.fits_device = !in.gpu || in.device_memory_bytes <= 0 || plan.device_total_bytes <= in.device_memory_bytes;
   plan.fits_host = in.host_memory_bytes <= 0 || plan.host_node_bytes <= in.host_memory_bytes;
+}
 
-  // ---- DeepSpeed's ZeRO-3 estimator (zero_init, additional_buffer_factor 1.5), for comparison.
-  DeepSpeedEstimate& ds = plan.deepspeed;
-  ds.total_params = s.root_params + s.layers * (s.layer_params + s.lora_layer_params);
-  ds.largest_layer_params = std::max({s.v * s.d, s.d * s.f, s.d * s.hq});
-  const int gpus_per_node = per_node;
+// DeepSpeed's ZeRO-3 estimator (zero_init, additional_buffer_factor 1.5), for comparison.
+DeepSpeedEstimate deepspeed_estimate(const MemoryPlanInputs& in, const Shape& s) {
+  DeepSpeedEstimate ds;
+  ds.total_params = s.total_params;
+  ds.largest_layer_params = s.largest_param;
+  const int gpus_per_node = std::max(1, std::min(in.ranks_per_node, in.num_ranks));
   const int nodes = static_cast<int>(ceil_div(in.num_ranks, gpus_per_node));
   const double largest = 4.0 * static_cast<double>(ds.largest_layer_params);
   const double total = static_cast<double>(ds.total_params);
@@ -394,14 +425,56 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
     ds.gpu_bytes_per_gpu = static_cast<int64_t>(largest + std::floor(18.0 * total / in.num_ranks));
     ds.cpu_bytes_per_node = static_cast<int64_t>(static_cast<double>(ds.largest_layer_params) * 4 * gpus_per_node * 1.5);
   }
+  return ds;
+}
+
+void check_inputs(const MemoryPlanInputs& in) {
+  const auto& c = in.config;
+  ALPACA_CHECK(c.hidden_size > 0 && c.num_hidden_layers > 0 && c.vocab_size > 0 && c.num_attention_heads > 0,
+               "estimate-memory: the model config has no shape (hidden_size, num_hidden_layers, vocab_size, "
+               "num_attention_heads must be positive)");
+  ALPACA_CHECK(in.micro_batch > 0 && in.seq_len > 0 && in.num_ranks > 0,
+               "estimate-memory: micro-batch, sequence length and ranks must be positive");
+}
+
+// The plan for a model whose shape and units are known (largest_fitting_micro_batch varies only
+// the micro-batch: the model is built once).
+MemoryPlan plan_for(const MemoryPlanInputs& in, const Shape& s) {
+  const Figures g = figures_of(in, s);
+  const std::vector<Moment> moments = moments_of(in, s, g);
+  size_t peak = 0;
+  for (size_t i = 1; i < moments.size(); ++i)
+    if (sum_device(moments[i].items) > sum_device(moments[peak].items)) peak = i;
+  MemoryPlan plan;
+  for (const auto& m : moments) plan.moments.push_back({m.name, sum_device(m.items), 0});
+  plan.peak_moment = moments[peak].name;
+  plan.breakdown = moments[peak].items;
+  plan.device_allocated_bytes = sum_device(plan.breakdown);
+  plan.activations_per_layer_bytes = g.act_layer;
+  plan.checkpointed_per_layer_bytes = g.ckpt_layer;
+  plan.loss_chunk_bytes = 4 * g.chunk * s.v;
+  for (const auto& u : s.units.units)
+    plan.units.push_back({u.label, u.train_shard_bytes(), u.frozen_shard_bytes(in.param_dtype),
+                          u.full_bytes(in.param_dtype), u.full_grad_bytes(in.reduce_dtype)});
+  add_host_and_margins(in, g, plan);
+  plan.deepspeed = deepspeed_estimate(in, s);
   return plan;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const MemoryPlanInputs& in) {
+  check_inputs(in);
+  return plan_for(in, shape_of(in, shard_world_of(in)));
 }
 
 int64_t largest_fitting_micro_batch(MemoryPlanInputs in, int64_t limit) {
   if (!(in.gpu && in.device_memory_bytes > 0) && in.host_memory_bytes <= 0) return -1;  // nothing to fit in
+  check_inputs(in);
+  const Shape s = shape_of(in, shard_world_of(in));
   auto fits = [&](int64_t mb) {
     in.micro_batch = mb;
-    return plan_memory(in).fits();
+    return plan_for(in, s).fits();
   };
   if (!fits(1)) return 0;
   int64_t lo = 1, hi = 1;
@@ -499,9 +572,10 @@ std::string report_to_text(const MemoryPlanInputs& in, const MemoryPlan& plan, c
      << (in.gpu ? "GPU" : "CPU") << " ranks, micro-batch " << in.micro_batch << " x " << in.seq_len << " tokens\n";
   if (in.lora_rank > 0) {
     std::string targets, saved;
-    for (const auto& t : in.lora_target_modules) targets += " " + t;
+    for (const auto& t : in.lora_target_modules.empty() ? model::default_lora_target_modules() : in.lora_target_modules)
+      targets += " " + t;
     for (const auto& t : in.lora_modules_to_save) saved += " " + t;
-    os << "  LoRA r=" << in.lora_rank << " on" << (targets.empty() ? " q_proj v_proj" : targets) << ", dropout "
+    os << "  LoRA r=" << in.lora_rank << " on" << targets << ", dropout "
        << in.lora_dropout << (saved.empty() ? "" : ", modules_to_save" + saved) << "\n";
   }
   os << "  peak at: " << plan.peak_moment << "\n\n";
@@ -538,7 +612,9 @@ std::string report_to_text(const MemoryPlanInputs& in, const MemoryPlan& plan, c
                   gib(r.plan.deepspeed.gpu_bytes_per_gpu).c_str());
     os << line;
   }
-  os << "  (LoRA rungs: peft's defaults, r=16 on q_proj v_proj, dropout 0.05)\n";
+  std::string defaults;
+  for (const auto& t : model::default_lora_target_modules()) defaults += " " + t;
+  os << "  (LoRA rungs: peft's defaults, r=16 on" << defaults << ", dropout 0.05)\n";
   if (rungs.empty() || rungs.front().max_micro_batch < 0)
     os << "  (max batch needs a memory size: --gpu_memory_gb, or --host_memory_gb for CPU ranks)\n";
   return os.str();

@@ -53,7 +53,7 @@ ckpt::Fingerprint Trainer::Impl::lora_fingerprint() const {
   f["lora_r"] = std::to_string(o.r);
   f["lora_alpha"] = alpha.str();
   f["use_rslora"] = o.use_rslora ? "true" : "false";
-  f["lora_target_modules"] = join_words(o.target_modules.empty() ? std::vector<std::string>{"q_proj", "v_proj"} : o.target_modules);
+  f["lora_target_modules"] = join_words(o.target_modules.empty() ? model::default_lora_target_modules() : o.target_modules);
   f["lora_modules_to_save"] = join_words(o.modules_to_save);
   return f;
 }

@@ -1,6 +1,6 @@
 // The FSDP engine (DESIGN.md "FSDP"): wraps a single-device model from outside. One unit per
-// decoder layer plus the root unit (every other parameter: embeddings, final norm, lm_head; tied
-// weights stored once). Each unit's parameters live in FlatParameters sharded across ranks; the
+// decoder layer plus the root: the embedding and [final norm, lm_head] as two units, or one root
+// unit when the embedding is tied to the head (fsdp/unit_plan.h; tied weights stored once). Each unit's parameters live in FlatParameters sharded across ranks; the
 // engine all-gathers a unit just before it runs (prefetching one unit ahead), frees it after
 // (FULL_SHARD/HYBRID), gathers it again for backward, and reduce-scatters its gradient into fp32
 // gradient shards that accumulate across micro-steps.
@@ -11,8 +11,9 @@
 // of the global mean loss, for any split into world x micro-batch x accumulation.
 //
 // Model contract: the model calls every decoder layer through a hook (`run_layer`), and uses its
-// root parameters only before the first and after the last decoder layer. Every trainable
-// parameter gets a gradient in every backward (or none on any rank).
+// root parameters only before the first and after the last decoder layer (with a split root: the
+// embedding's only before the first, the others only after the last). Every trainable parameter
+// gets a gradient in every backward (or none on any rank).
 #pragma once
 
 #include <ATen/ATen.h>          // defines: at::Tensor
@@ -25,6 +26,7 @@
 
 #include "alpaca/fsdp/flat_param.h"
 #include "alpaca/fsdp/policy.h"
+#include "alpaca/fsdp/unit_plan.h"
 #include "alpaca/optim/adamw.h"
 
 namespace alpaca::dist {
@@ -60,11 +62,6 @@ using OptimStateSink =
     std::function<void(const std::string& name, const std::string& key, const at::Tensor& value)>;
 // Returns the full optimizer state tensor for (name, key) (fp32, CPU, parameter shape).
 using OptimStateSource = std::function<at::Tensor(const std::string& name, const std::string& key)>;
-
-struct FsdpModelParts {
-  torch::nn::Module* root = nullptr;            // named_parameters() gives HF names
-  std::vector<torch::nn::Module*> layers;       // decoder layers, in forward order
-};
 
 class FsdpEngine {
  public:
@@ -129,9 +126,12 @@ class FsdpEngine {
 
   const FsdpPolicy& policy() const { return policy_; }
   int num_units() const;
-  // Introspection for tests: the trainable FlatParameter of unit u (nullptr if none);
-  // u = num_layers is the root.
+  // The layout the engine was built from (fsdp::plan_units).
+  const UnitPlan& unit_plan() const;
+  // Introspection for tests: the trainable / frozen FlatParameter of unit u (nullptr if none);
+  // units after the decoder layers are the root's (unit_plan().embed_unit, head_unit).
   const FlatParameter* trainable_flat(int u) const;
+  const FlatParameter* frozen_flat(int u) const;
 
   struct Impl;  // public so the autograd glue in the .cpp can reach it
 

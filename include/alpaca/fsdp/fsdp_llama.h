@@ -58,6 +58,10 @@ class FsdpLlama {
   std::unique_ptr<FsdpEngine> engine_;
 };
 
+// The parts FsdpLlama wraps: the model, its decoder layers and (untied) its input embedding, the
+// root's first unit. The memory planner passes the same parts to plan_units.
+FsdpModelParts fsdp_parts(model::LlamaForCausalLMImpl& model);
+
 // Convenience: the same as std::make_unique<FsdpLlama>(...).
 std::unique_ptr<FsdpLlama> apply_fsdp(model::LlamaForCausalLM model, std::shared_ptr<dist::Communicator> comm,
                                       const FsdpPolicy& policy);

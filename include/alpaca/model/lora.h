@@ -37,6 +37,10 @@ struct LoraPlan {
   std::vector<std::pair<std::string, std::string>> token_tables;
 };
 
+// peft's default targets for LLaMA-family models (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING),
+// used when LoraOptions::target_modules is empty: q_proj v_proj. The one place they are written.
+const std::vector<std::string>& default_lora_target_modules();
+
 // Splits a flag value "q_proj,v_proj" or "q_proj v_proj" into names.
 std::vector<std::string> split_module_list(const std::string& text);
 

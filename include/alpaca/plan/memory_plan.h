@@ -1,15 +1,19 @@
 // The memory planner: per-rank device and host bytes of one training configuration, computed from
 // the model's shape alone (config.json; no weights, no GPU), by replaying what the FSDP engine,
 // the model and the fused loss allocate and when (src/fsdp/engine.cpp, src/model/layers.cpp,
-// src/model/loss.cpp). The peak is the largest of the moments where live memory is highest:
-//   forward at the loss   states + gathered root + saved activations of every layer + the fused
-//                         loss's logits chunk and its gradient buffers
-//   backward at the head  states + root + activations + lm_head gradient + root gradient buffer
-//   backward in a layer   states + root gradient buffer + activations left + gathered layer(s)
-//                         (with prefetch, at most two units under limit_all_gathers) + its and the
-//                         previous unit's full gradients (one reduce-scatter in flight) + the
-//                         layer's backward temporaries (+ one recomputed layer under checkpointing)
-//   end of backward       states + root gradient + its reduce-scatter staging
+// src/model/loss.cpp). The units and their shards are not re-derived: the planner builds the
+// model training would build on the meta device (with apply_lora for --use_peft) and calls
+// fsdp::plan_units on it, as the engine does. The peak is the largest of the moments where live
+// memory is highest (the root is two units, the embedding and [norm, lm_head], unless tied):
+//   forward at the loss   states + gathered head unit + saved activations of every layer + the
+//                         fused loss's logits chunk and its gradient buffers
+//   backward at the head  states + head unit + activations + lm_head gradient + head gradient buffer
+//   backward in a layer   states + activations left + gathered layer(s) (with prefetch, at most
+//                         two units under limit_all_gathers) + its and the previous unit's full
+//                         gradients (one reduce-scatter in flight: the head's, in the last layer)
+//                         + the layer's backward temporaries (+ one recomputed layer under
+//                         checkpointing); one root unit keeps its gradient buffer here too
+//   end of backward       states + embedding gradient + its reduce-scatter staging
 // plus the allocator margin on a GPU. DeepSpeed's ZeRO-3 estimator (model states only) is computed
 // beside it for comparison. Knows nothing of TrainArgs: cli builds MemoryPlanInputs.
 #pragma once
@@ -72,6 +76,15 @@ struct DeepSpeedEstimate {  // deepspeed.runtime.zero.stage3.estimate_zero3_mode
   int64_t cpu_bytes_per_node = 0;
 };
 
+// One FSDP unit on one rank, as fsdp::plan_units lays it out for the model training would build.
+struct UnitBytes {
+  std::string label;             // "layer 0", ..., "embed_tokens", "norm+lm_head" (or "root")
+  int64_t train_shard_bytes = 0;   // fp32 master shard (its gradient shard is as large)
+  int64_t frozen_shard_bytes = 0;  // frozen shard in param_dtype
+  int64_t full_bytes = 0;          // gathered buffers in param_dtype
+  int64_t full_grad_bytes = 0;     // full gradient in reduce_dtype
+};
+
 struct MemoryPlan {
   // Per rank. device_allocated_bytes is what the allocator hands out at the peak (compare with
   // max_memory_allocated, or the counting CPU allocator's peak on CPU ranks); device_total_bytes
@@ -90,6 +103,7 @@ struct MemoryPlan {
   int64_t activations_per_layer_bytes = 0;
   int64_t checkpointed_per_layer_bytes = 0;
   int64_t loss_chunk_bytes = 0;
+  std::vector<UnitBytes> units;  // every FSDP unit, in the engine's order
 };
 
 // Throws alpaca::Error for a LoRA target or module to save the planner does not know.

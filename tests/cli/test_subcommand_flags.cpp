@@ -1,0 +1,80 @@
+// Every subcommand's flags come from one table (cli/subcommand_flags.h, train_flags.inc for
+// train): a bad or misspelt flag is a usage error, exit 2, naming the flag, in all six subcommands;
+// a missing required flag and a bad value too; --help of each lists its flags; the top-level help
+// lists every subcommand; --version prints the version, the git commit and LibTorch's version.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "test_util.h"
+
+namespace {
+
+using alpaca::testing::run_command;
+using alpaca::testing::train_bin;
+
+struct Result {
+  int rc;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  Result r;
+  r.rc = run_command(train_bin() + " " + args + " 2>&1", &r.out);
+  return r;
+}
+
+}  // namespace
+
+TEST(SubcommandFlags, ABadFlagIsAUsageErrorInEverySubcommand) {
+  for (const char* sub : {"train", "init-model", "preprocess", "merge", "generate", "estimate-memory"}) {
+    const std::string train_inputs = std::string(sub) == "train" ? " --model_name_or_path m --data_path d" : "";
+    const Result r = run(std::string(sub) + train_inputs + " --no_such_flag 1");
+    EXPECT_EQ(r.rc, 2) << sub << ": " << r.out;
+    EXPECT_NE(r.out.find("alpaca-train: error: "), std::string::npos) << sub << ": " << r.out;
+    EXPECT_NE(r.out.find("unknown flag --no_such_flag"), std::string::npos) << sub << ": " << r.out;
+    EXPECT_EQ(r.out.find(".cpp:"), std::string::npos) << sub << ": a usage error shows no source location: " << r.out;
+  }
+  // A near miss gets a suggestion; a missing required flag and a bad value are usage errors too.
+  Result r = run("init-model --confg c.json --output_dir o");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("did you mean --config?"), std::string::npos) << r.out;
+  r = run("merge --model_name_or_path b --adapter a");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("merge: --output_dir is required"), std::string::npos) << r.out;
+  r = run("init-model --config c.json --output_dir o --seed many");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--seed needs an integer, got 'many'"), std::string::npos) << r.out;
+  r = run("preprocess --data_path d.json --output o.jsonl --packing maybe");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  r = run("generate --model_name_or_path m --top_k");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--top_k needs a value"), std::string::npos) << r.out;
+}
+
+TEST(SubcommandFlags, HelpListsEverySubcommandAndEachSubcommandsFlags) {
+  Result r = run("--help");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const char* sub : {"init-model", "preprocess", "merge", "generate", "estimate-memory", "--version"})
+    EXPECT_NE(r.out.find(std::string("alpaca-train ") + sub), std::string::npos) << sub << "\n" << r.out;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> flags = {
+      {"init-model", {"--config", "--output_dir", "--seed", "--dtype", "--save_max_shard_size"}},
+      {"preprocess", {"--data_path", "--tokenizer", "--output", "--packing", "--num_threads"}},
+      {"merge", {"--model_name_or_path", "--adapter", "--output_dir"}},
+      {"generate", {"--instruction", "--prompts", "--top_p", "--bf16", "--device"}},
+      {"estimate-memory", {"--num_gpus", "--num_cpu_ranks", "--gpu_memory_gb", "--json"}}};
+  for (const auto& [sub, names] : flags) {
+    r = run(sub + " --help");
+    EXPECT_EQ(r.rc, 0) << sub << "\n" << r.out;
+    EXPECT_NE(r.out.find("Usage: alpaca-train " + sub), std::string::npos) << r.out;
+    for (const auto& n : names) EXPECT_NE(r.out.find("  " + n + " "), std::string::npos) << sub << ": " << n << "\n" << r.out;
+  }
+}
+
+TEST(SubcommandFlags, VersionPrintsVersionCommitAndLibTorch) {
+  const Result r = run("--version");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(^alpaca-train \d+\.\d+\.\d+\n)"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\ngit commit ([0-9a-f]{7,40}|unknown)\n)"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nLibTorch \d+\.\d+\.\d+\n)"))) << r.out;
+}

@@ -1,0 +1,126 @@
+// The memory planner and the FSDP engine share one unit layout (fsdp::plan_units): for every model
+// type (llama untied and tied, mistral, qwen2 with its q/k/v biases), every sharding strategy, LoRA
+// on and off and the job's world size (mpirun 1, 2, 4), the planner's per-unit bytes equal what the
+// engine allocated on this rank, and its model-state items equal the engine's memory account.
+#include <gtest/gtest.h>
+
+#include "alpaca/dist/communicator.h"
+#include "alpaca/fsdp/fsdp_llama.h"
+#include "alpaca/model/lora.h"
+#include "alpaca/optim/adamw.h"
+#include "alpaca/plan/memory_plan.h"
+#include "dist_test_env.h"
+
+using namespace alpaca;
+using namespace alpaca::testing;
+
+namespace {
+
+const auto* g_env = register_job_comm(dist::CommOptions{});
+
+struct ModelCase {
+  std::string name;
+  model::LlamaConfig config;
+  std::vector<std::string> modules_to_save;
+};
+
+std::vector<ModelCase> model_cases() {
+  model::LlamaConfig base;
+  base.vocab_size = 101;  // odd sizes: every unit's padding differs by world size
+  base.hidden_size = 24;
+  base.intermediate_size = 37;
+  base.num_hidden_layers = 3;
+  base.num_attention_heads = 4;
+  base.num_key_value_heads = 2;
+  base.head_dim = 6;
+  base.max_position_embeddings = 64;
+  std::vector<ModelCase> cases;
+  cases.push_back({"llama", base, {"lm_head"}});
+  model::LlamaConfig tied = base;
+  tied.tie_word_embeddings = true;
+  cases.push_back({"llama tied", tied, {}});
+  model::LlamaConfig mistral = base;
+  mistral.model_type = "mistral";
+  cases.push_back({"mistral", mistral, {}});
+  model::LlamaConfig qwen2 = base;
+  qwen2.model_type = "qwen2";
+  qwen2.attention_bias = true;
+  qwen2.tie_word_embeddings = true;
+  cases.push_back({"qwen2 tied", qwen2, {"embed_tokens"}});
+  return cases;
+}
+
+int64_t item_bytes(const plan::MemoryPlan& p, const std::string& name) {
+  for (const auto& i : p.breakdown)
+    if (i.name == name) return i.device_bytes;
+  return 0;
+}
+
+}  // namespace
+
+TEST(PlanMatchesEngine, PerUnitBytesEqualTheEngineForEveryModelStrategyAndLora) {
+  auto comm = job_comm();
+  const int world = comm->world_size();
+  using S = fsdp::ShardingStrategy;
+  int checked = 0;
+  for (const ModelCase& mc : model_cases()) {
+    for (S strategy : {S::kFullShard, S::kShardGradOp, S::kNoShard, S::kHybridShard}) {
+      for (bool lora : {false, true}) {
+        const std::string what = mc.name + " " + fsdp::to_string(strategy) + (lora ? " LoRA" : "") + " world " +
+                                 std::to_string(world);
+        fsdp::FsdpPolicy policy;
+        policy.strategy = strategy;
+        policy.hybrid_shard_size = std::max(1, world / 2);  // world 4: shard over 2, replicate over 2
+        policy.param_dtype = policy.reduce_dtype = lora ? at::kBFloat16 : at::kFloat;
+        plan::MemoryPlanInputs in;
+        in.config = mc.config;
+        in.num_ranks = in.ranks_per_node = world;
+        in.gpu = false;
+        in.strategy = strategy;
+        in.hybrid_shard_size = policy.hybrid_shard_size;
+        in.param_dtype = in.reduce_dtype = policy.param_dtype;
+        in.micro_batch = 1;
+        in.seq_len = 8;
+        // The trainer's model: the meta-device LLaMA, LoRA attached as trainer_lora.cpp does it.
+        model::LlamaForCausalLM m(mc.config, at::TensorOptions().device(at::kMeta).dtype(at::kFloat));
+        if (lora) {
+          in.lora_rank = 4;
+          in.lora_modules_to_save = mc.modules_to_save;
+          in.lora_token_rows = 1;
+          model::LoraOptions o;
+          o.r = 4;
+          o.dropout = in.lora_dropout;
+          o.modules_to_save = mc.modules_to_save;
+          o.trainable_token_indices = {mc.config.vocab_size - 1};
+          model::apply_lora(*m, o, 3);
+        }
+        const plan::MemoryPlan p = plan::plan_memory(in);
+        auto f = fsdp::apply_fsdp(std::move(m), comm, policy);
+        const fsdp::FsdpEngine& e = f->engine();
+        ASSERT_EQ(static_cast<int>(p.units.size()), e.num_units()) << what;
+        for (int u = 0; u < e.num_units(); ++u) {
+          const fsdp::FlatParameter* t = e.trainable_flat(u);
+          const fsdp::FlatParameter* fz = e.frozen_flat(u);
+          const plan::UnitBytes& ub = p.units[static_cast<size_t>(u)];
+          EXPECT_EQ(ub.label, e.unit_plan().units[static_cast<size_t>(u)].label) << what;
+          EXPECT_EQ(ub.train_shard_bytes, t ? t->shard().nbytes() : 0) << what << " unit " << ub.label;
+          EXPECT_EQ(ub.train_shard_bytes, t ? t->grad().nbytes() : 0) << what << " unit " << ub.label;
+          EXPECT_EQ(ub.frozen_shard_bytes, fz ? fz->shard().nbytes() : 0) << what << " unit " << ub.label;
+          EXPECT_EQ(ub.full_bytes, (t ? t->full_bytes() : 0) + (fz ? fz->full_bytes() : 0)) << what << " " << ub.label;
+          EXPECT_EQ(ub.full_grad_bytes,
+                    t ? t->shard_info().padded_numel * static_cast<int64_t>(c10::elementSize(policy.reduce_dtype)) : 0)
+              << what << " unit " << ub.label;
+        }
+        // The model-state items of the plan are the engine's account (AdamW: two fp32 moments).
+        optim::ShardedAdamW opt(e.optim_shards(), optim::AdamWOptions{});
+        const fsdp::MemoryAccount acc = f->engine().memory_account(&opt);
+        const std::string master = lora ? "master shards (fp32 adapters, param_dtype frozen base)" : "fp32 master shards";
+        EXPECT_EQ(item_bytes(p, master), acc.param_bytes + acc.frozen_bytes) << what;
+        EXPECT_EQ(item_bytes(p, "fp32 gradient shards"), acc.grad_bytes) << what;
+        EXPECT_EQ(item_bytes(p, "AdamW moment shards (exp_avg, exp_avg_sq)"), acc.optimizer_bytes) << what;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 32);
+}
