@@ -322,6 +322,38 @@ void validate_lora(TrainArgs& a) {
   ALPACA_USAGE_CHECK(std::isfinite(a.lora_alpha) && a.lora_alpha != 0, "--lora_alpha must be a non-zero number, got " << a.lora_alpha);
 }
 
+// QLoRA flags (transformers' BitsAndBytesConfig names): a 4-bit base is frozen, so only a LoRA run
+// takes one; the dequantized weights are in the run's own dtype. Sets the policy's quant4 fields.
+void validate_quant(TrainArgs& a) {
+  ALPACA_USAGE_CHECK(!a.load_in_8bit, "--load_in_8bit: 8-bit (LLM.int8) bases are not supported by alpaca-train; "
+                                      "use --load_in_4bit True (QLoRA, NF4) instead");
+  const TrainArgs d;
+  if (!a.load_in_4bit) {
+    const std::pair<const char*, bool> changed[] = {
+        {"bnb_4bit_quant_type", a.bnb_4bit_quant_type != d.bnb_4bit_quant_type},
+        {"use_bnb_nested_quant", a.use_bnb_nested_quant != d.use_bnb_nested_quant},
+        {"bnb_4bit_compute_dtype", a.bnb_4bit_compute_dtype != d.bnb_4bit_compute_dtype},
+        {"bnb_4bit_quant_storage", a.bnb_4bit_quant_storage != d.bnb_4bit_quant_storage}};
+    for (const auto& [f, differs] : changed)
+      ALPACA_USAGE_CHECK(!differs, "--" << f << " only acts with a 4-bit base; add --load_in_4bit True or drop it");
+    return;
+  }
+  ALPACA_USAGE_CHECK(a.use_peft, "--load_in_4bit: a 4-bit base is frozen, so it trains only an adapter; "
+                                 "add --use_peft True (QLoRA) or drop --load_in_4bit");
+  check_choice("bnb_4bit_quant_type", a.bnb_4bit_quant_type, {"nf4", "fp4"});
+  check_choice("bnb_4bit_quant_storage", a.bnb_4bit_quant_storage, {"uint8", "bfloat16", "float16", "float32"});
+  const at::ScalarType run = a.fsdp_policy.param_dtype;
+  const char* run_name = run == at::kBFloat16 ? "bfloat16" : run == at::kHalf ? "float16" : "float32";
+  const std::string& c = a.bnb_4bit_compute_dtype;
+  const bool same = c.empty() || c == run_name || (c == "bf16" && run == at::kBFloat16) ||
+                    (c == "fp16" && run == at::kHalf) || (c == "fp32" && run == at::kFloat);
+  ALPACA_USAGE_CHECK(same, "--bnb_4bit_compute_dtype " << c << " differs from the run's dtype " << run_name
+                           << ": the weights are dequantized into the dtype the layers compute in; drop the flag, "
+                              "or choose the run's dtype with --bf16 / --fp16");
+  a.fsdp_policy.quant4_type = a.bnb_4bit_quant_type;
+  a.fsdp_policy.quant4_nested = a.use_bnb_nested_quant;
+}
+
 }  // namespace
 
 void validate_train_args(TrainArgs& a, const dist::LaunchInfo& launch) {
@@ -343,6 +375,7 @@ void validate_train_args(TrainArgs& a, const dist::LaunchInfo& launch) {
   if (!a.deepspeed.empty()) apply_deepspeed_config(a.deepspeed, a, launch.world_size);
   validate_fsdp(a, launch);
   validate_lora(a);
+  validate_quant(a);
 }
 
 void check_input_paths(const TrainArgs& a) {

@@ -145,7 +145,7 @@ void FsdpEngine::Impl::build_units(const FsdpModelParts& parts) {
   opt.compute_device = device;
   opt.master_device = policy.offload ? at::Device(at::kCPU) : device;
   opt.pin_memory = policy.offload && device.is_cuda();
-  auto make_flat = [&](const PlannedFlat& planned) {
+  auto make_entries = [&](const PlannedFlat& planned) {
     std::vector<FlatParamEntry> entries;
     for (const auto& pe : planned.entries) {
       FlatParamEntry e;
@@ -154,9 +154,15 @@ void FsdpEngine::Impl::build_units(const FsdpModelParts& parts) {
       e.param = model.tensors[static_cast<size_t>(pe.spec)];
       entries.push_back(std::move(e));
     }
-    auto flat = std::make_unique<FlatParameter>(std::move(entries), shard_world, shard_rank, opt);
-    ALPACA_CHECK(flat->shard_info().padded_numel == planned.shard.padded_numel,
-                 "FSDP: a flat buffer of " << flat->numel() << " elements was planned with " << planned.shard.numel);
+    return entries;
+  };
+  auto check_planned = [](const FlatParameter& flat, const PlannedFlat& planned) {
+    ALPACA_CHECK(flat.shard_info().padded_numel == planned.shard.padded_numel,
+                 "FSDP: a flat buffer of " << flat.numel() << " elements was planned with " << planned.shard.numel);
+  };
+  auto make_flat = [&](const PlannedFlat& planned) {
+    auto flat = std::make_unique<FlatParameter>(make_entries(planned), shard_world, shard_rank, opt);
+    check_planned(*flat, planned);
     return flat;
   };
   units.resize(layout.units.size());
@@ -179,7 +185,14 @@ void FsdpEngine::Impl::build_units(const FsdpModelParts& parts) {
       // is stored and gathered in param_dtype only.
       opt.with_grad = false;
       opt.master_dtype = policy.param_dtype;
-      unit.frozen = make_flat(planned.frozen);
+      // --load_in_4bit: a decoder layer's frozen base (units [0, num_layers) are the layers under
+      // plan_units' order) is held 4-bit; embed_tokens / norm+lm_head / root stay in param_dtype.
+      if (!policy.quant4_type.empty() && u < num_layers) {
+        build_quant(unit, make_entries(planned.frozen), opt);
+        check_planned(*unit.frozen, planned.frozen);
+      } else {
+        unit.frozen = make_flat(planned.frozen);
+      }
     }
   }
 }
@@ -240,7 +253,7 @@ void FsdpEngine::Impl::unshard(int u, bool wait) {
   if (!unit.has_params()) return;
   if (!unit.unsharded) {
     if (unit.train) gather_flat(unit, *unit.train);
-    if (unit.frozen) gather_flat(unit, *unit.frozen);
+    if (unit.frozen) unit.quant ? gather_quant(unit) : gather_flat(unit, *unit.frozen);
     unit.unsharded = true;
     ++num_unsharded;
     peak_unsharded = std::max(peak_unsharded, num_unsharded);
@@ -254,6 +267,10 @@ void FsdpEngine::Impl::wait_gather(Unit& unit) {
   for (auto& w : unit.gather_work) w->wait();
   unit.gather_work.clear();
   unit.gather_inputs.clear();
+  if (unit.quant_blob.defined()) {  // 4-bit base: dequantize the gathered bytes into param_dtype
+    unit.quant->unpack(unit.quant_blob, *unit.frozen);
+    unit.quant_blob = at::Tensor();
+  }
 }
 
 void FsdpEngine::Impl::reshard(int u) {
@@ -593,6 +610,10 @@ MemoryAccount FsdpEngine::memory_account(const optim::ShardedAdamW* opt) const {
       m.grad_bytes += unit.train->grad().nbytes();
     }
     if (unit.frozen) m.frozen_bytes += unit.frozen->shard().nbytes();
+    if (unit.quant) {
+      m.frozen_bytes += unit.quant->shard().nbytes();
+      m.quant4_params += unit.quant->quantized_numel();
+    }
   }
   if (opt) m.optimizer_bytes = opt->state_bytes();
   m.unsharded_bytes = impl_->unsharded_bytes;
@@ -612,6 +633,7 @@ std::string MemoryAccount::to_string() const {
   auto mib = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   os << "params " << mib(param_bytes) << " MiB, ";
   if (frozen_bytes > 0) os << "frozen params " << mib(frozen_bytes) << " MiB, ";
+  if (quant4_params > 0) os << "of which " << quant4_params << " values 4-bit, ";
   os << "grads " << mib(grad_bytes) << " MiB, optimizer "
      << mib(optimizer_bytes) << " MiB, unsharded now " << mib(unsharded_bytes) << " MiB (peak "
      << mib(peak_unsharded_bytes) << " MiB, " << peak_unsharded_units << " units)";

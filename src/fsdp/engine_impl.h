@@ -11,6 +11,7 @@
 
 #include "alpaca/dist/communicator.h"
 #include "alpaca/fsdp/engine.h"
+#include "quant_store.h"
 
 namespace alpaca::fsdp {
 
@@ -20,6 +21,10 @@ struct FsdpEngine::Impl {
     std::string label;
     std::unique_ptr<FlatParameter> train;   // trainable parameters (with fp32 grad shard)
     std::unique_ptr<FlatParameter> frozen;  // requires_grad=false parameters: no grad, no optimizer state
+    // --load_in_4bit: the frozen values, 4-bit, instead of frozen's shard; the gathered blob waits
+    // in quant_blob until wait_gather unpacks it into frozen's full buffer.
+    std::unique_ptr<QuantStore> quant;
+    at::Tensor quant_blob;
     bool unsharded = false;                 // full buffers allocated (a gather may still be in flight)
     std::vector<dist::WorkHandle> gather_work;
     std::vector<at::Tensor> gather_inputs;  // kept alive until the gather completes
@@ -57,6 +62,8 @@ struct FsdpEngine::Impl {
   // the collective path at world 1 (force_collectives).
   bool communicate_shards() const { return shard_comm && (shard_world > 1 || policy.force_collectives); }
   void gather_flat(Unit& unit, FlatParameter& flat);
+  void gather_quant(Unit& unit);
+  void build_quant(Unit& unit, std::vector<FlatParamEntry> frozen, FlatParamOptions opt);
   void unshard(int u, bool wait);
   void wait_gather(Unit& unit);
   void reshard(int u);

@@ -15,8 +15,28 @@ using Impl = FsdpEngine::Impl;
 std::vector<FlatParameter*> flats_of(Impl::Unit& unit) {
   std::vector<FlatParameter*> out;
   if (unit.train) out.push_back(unit.train.get());
-  if (unit.frozen) out.push_back(unit.frozen.get());
+  if (unit.frozen && !unit.quant) out.push_back(unit.frozen.get());  // a 4-bit base: see load_quant
   return out;
+}
+
+// A 4-bit frozen base (--load_in_4bit): each tensor of the unit is read whole (one at a time; the
+// nested statistics need every block's absmax), quantized, and only this rank's bytes are kept.
+// With rank0_only, rank 0 reads and broadcasts. Collective when rank0_only.
+void load_quant(Impl& impl, Impl::Unit& unit, const ParamRangeReader& reader, bool rank0_only,
+                const std::function<bool(const std::string&)>& include) {
+  const auto& entries = unit.frozen->entries();
+  for (size_t e = 0; e < entries.size(); ++e) {
+    const FlatParamEntry& entry = entries[e];
+    if (include && !include(entry.name)) continue;
+    at::Tensor full = at::empty({entry.numel}, at::kFloat);
+    if (!rank0_only || impl.comm->rank() == 0) reader(entry.name, entry.shape, 0, entry.numel, full);
+    if (rank0_only && impl.comm->world_size() > 1) {
+      at::Tensor d = full.to(impl.device);
+      impl.comm->broadcast(d, 0)->wait();
+      full = d.to(at::kCPU);
+    }
+    unit.quant->load_entry(e, full);
+  }
 }
 
 // The full fp32 flat buffer of `shard` (padded,) on the compute device: the shard itself when
@@ -61,6 +81,7 @@ void FsdpEngine::load_parameters(const ParamRangeReader& reader, bool rank0_only
   ALPACA_CHECK(!impl.backward_started, "FsdpEngine::load_parameters during backward");
   auto wanted = [&](const FlatParamEntry& e) { return !include || include(e.name); };
   for (auto& unit : impl.units) {
+    if (unit.quant) load_quant(impl, unit, reader, rank0_only, include);
     for (FlatParameter* flat : flats_of(unit)) {
       const ShardInfo& si = flat->shard_info();
       if (!rank0_only) {
@@ -104,7 +125,15 @@ void FsdpEngine::export_full_state(const NamedTensorSink& sink, bool all_ranks) 
   Impl& impl = *impl_;
   const bool receive = all_ranks || impl.comm->rank() == 0;
   for (int u : impl.layout.export_order()) {
-    for (FlatParameter* flat : flats_of(impl.units[u])) {
+    Impl::Unit& unit = impl.units[u];
+    if (unit.quant) {  // the 4-bit base dequantized into param_dtype, as training sees it
+      impl.unshard(u, /*wait=*/true);
+      if (receive)
+        for (const auto& e : unit.frozen->entries())
+          sink(e.name, unit.frozen->full().narrow(0, e.offset, e.numel).view(e.shape).to(at::kCPU, at::kFloat, false, true));
+      impl.reshard(u);
+    }
+    for (FlatParameter* flat : flats_of(unit)) {
       at::Tensor full = gather_fp32(impl, flat->shard(), flat->shard_info().padded_numel);
       if (!receive) continue;
       for (const auto& e : flat->entries())

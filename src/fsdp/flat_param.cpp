@@ -25,10 +25,11 @@ FlatParameter::FlatParameter(std::vector<FlatParamEntry> entries, int shard_worl
   auto master = at::TensorOptions().dtype(options_.master_dtype).device(options_.master_device);
   if (options_.pin_memory && options_.master_device.is_cpu()) master = master.pinned_memory(true);
   // Padding stays zero forever: it is never a parameter, so its gradient is zero too.
-  shard_fp32_ = at::zeros({shard_.shard_numel}, master);
+  shard_fp32_ = at::zeros({options_.store_shard ? shard_.shard_numel : 0}, master);
   if (options_.with_grad) grad_fp32_ = at::zeros({shard_.shard_numel}, master.dtype(at::kFloat));
   for (const auto& e : entries_) {
-    if (e.param.is_meta()) continue;  // no values yet: they come from FsdpEngine::load_parameters
+    // No values yet (they come from FsdpEngine::load_parameters), or none kept here.
+    if (e.param.is_meta() || !options_.store_shard) continue;
     auto slice = param_shard_slice(e.offset, e.numel, shard_);
     if (!slice) continue;
     at::Tensor src = e.param.detach().reshape({-1}).narrow(0, slice->param_begin, slice->numel());

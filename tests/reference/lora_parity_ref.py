@@ -14,6 +14,12 @@ Writes into --out:
   tokens_final.safetensors  the [PAD] trainable-token rows after the last step (and "<name>.init"
                          before the first), under our parameter names
   reference.json         {"losses": [...], "learning_rates": [...], "grad_norms": [...], "config": {...}}
+
+With --load_in_4bit (QLoRA, tests/train/test_qlora_parity.cpp) the saved fp32 model is loaded back
+through transformers' BitsAndBytesConfig(load_in_4bit, bnb_4bit_quant_type, bnb_4bit_use_double_quant,
+compute dtype fp32): bitsandbytes' Linear4bit on the CPU, the real HF stack; --hidden 64
+--intermediate 128 keep every linear's input width a multiple of the 64-value block, where
+bitsandbytes' AVX-512 dequantizer indexes its scales correctly (see quant4_reference.py).
 """
 import argparse
 import json
@@ -52,6 +58,11 @@ def main():
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--lora_r", type=int, default=8)
     ap.add_argument("--lora_alpha", type=float, default=16)
+    ap.add_argument("--hidden", type=int, default=32)
+    ap.add_argument("--intermediate", type=int, default=64)
+    ap.add_argument("--load_in_4bit", action="store_true")
+    ap.add_argument("--bnb_4bit_quant_type", default="nf4")
+    ap.add_argument("--use_bnb_nested_quant", action="store_true")
     args = ap.parse_args()
 
     out = Path(args.out)
@@ -66,7 +77,7 @@ def main():
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
     model_dir = out / "model"
-    cfg = LlamaConfig(vocab_size=32000, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=args.hidden, intermediate_size=args.intermediate, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5,
                       bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, attn_implementation="eager")
     model = LlamaForCausalLM(cfg).float()
@@ -75,6 +86,14 @@ def main():
     (model_dir / "tokenizer_config.json").write_text(json.dumps(
         {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
          "add_bos_token": True, "add_eos_token": False, "model_max_length": 4096, "legacy": True}))
+    if args.load_in_4bit:
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+        qcfg = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=args.bnb_4bit_quant_type,
+                                  bnb_4bit_use_double_quant=args.use_bnb_nested_quant,
+                                  bnb_4bit_compute_dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, quantization_config=qcfg, dtype=torch.float32,
+                                                     device_map="cpu", attn_implementation="eager")
+        assert type(model.model.layers[0].self_attn.q_proj).__name__ == "Linear4bit"
 
     records = json.loads(alpaca.read_text())[: args.num_records]
     (out / "data.json").write_text(json.dumps(records))
@@ -155,7 +174,9 @@ def main():
          "config": {"steps": args.steps, "global_batch": G, "lr": args.lr, "warmup_ratio": args.warmup_ratio,
                     "scheduler": args.scheduler, "weight_decay": args.weight_decay, "max_len": args.max_len,
                     "max_grad_norm": args.max_grad_norm, "seed": args.seed, "lora_r": args.lora_r,
-                    "lora_alpha": args.lora_alpha, "trainable": [n for n, _ in named]}}, indent=1))
+                    "lora_alpha": args.lora_alpha, "load_in_4bit": args.load_in_4bit,
+                    "bnb_4bit_quant_type": args.bnb_4bit_quant_type, "use_bnb_nested_quant": args.use_bnb_nested_quant,
+                    "trainable": [n for n, _ in named]}}, indent=1))
     print("losses", [round(x, 4) for x in losses])
 
 

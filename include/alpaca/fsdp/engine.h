@@ -39,7 +39,8 @@ namespace alpaca::fsdp {
 // Per-rank model-state bytes (printed at start, queried by tests).
 struct MemoryAccount {
   int64_t param_bytes = 0;       // fp32 master shards of the trainable parameters
-  int64_t frozen_bytes = 0;      // frozen shards (LoRA base weights), stored in param_dtype
+  int64_t frozen_bytes = 0;      // frozen shards (LoRA base weights), stored in param_dtype (or 4-bit)
+  int64_t quant4_params = 0;     // --load_in_4bit: frozen values held 4-bit (all ranks' shards together)
   int64_t grad_bytes = 0;        // fp32 gradient shards
   int64_t optimizer_bytes = 0;   // optimizer moments (when an optimizer is passed)
   int64_t unsharded_bytes = 0;   // full buffers allocated now (params in param_dtype + grads in reduce_dtype)

@@ -32,6 +32,9 @@ struct FlatParamOptions {
   bool pin_memory = false;              // pin host shards (offload with CUDA)
   bool with_grad = true;                // allocate an fp32 gradient shard (trainable buffers)
   at::ScalarType master_dtype = at::kFloat;  // dtype of the shard (frozen buffers: param_dtype)
+  // false: no shard of its own (an empty one); the values live elsewhere and are written into
+  // full() when unsharded (a 4-bit frozen base, src/fsdp/quant_store.h).
+  bool store_shard = true;
 };
 
 class FlatParameter {

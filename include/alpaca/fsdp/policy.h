@@ -41,6 +41,11 @@ struct FsdpPolicy {
   // all-reduce path (and its stream/event ordering) that a sharded job runs. The math is the same
   // (a one-rank collective is a copy); it only costs time. The one-GPU checks use it.
   bool force_collectives = false;
+  // QLoRA (--load_in_4bit): the decoder layers' frozen linear weights are held 4-bit as
+  // bitsandbytes holds them (blocks of 64) and dequantized into param_dtype when their unit is
+  // unsharded (src/fsdp/quant_store.h). "" = off, else "nf4" or "fp4".
+  std::string quant4_type;
+  bool quant4_nested = false;  // bnb_4bit_use_double_quant
 
   bool operator==(const FsdpPolicy&) const = default;
 };
