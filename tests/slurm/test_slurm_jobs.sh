@@ -186,7 +186,7 @@ for j in torchrun:$id_tr builtin:$id_bi onenode:$id_1n; do
   name=${j%%:*} id=${j##*:}
   [ "$(wait_done "$id" "$name")" = COMPLETED ] || fail "the $name job did not complete"
   expect_log "$name" "training finished"
-  grep -q "World size = 2 (store" "$WORK/$name.log" || fail "the $name job did not run 2 store-backend ranks"
+  grep -q "World size = 2 (gloo" "$WORK/$name.log" || fail "the $name job did not run 2 gloo-backend ranks"
 done
 [ "$(steps "$WORK/out-torchrun")" -eq 12 ] || fail "the torchrun job logged $(steps "$WORK/out-torchrun") steps"
 echo "[slurm-test] 2. torchrun-style jobs (srun, builtin launcher, one node) completed"
