@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "alpaca/util/error.h"
+#include "cpu_collective.h"
 #include "runtime_internal.h"
 
 namespace alpaca::dist::detail {
@@ -96,21 +97,6 @@ Devices make_devices(const LaunchInfo& li) {
   return out;
 }
 
-bool is_16bit_float(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf; }
-
-void check_cpu(const at::Tensor& t, const char* op, const char* name) {
-  ALPACA_CHECK(t.defined() && t.device().is_cpu(), op << ": " << name << " must be a CPU tensor for the gloo backend, got "
-                                                      << (t.defined() ? t.device().str() : std::string("undefined")));
-}
-
-void finish_avg(at::Tensor& t, int world) {
-  if (at::isFloatingType(t.scalar_type())) {
-    t.div_(world);
-  } else {
-    t.div_(world, "trunc");
-  }
-}
-
 // One collective in flight: c10d's work, the tensors it uses, and what to do after it (copy an
 // fp32 result back into a 16-bit tensor, divide for avg).
 class GlooWork final : public Work {
@@ -170,8 +156,8 @@ class GlooCommunicator final : public Communicator {
 
   WorkHandle all_gather_into(at::Tensor out, const at::Tensor& in) override {
     const char* op = "all_gather_into";
-    check_cpu(out, op, "out");
-    check_cpu(in, op, "in");
+    check_cpu_tensor(out, "gloo", op, "out");
+    check_cpu_tensor(in, "gloo", op, "in");
     ALPACA_CHECK(out.is_contiguous() && out.scalar_type() == in.scalar_type(),
                  op << ": out must be contiguous with in's dtype " << in.scalar_type());
     ALPACA_CHECK(out.numel() == in.numel() * world_size(),
@@ -184,8 +170,8 @@ class GlooCommunicator final : public Communicator {
 
   WorkHandle reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp op_kind) override {
     const char* op = "reduce_scatter";
-    check_cpu(out, op, "out");
-    check_cpu(in, op, "in");
+    check_cpu_tensor(out, "gloo", op, "out");
+    check_cpu_tensor(in, "gloo", op, "in");
     ALPACA_CHECK(out.scalar_type() == in.scalar_type(), op << ": out is " << out.scalar_type() << " but in is " << in.scalar_type());
     ALPACA_CHECK(in.numel() == out.numel() * world_size(),
                  op << ": in has " << in.numel() << " elements, expected world " << world_size() << " x out " << out.numel());
@@ -202,7 +188,7 @@ class GlooCommunicator final : public Communicator {
 
   WorkHandle all_reduce(at::Tensor t, ReduceOp op_kind) override {
     const char* op = "all_reduce";
-    check_cpu(t, op, "t");
+    check_cpu_tensor(t, "gloo", op, "t");
     const std::string what = label(op, t, op_kind);
     const bool widen = is_16bit_float(t);
     at::Tensor buf = widen ? t.to(at::kFloat).contiguous() : (t.is_contiguous() ? t : t.contiguous());
@@ -221,7 +207,7 @@ class GlooCommunicator final : public Communicator {
 
   WorkHandle broadcast(at::Tensor t, int root) override {
     const char* op = "broadcast";
-    check_cpu(t, op, "t");
+    check_cpu_tensor(t, "gloo", op, "t");
     ALPACA_CHECK(root >= 0 && root < world_size(), op << ": root " << root << " is outside the " << world_size() << " ranks");
     const std::string what = label(op, t) + " from rank " + std::to_string(root);
     at::Tensor buf = t.is_contiguous() ? t : t.contiguous();

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "alpaca/util/error.h"
+#include "cpu_collective.h"
 #include "runtime_internal.h"
 
 namespace alpaca::dist::detail {
@@ -60,27 +61,11 @@ MPI_Datatype reduce_type(at::ScalarType st) {
   ALPACA_FAIL("MPI reductions support Float, Double, Long, Int, BFloat16 and Half tensors, not " << st);
 }
 
-bool is_16bit_float(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf; }
-
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM; }
 
 int checked_count(int64_t n, const char* op) {
   ALPACA_CHECK(n <= INT_MAX, op << ": " << n << " elements exceed MPI's int count limit; split the tensor");
   return static_cast<int>(n);
-}
-
-void check_cpu(const at::Tensor& t, const char* op, const char* name) {
-  ALPACA_CHECK(t.defined() && t.device().is_cpu(), op << ": " << name << " must be a CPU tensor for the mpi backend, got "
-                                                      << (t.defined() ? t.device().str() : std::string("undefined")));
-}
-
-// Divides a summed tensor by the world size in place (ReduceOp::kAvg); integers truncate.
-void finish_avg(at::Tensor& t, int world) {
-  if (at::isFloatingType(t.scalar_type())) {
-    t.div_(world);
-  } else {
-    t.div_(world, "trunc");
-  }
 }
 
 class MpiWork final : public Work {
@@ -252,8 +237,8 @@ class MpiCommunicator final : public Communicator {
 
   WorkHandle all_gather_into(at::Tensor out, const at::Tensor& in) override {
     const char* op = "all_gather_into";
-    check_cpu(out, op, "out");
-    check_cpu(in, op, "in");
+    check_cpu_tensor(out, "mpi", op, "out");
+    check_cpu_tensor(in, "mpi", op, "in");
     ALPACA_CHECK(out.is_contiguous() && in.is_contiguous(), op << ": out and in must be contiguous");
     ALPACA_CHECK(out.scalar_type() == in.scalar_type(), op << ": out is " << out.scalar_type() << " but in is "
                                                            << in.scalar_type());
@@ -278,8 +263,8 @@ class MpiCommunicator final : public Communicator {
 
   WorkHandle reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp op_kind) override {
     const char* op = "reduce_scatter";
-    check_cpu(out, op, "out");
-    check_cpu(in, op, "in");
+    check_cpu_tensor(out, "mpi", op, "out");
+    check_cpu_tensor(in, "mpi", op, "in");
     ALPACA_CHECK(out.is_contiguous() && in.is_contiguous(), op << ": out and in must be contiguous");
     ALPACA_CHECK(out.scalar_type() == in.scalar_type(), op << ": out is " << out.scalar_type() << " but in is "
                                                            << in.scalar_type());
@@ -306,7 +291,7 @@ class MpiCommunicator final : public Communicator {
 
   WorkHandle all_reduce(at::Tensor t, ReduceOp op_kind) override {
     const char* op = "all_reduce";
-    check_cpu(t, op, "t");
+    check_cpu_tensor(t, "mpi", op, "t");
     std::string what = label(op, t, op_kind);
     const int n = checked_count(t.numel(), op);
     at::Tensor buf = is_16bit_float(t) ? t.to(at::kFloat).contiguous() : t.contiguous();
@@ -324,7 +309,7 @@ class MpiCommunicator final : public Communicator {
 
   WorkHandle broadcast(at::Tensor t, int root) override {
     const char* op = "broadcast";
-    check_cpu(t, op, "t");
+    check_cpu_tensor(t, "mpi", op, "t");
     ALPACA_CHECK(root >= 0 && root < world_, op << ": root " << root << " is outside the " << world_ << " ranks");
     std::string what = label(op, t) + " from rank " + std::to_string(root);
     const int n = checked_count(t.numel(), op);
