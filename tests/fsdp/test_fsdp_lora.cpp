@@ -17,6 +17,7 @@
 #include "alpaca/model/lora.h"
 #include "alpaca/optim/grad_clip.h"
 #include "fsdp_test_env.h"
+#include "llama_reference.h"
 
 namespace alpaca::testing {
 namespace {
@@ -25,7 +26,6 @@ const auto* g_env = register_job_comm(fsdp_job_options());
 
 using fsdp::FsdpPolicy;
 using fsdp::ShardingStrategy;
-using ParamMap = std::map<std::string, at::Tensor>;
 constexpr int64_t kGlobal = 8, kSeqLen = 7, kVocab = 37;
 constexpr double kLr = 5e-3, kWd = 0.05, kMaxNorm = 1.0;
 
@@ -67,25 +67,9 @@ model::LlamaForCausalLM make(double dropout = 0.0) {
 // Plain LibTorch: the whole global batch, torch AdamW on the trainable parameters only.
 ParamMap reference(int steps) {
   model::LlamaForCausalLM m = make();
-  std::vector<at::Tensor> trainable;
-  std::vector<std::pair<std::string, at::Tensor>> named;
-  for (const auto& p : m->named_parameters()) {
-    named.emplace_back(p.key(), p.value());
-    if (p.value().requires_grad()) trainable.push_back(p.value());
-  }
+  std::vector<at::Tensor> trainable = trainable_parameters(m);
   torch::optim::AdamW opt(trainable, torch::optim::AdamWOptions(kLr).weight_decay(kWd));
-  GlobalBatch b = make_global_batch(kVocab, kGlobal, kSeqLen, 5);
-  const int64_t tokens = (b.labels_bt.narrow(1, 1, kSeqLen - 1) != -100).sum().item<int64_t>();
-  for (int s = 0; s < steps; ++s) {
-    opt.zero_grad();
-    auto ls = model::causal_lm_loss_sum(m->forward(b.ids_bt), b.labels_bt);
-    (ls.sum / static_cast<double>(tokens)).backward();
-    torch::nn::utils::clip_grad_norm_(trainable, kMaxNorm);
-    opt.step();
-  }
-  ParamMap out;
-  for (auto& [n, p] : named) out[n] = p.detach().clone();
-  return out;
+  return run_llama_reference(m, opt, trainable, make_global_batch(kVocab, kGlobal, kSeqLen, 5), steps, kMaxNorm);
 }
 
 struct TrainRun {

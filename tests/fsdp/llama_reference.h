@@ -1,0 +1,47 @@
+// The single-process reference the FSDP LLaMA tests compare with (test_fsdp_lora, test_fsdp_qlora): plain LibTorch on the whole global batch, the loss over its label tokens after
+// the causal shift, clip at max_norm, then the caller's torch optimizer.
+#pragma once
+
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/optimizer.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "alpaca/model/llama.h"
+#include "alpaca/model/loss.h"
+#include "fsdp_test_env.h"
+
+namespace alpaca::testing {
+
+using ParamMap = std::map<std::string, at::Tensor>;
+
+// Runs `steps` optimizer steps on `m` and returns every parameter by name. `clip` are the tensors
+// whose global norm is clipped (the trainable ones).
+inline ParamMap run_llama_reference(model::LlamaForCausalLM& m, torch::optim::Optimizer& opt,
+                                    const std::vector<at::Tensor>& clip, const GlobalBatch& b, int steps,
+                                    double max_norm) {
+  const int64_t seq_len = b.labels_bt.size(1);
+  const int64_t tokens = (b.labels_bt.narrow(1, 1, seq_len - 1) != -100).sum().item<int64_t>();
+  for (int s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    auto ls = model::causal_lm_loss_sum(m->forward(b.ids_bt), b.labels_bt);
+    (ls.sum / static_cast<double>(tokens)).backward();
+    torch::nn::utils::clip_grad_norm_(clip, max_norm);
+    opt.step();
+  }
+  ParamMap out;
+  for (const auto& p : m->named_parameters()) out[p.key()] = p.value().detach().clone();
+  return out;
+}
+
+// The trainable parameters of `m` (what LoRA's reference optimizes and clips).
+inline std::vector<at::Tensor> trainable_parameters(model::LlamaForCausalLM& m) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : m->parameters())
+    if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+}  // namespace alpaca::testing
