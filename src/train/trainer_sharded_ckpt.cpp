@@ -19,6 +19,7 @@
 #include "alpaca/util/fault.h"
 #include "alpaca/util/log.h"
 #include "alpaca/util/sys.h"
+#include "alpaca/util/tensor_memory.h"
 #include "trainer_impl.h"
 
 namespace fs = std::filesystem;
@@ -37,14 +38,26 @@ constexpr int kNumKinds = 3;
 constexpr int kSlots = kNumKinds * ckpt::kShardParts;
 constexpr int kGatherWidth = 3 + 3 * kSlots;  // status, bytes written, peak RSS; (size, hi, lo) per slot
 
+// Free host memory for a staging copy: the kernel's MemAvailable, and under a CPU tensor cap
+// (util/tensor_memory.h; auto_find_batch_size and the memory tests run under one) no more than
+// the cap leaves above the run's peak so far: the copy lives on through the next steps, whose
+// activations still need that peak, so a run that fits never turns into an out-of-memory error.
 int64_t mem_available_bytes() {
+  int64_t available = -1;
   std::ifstream f("/proc/meminfo");
   std::string key;
   int64_t kb = 0;
   std::string unit;
   while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return -1;
+    if (key == "MemAvailable:") {
+      available = kb * 1024;
+      break;
+    }
+  if (const int64_t cap = util::cpu_tensor_cap_bytes(); cap > 0) {
+    const int64_t left = cap - util::cpu_tensor_peak_bytes();
+    available = available < 0 ? left : std::min(available, left);
+  }
+  return available;
 }
 
 // This rank's part of [begin, end) when `count` ranks hold the same shard (NO_SHARD / HYBRID).
@@ -94,6 +107,7 @@ Trainer::Impl::ShardSet Trainer::Impl::snapshot_shards(bool copy) {
     return ckpt::RangePiece{p.name, p.shape, b, e, v};
   };
   for (const auto& p : engine->local_param_shards()) {
+    if (opt.lora && !p.trainable) continue;  // a LoRA checkpoint never holds the frozen base
     set.kinds[0].push_back(piece(p, p.values));
     if (!p.trainable || opt.save_only_model) continue;
     const int64_t n = p.param_end - p.param_begin;
@@ -118,7 +132,7 @@ std::vector<ckpt::WrittenFile> Trainer::Impl::write_shards(const fs::path& dir, 
 }
 
 void Trainer::Impl::write_small_checkpoint_files(const fs::path& dir) {
-  ckpt::write_file_durable(dir / "config.json", model->config().to_json());
+  if (!opt.lora) ckpt::write_file_durable(dir / "config.json", model->config().to_json());
   tokenizer->save(dir.string());
   state.save((dir / ckpt::kTrainerStateName).string());
   if (!opt.save_only_model) capture_resume_state().save((dir / ckpt::kResumeStateName).string());
@@ -148,6 +162,10 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
   auto pending = std::make_shared<PendingSave>(std::move(writer));
   pending->rss_at_start = rss_at_start;
   try {  // a failure is reported through the status gather, so no rank waits for rank 0 in vain
+    // A LoRA run's checkpoint also holds the peft adapter users load (adapter_model.safetensors,
+    // adapter_config.json): gathered to rank 0 like HF Trainer's, trainable tensors only (a few
+    // MiB). Resume reads the per-rank shards, not this copy. Collective.
+    if (opt.lora) export_adapter(pending->writer.staging_dir());
     if (rank == 0) write_small_checkpoint_files(pending->writer.staging_dir());
   } catch (const std::exception& e) {
     pending->small_error = e.what();
@@ -246,7 +264,7 @@ void Trainer::Impl::seal(PendingSave& p, const at::Tensor& gathered) {
     ckpt::rotate_checkpoints(output_dir, *opt.save_total_limit, state.best_model_checkpoint.value_or(""), true);
 }
 
-void Trainer::Impl::load_sharded_weights(const fs::path& dir) {
+void Trainer::Impl::load_sharded_weights(const fs::path& dir, const std::function<bool(const std::string&)>& include) {
   auto reader = std::make_shared<ckpt::ShardedTensorReader>(ckpt::ShardedTensorReader::open(dir / kModelSub));
   engine->load_parameters(
       [reader](const std::string& name, const std::vector<int64_t>& shape, int64_t begin, int64_t end, at::Tensor out) {
@@ -255,7 +273,7 @@ void Trainer::Impl::load_sharded_weights(const fs::path& dir) {
                                             << "; is it a checkpoint of this model?");
         reader->read_range(name, begin, end, out);
       },
-      /*rank0_only=*/false);
+      /*rank0_only=*/false, include);
 }
 
 void Trainer::Impl::load_sharded_optimizer(const fs::path& dir) {
