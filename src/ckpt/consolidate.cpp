@@ -20,6 +20,10 @@ ConsolidateStats consolidate_checkpoint(const fs::path& dir, const fs::path& out
   ALPACA_CHECK(fs::is_directory(dir / "sharded"), "consolidate: " << dir.string() << " has no sharded/ directory; it is a "
                "gathered checkpoint, which already is a Hugging Face directory");
   ALPACA_CHECK(fs::weakly_canonical(dir) != fs::weakly_canonical(out_dir), "consolidate: OUT must differ from CHECKPOINT");
+  ALPACA_CHECK(!fs::exists(dir / "adapter_config.json"),
+               "consolidate: " << dir.string() << " is a checkpoint of a LoRA run: its adapter_model.safetensors and "
+               "adapter_config.json already are the peft adapter (load it with PeftModel.from_pretrained), and "
+               "`alpaca-train merge` merges it into the base model");
   const auto cfg = model::LlamaConfig::from_json_file((dir / "config.json").string());
   const auto reader = ShardedTensorReader::open(dir / "sharded");
   fs::create_directories(out_dir);

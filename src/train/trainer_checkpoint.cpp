@@ -1,5 +1,5 @@
-// Checkpoints and the final save. The default layout is sharded (trainer_sharded_ckpt.cpp); this
-// file keeps the gathered one (--save_checkpoint_layout gathered, LoRA runs), which every
+// Checkpoints and the final save. The default layout is sharded (trainer_sharded_ckpt.cpp), LoRA
+// runs included; this file keeps the gathered one (--save_checkpoint_layout gathered), which every
 // checkpoint written before the sharded layout has, and reads both. A gathered checkpoint-<step>/ holds the HF export (gathered one FSDP
 // unit at a time; rank 0 writes), the tokenizer, trainer_state.json, our resume state and the
 // AdamW moments per parameter name (optimizer.safetensors, "exp_avg.<name>" / "exp_avg_sq.<name>"),
@@ -76,8 +76,7 @@ ckpt::ResumeState Trainer::Impl::capture_resume_state() const {
 }
 
 void Trainer::Impl::save_checkpoint(bool allow_async) {
-  // LoRA checkpoints keep the gathered layout: a peft adapter directory users load as it is.
-  if (opt.sharded_checkpoints && !opt.lora) return save_sharded_checkpoint(allow_async);
+  if (opt.sharded_checkpoints) return save_sharded_checkpoint(allow_async);
   ckpt::CheckpointWriter writer(output_dir, state.global_step);
   sys::Timer timer;
   sys::reset_peak_rss_window();
@@ -168,7 +167,11 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
   scheduler_step = rs.scheduler_step;
   losses.restore(state.global_step, rs.total_loss_sum);
 
-  if (opt.lora) load_adapter(dir);
+  if (opt.lora && sharded) {
+    load_sharded_weights(dir, [this](const std::string& name) { return is_adapter_param(name); });
+  } else if (opt.lora) {
+    load_adapter(dir);
+  }
   if (sharded) {
     load_sharded_optimizer(dir);  // the weights were read in setup_engine
   } else {

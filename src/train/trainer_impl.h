@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -169,7 +170,8 @@ struct Trainer::Impl {
   void poll_pending_save();    // collective, every step while a save is pending: seals it when all ranks are done
   void finish_pending_save();  // collective: waits for the background write, then seals (or fails naming the ranks)
   void seal(PendingSave& p, const at::Tensor& gathered);  // rank 0
-  void load_sharded_weights(const std::filesystem::path& dir);    // collective
+  // Every parameter, or those `include` accepts (a LoRA run: its adapter), from the per-rank shards.
+  void load_sharded_weights(const std::filesystem::path& dir, const std::function<bool(const std::string&)>& include = {});    // collective
   void load_sharded_optimizer(const std::filesystem::path& dir);  // local: this rank's ranges
   // ckpt::checkpoint_problem with the digests split between the ranks (collective): the file's
   // name on the rank that found it, a pointer to that rank elsewhere.

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "alpaca/ckpt/checkpoint_dir.h"
+#include "alpaca/ckpt/sharded_tensors.h"
 #include "alpaca/io/safetensors.h"
 #include "test_util.h"
 #include "train_test_util.h"
@@ -56,8 +57,20 @@ TEST(LoraResume, SixStepsStraightEqualThreePlusThreeBitwise) {
   const fs::path ck = a.path() / "checkpoint-3";
   ASSERT_EQ(ckpt::checkpoint_problem(ck), "");
   EXPECT_TRUE(fs::exists(ck / "adapter_config.json"));
-  EXPECT_TRUE(fs::exists(ck / "optimizer.safetensors"));
+  // Sharded (issue 30): the trainable tensors and their moments as this rank's shards, the
+  // adapter beside them for peft; never the frozen base.
+  EXPECT_TRUE(fs::is_directory(ck / "optimizer"));
   EXPECT_FALSE(fs::exists(ck / "model.safetensors")) << "a LoRA checkpoint holds the adapter, not the base";
+  EXPECT_FALSE(fs::exists(ck / "config.json"));
+  {
+    const auto shards = ckpt::ShardedTensorReader::open(ck / "sharded");
+    const auto peft = adapter(ck);
+    EXPECT_EQ(shards.names().size(), peft.size()) << "the model shards hold exactly the adapter's tensors";
+    for (const auto& n : shards.names()) EXPECT_TRUE(peft.count("base_model.model." + n)) << n << " is not in the adapter";
+  }
+  EXPECT_NE(run_command(train_bin() + " consolidate " + ck.string() + " " + (a.path() / "consolidated").string(), &log), 0);
+  EXPECT_NE(log.find("is a checkpoint of a LoRA run"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(a.path() / "consolidated"));
   ASSERT_EQ(run_trainer(args(model, b.path(), 6, 4, 2) + " --resume_from_checkpoint " + ck.string(), 1, &log), 0) << log;
   const auto la = read_step_logs(a.path()), lb = read_step_logs(b.path());
   ASSERT_EQ(la.size(), 6u);
@@ -66,6 +79,18 @@ TEST(LoraResume, SixStepsStraightEqualThreePlusThreeBitwise) {
   const auto wa = adapter(a.path()), wb = adapter(b.path());
   ASSERT_EQ(wa.size(), wb.size());
   for (const auto& [n, t] : wa) EXPECT_TRUE(at::equal(t, wb.at(n))) << n << " is not bitwise equal after resume";
+
+  // A LoRA checkpoint of the gathered layout (every one written before issue 30) still resumes.
+  TempDir g("lora_gathered"), gr("lora_gathered_resumed");
+  ASSERT_EQ(run_trainer(args(model, g.path(), 6, 4, 2) + " --save_checkpoint_layout gathered", 1, &log), 0) << log;
+  ASSERT_TRUE(fs::exists(g.path() / "checkpoint-3" / "optimizer.safetensors"));
+  ASSERT_EQ(run_trainer(args(model, gr.path(), 6, 4, 2) + " --resume_from_checkpoint " + (g.path() / "checkpoint-3").string(), 1,
+                        &log),
+            0)
+      << log;
+  const auto lg = read_step_logs(gr.path());
+  ASSERT_EQ(lg.size(), 3u) << log;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(lg[i].loss, la[3 + i].loss) << "step " << lg[i].step << " after a gathered checkpoint";
 }
 
 TEST(LoraResume, ResumeOnAnotherWorldSizeWithoutDropoutMatches) {
@@ -115,23 +140,11 @@ TEST(LoraResume, KillNineDuringAnAdapterSaveLeavesThePreviousCheckpoint) {
   SKIP_WITHOUT_FIXTURE();
   TempDir out("lora_kill9");
   const std::string run = args(fixture() / "model", out.path(), 6, 4, 2);
-  const std::string cmd = "ALPACA_FAULTS=ckpt.pause_before_seal=3000 exec " + train_bin() + " " + run + " > " +
-                          (out.path() / "run.log").string() + " 2>&1";
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  BackgroundRun bg("env ALPACA_FAULTS=ckpt.pause_before_seal=3000 " + train_bin() + " " + run, out.path() / "run.log");
   // checkpoint-3 completes (after a 3 s pause); kill while checkpoint-6's adapter is staged.
-  bool staged = false;
-  for (int i = 0; i < 6000 && !staged; ++i) {
-    staged = fs::exists(out.path() / "tmp-checkpoint-6" / "trainer_state.json");
-    if (!staged) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const bool staged = bg.wait_until([&] { return fs::exists(out.path() / "tmp-checkpoint-6" / "trainer_state.json"); });
+  bg.signal(SIGKILL);
+  const int status = bg.wait();
   ASSERT_TRUE(staged) << "the run never reached the second save";
   EXPECT_TRUE(WIFSIGNALED(status));
   EXPECT_TRUE(fs::exists(out.path() / "tmp-checkpoint-6" / "adapter_model.safetensors"));
