@@ -6,7 +6,12 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 namespace alpaca::testing {
 namespace {
@@ -40,6 +45,47 @@ int run_command(const std::string& cmd, std::string* output) {
   int status = pclose(pipe);
   if (output) *output = out;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+BackgroundRun::BackgroundRun(const std::string& cmd, const std::filesystem::path& log) : log_(log) {
+  const std::string line = "exec " + cmd + " > '" + log.string() + "' 2>&1";
+  pid_ = fork();
+  if (pid_ == 0) {
+    execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+}
+
+BackgroundRun::~BackgroundRun() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+}
+
+bool BackgroundRun::wait_until(const std::function<bool()>& done, double seconds) const {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return done();
+}
+
+void BackgroundRun::signal(int sig) const {
+  if (pid_ > 0) kill(pid_, sig);
+}
+
+int BackgroundRun::wait() {
+  int status = 0;
+  if (pid_ > 0) waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return status;
 }
 
 TempDir::TempDir(const std::string& tag) {

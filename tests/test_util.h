@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 
 namespace alpaca::testing {
@@ -19,6 +20,31 @@ std::string fixture_skip_reason(const std::filesystem::path& dir);
 
 // Runs a shell command, returns its exit status and (optionally) its combined output.
 int run_command(const std::string& cmd, std::string* output = nullptr);
+
+// The whole text of a file ("" when it cannot be read).
+std::string read_text(const std::filesystem::path& path);
+
+// A command started in the background (`sh -c "exec <cmd>"`, stdout and stderr to `log`): the one
+// harness of the kill, signal and preemption tests. Waiting is by polling a condition on what
+// the run writes, never by fixed sleeps; a run still going when this is destroyed is killed.
+class BackgroundRun {
+ public:
+  BackgroundRun(const std::string& cmd, const std::filesystem::path& log);
+  ~BackgroundRun();
+  BackgroundRun(const BackgroundRun&) = delete;
+  BackgroundRun& operator=(const BackgroundRun&) = delete;
+
+  // Polls `done` every 20 ms for up to `seconds`; true once it holds.
+  bool wait_until(const std::function<bool()>& done, double seconds = 120) const;
+  void signal(int sig) const;  // to the command's process (sh exec'ed into it)
+  int wait();                  // the raw waitpid status once it has ended
+  std::string log() const { return read_text(log_); }
+  int pid() const { return pid_; }
+
+ private:
+  int pid_ = -1;
+  std::filesystem::path log_;
+};
 
 // A fresh directory under the build tree, removed on destruction unless ALPACA_KEEP_TMP is set.
 class TempDir {

@@ -74,6 +74,11 @@ class Tmpfs {
 #define SKIP_WITHOUT_MOUNT(t) \
   if (!(t).ok()) GTEST_SKIP() << "cannot mount a tmpfs here (" << (t).error() << "; needs root)"
 
+// The trainer under `faults` in the background, as a BackgroundRun command.
+std::string faulted_trainer(const std::string& faults, const std::string& args) {
+  return "env ALPACA_FAULTS=" + faults + " " + train_bin() + " " + args;
+}
+
 }  // namespace
 
 TEST(CheckpointFaults, DiskFullDuringSaveKeepsPreviousCheckpointAndResumesOnceSpaceIsBack) {
@@ -190,24 +195,11 @@ TEST(CheckpointFaults, SigtermDuringSaveFinishesTheCheckpointAndExits75) {
   const fs::path out = tmp.path() / "run";
   fs::create_directories(out);
   // The save of checkpoint-2 pauses 3 s after its files are written, before it is sealed.
-  const std::string cmd = "ALPACA_FAULTS=ckpt.pause_before_seal=3000 exec " + train_bin() + " " + run_args(out, 100) +
-                          " > " + (tmp.path() / "run.log").string() + " 2>&1";
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  bool staged = false;
-  for (int i = 0; i < 6000 && !staged; ++i) {
-    staged = fs::exists(out / "tmp-checkpoint-2" / "trainer_state.json");
-    if (!staged) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  std::ifstream f(tmp.path() / "run.log");
-  const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  BackgroundRun run(faulted_trainer("ckpt.pause_before_seal=3000", run_args(out, 100)), tmp.path() / "run.log");
+  const bool staged = run.wait_until([&] { return fs::exists(out / "tmp-checkpoint-2" / "trainer_state.json"); });
+  run.signal(SIGTERM);
+  const int status = run.wait();
+  const std::string log = run.log();
   ASSERT_TRUE(staged) << log;
   ASSERT_TRUE(WIFEXITED(status)) << "a clean exit, not death by the signal: " << log;
   EXPECT_EQ(WEXITSTATUS(status), 75) << log;  // EX_TEMPFAIL: stopped after a save (ckpt/preemption.h)
@@ -283,33 +275,6 @@ TEST(CheckpointFaults, RankThatNeverArrivesIsNamedWithinTheTimeout) {
 
 namespace {
 
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
-// The trainer under `faults` in the background, its output in <tmp>/run.log.
-pid_t start_trainer(const std::string& faults, const std::string& args, const fs::path& log) {
-  const std::string cmd = "ALPACA_FAULTS=" + faults + " exec " + train_bin() + " " + args + " > " + log.string() + " 2>&1";
-  const pid_t pid = fork();
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return pid;
-}
-
-// Polls `done` every 20 ms for up to `seconds`; true once it holds.
-template <class F>
-bool wait_until(F done, double seconds) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return done();
-}
-
 // No tmp-* staging directory is left in `out`, and every checkpoint there verifies (sizes and
 // sha256 against checkpoint_complete.json). Returns how many checkpoints there are.
 int expect_no_torn_checkpoint(const fs::path& out) {
@@ -336,15 +301,13 @@ TEST(CheckpointFaults, SigtermDuringLoadTrainsOneStepSavesAndExits75) {
   // The weights' read waits 5 s; the signal comes once the flags are parsed (training_args.json
   // is written) and before any step has been logged.
   const auto t0 = std::chrono::steady_clock::now();
-  const pid_t pid = start_trainer("train.pause_in_load=5000", run_args(out, 100), log_path);
-  ASSERT_GT(pid, 0);
-  const bool parsed = wait_until([&] { return fs::exists(out / "training_args.json"); }, 120);
+  BackgroundRun run(faulted_trainer("train.pause_in_load=5000", run_args(out, 100)), log_path);
+  const bool parsed = run.wait_until([&] { return fs::exists(out / "training_args.json"); }, 120);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const bool stepped = fs::exists(out / "metrics.jsonl");
-  kill(pid, SIGTERM);
+  run.signal(SIGTERM);
   const auto t_sig = std::chrono::steady_clock::now();
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const int status = run.wait();
   const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_sig).count();
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string log = read_text(log_path);
@@ -368,16 +331,15 @@ TEST(CheckpointFaults, SigtermDuringEvaluationFinishesItSavesAndExits75) {
   // Evaluation at step 2 (40 examples, 10 rounds of 4), each forward 600 ms late: a 6 s window.
   const std::string args = run_args(out, 100) + " --eval_data_path " + (fixture() / "data.json").string() +
                            " --eval_strategy steps --eval_steps 2 --per_device_eval_batch_size 4";
-  const pid_t pid = start_trainer("train.pause_in_eval=600", args, log_path);
-  ASSERT_GT(pid, 0);
+  BackgroundRun run(faulted_trainer("train.pause_in_eval=600", args), log_path);
   // Step 2's training log is written just before its evaluation starts.
-  const bool in_eval = wait_until([&] { return read_text(out / "metrics.jsonl").find("\"step\":2") != std::string::npos; }, 180);
+  const bool in_eval =
+      run.wait_until([&] { return read_text(out / "metrics.jsonl").find("\"step\":2") != std::string::npos; }, 180);
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   const bool eval_done = read_text(out / "metrics.jsonl").find("eval_loss") != std::string::npos;
-  kill(pid, SIGTERM);
+  run.signal(SIGTERM);
   const auto t_sig = std::chrono::steady_clock::now();
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const int status = run.wait();
   const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_sig).count();
   const std::string log = read_text(log_path);
   ASSERT_TRUE(in_eval) << log;

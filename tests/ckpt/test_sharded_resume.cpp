@@ -103,11 +103,6 @@ void expect_weights(const fs::path& a, const fs::path& b, double rel_tol) {
   }
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
 void expect_no_staging(const fs::path& out) {
   for (const auto& e : fs::directory_iterator(out))
     EXPECT_NE(e.path().filename().string().rfind("tmp-", 0), 0u) << "left behind: " << e.path();
@@ -286,19 +281,11 @@ TEST(ShardedResume, KillNineOfOneRankDuringTheBackgroundWrite) {
   fs::create_directories(out);
   // Each background write pauses 4 s after its files, before the seal: checkpoint-3 is sealed at
   // step 6's save, then rank 1 is killed while checkpoint-6 is being written.
-  const std::string cmd = "exec mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none -x ALPACA_FAULTS=ckpt.pause_before_seal=4000 " +
-                          train_bin() + " " + args(out, 9, 2, 2) + " > " + (tmp.path() / "run.log").string() + " 2>&1";
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  bool staged = false;
-  for (int i = 0; i < 6000 && !staged; ++i) {
-    staged = fs::exists(out / "checkpoint-3") && fs::exists(out / "tmp-checkpoint-6" / "sharded");
-    if (!staged) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  BackgroundRun run("mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none -x ALPACA_FAULTS=ckpt.pause_before_seal=4000 " +
+                        train_bin() + " " + args(out, 9, 2, 2),
+                    tmp.path() / "run.log");
+  const bool staged =
+      run.wait_until([&] { return fs::exists(out / "checkpoint-3") && fs::exists(out / "tmp-checkpoint-6" / "sharded"); });
   // Rank 1: the alpaca-train process whose environment says OMPI_COMM_WORLD_RANK=1.
   pid_t victim = -1;
   for (const auto& e : fs::directory_iterator("/proc")) {
@@ -309,8 +296,7 @@ TEST(ShardedResume, KillNineOfOneRankDuringTheBackgroundWrite) {
       victim = std::stoi(e.path().filename().string());
   }
   if (victim > 0) kill(victim, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const int status = run.wait();
   ASSERT_TRUE(staged) << read_text(tmp.path() / "run.log");
   ASSERT_GT(victim, 0) << "rank 1's process was not found";
   EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the job fails when a rank is killed";

@@ -104,24 +104,13 @@ TEST(TrainerResume, TwoRanksToThreeMatchesWithinFp32Tolerance) {
 TEST(TrainerResume, KillNineMidSaveLeavesPreviousCheckpointAndResumes) {
   SKIP_WITHOUT_FIXTURE();
   TempDir out("kill9");
-  const std::string cmd = "ALPACA_FAULTS=ckpt.pause_before_seal=3000 exec " + train_bin() + " " +
-                          run_args(fixture() / "model", out.path(), 6, 4, 1) + " --save_steps 2 > " +
-                          (out.path() / "run.log").string() + " 2>&1";
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  BackgroundRun run("env ALPACA_FAULTS=ckpt.pause_before_seal=3000 " + train_bin() + " " +
+                        run_args(fixture() / "model", out.path(), 6, 4, 1) + " --save_steps 2",
+                    out.path() / "run.log");
   // checkpoint-2 completes (after a 3 s pause); kill as soon as checkpoint-4 is being staged.
-  bool staged = false;
-  for (int i = 0; i < 6000 && !staged; ++i) {
-    staged = fs::exists(out.path() / "tmp-checkpoint-4" / "trainer_state.json");
-    if (!staged) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const bool staged = run.wait_until([&] { return fs::exists(out.path() / "tmp-checkpoint-4" / "trainer_state.json"); });
+  run.signal(SIGKILL);
+  const int status = run.wait();
   ASSERT_TRUE(staged) << "the run never reached the second save";
   EXPECT_TRUE(WIFSIGNALED(status));
   EXPECT_FALSE(fs::exists(out.path() / "checkpoint-4"));
@@ -147,23 +136,11 @@ TEST(TrainerResume, RotationKeepsSaveTotalLimit) {
 TEST(TrainerResume, SigtermSavesAndExits75) {
   SKIP_WITHOUT_FIXTURE();
   TempDir out("sigterm");
-  const std::string cmd = "exec " + train_bin() + " " + run_args(fixture() / "model", out.path(), 100000, 4, 1) +
-                          " --save_strategy no > " + (out.path() / "run.log").string() + " 2>&1";
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  bool training = false;
-  for (int i = 0; i < 6000 && !training; ++i) {
-    training = read_step_logs(out.path()).size() >= 3;
-    if (!training) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_TRUE(training) << "no training steps logged";
-  kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  BackgroundRun run(train_bin() + " " + run_args(fixture() / "model", out.path(), 100000, 4, 1) + " --save_strategy no",
+                    out.path() / "run.log");
+  ASSERT_TRUE(run.wait_until([&] { return read_step_logs(out.path()).size() >= 3; })) << "no training steps logged";
+  run.signal(SIGTERM);
+  const int status = run.wait();
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 75);
   const auto latest = alpaca::ckpt::find_latest_complete_checkpoint(out.path());
@@ -177,25 +154,13 @@ TEST(TrainerResume, SigtermSavesAndExits75) {
 TEST(TrainerResume, Sigusr1DuringSetupSavesAfterTheFirstStep) {
   SKIP_WITHOUT_FIXTURE();
   TempDir out("usr1_setup");
-  const std::string cmd = "exec " + train_bin() + " " + run_args(fixture() / "model", out.path(), 100000, 4, 1) +
-                          " --save_strategy no > " + (out.path() / "run.log").string() + " 2>&1";
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  bool started = false;
-  for (int i = 0; i < 30000 && !started; ++i) {
-    started = fs::exists(out.path() / "training_args.json");
-    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_TRUE(started) << "training_args.json never appeared";
-  kill(pid, SIGUSR1);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  std::ifstream logf(out.path() / "run.log");
-  const std::string log((std::istreambuf_iterator<char>(logf)), std::istreambuf_iterator<char>());
+  BackgroundRun run(train_bin() + " " + run_args(fixture() / "model", out.path(), 100000, 4, 1) + " --save_strategy no",
+                    out.path() / "run.log");
+  ASSERT_TRUE(run.wait_until([&] { return fs::exists(out.path() / "training_args.json"); }))
+      << "training_args.json never appeared";
+  run.signal(SIGUSR1);
+  const int status = run.wait();
+  const std::string log = run.log();
   ASSERT_TRUE(WIFEXITED(status)) << log;
   EXPECT_EQ(WEXITSTATUS(status), 75) << log;
   EXPECT_EQ(read_step_logs(out.path()).size(), 1u) << log;

@@ -107,23 +107,12 @@ TEST(TensorBoardRun, SigkillMidRunLeavesEveryLoggedStepReadable) {
   SKIP_WITHOUT_FIXTURE();
   TempDir tmp("tb_kill");
   const fs::path out = tmp.path() / "out", logdir = tmp.path() / "tb";
-  const std::string cmd = "exec " + train_bin() + " " + run_args(out) + " --max_steps 400 --report_to all --logging_dir " +
-                          logdir.string() + " > " + (tmp.path() / "run.log").string() + " 2>&1";
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  BackgroundRun run(train_bin() + " " + run_args(out) + " --max_steps 400 --report_to all --logging_dir " + logdir.string(),
+                    tmp.path() / "run.log");
   // --logging_dir given: metrics.jsonl and the event file both go there. Kill after 4 logs.
-  bool logged = false;
-  for (int i = 0; i < 6000 && !logged; ++i) {
-    logged = lines_in(logdir / "metrics.jsonl") >= 4;
-    if (!logged) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const bool logged = run.wait_until([&] { return lines_in(logdir / "metrics.jsonl") >= 4; });
+  run.signal(SIGKILL);
+  const int status = run.wait();
   ASSERT_TRUE(logged) << "the run never logged 4 steps";
   ASSERT_TRUE(WIFSIGNALED(status)) << "the run ended before the kill";
   EXPECT_FALSE(fs::exists(out / "train_results.json"));
