@@ -70,6 +70,7 @@ struct Trainer::Impl {
   at::Device device = at::kCPU;
 
   std::optional<data::Tokenizer> tokenizer;  // set in setup (no empty Tokenizer exists)
+  std::vector<std::pair<std::string, std::string>> tokenizer_files;  // rank 0: what tokenizer->save writes
   model::LlamaForCausalLM model{nullptr};
   // Where the weights come from and how: the model is built on the meta device and each rank
   // reads only its own shards after apply_fsdp (setup_engine), unless weights_loaded.
@@ -166,7 +167,7 @@ struct Trainer::Impl {
   void save_sharded_checkpoint(bool allow_async);  // collective
   ShardSet snapshot_shards(bool copy);
   std::vector<ckpt::WrittenFile> write_shards(const std::filesystem::path& dir, const ShardSet& set) const;
-  void write_small_checkpoint_files(const std::filesystem::path& dir);  // rank 0
+  std::function<void(const std::filesystem::path&)> small_checkpoint_files() const;  // rank 0
   void poll_pending_save();    // collective, every step while a save is pending: seals it when all ranks are done
   void finish_pending_save();  // collective: waits for the background write, then seals (or fails naming the ranks)
   void seal(PendingSave& p, const at::Tensor& gathered);  // rank 0

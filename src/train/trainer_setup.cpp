@@ -3,10 +3,12 @@
 #include <ATen/ATen.h>
 #include <ATen/detail/CUDAHooksInterface.h>  // defines: at::detail::getCUDAHooks
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <unistd.h>
 
 #include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/ckpt/preemption.h"
@@ -74,6 +76,24 @@ bool cuda_available() {
   return at::detail::getCUDAHooks().hasCUDA() && at::detail::getCUDAHooks().deviceCount() > 0;
 }
 
+// The files Tokenizer::save writes, read back into memory once: a checkpoint then writes these
+// bytes, so no save rebuilds tokenizer.json (whose in-memory JSON was most of rank 0's extra
+// memory during a save) nor spends its time on it.
+std::vector<std::pair<std::string, std::string>> saved_tokenizer_files(const data::Tokenizer& tokenizer) {
+  const fs::path tmp = fs::temp_directory_path() / ("alpaca-tokenizer-" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  tokenizer.save(tmp.string());
+  std::vector<std::pair<std::string, std::string>> files;
+  for (const auto& e : fs::directory_iterator(tmp)) {
+    std::ifstream in(e.path(), std::ios::binary);
+    files.emplace_back(e.path().filename().string(),
+                       std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+  }
+  fs::remove_all(tmp);
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 }  // namespace
 
 Trainer::Impl::Impl(const TrainerOptions& o) : opt(o) {}
@@ -85,6 +105,7 @@ void Trainer::Impl::setup_tokenizer_and_model() {
   // resize to len(tokenizer); the new rows get the mean of the stored ones.
   tokenizer->add_missing_special_tokens();
   tokenizer->set_model_max_length(opt.model_max_length);
+  if (rank == 0) tokenizer_files = saved_tokenizer_files(*tokenizer);
 
   model::LlamaConfig base_cfg = model::LlamaConfig::from_json_file((base / "config.json").string());
   model::LlamaConfig resized = base_cfg;

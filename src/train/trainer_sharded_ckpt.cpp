@@ -131,11 +131,20 @@ std::vector<ckpt::WrittenFile> Trainer::Impl::write_shards(const fs::path& dir, 
   return files;
 }
 
-void Trainer::Impl::write_small_checkpoint_files(const fs::path& dir) {
-  if (!opt.lora) ckpt::write_file_durable(dir / "config.json", model->config().to_json());
-  tokenizer->save(dir.string());
-  state.save((dir / ckpt::kTrainerStateName).string());
-  if (!opt.save_only_model) capture_resume_state().save((dir / ckpt::kResumeStateName).string());
+// Rank 0's small files, their contents taken now (the step being saved) and written by the
+// returned function later: on the background thread with --save_async, so the step that saves
+// does not wait for the tokenizer's files either.
+std::function<void(const fs::path&)> Trainer::Impl::small_checkpoint_files() const {
+  std::optional<std::string> config;
+  if (!opt.lora) config = model->config().to_json();
+  std::optional<ckpt::ResumeState> resume;
+  if (!opt.save_only_model) resume = capture_resume_state();
+  return [this, config, saved = state, resume](const fs::path& dir) {
+    if (config) ckpt::write_file_durable(dir / "config.json", *config);
+    for (const auto& [name, bytes] : tokenizer_files) ckpt::write_file_durable(dir / name, bytes);
+    saved.save((dir / ckpt::kTrainerStateName).string());
+    if (resume) resume->save((dir / ckpt::kResumeStateName).string());
+  };
 }
 
 void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
@@ -161,17 +170,23 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
   ShardSet set = snapshot_shards(/*copy=*/async);
   auto pending = std::make_shared<PendingSave>(std::move(writer));
   pending->rss_at_start = rss_at_start;
+  std::function<void(const fs::path&)> small;
   try {  // a failure is reported through the status gather, so no rank waits for rank 0 in vain
     // A LoRA run's checkpoint also holds the peft adapter users load (adapter_model.safetensors,
     // adapter_config.json): gathered to rank 0 like HF Trainer's, trainable tensors only (a few
     // MiB). Resume reads the per-rank shards, not this copy. Collective.
     if (opt.lora) export_adapter(pending->writer.staging_dir());
-    if (rank == 0) write_small_checkpoint_files(pending->writer.staging_dir());
+    if (rank == 0) small = small_checkpoint_files();
   } catch (const std::exception& e) {
     pending->small_error = e.what();
   }
-  auto run = [this, p = pending.get(), s = std::make_shared<ShardSet>(std::move(set))] {
+  auto run = [this, p = pending.get(), s = std::make_shared<ShardSet>(std::move(set)), small] {
     sys::Timer t;
+    try {
+      if (small) small(p->writer.staging_dir());
+    } catch (const std::exception& e) {
+      p->small_error = e.what();
+    }
     try {
       p->files = write_shards(p->writer.staging_dir(), *s);
     } catch (const std::exception& e) {

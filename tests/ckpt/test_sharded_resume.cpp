@@ -154,14 +154,14 @@ TEST(ShardedResume, ReshardedResumesMatchWithin1e6) {
   ASSERT_EQ(run_trainer(args(w4, 6, 3, 1), 4, &log), 0) << log;
   expect_even_bytes(w4 / "checkpoint-3", 4);
   // What the save adds to rank 0's RSS is no more than the other ranks' plus the small files.
-  // Measured on main after this session's merges: rank 0 +22 MiB, the others +3 MiB. The tensor
-  // shards are split evenly (expect_even_bytes), so the difference is rank 0's small files; the
-  // likeliest is tokenizer.json, built as a whole JSON document before it is written (not yet
-  // profiled). Hence 32 MiB of slack instead of 16.
+  // It was +22 MiB against +3 MiB while every save rebuilt tokenizer.json as a JSON document;
+  // since the trainer serialises the tokenizer once at set-up: rank 0 +8 MiB, the others +3 MiB
+  // (2026-12-03). 16 MiB of slack for the small files.
   std::smatch m;
   ASSERT_TRUE(std::regex_search(log, m, std::regex("RSS growth during the save: rank 0 ([0-9]+) MiB, other ranks at most ([0-9]+) MiB")))
       << log;
-  EXPECT_LE(std::stoll(m[1].str()), std::stoll(m[2].str()) + 32) << m[0];
+  std::cout << "[sharded save, world 4] " << m[0] << "\n";
+  EXPECT_LE(std::stoll(m[1].str()), std::stoll(m[2].str()) + 16) << m[0];
   ASSERT_EQ(run_trainer(args(w2, 6, 3, 2), 2, &log), 0) << log;
   const auto s4 = read_step_logs(w4), s2 = read_step_logs(w2);
   struct Case {
