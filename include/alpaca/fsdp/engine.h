@@ -151,6 +151,9 @@ class FsdpEngine {
   // units after the decoder layers are the root's (unit_plan().embed_unit, head_unit).
   const FlatParameter* trainable_flat(int u) const;
   const FlatParameter* frozen_flat(int u) const;
+  // Bytes this rank stores for unit u's frozen base: its param_dtype shard, or under --load_in_4bit
+  // a decoder layer's 4-bit blob shard (fsdp/quant_layout.h).
+  int64_t frozen_shard_bytes(int u) const;
 
   struct Impl;  // public so the autograd glue in the .cpp can reach it
 
