@@ -63,6 +63,29 @@ void QuantStore::load_entry(size_t e, const at::Tensor& values) {
   }
 }
 
+void QuantStore::load_quantized(size_t e, const model::Quant4Tensor& q) {
+  const Segment& s = layout_.segments.at(e);
+  const model::Quant4State& st = q.state;
+  ALPACA_CHECK(s.quantized, "4-bit base: frozen entry " << e << " is not held 4-bit");
+  ALPACA_CHECK(st.type == options_.type && st.blocksize == options_.blocksize && st.nested == options_.nested,
+               "4-bit base: a tensor quantized as " << model::quant4_type_name(st.type) << ", blocksize " << st.blocksize
+               << (st.nested ? ", nested" : "") << " for a store of " << model::quant4_type_name(options_.type)
+               << ", blocksize " << options_.blocksize << (options_.nested ? ", nested" : ""));
+  ALPACA_CHECK(st.shape == s.shape, "4-bit base: a quant_state of shape " << at::IntArrayRef(st.shape)
+               << " for a tensor of shape " << at::IntArrayRef(s.shape));
+  const bool sizes = q.packed.scalar_type() == at::kByte && q.packed.numel() == (s.numel + 1) / 2 &&
+                     st.absmax.numel() == s.blocks && st.absmax.scalar_type() == (st.nested ? at::kByte : at::kFloat) &&
+                     (!st.nested || (st.nested_absmax.numel() == s.nested_blocks && st.nested_absmax.scalar_type() == at::kFloat));
+  ALPACA_CHECK(sizes, "4-bit base: stored sizes (" << q.packed.numel() << " packed bytes, " << st.absmax.numel()
+               << " absmax) are not those of " << s.numel << " values in blocks of " << s.blocks);
+  write(s.packed, q.packed.reshape({-1}));
+  write(s.absmax, st.absmax.contiguous().view(at::kByte));
+  if (st.nested) {
+    write(s.nested, st.nested_absmax.contiguous().view(at::kByte));
+    offsets_[e] = st.offset;
+  }
+}
+
 // bitsandbytes' dequantize_blockwise + offset (two roundings), in ATen so it runs on any device.
 at::Tensor QuantStore::absmax_of(const Segment& s, size_t e, const at::Tensor& blob) const {
   if (!options_.nested) return blob.narrow(0, s.absmax, 4 * s.blocks).view(at::kFloat);

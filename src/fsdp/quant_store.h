@@ -34,6 +34,10 @@ class QuantStore {
   // Loading: the full values of frozen entry `e` (any dtype/device): cast to param_dtype,
   // quantized (or kept raw), and this rank's bytes of the result stored. Local.
   void load_entry(size_t e, const at::Tensor& values);
+  // Loading a pre-quantized tensor (bitsandbytes' bytes and state, e.g. zero-copy views of a
+  // checkpoint): only this rank's bytes are copied. Its quantization, shape and sizes must be this
+  // store's (throws naming them otherwise; nothing is written then).
+  void load_quantized(size_t e, const model::Quant4Tensor& q);
   // The full blob (padded_bytes,) uint8 on the compute device -> frozen.full() (allocated).
   void unpack(const at::Tensor& full_blob, FlatParameter& frozen) const;
   bool entry_quantized(size_t e) const { return layout_.segments.at(e).quantized; }
