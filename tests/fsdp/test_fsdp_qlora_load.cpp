@@ -36,7 +36,9 @@ using ParamMap = std::map<std::string, at::Tensor>;
 
 // The fixture's model with LoRA r=4 on every linear, sharded full_shard over the job, the base loaded
 // from `dir` (the adapters keep their seeded initial values). quant_type "": a plain LoRA run.
-std::unique_ptr<fsdp::FsdpLlama> load(const fs::path& dir, const std::string& quant_type, bool nested) {
+// rank0_only: the plain tensors are read by rank 0 and broadcast (cpu_ram_efficient_loading).
+std::unique_ptr<fsdp::FsdpLlama> load(const fs::path& dir, const std::string& quant_type, bool nested,
+                                      bool rank0_only = false) {
   const model::LlamaConfig c = model::LlamaConfig::from_json_file((fixture() / "model" / "config.json").string());
   model::LlamaForCausalLM m(c);
   model::init_weights(m, 3);
@@ -56,7 +58,7 @@ std::unique_ptr<fsdp::FsdpLlama> load(const fs::path& dir, const std::string& qu
   p.quant4_nested = nested;
   p.sync_module_states = false;
   auto f = fsdp::apply_fsdp(std::move(m), job_comm(), p);
-  fsdp::load_checkpoint(f->engine(), dir.string(), /*rank0_only=*/false, /*grow_vocab=*/false,
+  fsdp::load_checkpoint(f->engine(), dir.string(), rank0_only, /*grow_vocab=*/false,
                         [](const std::string& n) { return !model::is_lora_param(n); });
   return f;
 }
@@ -107,6 +109,9 @@ TEST(FsdpQloraLoad, PrequantizedBnbCheckpointIsTheSameStoreAsQuantizingAtLoad) {
     EXPECT_EQ(loss_a, loss_b) << c.dir;
     ASSERT_EQ(grads_a.size(), grads_b.size());
     for (size_t i = 0; i < grads_b.size(); ++i) EXPECT_TRUE(at::equal(grads_a[i], grads_b[i])) << c.dir << ": grad shard " << i;
+    // With rank0_only the 4-bit bytes are still read by every rank (its own shard's), the norms broadcast.
+    const ParamMap c0 = exported(*load(fixture() / c.dir, c.type, c.nested, /*rank0_only=*/true));
+    for (const auto& [n, t] : b) EXPECT_TRUE(at::equal(c0.at(n), t)) << c.dir << " rank0_only: " << n;
     if (job_comm()->rank() == 0)
       std::cout << "[qlora load] world " << job_comm()->world_size() << " " << c.dir << ": loss sum " << loss_a
                 << " from the bnb directory, " << loss_b << " quantizing the fp32 one\n";
