@@ -14,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "alpaca/io/safetensors.h"
 #include "test_util.h"
 #include "train_test_util.h"
 
@@ -144,7 +145,8 @@ TEST(QloraParity, PrequantizedBnbCheckpointTrainsLikeQuantizingAtLoad) {
   EXPECT_FALSE(fs::exists(dir / "metrics.jsonl")) << log;
 }
 
-// On a 4-bit base (the *-bnb-4bit fixture) and the adapter trained on it: `merge` dequantizes
+// On a 4-bit base (the *-bnb-4bit fixture) and the adapter trained on it: `merge` (and
+// --merge_adapter True at the end of training, the same bytes) dequantizes
 // (bitsandbytes' dequantize_4bit) and merges into a plain HF directory equal to peft's
 // merge_and_unload on transformers' dequantized model; `generate --adapter` (the base dequantized at
 // load, the adapter unmerged) gives the greedy tokens of transformers + bitsandbytes' Linear4bit +
@@ -155,9 +157,16 @@ TEST(QloraParity, MergeAndGenerateOnA4bitBaseMatchPeft) {
   TempDir run("bnb_merge");
   const fs::path adapter = run.path() / "adapter", merged = run.path() / "merged";
   std::string log;
-  ASSERT_EQ(run_trainer(bnb_args(base, adapter), 1, &log), 0) << log;
+  ASSERT_EQ(run_trainer(bnb_args(base, adapter) + " --merge_adapter True", 1, &log), 0) << log;
   ASSERT_EQ(run_command(train_bin() + " merge --model_name_or_path " + base.string() + " --adapter " + adapter.string() +
                             " --output_dir " + merged.string() + " 2>&1", &log), 0) << log;
+  {  // --merge_adapter True at the end of training wrote the same merged model
+    auto x = alpaca::io::SafetensorsFile::open((adapter / "merged" / "model.safetensors").string());
+    auto y = alpaca::io::SafetensorsFile::open((merged / "model.safetensors").string());
+    ASSERT_EQ(x->names(), y->names());
+    for (const auto& n : x->names()) EXPECT_TRUE(at::equal(x->tensor(n), y->tensor(n))) << n;
+    EXPECT_EQ(y->tensor("model.layers.0.mlp.down_proj.weight").scalar_type(), at::kFloat);  // the quantized-from dtype
+  }
   const std::vector<std::string> prompts = {"Name three colors.", "What is the capital of France?"};
   {
     std::ofstream p(run.path() / "p.jsonl");
