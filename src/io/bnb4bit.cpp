@@ -52,7 +52,10 @@ model::Quant4Tensor read_bnb4bit(const CheckpointReader& ckpt, const std::string
   const nlohmann::json j = read_quant_state(ckpt, key);
   model::Quant4Tensor q;
   model::Quant4State& st = q.state;
-  st.type = model::parse_quant4_type(j.at("quant_type").get<std::string>());
+  const std::string type = j.at("quant_type").is_string() ? j.at("quant_type").get<std::string>() : j.at("quant_type").dump();
+  ALPACA_CHECK(type == "nf4" || type == "fp4", "checkpoint " << ckpt.dir() << ": the quant_state of " << name
+               << " has quant_type " << type << "; bitsandbytes' 4-bit types are nf4 and fp4");
+  st.type = model::parse_quant4_type(type);
   st.blocksize = j.at("blocksize").get<int64_t>();
   st.shape = j.at("shape").get<std::vector<int64_t>>();
   ALPACA_CHECK(shape.empty() || st.shape == shape, "checkpoint " << ckpt.dir() << ": the quant_state of " << name << " has shape "

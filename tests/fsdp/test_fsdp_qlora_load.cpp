@@ -124,6 +124,8 @@ TEST(FsdpQloraLoad, BadCheckpointsAndMismatchedFlagsAreRefusedByName) {
   std::string e = error_of([] { load(fixture() / "model-bad-quant-state", "nf4", true); });
   EXPECT_NE(e.find("model.layers.1.mlp.down_proj.weight"), std::string::npos) << e;
   EXPECT_NE(e.find("quant_state"), std::string::npos) << e;
+  e = error_of([] { load(fixture() / "model-bad-quant-type", "nf4", true); });  // layer 0's k_proj says int4
+  EXPECT_NE(e.find("model.layers.0.self_attn.k_proj.weight has quant_type int4"), std::string::npos) << e;
   e = error_of([] { load(fixture() / "model-nf4-nested-bnb-4bit", "fp4", true); });
   EXPECT_NE(e.find("--bnb_4bit_quant_type nf4 --use_bnb_nested_quant True"), std::string::npos) << e;
   e = error_of([] { load(fixture() / "model-fp4-bnb-4bit", "fp4", true); });

@@ -5,8 +5,9 @@ fp32 (model/), then loaded through transformers' BitsAndBytesConfig(load_in_4bit
 model.save_pretrained: packed uint8 weights of shape [n/2, 1] with `.absmax`, `.quant_map`,
 `.nested_absmax`, `.nested_quant_map` and `.quant_state.bitsandbytes__<type>`, quantization_config
 in config.json. Two of them: nf4 with nested quantization (model-nf4-nested-bnb-4bit/) and fp4
-without (model-fp4-bnb-4bit/); and a broken copy of the nf4 one whose down_proj quant_state names
-the transposed shape (model-bad-quant-state/). data.json: 16 real Alpaca records.
+without (model-fp4-bnb-4bit/); and two broken copies of the nf4 one: layer 1's down_proj
+quant_state names the transposed shape (model-bad-quant-state/), layer 0's k_proj names quant_type
+int4 (model-bad-quant-type/). data.json: 16 real Alpaca records.
 """
 import argparse
 import json
@@ -22,6 +23,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 BAD_TENSOR = "model.layers.1.mlp.down_proj.weight"
+BAD_TYPE_TENSOR = "model.layers.0.self_attn.k_proj.weight"
 
 
 def copy_tokenizer(tok_path, d):
@@ -44,14 +46,14 @@ def save_quantized(model_dir, out_dir, quant_type, nested, tok_path):
     return out_dir
 
 
-def break_quant_state(good_dir, bad_dir):
-    """The down_proj of layer 1 claims the transposed shape: its quant_state disagrees with the model."""
+def break_quant_state(good_dir, bad_dir, tensor, field, value):
+    """`tensor`'s quant_state gets field = value(old value): it disagrees with the model or bitsandbytes."""
     shutil.copytree(good_dir, bad_dir)
     path = bad_dir / "model.safetensors"
     tensors = load_file(path)
-    key = next(k for k in tensors if k.startswith(BAD_TENSOR + ".quant_state."))
+    key = next(k for k in tensors if k.startswith(tensor + ".quant_state."))
     state = json.loads(bytes(tensors[key].tolist()).decode("utf-8"))
-    state["shape"] = list(reversed(state["shape"]))
+    state[field] = value(state[field])
     tensors[key] = torch.tensor(list(json.dumps(state).encode("utf-8")), dtype=torch.uint8)
     save_file(tensors, path, metadata={"format": "pt"})
 
@@ -82,7 +84,8 @@ def main():
     copy_tokenizer(tok_path, model_dir)
     nf4 = save_quantized(model_dir, out / "model-nf4-nested-bnb-4bit", "nf4", True, tok_path)
     save_quantized(model_dir, out / "model-fp4-bnb-4bit", "fp4", False, tok_path)
-    break_quant_state(nf4, out / "model-bad-quant-state")
+    break_quant_state(nf4, out / "model-bad-quant-state", BAD_TENSOR, "shape", lambda v: list(reversed(v)))
+    break_quant_state(nf4, out / "model-bad-quant-type", BAD_TYPE_TENSOR, "quant_type", lambda v: "int4")
     (out / "data.json").write_text(json.dumps(json.loads(alpaca.read_text())[:16]))
     print(f"wrote {out}: {sorted(p.name for p in out.iterdir())}")
 
