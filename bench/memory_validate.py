@@ -1,6 +1,6 @@
 """The memory planner against measurement on CPU (issue 17): for each model size, world size and
 OOM-ladder rung (full_shard; + offload; + gradient_checkpointing; LoRA r=16; LoRA + offload, and a
-few other --use_peft configurations, see RUNGS), `alpaca-train estimate-memory
+few other --use_peft and QLoRA configurations, see RUNGS), `alpaca-train estimate-memory
 --num_cpu_ranks N --json` (device_allocated_bytes) beside the peak live CPU tensor bytes the
 counting allocator measured during training (max over ranks and log lines of metrics.jsonl's
 cpu_tensor_peak_bytes). Every sequence is model_max_length tokens (bench.py's data), the case the
@@ -34,6 +34,10 @@ RUNGS = {
     # A given --use_peft configuration other than the rungs': every linear, no dropout, lm_head trained.
     "lora-all-linear": ("full_shard auto_wrap", LORA + ["--lora_target_modules", "all-linear", "--lora_dropout", "0"]),
     "lora+lm_head": ("full_shard auto_wrap", LORA + ["--lora_modules_to_save", "lm_head"]),
+    # QLoRA (issue 29): the ladder's qlora rung (nf4, nested, checkpointing), and fp4 on every linear.
+    "qlora+ckpt": ("full_shard auto_wrap", LORA + CKPT + ["--load_in_4bit", "True", "--use_bnb_nested_quant", "True"]),
+    "qlora-fp4-all-linear": ("full_shard auto_wrap", LORA + ["--lora_target_modules", "all-linear", "--load_in_4bit",
+                                                             "True", "--bnb_4bit_quant_type", "fp4"]),
 }
 DEFAULT_RUNGS = "full_shard,+offload,+offload+ckpt,lora,lora+offload+ckpt"
 

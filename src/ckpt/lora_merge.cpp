@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 
+#include "alpaca/io/bnb4bit.h"
 #include "alpaca/io/checkpoint.h"
 #include "alpaca/io/hf_model.h"
 #include "alpaca/io/safetensors.h"
@@ -20,7 +21,22 @@ namespace fs = std::filesystem;
 namespace alpaca::ckpt {
 namespace {
 constexpr const char* kPrefix = kPeftKeyPrefix;
+
+// A base tensor in fp32 and the dtype it is written back in. A bitsandbytes 4-bit weight (a
+// `*-bnb-4bit` base, io/bnb4bit.h) is dequantized (bitsandbytes' dequantize_4bit) and written in
+// the dtype it was quantized from (its quant_state's, e.g. bf16): the merged directory is a plain
+// HF one, what peft's merge_and_unload gives on the dequantized model.
+at::Tensor read_base_fp32(const io::CheckpointReader& base, const std::string& name, at::ScalarType* stored) {
+  if (io::bnb4bit_state_key(base, name).empty()) {
+    *stored = base.info(name).dtype;
+    return base.read(name, at::kFloat);
+  }
+  const model::Quant4Tensor q = io::read_bnb4bit(base, name, {});
+  *stored = io::bnb4bit_dtype(base, name);
+  return model::dequantize_4bit(q.packed, q.state, at::kFloat);
 }
+
+}  // namespace
 
 MergeStats merge_lora_adapter(const std::string& base_dir, const std::string& adapter_dir, const std::string& out_dir,
                               int64_t max_shard_bytes) {
@@ -45,8 +61,9 @@ MergeStats merge_lora_adapter(const std::string& base_dir, const std::string& ad
   const int64_t rss0 = sys::rss_bytes();
   int64_t peak = rss0;
   for (const auto& name : base.names()) {
-    const at::ScalarType stored = base.info(name).dtype;
-    at::Tensor w = base.read(name, at::kFloat);
+    if (io::is_bnb4bit_side_tensor(name)) continue;  // read with its 4-bit weight
+    at::ScalarType stored = at::kFloat;
+    at::Tensor w = read_base_fp32(base, name, &stored);
     const std::string module = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : "";
     const std::string a_key = kPrefix + module + ".lora_A.weight", b_key = kPrefix + module + ".lora_B.weight";
     if (!module.empty() && adapter->contains(a_key)) {

@@ -47,9 +47,6 @@ plan::MemoryPlanInputs plan_inputs(const TrainArgs& args, const dist::LaunchInfo
   in.ranks_per_node = job.local_world_size;
   in.cpu_bf16_via_fp32 = model::cpu_bf16_gemm() == model::CpuBf16Gemm::kFp32;
   const fsdp::FsdpPolicy& policy = args.fsdp_policy;  // the policy training would run
-  // The planner does not model a 4-bit base yet: refusing beats printing a bf16 base's figures.
-  ALPACA_USAGE_CHECK(policy.quant4_type.empty(), "estimate-memory does not model --load_in_4bit yet (QLoRA, issue 29); "
-                                                 "drop it to see the bf16-base LoRA plan");
   in.strategy = policy.strategy;
   in.auto_wrap = policy.auto_wrap;
   in.param_dtype = policy.param_dtype;
@@ -65,6 +62,8 @@ plan::MemoryPlanInputs plan_inputs(const TrainArgs& args, const dist::LaunchInfo
     in.lora_dropout = args.lora_dropout;
     in.lora_target_modules = model::split_module_list(args.lora_target_modules);
     in.lora_modules_to_save = model::split_module_list(args.lora_modules_to_save);
+    in.quant4_type = policy.quant4_type;  // --load_in_4bit (validate_train_args set it; "" otherwise)
+    in.quant4_nested = policy.quant4_nested;
   }
   return in;
 }

@@ -187,7 +187,7 @@ void FsdpEngine::Impl::build_units(const FsdpModelParts& parts) {
       opt.master_dtype = policy.param_dtype;
       // --load_in_4bit: a decoder layer's frozen base (units [0, num_layers) are the layers under
       // plan_units' order) is held 4-bit; embed_tokens / norm+lm_head / root stay in param_dtype.
-      if (!policy.quant4_type.empty() && u < num_layers) {
+      if (!policy.quant4_type.empty() && unit_holds_4bit(layout, u)) {
         build_quant(unit, make_entries(planned.frozen), opt);
         check_planned(*unit.frozen, planned.frozen);
       } else {

@@ -41,4 +41,10 @@ void FsdpEngine::Impl::gather_quant(Unit& unit) {
   unit.gather_inputs.push_back(lp);
 }
 
+int64_t FsdpEngine::frozen_shard_bytes(int u) const {
+  const Impl::Unit& unit = impl_->units.at(u);
+  if (unit.quant) return unit.quant->shard().nbytes();
+  return unit.frozen ? unit.frozen->shard().nbytes() : 0;
+}
+
 }  // namespace alpaca::fsdp

@@ -21,13 +21,19 @@ std::vector<FlatParameter*> flats_of(Impl::Unit& unit) {
 
 // A 4-bit frozen base (--load_in_4bit): each tensor of the unit is read whole (one at a time; the
 // nested statistics need every block's absmax), quantized, and only this rank's bytes are kept.
-// With rank0_only, rank 0 reads and broadcasts. Collective when rank0_only.
+// With rank0_only, rank 0 reads and broadcasts. Collective when rank0_only. A tensor `quant` gives
+// already 4-bit (a pre-quantized checkpoint) is copied as bytes, each rank its own shard's.
 void load_quant(Impl& impl, Impl::Unit& unit, const ParamRangeReader& reader, bool rank0_only,
-                const std::function<bool(const std::string&)>& include) {
+                const std::function<bool(const std::string&)>& include, const Quant4Reader& quant) {
   const auto& entries = unit.frozen->entries();
   for (size_t e = 0; e < entries.size(); ++e) {
     const FlatParamEntry& entry = entries[e];
     if (include && !include(entry.name)) continue;
+    model::Quant4Tensor stored;
+    if (quant && unit.quant->entry_quantized(e) && quant(entry.name, entry.shape, stored)) {
+      unit.quant->load_quantized(e, stored);
+      continue;
+    }
     at::Tensor full = at::empty({entry.numel}, at::kFloat);
     if (!rank0_only || impl.comm->rank() == 0) reader(entry.name, entry.shape, 0, entry.numel, full);
     if (rank0_only && impl.comm->world_size() > 1) {
@@ -76,12 +82,12 @@ std::pair<int, int> FsdpEngine::shard_replica() const {
 }
 
 void FsdpEngine::load_parameters(const ParamRangeReader& reader, bool rank0_only,
-                                 const std::function<bool(const std::string&)>& include) {
+                                 const std::function<bool(const std::string&)>& include, const Quant4Reader& quant) {
   Impl& impl = *impl_;
   ALPACA_CHECK(!impl.backward_started, "FsdpEngine::load_parameters during backward");
   auto wanted = [&](const FlatParamEntry& e) { return !include || include(e.name); };
   for (auto& unit : impl.units) {
-    if (unit.quant) load_quant(impl, unit, reader, rank0_only, include);
+    if (unit.quant) load_quant(impl, unit, reader, rank0_only, include, quant);
     for (FlatParameter* flat : flats_of(unit)) {
       const ShardInfo& si = flat->shard_info();
       if (!rank0_only) {

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "alpaca/dist/communicator.h"
+#include "alpaca/io/bnb4bit.h"
 #include "alpaca/util/error.h"
 
 namespace alpaca::fsdp {
@@ -17,6 +18,35 @@ bool is_vocab_tensor(const std::string& name) {
   return ends_with("embed_tokens.weight") || name == "lm_head.weight";
 }
 
+// The run's --load_in_4bit settings must be the checkpoint's (nothing is re-quantized).
+void check_bnb4bit_run(const io::Bnb4bitConfig& q, const FsdpPolicy& policy, const std::string& dir) {
+  const std::string& type = q.quant_type;
+  const bool nested = q.nested;
+  const std::string flags = "--use_peft True --load_in_4bit True --bnb_4bit_quant_type " + type +
+                            (nested ? " --use_bnb_nested_quant True" : "");
+  ALPACA_CHECK(!policy.quant4_type.empty(), dir << " is a pre-quantized bitsandbytes 4-bit checkpoint "
+               "(quantization_config in config.json): its base can only be trained through an adapter; add " << flags);
+  ALPACA_CHECK(policy.quant4_type == type && policy.quant4_nested == nested,
+               dir << " is quantized " << type << (nested ? " with" : " without") << " nested quantization, the run "
+               << policy.quant4_type << (policy.quant4_nested ? " with" : " without") << "; use " << flags);
+  ALPACA_CHECK(q.storage == "uint8", dir << " stores its 4-bit bytes as " << q.storage
+               << " (bnb_4bit_quant_storage); alpaca-train reads uint8 storage only");
+}
+
+// A Quant4Reader over `ckpt`: each call releases the previous tensor's mapped pages.
+Quant4Reader bnb4bit_reader(std::shared_ptr<io::CheckpointReader> ckpt) {
+  auto last = std::make_shared<std::vector<std::string>>();
+  return [ckpt, last](const std::string& name, const std::vector<int64_t>& shape, model::Quant4Tensor& out) {
+    for (const auto& n : *last) ckpt->release(n);
+    last->clear();
+    if (io::bnb4bit_state_key(*ckpt, name).empty()) return false;
+    out = io::read_bnb4bit(*ckpt, name, shape);
+    *last = {name, name + ".absmax", name + ".nested_absmax"};
+    if (!out.state.nested) last->pop_back();
+    return true;
+  };
+}
+
 }  // namespace
 
 ParamRangeReader checkpoint_range_reader(std::shared_ptr<io::CheckpointReader> ckpt, bool grow_vocab) {
@@ -25,6 +55,9 @@ ParamRangeReader checkpoint_range_reader(std::shared_ptr<io::CheckpointReader> c
                                    int64_t end, at::Tensor out) {
     ALPACA_CHECK(ckpt->contains(name), "checkpoint " << ckpt->dir() << " has no tensor " << name
                  << "; is it a checkpoint of this model architecture?");
+    ALPACA_CHECK(io::bnb4bit_state_key(*ckpt, name).empty(), "checkpoint " << ckpt->dir() << " stores " << name
+                 << " 4-bit (bitsandbytes) but this run holds it in full precision; train such a checkpoint with "
+                    "--use_peft True --load_in_4bit True");
     const io::TensorInfo info = ckpt->info(name);
     const bool grows = grow_vocab && is_vocab_tensor(name) && shape.size() == 2 && info.shape.size() == 2 &&
                        info.shape[1] == shape[1] && info.shape[0] < shape[0];
@@ -55,12 +88,16 @@ ParamRangeReader checkpoint_range_reader(std::shared_ptr<io::CheckpointReader> c
 
 void load_checkpoint(FsdpEngine& engine, const std::string& dir, bool rank0_only, bool grow_vocab,
                      const std::function<bool(const std::string&)>& include) {
+  // A pre-quantized checkpoint: checked against the run on every rank before anything is read,
+  // and opened on every rank (each copies its own shard's 4-bit bytes).
+  const std::optional<io::Bnb4bitConfig> bnb = io::read_bnb4bit_config(dir);
+  if (bnb) check_bnb4bit_run(*bnb, engine.policy(), dir);
   std::shared_ptr<io::CheckpointReader> ckpt;
-  if (!rank0_only || engine.comm().rank() == 0)
+  if (!rank0_only || engine.comm().rank() == 0 || bnb)
     ckpt = std::make_shared<io::CheckpointReader>(io::CheckpointReader::open(dir));
   ParamRangeReader reader;
-  if (ckpt) reader = checkpoint_range_reader(ckpt, grow_vocab);
-  engine.load_parameters(reader, rank0_only, include);
+  if (ckpt && (!rank0_only || engine.comm().rank() == 0)) reader = checkpoint_range_reader(ckpt, grow_vocab);
+  engine.load_parameters(reader, rank0_only, include, bnb ? bnb4bit_reader(ckpt) : Quant4Reader());
 }
 
 }  // namespace alpaca::fsdp

@@ -8,55 +8,35 @@
 namespace alpaca::fsdp {
 namespace {
 
-int64_t align4(int64_t n) { return (n + 3) / 4 * 4; }
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 at::Tensor code_tensor(const float* values, int64_t n, const at::Device& device) {
   return at::from_blob(const_cast<float*>(values), {n}, at::kFloat).to(device);
 }
 
-}  // namespace
-
-bool QuantStore::quantizes(const std::string& name, int64_t dim) {
-  return dim == 2 && ends_with(name, "proj.weight");
+// The frozen entries as the layout sees them (name, shape, numel in flat order).
+std::vector<PlannedEntry> layout_entries(const FlatParameter& frozen) {
+  std::vector<PlannedEntry> out;
+  for (const auto& e : frozen.entries()) {
+    PlannedEntry p;
+    p.name = e.name;
+    p.shape = e.shape;
+    p.offset = e.offset;
+    p.numel = e.numel;
+    out.push_back(std::move(p));
+  }
+  return out;
 }
+
+}  // namespace
 
 QuantStore::QuantStore(const FlatParameter& frozen, const model::Quant4Options& options, int shard_world,
                        int shard_rank, at::Device master_device)
-    : options_(options), param_dtype_(frozen.options().param_dtype) {
-  int64_t at_byte = 0;
-  for (const auto& e : frozen.entries()) {
-    Segment s;
-    s.numel = e.numel;
-    s.shape = e.shape;
-    s.quantized = quantizes(e.name, static_cast<int64_t>(e.shape.size()));
-    if (s.quantized) {
-      s.blocks = (e.numel + options.blocksize - 1) / options.blocksize;
-      s.nested_blocks = (s.blocks + model::kQuant4NestedBlocksize - 1) / model::kQuant4NestedBlocksize;
-      s.packed = at_byte;
-      s.absmax = align4(s.packed + (e.numel + 1) / 2);
-      at_byte = options.nested ? s.absmax + s.blocks : s.absmax + 4 * s.blocks;
-      if (options.nested) {
-        s.nested = align4(at_byte);
-        at_byte = s.nested + 4 * s.nested_blocks;
-      }
-      quantized_numel_ += e.numel;
-    } else {
-      s.raw = align4(at_byte);
-      at_byte = s.raw + e.numel * static_cast<int64_t>(c10::elementSize(param_dtype_));
-    }
-    at_byte = align4(at_byte);
-    segs_.push_back(std::move(s));
-  }
-  offsets_.assign(segs_.size(), 0.0f);
-  const int64_t quantum = 4 * static_cast<int64_t>(shard_world);
-  padded_ = (at_byte + quantum - 1) / quantum * quantum;
-  const int64_t shard_bytes = padded_ / shard_world;
-  shard_begin_ = shard_bytes * shard_rank;
-  shard_ = at::zeros({shard_bytes}, at::TensorOptions().dtype(at::kByte).device(master_device));
+    : options_(options),
+      param_dtype_(frozen.options().param_dtype),
+      layout_(quant_layout(layout_entries(frozen), options, static_cast<int64_t>(c10::elementSize(param_dtype_)),
+                           shard_world)) {
+  offsets_.assign(layout_.segments.size(), 0.0f);
+  shard_begin_ = layout_.shard_bytes * shard_rank;
+  shard_ = at::zeros({layout_.shard_bytes}, at::TensorOptions().dtype(at::kByte).device(master_device));
 }
 
 void QuantStore::write(int64_t begin, const at::Tensor& bytes) {
@@ -67,7 +47,7 @@ void QuantStore::write(int64_t begin, const at::Tensor& bytes) {
 }
 
 void QuantStore::load_entry(size_t e, const at::Tensor& values) {
-  const Segment& s = segs_.at(e);
+  const Segment& s = layout_.segments.at(e);
   ALPACA_CHECK(values.numel() == s.numel, "4-bit base: " << values.numel() << " values for a tensor of " << s.numel);
   const at::Tensor v = values.detach().to(at::kCPU).to(param_dtype_).reshape({-1}).contiguous();
   if (!s.quantized) {
@@ -83,6 +63,29 @@ void QuantStore::load_entry(size_t e, const at::Tensor& values) {
   }
 }
 
+void QuantStore::load_quantized(size_t e, const model::Quant4Tensor& q) {
+  const Segment& s = layout_.segments.at(e);
+  const model::Quant4State& st = q.state;
+  ALPACA_CHECK(s.quantized, "4-bit base: frozen entry " << e << " is not held 4-bit");
+  ALPACA_CHECK(st.type == options_.type && st.blocksize == options_.blocksize && st.nested == options_.nested,
+               "4-bit base: a tensor quantized as " << model::quant4_type_name(st.type) << ", blocksize " << st.blocksize
+               << (st.nested ? ", nested" : "") << " for a store of " << model::quant4_type_name(options_.type)
+               << ", blocksize " << options_.blocksize << (options_.nested ? ", nested" : ""));
+  ALPACA_CHECK(st.shape == s.shape, "4-bit base: a quant_state of shape " << at::IntArrayRef(st.shape)
+               << " for a tensor of shape " << at::IntArrayRef(s.shape));
+  const bool sizes = q.packed.scalar_type() == at::kByte && q.packed.numel() == (s.numel + 1) / 2 &&
+                     st.absmax.numel() == s.blocks && st.absmax.scalar_type() == (st.nested ? at::kByte : at::kFloat) &&
+                     (!st.nested || (st.nested_absmax.numel() == s.nested_blocks && st.nested_absmax.scalar_type() == at::kFloat));
+  ALPACA_CHECK(sizes, "4-bit base: stored sizes (" << q.packed.numel() << " packed bytes, " << st.absmax.numel()
+               << " absmax) are not those of " << s.numel << " values in blocks of " << s.blocks);
+  write(s.packed, q.packed.reshape({-1}));
+  write(s.absmax, st.absmax.contiguous().view(at::kByte));
+  if (st.nested) {
+    write(s.nested, st.nested_absmax.contiguous().view(at::kByte));
+    offsets_[e] = st.offset;
+  }
+}
+
 // bitsandbytes' dequantize_blockwise + offset (two roundings), in ATen so it runs on any device.
 at::Tensor QuantStore::absmax_of(const Segment& s, size_t e, const at::Tensor& blob) const {
   if (!options_.nested) return blob.narrow(0, s.absmax, 4 * s.blocks).view(at::kFloat);
@@ -95,12 +98,11 @@ at::Tensor QuantStore::absmax_of(const Segment& s, size_t e, const at::Tensor& b
 }
 
 void QuantStore::unpack(const at::Tensor& blob, FlatParameter& frozen) const {
-  ALPACA_CHECK(blob.scalar_type() == at::kByte && blob.numel() == padded_ && blob.is_contiguous(),
-               "4-bit base: unpack needs the whole gathered blob of " << padded_ << " bytes");
+  ALPACA_CHECK(blob.scalar_type() == at::kByte && blob.numel() == layout_.padded_bytes && blob.is_contiguous(),
+               "4-bit base: unpack needs the whole gathered blob of " << layout_.padded_bytes << " bytes");
   at::Tensor full = frozen.full();
-  const auto& code = model::quant4_code(options_.type);
-  for (size_t e = 0; e < segs_.size(); ++e) {
-    const Segment& s = segs_[e];
+  for (size_t e = 0; e < layout_.segments.size(); ++e) {
+    const Segment& s = layout_.segments[e];
     const auto& entry = frozen.entries()[e];
     at::Tensor out = full.narrow(0, entry.offset, entry.numel);
     if (!s.quantized) {
@@ -109,16 +111,13 @@ void QuantStore::unpack(const at::Tensor& blob, FlatParameter& frozen) const {
     }
     const at::Tensor absmax = absmax_of(s, e, blob).contiguous();
     const at::Tensor packed = blob.narrow(0, s.packed, (s.numel + 1) / 2);
-    if (blob.is_cpu()) {
+    if (blob.is_cpu()) {  // the native kernel
       model::dequantize_4bit_into(packed.data_ptr<uint8_t>(), absmax.data_ptr<float>(), s.numel,
                                   options_.blocksize, options_.type, out);
       continue;
     }
-    // Any device: code[q] * absmax[block] in fp32, rounded once to param_dtype (the same bits).
-    const at::Tensor q = at::stack({packed.bitwise_right_shift(4), packed.bitwise_and(15)}, 1)
-                             .reshape({-1}).narrow(0, 0, s.numel).to(at::kLong);
-    const at::Tensor scale = absmax.repeat_interleave(options_.blocksize).narrow(0, 0, s.numel);
-    out.copy_(code_tensor(code.data(), 16, blob.device()).index_select(0, q).mul_(scale));
+    // Any device: the same bits from ATen ops, a chunk at a time.
+    model::dequantize_4bit_aten(packed, absmax, s.numel, options_.blocksize, options_.type, out);
   }
 }
 

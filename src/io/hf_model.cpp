@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 
+#include "alpaca/io/bnb4bit.h"
 #include "alpaca/io/checkpoint.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
@@ -41,6 +42,13 @@ void load_hf_weights(model::LlamaForCausalLM& m, const std::string& dir, const L
     at::Tensor& p = item.value();
     ALPACA_CHECK(ckpt.contains(name), dir << " (" << ckpt.format() << "): tensor \"" << name
                                           << "\" is missing; the checkpoint does not match config.json");
+    if (!bnb4bit_state_key(ckpt, name).empty()) {  // a bitsandbytes 4-bit weight: its dequantize_4bit values
+      const model::Quant4Tensor q = read_bnb4bit(ckpt, name, p.sizes().vec());
+      const at::ScalarType dt = p.scalar_type() == at::kBFloat16 || p.scalar_type() == at::kHalf ? p.scalar_type() : at::kFloat;
+      p.copy_(model::dequantize_4bit(q.packed, q.state, dt));
+      ++used;
+      continue;
+    }
     TensorInfo ti = ckpt.info(name);
     ALPACA_CHECK(at::IntArrayRef(ti.shape) == p.sizes(),
                  ti.file << ": tensor \"" << name << "\" has shape " << at::IntArrayRef(ti.shape)
@@ -57,6 +65,7 @@ void load_hf_weights(model::LlamaForCausalLM& m, const std::string& dir, const L
   }
   for (const auto& name : ckpt.names()) {
     if (name.ends_with("rotary_emb.inv_freq")) continue;  // old checkpoints saved this buffer
+    if (is_bnb4bit_side_tensor(name)) continue;            // a 4-bit weight's statistics, read with it
     if (name == "lm_head.weight" && m->config().tie_word_embeddings) continue;
     if (!m->named_parameters(true).contains(name))
       ALPACA_WARN(dir << ": ignoring tensor \"" << name << "\" that the LLaMA model does not use");

@@ -284,6 +284,22 @@ at::Tensor dequantize_4bit(const at::Tensor& packed, const Quant4State& state, a
   return out.view(state.shape);
 }
 
+void dequantize_4bit_aten(const at::Tensor& packed, const at::Tensor& absmax, int64_t numel, int64_t blocksize,
+                          Quant4Type type, at::Tensor out_flat, int64_t chunk) {
+  ALPACA_CHECK(chunk > 0 && chunk % blocksize == 0 && chunk % 2 == 0,
+               "4-bit dequantization: a chunk of " << chunk << " values must be a multiple of the blocksize " << blocksize);
+  const auto& book = quant4_code(type);
+  const at::Tensor code = at::from_blob(const_cast<float*>(book.data()), {16}, at::kFloat).to(packed.device());
+  for (int64_t c0 = 0; c0 < numel; c0 += chunk) {
+    const int64_t len = std::min(chunk, numel - c0), blocks = (len + blocksize - 1) / blocksize;
+    const at::Tensor p = packed.narrow(0, c0 / 2, (len + 1) / 2);
+    const at::Tensor q = at::stack({p.bitwise_right_shift(4), p.bitwise_and(15)}, 1)
+                             .reshape({-1}).narrow(0, 0, len).to(at::kLong);
+    const at::Tensor scale = absmax.narrow(0, c0 / blocksize, blocks).repeat_interleave(blocksize).narrow(0, 0, len);
+    out_flat.narrow(0, c0, len).copy_(code.index_select(0, q).mul_(scale));
+  }
+}
+
 int64_t quant4_bytes(int64_t numel, const Quant4Options& options) {
   const int64_t blocks = (numel + options.blocksize - 1) / options.blocksize;
   const int64_t packed = (numel + 1) / 2;

@@ -9,9 +9,11 @@
 #include <sstream>
 
 #include "alpaca/fsdp/fsdp_llama.h"
+#include "alpaca/fsdp/quant_layout.h"
 #include "alpaca/fsdp/unit_plan.h"
 #include "alpaca/model/llama.h"
 #include "alpaca/model/lora.h"
+#include "alpaca/model/quant4.h"
 #include "alpaca/util/error.h"
 
 namespace alpaca::plan {
@@ -48,6 +50,9 @@ struct Shape {
   LoraTargets lora;
   bool embed_trains = true, lm_head_trains = true;
   fsdp::UnitPlan units;  // seen from rank 0 (every rank's shard has the same size)
+  // Per unit: the frozen shard as stored (a layer's 4-bit blob shard under QLoRA, else param_dtype).
+  std::vector<int64_t> frozen_bytes;
+  int64_t layer_blob = 0;  // QLoRA: the largest layer's gathered 4-bit blob (all shards, padded)
   int64_t total_params = 0, largest_param = 0;
 };
 
@@ -93,6 +98,26 @@ LoraTargets lora_targets_of(const model::LoraPlan& plan) {
   return t;
 }
 
+// The frozen shard each unit stores: under QLoRA a decoder layer's 4-bit blob shard, laid out by
+// the engine's own function (fsdp::quant_layout), otherwise its param_dtype shard.
+void frozen_store_of(const MemoryPlanInputs& in, Shape& s) {
+  model::Quant4Options q;
+  if (!in.quant4_type.empty()) {
+    q.type = model::parse_quant4_type(in.quant4_type);
+    q.nested = in.quant4_nested;
+  }
+  for (size_t u = 0; u < s.units.units.size(); ++u) {
+    const fsdp::PlannedUnit& unit = s.units.units[u];
+    if (in.quant4_type.empty() || !fsdp::unit_holds_4bit(s.units, static_cast<int>(u))) {
+      s.frozen_bytes.push_back(unit.frozen_shard_bytes(in.param_dtype));
+      continue;
+    }
+    const fsdp::QuantLayout l = fsdp::quant_layout(unit.frozen.entries, q, bytes_of(in.param_dtype), s.units.shard_world);
+    s.frozen_bytes.push_back(l.shard_bytes);
+    s.layer_blob = std::max(s.layer_blob, l.padded_bytes);
+  }
+}
+
 Shape shape_of(const MemoryPlanInputs& in, int shard_world) {
   const auto& c = in.config;
   Shape s;
@@ -114,6 +139,7 @@ Shape shape_of(const MemoryPlanInputs& in, int shard_world) {
   policy.auto_wrap = in.auto_wrap;
   const fsdp::ModelParams params = fsdp::describe_parameters(fsdp::fsdp_parts(*m));
   s.units = fsdp::plan_units(params.specs, static_cast<int>(s.layers), policy, shard_world, 0);
+  frozen_store_of(in, s);
   for (const auto& p : params.specs) {
     s.total_params += p.numel();
     s.largest_param = std::max(s.largest_param, p.numel());
@@ -160,11 +186,11 @@ int shard_world_of(const MemoryPlanInputs& in) {
 
 // Every figure of one plan, in bytes on one rank.
 struct Figures {
-  bool lora = false, f32route = false, reshard_fwd = true, split = false;
+  bool lora = false, quant = false, f32route = false, reshard_fwd = true, split = false;
   int64_t bp = 4, br = 4, b = 4, n_tok = 0;
   int shard_world = 1;
   // Model states, gathered units and full gradients (from the unit plan).
-  int64_t train_shard = 0, frozen_shard = 0, master = 0, grads = 0, moments = 0;
+  int64_t train_shard = 0, frozen_store = 0, master = 0, grads = 0, moments = 0;
   int64_t layer_full = 0, layer_grad = 0;
   int64_t embed_full = 0, embed_grad = 0, head_full = 0, head_grad = 0, root_full = 0;
   Unit lt, et;  // a layer's and the embedding unit's trainable flat buffers
@@ -173,6 +199,7 @@ struct Figures {
   int64_t act_layer = 0, ckpt_layer = 0, saved_layers = 0, context = 0;
   int64_t chunk = 0, grad_h = 0, grad_w32 = 0, grad_w_saved = 0, loss_fwd_extra = 0;
   int64_t final_norm_fwd = 0, final_norm_bwd = 0, layer_bwd_tmp = 0, gathered_bwd = 0, gathered_fwd_layers = 0;
+  int64_t prefetch_blob = 0;
 };
 
 // Model states and units: what plan_units laid out (the engine allocates exactly these).
@@ -180,11 +207,12 @@ void unit_figures(const MemoryPlanInputs& in, const Shape& s, Figures& g) {
   const fsdp::UnitPlan& up = s.units;
   for (const auto& u : up.units) {
     g.train_shard += u.train.shard.shard_numel;
-    g.frozen_shard += u.frozen.shard.shard_numel;
     g.largest_unit = std::max(g.largest_unit, u.numel());
   }
-  // Frozen (LoRA base) weights are stored in param_dtype only: no master, gradient or moments.
-  g.master = 4 * g.train_shard + g.bp * g.frozen_shard;
+  for (int64_t b : s.frozen_bytes) g.frozen_store += b;
+  // Frozen (LoRA base) weights are stored in param_dtype only (QLoRA: the layers' 4-bit blob
+  // shards): no master, gradient or moments.
+  g.master = 4 * g.train_shard + g.frozen_store;
   g.grads = 4 * g.train_shard;
   g.moments = 8 * g.train_shard;
   // Gathered units in param_dtype, full gradients in reduce_dtype.
@@ -290,11 +318,16 @@ void loss_and_backward_figures(const MemoryPlanInputs& in, const Shape& s, Figur
   g.gathered_bwd = g.reshard_fwd ? g.layer_full * (((bwd_prefetch || g.lora) && s.layers > 1) ? 2 : 1)
                                  : g.layer_full * s.layers + g.root_full;
   g.gathered_fwd_layers = g.reshard_fwd ? 0 : g.layer_full * s.layers;
+  // QLoRA: a prefetched layer's gathered 4-bit bytes live until its pre-backward dequantizes them
+  // (with offload on a GPU, also the shard's copy on the device, the all-gather's input).
+  if (g.quant && g.reshard_fwd && bwd_prefetch && s.layers > 1)
+    g.prefetch_blob = s.layer_blob + (in.offload && in.gpu ? s.layer_blob / g.shard_world : 0);
 }
 
 Figures figures_of(const MemoryPlanInputs& in, const Shape& s) {
   Figures g;
   g.lora = in.lora_rank > 0;
+  g.quant = !in.quant4_type.empty();
   g.bp = bytes_of(in.param_dtype);
   g.br = bytes_of(in.reduce_dtype);
   g.b = g.bp;  // activations are in the compute (param) dtype
@@ -327,12 +360,17 @@ int64_t rs_staging(const MemoryPlanInputs& in, const Figures& g, const Unit& u) 
 // root the head's full gradient is reduced right after the head's backward (it is the reduction in
 // flight while the last layer's backward runs) and the embedding's is allocated only at the end;
 // one root unit keeps its full gradient from the head to the end of backward.
+const char* master_item_name(const Figures& g) {
+  if (g.quant) return "master shards (fp32 adapters, 4-bit frozen layers, param_dtype root)";
+  return g.lora ? "master shards (fp32 adapters, param_dtype frozen base)" : "fp32 master shards";
+}
+
 std::vector<Moment> moments_of(const MemoryPlanInputs& in, const Shape& s, const Figures& g) {
   // Offload: states on the host (pinned) on GPU ranks; CPU ranks have one memory.
   const bool states_on_device = !in.offload || !in.gpu;
   auto states_items = [&](std::vector<MemoryItem>& it) {
     if (!states_on_device) return;
-    add(it, g.lora ? "master shards (fp32 adapters, param_dtype frozen base)" : "fp32 master shards", g.master);
+    add(it, master_item_name(g), g.master);
     add(it, "fp32 gradient shards", g.grads);
     add(it, "AdamW moment shards (exp_avg, exp_avg_sq)", g.moments);
   };
@@ -366,6 +404,7 @@ std::vector<Moment> moments_of(const MemoryPlanInputs& in, const Shape& s, const
   states_items(layer);
   if (!g.split) add(layer, root_grad_name, g.head_grad);
   add(layer, "gathered units during backward (layer + prefetch; unsharded strategies: all)", g.gathered_bwd);
+  add(layer, "4-bit bytes of the prefetched layer (until dequantized)", g.prefetch_blob);
   if (in.checkpointing) {
     add(layer, "checkpointed layer inputs", g.saved_layers);
     add(layer, "one recomputed layer's activations", g.act_layer);
@@ -389,7 +428,7 @@ std::vector<Moment> moments_of(const MemoryPlanInputs& in, const Shape& s, const
 // The host side of the peak moment, what a GPU needs beyond allocated tensors, and whether it fits.
 void add_host_and_margins(const MemoryPlanInputs& in, const Figures& g, MemoryPlan& plan) {
   if (in.offload && in.gpu) {
-    add(plan.breakdown, g.lora ? "master shards (offloaded, pinned)" : "fp32 master shards (offloaded, pinned)", 0,
+    add(plan.breakdown, g.lora ? "master shards and frozen base (offloaded, pinned)" : "fp32 master shards (offloaded, pinned)", 0,
         g.master);
     add(plan.breakdown, "fp32 gradient shards (offloaded, pinned)", 0, g.grads);
     add(plan.breakdown, "AdamW moment shards (offloaded, pinned)", 0, g.moments);
@@ -442,6 +481,8 @@ void check_inputs(const MemoryPlanInputs& in) {
                "num_attention_heads must be positive)");
   ALPACA_CHECK(in.micro_batch > 0 && in.seq_len > 0 && in.num_ranks > 0,
                "estimate-memory: micro-batch, sequence length and ranks must be positive");
+  ALPACA_CHECK(in.quant4_type.empty() || in.lora_rank > 0,
+               "estimate-memory: a 4-bit base (--load_in_4bit) is frozen and trains only an adapter; add --use_peft True");
 }
 
 // The plan for a model whose shape and units are known (largest_fitting_micro_batch varies only
@@ -460,9 +501,11 @@ MemoryPlan plan_for(const MemoryPlanInputs& in, const Shape& s) {
   plan.activations_per_layer_bytes = g.act_layer;
   plan.checkpointed_per_layer_bytes = g.ckpt_layer;
   plan.loss_chunk_bytes = 4 * g.chunk * s.v;
-  for (const auto& u : s.units.units)
-    plan.units.push_back({u.label, u.train_shard_bytes(), u.frozen_shard_bytes(in.param_dtype),
-                          u.full_bytes(in.param_dtype), u.full_grad_bytes(in.reduce_dtype)});
+  for (size_t i = 0; i < s.units.units.size(); ++i) {
+    const auto& u = s.units.units[i];
+    plan.units.push_back({u.label, u.train_shard_bytes(), s.frozen_bytes[i], u.full_bytes(in.param_dtype),
+                          u.full_grad_bytes(in.reduce_dtype)});
+  }
   add_host_and_margins(in, g, plan);
   plan.deepspeed = deepspeed_estimate(in, s);
   return plan;
@@ -498,7 +541,7 @@ int64_t largest_fitting_micro_batch(MemoryPlanInputs in, int64_t limit) {
 
 std::vector<LadderRung> plan_ladder(const MemoryPlanInputs& base) {
   std::vector<LadderRung> rungs;
-  auto rung = [&](const std::string& name, bool offload, bool ckpt, int64_t lora_rank) {
+  auto rung = [&](const std::string& name, bool offload, bool ckpt, int64_t lora_rank, bool quant = false) {
     LadderRung r;
     r.name = name;
     r.inputs = base;
@@ -509,6 +552,8 @@ std::vector<LadderRung> plan_ladder(const MemoryPlanInputs& base) {
     r.inputs.lora_dropout = 0.05;
     r.inputs.lora_target_modules.clear();
     r.inputs.lora_modules_to_save.clear();
+    r.inputs.quant4_type = quant ? "nf4" : "";  // QLoRA's recipe: NF4 with double quantization
+    r.inputs.quant4_nested = quant;
     r.plan = plan_memory(r.inputs);
     r.max_micro_batch = largest_fitting_micro_batch(r.inputs);
     rungs.push_back(std::move(r));
@@ -518,6 +563,7 @@ std::vector<LadderRung> plan_ladder(const MemoryPlanInputs& base) {
   rung("full_shard + offload + gradient_checkpointing", true, true, 0);
   rung("LoRA r=16 (+ gradient_checkpointing)", false, true, 16);
   rung("LoRA r=16 + offload (+ gradient_checkpointing)", true, true, 16);
+  rung("QLoRA r=16, nf4 nested (+ gradient_checkpointing)", false, true, 16, /*quant=*/true);
   return rungs;
 }
 
@@ -583,7 +629,9 @@ std::string report_to_text(const MemoryPlanInputs& in, const MemoryPlan& plan, c
       targets += " " + t;
     for (const auto& t : in.lora_modules_to_save) saved += " " + t;
     os << "  LoRA r=" << in.lora_rank << " on" << targets << ", dropout "
-       << in.lora_dropout << (saved.empty() ? "" : ", modules_to_save" + saved) << "\n";
+       << in.lora_dropout << (saved.empty() ? "" : ", modules_to_save" + saved)
+       << (in.quant4_type.empty() ? "" : ", 4-bit " + in.quant4_type + " base" + (in.quant4_nested ? " (nested)" : ""))
+       << "\n";
   }
   os << "  peak at: " << plan.peak_moment << "\n\n";
   os << "  " << std::string(70, '-') << "\n";
@@ -621,7 +669,7 @@ std::string report_to_text(const MemoryPlanInputs& in, const MemoryPlan& plan, c
   }
   std::string defaults;
   for (const auto& t : model::default_lora_target_modules()) defaults += " " + t;
-  os << "  (LoRA rungs: peft's defaults, r=16 on" << defaults << ", dropout 0.05)\n";
+  os << "  (LoRA rungs: peft's defaults, r=16 on" << defaults << ", dropout 0.05; QLoRA: the same on a 4-bit base)\n";
   if (rungs.empty() || rungs.front().max_micro_batch < 0)
     os << "  (max batch needs a memory size: --gpu_memory_gb, or --host_memory_gb for CPU ranks)\n";
   return os.str();

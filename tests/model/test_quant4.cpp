@@ -1,6 +1,7 @@
 // 4-bit quantization (model/quant4.h) byte for byte against bitsandbytes 0.50 on the CPU
 // (tests/reference/quant4_reference.py): packed bytes, absmax, nested statistics (8-bit codes, their
-// fp32 absmax, the offset) and the dequantized fp32 / bf16 weights, bitwise; on synthetic tensors
+// fp32 absmax, the offset) and the dequantized fp32 / bf16 weights, bitwise (the native kernel and
+// the ATen-op path the engine takes off the CPU); on synthetic tensors
 // (odd sizes, partial last blocks, blocksizes 32..4096, code-book midpoints, zero blocks), on every
 // linear of a tiny LLaMA and on every linear of SmolLM2-135M (skipped with a message when the model
 // was not made).
@@ -104,6 +105,14 @@ TEST(Quant4, MatchesBitsandbytesOnSyntheticAndTinyModel) {
     expect_stats(q, *f, key);
     EXPECT_TRUE(same_bits(dequantize_4bit(q.packed, q.state, at::kFloat), f->tensor(key + ".deq_fp32"))) << "fp32";
     EXPECT_TRUE(same_bits(dequantize_4bit(q.packed, q.state, at::kBFloat16), f->tensor(key + ".deq_bf16"))) << "bf16";
+    // The ATen-op path (the engine's GPU path), run here on the CPU: the same bits, chunk
+    // boundaries included (two blocks a chunk; the default chunk).
+    const at::Tensor packed = q.packed.reshape({-1}), absmax = dequantize_absmax(q.state);
+    at::Tensor fp32 = at::empty({x.numel()}, at::kFloat), bf16 = at::empty({x.numel()}, at::kBFloat16);
+    dequantize_4bit_aten(packed, absmax, x.numel(), q.state.blocksize, q.state.type, fp32, 2 * q.state.blocksize);
+    dequantize_4bit_aten(packed, absmax, x.numel(), q.state.blocksize, q.state.type, bf16);
+    EXPECT_TRUE(same_bits(fp32, f->tensor(key + ".deq_fp32"))) << "ATen fp32";
+    EXPECT_TRUE(same_bits(bf16, f->tensor(key + ".deq_bf16"))) << "ATen bf16";
     ++checked;
   }
   EXPECT_GE(checked, 70);

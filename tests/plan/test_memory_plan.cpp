@@ -1,7 +1,7 @@
 // The memory planner's arithmetic (plan/memory_plan.h) and the estimate-memory command: exact
 // model-state bytes, where offload and checkpointing move memory, the largest fitting
-// micro-batch, DeepSpeed's ZeRO-3 formula, the 7B Alpaca configuration, the JSON contract and
-// the errors. (Estimate vs measurement: tests/train/test_memory_measured.cpp.)
+// micro-batch, DeepSpeed's ZeRO-3 formula, the 7B Alpaca configuration, QLoRA's 4-bit base, the
+// JSON contract and the errors. (Estimate vs measurement: tests/train/test_memory_measured.cpp.)
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -137,7 +137,7 @@ TEST(MemoryPlan, DeepSpeedZero3FormulaMatchesItsDefinition) {
   EXPECT_EQ(o.deepspeed.cpu_bytes_per_node, static_cast<int64_t>(6738415616.0 * 18 * 1.5));
 }
 
-TEST(MemoryPlan, LadderHasFiveRungsAndLoraNeedsLess) {
+TEST(MemoryPlan, LadderHasSixRungsAndLoraNeedsLess) {
   plan::MemoryPlanInputs in;
   in.config = llama_7b();
   in.num_ranks = in.ranks_per_node = 2;
@@ -146,12 +146,61 @@ TEST(MemoryPlan, LadderHasFiveRungsAndLoraNeedsLess) {
   in.device_memory_bytes = 24 * kGiB;
   in.host_memory_bytes = 256 * kGiB;
   const auto rungs = plan::plan_ladder(in);
-  ASSERT_EQ(rungs.size(), 5u);
+  ASSERT_EQ(rungs.size(), 6u);
   EXPECT_FALSE(rungs[0].plan.fits());  // 7B full_shard on 2 x 24 GB: no
   EXPECT_TRUE(rungs[2].plan.fits());   // + offload + checkpointing: yes
   EXPECT_GT(rungs[2].max_micro_batch, 1);
   EXPECT_LT(rungs[3].plan.device_allocated_bytes, rungs[0].plan.device_allocated_bytes / 2);
   EXPECT_LT(rungs[4].plan.device_allocated_bytes, rungs[3].plan.device_allocated_bytes);
+  // The qlora rung: the LoRA rung on a 4-bit base (nf4, nested), the layers' base at ~4.13 bits.
+  EXPECT_EQ(rungs[5].inputs.quant4_type, "nf4");
+  EXPECT_TRUE(rungs[5].inputs.quant4_nested);
+  EXPECT_LT(rungs[5].plan.device_allocated_bytes + 4 * kGiB, rungs[3].plan.device_allocated_bytes);
+  EXPECT_TRUE(rungs[3].inputs.quant4_type.empty());
+}
+
+TEST(MemoryPlan, QloraStoresTheLayersBaseAsBitsandbytesBytesAndFits7BOn12GB) {
+  plan::MemoryPlanInputs in;
+  in.config = llama_7b();
+  in.micro_batch = 1;
+  in.seq_len = 512;
+  in.param_dtype = in.reduce_dtype = at::kBFloat16;
+  in.checkpointing = true;
+  in.lora_rank = 16;
+  in.device_memory_bytes = 12 * kGiB;
+  const auto lora = plan::plan_memory(in);
+  in.quant4_type = "nf4";
+  in.quant4_nested = true;
+  const auto q = plan::plan_memory(in);
+  // bitsandbytes' bytes of one layer: per linear the packed codes, one 8-bit absmax code per block
+  // of 64 and one fp32 scale per 256 codes (7B's shapes need no alignment); the two norms in bf16.
+  auto linear = [](int64_t n) { return n / 2 + n / 64 + 4 * ((n / 64 + 255) / 256); };
+  const int64_t layer = 4 * linear(4096 * 4096) + 3 * linear(4096 * 11008) + 2 * 4096 * 2;
+  const int64_t root = 2 * (32000 * 4096) + 2 * (32000 * 4096 + 4096);  // embed_tokens, [norm, lm_head]
+  const int64_t train = 32 * 4 * (16 * 4096);                           // q, v: A 16 x 4096, B 4096 x 16
+  EXPECT_EQ(q.units[0].frozen_shard_bytes, layer);
+  EXPECT_EQ(item(q, "master shards (fp32 adapters, 4-bit frozen layers, param_dtype root)"), 4 * train + 32 * layer + root);
+  const double bits = 8.0 * static_cast<double>(layer - 2 * 4096 * 2) / (4.0 * 4096 * 4096 + 3.0 * 4096 * 11008);
+  EXPECT_NEAR(bits, 4.127, 0.001);
+  // The same activations and gathered (dequantized, bf16) units; only the stored base shrinks.
+  EXPECT_EQ(q.activations_per_layer_bytes, lora.activations_per_layer_bytes);
+  EXPECT_EQ(q.units[0].full_bytes, lora.units[0].full_bytes);
+  EXPECT_FALSE(lora.fits());  // the bf16 base alone is 13.5 GB
+  EXPECT_TRUE(q.fits());
+  // Without nested quantization: 4.5 bits (an fp32 absmax per block of 64).
+  in.quant4_nested = false;
+  EXPECT_EQ(plan::plan_memory(in).units[0].frozen_shard_bytes,
+            (4 * 4096 * 4096 + 3 * 4096 * 11008) / 64 * 36 + 2 * 4096 * 2);
+  // At two ranks each keeps half of every padded blob.
+  in.num_ranks = in.ranks_per_node = 2;
+  EXPECT_EQ(plan::plan_memory(in).units[0].frozen_shard_bytes,
+            ((4 * 4096 * 4096 + 3 * 4096 * 11008) / 64 * 36 + 2 * 4096 * 2) / 2);
+  // A 4-bit base trains only an adapter; an unknown quant type is named.
+  in.quant4_type = "int4";
+  EXPECT_THROW(plan::plan_memory(in), alpaca::Error);
+  in.quant4_type = "nf4";
+  in.lora_rank = 0;
+  EXPECT_THROW(plan::plan_memory(in), alpaca::Error);
 }
 
 TEST(MemoryPlan, LoraStatesAreFp32AdaptersAndAParamDtypeFrozenBase) {
@@ -250,6 +299,46 @@ TEST(EstimateMemoryCommand, UsePeftEstimatesTheGivenLoraConfiguration) {
   EXPECT_NE(out.find("embed_tokens and lm_head"), std::string::npos) << out;
 }
 
+TEST(EstimateMemoryCommand, LoadIn4bitEstimatesTheQloraConfiguration) {
+  TempDir dir("estimate_qlora");
+  const nlohmann::json cfg = {{"model_type", "llama"}, {"vocab_size", 32000}, {"hidden_size", 4096},
+                              {"intermediate_size", 11008}, {"num_hidden_layers", 32},
+                              {"num_attention_heads", 32}, {"num_key_value_heads", 32}};
+  std::ofstream(dir.path() / "config.json") << cfg.dump();
+  const std::string base = train_bin() + " estimate-memory --json --model_name_or_path " + dir.path().string() +
+                           " --bf16 True --per_device_train_batch_size 1 --model_max_length 512 --fsdp 'full_shard "
+                           "auto_wrap' --gradient_checkpointing True --num_gpus 1 --gpu_memory_gb 12 --use_peft True"
+                           " --lora_r 16";
+  std::string out;
+  ASSERT_EQ(run_command(base + " --load_in_4bit True --use_bnb_nested_quant True 2>&1", &out), 0) << out;
+  const auto q = nlohmann::json::parse(out);
+  plan::MemoryPlanInputs in;
+  in.config = llama_7b();
+  in.config.vocab_size = 32001;  // + [PAD]
+  in.lora_token_rows = 1;
+  in.seq_len = 512;
+  in.param_dtype = in.reduce_dtype = at::kBFloat16;
+  in.checkpointing = true;
+  in.device_memory_bytes = 12 * kGiB;
+  in.lora_rank = 16;
+  in.quant4_type = "nf4";
+  in.quant4_nested = true;
+  EXPECT_EQ(q["device_total_bytes"].get<int64_t>(), plan::plan_memory(in).device_total_bytes);
+  EXPECT_TRUE(q["fits"].get<bool>()) << out;
+  EXPECT_EQ(q["rungs"].size(), 6u);
+  EXPECT_EQ(q["rungs"][5]["name"].get<std::string>(), "QLoRA r=16, nf4 nested (+ gradient_checkpointing)");
+  ASSERT_EQ(run_command(base + " --load_in_4bit True --bnb_4bit_quant_type fp4 2>&1", &out), 0) << out;
+  in.quant4_type = "fp4";
+  in.quant4_nested = false;
+  EXPECT_EQ(nlohmann::json::parse(out)["device_total_bytes"].get<int64_t>(), plan::plan_memory(in).device_total_bytes);
+  // Errors name the fix: a 4-bit base without --use_peft, an unknown quant type.
+  EXPECT_NE(run_command(train_bin() + " estimate-memory --model_name_or_path " + dir.path().string() +
+                            " --load_in_4bit True 2>&1", &out), 0);
+  EXPECT_NE(out.find("--use_peft"), std::string::npos) << out;
+  EXPECT_NE(run_command(base + " --load_in_4bit True --bnb_4bit_quant_type int4 2>&1", &out), 0);
+  EXPECT_NE(out.find("int4"), std::string::npos) << out;
+}
+
 TEST(EstimateMemoryCommand, JsonHasTheContractFieldsAndErrorsNameTheFix) {
   TempDir dir("estimate_cmd");
   const nlohmann::json cfg = {{"model_type", "llama"}, {"vocab_size", 32000}, {"hidden_size", 4096},
@@ -268,7 +357,7 @@ TEST(EstimateMemoryCommand, JsonHasTheContractFieldsAndErrorsNameTheFix) {
                         "deepspeed_zero3_estimate", "max_per_device_train_batch_size"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_TRUE(j["fits"].get<bool>());
-  EXPECT_EQ(j["rungs"].size(), 5u);
+  EXPECT_EQ(j["rungs"].size(), 6u);
   for (const auto& r : j["rungs"]) EXPECT_TRUE(r.contains("fits") && r.contains("max_per_device_train_batch_size"));
   // The readable table.
   ASSERT_EQ(run_command(train_bin() + " estimate-memory --model_name_or_path " + dir.path().string() +

@@ -1,7 +1,8 @@
-// The memory planner and the FSDP engine share one unit layout (fsdp::plan_units): for every model
-// type (llama untied and tied, mistral, qwen2 with its q/k/v biases), every sharding strategy, LoRA
-// on and off and the job's world size (mpirun 1, 2, 4), the planner's per-unit bytes equal what the
-// engine allocated on this rank, and its model-state items equal the engine's memory account.
+// The memory planner and the FSDP engine share one unit layout (fsdp::plan_units) and, under
+// QLoRA, one 4-bit blob layout (fsdp::quant_layout): for every model type (llama untied and tied,
+// mistral, qwen2 with its q/k/v biases), every sharding strategy, LoRA on and off, QLoRA nf4/fp4
+// nested or not, and the job's world size (mpirun 1, 2, 4), the planner's per-unit bytes equal what
+// the engine allocated on this rank, and its model-state items equal the engine's memory account.
 #include <gtest/gtest.h>
 
 #include "alpaca/dist/communicator.h"
@@ -56,6 +57,74 @@ int64_t item_bytes(const plan::MemoryPlan& p, const std::string& name) {
   return 0;
 }
 
+fsdp::FsdpPolicy policy_for(fsdp::ShardingStrategy strategy, bool lora, int world) {
+  fsdp::FsdpPolicy policy;
+  policy.strategy = strategy;
+  policy.hybrid_shard_size = std::max(1, world / 2);  // world 4: shard over 2, replicate over 2
+  policy.param_dtype = policy.reduce_dtype = lora ? at::kBFloat16 : at::kFloat;
+  return policy;
+}
+
+// The planner's inputs for `policy` on CPU ranks (LoRA r=4 when `lora`, with the [PAD] token row).
+plan::MemoryPlanInputs inputs_for(const ModelCase& mc, const fsdp::FsdpPolicy& policy, bool lora, int world) {
+  plan::MemoryPlanInputs in;
+  in.config = mc.config;
+  in.num_ranks = in.ranks_per_node = world;
+  in.gpu = false;
+  in.strategy = policy.strategy;
+  in.hybrid_shard_size = policy.hybrid_shard_size;
+  in.param_dtype = in.reduce_dtype = policy.param_dtype;
+  in.micro_batch = 1;
+  in.seq_len = 8;
+  in.quant4_type = policy.quant4_type;
+  in.quant4_nested = policy.quant4_nested;
+  if (lora) {
+    in.lora_rank = 4;
+    in.lora_modules_to_save = mc.modules_to_save;
+    in.lora_token_rows = 1;
+  }
+  return in;
+}
+
+// The trainer's model: the meta-device LLaMA, LoRA attached as trainer_lora.cpp does it.
+model::LlamaForCausalLM model_for(const ModelCase& mc, const plan::MemoryPlanInputs& in) {
+  model::LlamaForCausalLM m(mc.config, at::TensorOptions().device(at::kMeta).dtype(at::kFloat));
+  if (in.lora_rank > 0) {
+    model::LoraOptions o;
+    o.r = in.lora_rank;
+    o.dropout = in.lora_dropout;
+    o.modules_to_save = mc.modules_to_save;
+    o.trainable_token_indices = {mc.config.vocab_size - 1};
+    model::apply_lora(*m, o, 3);
+  }
+  return m;
+}
+
+// The plan's per-unit bytes against the engine's buffers, and its model-state items against the
+// engine's memory account (AdamW: two fp32 moments).
+void expect_plan_is_engine(const plan::MemoryPlan& p, const fsdp::FsdpEngine& e, const fsdp::FsdpPolicy& policy,
+                           const std::string& master, const std::string& what) {
+  ASSERT_EQ(static_cast<int>(p.units.size()), e.num_units()) << what;
+  for (int u = 0; u < e.num_units(); ++u) {
+    const fsdp::FlatParameter* t = e.trainable_flat(u);
+    const fsdp::FlatParameter* fz = e.frozen_flat(u);
+    const plan::UnitBytes& ub = p.units[static_cast<size_t>(u)];
+    EXPECT_EQ(ub.label, e.unit_plan().units[static_cast<size_t>(u)].label) << what;
+    EXPECT_EQ(ub.train_shard_bytes, t ? t->shard().nbytes() : 0) << what << " unit " << ub.label;
+    EXPECT_EQ(ub.train_shard_bytes, t ? t->grad().nbytes() : 0) << what << " unit " << ub.label;
+    EXPECT_EQ(ub.frozen_shard_bytes, e.frozen_shard_bytes(u)) << what << " unit " << ub.label;
+    EXPECT_EQ(ub.full_bytes, (t ? t->full_bytes() : 0) + (fz ? fz->full_bytes() : 0)) << what << " " << ub.label;
+    EXPECT_EQ(ub.full_grad_bytes,
+              t ? t->shard_info().padded_numel * static_cast<int64_t>(c10::elementSize(policy.reduce_dtype)) : 0)
+        << what << " unit " << ub.label;
+  }
+  optim::ShardedAdamW opt(e.optim_shards(), optim::AdamWOptions{});
+  const fsdp::MemoryAccount acc = e.memory_account(&opt);
+  EXPECT_EQ(item_bytes(p, master), acc.param_bytes + acc.frozen_bytes) << what;
+  EXPECT_EQ(item_bytes(p, "fp32 gradient shards"), acc.grad_bytes) << what;
+  EXPECT_EQ(item_bytes(p, "AdamW moment shards (exp_avg, exp_avg_sq)"), acc.optimizer_bytes) << what;
+}
+
 }  // namespace
 
 TEST(PlanMatchesEngine, PerUnitBytesEqualTheEngineForEveryModelStrategyAndLora) {
@@ -68,59 +137,46 @@ TEST(PlanMatchesEngine, PerUnitBytesEqualTheEngineForEveryModelStrategyAndLora) 
       for (bool lora : {false, true}) {
         const std::string what = mc.name + " " + fsdp::to_string(strategy) + (lora ? " LoRA" : "") + " world " +
                                  std::to_string(world);
-        fsdp::FsdpPolicy policy;
-        policy.strategy = strategy;
-        policy.hybrid_shard_size = std::max(1, world / 2);  // world 4: shard over 2, replicate over 2
-        policy.param_dtype = policy.reduce_dtype = lora ? at::kBFloat16 : at::kFloat;
-        plan::MemoryPlanInputs in;
-        in.config = mc.config;
-        in.num_ranks = in.ranks_per_node = world;
-        in.gpu = false;
-        in.strategy = strategy;
-        in.hybrid_shard_size = policy.hybrid_shard_size;
-        in.param_dtype = in.reduce_dtype = policy.param_dtype;
-        in.micro_batch = 1;
-        in.seq_len = 8;
-        // The trainer's model: the meta-device LLaMA, LoRA attached as trainer_lora.cpp does it.
-        model::LlamaForCausalLM m(mc.config, at::TensorOptions().device(at::kMeta).dtype(at::kFloat));
-        if (lora) {
-          in.lora_rank = 4;
-          in.lora_modules_to_save = mc.modules_to_save;
-          in.lora_token_rows = 1;
-          model::LoraOptions o;
-          o.r = 4;
-          o.dropout = in.lora_dropout;
-          o.modules_to_save = mc.modules_to_save;
-          o.trainable_token_indices = {mc.config.vocab_size - 1};
-          model::apply_lora(*m, o, 3);
-        }
+        const fsdp::FsdpPolicy policy = policy_for(strategy, lora, world);
+        const plan::MemoryPlanInputs in = inputs_for(mc, policy, lora, world);
         const plan::MemoryPlan p = plan::plan_memory(in);
-        auto f = fsdp::apply_fsdp(std::move(m), comm, policy);
-        const fsdp::FsdpEngine& e = f->engine();
-        ASSERT_EQ(static_cast<int>(p.units.size()), e.num_units()) << what;
-        for (int u = 0; u < e.num_units(); ++u) {
-          const fsdp::FlatParameter* t = e.trainable_flat(u);
-          const fsdp::FlatParameter* fz = e.frozen_flat(u);
-          const plan::UnitBytes& ub = p.units[static_cast<size_t>(u)];
-          EXPECT_EQ(ub.label, e.unit_plan().units[static_cast<size_t>(u)].label) << what;
-          EXPECT_EQ(ub.train_shard_bytes, t ? t->shard().nbytes() : 0) << what << " unit " << ub.label;
-          EXPECT_EQ(ub.train_shard_bytes, t ? t->grad().nbytes() : 0) << what << " unit " << ub.label;
-          EXPECT_EQ(ub.frozen_shard_bytes, fz ? fz->shard().nbytes() : 0) << what << " unit " << ub.label;
-          EXPECT_EQ(ub.full_bytes, (t ? t->full_bytes() : 0) + (fz ? fz->full_bytes() : 0)) << what << " " << ub.label;
-          EXPECT_EQ(ub.full_grad_bytes,
-                    t ? t->shard_info().padded_numel * static_cast<int64_t>(c10::elementSize(policy.reduce_dtype)) : 0)
-              << what << " unit " << ub.label;
-        }
-        // The model-state items of the plan are the engine's account (AdamW: two fp32 moments).
-        optim::ShardedAdamW opt(e.optim_shards(), optim::AdamWOptions{});
-        const fsdp::MemoryAccount acc = f->engine().memory_account(&opt);
+        auto f = fsdp::apply_fsdp(model_for(mc, in), comm, policy);
         const std::string master = lora ? "master shards (fp32 adapters, param_dtype frozen base)" : "fp32 master shards";
-        EXPECT_EQ(item_bytes(p, master), acc.param_bytes + acc.frozen_bytes) << what;
-        EXPECT_EQ(item_bytes(p, "fp32 gradient shards"), acc.grad_bytes) << what;
-        EXPECT_EQ(item_bytes(p, "AdamW moment shards (exp_avg, exp_avg_sq)"), acc.optimizer_bytes) << what;
+        expect_plan_is_engine(p, f->engine(), policy, master, what);
         ++checked;
       }
     }
   }
   EXPECT_EQ(checked, 32);
+}
+
+// QLoRA (--load_in_4bit): the planner lays each decoder layer's 4-bit blob out with the engine's own
+// function (fsdp::quant_layout), so its per-unit frozen bytes are the engine's QuantStore shards,
+// byte for byte, for nf4 and fp4, nested or not, every strategy and world size.
+TEST(PlanMatchesEngine, QloraFrozenBytesEqualTheEnginesFourBitShards) {
+  auto comm = job_comm();
+  const int world = comm->world_size();
+  using S = fsdp::ShardingStrategy;
+  int checked = 0;
+  for (const ModelCase& mc : model_cases()) {
+    for (S strategy : {S::kFullShard, S::kShardGradOp, S::kNoShard, S::kHybridShard}) {
+      for (const char* type : {"nf4", "fp4"}) {
+        for (bool nested : {false, true}) {
+          const std::string what = mc.name + " " + fsdp::to_string(strategy) + " QLoRA " + type +
+                                   (nested ? " nested" : "") + " world " + std::to_string(world);
+          fsdp::FsdpPolicy policy = policy_for(strategy, /*lora=*/true, world);
+          policy.quant4_type = type;
+          policy.quant4_nested = nested;
+          const plan::MemoryPlanInputs in = inputs_for(mc, policy, /*lora=*/true, world);
+          const plan::MemoryPlan p = plan::plan_memory(in);
+          auto f = fsdp::apply_fsdp(model_for(mc, in), comm, policy);
+          EXPECT_GT(f->engine().memory_account().quant4_params, 0) << what;
+          expect_plan_is_engine(p, f->engine(), policy,
+                                "master shards (fp32 adapters, 4-bit frozen layers, param_dtype root)", what);
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 64);
 }

@@ -34,6 +34,10 @@ namespace alpaca::dist {
 class Communicator;
 }
 
+namespace alpaca::model {
+struct Quant4Tensor;
+}
+
 namespace alpaca::fsdp {
 
 // Per-rank model-state bytes (printed at start, queried by tests).
@@ -56,6 +60,13 @@ struct MemoryAccount {
 // elements, fp32, CPU). Backed by a safetensors byte-range reader, so each rank reads only its shard.
 using ParamRangeReader = std::function<void(const std::string& name, const std::vector<int64_t>& shape,
                                             int64_t begin, int64_t end, at::Tensor out)>;
+// A frozen parameter a checkpoint stores already 4-bit (bitsandbytes' pre-quantized layout): fills
+// `out` with its packed bytes and quant_state and returns true; false when `name` is stored as plain
+// values (it is then read through the ParamRangeReader and quantized). Must fail naming the tensor
+// when what is stored disagrees with the model's `shape`. Tensors may be zero-copy views of a
+// mapping: the engine copies only this rank's bytes out of them.
+using Quant4Reader = std::function<bool(const std::string& name, const std::vector<int64_t>& shape,
+                                        model::Quant4Tensor& out)>;
 // Receives one full parameter (fp32, CPU, its original shape) under its primary HF name.
 using NamedTensorSink = std::function<void(const std::string& name, const at::Tensor& value)>;
 // Receives one optimizer state tensor: (parameter name, state key "exp_avg"/"exp_avg_sq", value).
@@ -106,8 +117,10 @@ class FsdpEngine {
   // broadcasts it. Collective.
   // `include` (empty = every parameter) picks the parameters to read; the others keep their values
   // (LoRA: the base checkpoint has no adapter tensors; an adapter file has only those).
+  // Under --load_in_4bit, `quant` (optional, present on every rank) gives the layers' frozen
+  // linears as stored 4-bit bytes: each rank copies its own shard's bytes, nothing is dequantized.
   void load_parameters(const ParamRangeReader& reader, bool rank0_only,
-                       const std::function<bool(const std::string&)>& include = {});
+                       const std::function<bool(const std::string&)>& include = {}, const Quant4Reader& quant = {});
   // Gathers every parameter one unit at a time (fp32) and hands it to `sink` on rank 0 only (all
   // ranks when all_ranks). Collective; no rank ever holds more than one unit in full.
   void export_full_state(const NamedTensorSink& sink, bool all_ranks = false);
@@ -151,6 +164,9 @@ class FsdpEngine {
   // units after the decoder layers are the root's (unit_plan().embed_unit, head_unit).
   const FlatParameter* trainable_flat(int u) const;
   const FlatParameter* frozen_flat(int u) const;
+  // Bytes this rank stores for unit u's frozen base: its param_dtype shard, or under --load_in_4bit
+  // a decoder layer's 4-bit blob shard (fsdp/quant_layout.h).
+  int64_t frozen_shard_bytes(int u) const;
 
   struct Impl;  // public so the autograd glue in the .cpp can reach it
 

@@ -2,6 +2,13 @@
 // the element ranges of its own shards from the memory-mapped safetensors files (no rank ever
 // materialises the whole model); with rank0_only (HF sync_module_states / cpu_ram_efficient_loading)
 // rank 0 reads one unit at a time and broadcasts it.
+//
+// A pre-quantized bitsandbytes 4-bit checkpoint (`*-bnb-4bit`: quantization_config in config.json,
+// packed uint8 linears with .absmax, .quant_map, .nested_absmax, .nested_quant_map and
+// .quant_state.bitsandbytes__nf4|fp4) loads into a --load_in_4bit run's 4-bit store as bytes: every
+// rank copies its own shard's bytes out of the mapping, nothing is dequantized or re-quantized. The
+// run's --bnb_4bit_quant_type / --use_bnb_nested_quant must be the checkpoint's, and each
+// quant_state must agree with the model's shape and the stored tensors (errors name the tensor).
 #pragma once
 
 #include "alpaca/fsdp/engine.h"

@@ -26,6 +26,8 @@ struct LoadOptions {
 // Fills every parameter of `m` from the checkpoint in `dir`, one tensor at a time (converting
 // dtype and device as needed, releasing each mapped tensor once copied, so the process never
 // holds two copies of the weights). Errors name the tensor and file: missing tensor, wrong shape.
+// A bitsandbytes 4-bit weight (a `*-bnb-4bit` directory, io/bnb4bit.h) is dequantized into the
+// parameter's dtype, bitwise bitsandbytes' dequantize_4bit (the values its Linear4bit multiplies by).
 void load_hf_weights(model::LlamaForCausalLM& m, const std::string& dir, const LoadOptions& opts = {});
 
 // Reads `dir`/config.json, builds the model uninitialised with `options` (dtype, device) and

@@ -72,6 +72,14 @@ at::Tensor dequantize_4bit(const at::Tensor& packed, const Quant4State& state, a
 void dequantize_4bit_into(const uint8_t* packed, const float* absmax, int64_t numel, int64_t blocksize,
                           Quant4Type type, at::Tensor& out_flat);
 
+// The same values from ATen ops, for `packed` (uint8) and `absmax` (fp32 (blocks,)) on any device
+// (the FSDP engine's GPU path): code[q] * absmax[block] in fp32, rounded once into out_flat's
+// dtype; `chunk` values at a time (a multiple of blocksize and of 2), so the temporaries (the
+// codes as int64, the repeated scales, the fp32 product) stay about 17 bytes x chunk.
+constexpr int64_t kQuant4DequantChunk = int64_t{1} << 20;
+void dequantize_4bit_aten(const at::Tensor& packed, const at::Tensor& absmax, int64_t numel, int64_t blocksize,
+                          Quant4Type type, at::Tensor out_flat, int64_t chunk = kQuant4DequantChunk);
+
 // bitsandbytes' 8-bit blockwise quantization on the CPU (quantize_blockwise with the signed
 // dynamic map) and its inverse, for fp32 input: (codes uint8 like x, absmax (ceil(n / blocksize),)).
 std::pair<at::Tensor, at::Tensor> quantize_blockwise_8bit(const at::Tensor& x, int64_t blocksize);

@@ -59,6 +59,12 @@ struct MemoryPlanInputs {
   // modules_to_save trains them as a peft trainable-token delta (k x D, in the root unit; a tied
   // table has one shared delta).
   int64_t lora_token_rows = 0;
+  // QLoRA (--load_in_4bit, LoRA only): the decoder layers' frozen base held 4-bit exactly as the
+  // engine holds it (fsdp/quant_layout.h: packed bytes + absmax (+ nested scales) + the norms in
+  // param_dtype, per shard), gathered as bytes and dequantized into the same param_dtype buffers.
+  // "" = off, "nf4" or "fp4"; quant4_nested = bnb_4bit_use_double_quant.
+  std::string quant4_type;
+  bool quant4_nested = false;
   int64_t device_memory_bytes = 0;  // 0: unknown (fits is then not judged for the device)
   int64_t host_memory_bytes = 0;    // per node; 0: unknown
 };
@@ -80,7 +86,7 @@ struct DeepSpeedEstimate {  // deepspeed.runtime.zero.stage3.estimate_zero3_mode
 struct UnitBytes {
   std::string label;             // "layer 0", ..., "embed_tokens", "norm+lm_head" (or "root")
   int64_t train_shard_bytes = 0;   // fp32 master shard (its gradient shard is as large)
-  int64_t frozen_shard_bytes = 0;  // frozen shard in param_dtype
+  int64_t frozen_shard_bytes = 0;  // frozen shard in param_dtype (a layer's 4-bit blob shard under QLoRA)
   int64_t full_bytes = 0;          // gathered buffers in param_dtype
   int64_t full_grad_bytes = 0;     // full gradient in reduce_dtype
 };
@@ -121,8 +127,10 @@ struct LadderRung {
 };
 
 // The OOM ladder from the given configuration: full_shard; + offload; + gradient_checkpointing;
-// LoRA r=16; LoRA + offload (the LoRA rungs: peft's defaults, q_proj v_proj, dropout 0.05, with
-// gradient checkpointing; the full rungs train every parameter, whatever the given --use_peft).
+// LoRA r=16; LoRA + offload; QLoRA r=16 (the LoRA rungs: peft's defaults, q_proj v_proj, dropout
+// 0.05, with gradient checkpointing; the QLoRA rung the same on an nf4 base with nested
+// quantization, QLoRA's recipe; the full rungs train every parameter, whatever the given
+// --use_peft / --load_in_4bit).
 std::vector<LadderRung> plan_ladder(const MemoryPlanInputs& base);
 
 // A JSON object with device_total_bytes, host_total_bytes, fits, breakdown, ... for one plan.
