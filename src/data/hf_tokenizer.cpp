@@ -1437,7 +1437,7 @@ bool HfTokenizer::is_special(int64_t id) const {
 
 const std::vector<AddedToken>& HfTokenizer::added_tokens() const { return impl_->added; }
 
-int64_t HfTokenizer::add_token(const std::string& content, bool special) {
+int64_t HfTokenizer::add_token(const std::string& content, bool special, bool lstrip) {
   ALPACA_CHECK(!content.empty(), "cannot add an empty token to the tokenizer");
   auto it = impl_->added_index.find(content);
   if (it != impl_->added_index.end()) {
@@ -1453,6 +1453,7 @@ int64_t HfTokenizer::add_token(const std::string& content, bool special) {
   t.content = content;
   t.special = special;
   t.normalized = !special;
+  t.lstrip = lstrip;
   t.id = impl_->model.lookup(content).value_or(impl_->size());
   impl_->added.push_back(t);
   impl_->rebuild();
