@@ -356,21 +356,14 @@ struct Tokenizer::Impl {
     return out;
   }
 
-  // TokenizersBackend.__init__: add_bos_token / add_eos_token in tokenizer_config.json (default
-  // false), or a file without a post-processor, make the template "<bos> $A <eos>" from the flags.
-  void update_post_processor(const json& config) {
-    const json own = detail::class_post_processor(cls, config, {bos_token, eos_token, unk_token, sep_token, cls_token},
-                                                  [&](const std::string& t) { return lookup(t); });
-    if (!own.is_null()) return hf->set_post_processor(own);
-    const bool has_bos_flag = config.contains("add_bos_token"), has_eos_flag = config.contains("add_eos_token");
-    const json& doc_pp = hf_post_processor_json();
-    if (!has_bos_flag && !has_eos_flag && !doc_pp.is_null()) return;
-    auto on = [&](const char* key) { return config.contains(key) && config[key].is_boolean() && config[key].get<bool>(); };
-    std::string bos = on("add_bos_token") ? bos_token : "", eos = on("add_eos_token") ? eos_token : "";
-    std::optional<int64_t> bos_id = bos.empty() ? std::nullopt : lookup(bos), eos_id = eos.empty() ? std::nullopt : lookup(eos);
-    if (!bos_id) bos.clear();
-    if (!eos_id) eos.clear();
-    hf->set_post_processor(detail::template_post_processor(bos, bos_id.value_or(0), eos, eos_id.value_or(0)));
+  // The post-processor TokenizersBackend.__init__ and the class's own __init__ leave (see
+  // class_post_processor). from_pretrained drops add_bos_token / add_eos_token from
+  // tokenizer_config.json whenever there is a tokenizer.json, so the config's flags do not count.
+  void update_post_processor() {
+    const json pp = detail::class_post_processor(cls, !hf_post_processor_json().is_null(),
+                                                 {bos_token, eos_token, unk_token, sep_token, cls_token},
+                                                 [&](const std::string& t) { return lookup(t); });
+    if (!pp.is_null()) hf->set_post_processor(pp);
   }
 
   const json& hf_post_processor_json() const {
@@ -564,7 +557,7 @@ Tokenizer Tokenizer::load(const std::string& dir_or_file, bool use_fast) {
   }
   if (impl->hf) {
     impl->register_special_tokens();
-    impl->update_post_processor(config);
+    impl->update_post_processor();
     return Tokenizer(std::move(impl));
   }
   if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean())

@@ -321,14 +321,13 @@ void build_gpt_neox(json& doc, const json& config, const std::string& file, Toke
   info->post = PostProcessorRule::kUpdate;
 }
 
-// models/cohere/tokenization_cohere.py: NFC, single digits then ByteLevel; the decoder's
-// add_prefix_space follows the flag.
+// models/cohere/tokenization_cohere.py: NFC, single digits then ByteLevel.
 void build_cohere(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
   const bool aps = flag(config, "add_prefix_space").value_or(false);
   set_bpe(doc, file, kByteLevelBpe);
   set_pipeline(doc, {{"type", "NFC"}},
                sequence("pretokenizers", json::array({{{"type", "Digits"}, {"individual_digits", true}}, byte_level(aps)})),
-               byte_level(aps));
+               byte_level(true));  // decoders.ByteLevel(add_prefix_space=...) is serialized with true
   info->unk = "<UNK>", info->bos = "<BOS_TOKEN>", info->eos = "<|END_OF_TURN_TOKEN|>", info->pad = "<PAD>";
   info->cls = "<CLS>", info->sep = "<SEP>", info->mask = "<MASK_TOKEN>";
 }
@@ -370,7 +369,14 @@ void build_roberta(json& doc, const json& config, const std::string& file, Token
 
 void build_luke(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
   build_roberta(doc, config, file, info);
-  info->extra_specials = {role_kwarg(config, "entity_token_1", "<ent>"), role_kwarg(config, "entity_token_2", "<ent2>")};
+  // The entity tokens become extra special tokens, and so (as every "*_token" kwarg) do the
+  // entity vocabulary's [UNK] [PAD] [MASK] [MASK2].
+  for (const auto& [key, fallback] : std::vector<std::pair<const char*, const char*>>{
+           {"entity_token_1", "<ent>"}, {"entity_token_2", "<ent2>"}, {"entity_unk_token", "[UNK]"},
+           {"entity_pad_token", "[PAD]"}, {"entity_mask_token", "[MASK]"}, {"entity_mask2_token", "[MASK2]"}}) {
+    const std::string t = role_kwarg(config, key, fallback);
+    if (!t.empty()) info->extra_specials.push_back(t);
+  }
 }
 
 // models/blenderbot/tokenization_blenderbot.py: ByteLevel with add_prefix_space default true,
@@ -567,12 +573,11 @@ json template_post_processor(const std::string& bos, int64_t bos_id, const std::
   return make_template(prefix, suffix, false);
 }
 
-json class_post_processor(const TokenizerClassInfo& info, const json& config, const ClassRoles& roles,
+json class_post_processor(const TokenizerClassInfo& info, bool file_has_one, const ClassRoles& roles,
                           const std::function<std::optional<int64_t>(const std::string&)>& lookup) {
-  if (info.post == PostProcessorRule::kFile) return nullptr;
-  if (info.post == PostProcessorRule::kUpdate) {
-    std::string bos = flag(config, "add_bos_token").value_or(info.add_bos) ? roles.bos : "";
-    std::string eos = flag(config, "add_eos_token").value_or(info.add_eos) ? roles.eos : "";
+  if (info.post == PostProcessorRule::kFile && file_has_one) return nullptr;
+  if (info.post != PostProcessorRule::kTemplate) {  // update_post_processor with the class's flags
+    const std::string bos = info.add_bos ? roles.bos : "", eos = info.add_eos ? roles.eos : "";
     const auto bos_id = bos.empty() ? std::nullopt : lookup(bos), eos_id = eos.empty() ? std::nullopt : lookup(eos);
     return template_post_processor(bos_id ? bos : "", bos_id.value_or(0), eos_id ? eos : "", eos_id.value_or(0));
   }

@@ -21,11 +21,12 @@
 namespace alpaca::data::detail {
 
 // How the class's __init__ leaves the post-processor (the BOS/EOS a call with
-// add_special_tokens=True adds).
+// add_special_tokens=True adds). from_pretrained drops add_bos_token / add_eos_token from
+// tokenizer_config.json whenever a tokenizer.json is present, so only the class's own count.
 enum class PostProcessorRule {
-  kFile,      // TokenizersBackend's rule: the file's, or update_post_processor when
-              // tokenizer_config.json names add_bos_token / add_eos_token or the file has none
-  kUpdate,    // update_post_processor always, the flags defaulting to add_bos / add_eos below
+  kFile,      // TokenizersBackend's rule: the file's; a file without one gets update_post_processor's
+              // template from the class's flags (TokenizersBackend: none, "$A")
+  kUpdate,    // update_post_processor always (the class passes add_bos_token / add_eos_token itself)
   kTemplate,  // a fixed "<prefix...> $A <suffix...>" (RobertaProcessing, Whisper's prefix tokens)
 };
 
@@ -37,7 +38,7 @@ struct TokenizerClassInfo {
   bool mask_lstrip = false;                 // the mask token is AddedToken(lstrip=True)
   std::vector<std::string> extra_specials;  // extra special tokens the class always adds
   PostProcessorRule post = PostProcessorRule::kFile;
-  bool add_bos = false, add_eos = false;    // kUpdate: the flags' defaults
+  bool add_bos = false, add_eos = false;    // update_post_processor's flags (CodeLlama: add_bos)
   // kTemplate: tokens before / after $A; "@cls", "@sep", "@bos", "@eos" name a role, anything
   // else is a token looked up by content (the unk id when absent, as convert_tokens_to_ids).
   std::vector<std::string> prefix, suffix;
@@ -50,10 +51,9 @@ struct ClassRoles {
   std::string bos, eos, unk, sep, cls;
 };
 
-// The post-processor the class sets (kUpdate, kTemplate), or null for kFile. `config` gives
-// add_bos_token / add_eos_token. `lookup` maps a token to its id.
-nlohmann::json class_post_processor(const TokenizerClassInfo& info, const nlohmann::json& config,
-                                    const ClassRoles& roles,
+// The post-processor to run, or null to keep the file's: kFile with `file_has_one`. `lookup` maps
+// a token to its id.
+nlohmann::json class_post_processor(const TokenizerClassInfo& info, bool file_has_one, const ClassRoles& roles,
                                     const std::function<std::optional<int64_t>(const std::string&)>& lookup);
 
 // `config`: tokenizer_config.json (or {}); `model_config`: config.json beside it (or {});
