@@ -2,10 +2,11 @@
 // and run with the library's semantics, for the components LLaMA-family checkpoints use:
 //   model          BPE (merge ranks, byte_fallback, ignore_merges, unk_token, fuse_unk,
 //                  continuing_subword_prefix, end_of_word_suffix)
-//   normalizer     Sequence, Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase, Strip
-//   pre_tokenizer  ByteLevel (with and without its regex), Split, Metaspace, Digits, Sequence
-//   post_processor TemplateProcessing, ByteLevel, Sequence
-//   decoder        ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, Sequence
+//   normalizer     Sequence, Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase, Strip, BertNormalizer
+//   pre_tokenizer  ByteLevel (with and without its regex), Split, Metaspace, Digits, BertPreTokenizer,
+//                  Sequence
+//   post_processor TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel, Sequence
+//   decoder        ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, BPEDecoder, Sequence
 //   added_tokens   special, normalized, lstrip, rstrip, single_word
 // Anything else is an error naming the component and the file. Regexes run on PCRE2 (UTF + UCP),
 // Unicode normalization on utf8proc; both stay inside hf_tokenizer.cpp.

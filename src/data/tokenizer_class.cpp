@@ -429,6 +429,33 @@ void build_clip(json& doc, const json& config, const std::string& file, Tokenize
   info->decode_suffix = "</w>";
 }
 
+json bert_normalizer(bool lowercase, json strip_accents) {
+  return {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
+          {"strip_accents", std::move(strip_accents)}, {"lowercase", lowercase}};
+}
+
+// models/openai/tokenization_openai.py: BertNormalizer(lowercase), BertPreTokenizer, "</w>"
+// word suffix with the unk, BPEDecoder; only an unk role.
+void build_openai_gpt(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_bpe(doc, file, {role_kwarg(config, "unk_token", "<unk>"), false, false, std::string(), std::string("</w>")});
+  set_pipeline(doc, bert_normalizer(true, nullptr), {{"type", "BertPreTokenizer"}},
+               {{"type", "BPEDecoder"}, {"suffix", "</w>"}});
+  info->unk = "<unk>";
+}
+
+// models/herbert/tokenization_herbert.py: BertNormalizer without lowercasing or accent
+// stripping, BertPreTokenizer, "</w>" suffix (no prefix), BPEDecoder, and a BertProcessing
+// with the fixed ids cls 0 and sep 2 whatever the vocabulary says.
+void build_herbert(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_bpe(doc, file, {role_kwarg(config, "unk_token", "<unk>"), false, false, std::nullopt, std::string("</w>")});
+  set_pipeline(doc, bert_normalizer(false, false), {{"type", "BertPreTokenizer"}},
+               {{"type", "BPEDecoder"}, {"suffix", "</w>"}});
+  info->cls = "<s>", info->unk = "<unk>", info->pad = "<pad>", info->mask = "<mask>", info->sep = "</s>";
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@cls#0"}, info->suffix = {"@sep#2"};
+  info->pair_doubles_suffix = false;
+}
+
 using Builder = void (*)(json&, const json&, const std::string&, TokenizerClassInfo*);
 
 // The reimplemented classes (by the class AutoTokenizer instantiates).
@@ -453,6 +480,8 @@ const std::map<std::string, Builder>& builders() {
       {"DebertaTokenizer", build_deberta},
       {"WhisperTokenizer", build_whisper},
       {"CLIPTokenizer", build_clip},
+      {"OpenAIGPTTokenizer", build_openai_gpt},
+      {"HerbertTokenizer", build_herbert},
   };
   return m;
 }
@@ -466,8 +495,6 @@ std::string unsupported_reason(const std::string& cls) {
       "PegasusTokenizer", "RemBertTokenizer", "T5Tokenizer", "UdopTokenizer", "VideoPrismTokenizer",
       "XGLMTokenizer", "XLMRobertaTokenizer", "XLNetTokenizer"};
   static const std::map<std::string, std::string> kBpe = {
-      {"OpenAIGPTTokenizer", "a BertNormalizer, BertPreTokenizer and BPEDecoder"},
-      {"HerbertTokenizer", "a BertNormalizer, BertPreTokenizer, BPEDecoder and BertProcessing"},
       {"NllbTokenizer", "a Precompiled (SentencePiece charsmap) normalizer and source-language prefix tokens"},
       {"ReformerTokenizer", "a Precompiled (SentencePiece charsmap) normalizer"},
       {"Tipsv2Tokenizer", "a Precompiled (SentencePiece charsmap) normalizer and a WhitespaceSplit pre-tokenizer"},
@@ -584,10 +611,13 @@ json class_post_processor(const TokenizerClassInfo& info, bool file_has_one, con
   // kTemplate: a role, or a token by content (convert_tokens_to_ids: the unk's id when absent).
   auto resolve = [&](const std::vector<std::string>& names) {
     std::vector<Tok> out;
-    for (const std::string& n : names) {
+    for (const std::string& item : names) {
+      const size_t hash = item.find('#');  // "@role#id": the role's token with a fixed id (Herbert)
+      const std::string n = item.substr(0, hash);
       const std::string token = n == "@cls" ? roles.cls : n == "@sep" ? roles.sep : n == "@bos" ? roles.bos
                                 : n == "@eos" ? roles.eos : n;
       std::optional<int64_t> id = token.empty() ? std::nullopt : lookup(token);
+      if (hash != std::string::npos) id = std::stoll(item.substr(hash + 1));
       std::string content = token;
       if (!id && !roles.unk.empty() && (id = lookup(roles.unk))) content = roles.unk;
       ALPACA_CHECK(id, "the " << info.name << " post-processor needs the token \"" << token

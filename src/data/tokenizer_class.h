@@ -39,8 +39,9 @@ struct TokenizerClassInfo {
   std::vector<std::string> extra_specials;  // extra special tokens the class always adds
   PostProcessorRule post = PostProcessorRule::kFile;
   bool add_bos = false, add_eos = false;    // update_post_processor's flags (CodeLlama: add_bos)
-  // kTemplate: tokens before / after $A; "@cls", "@sep", "@bos", "@eos" name a role, anything
-  // else is a token looked up by content (the unk id when absent, as convert_tokens_to_ids).
+  // kTemplate: tokens before / after $A; "@cls", "@sep", "@bos", "@eos" name a role ("@cls#0":
+  // with that fixed id), anything else is a token looked up by content (the unk id when absent,
+  // as convert_tokens_to_ids).
   std::vector<std::string> prefix, suffix;
   bool pair_doubles_suffix = false;         // kTemplate pair: "A sep sep B sep" (RobertaProcessing)
   std::string decode_suffix;                // CLIP: decode() replaces it by " " and strips
