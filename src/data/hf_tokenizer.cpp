@@ -636,7 +636,7 @@ PrependScheme parse_prepend_scheme(const json& j, const Ctx& ctx, const std::str
 }
 
 struct PreTokenizer {
-  enum Kind { kSequence, kByteLevel, kSplit, kMetaspace, kDigits, kBert } kind;
+  enum Kind { kSequence, kByteLevel, kSplit, kMetaspace, kDigits, kBert, kWhitespaceSplit } kind;
   std::vector<PreTokenizer> children;
   bool add_prefix_space = false, use_regex = true;  // ByteLevel
   Pattern pattern;                                  // Split; Digits (\p{N} or \p{N}+)
@@ -680,7 +680,8 @@ struct PreTokenizer {
         });
         break;
       case kBert:  // whitespace removed, then each punctuation character isolated
-        split_pieces(pieces, [&](Piece& p, std::vector<Piece>& sub) { split_bert(p, sub); });
+      case kWhitespaceSplit:  // whitespace removed
+        split_pieces(pieces, [&](Piece& p, std::vector<Piece>& sub) { split_bert(p, sub, kind == kBert); });
         break;
       case kMetaspace: {
         Pattern space{" ", nullptr};
@@ -705,7 +706,7 @@ struct PreTokenizer {
 
   // BertPreTokenizer on one piece: split at White_Space (removed) and at punctuation (ASCII
   // punctuation and Unicode P*, each character its own piece).
-  static void split_bert(const Piece& p, std::vector<Piece>& sub) {
+  static void split_bert(const Piece& p, std::vector<Piece>& sub, bool punctuation) {
     const std::string& s = p.s;
     size_t start = 0;
     auto flush = [&](size_t end) {
@@ -719,8 +720,8 @@ struct PreTokenizer {
         continue;
       }
       const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-      const bool punct = (c < 0x80 && std::ispunct(static_cast<int>(c))) ||
-                         (cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO);
+      const bool punct = punctuation && ((c < 0x80 && std::ispunct(static_cast<int>(c))) ||
+                         (cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO));
       if (punct) {
         flush(i);
         sub.push_back(Piece{s.substr(i, len), -1, p.at_origin && i == 0});
@@ -772,10 +773,12 @@ struct PreTokenizer {
       p.behavior = Behavior::kIsolated;
     } else if (t == "BertPreTokenizer") {
       p.kind = kBert;
+    } else if (t == "WhitespaceSplit") {
+      p.kind = kWhitespaceSplit;
     } else {
       ctx.fail(where, "pre-tokenizer type \"" + t +
                           "\" is not supported (supported: ByteLevel, Split, Metaspace, Digits, "
-                          "BertPreTokenizer, Sequence)");
+                          "BertPreTokenizer, WhitespaceSplit, Sequence)");
     }
     return p;
   }

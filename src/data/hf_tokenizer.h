@@ -4,7 +4,7 @@
 //                  continuing_subword_prefix, end_of_word_suffix)
 //   normalizer     Sequence, Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase, Strip, BertNormalizer
 //   pre_tokenizer  ByteLevel (with and without its regex), Split, Metaspace, Digits, BertPreTokenizer,
-//                  Sequence
+//                  WhitespaceSplit, Sequence
 //   post_processor TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel, Sequence
 //   decoder        ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, BPEDecoder, Sequence
 //   added_tokens   special, normalized, lstrip, rstrip, single_word

@@ -178,18 +178,21 @@ std::optional<bool> flag(const json& config, const char* key) {
   return config.at(key).get<bool>();
 }
 
-bool has_byte_level(const json& component) {
+// Whether `component` (a normalizer, pre-tokenizer, ...) is or contains one of type `type`.
+bool has_type(const json& component, const char* type) {
   if (component.is_object()) {
-    if (json_string_or(component, "type", "") == "ByteLevel") return true;
+    if (json_string_or(component, "type", "") == type) return true;
     for (const auto& [k, v] : component.items())
       if (v.is_array() || v.is_object())
-        if (has_byte_level(v)) return true;
+        if (has_type(v, type)) return true;
   } else if (component.is_array()) {
     for (const auto& v : component)
-      if (has_byte_level(v)) return true;
+      if (has_type(v, type)) return true;
   }
   return false;
 }
+
+bool has_byte_level(const json& component) { return has_type(component, "ByteLevel"); }
 
 // A special-token kwarg of the class as tokenizer_config.json gives it: a string or an AddedToken
 // object's content; absent -> `fallback`; null -> "" (None).
@@ -456,6 +459,40 @@ void build_herbert(json& doc, const json& config, const std::string& file, Token
   info->pair_doubles_suffix = false;
 }
 
+// A SentencePiece charsmap in the file's normalizer: the class would put a Precompiled
+// normalizer in its pipeline, which the engine does not run.
+void refuse_precompiled(const json& doc, const std::string& cls, const std::string& file) {
+  ALPACA_CHECK(!has_type(doc.value("normalizer", json()), "Precompiled"),
+               file << ": " << cls << " keeps the file's Precompiled (SentencePiece charsmap) normalizer, which is "
+                    << "not reimplemented here; set \"tokenizer_class\": \"PreTrainedTokenizerFast\" in "
+                    << "tokenizer_config.json if the file's own pipeline is the one you want");
+}
+
+json metaspace_always() {
+  return {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}, {"split", true}};
+}
+
+// models/reformer/tokenization_reformer.py: no normalizer (without a charsmap), Metaspace
+// "always" (split) both ways, fuse_unk BPE with the unk.
+void build_reformer(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  refuse_precompiled(doc, "ReformerTokenizer", file);
+  set_bpe(doc, file, {role_kwarg(config, "unk_token", "<unk>"), true, false, std::nullopt, std::nullopt});
+  set_pipeline(doc, nullptr, metaspace_always(), metaspace_always());
+  info->eos = "</s>", info->unk = "<unk>";
+}
+
+// models/tipsv2/tokenization_tipsv2.py: Lowercase (do_lower_case, default true), WhitespaceSplit
+// then Metaspace "always", byte_fallback BPE without an unk; pad <pad>, no bos/eos.
+void build_tipsv2(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  refuse_precompiled(doc, "Tipsv2Tokenizer", file);
+  set_bpe(doc, file, {std::nullopt, true, true, std::nullopt, std::nullopt});
+  json lower = flag(config, "do_lower_case").value_or(true) ? json::array({{{"type", "Lowercase"}}}) : json::array();
+  set_pipeline(doc, sequence("normalizers", lower),
+               sequence("pretokenizers", json::array({{{"type", "WhitespaceSplit"}}, metaspace_always()})),
+               sequence("decoders", json::array({metaspace_always(), {{"type", "ByteFallback"}}, {{"type", "Fuse"}}})));
+  info->unk = "<unk>", info->pad = "<pad>", info->bos = "", info->eos = "";
+}
+
 using Builder = void (*)(json&, const json&, const std::string&, TokenizerClassInfo*);
 
 // The reimplemented classes (by the class AutoTokenizer instantiates).
@@ -482,6 +519,8 @@ const std::map<std::string, Builder>& builders() {
       {"CLIPTokenizer", build_clip},
       {"OpenAIGPTTokenizer", build_openai_gpt},
       {"HerbertTokenizer", build_herbert},
+      {"ReformerTokenizer", build_reformer},
+      {"Tipsv2Tokenizer", build_tipsv2},
   };
   return m;
 }
@@ -496,8 +535,6 @@ std::string unsupported_reason(const std::string& cls) {
       "XGLMTokenizer", "XLMRobertaTokenizer", "XLNetTokenizer"};
   static const std::map<std::string, std::string> kBpe = {
       {"NllbTokenizer", "a Precompiled (SentencePiece charsmap) normalizer and source-language prefix tokens"},
-      {"ReformerTokenizer", "a Precompiled (SentencePiece charsmap) normalizer"},
-      {"Tipsv2Tokenizer", "a Precompiled (SentencePiece charsmap) normalizer and a WhitespaceSplit pre-tokenizer"},
       {"SeamlessM4TTokenizer", "source/target-language prefix tokens"},
       {"NougatTokenizer", "padding every sequence to 4096 tokens"},
       {"EsmcTokenizer", "a vocabulary of its own (the file's is not used)"},
