@@ -493,6 +493,22 @@ void build_tipsv2(json& doc, const json& config, const std::string& file, Tokeni
   info->unk = "<unk>", info->pad = "<pad>", info->bos = "", info->eos = "";
 }
 
+// models/nougat/tokenization_nougat.py: NFKC; its splits (the bracket/punctuation "pattern" is
+// passed as a plain string, so it is a literal that never matches), single digits, "\n",
+// ByteLevel; "<s> $A </s>" set after __init__. (Its backend padding to 4096 is reset by every
+// call that does not ask for padding.)
+void build_nougat(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_bpe(doc, file, kByteLevelBpe);
+  const json splits = json::array(
+      {split({{"String", "SPL1T-TH1S-Pl3A5E"}}, "Removed", false), {{"type", "Digits"}, {"individual_digits", true}},
+       split({{"String", R"([\(\)\[\]\{\}]|([!\"#\$%\&'\*\+,\-\./:;<=>\?\\\^_`\|\~])\1*)"}}, "Isolated", false),
+       split({{"String", "\n"}}, "Isolated", false), byte_level(false)});
+  set_pipeline(doc, {{"type", "NFKC"}}, sequence("pretokenizers", splits), byte_level(true));
+  info->unk = "<unk>", info->bos = "<s>", info->eos = "</s>", info->pad = "<pad>";
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@bos"}, info->suffix = {"@eos"};
+}
+
 using Builder = void (*)(json&, const json&, const std::string&, TokenizerClassInfo*);
 
 // The reimplemented classes (by the class AutoTokenizer instantiates).
@@ -521,6 +537,7 @@ const std::map<std::string, Builder>& builders() {
       {"HerbertTokenizer", build_herbert},
       {"ReformerTokenizer", build_reformer},
       {"Tipsv2Tokenizer", build_tipsv2},
+      {"NougatTokenizer", build_nougat},
   };
   return m;
 }
@@ -536,7 +553,6 @@ std::string unsupported_reason(const std::string& cls) {
   static const std::map<std::string, std::string> kBpe = {
       {"NllbTokenizer", "a Precompiled (SentencePiece charsmap) normalizer and source-language prefix tokens"},
       {"SeamlessM4TTokenizer", "source/target-language prefix tokens"},
-      {"NougatTokenizer", "padding every sequence to 4096 tokens"},
       {"EsmcTokenizer", "a vocabulary of its own (the file's is not used)"},
       {"LayoutLMv3Tokenizer", "word boxes (bbox) in every call"},
       {"MarkupLMTokenizer", "XPath inputs in every call"}};

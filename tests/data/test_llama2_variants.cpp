@@ -178,7 +178,7 @@ TEST(Llama2Variants, ClassTableAndPipelinesMatchTransformers) {
       "LlamaTokenizer",   "CodeLlamaTokenizer", "GemmaTokenizer",      "Siglip2Tokenizer", "GPT2Tokenizer",
       "CodeGenTokenizer", "GPTNeoXTokenizer",   "CohereTokenizer",     "Qwen2Tokenizer",   "Qwen3_5Tokenizer",
       "RobertaTokenizer", "LukeTokenizer",      "BlenderbotTokenizer", "DebertaTokenizer", "WhisperTokenizer",
-      "CLIPTokenizer", "OpenAIGPTTokenizer", "HerbertTokenizer", "ReformerTokenizer", "Tipsv2Tokenizer"};
+      "CLIPTokenizer", "OpenAIGPTTokenizer", "HerbertTokenizer", "ReformerTokenizer", "Tipsv2Tokenizer", "NougatTokenizer"};
   for (const auto& [name, cls] : classes["rebuilt"].items()) {
     fs::path d = tiny_dir(tmp.path(), name, {{"tokenizer_class", name + "Fast"}});
     if (supported.count(cls.get<std::string>())) {

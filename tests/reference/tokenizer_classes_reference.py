@@ -61,6 +61,7 @@ CASES = [
     ("whisper", SM, {"tokenizer_class": "WhisperTokenizer"}),
     ("whisper_timestamps", SM, {"tokenizer_class": "WhisperTokenizerFast", "predict_timestamps": True}),
     ("clip", SM, {"tokenizer_class": "CLIPTokenizer"}),
+    ("nougat", SM, {"tokenizer_class": "NougatTokenizer"}),
     # Their "<unk>" is not in SmolLM2's vocabulary (AutoTokenizer then fails on any unknown word).
     ("openai_gpt", SM, {"tokenizer_class": "OpenAIGPTTokenizer", "unk_token": "<|endoftext|>"}),
     ("herbert", SM, {"tokenizer_class": "HerbertTokenizer", "unk_token": "<|endoftext|>"}),
