@@ -61,7 +61,9 @@ void expect_roles(const Tokenizer& tok, const json& roles) {
   }
   EXPECT_EQ(tok.pad_id(), id_of(roles["pad"]));
   for (const char* r : {"sep", "cls", "mask", "unk"})
-    if (!roles[r][0].is_null()) EXPECT_EQ(tok.token_to_id(roles[r][0].get<std::string>()), id_of(roles[r])) << r;
+    if (!roles[r][0].is_null()) {
+      EXPECT_EQ(tok.token_to_id(roles[r][0].get<std::string>()), id_of(roles[r])) << r;
+    }
 }
 
 // Counts the texts whose ids or decodes differ from the reference, reporting the first few.
