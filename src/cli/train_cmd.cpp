@@ -9,6 +9,7 @@
 #include "alpaca/cli/commands.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/data/conversation.h"
+#include "alpaca/data/tokenizer.h"
 #include "alpaca/dist/launch.h"
 #include "alpaca/train/run.h"
 #include "alpaca/util/error.h"
@@ -81,6 +82,13 @@ int run_train(const std::vector<std::string>& argv) {
                                     std::pair<std::string, std::string>{"--eval_data_path", args.eval_data_path}})
     if (!paths.empty())
       data::require_alpaca_rows(data::peek_dataset_formats(paths, data::parse_dataset_format(args.dataset_format)), flag);
+  // The tokenizer self-check (issue 26: an EOS that splits), before output_dir is written; the
+  // trainer loads the same files the same way.
+  {
+    data::Tokenizer tok = data::Tokenizer::load(args.model_name_or_path, args.use_fast_tokenizer);
+    tok.add_missing_special_tokens();
+    tok.check_special_tokens();
+  }
   if (rank <= 0) {
     write_args_json(args);
     ALPACA_INFO("wrote " << (fs::path(args.output_dir) / "training_args.json").string());

@@ -318,11 +318,13 @@ class Ctx {
 // ---------------------------------------------------------------- normalizers
 
 struct Normalizer {
-  enum Kind { kSequence, kPrepend, kReplace, kNFC, kNFKC, kNFD, kNFKD, kLowercase, kStrip } kind;
+  enum Kind { kSequence, kPrepend, kReplace, kNFC, kNFKC, kNFD, kNFKD, kLowercase, kStrip, kBert } kind;
   std::vector<Normalizer> children;
   std::string text;  // Prepend: prepend; Replace: content
   Pattern pattern;
   bool left = false, right = false;
+  // BertNormalizer
+  bool clean_text = true, chinese_chars = true, strip_accents = false, lowercase = true;
 
   static std::string unicode(const std::string& s, int options) {
     utf8proc_uint8_t* out = nullptr;
@@ -334,6 +336,63 @@ struct Normalizer {
     std::string r(reinterpret_cast<char*>(out), static_cast<size_t>(n));
     std::free(out);
     return r;
+  }
+
+  // Rust char::to_lowercase, one code point at a time.
+  static std::string to_lower(const std::string& s) {
+    std::string out;
+    out.reserve(s.size());
+    for (size_t i = 0, len = 0; i < s.size(); i += len) {
+      uint32_t c = decode_utf8(s, i, &len);
+      if (c == 0x130) {  // the one multi-code-point lowercase mapping: İ -> i + U+0307
+        out += "i\xCC\x87";
+      } else {
+        append_utf8(&out, static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
+      }
+    }
+    return out;
+  }
+
+  // The library's BertNormalizer: drop NUL, U+FFFD and control characters (Cc Cf Cn Co, except
+  // \t \n \r), whitespace -> " ", spaces around CJK ideographs, strip accents (NFD, drop Mn;
+  // strip_accents null follows lowercase), lowercase.
+  void bert(std::string& s) const {
+    auto is_chinese = [](uint32_t c) {
+      return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+             (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+             (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+    };
+    auto category = [](uint32_t c) { return utf8proc_category(static_cast<utf8proc_int32_t>(c)); };
+    std::string out;
+    out.reserve(s.size() + 8);
+    for (size_t i = 0, len = 0; i < s.size(); i += len) {
+      const uint32_t c = decode_utf8(s, i, &len);
+      if (clean_text) {
+        const bool ws = c == '\t' || c == '\n' || c == '\r' || is_white_space(c);
+        const auto cat = category(c);
+        const bool control = !ws && (cat == UTF8PROC_CATEGORY_CC || cat == UTF8PROC_CATEGORY_CF ||
+                                     cat == UTF8PROC_CATEGORY_CN || cat == UTF8PROC_CATEGORY_CO);
+        if (c == 0 || c == 0xFFFD || control) continue;
+        if (ws) {
+          out.push_back(' ');
+          continue;
+        }
+      }
+      if (chinese_chars && is_chinese(c)) {
+        out.push_back(' ');
+        append_utf8(&out, c);
+        out.push_back(' ');
+      } else {
+        out.append(s, i, len);
+      }
+    }
+    if (strip_accents) {
+      const std::string nfd = unicode(out, UTF8PROC_DECOMPOSE);
+      out.clear();
+      for (size_t i = 0, len = 0; i < nfd.size(); i += len)
+        if (category(decode_utf8(nfd, i, &len)) != UTF8PROC_CATEGORY_MN) out.append(nfd, i, len);
+    }
+    s = lowercase ? to_lower(out) : out;
   }
 
   void normalize(std::string& s) const {
@@ -359,20 +418,12 @@ struct Normalizer {
       case kNFKD:
         s = unicode(s, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
         break;
-      case kLowercase: {  // Rust char::to_lowercase, one code point at a time
-        std::string out;
-        out.reserve(s.size());
-        for (size_t i = 0, len = 0; i < s.size(); i += len) {
-          uint32_t c = decode_utf8(s, i, &len);
-          if (c == 0x130) {  // the one multi-code-point lowercase mapping: İ -> i + U+0307
-            out += "i\xCC\x87";
-          } else {
-            append_utf8(&out, static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
-          }
-        }
-        s = std::move(out);
+      case kLowercase:
+        s = to_lower(s);
         break;
-      }
+      case kBert:
+        bert(s);
+        break;
       case kStrip: {
         size_t b = 0, e = s.size();
         if (left) {
@@ -424,10 +475,16 @@ struct Normalizer {
       n.kind = kStrip;
       n.left = ctx.boolean(j, "strip_left", true, where);
       n.right = ctx.boolean(j, "strip_right", true, where);
+    } else if (t == "BertNormalizer") {
+      n.kind = kBert;
+      n.clean_text = ctx.boolean(j, "clean_text", true, where);
+      n.chinese_chars = ctx.boolean(j, "handle_chinese_chars", true, where);
+      n.lowercase = ctx.boolean(j, "lowercase", true, where);
+      n.strip_accents = ctx.boolean(j, "strip_accents", n.lowercase, where);
     } else {
       ctx.fail(where, "normalizer type \"" + t +
                           "\" is not supported (supported: Sequence, Prepend, Replace, NFC, NFKC, "
-                          "NFD, NFKD, Lowercase, Strip)");
+                          "NFD, NFKD, Lowercase, Strip, BertNormalizer)");
     }
     return n;
   }
@@ -579,7 +636,7 @@ PrependScheme parse_prepend_scheme(const json& j, const Ctx& ctx, const std::str
 }
 
 struct PreTokenizer {
-  enum Kind { kSequence, kByteLevel, kSplit, kMetaspace, kDigits } kind;
+  enum Kind { kSequence, kByteLevel, kSplit, kMetaspace, kDigits, kBert, kWhitespaceSplit } kind;
   std::vector<PreTokenizer> children;
   bool add_prefix_space = false, use_regex = true;  // ByteLevel
   Pattern pattern;                                  // Split; Digits (\p{N} or \p{N}+)
@@ -622,6 +679,10 @@ struct PreTokenizer {
           slice_into(p, split_ranges(m, behavior, invert), sub);
         });
         break;
+      case kBert:  // whitespace removed, then each punctuation character isolated
+      case kWhitespaceSplit:  // whitespace removed
+        split_pieces(pieces, [&](Piece& p, std::vector<Piece>& sub) { split_bert(p, sub, kind == kBert); });
+        break;
       case kMetaspace: {
         Pattern space{" ", nullptr};
         Pattern rep{replacement, nullptr};
@@ -641,6 +702,33 @@ struct PreTokenizer {
         break;
       }
     }
+  }
+
+  // BertPreTokenizer on one piece: split at White_Space (removed) and at punctuation (ASCII
+  // punctuation and Unicode P*, each character its own piece).
+  static void split_bert(const Piece& p, std::vector<Piece>& sub, bool punctuation) {
+    const std::string& s = p.s;
+    size_t start = 0;
+    auto flush = [&](size_t end) {
+      if (end > start) sub.push_back(Piece{s.substr(start, end - start), -1, p.at_origin && start == 0});
+    };
+    for (size_t i = 0, len = 0; i < s.size(); i += len) {
+      const uint32_t c = decode_utf8(s, i, &len);
+      if (is_white_space(c)) {
+        flush(i);
+        start = i + len;
+        continue;
+      }
+      const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+      const bool punct = punctuation && ((c < 0x80 && std::ispunct(static_cast<int>(c))) ||
+                         (cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO));
+      if (punct) {
+        flush(i);
+        sub.push_back(Piece{s.substr(i, len), -1, p.at_origin && i == 0});
+        start = i + len;
+      }
+    }
+    flush(s.size());
   }
 
   static Behavior parse_behavior(const json& j, const Ctx& ctx, const std::string& where) {
@@ -683,10 +771,14 @@ struct PreTokenizer {
       const bool individual = ctx.boolean(j, "individual_digits", false, where);
       p.pattern.regex = std::make_shared<Regex>(individual ? "\\p{N}" : "\\p{N}+", ctx.file());
       p.behavior = Behavior::kIsolated;
+    } else if (t == "BertPreTokenizer") {
+      p.kind = kBert;
+    } else if (t == "WhitespaceSplit") {
+      p.kind = kWhitespaceSplit;
     } else {
       ctx.fail(where, "pre-tokenizer type \"" + t +
                           "\" is not supported (supported: ByteLevel, Split, Metaspace, Digits, "
-                          "Sequence)");
+                          "BertPreTokenizer, WhitespaceSplit, Sequence)");
     }
     return p;
   }
@@ -695,7 +787,7 @@ struct PreTokenizer {
 // ---------------------------------------------------------------- decoders
 
 struct Decoder {
-  enum Kind { kSequence, kByteLevel, kMetaspace, kByteFallback, kFuse, kStrip, kReplace } kind;
+  enum Kind { kSequence, kByteLevel, kMetaspace, kByteFallback, kFuse, kStrip, kReplace, kBpe } kind;
   std::vector<Decoder> children;
   std::string replacement;  // Metaspace
   uint32_t replacement_cp = 0;
@@ -796,6 +888,10 @@ struct Decoder {
       case kReplace:
         for (auto& t : tokens) t = pattern.replace_all(t, content);
         break;
+      case kBpe:  // BPEDecoder: the word suffix becomes " ", "" on the last token
+        for (size_t i = 0; i < tokens.size(); ++i)
+          tokens[i] = Pattern{content, nullptr}.replace_all(tokens[i], i + 1 == tokens.size() ? "" : " ");
+        break;
     }
   }
 
@@ -836,10 +932,13 @@ struct Decoder {
       d.kind = kReplace;
       d.pattern = ctx.pattern(j, "pattern", where);
       d.content = ctx.str(j, "content", where);
+    } else if (t == "BPEDecoder") {
+      d.kind = kBpe;
+      d.content = j.contains("suffix") && !j.at("suffix").is_null() ? ctx.str(j, "suffix", where) : "</w>";
     } else {
       ctx.fail(where, "decoder type \"" + t +
                           "\" is not supported (supported: ByteLevel, Metaspace, ByteFallback, "
-                          "Fuse, Strip, Replace, Sequence)");
+                          "Fuse, Strip, Replace, BPEDecoder, Sequence)");
     }
     return d;
   }
@@ -901,6 +1000,15 @@ struct PostProcessor {
         p.children.push_back(parse(list[i], ctx, where + ".processors[" + std::to_string(i) + "]"));
     } else if (t == "ByteLevel") {
       p.kind = kByteLevel;  // only moves offsets (trim_offsets); ids are unchanged
+    } else if (t == "RobertaProcessing" || t == "BertProcessing") {
+      p.kind = kTemplate;  // single: cls $A sep (the pair form and offsets do not change single ids)
+      for (const char* key : {"cls", "sep"}) {
+        const json& v = ctx.get(j, key, where);
+        if (!v.is_array() || v.size() != 2 || !v[1].is_number_integer())
+          ctx.fail(where, std::string("\"") + key + "\" must be [token, id]");
+        if (std::string(key) == "sep") p.single.push_back({-1});
+        p.single.push_back({v[1].get<int64_t>()});
+      }
     } else if (t == "TemplateProcessing") {
       p.kind = kTemplate;
       const json& specials = ctx.get(j, "special_tokens", where);
@@ -928,8 +1036,8 @@ struct PostProcessor {
       }
     } else {
       ctx.fail(where, "post-processor type \"" + t +
-                          "\" is not supported (supported: TemplateProcessing, ByteLevel, "
-                          "Sequence)");
+                          "\" is not supported (supported: TemplateProcessing, RobertaProcessing, "
+                          "BertProcessing, ByteLevel, Sequence)");
     }
     return p;
   }
@@ -1437,7 +1545,7 @@ bool HfTokenizer::is_special(int64_t id) const {
 
 const std::vector<AddedToken>& HfTokenizer::added_tokens() const { return impl_->added; }
 
-int64_t HfTokenizer::add_token(const std::string& content, bool special) {
+int64_t HfTokenizer::add_token(const std::string& content, bool special, bool lstrip) {
   ALPACA_CHECK(!content.empty(), "cannot add an empty token to the tokenizer");
   auto it = impl_->added_index.find(content);
   if (it != impl_->added_index.end()) {
@@ -1453,6 +1561,7 @@ int64_t HfTokenizer::add_token(const std::string& content, bool special) {
   t.content = content;
   t.special = special;
   t.normalized = !special;
+  t.lstrip = lstrip;
   t.id = impl_->model.lookup(content).value_or(impl_->size());
   impl_->added.push_back(t);
   impl_->rebuild();

@@ -2,10 +2,11 @@
 // and run with the library's semantics, for the components LLaMA-family checkpoints use:
 //   model          BPE (merge ranks, byte_fallback, ignore_merges, unk_token, fuse_unk,
 //                  continuing_subword_prefix, end_of_word_suffix)
-//   normalizer     Sequence, Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase, Strip
-//   pre_tokenizer  ByteLevel (with and without its regex), Split, Metaspace, Digits, Sequence
-//   post_processor TemplateProcessing, ByteLevel, Sequence
-//   decoder        ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, Sequence
+//   normalizer     Sequence, Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase, Strip, BertNormalizer
+//   pre_tokenizer  ByteLevel (with and without its regex), Split, Metaspace, Digits, BertPreTokenizer,
+//                  WhitespaceSplit, Sequence
+//   post_processor TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel, Sequence
+//   decoder        ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, BPEDecoder, Sequence
 //   added_tokens   special, normalized, lstrip, rstrip, single_word
 // Anything else is an error naming the component and the file. Regexes run on PCRE2 (UTF + UCP),
 // Unicode normalization on utf8proc; both stay inside hf_tokenizer.cpp.
@@ -45,9 +46,9 @@ class HfTokenizer {
   std::optional<std::string> id_to_token(int64_t id) const;
   bool is_special(int64_t id) const;
   const std::vector<AddedToken>& added_tokens() const;  // in id order
-  // `add_tokens([AddedToken(content, special=special, normalized=!special)])`: an existing token
-  // keeps its id (and becomes special when asked); a new one gets size(). Returns the id.
-  int64_t add_token(const std::string& content, bool special);
+  // `add_tokens([AddedToken(content, special=special, normalized=!special, lstrip=lstrip)])`: an
+  // existing token keeps its id (and becomes special when asked); a new one gets size(). Returns the id.
+  int64_t add_token(const std::string& content, bool special, bool lstrip = false);
   // Ids the post-processor puts before / after a single sequence (TemplateProcessing).
   std::vector<int64_t> template_prefix() const;
   std::vector<int64_t> template_suffix() const;

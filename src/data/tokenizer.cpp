@@ -117,6 +117,8 @@ struct Tokenizer::Impl {
   std::unique_ptr<detail::HfTokenizer> hf;
   json hf_config = json::object();       // its tokenizer_config.json as read; save() updates it
   std::string tokenizer_class;           // the class transformers 5 builds (tokenizer_class.h)
+  detail::TokenizerClassInfo cls;        // what that class's __init__ sets up
+  std::string sep_token, cls_token, mask_token;  // tokenizer.json roles beyond bos/eos/unk/pad
   std::string source = "(in memory)";    // the file encoding runs from
   std::string model_bytes;               // serialized ModelProto, written back by save()
   sentencepiece::SentencePieceProcessor sp;
@@ -243,10 +245,14 @@ struct Tokenizer::Impl {
   // HF marks bos/eos/unk/pad as no-split special tokens, so their strings in the text become ids.
   // 4.28.1's LlamaTokenizer wraps bos/eos/unk in AddedToken(lstrip=False, rstrip=False).
   void register_special_tokens() {
-    if (hf) {  // a tokenizer.json may lack roles (LLaMA-3 has no unk and no pad): add those it names
-      for (const std::string* t : {&unk_token, &bos_token, &eos_token})
+    if (hf) {  // a tokenizer.json may lack roles (LLaMA-3 has no unk and no pad): add those it names,
+               // in transformers' SPECIAL_TOKENS_ATTRIBUTES order, then the class's extra ones
+      for (const std::string* t : {&bos_token, &eos_token, &unk_token, &sep_token})
         if (!t->empty()) add(*t, true);
-      if (pad_token) add(*pad_token, true);
+      if (pad_token && !pad_token->empty()) add(*pad_token, true);
+      if (!cls_token.empty()) add(cls_token, true);
+      if (!mask_token.empty()) hf->add_token(mask_token, true, cls.mask_lstrip);  // Blenderbot: lstrip
+      for (const auto& t : cls.extra_specials) add(t, true);
       return;
     }
     ALPACA_CHECK(!bos_token.empty() && !eos_token.empty() && !unk_token.empty(),
@@ -350,18 +356,14 @@ struct Tokenizer::Impl {
     return out;
   }
 
-  // TokenizersBackend.__init__: add_bos_token / add_eos_token in tokenizer_config.json (default
-  // false), or a file without a post-processor, make the template "<bos> $A <eos>" from the flags.
-  void update_post_processor(const json& config) {
-    const bool has_bos_flag = config.contains("add_bos_token"), has_eos_flag = config.contains("add_eos_token");
-    const json& doc_pp = hf_post_processor_json();
-    if (!has_bos_flag && !has_eos_flag && !doc_pp.is_null()) return;
-    auto on = [&](const char* key) { return config.contains(key) && config[key].is_boolean() && config[key].get<bool>(); };
-    std::string bos = on("add_bos_token") ? bos_token : "", eos = on("add_eos_token") ? eos_token : "";
-    std::optional<int64_t> bos_id = bos.empty() ? std::nullopt : lookup(bos), eos_id = eos.empty() ? std::nullopt : lookup(eos);
-    if (!bos_id) bos.clear();
-    if (!eos_id) eos.clear();
-    hf->set_post_processor(detail::template_post_processor(bos, bos_id.value_or(0), eos, eos_id.value_or(0)));
+  // The post-processor TokenizersBackend.__init__ and the class's own __init__ leave (see
+  // class_post_processor). from_pretrained drops add_bos_token / add_eos_token from
+  // tokenizer_config.json whenever there is a tokenizer.json, so the config's flags do not count.
+  void update_post_processor() {
+    const json pp = detail::class_post_processor(cls, !hf_post_processor_json().is_null(),
+                                                 {bos_token, eos_token, unk_token, sep_token, cls_token},
+                                                 [&](const std::string& t) { return lookup(t); });
+    if (!pp.is_null()) hf->set_post_processor(pp);
   }
 
   const json& hf_post_processor_json() const {
@@ -393,6 +395,7 @@ Tokenizer& Tokenizer::operator=(const Tokenizer& other) {
     impl->hf = o.hf->clone();
     impl->hf_config = o.hf_config;
     impl->tokenizer_class = o.tokenizer_class;
+    impl->cls = o.cls;
     impl->source = o.source;
   } else {
     impl->load_model(other.impl_->model_bytes, "(copy)");
@@ -454,6 +457,7 @@ Tokenizer Tokenizer::load(const std::string& dir_or_file, bool use_fast) {
     impl->hf = detail::HfTokenizer::from_json(std::move(doc), file.string());
     impl->source = file.string();
     impl->tokenizer_class = cls.name;
+    impl->cls = cls;
   } else {
     impl->load_model(read_file(file), file.string());
     impl->defaults_from_model();
@@ -473,6 +477,9 @@ Tokenizer Tokenizer::load(const std::string& dir_or_file, bool use_fast) {
     if (cls.eos) impl->eos_token = *cls.eos;
     if (cls.unk) impl->unk_token = *cls.unk;
     if (cls.pad) impl->pad_token = *cls.pad;
+    impl->sep_token = cls.sep.value_or("");
+    impl->cls_token = cls.cls.value_or("");
+    impl->mask_token = cls.mask.value_or("");
   }
   if (config.contains("added_tokens_decoder")) {
     const json& dec = config["added_tokens_decoder"];
@@ -530,6 +537,9 @@ Tokenizer Tokenizer::load(const std::string& dir_or_file, bool use_fast) {
   if (auto v = role("eos_token"); v && (*v || impl->hf)) impl->eos_token = v->value_or("");
   if (auto v = role("unk_token"); v && (*v || impl->hf)) impl->unk_token = v->value_or("");
   if (auto v = role("pad_token")) impl->pad_token = *v;
+  if (auto v = role("sep_token"); v && impl->hf) impl->sep_token = v->value_or("");
+  if (auto v = role("cls_token"); v && impl->hf) impl->cls_token = v->value_or("");
+  if (auto v = role("mask_token"); v && impl->hf) impl->mask_token = v->value_or("");
   for (const json* src : {&config, &special_map}) {
     for (const char* key : {"additional_special_tokens", "extra_special_tokens"}) {
       if (!src->contains(key) || !(*src)[key].is_array()) continue;  // v5 may write a role map
@@ -547,7 +557,7 @@ Tokenizer Tokenizer::load(const std::string& dir_or_file, bool use_fast) {
   }
   if (impl->hf) {
     impl->register_special_tokens();
-    impl->update_post_processor(config);
+    impl->update_post_processor();
     return Tokenizer(std::move(impl));
   }
   if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
@@ -597,7 +607,15 @@ std::vector<int64_t> Tokenizer::encode_truncated(const std::string& text, int64_
 }
 
 std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special) const {
-  if (impl_->hf) return impl_->hf->decode(ids, skip_special);
+  if (impl_->hf) {
+    std::string text = impl_->hf->decode(ids, skip_special);
+    if (impl_->cls.decode_suffix.empty()) return text;
+    // CLIPTokenizer wraps the backend's decode: the word suffix becomes a space, then str.strip().
+    const std::string& suffix = impl_->cls.decode_suffix;
+    for (size_t at = text.find(suffix); at != std::string::npos; at = text.find(suffix, at + 1)) text.replace(at, suffix.size(), " ");
+    const size_t b = text.find_first_not_of(" \t\n\r\f\v"), e = text.find_last_not_of(" \t\n\r\f\v");
+    return b == std::string::npos ? std::string() : text.substr(b, e - b + 1);
+  }
   std::string out;
   std::vector<int> run;  // consecutive SentencePiece ids, decoded together
   auto flush = [&] {

@@ -178,41 +178,87 @@ std::optional<bool> flag(const json& config, const char* key) {
   return config.at(key).get<bool>();
 }
 
-bool has_byte_level(const json& component) {
+// Whether `component` (a normalizer, pre-tokenizer, ...) is or contains one of type `type`.
+bool has_type(const json& component, const char* type) {
   if (component.is_object()) {
-    if (json_string_or(component, "type", "") == "ByteLevel") return true;
+    if (json_string_or(component, "type", "") == type) return true;
     for (const auto& [k, v] : component.items())
       if (v.is_array() || v.is_object())
-        if (has_byte_level(v)) return true;
+        if (has_type(v, type)) return true;
   } else if (component.is_array()) {
     for (const auto& v : component)
-      if (has_byte_level(v)) return true;
+      if (has_type(v, type)) return true;
   }
   return false;
 }
 
-// The BPE model with the class's flags; vocab and merges stay the file's.
-void set_bpe(json& doc, const std::string& file, std::optional<std::string> unk, bool fuse_unk,
-             bool byte_fallback, bool empty_affixes) {
+bool has_byte_level(const json& component) { return has_type(component, "ByteLevel"); }
+
+// A special-token kwarg of the class as tokenizer_config.json gives it: a string or an AddedToken
+// object's content; absent -> `fallback`; null -> "" (None).
+std::string role_kwarg(const json& config, const char* key, const std::string& fallback) {
+  if (!config.is_object() || !config.contains(key)) return fallback;
+  const json& v = config.at(key);
+  if (v.is_null()) return "";
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v.at("content").is_string()) return v.at("content").get<std::string>();
+  return fallback;
+}
+
+// The BPE model's flags as the class constructs it; vocab and merges stay the file's.
+// `prefix` / `suffix`: continuing_subword_prefix / end_of_word_suffix (nullopt = None).
+struct BpeFlags {
+  std::optional<std::string> unk;
+  bool fuse_unk = false, byte_fallback = false;
+  std::optional<std::string> prefix, suffix;
+};
+
+void set_bpe(json& doc, const std::string& file, const BpeFlags& f) {
   json& model = doc["model"];
   ALPACA_CHECK(json_string_or(model, "type", "") == "BPE",
                file << ": tokenizer_class builds a BPE model, but the file's model is "
                     << model.value("type", json("?")).dump() << "; fix tokenizer_class in tokenizer_config.json");
   model["dropout"] = nullptr;
-  model["unk_token"] = unk ? json(*unk) : json(nullptr);
-  model["fuse_unk"] = fuse_unk;
-  model["byte_fallback"] = byte_fallback;
+  model["unk_token"] = f.unk ? json(*f.unk) : json(nullptr);
+  model["fuse_unk"] = f.fuse_unk;
+  model["byte_fallback"] = f.byte_fallback;
   model["ignore_merges"] = false;
-  model["continuing_subword_prefix"] = empty_affixes ? json("") : json(nullptr);
-  model["end_of_word_suffix"] = empty_affixes ? json("") : json(nullptr);
+  model["continuing_subword_prefix"] = f.prefix ? json(*f.prefix) : json(nullptr);
+  model["end_of_word_suffix"] = f.suffix ? json(*f.suffix) : json(nullptr);
+}
+
+// The byte-level classes' BPE: no unk, no fusing, empty affixes (GPT2, Roberta, GPTNeoX, ...).
+const BpeFlags kByteLevelBpe{std::nullopt, false, false, std::string(), std::string()};
+
+json byte_level(bool add_prefix_space, bool use_regex = true) {
+  return {{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space}, {"trim_offsets", true}, {"use_regex", use_regex}};
+}
+
+json split(const json& pattern, const char* behavior, bool invert) {
+  return {{"type", "Split"}, {"pattern", pattern}, {"behavior", behavior}, {"invert", invert}};
+}
+
+json replace(const json& pattern, const std::string& content) {
+  return {{"type", "Replace"}, {"pattern", pattern}, {"content", content}};
+}
+
+json sequence(const char* key, json items) { return {{"type", "Sequence"}, {key, std::move(items)}}; }
+
+// normalizer / pre-tokenizer / decoder of the rebuilt document (null = none).
+void set_pipeline(json& doc, json normalizer, json pre_tokenizer, json decoder) {
+  doc["normalizer"] = std::move(normalizer);
+  doc["pre_tokenizer"] = std::move(pre_tokenizer);
+  doc["decoder"] = std::move(decoder);
 }
 
 json metaspace_decoders(bool strip_prefix) {
-  json seq = json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
-                          {{"type", "ByteFallback"}},
-                          {{"type", "Fuse"}}});
+  json seq = json::array({replace({{"String", "\u2581"}}, " "), {{"type", "ByteFallback"}}, {{"type", "Fuse"}}});
   if (strip_prefix) seq.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
-  return {{"type", "Sequence"}, {"decoders", seq}};
+  return sequence("decoders", seq);
+}
+
+json metaspace(const char* prepend_scheme) {
+  return {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", prepend_scheme}, {"split", false}};
 }
 
 // models/llama/tokenization_llama.py: no normalizer, Metaspace(prepend_scheme from
@@ -221,39 +267,300 @@ json metaspace_decoders(bool strip_prefix) {
 void build_llama(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
   const bool add_prefix_space = flag(config, "add_prefix_space").value_or(true);
   const bool legacy = flag(config, "legacy").value_or(false);
-  set_bpe(doc, file, std::nullopt, /*fuse_unk=*/true, /*byte_fallback=*/true, false);
-  doc["normalizer"] = nullptr;
-  doc["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"},
-                          {"prepend_scheme", add_prefix_space ? (legacy ? "always" : "first") : "never"},
-                          {"split", false}};
-  doc["decoder"] = metaspace_decoders(add_prefix_space);
+  set_bpe(doc, file, {std::nullopt, true, true, std::nullopt, std::nullopt});
+  set_pipeline(doc, nullptr, metaspace(add_prefix_space ? (legacy ? "always" : "first") : "never"),
+               metaspace_decoders(add_prefix_space));
   info->unk = "<unk>", info->bos = "<s>", info->eos = "</s>";
+}
+
+// models/code_llama/tokenization_code_llama.py: LLaMA's pipeline with the unk in the BPE model,
+// a decoder that always strips one leading space, the FIM tokens as extra special tokens and
+// add_bos_token=True passed explicitly (so update_post_processor always runs).
+void build_code_llama(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  const bool add_prefix_space = flag(config, "add_prefix_space").value_or(true);
+  set_bpe(doc, file, {role_kwarg(config, "unk_token", "<unk>"), true, true, std::nullopt, std::nullopt});
+  set_pipeline(doc, nullptr, metaspace(add_prefix_space ? "first" : "never"), metaspace_decoders(true));
+  info->unk = "<unk>", info->bos = "<s>", info->eos = "</s>";
+  for (const auto& [key, fallback] : std::vector<std::pair<const char*, const char*>>{
+           {"prefix_token", "\u2581<PRE>"}, {"middle_token", "\u2581<MID>"}, {"suffix_token", "\u2581<SUF>"},
+           {"eot_token", "\u2581<EOT>"}, {"fill_token", "<FILL_ME>"}}) {
+    const std::string t = role_kwarg(config, key, fallback);
+    if (!t.empty()) info->extra_specials.push_back(t);
+  }
+  info->post = PostProcessorRule::kUpdate;
+  info->add_bos = true;
+}
+
+// models/gemma/tokenization_gemma.py (and siglip2, which puts a Lowercase in front): spaces
+// become "▁" in the normalizer, split after each, byte_fallback BPE with the unk.
+void build_gemma(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info, bool lowercase) {
+  set_bpe(doc, file, {role_kwarg(config, "unk_token", "<unk>"), true, true, std::nullopt, std::nullopt});
+  json normalizer = replace({{"String", " "}}, "\u2581");
+  if (lowercase) normalizer = sequence("normalizers", json::array({{{"type", "Lowercase"}}, normalizer}));
+  set_pipeline(doc, normalizer, split({{"String", " "}}, "MergedWithPrevious", false), metaspace_decoders(false));
+  info->unk = "<unk>", info->bos = "<bos>", info->eos = "<eos>", info->pad = "<pad>", info->mask = "<mask>";
 }
 
 // models/gpt2/tokenization_gpt2.py: ByteLevel(add_prefix_space) pre-tokenizer and decoder.
 void build_gpt2(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
-  set_bpe(doc, file, std::nullopt, false, false, /*empty_affixes=*/true);
-  doc["normalizer"] = nullptr;
-  doc["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", flag(config, "add_prefix_space").value_or(false)},
-                          {"trim_offsets", true}, {"use_regex", true}};
-  doc["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  set_bpe(doc, file, kByteLevelBpe);
+  set_pipeline(doc, nullptr, byte_level(flag(config, "add_prefix_space").value_or(false)), byte_level(true));
   info->unk = info->bos = info->eos = "<|endoftext|>";
 }
 
-// models/qwen2/tokenization_qwen2.py: NFC, Qwen2's Split regex then ByteLevel without regex.
-void build_qwen2(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
-  static const char* kPattern =
-      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-  set_bpe(doc, file, std::nullopt, false, false, /*empty_affixes=*/true);
-  doc["normalizer"] = {{"type", "NFC"}};
-  doc["pre_tokenizer"] = {
-      {"type", "Sequence"},
-      {"pretokenizers",
-       json::array({{{"type", "Split"}, {"pattern", {{"Regex", kPattern}}}, {"behavior", "Isolated"}, {"invert", false}},
-                    {{"type", "ByteLevel"}, {"add_prefix_space", flag(config, "add_prefix_space").value_or(false)},
-                     {"trim_offsets", true}, {"use_regex", false}}})}};
-  doc["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+// models/codegen/tokenization_codegen.py: GPT-2's pipeline, pad None; the ByteLevel
+// post-processor it sets first is replaced by the file's.
+void build_codegen(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  build_gpt2(doc, config, file, info);
+}
+
+// models/gpt_neox/tokenization_gpt_neox.py: NFC + ByteLevel, <|padding|>, and
+// update_post_processor at the end of __init__ (add_bos_token / add_eos_token default false).
+void build_gpt_neox(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_bpe(doc, file, kByteLevelBpe);
+  set_pipeline(doc, {{"type", "NFC"}}, byte_level(flag(config, "add_prefix_space").value_or(false)), byte_level(true));
+  info->unk = info->bos = info->eos = "<|endoftext|>";
+  info->pad = "<|padding|>";
+  info->post = PostProcessorRule::kUpdate;
+}
+
+// models/cohere/tokenization_cohere.py: NFC, single digits then ByteLevel.
+void build_cohere(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  const bool aps = flag(config, "add_prefix_space").value_or(false);
+  set_bpe(doc, file, kByteLevelBpe);
+  set_pipeline(doc, {{"type", "NFC"}},
+               sequence("pretokenizers", json::array({{{"type", "Digits"}, {"individual_digits", true}}, byte_level(aps)})),
+               byte_level(true));  // decoders.ByteLevel(add_prefix_space=...) is serialized with true
+  info->unk = "<UNK>", info->bos = "<BOS_TOKEN>", info->eos = "<|END_OF_TURN_TOKEN|>", info->pad = "<PAD>";
+  info->cls = "<CLS>", info->sep = "<SEP>", info->mask = "<MASK_TOKEN>";
+}
+
+// Qwen2's and Qwen3.5's Split regexes (models/qwen2, models/qwen3_5 PRETOKENIZE_REGEX).
+constexpr const char* kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr const char* kQwen35Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// models/qwen2/tokenization_qwen2.py and models/qwen3_5/tokenization_qwen3_5.py: NFC, the
+// Split regex then ByteLevel without its regex; Qwen3.5 has no BOS either.
+void build_qwen(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info, const char* pattern) {
+  set_bpe(doc, file, kByteLevelBpe);
+  set_pipeline(doc, {{"type", "NFC"}},
+               sequence("pretokenizers", json::array({split({{"Regex", pattern}}, "Isolated", false),
+                                                      byte_level(flag(config, "add_prefix_space").value_or(false), false)})),
+               byte_level(true));
   info->unk = info->eos = info->pad = "<|endoftext|>";
+}
+
+// The RoBERTa family's roles (roberta, bart, led, mvp, blenderbot, luke).
+void roberta_roles(TokenizerClassInfo* info) {
+  info->bos = info->cls = "<s>", info->eos = info->sep = "</s>";
+  info->unk = "<unk>", info->pad = "<pad>", info->mask = "<mask>";
+}
+
+// models/roberta/tokenization_roberta.py (Bart, LED, Mvp load as RobertaTokenizer) and
+// models/luke/tokenization_luke.py (+ <ent>, <ent2>): ByteLevel, and a RobertaProcessing
+// "<s> $A </s>" set after __init__, whatever the add_bos_token / add_eos_token flags say.
+void build_roberta(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_bpe(doc, file, kByteLevelBpe);
+  set_pipeline(doc, nullptr, byte_level(flag(config, "add_prefix_space").value_or(false)), byte_level(true));
+  roberta_roles(info);
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@cls"}, info->suffix = {"@sep"};
+  info->pair_doubles_suffix = true;
+}
+
+void build_luke(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  build_roberta(doc, config, file, info);
+  // The entity tokens become extra special tokens, and so (as every "*_token" kwarg) do the
+  // entity vocabulary's [UNK] [PAD] [MASK] [MASK2].
+  for (const auto& [key, fallback] : std::vector<std::pair<const char*, const char*>>{
+           {"entity_token_1", "<ent>"}, {"entity_token_2", "<ent2>"}, {"entity_unk_token", "[UNK]"},
+           {"entity_pad_token", "[PAD]"}, {"entity_mask_token", "[MASK]"}, {"entity_mask2_token", "[MASK2]"}}) {
+    const std::string t = role_kwarg(config, key, fallback);
+    if (!t.empty()) info->extra_specials.push_back(t);
+  }
+}
+
+// models/blenderbot/tokenization_blenderbot.py: ByteLevel with add_prefix_space default true,
+// an lstrip mask token, the file's post-processor.
+void build_blenderbot(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_bpe(doc, file, kByteLevelBpe);
+  set_pipeline(doc, nullptr, byte_level(flag(config, "add_prefix_space").value_or(true)), byte_level(true));
+  roberta_roles(info);
+  info->mask_lstrip = true;
+}
+
+// models/deberta/tokenization_deberta.py: ByteLevel, [CLS]/[SEP] roles, "[CLS] $A [SEP]".
+void build_deberta(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  build_roberta(doc, config, file, info);
+  info->bos = info->cls = "[CLS]", info->eos = info->sep = "[SEP]";
+  info->unk = "[UNK]", info->pad = "[PAD]", info->mask = "[MASK]";
+}
+
+// models/whisper/tokenization_whisper.py: ByteLevel; set_prefix_tokens makes the template
+// "<|startoftranscript|> [<|notimestamps|>] $A <|endoftext|>" (without language and task).
+void build_whisper(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  for (const char* key : {"language", "task"})
+    ALPACA_CHECK(!config.contains(key) || config.at(key).is_null(),
+                 file << ": WhisperTokenizer with \"" << key << "\" set in tokenizer_config.json is not "
+                      << "reimplemented (its prefix tokens); remove the key or set it to null");
+  set_bpe(doc, file, kByteLevelBpe);
+  set_pipeline(doc, nullptr, byte_level(flag(config, "add_prefix_space").value_or(false)), byte_level(true));
+  info->unk = info->bos = info->eos = "<|endoftext|>";
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"<|startoftranscript|>"};
+  if (!flag(config, "predict_timestamps").value_or(false)) info->prefix.push_back("<|notimestamps|>");
+  info->suffix = {"@eos"};
+}
+
+// models/clip/tokenization_clip.py: NFC, whitespace runs to one space, lowercase; CLIP's
+// Split (keeping the matches) then ByteLevel; "</w>" word suffix with the unk; a
+// RobertaProcessing "<|startoftext|> $A <|endoftext|>"; decode() turns "</w>" into spaces.
+void build_clip(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  static const char* kPattern =
+      R"(<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+)";
+  set_bpe(doc, file, {role_kwarg(config, "unk_token", "<|endoftext|>"), false, false, std::string(), std::string("</w>")});
+  set_pipeline(doc,
+               sequence("normalizers", json::array({{{"type", "NFC"}}, replace({{"Regex", "\\s+"}}, " "), {{"type", "Lowercase"}}})),
+               sequence("pretokenizers", json::array({split({{"Regex", kPattern}}, "Removed", true), byte_level(false)})),
+               byte_level(true));
+  info->bos = "<|startoftext|>", info->eos = info->unk = info->pad = "<|endoftext|>";
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@bos"}, info->suffix = {"@eos"};
+  info->pair_doubles_suffix = true;
+  info->decode_suffix = "</w>";
+}
+
+json bert_normalizer(bool lowercase, json strip_accents) {
+  return {{"type", "BertNormalizer"}, {"clean_text", true}, {"handle_chinese_chars", true},
+          {"strip_accents", std::move(strip_accents)}, {"lowercase", lowercase}};
+}
+
+// models/openai/tokenization_openai.py: BertNormalizer(lowercase), BertPreTokenizer, "</w>"
+// word suffix with the unk, BPEDecoder; only an unk role.
+void build_openai_gpt(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_bpe(doc, file, {role_kwarg(config, "unk_token", "<unk>"), false, false, std::string(), std::string("</w>")});
+  set_pipeline(doc, bert_normalizer(true, nullptr), {{"type", "BertPreTokenizer"}},
+               {{"type", "BPEDecoder"}, {"suffix", "</w>"}});
+  info->unk = "<unk>";
+}
+
+// models/herbert/tokenization_herbert.py: BertNormalizer without lowercasing or accent
+// stripping, BertPreTokenizer, "</w>" suffix (no prefix), BPEDecoder, and a BertProcessing
+// with the fixed ids cls 0 and sep 2 whatever the vocabulary says.
+void build_herbert(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_bpe(doc, file, {role_kwarg(config, "unk_token", "<unk>"), false, false, std::nullopt, std::string("</w>")});
+  set_pipeline(doc, bert_normalizer(false, false), {{"type", "BertPreTokenizer"}},
+               {{"type", "BPEDecoder"}, {"suffix", "</w>"}});
+  info->cls = "<s>", info->unk = "<unk>", info->pad = "<pad>", info->mask = "<mask>", info->sep = "</s>";
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@cls#0"}, info->suffix = {"@sep#2"};
+  info->pair_doubles_suffix = false;
+}
+
+// A SentencePiece charsmap in the file's normalizer: the class would put a Precompiled
+// normalizer in its pipeline, which the engine does not run.
+void refuse_precompiled(const json& doc, const std::string& cls, const std::string& file) {
+  ALPACA_CHECK(!has_type(doc.value("normalizer", json()), "Precompiled"),
+               file << ": " << cls << " keeps the file's Precompiled (SentencePiece charsmap) normalizer, which is "
+                    << "not reimplemented here; set \"tokenizer_class\": \"PreTrainedTokenizerFast\" in "
+                    << "tokenizer_config.json if the file's own pipeline is the one you want");
+}
+
+json metaspace_always() {
+  return {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}, {"split", true}};
+}
+
+// models/reformer/tokenization_reformer.py: no normalizer (without a charsmap), Metaspace
+// "always" (split) both ways, fuse_unk BPE with the unk.
+void build_reformer(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  refuse_precompiled(doc, "ReformerTokenizer", file);
+  set_bpe(doc, file, {role_kwarg(config, "unk_token", "<unk>"), true, false, std::nullopt, std::nullopt});
+  set_pipeline(doc, nullptr, metaspace_always(), metaspace_always());
+  info->eos = "</s>", info->unk = "<unk>";
+}
+
+// models/tipsv2/tokenization_tipsv2.py: Lowercase (do_lower_case, default true), WhitespaceSplit
+// then Metaspace "always", byte_fallback BPE without an unk; pad <pad>, no bos/eos.
+void build_tipsv2(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  refuse_precompiled(doc, "Tipsv2Tokenizer", file);
+  set_bpe(doc, file, {std::nullopt, true, true, std::nullopt, std::nullopt});
+  json lower = flag(config, "do_lower_case").value_or(true) ? json::array({{{"type", "Lowercase"}}}) : json::array();
+  set_pipeline(doc, sequence("normalizers", lower),
+               sequence("pretokenizers", json::array({{{"type", "WhitespaceSplit"}}, metaspace_always()})),
+               sequence("decoders", json::array({metaspace_always(), {{"type", "ByteFallback"}}, {{"type", "Fuse"}}})));
+  info->unk = "<unk>", info->pad = "<pad>", info->bos = "", info->eos = "";
+}
+
+// models/nougat/tokenization_nougat.py: NFKC; its splits (the bracket/punctuation "pattern" is
+// passed as a plain string, so it is a literal that never matches), single digits, "\n",
+// ByteLevel; "<s> $A </s>" set after __init__. (Its backend padding to 4096 is reset by every
+// call that does not ask for padding.)
+void build_nougat(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_bpe(doc, file, kByteLevelBpe);
+  const json splits = json::array(
+      {split({{"String", "SPL1T-TH1S-Pl3A5E"}}, "Removed", false), {{"type", "Digits"}, {"individual_digits", true}},
+       split({{"String", R"([\(\)\[\]\{\}]|([!\"#\$%\&'\*\+,\-\./:;<=>\?\\\^_`\|\~])\1*)"}}, "Isolated", false),
+       split({{"String", "\n"}}, "Isolated", false), byte_level(false)});
+  set_pipeline(doc, {{"type", "NFKC"}}, sequence("pretokenizers", splits), byte_level(true));
+  info->unk = "<unk>", info->bos = "<s>", info->eos = "</s>", info->pad = "<pad>";
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@bos"}, info->suffix = {"@eos"};
+}
+
+using Builder = void (*)(json&, const json&, const std::string&, TokenizerClassInfo*);
+
+// The reimplemented classes (by the class AutoTokenizer instantiates).
+const std::map<std::string, Builder>& builders() {
+  static const std::map<std::string, Builder> m = {
+      {"LlamaTokenizer", build_llama},
+      {"CodeLlamaTokenizer", build_code_llama},
+      {"GemmaTokenizer", [](json& d, const json& c, const std::string& f, TokenizerClassInfo* i) { build_gemma(d, c, f, i, false); }},
+      {"Siglip2Tokenizer", [](json& d, const json& c, const std::string& f, TokenizerClassInfo* i) { build_gemma(d, c, f, i, true); }},
+      {"GPT2Tokenizer", build_gpt2},
+      {"CodeGenTokenizer", build_codegen},
+      {"GPTNeoXTokenizer", build_gpt_neox},
+      {"CohereTokenizer", build_cohere},
+      {"Qwen2Tokenizer", [](json& d, const json& c, const std::string& f, TokenizerClassInfo* i) { build_qwen(d, c, f, i, kQwen2Pattern); }},
+      {"Qwen3_5Tokenizer", [](json& d, const json& c, const std::string& f, TokenizerClassInfo* i) {
+         build_qwen(d, c, f, i, kQwen35Pattern);
+         i->bos = "";
+       }},
+      {"RobertaTokenizer", build_roberta},
+      {"LukeTokenizer", build_luke},
+      {"BlenderbotTokenizer", build_blenderbot},
+      {"DebertaTokenizer", build_deberta},
+      {"WhisperTokenizer", build_whisper},
+      {"CLIPTokenizer", build_clip},
+      {"OpenAIGPTTokenizer", build_openai_gpt},
+      {"HerbertTokenizer", build_herbert},
+      {"ReformerTokenizer", build_reformer},
+      {"Tipsv2Tokenizer", build_tipsv2},
+      {"NougatTokenizer", build_nougat},
+  };
+  return m;
+}
+
+// Why a rebuilt class is not reimplemented: the model type its __init__ builds, or for BPE
+// classes the part of the pipeline the tokenizer engine (hf_tokenizer.h) lacks.
+std::string unsupported_reason(const std::string& cls) {
+  static const std::set<std::string> kUnigram = {
+      "AlbertTokenizer", "BarthezTokenizer", "BigBirdTokenizer", "CamembertTokenizer", "DebertaV2Tokenizer",
+      "LasrTokenizer", "LayoutXLMTokenizer", "MBart50Tokenizer", "MBartTokenizer", "MLukeTokenizer",
+      "PegasusTokenizer", "RemBertTokenizer", "T5Tokenizer", "UdopTokenizer", "VideoPrismTokenizer",
+      "XGLMTokenizer", "XLMRobertaTokenizer", "XLNetTokenizer"};
+  static const std::map<std::string, std::string> kBpe = {
+      {"NllbTokenizer", "a Precompiled (SentencePiece charsmap) normalizer and source-language prefix tokens"},
+      {"SeamlessM4TTokenizer", "source/target-language prefix tokens"},
+      {"EsmcTokenizer", "a vocabulary of its own (the file's is not used)"},
+      {"LayoutLMv3Tokenizer", "word boxes (bbox) in every call"},
+      {"MarkupLMTokenizer", "XPath inputs in every call"}};
+  if (kUnigram.count(cls)) return "builds a Unigram model, which this tokenizer engine does not run (it runs BPE only)";
+  auto it = kBpe.find(cls);
+  if (it == kBpe.end())  // BertTokenizer and its relatives, RoFormer
+    return "builds a WordPiece model, which this tokenizer engine does not run (it runs BPE only)";
+  return "builds a BPE pipeline with " + it->second + ", which is not reimplemented here";
 }
 
 std::string strip_fast(const std::string& s) {
@@ -298,40 +605,81 @@ TokenizerClassInfo apply_tokenizer_class(json& doc, const json& config, const js
   info.name = resolve_class(doc, config, model_config);
   if (info.name == "TokenizersBackend") return info;
   info.rebuilt = true;
-  if (info.name == "LlamaTokenizer") {
-    build_llama(doc, config, file, &info);
-  } else if (info.name == "GPT2Tokenizer") {
-    build_gpt2(doc, config, file, &info);
-  } else if (info.name == "Qwen2Tokenizer") {
-    build_qwen2(doc, config, file, &info);
-  } else {
-    ALPACA_FAIL("tokenizer_class " << json_string_or(config, "tokenizer_class", info.name) << " of " << file
-                                   << ": transformers 5 builds this class's pipeline (" << info.name
-                                   << ") from its Python __init__ rather than from tokenizer.json, and that "
-                                      "class is not reimplemented here (supported: LlamaTokenizer, "
-                                      "GPT2Tokenizer, Qwen2Tokenizer, and the classes that take the file as "
-                                      "is: PreTrainedTokenizerFast, TokenizersBackend); set \"tokenizer_class\": "
-                                      "\"PreTrainedTokenizerFast\" in tokenizer_config.json if the file's own "
-                                      "pipeline is the one you want");
-  }
+  auto it = builders().find(info.name);
+  ALPACA_CHECK(it != builders().end(),
+               "tokenizer_class " << json_string_or(config, "tokenizer_class", info.name) << " of " << file
+                                  << ": transformers 5 builds this class's pipeline (" << info.name
+                                  << ") from its Python __init__ rather than from tokenizer.json, and the class "
+                                  << unsupported_reason(info.name)
+                                  << " (see docs/tokenizers.md for the classes that are); set \"tokenizer_class\": "
+                                     "\"PreTrainedTokenizerFast\" in tokenizer_config.json if the file's own "
+                                     "pipeline is the one you want");
+  it->second(doc, config, file, &info);
   return info;
 }
 
-json template_post_processor(const std::string& bos, int64_t bos_id, const std::string& eos, int64_t eos_id) {
+namespace {
+
+// TemplateProcessing "<prefix> $A <suffix>" (pair: "<prefix> $A [<suffix>] <prefix> $B <suffix>"
+// for the type-1 half as update_post_processor writes it, or RobertaProcessing's "... $A <suffix>
+// <suffix> $B <suffix>" with `roberta_pair`). Tokens are (content, id).
+using Tok = std::pair<std::string, int64_t>;
+json make_template(const std::vector<Tok>& prefix, const std::vector<Tok>& suffix, bool roberta_pair) {
   json single = json::array(), pair = json::array(), specials = json::object();
-  auto special = [](const std::string& t, int type_id) { return json{{"SpecialToken", {{"id", t}, {"type_id", type_id}}}}; };
+  auto special = [](const Tok& t, int type_id) { return json{{"SpecialToken", {{"id", t.first}, {"type_id", type_id}}}}; };
   auto seq = [](const char* id, int type_id) { return json{{"Sequence", {{"id", id}, {"type_id", type_id}}}}; };
-  for (int part = 0; part < 2; ++part) {
-    json& out = part == 0 ? single : pair;
-    for (int k = 0; k <= part; ++k) {
-      if (!bos.empty()) out.push_back(special(bos, k));
-      out.push_back(seq(k == 0 ? "A" : "B", k));
-      if (!eos.empty()) out.push_back(special(eos, k));
-    }
+  for (const Tok& t : prefix) single.push_back(special(t, 0));
+  single.push_back(seq("A", 0));
+  for (const Tok& t : suffix) single.push_back(special(t, 0));
+  pair = single;
+  if (roberta_pair) {
+    for (const Tok& t : suffix) pair.push_back(special(t, 1));
+  } else {
+    for (const Tok& t : prefix) pair.push_back(special(t, 1));
   }
-  if (!bos.empty()) specials[bos] = {{"id", bos}, {"ids", {bos_id}}, {"tokens", {bos}}};
-  if (!eos.empty()) specials[eos] = {{"id", eos}, {"ids", {eos_id}}, {"tokens", {eos}}};
+  pair.push_back(seq("B", 1));
+  for (const Tok& t : suffix) pair.push_back(special(t, 1));
+  for (const auto* list : {&prefix, &suffix})
+    for (const Tok& t : *list) specials[t.first] = {{"id", t.first}, {"ids", {t.second}}, {"tokens", {t.first}}};
   return {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", specials}};
+}
+
+}  // namespace
+
+json template_post_processor(const std::string& bos, int64_t bos_id, const std::string& eos, int64_t eos_id) {
+  std::vector<Tok> prefix, suffix;
+  if (!bos.empty()) prefix.emplace_back(bos, bos_id);
+  if (!eos.empty()) suffix.emplace_back(eos, eos_id);
+  return make_template(prefix, suffix, false);
+}
+
+json class_post_processor(const TokenizerClassInfo& info, bool file_has_one, const ClassRoles& roles,
+                          const std::function<std::optional<int64_t>(const std::string&)>& lookup) {
+  if (info.post == PostProcessorRule::kFile && file_has_one) return nullptr;
+  if (info.post != PostProcessorRule::kTemplate) {  // update_post_processor with the class's flags
+    const std::string bos = info.add_bos ? roles.bos : "", eos = info.add_eos ? roles.eos : "";
+    const auto bos_id = bos.empty() ? std::nullopt : lookup(bos), eos_id = eos.empty() ? std::nullopt : lookup(eos);
+    return template_post_processor(bos_id ? bos : "", bos_id.value_or(0), eos_id ? eos : "", eos_id.value_or(0));
+  }
+  // kTemplate: a role, or a token by content (convert_tokens_to_ids: the unk's id when absent).
+  auto resolve = [&](const std::vector<std::string>& names) {
+    std::vector<Tok> out;
+    for (const std::string& item : names) {
+      const size_t hash = item.find('#');  // "@role#id": the role's token with a fixed id (Herbert)
+      const std::string n = item.substr(0, hash);
+      const std::string token = n == "@cls" ? roles.cls : n == "@sep" ? roles.sep : n == "@bos" ? roles.bos
+                                : n == "@eos" ? roles.eos : n;
+      std::optional<int64_t> id = token.empty() ? std::nullopt : lookup(token);
+      if (hash != std::string::npos) id = std::stoll(item.substr(hash + 1));
+      std::string content = token;
+      if (!id && !roles.unk.empty() && (id = lookup(roles.unk))) content = roles.unk;
+      ALPACA_CHECK(id, "the " << info.name << " post-processor needs the token \"" << token
+                              << "\", which is neither in the vocabulary nor replaceable by an unk token");
+      out.emplace_back(content, *id);
+    }
+    return out;
+  };
+  return make_template(resolve(info.prefix), resolve(info.suffix), info.pair_doubles_suffix);
 }
 
 }  // namespace alpaca::data::detail

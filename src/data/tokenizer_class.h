@@ -12,6 +12,7 @@
 // class would have built, so detail::HfTokenizer runs (and save() writes) exactly that pipeline.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -19,16 +20,47 @@
 
 namespace alpaca::data::detail {
 
+// How the class's __init__ leaves the post-processor (the BOS/EOS a call with
+// add_special_tokens=True adds). from_pretrained drops add_bos_token / add_eos_token from
+// tokenizer_config.json whenever a tokenizer.json is present, so only the class's own count.
+enum class PostProcessorRule {
+  kFile,      // TokenizersBackend's rule: the file's; a file without one gets update_post_processor's
+              // template from the class's flags (TokenizersBackend: none, "$A")
+  kUpdate,    // update_post_processor always (the class passes add_bos_token / add_eos_token itself)
+  kTemplate,  // a fixed "<prefix...> $A <suffix...>" (RobertaProcessing, Whisper's prefix tokens)
+};
+
 struct TokenizerClassInfo {
   std::string name;      // the class AutoTokenizer instantiates ("TokenizersBackend" = as is)
   bool rebuilt = false;  // the class built normalizer/pre-tokenizer/decoder itself
-  // The class's __init__ defaults for roles the tokenizer files do not name.
-  std::optional<std::string> unk, bos, eos, pad;
+  // The class's __init__ defaults for roles the tokenizer files do not name ("" = None).
+  std::optional<std::string> unk, bos, eos, pad, sep, cls, mask;
+  bool mask_lstrip = false;                 // the mask token is AddedToken(lstrip=True)
+  std::vector<std::string> extra_specials;  // extra special tokens the class always adds
+  PostProcessorRule post = PostProcessorRule::kFile;
+  bool add_bos = false, add_eos = false;    // update_post_processor's flags (CodeLlama: add_bos)
+  // kTemplate: tokens before / after $A; "@cls", "@sep", "@bos", "@eos" name a role ("@cls#0":
+  // with that fixed id), anything else is a token looked up by content (the unk id when absent,
+  // as convert_tokens_to_ids).
+  std::vector<std::string> prefix, suffix;
+  bool pair_doubles_suffix = false;         // kTemplate pair: "A sep sep B sep" (RobertaProcessing)
+  std::string decode_suffix;                // CLIP: decode() replaces it by " " and strips
 };
+
+// The resolved role tokens of a loaded tokenizer ("" = none) and a token -> id lookup.
+struct ClassRoles {
+  std::string bos, eos, unk, sep, cls;
+};
+
+// The post-processor to run, or null to keep the file's: kFile with `file_has_one`. `lookup` maps
+// a token to its id.
+nlohmann::json class_post_processor(const TokenizerClassInfo& info, bool file_has_one, const ClassRoles& roles,
+                                    const std::function<std::optional<int64_t>(const std::string&)>& lookup);
 
 // `config`: tokenizer_config.json (or {}); `model_config`: config.json beside it (or {});
 // `file` names the tokenizer.json in errors. Throws alpaca::Error for a class transformers 5
-// rebuilds but this reimplementation does not (naming the class, the file and the way out).
+// rebuilds but this reimplementation does not (naming the class, its model type or the missing
+// component, the file and the way out).
 TokenizerClassInfo apply_tokenizer_class(nlohmann::json& doc, const nlohmann::json& config,
                                          const nlohmann::json& model_config,
                                          const std::string& file);

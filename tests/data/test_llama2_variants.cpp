@@ -172,7 +172,13 @@ TEST(Llama2Variants, ClassTableAndPipelinesMatchTransformers) {
   REQUIRE_FIXTURE();
   const json classes = read_json(fixture() / "classes.json");
   TempDir tmp("llama2_variants_classes");
-  const std::set<std::string> supported = {"LlamaTokenizer", "GPT2Tokenizer", "Qwen2Tokenizer"};
+  // The reimplemented classes (test_tokenizer_classes.cpp checks each against AutoTokenizer and
+  // the reason every other class gives).
+  const std::set<std::string> supported = {
+      "LlamaTokenizer",   "CodeLlamaTokenizer", "GemmaTokenizer",      "Siglip2Tokenizer", "GPT2Tokenizer",
+      "CodeGenTokenizer", "GPTNeoXTokenizer",   "CohereTokenizer",     "Qwen2Tokenizer",   "Qwen3_5Tokenizer",
+      "RobertaTokenizer", "LukeTokenizer",      "BlenderbotTokenizer", "DebertaTokenizer", "WhisperTokenizer",
+      "CLIPTokenizer", "OpenAIGPTTokenizer", "HerbertTokenizer", "ReformerTokenizer", "Tipsv2Tokenizer", "NougatTokenizer"};
   for (const auto& [name, cls] : classes["rebuilt"].items()) {
     fs::path d = tiny_dir(tmp.path(), name, {{"tokenizer_class", name + "Fast"}});
     if (supported.count(cls.get<std::string>())) {
@@ -183,7 +189,7 @@ TEST(Llama2Variants, ClassTableAndPipelinesMatchTransformers) {
       Tokenizer::load(d.string());
       ADD_FAILURE() << name << ": expected an error (transformers 5 rebuilds " << cls << ")";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("not reimplemented here"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("\"PreTrainedTokenizerFast\" in tokenizer_config.json"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find(name + "Fast"), std::string::npos) << e.what();
     }
   }
@@ -255,6 +261,45 @@ TEST(Llama2Variants, SelfCheckRejectsASplitEos) {
   EXPECT_NE(log.find("first example ends:"), std::string::npos) << log;
   EXPECT_NE(log.find(" 2 \"</s>\" (eos 2"), std::string::npos) << log;
   EXPECT_NE(log.find("as LlamaTokenizer"), std::string::npos) << log;
+}
+
+// The same broken file at `train` level: the run exits non-zero with the token, its ids and the
+// file before anything is written to output_dir; the file under its class (LlamaTokenizer) trains.
+TEST(Llama2Variants, TrainRefusesASplitEosBeforeWritingOutput) {
+  REQUIRE_FIXTURE();
+  const json ref = read_json(fixture() / "reference.json");
+  TempDir tmp("llama2_variants_train");
+  const fs::path cfg = tmp.path() / "config.json", model = tmp.path() / "model";
+  write(cfg, R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 32, "intermediate_size": 64,
+      "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 128})");
+  std::string log;
+  ASSERT_EQ(::alpaca::testing::run_command(::alpaca::testing::train_bin() + " init-model --config " + cfg.string() +
+                                               " --output_dir " + model.string() + " 2>&1", &log), 0) << log;
+  const fs::path src = ref["variants"]["tf428_json"]["dir"].get<std::string>();
+  for (const auto& f : fs::directory_iterator(src))
+    fs::copy_file(f.path(), model / f.path().filename(), fs::copy_options::overwrite_existing);
+  json config = read_json(model / "tokenizer_config.json");
+  const std::string good_class = config.value("tokenizer_class", "");
+  config["tokenizer_class"] = "PreTrainedTokenizerFast";  // the raw library's pipeline: </s> splits
+  write(model / "tokenizer_config.json", config.dump());
+  auto train = [&](const fs::path& out) {
+    return ::alpaca::testing::run_command(
+        ::alpaca::testing::train_bin() + " train --model_name_or_path " + model.string() + " --data_path " +
+            (shared_dir() / "data/alpaca/alpaca_5000.json").string() + " --output_dir " + out.string() +
+            " --max_steps 1 --per_device_train_batch_size 2 --model_max_length 64 --save_strategy no"
+            " --report_to none --disable_tqdm True 2>&1",
+        &log);
+  };
+  const fs::path bad = tmp.path() / "bad_run";
+  EXPECT_NE(train(bad), 0) << log;
+  for (const std::string& part : std::vector<std::string>{"tokenizer self-check failed: the eos token \"</s>\" (id 2)",
+                                                          "29879 \"s\" 29958 \">\"", (model / "tokenizer.json").string()})
+    EXPECT_NE(log.find(part), std::string::npos) << "'" << part << "' not in:\n" << log;
+  EXPECT_TRUE(!fs::exists(bad) || fs::is_empty(bad)) << "train wrote into output_dir before refusing";
+
+  config["tokenizer_class"] = good_class;
+  write(model / "tokenizer_config.json", config.dump());
+  EXPECT_EQ(train(tmp.path() / "good_run"), 0) << log;
 }
 
 }  // namespace

@@ -1,0 +1,205 @@
+// Issue 26, the class rule for every BPE tokenizer_class transformers 5 rebuilds from its Python
+// class (src/data/tokenizer_class.cpp), token-exact with AutoTokenizer (fixture:
+// tests/reference/tokenizer_classes_reference.py): LLaMA-2's and SmolLM2's tokenizer.json under
+// each class, with and without the kwargs that change the pipeline; edge texts and Alpaca records
+// with and without add_special_tokens, both decodes, the roles, len(), the built pipeline, the
+// save -> AutoTokenizer round trip; and a clear error, naming the model type, for every class
+// that is not reimplemented.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "alpaca/data/tokenizer.h"
+#include "alpaca/util/error.h"
+#include "test_util.h"
+
+namespace alpaca::data {
+namespace {
+
+namespace fs = std::filesystem;
+using ::alpaca::testing::binary_dir;
+using ::alpaca::testing::TempDir;
+using nlohmann::json;
+
+const fs::path& fixture() {
+  static const fs::path p = binary_dir() / "fixtures/tokenizer_classes";
+  return p;
+}
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+#define REQUIRE_FIXTURE()                                 \
+  ALPACA_REQUIRE_SHARED("data/alpaca/alpaca_5000.json");  \
+  ASSERT_TRUE(fs::exists(fixture() / "reference.json"))   \
+      << "run the fixture first: ctest -R tokenizer_classes (fixture_tokenizer_classes)"
+
+// The classes tokenizer_class.cpp reimplements (what AutoTokenizer instantiates).
+const std::set<std::string> kImplemented = {
+    "LlamaTokenizer",   "CodeLlamaTokenizer", "GemmaTokenizer",    "Siglip2Tokenizer",   "GPT2Tokenizer",
+    "CodeGenTokenizer", "GPTNeoXTokenizer",   "CohereTokenizer",   "Qwen2Tokenizer",     "Qwen3_5Tokenizer",
+    "RobertaTokenizer", "LukeTokenizer",      "BlenderbotTokenizer", "DebertaTokenizer", "WhisperTokenizer",
+    "CLIPTokenizer", "OpenAIGPTTokenizer", "HerbertTokenizer", "ReformerTokenizer", "Tipsv2Tokenizer", "NougatTokenizer"};
+
+// Role ids as AutoTokenizer reports them (null when the role is None).
+void expect_roles(const Tokenizer& tok, const json& roles) {
+  auto id_of = [&](const json& r) { return r[1].is_null() ? std::optional<int64_t>() : r[1].get<int64_t>(); };
+  if (!roles["eos"][0].is_null()) {
+    EXPECT_EQ(tok.eos_token(), roles["eos"][0].get<std::string>());
+    EXPECT_EQ(tok.eos_id(), *id_of(roles["eos"]));
+  }
+  if (roles["bos"][0].is_null()) {
+    EXPECT_EQ(tok.bos_token(), "");
+  } else {
+    EXPECT_EQ(tok.bos_token(), roles["bos"][0].get<std::string>());
+    EXPECT_EQ(tok.bos_id(), *id_of(roles["bos"]));
+  }
+  EXPECT_EQ(tok.pad_id(), id_of(roles["pad"]));
+  for (const char* r : {"sep", "cls", "mask", "unk"})
+    if (!roles[r][0].is_null()) {
+      EXPECT_EQ(tok.token_to_id(roles[r][0].get<std::string>()), id_of(roles[r])) << r;
+    }
+}
+
+// Counts the texts whose ids or decodes differ from the reference, reporting the first few.
+size_t compare_texts(const Tokenizer& tok, const json& ref) {
+  const auto& texts = ref["texts"];
+  size_t bad = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string text = texts[i].get<std::string>();
+    const auto want = ref["ids"][i].get<std::vector<int64_t>>();
+    const auto got = tok.encode(text, true);
+    const auto got_plain = tok.encode(text, false);
+    const std::string dec = tok.decode(want, false), dec_skip = tok.decode(want, true);
+    const bool same = got == want && got_plain == ref["ids_plain"][i].get<std::vector<int64_t>>() &&
+                      dec == ref["decoded"][i].get<std::string>() && dec_skip == ref["decoded_skip"][i].get<std::string>();
+    if (!same && ++bad <= 3)
+      ADD_FAILURE() << "text " << i << " " << json(text.substr(0, 80)).dump() << ": ours " << json(got).dump()
+                    << " / " << json(got_plain).dump() << " " << json(dec).dump() << " " << json(dec_skip).dump()
+                    << "\nreference " << ref["ids"][i].dump() << " / " << ref["ids_plain"][i].dump() << " "
+                    << ref["decoded"][i].dump() << " " << ref["decoded_skip"][i].dump();
+  }
+  return bad;
+}
+
+TEST(TokenizerClasses, EveryCaseMatchesAutoTokenizer) {
+  REQUIRE_FIXTURE();
+  const json reference = read_json(fixture() / "reference.json");
+  TempDir tmp("tokenizer_classes");
+  std::set<std::string> classes;
+  size_t files = 0, texts = 0, differing = 0;
+  for (const auto& [name, c] : reference["cases"].items()) {
+    SCOPED_TRACE(name);
+    const json ref = read_json(fixture() / "cases" / (name + ".json"));
+    Tokenizer tok = Tokenizer::load(ref["dir"].get<std::string>());
+    EXPECT_EQ(tok.tokenizer_class(), ref["class"].get<std::string>());
+    EXPECT_EQ(tok.vocab_size(), ref["len"].get<int64_t>());
+    expect_roles(tok, ref["roles"]);
+    EXPECT_NO_THROW(tok.check_special_tokens());
+    const size_t bad = compare_texts(tok, ref);
+    EXPECT_EQ(bad, 0u) << bad << " of " << ref["texts"].size() << " texts differ";
+    // The pipeline the class built, as save() writes it.
+    const fs::path out = tmp.path() / name;
+    tok.save(out.string());
+    const json built = read_json(out / "tokenizer.json");
+    for (const char* k : {"normalizer", "pre_tokenizer", "decoder"})
+      EXPECT_EQ(built[k], ref["pipeline"][k]) << k;
+    for (const auto& [k, v] : ref["pipeline"]["model"].items()) EXPECT_EQ(built["model"][k], v) << "model." << k;
+    classes.insert(ref["class"].get<std::string>());
+    ++files;
+    texts += ref["texts"].size();
+    differing += bad;
+  }
+  EXPECT_EQ(files, 35u);
+  for (const auto& c : kImplemented) EXPECT_TRUE(classes.count(c)) << c << " has no case in the fixture";
+  std::cout << "[tokenizer classes] " << files << " files x (" << reference["edge"] << " edge texts + "
+            << reference["records"] << " records) x 2 (with/without special tokens), " << classes.size()
+            << " classes: " << texts << " texts compared, " << differing << " differ\n";
+}
+
+// A saved directory loads in transformers 5 with the same class, len() and ids.
+TEST(TokenizerClasses, SavedDirectoriesLoadInTransformersWithSameIds) {
+  REQUIRE_FIXTURE();
+  const json reference = read_json(fixture() / "reference.json");
+  TempDir tmp("tokenizer_classes_save");
+  const std::vector<std::string> texts = {"Below is an instruction.\n\n### Response:Sure thing</s>",
+                                          "x<pad>y <s>Hello</s> world <|endoftext|>", " leading \u2581 space",
+                                          "\u65e5\u672c\u8a9e \U0001F999 123 ABC"};
+  json ours = json::object();
+  std::string dirs;
+  for (const auto& [name, c] : reference["cases"].items()) {
+    Tokenizer tok = Tokenizer::load(read_json(fixture() / "cases" / (name + ".json"))["dir"].get<std::string>());
+    const fs::path out = tmp.path() / name;
+    tok.save(out.string());
+    json ids = json::array();
+    for (const auto& t : texts) ids.push_back(tok.encode(t));
+    ours[name] = {{"class", tok.tokenizer_class()}, {"len", tok.vocab_size()}, {"ids", ids}};
+    dirs += " " + out.string();
+  }
+  const fs::path script = tmp.path() / "check.py";
+  std::ofstream(script) << "import sys, json\n"
+                           "from transformers import AutoTokenizer\n"
+                           "texts = json.loads(sys.argv[1])\n"
+                           "out = {}\n"
+                           "for d in sys.argv[2:]:\n"
+                           "    t = AutoTokenizer.from_pretrained(d)\n"
+                           "    out[d.rsplit('/', 1)[1]] = {'class': type(t).__name__, 'len': len(t),\n"
+                           "        'ids': [t(s)['input_ids'] for s in texts]}\n"
+                           "print(json.dumps(out))\n";
+  std::string out;
+  int rc = ::alpaca::testing::run_command(::alpaca::testing::python() + " " + script.string() + " '" +
+                                              json(texts).dump() + "'" + dirs + " 2>/dev/null",
+                                          &out);
+  ASSERT_EQ(rc, 0) << out;
+  const json theirs = json::parse(out.substr(out.find('{')));
+  for (const auto& [name, v] : ours.items()) EXPECT_EQ(theirs[name], v) << name;
+}
+
+// Every class transformers 5 rebuilds: the reimplemented ones load, the others fail with an
+// error naming the class and why (the model type the engine does not run, or the BPE component
+// that is missing).
+TEST(TokenizerClasses, UnsupportedClassesSayWhy) {
+  REQUIRE_FIXTURE();
+  const json classes = read_json(fixture() / "classes.json");
+  const json reference = read_json(fixture() / "reference.json");
+  const fs::path base = read_json(fixture() / "cases/llama.json")["dir"].get<std::string>() + "/tokenizer.json";
+  TempDir tmp("tokenizer_classes_unsupported");
+  size_t supported = 0, refused = 0;
+  for (const auto& [name, c] : classes.items()) {
+    SCOPED_TRACE(name);
+    const fs::path d = tmp.path() / name;
+    fs::create_directories(d);
+    fs::copy_file(base, d / "tokenizer.json");
+    std::ofstream(d / "tokenizer_config.json") << json{{"tokenizer_class", name}}.dump();
+    const std::string cls = c["class"].get<std::string>(), model = c["model"].get<std::string>();
+    if (kImplemented.count(cls)) {
+      EXPECT_EQ(Tokenizer::load(d.string()).tokenizer_class(), cls);
+      EXPECT_EQ(model, "BPE");
+      ++supported;
+      continue;
+    }
+    try {
+      Tokenizer::load(d.string());
+      ADD_FAILURE() << "expected an error: transformers 5 rebuilds " << cls << " (" << model << ")";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(name), std::string::npos) << msg;
+      EXPECT_NE(msg.find(model == "BPE" ? "builds a BPE pipeline with" : "builds a " + model + " model"),
+                std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find("PreTrainedTokenizerFast"), std::string::npos) << msg;
+    }
+    ++refused;
+  }
+  std::cout << "[tokenizer classes] " << classes.size() << " classes rebuilt by transformers 5: " << supported
+            << " reimplemented (by name), " << refused << " refused with their reason\n";
+  EXPECT_GT(supported, 15u);
+}
+
+}  // namespace
+}  // namespace alpaca::data

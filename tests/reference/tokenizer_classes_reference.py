@@ -1,0 +1,177 @@
+"""Reference for issue 26's class rule beyond LLaMA/GPT-2/Qwen2: every BPE tokenizer_class that
+transformers 5's AutoTokenizer rebuilds from its Python class (src/data/tokenizer_class.cpp
+reimplements), run on real tokenizer.json files, with and without the kwargs that change the
+pipeline, against AutoTokenizer from the pinned transformers.
+
+Base files (the class takes only their vocab, merges and post-processor):
+  llama2    ../shared/data/llama2-tokenizer/tokenizer.model saved by transformers 5's
+            LlamaTokenizer as tokenizer.json (SentencePiece-style: "▁", byte fallback).
+  smollm2   SmolLM2-135M-Instruct's tokenizer.json (byte-level BPE; models/ made by
+            scripts/make_smollm2.py).
+Each case is a directory --out/cases/<case>/ holding the base tokenizer.json and a
+tokenizer_config.json naming the class (and kwargs). For every case and every text (edge cases +
+the first --records Alpaca records as train.py builds them: prompt + output + the class's EOS)
+--out/cases/<case>.json holds AutoTokenizer's ids with and without add_special_tokens, the
+decodes of the former with and without skip_special_tokens, the roles, len() and the pipeline it
+built. --out/reference.json lists the texts and the cases; --out/classes.json every class
+transformers 5 rebuilds with its model type (Unigram, WordPiece, BPE).
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+L2, SM = "llama2", "smollm2"
+# (case, base, tokenizer_config.json)
+CASES = [
+    ("llama", L2, {"tokenizer_class": "LlamaTokenizer"}),
+    ("code_llama", L2, {"tokenizer_class": "CodeLlamaTokenizer"}),
+    ("code_llama_no_prefix", L2, {"tokenizer_class": "CodeLlamaTokenizerFast", "add_prefix_space": False}),
+    ("code_llama_eos", L2, {"tokenizer_class": "CodeLlamaTokenizer", "add_bos_token": False, "add_eos_token": True}),
+    ("gemma", L2, {"tokenizer_class": "GemmaTokenizer"}),
+    ("gemma_bos", L2, {"tokenizer_class": "GemmaTokenizerFast", "add_bos_token": True, "add_eos_token": True}),
+    ("siglip2", L2, {"tokenizer_class": "Siglip2Tokenizer"}),
+    ("reformer", L2, {"tokenizer_class": "ReformerTokenizer"}),
+    ("tipsv2", L2, {"tokenizer_class": "Tipsv2Tokenizer"}),
+    ("tipsv2_cased", L2, {"tokenizer_class": "Tipsv2Tokenizer", "do_lower_case": False}),
+    ("gpt2", SM, {"tokenizer_class": "GPT2Tokenizer"}),
+    ("codegen", SM, {"tokenizer_class": "CodeGenTokenizer"}),
+    ("codegen_prefix", SM, {"tokenizer_class": "CodeGenTokenizerFast", "add_prefix_space": True}),
+    ("gpt_neox", SM, {"tokenizer_class": "GPTNeoXTokenizer"}),
+    ("gpt_neox_eos", SM, {"tokenizer_class": "GPTNeoXTokenizerFast", "eos_token": "<|im_end|>", "add_eos_token": True}),
+    ("cohere", SM, {"tokenizer_class": "CohereTokenizer"}),
+    ("cohere_prefix", SM, {"tokenizer_class": "CohereTokenizerFast", "add_prefix_space": True}),
+    ("qwen2", SM, {"tokenizer_class": "Qwen2Tokenizer"}),
+    ("qwen3_5", SM, {"tokenizer_class": "Qwen3_5Tokenizer"}),
+    ("roberta", SM, {"tokenizer_class": "RobertaTokenizer"}),
+    ("roberta_prefix", SM, {"tokenizer_class": "RobertaTokenizerFast", "add_prefix_space": True}),
+    ("roberta_flags", SM, {"tokenizer_class": "RobertaTokenizer", "add_bos_token": False, "add_eos_token": False}),
+    ("bart", SM, {"tokenizer_class": "BartTokenizer"}),
+    ("led", SM, {"tokenizer_class": "LEDTokenizerFast"}),
+    ("mvp", SM, {"tokenizer_class": "MvpTokenizer"}),
+    ("blenderbot", SM, {"tokenizer_class": "BlenderbotTokenizer"}),
+    ("blenderbot_no_prefix", SM, {"tokenizer_class": "BlenderbotTokenizerFast", "add_prefix_space": False}),
+    ("luke", SM, {"tokenizer_class": "LukeTokenizer"}),
+    ("deberta", SM, {"tokenizer_class": "DebertaTokenizer"}),
+    ("whisper", SM, {"tokenizer_class": "WhisperTokenizer"}),
+    ("whisper_timestamps", SM, {"tokenizer_class": "WhisperTokenizerFast", "predict_timestamps": True}),
+    ("clip", SM, {"tokenizer_class": "CLIPTokenizer"}),
+    ("nougat", SM, {"tokenizer_class": "NougatTokenizer"}),
+    # Their "<unk>" is not in SmolLM2's vocabulary (AutoTokenizer then fails on any unknown word).
+    ("openai_gpt", SM, {"tokenizer_class": "OpenAIGPTTokenizer", "unk_token": "<|endoftext|>"}),
+    ("herbert", SM, {"tokenizer_class": "HerbertTokenizer", "unk_token": "<|endoftext|>"}),
+]
+
+EXTRA_EDGE = [
+    "Sure, here it is.</s>", "</s>", " </s>", "a</s>b", "<s></s>", "\u2581</s>", "Hello <s>world",
+    "x <pad> y <mask> z", "<|endoftext|>", "a<|endoftext|>b", "<|im_end|> end", "ABC Def GHI", "123 4567 89",
+    "<bos>Hi<eos>", "[CLS] a [SEP]", "  two  spaces  ", "MiXeD CaSe ÀÉÎ", "it's we're they'll",
+]
+ROLES = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
+
+
+def class_models():
+    """Every tokenizer_class transformers 5 rebuilds from its class and that class's model."""
+    sys.path.insert(0, HERE)
+    from llama2_tokenizer_variants_reference import class_lists
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    rebuilt, _ = class_lists()
+    out = {}
+    for name, cls in rebuilt.items():
+        c = tokenizer_class_from_name(name) or tokenizer_class_from_name(name + "Fast")
+        model = getattr(getattr(c, "model", None), "__name__", None)
+        # No `model` attribute: SentencePiece Unigram (Barthez, Camembert, MLuke) or WordPiece (RoFormer).
+        out[name] = {"class": cls, "model": model or ("WordPiece" if name == "RoFormerTokenizer" else "Unigram")}
+    return out
+
+
+def make_bases(out):
+    from transformers import LlamaTokenizer
+
+    shared = os.environ.get("ALPACA_SHARED_DIR", os.path.join(REPO, "../shared"))
+    src = os.path.join(out, "llama2_src")
+    os.makedirs(src)
+    shutil.copy(os.path.join(shared, "data/llama2-tokenizer/tokenizer.model"), src)
+    LlamaTokenizer.from_pretrained(src).save_pretrained(os.path.join(out, "llama2_saved"))
+    smollm2 = os.path.join(REPO, "models/smollm2-135m-instruct")
+    if not os.path.exists(os.path.join(smollm2, "tokenizer.json")):
+        subprocess.check_call([sys.executable, os.path.join(REPO, "scripts/make_smollm2.py")])
+    return {L2: os.path.join(out, "llama2_saved/tokenizer.json"), SM: os.path.join(smollm2, "tokenizer.json")}
+
+
+def case_reference(d, texts_for):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(d)
+    built = json.loads(tok.backend_tokenizer.to_str())
+    texts = texts_for(tok.eos_token or "")
+    ids = tok(texts)["input_ids"]
+    plain = tok(texts, add_special_tokens=False)["input_ids"]
+    return texts, {
+        "dir": d, "class": type(tok).__name__, "len": len(tok),
+        "roles": {r: [getattr(tok, r + "_token"), getattr(tok, r + "_token_id")] for r in ROLES},
+        "pipeline": {"normalizer": built["normalizer"], "pre_tokenizer": built["pre_tokenizer"],
+                     "decoder": built["decoder"],
+                     "model": {k: v for k, v in built["model"].items() if k not in ("vocab", "merges")}},
+        "ids": ids, "ids_plain": plain,
+        "decoded": [tok.decode(x, skip_special_tokens=False) for x in ids],
+        "decoded_skip": [tok.decode(x, skip_special_tokens=True) for x in ids],
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    shared = os.environ.get("ALPACA_SHARED_DIR", os.path.join(REPO, "../shared"))
+    ap.add_argument("--data_path", default=os.path.join(shared, "data/alpaca/alpaca_5000.json"))
+    ap.add_argument("--records", type=int, default=200)
+    args = ap.parse_args()
+    if not os.path.exists(args.data_path):
+        print(f"shared data not found under {shared}; writing no fixture")
+        return
+    if os.path.exists(args.out):
+        shutil.rmtree(args.out)
+    os.makedirs(args.out)
+    sys.path.insert(0, HERE)
+    from hf_tokenizer_reference import EDGE, PROMPT_DICT
+
+    with open(args.data_path) as f:
+        records = json.load(f)[: args.records]
+    sources = [PROMPT_DICT["prompt_input"].format_map(r) if r.get("input", "") != ""
+               else PROMPT_DICT["prompt_no_input"].format_map(r) for r in records]
+    edge = EDGE + EXTRA_EDGE
+
+    def texts_for(eos):  # train.py's example: prompt + output + the EOS string
+        return edge + [s + r["output"] + eos for s, r in zip(sources, records)]
+
+    bases = make_bases(os.path.join(args.out, "bases"))
+    reference = {"edge": len(edge), "records": len(records), "cases": {}}
+    for name, base, config in CASES:
+        d = os.path.join(args.out, "cases", name)
+        os.makedirs(d)
+        shutil.copy(bases[base], os.path.join(d, "tokenizer.json"))
+        with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+            json.dump(config, f)
+        texts, ref = case_reference(d, texts_for)
+        ref.update({"base": base, "config": config, "texts": texts})
+        with open(os.path.join(args.out, "cases", name + ".json"), "w") as f:
+            json.dump(ref, f, ensure_ascii=False)
+        reference["cases"][name] = {"class": ref["class"], "base": base}
+        print(f"{name}: {ref['class']} on {base}, len {ref['len']}, eos {ref['roles']['eos']}, "
+              f"first record ends {ref['ids'][len(edge)][-3:]}")
+    with open(os.path.join(args.out, "reference.json"), "w") as f:
+        json.dump(reference, f, ensure_ascii=False, indent=1)
+    with open(os.path.join(args.out, "classes.json"), "w") as f:
+        json.dump(class_models(), f, indent=1)
+    n_classes = len({c["class"] for c in reference["cases"].values()})
+    print(f"{len(CASES)} files x {len(edge)} edge texts + {len(records)} records, {n_classes} classes")
+
+
+if __name__ == "__main__":
+    main()
