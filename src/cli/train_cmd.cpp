@@ -55,7 +55,8 @@ void write_args_json(const TrainArgs& args) {
 
 // Conversation files (each file's first row says its format) are rendered and tokenized once here,
 // as the trainer will, so a bad row, a template error or an empty loss mask stops the run before
-// anything is written to output_dir. Alpaca-only data is checked by the trainer as before.
+// anything is written to output_dir. Other data (alpaca, or a file whose first row cannot be read)
+// is checked by the trainer as before.
 void check_conversation_data(const TrainArgs& args) {
   const auto format = data::parse_dataset_format(args.dataset_format);
   data::MaskOptions masks{args.assistant_only_loss, args.completion_only_loss, args.model_max_length};
@@ -63,9 +64,10 @@ void check_conversation_data(const TrainArgs& args) {
   for (const std::string& paths : {args.data_path, args.eval_data_path}) {
     if (paths.empty()) continue;
     const auto files = data::peek_dataset_formats(paths, format);
-    const bool alpaca = std::all_of(files.begin(), files.end(),
-                                    [](const auto& f) { return f.second == data::DatasetFormat::kAlpaca; });
-    if (alpaca) continue;
+    const bool conversations = std::any_of(files.begin(), files.end(), [](const auto& f) {
+      return f.second != data::DatasetFormat::kAlpaca && f.second != data::DatasetFormat::kAuto;
+    });
+    if (!conversations) continue;  // alpaca, or a file whose first row is unreadable: the trainer reports it
     if (!tok) {
       tok.emplace(data::Tokenizer::load(args.model_name_or_path, args.use_fast_tokenizer));
       tok->add_missing_special_tokens();  // as the trainer does

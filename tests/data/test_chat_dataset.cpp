@@ -180,7 +180,10 @@ TEST(ChatDataset, FilesThatAreNotWhatTheirNameSaysAreErrors) {
 
 // Until the chat template is applied, train and preprocess refuse conversation rows before they
 // write anything.
-TEST(ChatDataset, TrainAndPreprocessRefuseConversations) {
+// Conversation rows need a chat template: a model directory without one (data/tokenizer has none)
+// is refused by preprocess and train, naming the files looked at and --chat_template, before
+// anything is written.
+TEST(ChatDataset, ConversationsWithoutAChatTemplateAreRefusedBeforeWriting) {
   TempDir dir("chat_cli");
   const auto data = dir.path() / "chat.jsonl";
   std::ofstream(data) << R"({"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]})"
@@ -192,7 +195,7 @@ TEST(ChatDataset, TrainAndPreprocessRefuseConversations) {
                                               data.string() + " --tokenizer " + tok.string() + " --output " +
                                               out.string(), &log);
   EXPECT_NE(rc, 0) << log;
-  EXPECT_HAS(log, "conversation formats need a chat template: --data_path " + data.string());
+  EXPECT_HAS(log, "--chat_template");
   EXPECT_FALSE(fs::exists(out));
 
   fs::create_directories(dir.path() / "model");
@@ -203,7 +206,7 @@ TEST(ChatDataset, TrainAndPreprocessRefuseConversations) {
                                           (dir.path() / "model").string() + " --data_path " + data.string() +
                                           " --output_dir " + run_dir.string(), &log);
   EXPECT_NE(rc, 0) << log;
-  EXPECT_HAS(log, "conversation formats need a chat template: --data_path " + data.string());
+  EXPECT_HAS(log, "--chat_template");
   EXPECT_FALSE(fs::exists(run_dir / "training_args.json")) << log;
 }
 
