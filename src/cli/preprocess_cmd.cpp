@@ -1,4 +1,4 @@
-// `alpaca-train preprocess`: tokenizes an Alpaca dataset exactly as training does and writes
+// `alpaca-train preprocess`: tokenizes a dataset (every format) exactly as training does and writes
 // one JSON line per example, then prints what the data looks like to the model: counts, length
 // percentiles, truncations and examples left without label tokens. Useful to pick
 // --model_max_length and to check a dataset before a long run.
@@ -16,6 +16,7 @@
 #include "alpaca/data/alpaca_record.h"
 #include "alpaca/data/collate.h"
 #include "alpaca/data/conversation.h"
+#include "alpaca/data/conversation_example.h"
 #include "alpaca/data/packing.h"
 #include "alpaca/data/tokenizer.h"
 #include "alpaca/util/error.h"
@@ -54,24 +55,49 @@ void write_examples(const std::string& output, const std::vector<data::Example>&
   ALPACA_CHECK(!ec, "cannot rename " << tmp << " to " << output << ": " << ec.message());
 }
 
+// What the data looks like to the model: counts, length percentiles, truncations, labels.
+void print_report(const std::vector<data::Example>& examples, const data::MaskStats& ms, const data::Tokenizer& tok,
+                  int64_t model_max_length) {
+  std::vector<int64_t> sorted;
+  int64_t total = 0;
+  for (const auto& ex : examples) {
+    sorted.push_back(static_cast<int64_t>(ex.input_ids.size()));
+    total += sorted.back();
+  }
+  std::sort(sorted.begin(), sorted.end());
+  std::cout << "records:            " << ms.num_rows << "\n"
+            << "tokenizer:          vocab " << tok.vocab_size() << ", pad id " << *tok.pad_id() << "\n"
+            << "tokens:             " << total << " (" << ms.num_trained << " label tokens)\n"
+            << "loss mask:          " << data::describe_mask_stats(ms, model_max_length) << "\n";
+  if (!sorted.empty())
+    std::cout << "length (tokens):    min " << sorted.front() << ", p50 " << percentile(sorted, 50) << ", p90 "
+              << percentile(sorted, 90) << ", p99 " << percentile(sorted, 99) << ", max " << sorted.back()
+              << ", mean " << static_cast<double>(total) / static_cast<double>(sorted.size()) << "\n";
+  std::cout << "truncated:          " << ms.num_truncated << " (longer than " << model_max_length << ")\n"
+            << "no label tokens:    " << ms.num_no_label + ms.num_dropped
+            << " (the prompt fills the window; they add nothing to the loss)\n";
+}
+
 }  // namespace
 
 int run_preprocess(const std::vector<std::string>& args) {
-  std::string data_path, model_dir, tokenizer_path, output, dataset_format = "auto";
+  std::string data_path, model_dir, tokenizer_path, output, dataset_format = "auto", chat_template;
   int64_t model_max_length = 512;
   int num_threads = 0;
-  bool packing = false;
-  bool use_fast_tokenizer = false;
+  bool packing = false, use_fast_tokenizer = false, assistant_only_loss = false, completion_only_loss = true;
   const Subcommand cmd{
-      "preprocess", "Tokenize an Alpaca dataset as training does and report its statistics.",
+      "preprocess", "Tokenize a dataset (any format) as training does and report its statistics.",
       {{"--data_path", &data_path,
         "Dataset: JSON array, JSON Lines, Parquet or a datasets.save_to_disk directory; several "
         "comma-separated paths are concatenated", true},
        {"--dataset_format", &dataset_format, "auto (detect per file) / alpaca / messages / sharegpt / prompt_completion"},
        {"--model_name_or_path", &model_dir,
-        "Model directory holding tokenizer.model or tokenizer.json (+ tokenizer_config.json ...)"},
+        "Model directory holding tokenizer.model or tokenizer.json (+ tokenizer_config.json, chat template ...)"},
        {"--tokenizer", &tokenizer_path,
         "Tokenizer directory, tokenizer.model or tokenizer.json file (instead of --model_name_or_path)"},
+       {"--chat_template", &chat_template, "Jinja chat template file for conversation rows (instead of the model's)"},
+       {"--assistant_only_loss", &assistant_only_loss, "Conversation rows: label only the assistant tokens (TRL)"},
+       {"--completion_only_loss", &completion_only_loss, "Prompt-completion rows: label only the completion (TRL)"},
        {"--output", &output, "Where to write the tokenized examples (JSON Lines)", true},
        {"--model_max_length", &model_max_length, "Maximum sequence length; longer examples are truncated on the right"},
        {"--packing", &packing, "Pack examples into --model_max_length blocks (position/segment ids per example)"},
@@ -86,53 +112,31 @@ int run_preprocess(const std::vector<std::string>& args) {
                          dataset_format == "sharegpt" || dataset_format == "prompt_completion",
                      "--dataset_format '" << dataset_format << "' is not a dataset format; give auto or one of "
                                           << data::dataset_format_names());
+  ALPACA_USAGE_CHECK(chat_template.empty() || std::filesystem::is_regular_file(chat_template),
+                     "--chat_template " << chat_template << " is not a file (a Jinja chat template is needed)");
 
   sys::Timer timer;
-  const auto dataset = data::load_dataset(data_path, data::parse_dataset_format(dataset_format));
-  data::require_alpaca_rows(dataset.files, "--data_path");
-  const auto records = dataset.alpaca_records();
-  data::Tokenizer tok = data::Tokenizer::load(model_dir.empty() ? tokenizer_path : model_dir, use_fast_tokenizer);
+  const std::string tok_source = model_dir.empty() ? tokenizer_path : model_dir;
+  data::Tokenizer tok = data::Tokenizer::load(tok_source, use_fast_tokenizer);
   // As train.py: missing special tokens are added ([PAD] etc.; they can appear in the text).
   tok.add_missing_special_tokens();
   const double load_s = timer.seconds();
   timer.reset();
-  data::TokenizeStats tstats;
-  auto examples = data::tokenize_alpaca(records, tok, model_max_length, num_threads, &tstats);
+  data::MaskStats ms;
+  const std::filesystem::path tmpl_dir = std::filesystem::is_directory(tok_source)
+                                             ? std::filesystem::path(tok_source)
+                                             : std::filesystem::path(tok_source).parent_path();
+  auto examples = data::load_examples(data_path, data::parse_dataset_format(dataset_format), tok, tmpl_dir,
+                                      chat_template, {assistant_only_loss, completion_only_loss, model_max_length},
+                                      num_threads, &ms);
   const double tok_s = timer.seconds();
-
-  std::vector<int64_t> lengths;
-  int64_t label_tokens = 0;
-  for (const auto& ex : examples) {
-    lengths.push_back(static_cast<int64_t>(ex.input_ids.size()));
-    label_tokens += data::count_label_tokens(ex);
-  }
-  std::vector<int64_t> sorted = lengths;
-  std::sort(sorted.begin(), sorted.end());
-  int64_t total = 0;
-  for (int64_t l : lengths) total += l;
+  print_report(examples, ms, tok, model_max_length);
 
   data::PackingStats pstats;
-  const std::vector<data::Example>& out_examples =
-      packing ? (examples = data::pack_examples(examples, model_max_length, &pstats)) : examples;
-
-  write_examples(output, out_examples, packing);
-
-  const int64_t n = static_cast<int64_t>(examples.size());
-  std::cout << "records:            " << records.size() << "\n"
-            << "tokenizer:          vocab " << tok.vocab_size() << ", pad id " << *tok.pad_id()
-            << "\n"
-            << "tokens:             " << total << " (" << label_tokens << " label tokens)\n"
-            << "length (tokens):    min " << sorted.front() << ", p50 " << percentile(sorted, 50)
-            << ", p90 " << percentile(sorted, 90) << ", p99 " << percentile(sorted, 99)
-            << ", max " << sorted.back() << ", mean "
-            << static_cast<double>(total) / static_cast<double>(records.size()) << "\n"
-            << "truncated:          " << tstats.num_truncated << " (longer than "
-            << model_max_length << ")\n"
-            << "no label tokens:    " << tstats.num_no_label_tokens
-            << " (the prompt fills the window; they add nothing to the loss)\n";
+  if (packing) examples = data::pack_examples(examples, model_max_length, &pstats);
+  write_examples(output, examples, packing);
   if (packing)
-    std::cout << "packed blocks:      " << pstats.num_blocks << " (fill " << pstats.fill_ratio
-              << ")\n";
+    std::cout << "packed blocks:      " << pstats.num_blocks << " (fill " << pstats.fill_ratio << ")\n";
   if (!examples.empty() && !packing) {
     // The end of the first example, so a user sees the EOS train.py appends (id and piece).
     const auto& ids = examples.front().input_ids;
@@ -141,10 +145,9 @@ int run_preprocess(const std::vector<std::string>& args) {
               << " (eos " << tok.eos_id() << ", tokenizer " << tok.source()
               << (tok.tokenizer_class().empty() ? "" : " as " + tok.tokenizer_class()) << ")\n";
   }
-  std::cout << "written:            " << (packing ? pstats.num_blocks : n) << " lines to "
-            << output << "\n"
+  std::cout << "written:            " << examples.size() << " lines to " << output << "\n"
             << "time:               load " << load_s << " s, tokenize " << tok_s << " s ("
-            << static_cast<double>(records.size()) / std::max(tok_s, 1e-9) << " records/s)\n";
+            << static_cast<double>(ms.num_rows) / std::max(tok_s, 1e-9) << " records/s)\n";
   return 0;
 }
 

@@ -1,14 +1,17 @@
 // `alpaca-train [train]`: parse and validate the flags, set up rank-aware logging, print the
 // effective arguments once, record them in output_dir, then hand over to the trainer.
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "alpaca/ckpt/preemption.h"
 #include "alpaca/cli/commands.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/data/conversation.h"
+#include "alpaca/data/conversation_example.h"
 #include "alpaca/data/tokenizer.h"
 #include "alpaca/dist/launch.h"
 #include "alpaca/train/run.h"
@@ -50,6 +53,24 @@ void write_args_json(const TrainArgs& args) {
   ALPACA_CHECK(!ec, "cannot rename " << tmp_path << " to " << final_path << ": " << ec.message());
 }
 
+// Conversation files (each file's first row says its format) are rendered and tokenized once here,
+// as the trainer will, so a bad row, a template error or an empty loss mask stops the run before
+// anything is written to output_dir. Other data (alpaca, or a file whose first row cannot be read)
+// is checked by the trainer as before.
+void check_conversation_data(const TrainArgs& args, const data::Tokenizer& tok) {
+  const auto format = data::parse_dataset_format(args.dataset_format);
+  data::MaskOptions masks{args.assistant_only_loss, args.completion_only_loss, args.model_max_length};
+  for (const std::string& paths : {args.data_path, args.eval_data_path}) {
+    if (paths.empty()) continue;
+    const auto files = data::peek_dataset_formats(paths, format);
+    const bool conversations = std::any_of(files.begin(), files.end(), [](const auto& f) {
+      return f.second != data::DatasetFormat::kAlpaca && f.second != data::DatasetFormat::kAuto;
+    });
+    if (!conversations) continue;  // alpaca, or a file whose first row is unreadable: the trainer reports it
+    data::load_examples(paths, format, tok, args.model_name_or_path, args.chat_template, masks);
+  }
+}
+
 }  // namespace
 
 int run_train(const std::vector<std::string>& argv) {
@@ -76,18 +97,13 @@ int run_train(const std::vector<std::string>& argv) {
     for (const auto& note : args.notes) ALPACA_INFO(note);
   }
   check_input_paths(args);  // before anything is written to output_dir
-  // Conversation files are refused before output_dir is written too (each file's first row says
-  // its format; the trainer reads the rows).
-  for (const auto& [flag, paths] : {std::pair<std::string, std::string>{"--data_path", args.data_path},
-                                    std::pair<std::string, std::string>{"--eval_data_path", args.eval_data_path}})
-    if (!paths.empty())
-      data::require_alpaca_rows(data::peek_dataset_formats(paths, data::parse_dataset_format(args.dataset_format)), flag);
-  // The tokenizer self-check (issue 26: an EOS that splits), before output_dir is written; the
-  // trainer loads the same files the same way.
+  // The tokenizer self-check (issue 26: an EOS that splits) and the conversation rows, before
+  // output_dir is written; the trainer loads the same files the same way.
   {
     data::Tokenizer tok = data::Tokenizer::load(args.model_name_or_path, args.use_fast_tokenizer);
     tok.add_missing_special_tokens();
     tok.check_special_tokens();
+    check_conversation_data(args, tok);
   }
   if (rank <= 0) {
     write_args_json(args);

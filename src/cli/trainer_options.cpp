@@ -56,6 +56,9 @@ train::TrainerOptions trainer_options(const TrainArgs& a) {
   o.data_path = a.data_path;
   o.eval_data_path = a.eval_data_path;
   o.dataset_format = a.dataset_format;
+  o.chat_template = a.chat_template;
+  o.assistant_only_loss = a.assistant_only_loss;
+  o.completion_only_loss = a.completion_only_loss;
   o.model_max_length = a.model_max_length;
   o.packing = a.packing;
   o.group_by_length = a.group_by_length;

@@ -394,6 +394,8 @@ void check_input_paths(const TrainArgs& a) {
     const std::string cfg = (model / "config.json").string();
     fsdp::check_wrap_classes(a.fsdp_policy, model::LlamaConfig::from_json_file(cfg).model_type, cfg);
   }
+  ALPACA_USAGE_CHECK(a.chat_template.empty() || fs::is_regular_file(a.chat_template),
+                     "--chat_template " << a.chat_template << " is not a file (a Jinja chat template is needed)");
   for (const auto& [flag, paths] : {std::pair<const char*, std::string>{"data_path", a.data_path},
                                     std::pair<const char*, std::string>{"eval_data_path", a.eval_data_path}}) {
     if (paths.empty()) continue;

@@ -2,12 +2,9 @@
 #include "alpaca/data/alpaca_example.h"
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
-#include <mutex>
-#include <thread>
 
 #include "alpaca/util/error.h"
+#include "parallel_for.h"
 
 namespace alpaca::data {
 namespace {
@@ -58,32 +55,7 @@ std::vector<Example> tokenize_alpaca(const std::vector<AlpacaRecord>& records,
     ex.input_ids = std::move(full);
   };
 
-  int threads = num_threads > 0 ? num_threads
-                                : std::max(1u, std::thread::hardware_concurrency());
-  threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n, 1)));
-  std::atomic<int64_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mu;
-  auto worker = [&] {
-    try {
-      // Small chunks keep threads balanced when record lengths vary.
-      constexpr int64_t kChunk = 16;
-      for (int64_t b = next.fetch_add(kChunk); b < n; b = next.fetch_add(kChunk))
-        for (int64_t i = b; i < std::min(n, b + kChunk); ++i) work(i);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (!error) error = std::current_exception();
-      next = n;
-    }
-  };
-  if (threads <= 1) {
-    worker();
-  } else {
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
-    for (auto& t : pool) t.join();
-  }
-  if (error) std::rethrow_exception(error);
+  detail::parallel_for(n, num_threads, work);
 
   if (stats) {
     *stats = TokenizeStats{};

@@ -180,14 +180,4 @@ FileFormats peek_dataset_formats(const std::string& paths, DatasetFormat format)
   return out;
 }
 
-void require_alpaca_rows(const FileFormats& files, const std::string& flag) {
-  for (const auto& [path, format] : files)
-    ALPACA_CHECK(format == DatasetFormat::kAlpaca || format == DatasetFormat::kAuto,
-                 "conversation formats need a chat template: " << flag << " " << path << " holds "
-                     << dataset_format_name(format)
-                     << " rows, which are tokenized through the model's chat template, and this build of "
-                        "alpaca-train does not apply chat templates yet; give Alpaca "
-                        "{instruction, input, output} records (or convert the rows to them)");
-}
-
 }  // namespace alpaca::data

@@ -1520,6 +1520,51 @@ std::string HfTokenizer::decode(const std::vector<int64_t>& ids, bool skip_speci
   return out;
 }
 
+std::string sentencepiece_piece_bytes(const std::string& piece) {
+  if (piece.size() == 6 && piece.compare(0, 3, "<0x") == 0 && piece[5] == '>' &&
+      std::isxdigit(static_cast<unsigned char>(piece[3])) && std::isxdigit(static_cast<unsigned char>(piece[4])))
+    return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+  static const std::string kUnderline = "\xE2\x96\x81";  // "▁"
+  std::string out;
+  for (size_t i = 0; i < piece.size();) {
+    if (piece.compare(i, kUnderline.size(), kUnderline) == 0) {
+      out.push_back(' ');
+      i += kUnderline.size();
+    } else {
+      out.push_back(piece[i++]);
+    }
+  }
+  return out;
+}
+
+namespace {
+bool has_decoder(const Decoder& d, Decoder::Kind kind) {
+  if (d.kind == kind) return true;
+  for (const auto& c : d.children)
+    if (has_decoder(c, kind)) return true;
+  return false;
+}
+}  // namespace
+
+std::string HfTokenizer::token_bytes(int64_t id) const {
+  ALPACA_CHECK(id >= 0 && id < size(), "token id " << id << " is outside the vocabulary [0, " << size() << ")");
+  auto it = impl_->added_by_id.find(id);
+  if (it != impl_->added_by_id.end()) return impl_->added[it->second].content;
+  if (static_cast<size_t>(id) >= impl_->model.id_to_token.size()) return {};
+  const std::string& piece = impl_->model.id_to_token[static_cast<size_t>(id)];
+  if (impl_->decoder && has_decoder(*impl_->decoder, Decoder::kByteLevel)) {
+    const auto& table = char_to_byte();
+    std::string bytes;
+    for (size_t i = 0, len = 0; i < piece.size(); i += len) {
+      auto b = table.find(decode_utf8(piece, i, &len));
+      if (b == table.end()) return piece;  // not a byte-level piece: as written
+      bytes.push_back(static_cast<char>(b->second));
+    }
+    return bytes;
+  }
+  return sentencepiece_piece_bytes(piece);
+}
+
 int64_t HfTokenizer::size() const { return impl_->size(); }
 int64_t HfTokenizer::model_size() const {
   return static_cast<int64_t>(impl_->model.id_to_token.size());

@@ -23,6 +23,10 @@
 
 namespace alpaca::data::detail {
 
+// A SentencePiece-style piece as text bytes: "<0xNN>" (byte fallback) is that byte, every "▁" a
+// space. Shared by both tokenizer formats' token_bytes().
+std::string sentencepiece_piece_bytes(const std::string& piece);
+
 class HfTokenizer {
  public:
   // Parses `path` (a tokenizer.json). Errors name the file and the component.
@@ -39,6 +43,8 @@ class HfTokenizer {
   std::vector<int64_t> encode(const std::string& text, bool add_special_tokens) const;
   // `tokenizer.decode(ids, skip_special_tokens=...)`. Throws on an unknown id.
   std::string decode(const std::vector<int64_t>& ids, bool skip_special) const;
+  // The text bytes one token stands for (Tokenizer::token_bytes). Throws on an unknown id.
+  std::string token_bytes(int64_t id) const;
 
   int64_t size() const;  // len(tokenizer): one past the largest id
   int64_t model_size() const;  // the model's vocabulary (one past its largest id)

@@ -642,6 +642,14 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special
   return out;
 }
 
+std::string Tokenizer::token_bytes(int64_t id) const {
+  if (impl_->hf) return impl_->hf->token_bytes(id);
+  ALPACA_CHECK(id >= 0 && id < vocab_size(), "token id " << id << " is outside the vocabulary [0, " << vocab_size() << ")");
+  for (const auto& t : impl_->added)
+    if (t.id == id) return t.content;
+  return detail::sentencepiece_piece_bytes(impl_->sp.IdToPiece(static_cast<int>(id)));
+}
+
 int64_t Tokenizer::vocab_size() const { return impl_->size(); }
 int64_t Tokenizer::sp_vocab_size() const { return impl_->sp_size(); }
 std::optional<int64_t> Tokenizer::pad_id() const {

@@ -14,6 +14,7 @@
 #include "alpaca/ckpt/preemption.h"
 #include "alpaca/data/alpaca_record.h"
 #include "alpaca/data/conversation.h"
+#include "alpaca/data/conversation_example.h"
 #include "alpaca/data/packing.h"
 #include "alpaca/dist/runtime.h"
 #include "alpaca/fsdp/policy.h"
@@ -166,14 +167,11 @@ void Trainer::Impl::setup_tokenizer_and_model() {
 
 void Trainer::Impl::setup_data() {
   const auto format = data::parse_dataset_format(opt.dataset_format);
-  const auto dataset = data::load_dataset(opt.data_path, format);
-  data::require_alpaca_rows(dataset.files, "--data_path");
-  const auto records = dataset.alpaca_records();
-  data::TokenizeStats stats;
-  train_examples = data::tokenize_alpaca(records, *tokenizer, opt.model_max_length, 0, &stats);
-  ALPACA_INFO("tokenized " << train_examples.size() << " training examples from " << opt.data_path << " ("
-                           << stats.num_truncated << " truncated to " << opt.model_max_length << " tokens, "
-                           << stats.num_no_label_tokens << " with no response tokens left)");
+  data::MaskOptions masks{opt.assistant_only_loss, opt.completion_only_loss, opt.model_max_length};
+  data::MaskStats stats;
+  train_examples = data::load_examples(opt.data_path, format, *tokenizer, opt.model_name_or_path, opt.chat_template,
+                                       masks, 0, &stats);
+  ALPACA_INFO("tokenized " << opt.data_path << ": " << data::describe_mask_stats(stats, opt.model_max_length));
   if (opt.packing) {
     data::PackingStats ps;
     train_examples = data::pack_examples(train_examples, opt.model_max_length, &ps);
@@ -182,9 +180,8 @@ void Trainer::Impl::setup_data() {
   }
   if (opt.eval_strategy != Interval::kNo) {
     ALPACA_CHECK(!opt.eval_data_path.empty(), "evaluation is scheduled but no --eval_data_path was given");
-    const auto eval_set = data::load_dataset(opt.eval_data_path, format);
-    data::require_alpaca_rows(eval_set.files, "--eval_data_path");
-    eval_examples = data::tokenize_alpaca(eval_set.alpaca_records(), *tokenizer, opt.model_max_length);
+    eval_examples = data::load_examples(opt.eval_data_path, format, *tokenizer, opt.model_name_or_path,
+                                        opt.chat_template, masks);
   }
   build_sampler();
 }

@@ -81,9 +81,4 @@ std::vector<std::string> split_data_paths(const std::string& paths);
 // cannot be read gets kAuto; its error comes when load_dataset reads it.
 FileFormats peek_dataset_formats(const std::string& paths, DatasetFormat format = DatasetFormat::kAuto);
 
-// Until the chat-template engine is wired in: an error for conversation files, which
-// alpaca-train cannot yet tokenize ("conversation formats need a chat template: ..."). `flag`
-// names the option in the message (--data_path).
-void require_alpaca_rows(const FileFormats& files, const std::string& flag);
-
 }  // namespace alpaca::data

@@ -63,6 +63,12 @@ class Tokenizer {
   // Throws on an id outside [0, vocab_size()).
   std::string decode(const std::vector<int64_t>& ids, bool skip_special = true) const;
 
+  // The bytes of text that token `id` stands for, so tokens can be laid back onto the text they
+  // came from (loss masks by byte span, conversation_example.h): an added token's content; a
+  // byte-level piece (GPT-2 style "Ġ...") mapped back to its bytes; a byte-fallback piece <0xNN>
+  // as that byte; "▁" as a space. Throws on an id outside [0, vocab_size()).
+  std::string token_bytes(int64_t id) const;
+
   int64_t vocab_size() const;  // model vocabulary + added tokens = HF len(tokenizer)
   int64_t sp_vocab_size() const;  // the model's own vocabulary (SentencePiece pieces / BPE vocab)
   // "sentencepiece" (tokenizer.model) or "tokenizer.json".

@@ -36,6 +36,9 @@ struct TrainerOptions {
   std::string data_path;
   std::string eval_data_path;  // "" = none
   std::string dataset_format = "auto";  // data::parse_dataset_format
+  std::filesystem::path chat_template;  // "" = the model's (conversation rows)
+  bool assistant_only_loss = false;     // data::MaskOptions, TRL SFTConfig semantics
+  std::optional<bool> completion_only_loss;
   int64_t model_max_length = 512;
   bool packing = false;
   bool group_by_length = false;

