@@ -1,7 +1,7 @@
 // Conversation training examples (issue 28): ids and labels token-exact with the references that
 // tests/reference/conversation_masks_reference.py computes with SmolLM2's tokenizer:
 //  (a) transformers' apply_chat_template(return_assistant_tokens_mask=True) for every
-//      generation-tagged template of the trl wheel, (b) the Python prefix-render oracle for
+//      generation-tagged template of the trl wheel (and a SentencePiece tokenizer with one), (b) the Python prefix-render oracle for
 //      SmolLM2's untagged template (per-message "train": false included), (c) the labels TRL 1.16's
 //      SFTTrainer._prepare_dataset + DataCollatorForLanguageModeling produce with
 //      assistant_only_loss and completion_only_loss, packing off and on;
@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "alpaca/chat/chat_template.h"
@@ -97,6 +98,26 @@ TEST(ConversationMasks, MatchTransformersAndThePrefixOracle) {
   EXPECT_EQ(same + refused, fx["cases"].size());
   EXPECT_GT(tagged, 80u);
   EXPECT_GE(same - tagged, 4u);
+}
+
+// The SentencePiece side of laying tokens back onto the text ("▁" pieces, byte fallback): the
+// repository's data/tokenizer with trl's qwen2_5_training template, against transformers.
+TEST(ConversationMasks, MatchTransformersWithASentencePieceTokenizer) {
+  SKIP_WITHOUT_FIXTURE();
+  const json fx = load_fixture();
+  const Tokenizer tok = Tokenizer::load((::alpaca::testing::source_dir() / "data/tokenizer").string());
+  ASSERT_EQ(tok.format(), "sentencepiece");
+  std::ifstream in(fixture() / fx["trl_template"].get<std::string>());
+  const chat::ChatTemplate tmpl(std::string(std::istreambuf_iterator<char>(in), {}), "qwen2_5_training");
+  MaskOptions opt;
+  opt.assistant_only_loss = true;
+  ASSERT_GE(fx["sentencepiece_cases"].size(), 3u);
+  for (const auto& c : fx["sentencepiece_cases"]) {
+    const std::string name = c["row"].get<std::string>();
+    const Example ex = conversation_example(row_of(fx["rows"][name], name), tok, &tmpl, opt);
+    EXPECT_EQ(ex.input_ids, c["input_ids"].get<std::vector<int64_t>>()) << name;
+    EXPECT_EQ(mask_of(ex), c["mask"].get<std::vector<int64_t>>()) << name;
+  }
 }
 
 // Documents of `examples` after packing (split by segment ids) or as they are.
