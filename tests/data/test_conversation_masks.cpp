@@ -9,9 +9,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <regex>
 #include <nlohmann/json.hpp>
 
 #include "alpaca/chat/chat_template.h"
@@ -98,6 +100,77 @@ TEST(ConversationMasks, MatchTransformersAndThePrefixOracle) {
   EXPECT_EQ(same + refused, fx["cases"].size());
   EXPECT_GT(tagged, 80u);
   EXPECT_GE(same - tagged, 4u);
+}
+
+// Where a template has {% generation %} markers and is prefix-stable, both ways of finding the
+// assistant tokens apply, and they must agree token for token, with the allowances
+// test_chat_template makes for the spans: the markers may start earlier (a header the generation
+// prompt also writes, "<think>\n" or gpt-oss's "<|start|>assistant", glued to the front of the
+// turn), and prefix rendering may take more after the turn (a whitespace separator the markers
+// leave out). One more at token level: where a template closes and reopens its marker right after
+// a character that byte-level BPE splits (an emoji), transformers' char_to_token rule drops the
+// character's later pieces; prefix rendering, one span, keeps them.
+// The prefix side renders the same template with its markers turned into `if true` blocks (the
+// same whitespace control), so only the span source differs.
+bool markers_and_prefix_agree(const Example& gen, const Example& pre, const Tokenizer& tok, std::string* diff) {
+  bool ok = true;
+  for (size_t i = 0; i < gen.labels.size(); ++i) {
+    const bool g = gen.labels[i] != kIgnoreIndex, p = pre.labels[i] != kIgnoreIndex;
+    if (g == p) continue;
+    const std::string b = tok.token_bytes(gen.input_ids[i]);
+    bool allowed;
+    if (g) {  // markers only: part of a run that runs into the prefix span
+      size_t j = i;
+      while (j < gen.labels.size() && gen.labels[j] != kIgnoreIndex && pre.labels[j] == kIgnoreIndex) ++j;
+      allowed = j < gen.labels.size() && pre.labels[j] != kIgnoreIndex;
+    } else {  // prefix only: whitespace, or the later piece of a split character
+      allowed = std::all_of(b.begin(), b.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); }) ||
+                (!b.empty() && (static_cast<unsigned char>(b[0]) & 0xC0) == 0x80);
+    }
+    ok = ok && allowed;
+    if (!allowed) *diff += (g ? " markers-only " : " prefix-only ") + tok.describe_ids({gen.input_ids[i]});
+  }
+  return ok;
+}
+
+TEST(ConversationMasks, GenerationMarkersAndPrefixRenderingAgreeOnTokens) {
+  SKIP_WITHOUT_FIXTURE();
+  const json fx = load_fixture();
+  const Tokenizer& tok = smollm2_tokenizer(fx);
+  const std::regex open(R"(\{%(-?)\s*generation\s*(-?)%\})"), close(R"(\{%(-?)\s*endgeneration\s*(-?)%\})");
+  MaskOptions opt;
+  opt.assistant_only_loss = true;
+  size_t agree = 0, refused = 0, compared = 0;
+  for (const auto& t : fx["templates"]) {
+    if (!t["tagged"].get<bool>()) continue;
+    const std::string src = t["source"].get<std::string>();
+    const chat::ChatTemplate tagged(src, t["name"].get<std::string>());
+    const chat::ChatTemplate plain(std::regex_replace(std::regex_replace(src, open, "{%$1 if true $2%}"), close,
+                                                      "{%$1 endif $2%}"),
+                                   t["name"].get<std::string>() + " (markers as if)");
+    ASSERT_FALSE(plain.has_generation_blocks());
+    for (const auto& [name, row_json] : fx["rows"].items()) {
+      if (name == "train_false_first") continue;
+      const ConversationRow row = row_of(row_json, name);
+      Example gen, pre;
+      try {
+        gen = conversation_example(row, tok, &tagged, opt);
+        pre = conversation_example(row, tok, &plain, opt);
+      } catch (const Error&) {
+        ++refused;  // the template refuses the row, or is not prefix-stable
+        continue;
+      }
+      ++compared;
+      ASSERT_EQ(gen.input_ids, pre.input_ids) << t["name"] << " / " << name;
+      std::string diff;
+      const bool same = markers_and_prefix_agree(gen, pre, tok, &diff);
+      agree += same;
+      EXPECT_TRUE(same) << t["name"] << " / " << name << ": the markers and prefix rendering disagree:" << diff;
+    }
+  }
+  std::cout << "[conversation_masks] markers vs prefix rendering: " << agree << "/" << compared
+            << " rows agree token for token, " << refused << " not comparable (the template refuses the row or is not prefix-stable)\n";
+  EXPECT_GT(compared, 50u);
 }
 
 // The SentencePiece side of laying tokens back onto the text ("▁" pieces, byte fallback): the
