@@ -1,7 +1,7 @@
 // Conversation training examples (issue 28): ids and labels token-exact with the references that
 // tests/reference/conversation_masks_reference.py computes with SmolLM2's tokenizer:
 //  (a) transformers' apply_chat_template(return_assistant_tokens_mask=True) for every
-//      generation-tagged template of the trl wheel, (b) the Python prefix-render oracle for
+//      generation-tagged template of the trl wheel (and a SentencePiece tokenizer with one), (b) the Python prefix-render oracle for
 //      SmolLM2's untagged template (per-message "train": false included), (c) the labels TRL 1.16's
 //      SFTTrainer._prepare_dataset + DataCollatorForLanguageModeling produce with
 //      assistant_only_loss and completion_only_loss, packing off and on;
@@ -9,8 +9,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <regex>
 #include <nlohmann/json.hpp>
 
 #include "alpaca/chat/chat_template.h"
@@ -97,6 +100,97 @@ TEST(ConversationMasks, MatchTransformersAndThePrefixOracle) {
   EXPECT_EQ(same + refused, fx["cases"].size());
   EXPECT_GT(tagged, 80u);
   EXPECT_GE(same - tagged, 4u);
+}
+
+// Where a template has {% generation %} markers and is prefix-stable, both ways of finding the
+// assistant tokens apply, and they must agree token for token, with the allowances
+// test_chat_template makes for the spans: the markers may start earlier (a header the generation
+// prompt also writes, "<think>\n" or gpt-oss's "<|start|>assistant", glued to the front of the
+// turn), and prefix rendering may take more after the turn (a whitespace separator the markers
+// leave out). One more at token level: where a template closes and reopens its marker right after
+// a character that byte-level BPE splits (an emoji), transformers' char_to_token rule drops the
+// character's later pieces; prefix rendering, one span, keeps them.
+// The prefix side renders the same template with its markers turned into `if true` blocks (the
+// same whitespace control), so only the span source differs.
+bool markers_and_prefix_agree(const Example& gen, const Example& pre, const Tokenizer& tok, std::string* diff) {
+  bool ok = true;
+  for (size_t i = 0; i < gen.labels.size(); ++i) {
+    const bool g = gen.labels[i] != kIgnoreIndex, p = pre.labels[i] != kIgnoreIndex;
+    if (g == p) continue;
+    const std::string b = tok.token_bytes(gen.input_ids[i]);
+    bool allowed;
+    if (g) {  // markers only: part of a run that runs into the prefix span
+      size_t j = i;
+      while (j < gen.labels.size() && gen.labels[j] != kIgnoreIndex && pre.labels[j] == kIgnoreIndex) ++j;
+      allowed = j < gen.labels.size() && pre.labels[j] != kIgnoreIndex;
+    } else {  // prefix only: whitespace, or the later piece of a split character
+      allowed = std::all_of(b.begin(), b.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); }) ||
+                (!b.empty() && (static_cast<unsigned char>(b[0]) & 0xC0) == 0x80);
+    }
+    ok = ok && allowed;
+    if (!allowed) *diff += (g ? " markers-only " : " prefix-only ") + tok.describe_ids({gen.input_ids[i]});
+  }
+  return ok;
+}
+
+TEST(ConversationMasks, GenerationMarkersAndPrefixRenderingAgreeOnTokens) {
+  SKIP_WITHOUT_FIXTURE();
+  const json fx = load_fixture();
+  const Tokenizer& tok = smollm2_tokenizer(fx);
+  const std::regex open(R"(\{%(-?)\s*generation\s*(-?)%\})"), close(R"(\{%(-?)\s*endgeneration\s*(-?)%\})");
+  MaskOptions opt;
+  opt.assistant_only_loss = true;
+  size_t agree = 0, refused = 0, compared = 0;
+  for (const auto& t : fx["templates"]) {
+    if (!t["tagged"].get<bool>()) continue;
+    const std::string src = t["source"].get<std::string>();
+    const chat::ChatTemplate tagged(src, t["name"].get<std::string>());
+    const chat::ChatTemplate plain(std::regex_replace(std::regex_replace(src, open, "{%$1 if true $2%}"), close,
+                                                      "{%$1 endif $2%}"),
+                                   t["name"].get<std::string>() + " (markers as if)");
+    ASSERT_FALSE(plain.has_generation_blocks());
+    for (const auto& [name, row_json] : fx["rows"].items()) {
+      if (name == "train_false_first") continue;
+      const ConversationRow row = row_of(row_json, name);
+      Example gen, pre;
+      try {
+        gen = conversation_example(row, tok, &tagged, opt);
+        pre = conversation_example(row, tok, &plain, opt);
+      } catch (const Error&) {
+        ++refused;  // the template refuses the row, or is not prefix-stable
+        continue;
+      }
+      ++compared;
+      ASSERT_EQ(gen.input_ids, pre.input_ids) << t["name"] << " / " << name;
+      std::string diff;
+      const bool same = markers_and_prefix_agree(gen, pre, tok, &diff);
+      agree += same;
+      EXPECT_TRUE(same) << t["name"] << " / " << name << ": the markers and prefix rendering disagree:" << diff;
+    }
+  }
+  std::cout << "[conversation_masks] markers vs prefix rendering: " << agree << "/" << compared
+            << " rows agree token for token, " << refused << " not comparable (the template refuses the row or is not prefix-stable)\n";
+  EXPECT_GT(compared, 50u);
+}
+
+// The SentencePiece side of laying tokens back onto the text ("▁" pieces, byte fallback): the
+// repository's data/tokenizer with trl's qwen2_5_training template, against transformers.
+TEST(ConversationMasks, MatchTransformersWithASentencePieceTokenizer) {
+  SKIP_WITHOUT_FIXTURE();
+  const json fx = load_fixture();
+  const Tokenizer tok = Tokenizer::load((::alpaca::testing::source_dir() / "data/tokenizer").string());
+  ASSERT_EQ(tok.format(), "sentencepiece");
+  std::ifstream in(fixture() / fx["trl_template"].get<std::string>());
+  const chat::ChatTemplate tmpl(std::string(std::istreambuf_iterator<char>(in), {}), "qwen2_5_training");
+  MaskOptions opt;
+  opt.assistant_only_loss = true;
+  ASSERT_GE(fx["sentencepiece_cases"].size(), 3u);
+  for (const auto& c : fx["sentencepiece_cases"]) {
+    const std::string name = c["row"].get<std::string>();
+    const Example ex = conversation_example(row_of(fx["rows"][name], name), tok, &tmpl, opt);
+    EXPECT_EQ(ex.input_ids, c["input_ids"].get<std::vector<int64_t>>()) << name;
+    EXPECT_EQ(mask_of(ex), c["mask"].get<std::vector<int64_t>>()) << name;
+  }
 }
 
 // Documents of `examples` after packing (split by segment ids) or as they are.

