@@ -132,6 +132,7 @@ def main():
     ap.add_argument("--data_path", default=os.path.join(shared, "data/alpaca/alpaca_5000.json"))
     ap.add_argument("--records", type=int, default=200)
     args = ap.parse_args()
+    args.out = os.path.abspath(args.out)  # the cases' "dir" is read from elsewhere
     if not os.path.exists(args.data_path):
         print(f"shared data not found under {shared}; writing no fixture")
         return
