@@ -53,6 +53,7 @@ plan::MemoryPlanInputs plan_inputs(const TrainArgs& args, const dist::LaunchInfo
   in.reduce_dtype = policy.reduce_dtype;
   in.offload = policy.offload;
   in.checkpointing = policy.activation_checkpointing;
+  in.async_checkpoint = args.save_async && args.save_strategy != "no";
   in.backward_prefetch = policy.backward_prefetch;
   in.forward_prefetch = policy.forward_prefetch;
   in.limit_all_gathers = policy.limit_all_gathers;

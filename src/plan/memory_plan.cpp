@@ -444,6 +444,11 @@ void add_host_and_margins(const MemoryPlanInputs& in, const Figures& g, MemoryPl
     plan.device_total_bytes = plan.device_allocated_bytes;
   }
   add(plan.breakdown, "checkpoint export staging (one unit in fp32)", 0, 4 * g.largest_unit);
+  if (in.async_checkpoint) {  // the trainer's snapshot_shards: replicated shards are written in parts
+    const int64_t replicas = std::max(1, in.num_ranks / std::max(1, g.shard_world));
+    add(plan.breakdown, "--save_async staging copy (fp32 trainable shards + AdamW moments)", 0,
+        12 * g.train_shard / replicas);
+  }
   add(plan.breakdown, "process baseline (LibTorch, communicator, tokenized data)", 0,
       in.gpu ? kHostBaselineGpu : kHostBaselineCpu);
   int64_t host = 0;

@@ -159,11 +159,17 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
   barrier();  // the staging directory exists before any rank writes into it
   sys::reset_peak_rss_window();
   const int64_t rss_at_start = sys::rss_bytes();
-  // Asynchronous when every rank can hold a copy of its shards twice over in free host memory.
+  // Asynchronous when every rank can hold a copy of what it writes (snapshot_shards; the planner's
+  // "--save_async staging copy") twice over in free host memory.
   bool async = allow_async && opt.save_async;
   if (async) {
     int64_t need = 0;
-    for (const auto& p : engine->local_param_shards()) need += (p.param_end - p.param_begin) * 4 * 3;
+    const auto [replica, replicas] = engine->shard_replica();
+    for (const auto& p : engine->local_param_shards()) {
+      if (opt.lora && !p.trainable) continue;
+      const auto [b, e] = replica_part(p.param_begin, p.param_end, replica, replicas);
+      need += (e - b) * 4 * (p.trainable && !opt.save_only_model ? 3 : 1);
+    }
     at::Tensor refuse = at::full({1}, mem_available_bytes() > 2 * need ? 0 : 1, at::TensorOptions().dtype(at::kLong).device(device));
     comm->all_reduce(refuse, dist::ReduceOp::kMax)->wait();
     if (refuse.item<int64_t>() != 0) {

@@ -95,6 +95,28 @@ TEST(MemoryPlan, OffloadMovesStatesToTheHostAndCheckpointingShrinksActivations) 
   EXPECT_EQ(plan::plan_memory(in).activations_per_layer_bytes, 2 * ck.activations_per_layer_bytes);
 }
 
+// --save_async keeps a host copy of what each rank writes (issue 30): fp32 trainable shards and
+// both moments, 12 bytes per trainable shard element, a 1/replicas part under hybrid/no_shard.
+TEST(MemoryPlan, AsyncSavesCountTheirStagingCopyOnTheHost) {
+  plan::MemoryPlanInputs in;
+  in.config = llama_7b();
+  in.num_ranks = 4;
+  in.ranks_per_node = 2;
+  const auto sync = plan::plan_memory(in);
+  in.async_checkpoint = true;
+  const auto async = plan::plan_memory(in);
+  const std::string name = "--save_async staging copy (fp32 trainable shards + AdamW moments)";
+  const int64_t copy = item(async, name, /*host=*/true);
+  EXPECT_EQ(item(sync, name, true), -1);
+  EXPECT_EQ(copy, 3 * item(async, "fp32 master shards"));  // full fine-tune: every shard trains
+  EXPECT_EQ(async.host_total_bytes - sync.host_total_bytes, copy);
+  EXPECT_EQ(async.device_allocated_bytes, sync.device_allocated_bytes);
+  in.strategy = fsdp::ShardingStrategy::kHybridShard;  // shard over 2, two replicas: half each
+  const auto hybrid = plan::plan_memory(in);
+  EXPECT_NEAR(static_cast<double>(item(hybrid, name, true)), 1.5 * static_cast<double>(item(hybrid, "fp32 master shards")),
+              64.0);
+}
+
 TEST(MemoryPlan, AlpacaReadmeConfigurationFitsFourA100s80GAtBatchFour) {
   plan::MemoryPlanInputs in;
   in.config = llama_7b();

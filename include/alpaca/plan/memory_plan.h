@@ -43,6 +43,10 @@ struct MemoryPlanInputs {
   at::ScalarType reduce_dtype = at::kFloat;
   bool offload = false;
   bool checkpointing = false;
+  // --save_async with saves on (trainer_sharded_ckpt.cpp): after a save every rank keeps a host
+  // copy of what it writes (fp32 trainable shards and both AdamW moments, this rank's part when
+  // shards are replicated) until the background write ends, beside the next steps.
+  bool async_checkpoint = false;
   fsdp::BackwardPrefetch backward_prefetch = fsdp::BackwardPrefetch::kBackwardPre;  // FsdpPolicy's defaults
   bool forward_prefetch = true;
   bool limit_all_gathers = true;
