@@ -229,10 +229,12 @@ TEST(HfTokenizer, ErrorsNameTheFileAndTheSupportedComponents) {
   };
   expect_error(variant("pre", [](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }),
                {"tokenizer.json", "pre_tokenizer", "\"Whitespace\"", "supported: ByteLevel, Split, Metaspace"});
-  expect_error(variant("norm", [](json& j) { j["normalizer"] = {{"type", "BertNormalizer"}}; }),
-               {"tokenizer.json", "\"BertNormalizer\"", "supported: Sequence, Prepend, Replace, NFC, NFKC"});
+  expect_error(variant("norm", [](json& j) { j["normalizer"] = {{"type", "Precompiled"}}; }),
+               {"tokenizer.json", "\"Precompiled\"", "supported: Sequence, Prepend, Replace, NFC, NFKC"});
   expect_error(variant("post", [](json& j) { j["post_processor"] = {{"type", "RobertaProcessing"}}; }),
-               {"tokenizer.json", "\"RobertaProcessing\"", "supported: TemplateProcessing, ByteLevel"});
+               {"tokenizer.json", "post_processor", "required field \"cls\" is missing"});
+  expect_error(variant("post_type", [](json& j) { j["post_processor"] = {{"type", "NoSuchProcessing"}}; }),
+               {"tokenizer.json", "\"NoSuchProcessing\"", "supported: TemplateProcessing, RobertaProcessing"});
   expect_error(variant("dec", [](json& j) {
                  j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "WordPiece"}}}}};
                }),
