@@ -35,12 +35,14 @@ size_t count(const std::string& hay, const std::string& needle) {
   return n;
 }
 
-// Inputs that pass the CLI's checks (a directory with config.json and a tokenizer file, a data
-// file) but that the trainer cannot load: the run fails after the CLI has done its part.
+// Inputs that pass the CLI's checks (a directory with config.json and a working tokenizer, which
+// the CLI self-checks before writing output_dir, and a data file) but whose model the trainer
+// cannot load: the run fails after the CLI has done its part.
 std::string unloadable_inputs(const fs::path& dir) {
   fs::create_directories(dir / "model");
   std::ofstream(dir / "model" / "config.json") << "{}";
-  std::ofstream(dir / "model" / "tokenizer.model") << "not a sentencepiece model";
+  fs::copy_file(testing::source_dir() / "data" / "tokenizer" / "tokenizer.model", dir / "model" / "tokenizer.model",
+                fs::copy_options::overwrite_existing);
   std::ofstream(dir / "d.json") << "[]";
   return "--model_name_or_path " + (dir / "model").string() + " --data_path " + (dir / "d.json").string();
 }
