@@ -35,15 +35,13 @@ size_t count(const std::string& hay, const std::string& needle) {
   return n;
 }
 
-// Inputs that pass the CLI's checks (a directory with config.json and a tokenizer file, a data
-// file) but that the trainer cannot load: the run fails after the CLI has done its part.
-// A valid command line whose model cannot be loaded (its config.json is empty): the CLI's part
-// (the effective arguments, training_args.json) is done, then the trainer fails. The tokenizer is
-// a real one, since train checks it before writing anything (issue 26's self-check).
+// Inputs that pass the CLI's checks (a directory with config.json and a working tokenizer, which
+// the CLI self-checks before writing output_dir, and a data file) but whose model the trainer
+// cannot load: the run fails after the CLI has done its part.
 std::string unloadable_inputs(const fs::path& dir) {
   fs::create_directories(dir / "model");
   std::ofstream(dir / "model" / "config.json") << "{}";
-  fs::copy_file(testing::shared_dir() / "data" / "llama2-tokenizer" / "tokenizer.model", dir / "model" / "tokenizer.model",
+  fs::copy_file(testing::source_dir() / "data" / "tokenizer" / "tokenizer.model", dir / "model" / "tokenizer.model",
                 fs::copy_options::overwrite_existing);
   std::ofstream(dir / "d.json") << "[]";
   return "--model_name_or_path " + (dir / "model").string() + " --data_path " + (dir / "d.json").string();

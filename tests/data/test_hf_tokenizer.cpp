@@ -231,9 +231,10 @@ TEST(HfTokenizer, ErrorsNameTheFileAndTheSupportedComponents) {
                {"tokenizer.json", "pre_tokenizer", "\"Whitespace\"", "supported: ByteLevel, Split, Metaspace"});
   expect_error(variant("norm", [](json& j) { j["normalizer"] = {{"type", "Precompiled"}}; }),
                {"tokenizer.json", "\"Precompiled\"", "supported: Sequence, Prepend, Replace, NFC, NFKC"});
-  // Every post-processor type of the tokenizers library is implemented: a made-up one.
-  expect_error(variant("post", [](json& j) { j["post_processor"] = {{"type", "Ngram"}}; }),
-               {"tokenizer.json", "\"Ngram\"", "supported: TemplateProcessing, RobertaProcessing"});
+  expect_error(variant("post", [](json& j) { j["post_processor"] = {{"type", "RobertaProcessing"}}; }),
+               {"tokenizer.json", "post_processor", "required field \"cls\" is missing"});
+  expect_error(variant("post_type", [](json& j) { j["post_processor"] = {{"type", "NoSuchProcessing"}}; }),
+               {"tokenizer.json", "\"NoSuchProcessing\"", "supported: TemplateProcessing, RobertaProcessing"});
   expect_error(variant("dec", [](json& j) {
                  j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "WordPiece"}}}}};
                }),
