@@ -26,10 +26,14 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 
 void Trainer::Impl::barrier() { comm->barrier()->wait(); }
 
+void Trainer::Impl::write_tokenizer_files(const fs::path& dir) const {
+  for (const auto& [name, bytes] : tokenizer_files) ckpt::write_file_durable(dir / name, bytes);
+}
+
 void Trainer::Impl::export_model(const fs::path& dir, bool write_tokenizer) {
   if (opt.lora) {  // a peft adapter directory, never the gathered base
     export_adapter(dir);
-    if (rank == 0 && write_tokenizer) tokenizer->save(dir.string());
+    if (rank == 0 && write_tokenizer) write_tokenizer_files(dir);
     return;
   }
   std::unique_ptr<io::HfExportWriter> writer;
@@ -44,7 +48,7 @@ void Trainer::Impl::export_model(const fs::path& dir, bool write_tokenizer) {
   });
   if (rank == 0) {
     writer->finish(model->config());
-    if (write_tokenizer) tokenizer->save(dir.string());
+    if (write_tokenizer) write_tokenizer_files(dir);
     // The engine gathers one unit at a time for the export; RSS growth is the measured evidence
     // (its unshard counters only see the training path).
     ALPACA_INFO("exported the model to " << dir.string() << ": rank 0 RSS grew by at most "

@@ -70,7 +70,9 @@ struct Trainer::Impl {
   at::Device device = at::kCPU;
 
   std::optional<data::Tokenizer> tokenizer;  // set in setup (no empty Tokenizer exists)
-  std::vector<std::pair<std::string, std::string>> tokenizer_files;  // rank 0: what tokenizer->save writes
+  // Rank 0: what tokenizer->save writes, and the run's chat template (trainer_setup.cpp).
+  std::vector<std::pair<std::string, std::string>> tokenizer_files;
+  void write_tokenizer_files(const std::filesystem::path& dir) const;
   model::LlamaForCausalLM model{nullptr};
   // Where the weights come from and how: the model is built on the meta device and each rank
   // reads only its own shards after apply_fsdp (setup_engine), unless weights_loaded.

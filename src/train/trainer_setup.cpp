@@ -79,8 +79,12 @@ bool cuda_available() {
 
 // The files Tokenizer::save writes, read back into memory once: a checkpoint then writes these
 // bytes, so no save rebuilds tokenizer.json (whose in-memory JSON was most of rank 0's extra
-// memory during a save) nor spends its time on it.
-std::vector<std::pair<std::string, std::string>> saved_tokenizer_files(const data::Tokenizer& tokenizer) {
+// memory during a save) nor spends its time on it. With them the chat template the run used
+// (--chat_template, else the model's chat_template.jinja), as transformers' save_pretrained
+// writes it: `generate --chat` and AutoTokenizer on the output then render what was trained.
+std::vector<std::pair<std::string, std::string>> saved_tokenizer_files(const data::Tokenizer& tokenizer,
+                                                                       const fs::path& model_dir,
+                                                                       const fs::path& chat_template) {
   const fs::path tmp = fs::temp_directory_path() / ("alpaca-tokenizer-" + std::to_string(::getpid()));
   fs::remove_all(tmp);
   tokenizer.save(tmp.string());
@@ -91,6 +95,12 @@ std::vector<std::pair<std::string, std::string>> saved_tokenizer_files(const dat
                        std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
   }
   fs::remove_all(tmp);
+  const fs::path tmpl = chat_template.empty() ? model_dir / "chat_template.jinja" : chat_template;
+  if (fs::is_regular_file(tmpl)) {
+    std::ifstream in(tmpl, std::ios::binary);
+    files.emplace_back("chat_template.jinja",
+                       std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+  }
   std::sort(files.begin(), files.end());
   return files;
 }
@@ -106,7 +116,7 @@ void Trainer::Impl::setup_tokenizer_and_model() {
   // resize to len(tokenizer); the new rows get the mean of the stored ones.
   tokenizer->add_missing_special_tokens();
   tokenizer->set_model_max_length(opt.model_max_length);
-  if (rank == 0) tokenizer_files = saved_tokenizer_files(*tokenizer);
+  if (rank == 0) tokenizer_files = saved_tokenizer_files(*tokenizer, base, opt.chat_template);
 
   model::LlamaConfig base_cfg = model::LlamaConfig::from_json_file((base / "config.json").string());
   model::LlamaConfig resized = base_cfg;

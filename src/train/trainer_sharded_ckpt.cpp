@@ -145,7 +145,7 @@ std::function<void(const fs::path&)> Trainer::Impl::small_checkpoint_files() con
   if (!opt.save_only_model) resume = capture_resume_state();
   return [this, config, saved = state, resume](const fs::path& dir) {
     if (config) ckpt::write_file_durable(dir / "config.json", *config);
-    for (const auto& [name, bytes] : tokenizer_files) ckpt::write_file_durable(dir / name, bytes);
+    write_tokenizer_files(dir);
     saved.save((dir / ckpt::kTrainerStateName).string());
     if (resume) resume->save((dir / ckpt::kResumeStateName).string());
   };

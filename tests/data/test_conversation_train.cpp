@@ -1,11 +1,15 @@
 // A 2-rank fine-tune of SmolLM2-135M-Instruct on conversations (issue 28): 64 Alpaca records as
 // {messages: [user, assistant]} rows (tests/reference/conversation_masks_reference.py), trained with
 // --assistant_only_loss through the model's own chat template; the held-out loss of the assistant
-// tokens (eval on 32 other rows, same masks) goes down, and the log states the trained share.
+// tokens (eval on 32 other rows, same masks) goes down, and the log states the trained share;
+// `generate --chat` of the result is token-exact with transformers' generate.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <regex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "test_util.h"
 #include "train_test_util.h"
@@ -54,6 +58,32 @@ TEST(ConversationTrain, TwoRankAssistantOnlyFineTuneLowersHeldOutAssistantLoss) 
             << after << "\n";
   ASSERT_GT(before, 0);
   EXPECT_LT(after, before - 0.03);
+
+  // The fine-tuned directory carries the chat template it was trained with, and `generate --chat`
+  // on it is token-exact with transformers' greedy generate on the chat-templated prompts
+  // (tests/reference/generate_chat_reference.py, run on this run's output).
+  ASSERT_TRUE(fs::exists(after_dir.path() / "chat_template.jinja"));
+  const fs::path ref = after_dir.path() / "reference";
+  ASSERT_EQ(run_command(python() + " " + (source_dir() / "tests/reference/generate_chat_reference.py").string() +
+                            " --smollm2 " + after_dir.path().string() + " --out " + ref.string(),
+                        &log),
+            0)
+      << log;
+  const nlohmann::json want = nlohmann::json::parse(read_text(ref / "reference.json"));
+  const fs::path answers = after_dir.path() / "answers.jsonl";
+  ASSERT_EQ(run_command(train_bin() + " generate --chat --model_name_or_path " + after_dir.path().string() + " --prompts " +
+                            (ref / "prompts.jsonl").string() + " --output " + answers.string() + " --max_new_tokens " +
+                            std::to_string(want["max_new_tokens"].get<int64_t>()),
+                        &log),
+            0)
+      << log;
+  std::istringstream lines(read_text(answers));
+  size_t i = 0;
+  for (std::string line; std::getline(lines, line); ++i)
+    EXPECT_EQ(nlohmann::json::parse(line)["generation_ids"].get<std::vector<int64_t>>(),
+              want["new_ids"][i].get<std::vector<int64_t>>())
+        << "conversation " << i << " (reference's smallest top-2 logit margin " << want["min_margin"] << ")";
+  EXPECT_EQ(i, want["new_ids"].size());
 }
 
 }  // namespace
