@@ -85,22 +85,18 @@ bool cuda_available() {
 std::vector<std::pair<std::string, std::string>> saved_tokenizer_files(const data::Tokenizer& tokenizer,
                                                                        const fs::path& model_dir,
                                                                        const fs::path& chat_template) {
+  auto bytes_of = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
   const fs::path tmp = fs::temp_directory_path() / ("alpaca-tokenizer-" + std::to_string(::getpid()));
   fs::remove_all(tmp);
   tokenizer.save(tmp.string());
   std::vector<std::pair<std::string, std::string>> files;
-  for (const auto& e : fs::directory_iterator(tmp)) {
-    std::ifstream in(e.path(), std::ios::binary);
-    files.emplace_back(e.path().filename().string(),
-                       std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
-  }
+  for (const auto& e : fs::directory_iterator(tmp)) files.emplace_back(e.path().filename().string(), bytes_of(e.path()));
   fs::remove_all(tmp);
   const fs::path tmpl = chat_template.empty() ? model_dir / "chat_template.jinja" : chat_template;
-  if (fs::is_regular_file(tmpl)) {
-    std::ifstream in(tmpl, std::ios::binary);
-    files.emplace_back("chat_template.jinja",
-                       std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
-  }
+  if (fs::is_regular_file(tmpl)) files.emplace_back("chat_template.jinja", bytes_of(tmpl));
   std::sort(files.begin(), files.end());
   return files;
 }

@@ -70,6 +70,14 @@ std::pair<int64_t, int64_t> replica_part(int64_t begin, int64_t end, int index, 
   return {begin + n * index / count, begin + n * (index + 1) / count};
 }
 
+// What a checkpoint holds of a local shard: its values (never a LoRA run's frozen base), and its
+// AdamW moments when it trains and the save is not --save_only_model. snapshot_shards writes
+// these; the --save_async headroom check sizes the copy by the same rule.
+bool checkpoints_values(const TrainerOptions& opt, const fsdp::LocalParamShard& p) { return !opt.lora || p.trainable; }
+bool checkpoints_moments(const TrainerOptions& opt, const fsdp::LocalParamShard& p) {
+  return p.trainable && !opt.save_only_model;
+}
+
 }  // namespace
 
 struct Trainer::Impl::ShardSet {
@@ -111,9 +119,9 @@ Trainer::Impl::ShardSet Trainer::Impl::snapshot_shards(bool copy) {
     return ckpt::RangePiece{p.name, p.shape, b, e, v};
   };
   for (const auto& p : engine->local_param_shards()) {
-    if (opt.lora && !p.trainable) continue;  // a LoRA checkpoint never holds the frozen base
+    if (!checkpoints_values(opt, p)) continue;
     set.kinds[0].push_back(piece(p, p.values));
-    if (!p.trainable || opt.save_only_model) continue;
+    if (!checkpoints_moments(opt, p)) continue;
     const int64_t n = p.param_end - p.param_begin;
     set.kinds[1].push_back(piece(p, optimizer->exp_avg(p.optim_index).narrow(0, p.shard_offset, n)));
     set.kinds[2].push_back(piece(p, optimizer->exp_avg_sq(p.optim_index).narrow(0, p.shard_offset, n)));
@@ -166,9 +174,9 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
     int64_t need = 0;
     const auto [replica, replicas] = engine->shard_replica();
     for (const auto& p : engine->local_param_shards()) {
-      if (opt.lora && !p.trainable) continue;
+      if (!checkpoints_values(opt, p)) continue;
       const auto [b, e] = replica_part(p.param_begin, p.param_end, replica, replicas);
-      need += (e - b) * 4 * (p.trainable && !opt.save_only_model ? 3 : 1);
+      need += (e - b) * 4 * (checkpoints_moments(opt, p) ? 3 : 1);
     }
     at::Tensor refuse = at::full({1}, mem_available_bytes() > 2 * need ? 0 : 1, at::TensorOptions().dtype(at::kLong).device(device));
     comm->all_reduce(refuse, dist::ReduceOp::kMax)->wait();
