@@ -35,6 +35,11 @@ MODELS = {
     # ~106M parameters: 8 layers of width 768 plus 2 x 32001 x 768 embeddings.
     "small": dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=8, num_attention_heads=12,
                   num_key_value_heads=12),
+    # ~272M parameters (16 layers of width 1024): the save benchmark's larger synthetic model, whose
+    # checkpoint (fp32 weights + 2 AdamW moments, ~3.3 GB) fits a 24 GiB machine at 4 ranks with the
+    # async staging copy (a 438M one ran out of memory there beside other jobs).
+    "medium": dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=16, num_attention_heads=16,
+                   num_key_value_heads=16),
 }
 PROMPT_NO_INPUT = ("Below is an instruction that describes a task. Write a response that appropriately completes "
                    "the request.\n\n### Instruction:\n{instruction}\n\n### Response:")

@@ -14,6 +14,7 @@ save, from the trainer's own log line and metrics.jsonl:
 """
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+KEEP = False
 sys.path.insert(0, str(HERE))
 import bench  # noqa: E402  (make_model, make_data, shared_dir)
 
@@ -55,6 +57,8 @@ def run_case(name, extra, model, data, work, ranks, seq):
         if "step_time" in e:
             steps[int(e["step"])] = e["step_time"]
     normal = statistics.median(steps[s] for s in (2, 3, 5) if s in steps)
+    if not KEEP:  # a 106M case writes ~3 GB (two checkpoints + the export): free it for the next case
+        subprocess.run(["rm", "-rf", str(out)], check=True)
     return dict(case=name, bytes_per_rank=[int(x) for x in m.group(3).split(",")], total=int(m.group(4)),
                 rss0=int(m.group(5)), rss_others=int(m.group(6)), stall=float(m.group(7)), write=float(m.group(8)),
                 step4=steps.get(4), normal=normal, run_s=time.time() - t0)
@@ -66,14 +70,18 @@ def main():
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--work", default=str(HERE.parent / "build" / "save_bench"))
+    ap.add_argument("--keep", action="store_true", help="keep each case's output_dir (default: removed once measured)")
     a = ap.parse_args()
+    global KEEP
+    KEEP = a.keep
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     tok = bench.shared_dir() / "llama2-tokenizer" / "tokenizer.model"
     model = bench.make_model(a.size, work, tok)
     data, _ = bench.make_data(work, bench.shared_dir() / "alpaca" / "alpaca_5000.json", tok, a.seq, 64)
     rows = [run_case(n, e, model, data, work, a.ranks, a.seq) for n, e in CASES]
-    print(f"\n{a.size} model, {a.ranks} ranks, save of checkpoint-3 (fp32 weights + 2 AdamW moments):\n")
+    print(f"\n{a.size} model, {a.ranks} ranks, save of checkpoint-3 (fp32 weights + 2 AdamW moments); "
+          f"CPU {bench.cpu_model()}, load average {os.getloadavg()[0]:.1f} at the end:\n")
     print("| layout | save wall s (rank 0) | training stalled s | step 4 / normal step | bytes per rank (MB) | "
           "rank 0 RSS growth MiB | others' RSS growth MiB |")
     print("|---|---|---|---|---|---|---|")
