@@ -276,6 +276,9 @@ void ShmGroup::all_reduce(at::Tensor t, ReduceOp op, ShmDeadline deadline) {
     reduce_into(reduced, parts, op);
     if (op == ReduceOp::kAvg) finish_avg(reduced, world_);
     sync(deadline);
+    // Two barriers flipped the parity back: move on, so the next piece writes the other buffer
+    // while the peers may still read this one's reduced parts.
+    parity_ = parity ^ 1;
     for (int s = 0; s < world_; ++s)  // rounds a 16-bit result once
       buf.narrow(0, a + lo(s), lo(s + 1) - lo(s)).copy_(buffer(s, parity, wide, m + lo(s), m + lo(s + 1)));
   }
