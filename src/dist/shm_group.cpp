@@ -144,7 +144,9 @@ std::unique_ptr<ShmGroup> ShmGroup::open(int rank, int world, const ShmExchange&
   const std::string name = base + std::to_string(made[1]);
   if (made[0] == 0) return nullptr;
   if (rank != 0) p = map_segment(name, bytes, false);
-  const std::vector<int64_t> mapped = exchange({p != nullptr ? 1 : 0});
+  // Waits poll the peers' pids: each must be visible here (not so under /proc's hidepid).
+  const bool see_peers = std::all_of(pids.begin(), pids.end(), [](int64_t pid) { return process_alive(pid); });
+  const std::vector<int64_t> mapped = exchange({p != nullptr && see_peers ? 1 : 0});
   if (rank == 0) ::shm_unlink(name.c_str());  // everyone who will map it has: nothing stays in /dev/shm
   const bool everyone = std::all_of(mapped.begin(), mapped.end(), [](int64_t v) { return v == 1; });
   if (!everyone) {
