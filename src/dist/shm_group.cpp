@@ -25,14 +25,17 @@ namespace alpaca::dist::detail {
 struct ShmGroup::Control {
   std::atomic<uint32_t> arrived;     // ranks in the current barrier
   std::atomic<uint32_t> generation;  // bumped by the last arrival; the futex word
-  std::atomic<uint32_t> aborted;     // set by a rank whose collective failed
+  std::atomic<uint32_t> aborted;     // 1 + the rank whose collective failed first, else 0
 };
 
 namespace {
 
 static_assert(sizeof(std::atomic<uint32_t>) == 4 && std::atomic<uint32_t>::is_always_lock_free,
               "the barrier's futex word must be a plain 32-bit integer");
-constexpr size_t kControlBytes = 4096;
+// The control page(s): the barrier words, then one arrival counter per rank.
+// At kPassesOffset: (world) uint64 counters, the barriers each rank arrived at (to name the late ones).
+constexpr size_t kPassesOffset = 64;
+size_t control_bytes(int world) { return (kPassesOffset + 8 * static_cast<size_t>(world) + 4095) / 4096 * 4096; }
 constexpr int kSpins = 2000;  // busy polls before sleeping in the futex
 constexpr auto kSlice = std::chrono::milliseconds(20);
 
@@ -135,7 +138,7 @@ std::unique_ptr<ShmGroup> ShmGroup::open(int rank, int world, const ShmExchange&
   std::vector<int64_t> pids(world);
   for (int r = 0; r < world; ++r) pids[r] = who[3 * r + 1];
   const int64_t half = (min_mb << 20) / 2;
-  const size_t bytes = kControlBytes + static_cast<size_t>(world) * 2 * static_cast<size_t>(half);
+  const size_t bytes = control_bytes(world) + static_cast<size_t>(world) * 2 * static_cast<size_t>(half);
   // Rank 0 makes the segment under a random name, the others learn the name and map it.
   const int64_t nonce = static_cast<int64_t>(std::random_device{}() & 0x7fffffff);
   const std::string base = "/alpaca-gloo-" + std::to_string(pids[0]) + "-";
@@ -156,6 +159,11 @@ std::unique_ptr<ShmGroup> ShmGroup::open(int rank, int world, const ShmExchange&
   return std::unique_ptr<ShmGroup>(new ShmGroup(rank, world, p, bytes, half, std::move(pids)));
 }
 
+std::atomic<uint64_t>* ShmGroup::passes() const {
+  static_assert(sizeof(Control) <= kPassesOffset, "the arrival counters follow the barrier words");
+  return reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + kPassesOffset);
+}
+
 ShmGroup::ShmGroup(int rank, int world, void* base, size_t bytes, int64_t half_bytes, std::vector<int64_t> pids)
     : rank_(rank), world_(world), base_(base), bytes_(bytes), half_bytes_(half_bytes), pids_(std::move(pids)) {}
 
@@ -167,14 +175,15 @@ void ShmGroup::stop() {
 }
 
 at::Tensor ShmGroup::buffer(int owner, int parity, at::ScalarType type, int64_t begin, int64_t end) const {
-  char* start = static_cast<char*>(base_) + kControlBytes + (static_cast<size_t>(owner) * 2 + parity) * half_bytes_;
+  char* start = static_cast<char*>(base_) + control_bytes(world_) + (static_cast<size_t>(owner) * 2 + parity) * half_bytes_;
   return at::from_blob(start + begin * static_cast<int64_t>(at::elementSize(type)), {end - begin}, at::TensorOptions().dtype(type));
 }
 
 void ShmGroup::fail(const std::string& why) {
   poisoned_ = true;
   auto* c = static_cast<Control*>(base_);
-  c->aborted.store(1, std::memory_order_release);
+  uint32_t none = 0;
+  c->aborted.compare_exchange_strong(none, static_cast<uint32_t>(rank_) + 1, std::memory_order_acq_rel);
   futex_wake_all(c->generation);
   throw std::runtime_error(why);
 }
@@ -189,6 +198,7 @@ void ShmGroup::sync(ShmDeadline deadline) {
   if (poisoned_) throw std::runtime_error("an earlier collective of this communicator failed");
   auto* c = static_cast<Control*>(base_);
   const uint32_t gen = c->generation.load(std::memory_order_acquire);
+  passes()[rank_].fetch_add(1, std::memory_order_relaxed);
   if (c->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(world_)) {
     c->arrived.store(0, std::memory_order_relaxed);
     c->generation.store(gen + 1, std::memory_order_release);
@@ -204,12 +214,21 @@ void ShmGroup::sync(ShmDeadline deadline) {
 void ShmGroup::wait_slow(uint32_t gen, ShmDeadline deadline) {
   auto* c = static_cast<Control*>(base_);
   while (c->generation.load(std::memory_order_acquire) == gen) {
-    if (c->aborted.load(std::memory_order_acquire)) fail("another rank's collective on this communicator failed");
+    if (const uint32_t first = c->aborted.load(std::memory_order_acquire))
+      fail("rank " + std::to_string(first - 1) + "'s wait in it failed first (its own error says why)");
     if (stopping_) fail("the communicator is being destroyed");
-    if (std::chrono::steady_clock::now() >= deadline) fail("timed out waiting for the other ranks (shared memory)");
+    if (std::chrono::steady_clock::now() >= deadline) fail("timed out waiting for " + late_ranks() + " (shared memory)");
     check_peers();
     futex_wait(c->generation, gen, kSlice);
   }
+}
+
+std::string ShmGroup::late_ranks() const {
+  const uint64_t mine = passes()[rank_].load(std::memory_order_relaxed);
+  std::string late;
+  for (int r = 0; r < world_; ++r)
+    if (passes()[r].load(std::memory_order_relaxed) < mine) late += (late.empty() ? "rank " : ", ") + std::to_string(r);
+  return late.empty() ? std::string("the other ranks") : late + " (not arrived)";
 }
 
 void ShmGroup::barrier(ShmDeadline deadline) { sync(deadline); }

@@ -5,7 +5,8 @@
 // made after the gloo rendezvous and unlinked as soon as every rank mapped it, so nothing is left
 // in /dev/shm even after a crash.
 //
-// Layout: a control page (barrier counter + generation used as a futex, an abort flag), then
+// Layout: a control page (barrier counter + generation used as a futex, an abort flag, each
+// rank's arrival count), then
 // world x 2 buffers of `half_bytes` (double-buffered, so one barrier per piece suffices: a
 // buffer is written again only after a barrier that follows every rank's last read of it).
 // Collectives move in pieces of at most one buffer; 16-bit floats are reduced in fp32 and
@@ -72,6 +73,8 @@ class ShmGroup {
   void wait_slow(uint32_t generation, ShmDeadline deadline);
   [[noreturn]] void fail(const std::string& why);
   void check_peers();
+  std::string late_ranks() const;
+  std::atomic<uint64_t>* passes() const;  // (world) arrival counters in the control page  // "rank 2, 3 (not arrived)": those behind this one
 
   int rank_, world_;
   void* base_;
