@@ -329,6 +329,9 @@ std::shared_future<void> SerialWorker::post(std::function<void()> task) {
 }
 
 void SerialWorker::loop() {
+  // Collectives move raw values, as gloo's own threads do: no autograd bookkeeping (grad mode is
+  // per thread, so the issuing thread's no_grad would not reach this one).
+  at::NoGradGuard no_grad;
   for (;;) {
     std::packaged_task<void()> job;
     {
