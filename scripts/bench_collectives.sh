@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Collective bandwidth of the CPU backends, as a table: gloo (the built-in launcher), mpi (mpirun)
-# and the old store backend (every byte through rank 0's TCPStore), fp32 all_reduce, all_gather
+# Collective bandwidth of the CPU backends, as a table: gloo (the built-in launcher; on one host
+# through shared memory), gloo over its TCP pairs (ALPACA_GLOO_SHM=0), mpi (mpirun) and the old
+# store backend (every byte through rank 0's TCPStore), fp32 all_reduce, all_gather
 # and reduce_scatter, 2 and 4 ranks. Figures, not a test (docs/distributed.md quotes them).
 #
 #   scripts/bench_collectives.sh [build dir] [sizes MiB, default 16,64,256] [store sizes, default 16]
@@ -23,6 +24,7 @@ trap 'rm -f "$raw"' EXIT
 for w in 2 4; do
   ALPACA_TEST_BACKEND=gloo "$worker" --nproc_per_node "$w" bench "$sizes" | sed -n 's/^\[rank 0\]: //p' | grep '^BENCH' | sed 's/$/ where one-host/' >> "$raw"
   $mpi -np "$w" "$worker" bench "$sizes" | grep '^BENCH' | sed 's/$/ where one-host/' >> "$raw"
+  ALPACA_GLOO_SHM=0 ALPACA_TEST_BACKEND=gloo "$worker" --nproc_per_node "$w" bench "$sizes" | sed -n 's/^\[rank 0\]: //p' | grep '^BENCH' | sed 's/^BENCH gloo/BENCH gloo-tcp/; s/$/ where one-host/' >> "$raw"
   ALPACA_TEST_BACKEND=store "$worker" --nproc_per_node "$w" bench "$store_sizes" | sed -n 's/^\[rank 0\]: //p' | grep '^BENCH' | sed 's/$/ where one-host/' >> "$raw"
 done
 
@@ -46,15 +48,15 @@ if [ "${ALPACA_BENCH_NETNS:-0}" = 1 ]; then
 fi
 
 # BENCH <backend> world <W> <op> <MiB> MiB <ms> ms <GB/s> GB/s cpu <s> s where <where>
-echo "| where | ranks | op | MiB | gloo ms (GB/s, cpu s) | mpi ms (GB/s, cpu s) | store ms (GB/s, cpu s) | gloo / mpi |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| where | ranks | op | MiB | gloo ms (GB/s, cpu s) | gloo TCP ms (GB/s, cpu s) | mpi ms (GB/s, cpu s) | store ms (GB/s, cpu s) | gloo / mpi |"
+echo "|---|---|---|---|---|---|---|---|---|"
 awk '{ key = $16 "|" $4 "|" $5 "|" $6; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
        cell[key, $2] = sprintf("%.1f (%.2f, %.2f)", $8, $10, $13); ms[key, $2] = $8 }
      END {
        for (i = 1; i <= n; i++) {
          k = order[i]; split(k, f, "|")
          ratio = (ms[k, "gloo"] && ms[k, "mpi"]) ? sprintf("%.2f", ms[k, "gloo"] / ms[k, "mpi"]) : "-"
-         printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4],
-           (cell[k, "gloo"] ? cell[k, "gloo"] : "-"), (cell[k, "mpi"] ? cell[k, "mpi"] : "-"), (cell[k, "store"] ? cell[k, "store"] : "-"), ratio
+         printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4],
+           (cell[k, "gloo"] ? cell[k, "gloo"] : "-"), (cell[k, "gloo-tcp"] ? cell[k, "gloo-tcp"] : "-"), (cell[k, "mpi"] ? cell[k, "mpi"] : "-"), (cell[k, "store"] ? cell[k, "store"] : "-"), ratio
        }
      }' "$raw"

@@ -29,6 +29,7 @@
 #include "alpaca/util/error.h"
 #include "cpu_collective.h"
 #include "runtime_internal.h"
+#include "shm_group.h"
 
 namespace alpaca::dist::detail {
 namespace {
@@ -97,6 +98,18 @@ Devices make_devices(const LaunchInfo& li) {
   return out;
 }
 
+// A collective that failed: linger a moment, then end it naming the collective.
+[[noreturn]] void fail_work(const std::string& what, const std::exception& e, Clock::time_point deadline) {
+  // A peer's death reaches gloo within microseconds (its sockets close; shared memory polls its
+  // pid). Linger a moment, still "waiting in" the collective, so the launcher sees the rank that
+  // failed first and stops this one (the message then says where it waited) instead of blaming
+  // the survivors. A timeout has no such first failure to wait for.
+  if (Clock::now() + kPeerLossGrace < deadline) std::this_thread::sleep_for(kPeerLossGrace);
+  fail_collective(what + " failed: " + short_what(e) +
+                  " (a peer rank is dead, stuck, unreachable, or called the collectives in a different order; "
+                  "--ddp_timeout bounds the wait)");
+}
+
 // One collective in flight: c10d's work, the tensors it uses, and what to do after it (copy an
 // fp32 result back into a 16-bit tensor, divide for avg).
 class GlooWork final : public Work {
@@ -121,14 +134,7 @@ class GlooWork final : public Work {
     try {
       work_->wait(std::max(left, std::chrono::milliseconds(1)));
     } catch (const std::exception& e) {
-      // A peer's death reaches gloo within microseconds (its sockets close). Linger a moment, still
-      // "waiting in" the collective, so the launcher sees the rank that failed first and stops
-      // this one (the message then says where it waited) instead of blaming the survivors. A
-      // timeout has no such first failure to wait for.
-      if (Clock::now() + kPeerLossGrace < deadline_) std::this_thread::sleep_for(kPeerLossGrace);
-      fail_collective(what_ + " failed: " + short_what(e) +
-                      " (a peer rank is dead, stuck, unreachable, or called the collectives in a different order; "
-                      "--ddp_timeout bounds the wait)");
+      fail_work(what_, e, deadline_);
     }
     done_ = true;
     if (finish_) finish_();
@@ -143,11 +149,73 @@ class GlooWork final : public Work {
   bool done_ = false;
 };
 
+// One collective on the shared-memory path: it runs on the communicator's worker thread.
+class ShmWork final : public Work {
+ public:
+  ShmWork(std::shared_future<void> done, std::string what, Clock::time_point deadline)
+      : done_future_(std::move(done)), what_(std::move(what)), deadline_(deadline) {}
+
+  ~ShmWork() override {
+    if (done_) return;
+    try {  // a handle dropped without wait() still completes before its buffers go away
+      wait();
+    } catch (const std::exception& e) {
+      std::cerr << "alpaca-train: error while completing an unwaited " << what_ << ": " << e.what() << "\n";
+    }
+  }
+
+  void wait() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;
+    WaitScope scope(what_);
+    try {
+      done_future_.get();  // the worker bounds every collective by its deadline
+    } catch (const std::exception& e) {
+      fail_work(what_, e, deadline_);
+    }
+    done_ = true;
+  }
+
+ private:
+  std::shared_future<void> done_future_;
+  std::string what_;
+  Clock::time_point deadline_;
+  std::mutex mu_;
+  bool done_ = false;
+};
+
+// Every rank of `pg` on this host: collectives go through one shared-memory segment (shm_group.h)
+// on a worker thread instead of loopback TCP. Collective over `pg`; nullptr keeps gloo.
+std::unique_ptr<ShmGroup> open_shm(const GlooPtr& pg, const std::string& where, const CommOptions& options) {
+  const int world = pg->getSize();
+  if (world < 2) return nullptr;
+  ShmExchange exchange = [&](const std::vector<int64_t>& mine) {
+    at::Tensor in = at::tensor(mine, at::kLong);  // (k)
+    at::Tensor out = at::empty({world * in.numel()}, at::kLong);  // (world*k)
+    pg->all_gather_single(out, in)->wait(options.timeout);
+    return std::vector<int64_t>(out.data_ptr<int64_t>(), out.data_ptr<int64_t>() + out.numel());
+  };
+  try {
+    return ShmGroup::open(pg->getRank(), world, exchange);
+  } catch (const std::exception& e) {
+    fail_collective("gloo: rank " + std::to_string(pg->getRank()) + " of " + std::to_string(world) + " (" + where +
+                    ") could not agree on shared memory with its peers (" + short_what(e) +
+                    "); every rank must be running (ALPACA_GLOO_SHM=0 turns the shared-memory path off)");
+  }
+}
+
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(GlooPtr pg, c10::intrusive_ptr<c10d::Store> store, std::string name, std::string where,
                    const CommOptions& options)
-      : pg_(std::move(pg)), store_(std::move(store)), name_(std::move(name)), where_(std::move(where)), options_(options) {}
+      : pg_(std::move(pg)), store_(std::move(store)), name_(std::move(name)), where_(std::move(where)), options_(options),
+        shm_(open_shm(pg_, where_, options_)) {
+    if (shm_) worker_ = std::make_unique<SerialWorker>();
+  }
+
+  ~GlooCommunicator() override {
+    if (shm_) shm_->stop();  // a collective still in flight fails instead of waiting for its peers
+  }
 
   int rank() const override { return pg_->getRank(); }
   int world_size() const override { return pg_->getSize(); }
@@ -164,6 +232,7 @@ class GlooCommunicator final : public Communicator {
                  op << ": out has " << out.numel() << " elements, expected world " << world_size() << " x in " << in.numel());
     const std::string what = label(op, in);
     at::Tensor src = in.contiguous().view(-1), dst = out.view(-1);
+    if (shm_) return issue_shm(what, [this, dst, src](ShmDeadline d) { shm_->all_gather(dst, src, d); });
     if (src.is_alias_of(dst)) src = src.clone();  // in place (in is out's own slot)
     return issue(what, [&] { return pg_->all_gather_single(dst, src); }, {});
   }
@@ -176,6 +245,7 @@ class GlooCommunicator final : public Communicator {
     ALPACA_CHECK(in.numel() == out.numel() * world_size(),
                  op << ": in has " << in.numel() << " elements, expected world " << world_size() << " x out " << out.numel());
     const std::string what = label(op, in, op_kind);
+    if (shm_) return issue_shm(what, [this, out, in, op_kind](ShmDeadline d) { shm_->reduce_scatter(out, in, op_kind, d); });
     const bool widen = is_16bit_float(in);
     at::Tensor src = widen ? in.contiguous().view(-1).to(at::kFloat) : in.contiguous().view(-1).clone();
     at::Tensor dst = at::empty({out.numel()}, src.options());
@@ -190,6 +260,7 @@ class GlooCommunicator final : public Communicator {
     const char* op = "all_reduce";
     check_cpu_tensor(t, "gloo", op, "t");
     const std::string what = label(op, t, op_kind);
+    if (shm_) return issue_shm(what, [this, t, op_kind](ShmDeadline d) { shm_->all_reduce(t, op_kind, d); });
     const bool widen = is_16bit_float(t);
     at::Tensor buf = widen ? t.to(at::kFloat).contiguous() : (t.is_contiguous() ? t : t.contiguous());
     const bool copy_back = widen || !buf.is_same(t);
@@ -210,6 +281,7 @@ class GlooCommunicator final : public Communicator {
     check_cpu_tensor(t, "gloo", op, "t");
     ALPACA_CHECK(root >= 0 && root < world_size(), op << ": root " << root << " is outside the " << world_size() << " ranks");
     const std::string what = label(op, t) + " from rank " + std::to_string(root);
+    if (shm_) return issue_shm(what, [this, t, root](ShmDeadline d) { shm_->broadcast(t, root, d); });
     at::Tensor buf = t.is_contiguous() ? t : t.contiguous();
     std::function<void()> finish;
     if (!buf.is_same(t)) finish = [buf, t]() mutable { t.copy_(buf); };
@@ -222,6 +294,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   WorkHandle barrier() override {
+    if (shm_) return issue_shm(label("barrier"), [this](ShmDeadline d) { shm_->barrier(d); });
     return issue(label("barrier"), [&] { return pg_->barrier(); }, {});
   }
 
@@ -255,6 +328,14 @@ class GlooCommunicator final : public Communicator {
     return std::make_shared<GlooWork>(std::move(work), what, deadline_after(options_.timeout), std::move(finish));
   }
 
+  // The shared-memory path: the worker runs the collectives in issue order.
+  WorkHandle issue_shm(const std::string& what, std::function<void(ShmDeadline)> run) {
+    std::lock_guard<std::mutex> lock(mu_);  // one issue order on every rank
+    const auto deadline = deadline_after(options_.timeout);
+    auto done = worker_->post([run = std::move(run), deadline] { run(deadline); });
+    return std::make_shared<ShmWork>(std::move(done), what, deadline);
+  }
+
   GlooPtr pg_;
   c10::intrusive_ptr<c10d::Store> store_;  // the job's store (sub-communicators rendezvous under new prefixes)
   std::string name_;
@@ -262,6 +343,8 @@ class GlooCommunicator final : public Communicator {
   CommOptions options_;
   std::mutex mu_;
   uint64_t seq_ = 0;
+  std::unique_ptr<ShmGroup> shm_;         // set when every rank shares this host
+  std::unique_ptr<SerialWorker> worker_;  // declared after shm_: joined before the segment goes
 };
 
 // A process group over `rank`/`size` whose rendezvous keys live under `prefix` of `store`.

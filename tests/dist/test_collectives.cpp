@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 
 #include "alpaca/dist/runtime.h"
@@ -285,4 +286,21 @@ TEST(Collectives, BarrierBlocksTheHostUntilEveryRankArrived) {
   if (R == 0) {
     EXPECT_GE(left - arrived, 300e3) << "rank 0 waited only " << (left - arrived) / 1000.0 << " ms";
   }
+}
+
+// gloo on one host moves tensors through one shared-memory segment per communicator (it shows in
+// /proc/self/maps as a deleted /dev/shm/alpaca-gloo-* file: unlinked once every rank mapped it),
+// unless ALPACA_GLOO_SHM=0; mpi, store and nccl never map one.
+TEST(Collectives, GlooOnOneHostMapsSharedMemoryUnlessTurnedOff) {
+  std::ifstream maps("/proc/self/maps");
+  bool mapped = false, unlinked = true;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("/dev/shm/alpaca-gloo-") == std::string::npos) continue;
+    mapped = true;
+    unlinked &= line.find("(deleted)") != std::string::npos;
+  }
+  const char* off = std::getenv("ALPACA_GLOO_SHM");
+  const bool want = job_comm()->backend() == "gloo" && job_comm()->world_size() > 1 && !(off && std::string(off) == "0");
+  EXPECT_EQ(mapped, want) << job_comm()->backend() << " at world " << job_comm()->world_size();
+  EXPECT_TRUE(unlinked) << "a shared-memory segment is still linked in /dev/shm";
 }

@@ -138,6 +138,17 @@ TEST(Launcher, GlooBackendCollectivesPass) {
   for (int ranks : {2, 3, 4}) EXPECT_EQ(collectives_under_launcher(ranks, "gloo"), 0) << ranks << " ranks";
 }
 
+// The same over gloo's TCP pairs (the shared-memory path turned off), and through a 1 MiB
+// shared-memory buffer per rank, so the large collectives move in many pieces.
+TEST(Launcher, GlooBackendCollectivesPassOverTcpAndInSmallPieces) {
+  ::setenv("ALPACA_GLOO_SHM", "0", 1);
+  EXPECT_EQ(collectives_under_launcher(3, "gloo"), 0) << "over TCP";
+  ::unsetenv("ALPACA_GLOO_SHM");
+  ::setenv("ALPACA_GLOO_SHM_MB", "1", 1);
+  EXPECT_EQ(collectives_under_launcher(3, "gloo"), 0) << "1 MiB shared-memory buffers";
+  ::unsetenv("ALPACA_GLOO_SHM_MB");
+}
+
 TEST(Launcher, StoreBackendCollectivesPass) { EXPECT_EQ(collectives_under_launcher(3, "store"), 0); }
 
 // Checked wherever the tests run: with no GPU, or with fewer GPUs than local ranks, the nccl
