@@ -73,30 +73,46 @@ LoraAdapter read_lora_adapter(const std::string& adapter_dir) {
   return a;
 }
 
-int64_t attach_lora_adapter(model::LlamaForCausalLMImpl& m, const LoraAdapter& adapter, const std::string& base_dir) {
-  const io::SafetensorsFile& f = *adapter.file;
-  const std::string prefix = kPeftKeyPrefix;
-  std::set<std::string> unused;
-  for (const auto& n : f.names()) unused.insert(n);
-  auto take = [&](const std::string& key) {
-    unused.erase(key);
-    return f.tensor(key);
-  };
-  std::map<std::string, std::shared_ptr<torch::nn::Module>> modules;
-  for (const auto& item : m.named_modules("", /*include_self=*/false)) modules[item.key()] = item.value();
+namespace {
 
-  // Vocabulary rows first: the adapter may grow the tables (train.py's [PAD]).
-  const int64_t vocab = adapter.vocab_size(m.config().vocab_size);
-  if (vocab > m.config().vocab_size) {
-    for (const char* table : {"model.embed_tokens.weight", "lm_head.weight"})
-      ALPACA_CHECK(adapter.token_rows.count(table) || f.contains(prefix + table) || (!m.lm_head && table[0] == 'l'),
-                   "the adapter " << adapter.dir << " grows the vocabulary to " << vocab << " rows but stores no rows for "
-                   << table << "; it was not written by alpaca-train --use_peft");
-    m.resize_token_embeddings(vocab);
+// The adapter's tensors as they are taken; what is never taken matches nothing of the base.
+class AdapterTensors {
+ public:
+  explicit AdapterTensors(const io::SafetensorsFile& f) : f_(f) {
+    for (const auto& n : f.names()) unused_.insert(n);
+  }
+  const io::SafetensorsFile& file() const { return f_; }
+  bool contains(const std::string& name) const { return f_.contains(kPeftKeyPrefix + name); }
+  at::Tensor take(const std::string& name) {
+    const std::string key = kPeftKeyPrefix + name;
+    unused_.erase(key);
+    return f_.tensor(key);
+  }
+  void check_all_used(const std::string& base_dir) const {
+    ALPACA_CHECK(unused_.empty(), f_.path() << " has " << *unused_.begin() << ", which matches no tensor of the base "
+                                  << base_dir << "; is it the base model the adapter was trained on?");
   }
 
-  // LoRA linears: attach the model's LoRA modules to exactly the adapted names, then load A and B.
-  const std::vector<std::string> names = adapter.lora_modules();
+ private:
+  const io::SafetensorsFile& f_;
+  std::set<std::string> unused_;
+};
+
+// Vocabulary rows first: the adapter may grow the tables (train.py's [PAD]).
+void grow_vocabulary(model::LlamaForCausalLMImpl& m, const LoraAdapter& adapter, const AdapterTensors& t) {
+  const int64_t vocab = adapter.vocab_size(m.config().vocab_size);
+  if (vocab <= m.config().vocab_size) return;
+  for (const char* table : {"model.embed_tokens.weight", "lm_head.weight"})
+    ALPACA_CHECK(adapter.token_rows.count(table) || t.contains(table) || (!m.lm_head && table[0] == 'l'),
+                 "the adapter " << adapter.dir << " grows the vocabulary to " << vocab << " rows but stores no rows for "
+                 << table << "; it was not written by alpaca-train --use_peft");
+  m.resize_token_embeddings(vocab);
+}
+
+// LoRA linears: attach the model's LoRA modules to exactly the adapted names.
+void attach_branches(model::LlamaForCausalLMImpl& m, const LoraAdapter& adapter, const std::vector<std::string>& names,
+                     const std::map<std::string, std::shared_ptr<torch::nn::Module>>& modules,
+                     const std::string& base_dir) {
   for (const auto& name : names) {
     auto it = modules.find(name);
     ALPACA_CHECK(it != modules.end(), "the adapter " << adapter.dir << " adapts " << name << ", which the base model "
@@ -109,54 +125,66 @@ int64_t attach_lora_adapter(model::LlamaForCausalLMImpl& m, const LoraAdapter& a
   opt.alpha = adapter.scaling * static_cast<double>(adapter.r);  // scaling() = alpha / r reproduces it exactly enough
   opt.dropout = 0;
   opt.target_modules = names;
-  if (!names.empty()) {
-    model::apply_lora(m, opt, /*seed=*/0);
-  }
-  at::NoGradGuard no_grad;
-  for (const auto& name : names) {
-    auto* lin = dynamic_cast<model::LinearImpl*>(modules.at(name).get());
-    const std::string a_key = prefix + name + ".lora_A.weight", b_key = prefix + name + ".lora_B.weight";
-    ALPACA_CHECK(f.contains(b_key), f.path() << " has " << a_key << " but no " << b_key);
-    const at::Tensor a = take(a_key), b = take(b_key);  // (r, in), (out, r)
-    const at::Tensor& w = lin->weight;
-    ALPACA_CHECK(a.dim() == 2 && b.dim() == 2 && b.size(0) == w.size(0) && a.size(1) == w.size(1) && a.size(0) == b.size(1) &&
-                     a.size(0) == adapter.r,
-                 "LoRA " << name << ": A " << a.sizes() << " and B " << b.sizes() << " (r " << adapter.r
-                         << ") do not fit the base weight " << w.sizes() << " of " << base_dir
-                         << "; the adapter was trained on another base");
-    lin->lora_A->weight.set_data(a.to(w.options()).contiguous());
-    lin->lora_B->weight.set_data(b.to(w.options()).contiguous());
-    lin->lora_scaling = adapter.scaling;  // exactly peft's, not recomputed through alpha
-    lin->lora_A->weight.requires_grad_(false);
-    lin->lora_B->weight.requires_grad_(false);
-  }
+  if (!names.empty()) model::apply_lora(m, opt, /*seed=*/0);
+}
 
-  // modules_to_save and trainable-token rows, tensor by tensor over the model's parameters.
-  for (auto& item : m.named_parameters(/*recurse=*/true)) {
-    const std::string& pname = item.key();
-    if (model::is_lora_param(pname)) continue;
-    at::Tensor& p = item.value();
-    const std::string key = prefix + pname;
-    if (f.contains(key)) {
-      const at::Tensor saved = take(key);
-      ALPACA_CHECK(saved.sizes() == p.sizes(), f.path() << ": " << key << " has shape " << saved.sizes() << ", the base "
-                   << base_dir << " has " << p.sizes() << "; the adapter was trained on another base");
-      p.copy_(saved);
-    }
-    auto rows = adapter.token_rows.find(pname);
-    if (rows != adapter.token_rows.end()) {
-      const std::string module = pname.substr(0, pname.size() - 7);
-      const std::string dkey = prefix + module + ".token_adapter.trainable_tokens_delta";
-      ALPACA_CHECK(f.contains(dkey), f.path() << " has no " << dkey << " for trainable_token_indices");
-      const at::Tensor delta = take(dkey);  // (ids, D)
-      ALPACA_CHECK(delta.dim() == 2 && delta.size(0) == static_cast<int64_t>(rows->second.size()) && delta.size(1) == p.size(1),
-                   f.path() << ": " << dkey << " has shape " << delta.sizes() << ", expected (" << rows->second.size()
-                            << ", " << p.size(1) << ") for " << pname << " of " << base_dir);
-      for (size_t i = 0; i < rows->second.size(); ++i) p[rows->second[i]].copy_(delta[static_cast<int64_t>(i)]);
-    }
+// A and B of one adapted linear, in the base's dtype and device, frozen.
+void load_branch(model::LinearImpl& lin, const std::string& name, const LoraAdapter& adapter, AdapterTensors& t,
+                 const std::string& base_dir) {
+  const std::string a_key = name + ".lora_A.weight", b_key = name + ".lora_B.weight";
+  ALPACA_CHECK(t.contains(b_key), t.file().path() << " has " << kPeftKeyPrefix << a_key << " but no " << kPeftKeyPrefix
+                                                   << b_key);
+  const at::Tensor a = t.take(a_key), b = t.take(b_key);  // (r, in), (out, r)
+  const at::Tensor& w = lin.weight;
+  ALPACA_CHECK(a.dim() == 2 && b.dim() == 2 && b.size(0) == w.size(0) && a.size(1) == w.size(1) && a.size(0) == b.size(1) &&
+                   a.size(0) == adapter.r,
+               "LoRA " << name << ": A " << a.sizes() << " and B " << b.sizes() << " (r " << adapter.r
+                       << ") do not fit the base weight " << w.sizes() << " of " << base_dir
+                       << "; the adapter was trained on another base");
+  lin.lora_A->weight.set_data(a.to(w.options()).contiguous());
+  lin.lora_B->weight.set_data(b.to(w.options()).contiguous());
+  lin.lora_scaling = adapter.scaling;  // exactly peft's, not recomputed through alpha
+  lin.lora_A->weight.requires_grad_(false);
+  lin.lora_B->weight.requires_grad_(false);
+}
+
+// modules_to_save and trainable-token rows of one base parameter.
+void load_saved_rows(const std::string& pname, at::Tensor& p, const LoraAdapter& adapter, AdapterTensors& t,
+                     const std::string& base_dir) {
+  const std::string& path = t.file().path();
+  if (t.contains(pname)) {
+    const at::Tensor saved = t.take(pname);
+    ALPACA_CHECK(saved.sizes() == p.sizes(), path << ": " << kPeftKeyPrefix << pname << " has shape " << saved.sizes()
+                 << ", the base " << base_dir << " has " << p.sizes() << "; the adapter was trained on another base");
+    p.copy_(saved);
   }
-  ALPACA_CHECK(unused.empty(), f.path() << " has " << *unused.begin() << ", which matches no tensor of the base "
-                               << base_dir << "; is it the base model the adapter was trained on?");
+  auto rows = adapter.token_rows.find(pname);
+  if (rows == adapter.token_rows.end()) return;
+  const std::string module = pname.substr(0, pname.size() - 7);
+  const std::string dname = module + ".token_adapter.trainable_tokens_delta";
+  ALPACA_CHECK(t.contains(dname), path << " has no " << kPeftKeyPrefix << dname << " for trainable_token_indices");
+  const at::Tensor delta = t.take(dname);  // (ids, D)
+  ALPACA_CHECK(delta.dim() == 2 && delta.size(0) == static_cast<int64_t>(rows->second.size()) && delta.size(1) == p.size(1),
+               path << ": " << kPeftKeyPrefix << dname << " has shape " << delta.sizes() << ", expected ("
+                    << rows->second.size() << ", " << p.size(1) << ") for " << pname << " of " << base_dir);
+  for (size_t i = 0; i < rows->second.size(); ++i) p[rows->second[i]].copy_(delta[static_cast<int64_t>(i)]);
+}
+
+}  // namespace
+
+int64_t attach_lora_adapter(model::LlamaForCausalLMImpl& m, const LoraAdapter& adapter, const std::string& base_dir) {
+  AdapterTensors t(*adapter.file);
+  std::map<std::string, std::shared_ptr<torch::nn::Module>> modules;
+  for (const auto& item : m.named_modules("", /*include_self=*/false)) modules[item.key()] = item.value();
+  grow_vocabulary(m, adapter, t);
+  const std::vector<std::string> names = adapter.lora_modules();
+  attach_branches(m, adapter, names, modules, base_dir);
+  at::NoGradGuard no_grad;
+  for (const auto& name : names)
+    load_branch(*dynamic_cast<model::LinearImpl*>(modules.at(name).get()), name, adapter, t, base_dir);
+  for (auto& item : m.named_parameters(/*recurse=*/true))
+    if (!model::is_lora_param(item.key())) load_saved_rows(item.key(), item.value(), adapter, t, base_dir);
+  t.check_all_used(base_dir);
   return static_cast<int64_t>(names.size());
 }
 
