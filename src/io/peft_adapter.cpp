@@ -1,5 +1,6 @@
-// Reading a peft LoRA adapter and applying it unmerged; see include/alpaca/ckpt/lora_adapter.h.
-#include "alpaca/ckpt/lora_adapter.h"
+// The peft LoRA adapter format: its config written, an adapter read and applied unmerged; see
+// include/alpaca/io/peft_adapter.h.
+#include "alpaca/io/peft_adapter.h"
 
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 
@@ -14,7 +15,24 @@
 
 namespace fs = std::filesystem;
 
-namespace alpaca::ckpt {
+namespace alpaca::io {
+
+std::string peft_adapter_config_json(const PeftLoraConfig& c) {
+  nlohmann::json tokens = nullptr;
+  if (!c.trainable_token_indices.empty()) tokens = c.trainable_token_indices;
+  const nlohmann::json cfg = {
+      {"peft_type", "LORA"}, {"task_type", "CAUSAL_LM"}, {"peft_version", "0.21.2"},
+      {"base_model_name_or_path", c.base_model_name_or_path},
+      {"r", c.r}, {"lora_alpha", c.alpha}, {"lora_dropout", c.dropout}, {"use_rslora", c.use_rslora},
+      {"target_modules", c.target_modules},
+      {"modules_to_save", c.modules_to_save.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.modules_to_save)},
+      {"trainable_token_indices", tokens},
+      {"bias", "none"}, {"fan_in_fan_out", false}, {"init_lora_weights", true}, {"inference_mode", true},
+      {"use_dora", false}, {"lora_bias", false}, {"layers_to_transform", nullptr}, {"layers_pattern", nullptr},
+      {"rank_pattern", nlohmann::json::object()}, {"alpha_pattern", nlohmann::json::object()},
+      {"exclude_modules", nullptr}, {"revision", nullptr}, {"target_parameters", nullptr}};
+  return cfg.dump(2) + "\n";
+}
 
 int64_t LoraAdapter::vocab_size(int64_t base_vocab) const {
   int64_t v = base_vocab;
@@ -33,7 +51,7 @@ std::vector<std::string> LoraAdapter::lora_modules() const {
 }
 
 LoraAdapter read_lora_adapter(const std::string& adapter_dir) {
-  const fs::path cfg_path = fs::path(adapter_dir) / "adapter_config.json";
+  const fs::path cfg_path = fs::path(adapter_dir) / kAdapterConfigFile;
   ALPACA_CHECK(fs::is_regular_file(cfg_path), "--adapter " << adapter_dir << " has no adapter_config.json; give the "
                                               "output_dir (or a checkpoint) of an alpaca-train --use_peft run");
   nlohmann::json cfg;
@@ -69,7 +87,7 @@ LoraAdapter read_lora_adapter(const std::string& adapter_dir) {
       a.token_rows[name] = ids.get<std::vector<int64_t>>();
     }
   }
-  a.file = io::SafetensorsFile::open((fs::path(adapter_dir) / "adapter_model.safetensors").string());
+  a.file = SafetensorsFile::open((fs::path(adapter_dir) / kAdapterWeightsFile).string());
   return a;
 }
 
@@ -78,10 +96,10 @@ namespace {
 // The adapter's tensors as they are taken; what is never taken matches nothing of the base.
 class AdapterTensors {
  public:
-  explicit AdapterTensors(const io::SafetensorsFile& f) : f_(f) {
+  explicit AdapterTensors(const SafetensorsFile& f) : f_(f) {
     for (const auto& n : f.names()) unused_.insert(n);
   }
-  const io::SafetensorsFile& file() const { return f_; }
+  const SafetensorsFile& file() const { return f_; }
   bool contains(const std::string& name) const { return f_.contains(kPeftKeyPrefix + name); }
   at::Tensor take(const std::string& name) {
     const std::string key = kPeftKeyPrefix + name;
@@ -94,7 +112,7 @@ class AdapterTensors {
   }
 
  private:
-  const io::SafetensorsFile& f_;
+  const SafetensorsFile& f_;
   std::set<std::string> unused_;
 };
 
@@ -188,4 +206,4 @@ int64_t attach_lora_adapter(model::LlamaForCausalLMImpl& m, const LoraAdapter& a
   return static_cast<int64_t>(names.size());
 }
 
-}  // namespace alpaca::ckpt
+}  // namespace alpaca::io
