@@ -1,5 +1,7 @@
-// The single-process reference the FSDP LLaMA tests compare with (test_fsdp_lora, test_fsdp_qlora): plain LibTorch on the whole global batch, the loss over its label tokens after
-// the causal shift, clip at max_norm, then the caller's torch optimizer.
+// The single-process reference the FSDP LLaMA tests compare with (test_fsdp_llama, test_fsdp_lora,
+// test_fsdp_qlora): plain LibTorch on the whole global batch, the loss over its label tokens after
+// the causal shift, clip at max_norm, then the caller's torch optimizer. Also the sharding cases
+// those tests train the engine with.
 #pragma once
 
 #include <torch/nn/utils/clip_grad.h>
@@ -9,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "alpaca/fsdp/policy.h"
 #include "alpaca/model/llama.h"
 #include "alpaca/model/loss.h"
 #include "fsdp_test_env.h"
@@ -42,6 +45,39 @@ inline std::vector<at::Tensor> trainable_parameters(model::LlamaForCausalLM& m) 
   for (const auto& p : m->parameters())
     if (p.requires_grad()) out.push_back(p);
   return out;
+}
+
+// One engine configuration the FSDP LLaMA tests compare with the reference: a strategy, the
+// gradient accumulation it trains with, activation checkpointing and CPU offload.
+struct StrategyCase {
+  fsdp::ShardingStrategy strategy;
+  int accum;
+  bool ckpt, offload;
+  std::string name() const {
+    return std::string(fsdp::to_string(strategy)) + (ckpt ? " ckpt" : "") + (offload ? " offload" : "");
+  }
+};
+
+// Every strategy once, with accumulation, checkpointing and offload each on somewhere; hybrid
+// shards (groups of 2) at world 4 only.
+inline std::vector<StrategyCase> strategy_cases(int world) {
+  using fsdp::ShardingStrategy;
+  std::vector<StrategyCase> cases = {{ShardingStrategy::kFullShard, 1, true, false},
+                                     {ShardingStrategy::kFullShard, 2, false, true},
+                                     {ShardingStrategy::kShardGradOp, 2, true, true},
+                                     {ShardingStrategy::kNoShard, 1, false, false}};
+  if (world == 4) cases.push_back({ShardingStrategy::kHybridShard, 2, true, false});
+  return cases;
+}
+
+inline fsdp::FsdpPolicy policy_of(const StrategyCase& c) {
+  fsdp::FsdpPolicy p;
+  p.strategy = c.strategy;
+  p.activation_checkpointing = c.ckpt;
+  p.offload = c.offload;
+  p.hybrid_shard_size = 2;
+  p.backward_prefetch = fsdp::BackwardPrefetch::kBackwardPre;
+  return p;
 }
 
 }  // namespace alpaca::testing

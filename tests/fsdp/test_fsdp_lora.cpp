@@ -117,21 +117,9 @@ TEST(FsdpLora, TrainingMatchesUnshardedLoopForEveryStrategy) {
     for (const auto& p : make()->named_parameters()) m[p.key()] = p.value().detach().clone();
     return m;
   }();
-  struct C { ShardingStrategy s; int accum; bool ckpt, offload; };
-  std::vector<C> cases = {{ShardingStrategy::kFullShard, 1, true, false},
-                          {ShardingStrategy::kFullShard, 2, false, true},
-                          {ShardingStrategy::kShardGradOp, 2, true, true},
-                          {ShardingStrategy::kNoShard, 1, false, false}};
-  if (world == 4) cases.push_back({ShardingStrategy::kHybridShard, 2, true, false});
-  for (const C& c : cases) {
-    FsdpPolicy p;
-    p.strategy = c.s;
-    p.activation_checkpointing = c.ckpt;
-    p.offload = c.offload;
-    p.hybrid_shard_size = 2;
-    p.backward_prefetch = fsdp::BackwardPrefetch::kBackwardPre;
-    TrainRun r = train(p, c.accum, 3);
-    const std::string what = std::string(fsdp::to_string(c.s)) + (c.ckpt ? " ckpt" : "") + (c.offload ? " offload" : "");
+  for (const StrategyCase& c : strategy_cases(world)) {
+    TrainRun r = train(policy_of(c), c.accum, 3);
+    const std::string what = c.name();
     ParamMap got = exported(r.fsdp->engine());
     ASSERT_EQ(got.size(), ref.size()) << what;
     double worst = 0;
