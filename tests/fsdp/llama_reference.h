@@ -11,9 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "alpaca/fsdp/fsdp_llama.h"
 #include "alpaca/fsdp/policy.h"
 #include "alpaca/model/llama.h"
 #include "alpaca/model/loss.h"
+#include "alpaca/optim/adamw.h"
+#include "alpaca/optim/grad_clip.h"
 #include "fsdp_test_env.h"
 
 namespace alpaca::testing {
@@ -45,6 +48,28 @@ inline std::vector<at::Tensor> trainable_parameters(model::LlamaForCausalLM& m) 
   for (const auto& p : m->parameters())
     if (p.requires_grad()) out.push_back(p);
   return out;
+}
+
+// The same steps on the sharded engine: each rank takes its micro-batches of the same global batch
+// (micro-batch k * world + rank in accumulation step k), the loss over the global label-token
+// count, the clip across the shards at max_norm, then the sharded AdamW at lr.
+inline void train_fsdp_steps(fsdp::FsdpLlama& sharded, optim::ShardedAdamW& opt, const GlobalBatch& b, int accum,
+                             int steps, double lr, double max_norm, dist::Communicator& comm) {
+  fsdp::FsdpEngine& eng = sharded.engine();
+  const int world = comm.world_size(), rank = comm.rank();
+  const int64_t seq_len = b.labels_bt.size(1);
+  const int64_t tokens = (b.labels_bt.narrow(1, 1, seq_len - 1) != -100).sum().item<int64_t>();
+  const int64_t mb = b.ids_bt.size(0) / (world * accum);
+  for (int s = 0; s < steps; ++s) {
+    for (int k = 0; k < accum; ++k) {
+      const int64_t start = (static_cast<int64_t>(k) * world + rank) * mb;
+      auto ls = model::causal_lm_loss_sum(sharded.forward(b.ids_bt.narrow(0, start, mb)), b.labels_bt.narrow(0, start, mb));
+      (ls.sum / static_cast<double>(tokens)).backward();
+    }
+    optim::clip_grad_norm(eng.grad_shards(), max_norm, eng.norm_comm());
+    opt.step(lr);
+    eng.zero_grad();
+  }
 }
 
 // One engine configuration the FSDP LLaMA tests compare with the reference: a strategy, the

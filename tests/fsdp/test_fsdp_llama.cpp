@@ -87,21 +87,7 @@ TrainRun train(bool tied, const FsdpPolicy& policy, int accum, int steps) {
 }
 
 void train_steps(TrainRun& r, int accum, int steps, dist::Communicator& comm) {
-  fsdp::FsdpEngine& eng = r.fsdp->engine();
-  const int world = comm.world_size(), rank = comm.rank();
-  GlobalBatch b = make_global_batch(37, kGlobal, kSeqLen, 5);
-  const int64_t tokens = (b.labels_bt.narrow(1, 1, kSeqLen - 1) != -100).sum().item<int64_t>();
-  const int64_t mb = kGlobal / (world * accum);
-  for (int s = 0; s < steps; ++s) {
-    for (int k = 0; k < accum; ++k) {
-      const int64_t start = (static_cast<int64_t>(k) * world + rank) * mb;
-      auto ls = model::causal_lm_loss_sum(r.fsdp->forward(b.ids_bt.narrow(0, start, mb)), b.labels_bt.narrow(0, start, mb));
-      (ls.sum / static_cast<double>(tokens)).backward();
-    }
-    optim::clip_grad_norm(eng.grad_shards(), kMaxNorm, eng.norm_comm());
-    r.opt->step(kLr);
-    eng.zero_grad();
-  }
+  train_fsdp_steps(*r.fsdp, *r.opt, make_global_batch(37, kGlobal, kSeqLen, 5), accum, steps, kLr, kMaxNorm, comm);
 }
 
 ParamMap exported(fsdp::FsdpEngine& eng) {
