@@ -1,9 +1,6 @@
 // LoRA merge; see include/alpaca/ckpt/lora_merge.h.
 #include "alpaca/ckpt/lora_merge.h"
 
-#include "alpaca/ckpt/lora_adapter.h"
-
-
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -11,6 +8,7 @@
 #include "alpaca/io/bnb4bit.h"
 #include "alpaca/io/checkpoint.h"
 #include "alpaca/io/hf_model.h"
+#include "alpaca/io/peft_adapter.h"
 #include "alpaca/io/safetensors.h"
 #include "alpaca/model/config.h"
 #include "alpaca/util/error.h"
@@ -20,7 +18,7 @@ namespace fs = std::filesystem;
 
 namespace alpaca::ckpt {
 namespace {
-constexpr const char* kPrefix = kPeftKeyPrefix;
+constexpr const char* kPrefix = io::kPeftKeyPrefix;
 
 // A base tensor in fp32 and the dtype it is written back in. A bitsandbytes 4-bit weight (a
 // `*-bnb-4bit` base, io/bnb4bit.h) is dequantized (bitsandbytes' dequantize_4bit) and written in
@@ -40,7 +38,7 @@ at::Tensor read_base_fp32(const io::CheckpointReader& base, const std::string& n
 
 MergeStats merge_lora_adapter(const std::string& base_dir, const std::string& adapter_dir, const std::string& out_dir,
                               int64_t max_shard_bytes) {
-  const LoraAdapter la = read_lora_adapter(adapter_dir);  // the one adapter reader (ckpt/lora_adapter.h)
+  const io::LoraAdapter la = io::read_lora_adapter(adapter_dir);  // the one adapter reader (io/peft_adapter.h)
   const double scaling = la.scaling;
   const std::shared_ptr<io::SafetensorsFile>& adapter = la.file;
   std::set<std::string> unused;

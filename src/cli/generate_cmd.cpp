@@ -15,7 +15,6 @@
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 
 #include "alpaca/chat/chat_template.h"
-#include "alpaca/ckpt/lora_adapter.h"
 #include "alpaca/cli/commands.h"
 #include "alpaca/cli/subcommand_flags.h"
 #include "alpaca/cli/usage_error.h"
@@ -25,6 +24,7 @@
 #include "alpaca/generate/generator.h"
 #include "alpaca/generate/prompt_records.h"
 #include "alpaca/io/hf_model.h"
+#include "alpaca/io/peft_adapter.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
 
@@ -254,8 +254,8 @@ int run_generate(const std::vector<std::string>& args) {
   check_flags(f, parsed);
   // Read (and check) the adapter before the model loads; its tokenizer, when it has one, is the
   // one it was trained with (train.py may have added [PAD]).
-  std::optional<ckpt::LoraAdapter> adapter;
-  if (!f.adapter.empty()) adapter = ckpt::read_lora_adapter(f.adapter);
+  std::optional<io::LoraAdapter> adapter;
+  if (!f.adapter.empty()) adapter = io::read_lora_adapter(f.adapter);
   const std::string tok_dir = adapter && (fs::is_regular_file(fs::path(f.adapter) / "tokenizer.json") ||
                                           fs::is_regular_file(fs::path(f.adapter) / "tokenizer.model"))
                                   ? f.adapter
@@ -299,7 +299,7 @@ int run_generate(const std::vector<std::string>& args) {
   model::LlamaForCausalLM m = io::load_hf_model(
       f.model_dir, at::TensorOptions().dtype(f.bf16 ? at::kBFloat16 : at::kFloat).device(device));
   if (adapter) {
-    const int64_t n = ckpt::attach_lora_adapter(*m, *adapter, f.model_dir);
+    const int64_t n = io::attach_lora_adapter(*m, *adapter, f.model_dir);
     ALPACA_INFO("generate: adapter " << f.adapter << ": LoRA on " << n << " linears (unmerged, scaling "
                 << adapter->scaling << ")");
   }

@@ -47,10 +47,7 @@ model::LoraOptions lora_options(const TrainArgs& a) {
   return l;
 }
 
-}  // namespace
-
-train::TrainerOptions trainer_options(const TrainArgs& a) {
-  train::TrainerOptions o;
+void set_data_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.model_name_or_path = a.model_name_or_path;
   o.use_fast_tokenizer = a.use_fast_tokenizer;
   o.data_path = a.data_path;
@@ -63,7 +60,10 @@ train::TrainerOptions trainer_options(const TrainArgs& a) {
   o.packing = a.packing;
   o.group_by_length = a.group_by_length;
   o.dataloader_drop_last = a.dataloader_drop_last;
+}
 
+// Batches, steps, the optimizer and its schedule, precision and the FSDP policy.
+void set_loop_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.per_device_train_batch_size = a.per_device_train_batch_size;
   o.per_device_eval_batch_size = a.per_device_eval_batch_size;
   o.gradient_accumulation_steps = a.gradient_accumulation_steps;
@@ -84,7 +84,10 @@ train::TrainerOptions trainer_options(const TrainArgs& a) {
   o.tf32 = a.tf32;
   o.fsdp_policy = a.fsdp_policy;
   o.ddp_timeout_seconds = a.ddp_timeout;
+}
 
+// Where and when the run logs, evaluates and reports (jsonl, TensorBoard).
+void set_logging_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.output_dir = a.output_dir;
   o.logging_dir = a.logging_dir.empty() ? a.output_dir : a.logging_dir;
   o.run_name = a.run_name;
@@ -112,22 +115,38 @@ train::TrainerOptions trainer_options(const TrainArgs& a) {
     o.args_json = train_args_to_json(shown);
   }
   o.disable_tqdm = a.disable_tqdm.value_or(false);
+}
+
+void set_save_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.save_max_shard_bytes = a.save_max_shard_bytes;
   o.save_only_model = a.save_only_model;
   o.save_async = a.save_async;
   o.sharded_checkpoints = a.save_checkpoint_layout == "sharded";
   o.save_total_limit = a.save_total_limit;
-
   if (a.use_peft) {
     o.lora = lora_options(a);
     o.merge_adapter = a.merge_adapter;
   }
+}
 
+train::ResumeFrom resume_from(const std::string& flag) {
+  if (flag == "True") return {train::ResumeFrom::Kind::kLatest, {}};
+  if (flag == "auto") return {train::ResumeFrom::Kind::kLatestIfAny, {}};
+  if (!flag.empty()) return {train::ResumeFrom::Kind::kDirectory, flag};
+  return {};
+}
+
+}  // namespace
+
+train::TrainerOptions trainer_options(const TrainArgs& a) {
+  train::TrainerOptions o;
+  set_data_options(a, o);
+  set_loop_options(a, o);
+  set_logging_options(a, o);
+  set_save_options(a, o);
   o.seed = a.seed;
   o.data_seed = a.data_seed.value_or(a.seed);
-  if (a.resume_from_checkpoint == "True") o.resume.kind = train::ResumeFrom::Kind::kLatest;
-  else if (a.resume_from_checkpoint == "auto") o.resume.kind = train::ResumeFrom::Kind::kLatestIfAny;
-  else if (!a.resume_from_checkpoint.empty()) o.resume = {train::ResumeFrom::Kind::kDirectory, a.resume_from_checkpoint};
+  o.resume = resume_from(a.resume_from_checkpoint);
   return o;
 }
 

@@ -263,7 +263,9 @@ int pick_free_port() {
   return ntohs(addr.sin_port);
 }
 
-int run_workers(const LauncherOptions& o) {
+namespace {
+
+void check_launcher_options(const LauncherOptions& o) {
   ALPACA_CHECK(o.nproc_per_node >= 1, "--nproc_per_node must be at least 1, got " << o.nproc_per_node);
   ALPACA_CHECK(o.nnodes >= 1, "--nnodes must be at least 1, got " << o.nnodes);
   ALPACA_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes,
@@ -273,9 +275,10 @@ int run_workers(const LauncherOptions& o) {
                "a job on " << o.nnodes << " nodes needs the same --master_port on every node");
   ALPACA_CHECK(!o.program.empty() && ::access(o.program.c_str(), X_OK) == 0,
                "launcher: the worker program '" << o.program << "' is not executable");
-  const int port = o.master_port > 0 ? o.master_port : pick_free_port();
+}
 
-  SignalGuard guard;
+// Starts every local worker; when one cannot start, the ones already started are killed and reaped.
+std::vector<Worker> start_workers(const LauncherOptions& o, int port) {
   std::vector<Worker> workers(o.nproc_per_node);
   for (int i = 0; i < o.nproc_per_node; ++i) {
     try {
@@ -287,104 +290,149 @@ int run_workers(const LauncherOptions& o) {
       throw;
     }
   }
+  return workers;
+}
 
-  int first_failure = 0;   // exit code to return
-  int stop_signal = 0;     // signal that stopped the launcher
-  bool stopping = false;
-  Clock::time_point kill_at{};
-  auto stop = [&](int sig, std::chrono::milliseconds grace) {
-    if (stopping) return;
-    stopping = true;
-    signal_all(workers, sig);
-    kill_at = Clock::now() + grace;
-  };
+// The launcher's loop over its running workers: pass their output on, forward signals, reap
+// exits, stop the rest after a failure, kill what outlives its grace period.
+class Supervisor {
+ public:
+  Supervisor(const LauncherOptions& o, std::vector<Worker>& workers) : o_(o), workers_(workers) {}
 
-  for (;;) {
-    // 1. Output.
+  // Runs until every worker has exited; returns the launcher's exit code.
+  int run() {
+    for (;;) {
+      pass_output();
+      forward_signals();
+      reap_exits();
+      kill_overdue();
+      if (!any_running()) break;
+    }
+    close_up();
+    return exit_code();
+  }
+
+ private:
+  void stop(int sig, std::chrono::milliseconds grace) {
+    if (stopping_) return;
+    stopping_ = true;
+    signal_all(workers_, sig);
+    kill_at_ = Clock::now() + grace;
+  }
+
+  // 1. Output.
+  void pass_output() {
     std::vector<pollfd> fds;
     std::vector<std::pair<Worker*, Stream*>> owners;
-    for (auto& w : workers)
+    for (auto& w : workers_)
       for (Stream* s : {&w.out, &w.err})
         if (s->fd >= 0) {
           fds.push_back({s->fd, POLLIN, 0});
           owners.push_back({&w, s});
         }
-    if (!fds.empty()) {
-      int n = ::poll(fds.data(), fds.size(), 50);
-      if (n > 0)
-        for (size_t i = 0; i < fds.size(); ++i)
-          if (fds[i].revents) drain(*owners[i].second, owners[i].first->rank);
-    } else {
+    if (fds.empty()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return;
     }
+    if (::poll(fds.data(), fds.size(), 50) > 0)
+      for (size_t i = 0; i < fds.size(); ++i)
+        if (fds[i].revents) drain(*owners[i].second, owners[i].first->rank);
+  }
 
-    // 2. Signals to forward. The workers get signal_grace to finish a step and save a checkpoint
-    // (SIGTERM/SIGUSR1 are preemption notices); a second SIGINT (impatient Ctrl-C) kills them at
-    // once. A repeated SIGTERM/SIGUSR1 (the scheduler and the batch script both signalling) does
-    // not cut the save short.
-    if (g_signal && !stop_signal) {
-      stop_signal = g_signal;
-      note("received signal " + std::to_string(stop_signal) + "; forwarding it to the workers (SIGINT again kills them)");
-      if (stopping) {
-        signal_all(workers, stop_signal);  // stopping after a failure already: pass it on anyway
+  // 2. Signals to forward. The workers get signal_grace to finish a step and save a checkpoint
+  // (SIGTERM/SIGUSR1 are preemption notices); a second SIGINT (impatient Ctrl-C) kills them at
+  // once. A repeated SIGTERM/SIGUSR1 (the scheduler and the batch script both signalling) does
+  // not cut the save short.
+  void forward_signals() {
+    if (g_signal && !stop_signal_) {
+      stop_signal_ = g_signal;
+      note("received signal " + std::to_string(stop_signal_) + "; forwarding it to the workers (SIGINT again kills them)");
+      if (stopping_) {
+        signal_all(workers_, stop_signal_);  // stopping after a failure already: pass it on anyway
       } else {
-        stop(stop_signal, o.signal_grace);
+        stop(stop_signal_, o_.signal_grace);
       }
-    } else if (stop_signal && g_sigint_count > (stop_signal == SIGINT ? 1 : 0) && Clock::now() < kill_at) {
+    } else if (stop_signal_ && g_sigint_count > (stop_signal_ == SIGINT ? 1 : 0) && Clock::now() < kill_at_) {
       note("received SIGINT while the workers are stopping; killing them");
-      kill_at = Clock::now();
+      kill_at_ = Clock::now();
     }
+  }
 
-    // 3. Exits.
-    for (auto& w : workers) {
+  // 3. Exits: the first failure (not one after a stop request) stops the other workers.
+  void reap_exits() {
+    for (auto& w : workers_) {
       if (!w.running) continue;
       int status = 0;
       pid_t r = ::waitpid(w.pid, &status, WNOHANG);
       if (r != w.pid) continue;
       w.running = false;
       w.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      if (w.exit_code != 0 && first_failure == 0 && !stop_signal) {
-        first_failure = w.exit_code;
+      if (w.exit_code != 0 && first_failure_ == 0 && !stop_signal_) {
+        first_failure_ = w.exit_code;
         note("worker rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ") " +
              (WIFEXITED(status) ? "exited with code " + std::to_string(w.exit_code)
                                 : "was killed by signal " + std::to_string(WTERMSIG(status))) +
              "; stopping the other workers");
-        stop(SIGTERM, o.stop_grace);
+        stop(SIGTERM, o_.stop_grace);
       }
     }
-    // Any worker still alive after the grace period is killed, with its process group.
-    if (stopping && Clock::now() > kill_at) {
-      for (auto& w : workers)
-        if (w.running) note("worker rank " + std::to_string(w.rank) + " is still running after the stop request; killing it");
-      signal_all(workers, SIGKILL);
-      kill_at = Clock::now() + std::chrono::hours(1);
-    }
+  }
 
-    bool any_running = false;
-    for (auto& w : workers) any_running |= w.running;
-    // Pipes stay open while a worker's own children live; do not wait on them once all exited.
-    if (!any_running) {
-      for (auto& w : workers)
+  // Any worker still alive after the grace period is killed, with its process group.
+  void kill_overdue() {
+    if (!stopping_ || Clock::now() <= kill_at_) return;
+    for (auto& w : workers_)
+      if (w.running) note("worker rank " + std::to_string(w.rank) + " is still running after the stop request; killing it");
+    signal_all(workers_, SIGKILL);
+    kill_at_ = Clock::now() + std::chrono::hours(1);
+  }
+
+  // Pipes stay open while a worker's own children live; do not wait on them once all exited.
+  bool any_running() {
+    bool any = false;
+    for (auto& w : workers_) any |= w.running;
+    if (!any)
+      for (auto& w : workers_)
         for (Stream* s : {&w.out, &w.err})
           if (s->fd >= 0) drain(*s, w.rank);
-      break;
-    }
+    return any;
   }
+
   // Kill leftovers in the workers' process groups (e.g. grandchildren holding the pipes).
-  for (auto& w : workers) ::kill(-w.pid, SIGKILL);
-  for (auto& w : workers)
-    for (Stream* s : {&w.out, &w.err})
-      if (s->fd >= 0) ::close(s->fd);
-  if (first_failure) return first_failure;
-  if (stop_signal) {
+  void close_up() {
+    for (auto& w : workers_) ::kill(-w.pid, SIGKILL);
+    for (auto& w : workers_)
+      for (Stream* s : {&w.out, &w.err})
+        if (s->fd >= 0) ::close(s->fd);
+  }
+
+  int exit_code() const {
+    if (first_failure_) return first_failure_;
+    if (!stop_signal_) return 0;
     // Stopped on request: when every worker ended the same way (e.g. each saved a checkpoint and
     // exited with the trainer's "preempted" code) that is the launcher's code too, so a batch
     // script sees what the workers said; a mixed ending is 128 + the signal.
     bool same = true;
-    for (const auto& w : workers) same = same && w.exit_code == workers[0].exit_code;
-    return same ? workers[0].exit_code : 128 + stop_signal;
+    for (const auto& w : workers_) same = same && w.exit_code == workers_[0].exit_code;
+    return same ? workers_[0].exit_code : 128 + stop_signal_;
   }
-  return 0;
+
+  const LauncherOptions& o_;
+  std::vector<Worker>& workers_;
+  int first_failure_ = 0;  // exit code to return
+  int stop_signal_ = 0;    // signal that stopped the launcher
+  bool stopping_ = false;
+  Clock::time_point kill_at_{};
+};
+
+}  // namespace
+
+int run_workers(const LauncherOptions& o) {
+  check_launcher_options(o);
+  const int port = o.master_port > 0 ? o.master_port : pick_free_port();
+  SignalGuard guard;
+  std::vector<Worker> workers = start_workers(o, port);
+  return Supervisor(o, workers).run();
 }
 
 }  // namespace alpaca::dist

@@ -99,9 +99,7 @@ std::vector<int64_t> parse_token_list(const json& j, const std::string& source, 
   return out;
 }
 
-}  // namespace
-
-LlamaConfig LlamaConfig::from_json_string(const std::string& text, const std::string& source) {
+json parse_config_json(const std::string& text, const std::string& source) {
   json j;
   try {
     j = json::parse(text);
@@ -109,7 +107,12 @@ LlamaConfig LlamaConfig::from_json_string(const std::string& text, const std::st
     ALPACA_FAIL(source << ": not valid JSON (" << e.what() << "); fix or regenerate the config");
   }
   ALPACA_CHECK(j.is_object(), source << ": a model config must be a JSON object");
-  Fields f(j, source);
+  return j;
+}
+
+// The model type, after refusing what our modules do not implement (sliding windows, other
+// activations, attention dropout).
+std::string supported_model_type(const json& j, Fields& f, const std::string& source) {
   ALPACA_CHECK(f.has("model_type"),
                source << ": required field \"model_type\" is missing (supported: llama, mistral, qwen2)");
   std::string model_type = f.get_string("model_type", "");
@@ -139,9 +142,11 @@ LlamaConfig LlamaConfig::from_json_string(const std::string& text, const std::st
   ALPACA_CHECK(act == "silu", source << ": field \"hidden_act\" is \"" << act << "\"; only silu is supported");
   ALPACA_CHECK(f.get_double("attention_dropout", 0.0) == 0.0,
                source << ": field \"attention_dropout\" must be 0 (attention dropout is unsupported)");
+  return model_type;
+}
 
-  LlamaConfig c;
-  c.model_type = model_type;
+// Sizes, norms, init and biases (each family's rule for which projections have one).
+void read_shapes(Fields& f, const std::string& source, LlamaConfig& c) {
   c.vocab_size = f.require_int("vocab_size");
   c.hidden_size = f.require_int("hidden_size");
   c.intermediate_size = f.require_int("intermediate_size");
@@ -157,28 +162,30 @@ LlamaConfig LlamaConfig::from_json_string(const std::string& text, const std::st
   c.attention_bias = f.get_bool("attention_bias", false);
   c.mlp_bias = f.get_bool("mlp_bias", false);
   c.o_proj_bias = c.attention_bias;  // LlamaConfig.attention_bias covers q, k, v and o
-  if (model_type == "mistral") c.attention_bias = c.o_proj_bias = c.mlp_bias = false;  // MistralConfig has none
-  if (model_type == "qwen2") {  // Qwen2Attention: q/k/v with bias, o_proj without; Qwen2MLP without
+  if (c.model_type == "mistral") c.attention_bias = c.o_proj_bias = c.mlp_bias = false;  // MistralConfig has none
+  if (c.model_type == "qwen2") {  // Qwen2Attention: q/k/v with bias, o_proj without; Qwen2MLP without
     c.attention_bias = true;
     c.o_proj_bias = c.mlp_bias = false;
   }
+}
 
-  // transformers 5 keeps rope_theta inside rope_parameters; 4.x keeps it at top level.
+// transformers 5 keeps rope_theta inside rope_parameters; 4.x keeps it at top level.
+void read_rope(const json& j, Fields& f, const std::string& source, LlamaConfig& c) {
   c.rope_theta = f.get_double("rope_theta", 10000.0);
-  if (f.has("rope_scaling")) {
-    c.rope_scaling = parse_rope(j.at("rope_scaling"), source, "rope_scaling");
-    Fields rf(j.at("rope_scaling"), source + " field \"rope_scaling\"");
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (!f.has(key)) continue;
+    c.rope_scaling = parse_rope(j.at(key), source, key);
+    Fields rf(j.at(key), source + " field \"" + key + "\"");
     c.rope_theta = rf.get_double("rope_theta", c.rope_theta);
-  } else if (f.has("rope_parameters")) {
-    c.rope_scaling = parse_rope(j.at("rope_parameters"), source, "rope_parameters");
-    Fields rf(j.at("rope_parameters"), source + " field \"rope_parameters\"");
-    c.rope_theta = rf.get_double("rope_theta", c.rope_theta);
+    break;
   }
   if (c.rope_scaling.type == "llama3" && c.rope_scaling.original_max_position_embeddings == 0)
     c.rope_scaling.original_max_position_embeddings = c.max_position_embeddings;
+}
 
-  // An absent key takes transformers' default (LlamaConfig, MistralConfig: bos 1, eos 2;
-  // Qwen2Config: none); null is none.
+// An absent key takes transformers' default (LlamaConfig, MistralConfig: bos 1, eos 2;
+// Qwen2Config: none); null is none.
+void read_special_tokens(const json& j, const std::string& source, LlamaConfig& c) {
   const bool default_tokens = c.model_type != "qwen2";
   auto bos = parse_token_list(j, source, "bos_token_id");
   if (!bos.empty()) c.bos_token_id = bos.front();
@@ -192,6 +199,18 @@ LlamaConfig LlamaConfig::from_json_string(const std::string& text, const std::st
   // counts a negative index from the end: that row never gets a gradient.
   if (!pad.empty() && pad.front() < c.vocab_size && pad.front() >= -c.vocab_size)
     c.embedding_padding_idx = pad.front() >= 0 ? pad.front() : c.vocab_size + pad.front();
+}
+
+}  // namespace
+
+LlamaConfig LlamaConfig::from_json_string(const std::string& text, const std::string& source) {
+  const json j = parse_config_json(text, source);
+  Fields f(j, source);
+  LlamaConfig c;
+  c.model_type = supported_model_type(j, f, source);
+  read_shapes(f, source, c);
+  read_rope(j, f, source, c);
+  read_special_tokens(j, source, c);
   c.torch_dtype = f.get_string("torch_dtype", f.get_string("dtype", ""));
   c.validate(source);
   return c;

@@ -10,37 +10,19 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <type_traits>
 
 #include "alpaca/model/matmul.h"
 #include "alpaca/model/rope.h"
 #include "alpaca/util/error.h"
-#include "gemv_kernels.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-// GCC 12 warns inside its own AVX-512 intrinsics (GCC bug 105593), as in gemv.cpp.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+#include "cpu_kernels.h"
 
 namespace alpaca::model {
 namespace {
 
 using c10::BFloat16;
-constexpr int64_t kMaxHeadDim = 512;
+using decode::kMaxHeadDim;
+using decode::round_to;
 constexpr int64_t kRowGrain = 32;  // weight rows per thread at least
-
-// Rounding to the compute dtype where the module path produces a tensor of that dtype.
-template <typename T>
-inline float round_to(float v) {
-  if constexpr (std::is_same_v<T, BFloat16>) return static_cast<float>(BFloat16(v));
-  return v;
-}
 
 // Sums of m rows of x against rows [n0, n1) of w, fp32 out.
 inline void rows(const float* x, int64_t ldx, int m, const float* w, int64_t k, int64_t n0, int64_t n1, float* y,
@@ -50,79 +32,6 @@ inline void rows(const float* x, int64_t ldx, int m, const float* w, int64_t k, 
 inline void rows(const BFloat16* x, int64_t ldx, int m, const BFloat16* w, int64_t k, int64_t n0, int64_t n1, float* y,
                  int64_t ldy) {
   gemv::bf16_rows(x, ldx, m, w, k, n0, n1, y, ldy);
-}
-
-// --- attention inner loops: q . k and out += p v over head_dim values -------------------------
-#if defined(__x86_64__)
-#define ALPACA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-ALPACA_AVX512 inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-ALPACA_AVX512 inline __m512 load16(const BFloat16* p, __mmask16 m) {
-  const __m256i raw = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
-inline __mmask16 lanes(int64_t left) { return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1U << left) - 1); }
-
-template <typename T>
-ALPACA_AVX512 float dot(const float* q, const T* k, int64_t n) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t c = 0; c < n; c += 16) {
-    const __mmask16 m = lanes(n - c);
-    acc = _mm512_fmadd_ps(load16(q + c, m), load16(k + c, m), acc);
-  }
-  return _mm512_reduce_add_ps(acc);
-}
-
-template <typename T>
-ALPACA_AVX512 void axpy(float a, const T* v, float* out, int64_t n) {
-  const __m512 av = _mm512_set1_ps(a);
-  for (int64_t c = 0; c < n; c += 16) {
-    const __mmask16 m = lanes(n - c);
-    _mm512_mask_storeu_ps(out + c, m, _mm512_fmadd_ps(av, load16(v + c, m), load16(out + c, m)));
-  }
-}
-#else
-template <typename T>
-float dot(const float* q, const T* k, int64_t n) {
-  float s = 0;
-  for (int64_t c = 0; c < n; ++c) s += q[c] * static_cast<float>(k[c]);
-  return s;
-}
-template <typename T>
-void axpy(float a, const T* v, float* out, int64_t n) {
-  for (int64_t c = 0; c < n; ++c) out[c] += a * static_cast<float>(v[c]);
-}
-#endif
-
-// transformers' LlamaRMSNorm: fp32 mean of squares, x * rsqrt(var + eps) rounded to the dtype,
-// times the weight (in the dtype). The mean is summed in double (ATen sums fp32 pairwise).
-template <typename T>
-void rms_norm(const T* x, const T* w, float eps, int64_t n, T* out) {
-  double ss = 0;
-  for (int64_t c = 0; c < n; ++c) {
-    const float v = static_cast<float>(x[c]);
-    ss += static_cast<double>(v) * v;
-  }
-  const float var = static_cast<float>(ss / static_cast<double>(n));
-  const float r = 1.0F / std::sqrt(var + eps);
-  for (int64_t c = 0; c < n; ++c) {
-    const float y = round_to<T>(static_cast<float>(x[c]) * r);
-    out[c] = static_cast<T>(static_cast<float>(w[c]) * y);
-  }
-}
-
-// apply_rope on one head in place: x * cos + rotate_half(x) * sin, each product and the sum
-// rounded to the dtype as the three tensor ops of the module path are.
-template <typename T>
-void rope_head(T* x, const T* cos, const T* sin, int64_t dh) {
-  float tmp[kMaxHeadDim];
-  const int64_t half = dh / 2;
-  for (int64_t d = 0; d < dh; ++d) {
-    const float rot = d < half ? -static_cast<float>(x[d + half]) : static_cast<float>(x[d - half]);
-    const float a = round_to<T>(static_cast<float>(x[d]) * static_cast<float>(cos[d]));
-    const float b = round_to<T>(rot * static_cast<float>(sin[d]));
-    tmp[d] = a + b;
-  }
-  for (int64_t d = 0; d < dh; ++d) x[d] = static_cast<T>(tmp[d]);
 }
 
 template <typename T>
@@ -154,7 +63,7 @@ struct LoraBranch {
   }
   // y_j (the base output, rounded) plus row i's branch at output j, rounded as `y + delta`.
   float add(int i, int64_t j, float y) const {
-    const float delta = round_to<T>(round_to<T>(dot(ax.data() + i * r, b + j * r, r)) * scaling);
+    const float delta = round_to<T>(round_to<T>(decode::dot(ax.data() + i * r, b + j * r, r)) * scaling);
     return round_to<T>(y + delta);
   }
 };
@@ -255,6 +164,204 @@ CpuDecoder::CpuDecoder(LlamaForCausalLMImpl& m, int64_t batch) : cfg_(m.config()
   sums_ = at::empty({batch, std::max({nqkv, 2 * f, d})}, at::kFloat);
 }
 
+// One step in compute dtype T, in named stages over the decoder's scratch: embed, per layer the
+// attention block (norm, q/k/v, RoPE and the cache append, the heads, o) and the MLP block (norm,
+// gate/up with SiLU, down), then the final norm and the head.
+template <typename T>
+class CpuDecoder::Run {
+ public:
+  Run(CpuDecoder& dec, KvCache& cache, const at::Tensor& mask_bk, const at::Tensor& pos_b)
+      : dec_(dec), cache_(cache), b_(static_cast<int>(dec.batch_)) {
+    const LlamaConfig& c = dec.cfg_;
+    d_ = c.hidden_size, nh_ = c.num_attention_heads, nkv_ = c.num_key_value_heads, dh_ = c.head_dim;
+    nq_ = nh_ * dh_, nk_ = nkv_ * dh_, nqkv_ = nq_ + 2 * nk_, f_ = c.intermediate_size;
+    pos_ = cache.length(), cap_ = cache.capacity();
+    // Per-step inputs: cos/sin of each row's position (rope_cos_sin: transformers' bits), the mask.
+    const auto [cos_t, sin_t] = rope_cos_sin(c, pos_b.reshape({b_, 1}).to(at::kLong), dec.dtype_);
+    cos_ = cos_t.contiguous(), sin_ = sin_t.contiguous();  // (b, 1, dh)
+    allow_ = mask_bk.defined() ? mask_bk.to(at::kCPU).to(at::kBool).contiguous() : at::Tensor();
+    if (!dec.scores_.defined() || dec.scores_.size(1) < cap_) dec.scores_ = at::empty({b_ * nh_, cap_}, at::kFloat);
+    h_ = dec.h_.mutable_data_ptr<T>();
+    xn_ = dec.xn_.mutable_data_ptr<T>();
+    qkv_ = dec.qkv_.mutable_data_ptr<T>();
+    sums_ = dec.sums_.mutable_data_ptr<float>();
+    lds_ = dec.sums_.size(1);
+  }
+
+  at::Tensor step(const at::Tensor& ids_b) {
+    embed(ids_b.reshape({b_}).contiguous());
+    for (size_t li = 0; li < dec_.layers_.size(); ++li) {
+      const Layer& L = dec_.layers_[li];
+      T* kc = cache_.key_buffer(static_cast<int64_t>(li)).mutable_data_ptr<T>();
+      T* vc = cache_.value_buffer(static_cast<int64_t>(li)).mutable_data_ptr<T>();
+      norm_rows(L.ln1, L.eps1);
+      project_qkv(L);
+      rope_and_append(kc, vc);
+      attend_heads(kc, vc);
+      add_product(dec_.attn_.template const_data_ptr<T>(), nq_, L.o);
+      norm_rows(L.ln2, L.eps2);
+      gate_up(L);
+      add_product(dec_.act_.template const_data_ptr<T>(), f_, L.down);
+    }
+    cache_.advance(1);
+    norm_rows(dec_.norm_, dec_.norm_eps_);
+    return head();
+  }
+
+ private:
+  // h = the rows of the embedding; peft's TrainableTokensLayer: a trainable token's row is its
+  // delta (cast to the dtype).
+  void embed(const at::Tensor& ids) {
+    const int64_t* idp = ids.const_data_ptr<int64_t>();
+    const T* emb = dec_.embed_.template const_data_ptr<T>();
+    const TokenRows& tok = dec_.embed_tokens_;
+    for (int i = 0; i < b_; ++i) {
+      ALPACA_CHECK(idp[i] >= 0 && idp[i] < dec_.embed_.size(0),
+                   "token id " << idp[i] << " is outside the model's vocabulary [0, " << dec_.embed_.size(0) << ")");
+      const T* row = emb + idp[i] * d_;
+      for (size_t k = 0; k < tok.ids.size(); ++k)
+        if (tok.ids[k] == idp[i]) row = tok.rows.template const_data_ptr<T>() + static_cast<int64_t>(k) * d_;
+      std::copy_n(row, d_, h_ + i * d_);
+    }
+  }
+
+  // xn = RMSNorm(h) row by row.
+  void norm_rows(const at::Tensor& w, float eps) {
+    for (int i = 0; i < b_; ++i) decode::rms_norm(h_ + i * d_, ptr<T>(w), eps, d_, xn_ + i * d_);
+  }
+
+  // Output j of a projection for row i from its fp32 sum: + bias, rounded once (a GEMM's
+  // epilogue), then + its LoRA branch (peft: y + B(A(x)) * scaling).
+  static float out_value(float sum, const T* bias, int64_t j, const LoraBranch<T>& br, int i) {
+    float v = round_to<T>(sum + (bias != nullptr ? static_cast<float>(bias[j]) : 0.0F));
+    return br.active() ? br.add(i, j, v) : v;
+  }
+
+  void start_lora(int slot, const T* x, int64_t k, const Proj& p) {
+    lora_[slot].start(x, b_, k, p.lora_a, p.lora_b, p.scaling);
+  }
+
+  // qkv = [q(xn), k(xn), v(xn)], the three products stacked in one parallel region.
+  void project_qkv(const Layer& L) {
+    const Seg<T> segs[3] = {{ptr<T>(L.q.w), nq_, 0}, {ptr<T>(L.k.w), nk_, nq_}, {ptr<T>(L.v.w), nk_, nq_ + nk_}};
+    const T* bias[3] = {ptr<T>(L.q.b), ptr<T>(L.k.b), ptr<T>(L.v.b)};
+    const Proj* proj[3] = {&L.q, &L.k, &L.v};
+    for (int s = 0; s < 3; ++s) start_lora(s, xn_, d_, *proj[s]);
+    stacked_products(xn_, b_, d_, segs, sums_, lds_, [&](int64_t r0, int64_t r1) {
+      for (int s = 0; s < 3; ++s) {
+        const int64_t off = segs[s].off, lo = std::max(r0, off), hi = std::min(r1, off + segs[s].n);
+        for (int i = 0; i < b_; ++i)
+          for (int64_t j = lo; j < hi; ++j)
+            qkv_[i * nqkv_ + j] = static_cast<T>(out_value(sums_[i * lds_ + j], bias[s], j - off, lora_[s], i));
+      }
+    });
+  }
+
+  // RoPE on every q and k head; k and v appended to the layer's cache at position pos.
+  void rope_and_append(T* kc, T* vc) {
+    const T* cosp = cos_.template const_data_ptr<T>();
+    const T* sinp = sin_.template const_data_ptr<T>();
+    for (int i = 0; i < b_; ++i) {
+      T* row = qkv_ + i * nqkv_;
+      for (int64_t hh = 0; hh < nh_; ++hh) decode::rope_head(row + hh * dh_, cosp + i * dh_, sinp + i * dh_, dh_);
+      for (int64_t hh = 0; hh < nkv_; ++hh) {
+        decode::rope_head(row + nq_ + hh * dh_, cosp + i * dh_, sinp + i * dh_, dh_);
+        std::copy_n(row + nq_ + hh * dh_, dh_, kc + ((i * nkv_ + hh) * cap_ + pos_) * dh_);
+        std::copy_n(row + nq_ + nk_ + hh * dh_, dh_, vc + ((i * nkv_ + hh) * cap_ + pos_) * dh_);
+      }
+    }
+  }
+
+  // attn = each query head over its KV head's cached keys (GQA), heads split across threads.
+  void attend_heads(const T* kc, const T* vc) {
+    const int64_t keys = pos_ + 1, n_rep = nh_ / nkv_;
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dh_)));
+    const bool* allowp = allow_.defined() ? allow_.const_data_ptr<bool>() : nullptr;
+    float* scores = dec_.scores_.mutable_data_ptr<float>();
+    T* att = dec_.attn_.template mutable_data_ptr<T>();
+    at::parallel_for(0, b_ * nh_, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t i = p / nh_, hh = p % nh_, kvh = hh / n_rep;
+        const int64_t kv_off = (i * nkv_ + kvh) * cap_ * dh_;
+        decode::attend(qkv_ + i * nqkv_ + hh * dh_, kc + kv_off, vc + kv_off, keys,
+                       allowp != nullptr ? allowp + i * keys : nullptr, pos_, dh_, scale, scores + p * cap_,
+                       att + i * nq_ + hh * dh_);
+      }
+    });
+  }
+
+  // act = silu(gate(xn)) * up(xn), the two products in one parallel region.
+  void gate_up(const Layer& L) {
+    const T* wg = ptr<T>(L.gate.w);
+    const T* wu = ptr<T>(L.up.w);
+    const T* bg = ptr<T>(L.gate.b);
+    const T* bu = ptr<T>(L.up.b);
+    T* act = dec_.act_.template mutable_data_ptr<T>();
+    start_lora(0, xn_, d_, L.gate);
+    start_lora(1, xn_, d_, L.up);
+    at::parallel_for(0, f_, kRowGrain, [&](int64_t r0, int64_t r1) {
+      rows(xn_, d_, b_, wg, d_, r0, r1, sums_, lds_);
+      rows(xn_, d_, b_, wu, d_, r0, r1, sums_ + f_, lds_);
+      for (int i = 0; i < b_; ++i)
+        for (int64_t j = r0; j < r1; ++j) {
+          const float g = out_value(sums_[i * lds_ + j], bg, j, lora_[0], i);
+          const float u = out_value(sums_[i * lds_ + f_ + j], bu, j, lora_[1], i);
+          act[i * f_ + j] = static_cast<T>(decode::silu_mul<T>(g, u));
+        }
+    });
+  }
+
+  // h += p(x) (o_proj, down_proj): the product and the residual add, rows split across threads.
+  void add_product(const T* x, int64_t k, const Proj& p) {
+    const Seg<T> seg[1] = {{ptr<T>(p.w), d_, 0}};
+    const T* bias = ptr<T>(p.b);
+    start_lora(0, x, k, p);
+    stacked_products(x, b_, k, seg, sums_, lds_, [&](int64_t r0, int64_t r1) {
+      for (int i = 0; i < b_; ++i)
+        for (int64_t j = r0; j < r1; ++j)
+          h_[i * d_ + j] =
+              static_cast<T>(static_cast<float>(h_[i * d_ + j]) + out_value(sums_[i * lds_ + j], bias, j, lora_[0], i));
+    });
+  }
+
+  // The logits of xn (fp32, rounded to T as the head's output is).
+  at::Tensor head() {
+    const int64_t vocab = dec_.lm_head_.size(0);
+    at::Tensor logits = at::empty({b_, vocab}, at::kFloat);
+    float* lp = logits.mutable_data_ptr<float>();
+    const Seg<T> head_seg[1] = {{dec_.lm_head_.template const_data_ptr<T>(), vocab, 0}};
+    stacked_products(xn_, b_, d_, head_seg, lp, vocab, [&](int64_t r0, int64_t r1) {
+      for (int i = 0; i < b_; ++i)
+        for (int64_t j = r0; j < r1; ++j) lp[i * vocab + j] = round_to<T>(lp[i * vocab + j]);
+    });
+    head_token_rows(lp, vocab);
+    return logits;
+  }
+
+  // Trainable-token rows of the head (W.index_copy(0, indices, delta) in the module path).
+  void head_token_rows(float* lp, int64_t vocab) {
+    const TokenRows& tok = dec_.head_tokens_;
+    if (tok.ids.empty()) return;
+    std::vector<float> xf(static_cast<size_t>(d_));
+    for (int i = 0; i < b_; ++i) {
+      for (int64_t c = 0; c < d_; ++c) xf[c] = static_cast<float>(xn_[i * d_ + c]);
+      for (size_t k = 0; k < tok.ids.size(); ++k)
+        lp[i * vocab + tok.ids[k]] =
+            round_to<T>(decode::dot(xf.data(), tok.rows.template const_data_ptr<T>() + static_cast<int64_t>(k) * d_, d_));
+    }
+  }
+
+  CpuDecoder& dec_;
+  KvCache& cache_;
+  const int b_;
+  int64_t d_, nh_, nkv_, dh_, nq_, nk_, nqkv_, f_, pos_, cap_, lds_;
+  at::Tensor cos_, sin_, allow_;
+  T *h_, *xn_, *qkv_;
+  float* sums_;
+  // The LoRA branches of the projections in flight (q, k, v at once; then one or two at a time).
+  std::vector<LoraBranch<T>> lora_ = std::vector<LoraBranch<T>>(3);
+};
+
 at::Tensor CpuDecoder::step(const at::Tensor& ids_b, KvCache& cache, const at::Tensor& attention_mask_bk,
                             const at::Tensor& position_ids_b) {
   ALPACA_CHECK(ids_b.numel() == batch_ && ids_b.scalar_type() == at::kLong && ids_b.device().is_cpu(),
@@ -284,179 +391,8 @@ at::Tensor CpuDecoder::step(const at::Tensor& ids_b, KvCache& cache, const at::T
                      << ", got " << kbuf.sizes() << " " << kbuf.scalar_type() << " on " << kbuf.device());
   }
   at::NoGradGuard no_grad;
-  if (dtype_ == at::kFloat) return step_impl<float>(ids_b, cache, attention_mask_bk, position_ids_b);
-  return step_impl<BFloat16>(ids_b, cache, attention_mask_bk, position_ids_b);
-}
-
-template <typename T>
-at::Tensor CpuDecoder::step_impl(const at::Tensor& ids_b, KvCache& cache, const at::Tensor& mask_bk,
-                                 const at::Tensor& pos_b) {
-  const int b = static_cast<int>(batch_);
-  const int64_t d = cfg_.hidden_size, nh = cfg_.num_attention_heads, nkv = cfg_.num_key_value_heads;
-  const int64_t dh = cfg_.head_dim, nq = nh * dh, nk = nkv * dh, nqkv = nq + 2 * nk, f = cfg_.intermediate_size;
-  const int64_t vocab = lm_head_.size(0), n_rep = nh / nkv;
-  const int64_t pos = cache.length(), keys = pos + 1, cap = cache.capacity();
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dh)));
-
-  // Per-step inputs: cos/sin of each row's position (rope_cos_sin: transformers' bits), the mask.
-  const at::Tensor ids = ids_b.reshape({b}).contiguous();
-  const auto [cos_t, sin_t] = rope_cos_sin(cfg_, pos_b.reshape({b, 1}).to(at::kLong), dtype_);
-  const at::Tensor cos_c = cos_t.contiguous(), sin_c = sin_t.contiguous();  // (b, 1, dh)
-  const at::Tensor allow = mask_bk.defined() ? mask_bk.to(at::kCPU).to(at::kBool).contiguous() : at::Tensor();
-  if (!scores_.defined() || scores_.size(1) < cap) scores_ = at::empty({b * nh, cap}, at::kFloat);
-
-  T* h = h_.mutable_data_ptr<T>();
-  T* xn = xn_.mutable_data_ptr<T>();
-  T* qkv = qkv_.mutable_data_ptr<T>();
-  T* att = attn_.mutable_data_ptr<T>();
-  T* act = act_.mutable_data_ptr<T>();
-  float* sums = sums_.mutable_data_ptr<float>();
-  float* scores = scores_.mutable_data_ptr<float>();
-  const int64_t lds = sums_.size(1);
-  const T* cosp = cos_c.const_data_ptr<T>();
-  const T* sinp = sin_c.const_data_ptr<T>();
-  const bool* allowp = allow.defined() ? allow.const_data_ptr<bool>() : nullptr;
-
-  const int64_t* idp = ids.const_data_ptr<int64_t>();
-  const T* emb = embed_.const_data_ptr<T>();
-  for (int i = 0; i < b; ++i) {
-    ALPACA_CHECK(idp[i] >= 0 && idp[i] < embed_.size(0),
-                 "token id " << idp[i] << " is outside the model's vocabulary [0, " << embed_.size(0) << ")");
-    // peft's TrainableTokensLayer: a trainable token's row is its delta (cast to the dtype).
-    const T* row = emb + idp[i] * d;
-    for (size_t k = 0; k < embed_tokens_.ids.size(); ++k)
-      if (embed_tokens_.ids[k] == idp[i]) row = embed_tokens_.rows.const_data_ptr<T>() + static_cast<int64_t>(k) * d;
-    std::copy_n(row, d, h + i * d);
-  }
-
-  // The LoRA branches of the projections in flight (q, k, v at once; then one or two at a time).
-  std::vector<LoraBranch<T>> lora(3);
-  // Output j of a projection for row i from its fp32 sum: + bias, rounded once (a GEMM's
-  // epilogue), then + its LoRA branch (peft: y + B(A(x)) * scaling).
-  auto out_value = [](float sum, const T* bias, int64_t j, const LoraBranch<T>& br, int i) {
-    float v = round_to<T>(sum + (bias != nullptr ? static_cast<float>(bias[j]) : 0.0F));
-    return br.active() ? br.add(i, j, v) : v;
-  };
-  // h += p(x) (o_proj, down_proj): the product and the residual add, rows split across threads.
-  auto add_product = [&](const T* x, int64_t k, const Proj& p) {
-    const Seg<T> seg[1] = {{ptr<T>(p.w), d, 0}};
-    const T* bias = ptr<T>(p.b);
-    lora[0].start(x, b, k, p.lora_a, p.lora_b, p.scaling);
-    stacked_products(x, b, k, seg, sums, lds, [&](int64_t r0, int64_t r1) {
-      for (int i = 0; i < b; ++i)
-        for (int64_t j = r0; j < r1; ++j)
-          h[i * d + j] = static_cast<T>(static_cast<float>(h[i * d + j]) + out_value(sums[i * lds + j], bias, j, lora[0], i));
-    });
-  };
-  for (size_t li = 0; li < layers_.size(); ++li) {
-    const Layer& L = layers_[li];
-    T* kc = cache.key_buffer(static_cast<int64_t>(li)).mutable_data_ptr<T>();
-    T* vc = cache.value_buffer(static_cast<int64_t>(li)).mutable_data_ptr<T>();
-
-    // --- attention block ---
-    for (int i = 0; i < b; ++i) rms_norm(h + i * d, ptr<T>(L.ln1), L.eps1, d, xn + i * d);
-    const Seg<T> qkv_segs[3] = {{ptr<T>(L.q.w), nq, 0}, {ptr<T>(L.k.w), nk, nq}, {ptr<T>(L.v.w), nk, nq + nk}};
-    const T* bias_qkv[3] = {ptr<T>(L.q.b), ptr<T>(L.k.b), ptr<T>(L.v.b)};
-    const Proj* qkv_proj[3] = {&L.q, &L.k, &L.v};
-    for (int s = 0; s < 3; ++s)
-      lora[s].start(xn, b, d, qkv_proj[s]->lora_a, qkv_proj[s]->lora_b, qkv_proj[s]->scaling);
-    stacked_products(xn, b, d, qkv_segs, sums, lds, [&](int64_t r0, int64_t r1) {
-      for (int s = 0; s < 3; ++s) {
-        const int64_t off = qkv_segs[s].off, lo = std::max(r0, off), hi = std::min(r1, off + qkv_segs[s].n);
-        for (int i = 0; i < b; ++i)
-          for (int64_t j = lo; j < hi; ++j) {
-            qkv[i * nqkv + j] = static_cast<T>(out_value(sums[i * lds + j], bias_qkv[s], j - off, lora[s], i));
-          }
-      }
-    });
-    for (int i = 0; i < b; ++i) {
-      T* row = qkv + i * nqkv;
-      for (int64_t hh = 0; hh < nh; ++hh) rope_head(row + hh * dh, cosp + i * dh, sinp + i * dh, dh);
-      for (int64_t hh = 0; hh < nkv; ++hh) {
-        rope_head(row + nq + hh * dh, cosp + i * dh, sinp + i * dh, dh);
-        std::copy_n(row + nq + hh * dh, dh, kc + ((i * nkv + hh) * cap + pos) * dh);
-        std::copy_n(row + nq + nk + hh * dh, dh, vc + ((i * nkv + hh) * cap + pos) * dh);
-      }
-    }
-    at::parallel_for(0, b * nh, 1, [&](int64_t p0, int64_t p1) {
-      float qf[kMaxHeadDim], out[kMaxHeadDim];
-      for (int64_t p = p0; p < p1; ++p) {
-        const int64_t i = p / nh, hh = p % nh, kvh = hh / n_rep;
-        const T* q = qkv + i * nqkv + hh * dh;
-        for (int64_t c = 0; c < dh; ++c) qf[c] = static_cast<float>(q[c]);
-        const T* kr = kc + (i * nkv + kvh) * cap * dh;
-        const T* vr = vc + (i * nkv + kvh) * cap * dh;
-        float* sc = scores + p * cap;
-        const bool* ok = allowp != nullptr ? allowp + i * keys : nullptr;
-        bool any = false;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < keys; ++j) {
-          if (ok != nullptr && !ok[j]) continue;
-          any = true;
-          sc[j] = dot(qf, kr + j * dh, dh) * scale;
-          mx = std::max(mx, sc[j]);
-        }
-        // A query with no key to attend to sees itself (make_cached_context's rule).
-        if (!any) {
-          sc[pos] = dot(qf, kr + pos * dh, dh) * scale;
-          mx = sc[pos];
-        }
-        std::fill_n(out, dh, 0.0F);
-        float total = 0;
-        for (int64_t j = 0; j < keys; ++j) {
-          if (any ? (ok != nullptr && !ok[j]) : j != pos) continue;
-          const float e = std::exp(sc[j] - mx);
-          total += e;
-          axpy(e, vr + j * dh, out, dh);
-        }
-        T* o = att + i * nq + hh * dh;
-        for (int64_t c = 0; c < dh; ++c) o[c] = static_cast<T>(out[c] / total);
-      }
-    });
-    add_product(att, nq, L.o);
-
-    // --- MLP block: down(silu(gate(x)) * up(x)) ---
-    for (int i = 0; i < b; ++i) rms_norm(h + i * d, ptr<T>(L.ln2), L.eps2, d, xn + i * d);
-    const T* wg = ptr<T>(L.gate.w);
-    const T* wu = ptr<T>(L.up.w);
-    const T* bg = ptr<T>(L.gate.b);
-    const T* bu = ptr<T>(L.up.b);
-    lora[0].start(xn, b, d, L.gate.lora_a, L.gate.lora_b, L.gate.scaling);
-    lora[1].start(xn, b, d, L.up.lora_a, L.up.lora_b, L.up.scaling);
-    at::parallel_for(0, f, kRowGrain, [&](int64_t r0, int64_t r1) {
-      rows(xn, d, b, wg, d, r0, r1, sums, lds);
-      rows(xn, d, b, wu, d, r0, r1, sums + f, lds);
-      for (int i = 0; i < b; ++i)
-        for (int64_t j = r0; j < r1; ++j) {
-          const float g = out_value(sums[i * lds + j], bg, j, lora[0], i);
-          const float u = out_value(sums[i * lds + f + j], bu, j, lora[1], i);
-          const float s = round_to<T>(g / (1.0F + std::exp(-g)));
-          act[i * f + j] = static_cast<T>(s * u);
-        }
-    });
-    add_product(act, f, L.down);
-  }
-  cache.advance(1);
-
-  for (int i = 0; i < b; ++i) rms_norm(h + i * d, norm_.const_data_ptr<T>(), norm_eps_, d, xn + i * d);
-  at::Tensor logits = at::empty({b, vocab}, at::kFloat);
-  float* lp = logits.mutable_data_ptr<float>();
-  const Seg<T> head_seg[1] = {{lm_head_.const_data_ptr<T>(), vocab, 0}};
-  stacked_products(xn, b, d, head_seg, lp, vocab, [&](int64_t r0, int64_t r1) {
-    for (int i = 0; i < b; ++i)
-      for (int64_t j = r0; j < r1; ++j) lp[i * vocab + j] = round_to<T>(lp[i * vocab + j]);
-  });
-  // Trainable-token rows of the head (W.index_copy(0, indices, delta) in the module path).
-  if (!head_tokens_.ids.empty()) {
-    std::vector<float> xf(static_cast<size_t>(d));
-    for (int i = 0; i < b; ++i) {
-      for (int64_t c = 0; c < d; ++c) xf[c] = static_cast<float>(xn[i * d + c]);
-      for (size_t k = 0; k < head_tokens_.ids.size(); ++k)
-        lp[i * vocab + head_tokens_.ids[k]] =
-            round_to<T>(dot(xf.data(), head_tokens_.rows.const_data_ptr<T>() + static_cast<int64_t>(k) * d, d));
-    }
-  }
-  return logits;
+  if (dtype_ == at::kFloat) return Run<float>(*this, cache, attention_mask_bk, position_ids_b).step(ids_b);
+  return Run<BFloat16>(*this, cache, attention_mask_bk, position_ids_b).step(ids_b);
 }
 
 }  // namespace alpaca::model

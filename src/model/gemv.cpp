@@ -4,7 +4,7 @@
 // lanes) and rounded to bf16 once, the contract of a bf16 GEMM; fp32 rows with FMAs. The library
 // kernels stream these shapes at about half the speed this machine can (oneDNN for bf16, MKL's
 // generic sgemv for fp32 on this AMD CPU).
-#include "gemv_kernels.h"
+#include "cpu_kernels.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>  // defines: at::GradMode

@@ -63,24 +63,31 @@ const std::vector<std::string>& default_lora_target_modules() {
   return kTargets;
 }
 
-LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t seed) {
-  ALPACA_CHECK(opt.r > 0, "LoRA rank r must be > 0, got " << opt.r << " (--lora_r)");
-  ALPACA_CHECK(opt.dropout >= 0 && opt.dropout < 1, "LoRA dropout must be in [0, 1), got " << opt.dropout
-                                                                                          << " (--lora_dropout)");
-  // Every module by full name, the linears among them, and their distinct leaf names (for errors).
-  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> modules;
-  for (const auto& item : m.named_modules("", /*include_self=*/false)) modules.emplace_back(item.key(), item.value());
-  std::vector<std::string> linear_leaves, all_leaves;
-  for (const auto& [name, mod] : modules) {
-    const std::string l = leaf(name);
-    if (std::find(all_leaves.begin(), all_leaves.end(), l) == all_leaves.end() && !std::isdigit(l[0]) &&
-        l != "layers")
-      all_leaves.push_back(l);
-    if (dynamic_cast<LinearImpl*>(mod.get()) && std::find(linear_leaves.begin(), linear_leaves.end(), l) == linear_leaves.end())
-      linear_leaves.push_back(l);
-  }
+namespace {
 
-  LoraPlan plan;
+using NamedModules = std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>;
+
+// Every module by full name, the linears among them, and their distinct leaf names (for errors).
+struct ModuleIndex {
+  NamedModules modules;
+  std::vector<std::string> linear_leaves, all_leaves;
+
+  explicit ModuleIndex(LlamaForCausalLMImpl& m) {
+    for (const auto& item : m.named_modules("", /*include_self=*/false)) modules.emplace_back(item.key(), item.value());
+    for (const auto& [name, mod] : modules) {
+      const std::string l = leaf(name);
+      if (std::find(all_leaves.begin(), all_leaves.end(), l) == all_leaves.end() && !std::isdigit(l[0]) &&
+          l != "layers")
+        all_leaves.push_back(l);
+      if (dynamic_cast<LinearImpl*>(mod.get()) &&
+          std::find(linear_leaves.begin(), linear_leaves.end(), l) == linear_leaves.end())
+        linear_leaves.push_back(l);
+    }
+  }
+};
+
+// The target leaf names: the options', else peft's defaults; all-linear expanded.
+std::vector<std::string> resolve_targets(const LoraOptions& opt, const ModuleIndex& idx) {
   std::vector<std::string> targets = opt.target_modules;
   if (targets.empty()) targets = default_lora_target_modules();
   const bool all_linear = targets.size() == 1 && targets[0] == "all-linear";
@@ -89,95 +96,118 @@ LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t se
   if (all_linear) {
     // peft's _maybe_include_all_linear_layers: every linear but the output layer, as leaf names.
     targets.clear();
-    for (const auto& l : linear_leaves)
+    for (const auto& l : idx.linear_leaves)
       if (l != "lm_head") targets.push_back(l);
   }
-  plan.target_modules = targets;
+  return targets;
+}
 
-  std::vector<LinearImpl*> chosen;
-  std::vector<std::string> chosen_names;
+// The linears the targets match, each once, in module order (not target order): the order peft
+// (and our generator) visits them.
+std::vector<std::pair<std::string, LinearImpl*>> chosen_linears(const std::vector<std::string>& targets,
+                                                                const ModuleIndex& idx) {
+  std::set<LinearImpl*> chosen;
   for (const auto& t : targets) {
     bool matched = false;
-    for (const auto& [name, mod] : modules) {
+    for (const auto& [name, mod] : idx.modules) {
       if (!name_matches(name, t)) continue;
       matched = true;
       auto* lin = dynamic_cast<LinearImpl*>(mod.get());
       ALPACA_CHECK(lin, "LoRA target '" << t << "' matches " << name << ", which is not a linear layer; LoRA here "
-                        "adapts linear layers: " << join(linear_leaves));
-      if (std::find(chosen.begin(), chosen.end(), lin) == chosen.end()) {
-        chosen.push_back(lin);
-        chosen_names.push_back(name);
-      }
+                        "adapts linear layers: " << join(idx.linear_leaves));
+      chosen.insert(lin);
     }
     ALPACA_CHECK(matched, "LoRA target module '" << t << "' matches no module of the model; its linear layers are "
-                          << join(linear_leaves) << " (or use all-linear)");
+                          << join(idx.linear_leaves) << " (or use all-linear)");
   }
-  // Module order, not target order: that is the order peft (and our generator) visits them.
-  std::vector<size_t> order;
-  for (const auto& [name, mod] : modules)
-    for (size_t i = 0; i < chosen.size(); ++i)
-      if (chosen_names[i] == name) order.push_back(i);
+  std::vector<std::pair<std::string, LinearImpl*>> out;
+  for (const auto& [name, mod] : idx.modules) {
+    auto* lin = dynamic_cast<LinearImpl*>(mod.get());
+    if (lin != nullptr && chosen.erase(lin)) out.emplace_back(name, lin);  // each once
+  }
+  return out;
+}
 
+// The modules to save (trained in full), with their names appended to plan.saved_modules.
+std::vector<torch::nn::Module*> saved_modules(const LoraOptions& opt, const ModuleIndex& idx, LoraPlan& plan) {
   std::vector<torch::nn::Module*> saved;
   for (const auto& t : opt.modules_to_save) {
     bool matched = false;
-    for (const auto& [name, mod] : modules) {
+    for (const auto& [name, mod] : idx.modules) {
       if (!name_matches(name, t)) continue;
       matched = true;
       saved.push_back(mod.get());
       plan.saved_modules.push_back(name);
     }
     ALPACA_CHECK(matched, "LoRA module to save '" << t << "' matches no module of the model; its modules are "
-                          << join(all_leaves));
+                          << join(idx.all_leaves));
   }
+  return saved;
+}
+
+// peft's LoraLayer.update_layer: A kaiming-uniform from `gen`, B zeros, both trainable.
+void attach_branch(LinearImpl& lin, const std::string& name, const LoraOptions& opt, at::Generator& gen) {
+  ALPACA_CHECK(!lin.lora_A, "LoRA is already attached to " << name);
+  const int64_t in = lin.weight.size(1), out = lin.weight.size(0);
+  auto a = std::make_shared<LinearImpl>(in, opt.r, false, at::kFloat, ParamInit::kUninitialized);
+  auto b = std::make_shared<LinearImpl>(opt.r, out, false, at::kFloat);  // zeros
+  // torch.nn.init.kaiming_uniform_(a=sqrt(5)), fan_in = in: bound = sqrt(3) * gain / sqrt(fan_in).
+  const double neg = std::sqrt(5.0);
+  const double gain = std::sqrt(2.0 / (1 + neg * neg));
+  const double bound = std::sqrt(3.0) * (gain / std::sqrt(static_cast<double>(in)));
+  a->weight.uniform_(-bound, bound, gen);
+  lin.lora_A = lin.register_module("lora_A", a);
+  lin.lora_B = lin.register_module("lora_B", b);
+  lin.lora_scaling = opt.scaling();
+  lin.lora_dropout = opt.dropout;
+  a->weight.requires_grad_(true);
+  b->weight.requires_grad_(true);
+}
+
+// peft's TrainableTokensLayer on the embedding and the head (each unless saved in full).
+void attach_trainable_tokens(LlamaForCausalLMImpl& m, const std::vector<int64_t>& ids, LoraPlan& plan) {
+  const int64_t vocab = m.config().vocab_size;
+  for (int64_t id : ids)
+    ALPACA_CHECK(id >= 0 && id < vocab, "trainable token id " << id << " is outside the vocabulary [0, " << vocab << ")");
+  auto in_full = [&](const std::string& name) {
+    return std::find(plan.saved_modules.begin(), plan.saved_modules.end(), name) != plan.saved_modules.end();
+  };
+  auto attach = [&](const std::string& key, const std::string& name, const at::Tensor& w,
+                    std::shared_ptr<TrainableTokensImpl>& slot, torch::nn::Module& owner) {
+    ALPACA_CHECK(!slot, "trainable tokens are already attached to " << name);
+    auto t = std::make_shared<TrainableTokensImpl>(ids, w.size(1));
+    if (!w.is_meta()) t->trainable_tokens_delta.copy_(w.index_select(0, t->index(w.device())));
+    t->trainable_tokens_delta.requires_grad_(true);
+    slot = owner.register_module("token_adapter", t);
+    plan.token_tables.emplace_back(key, name);
+  };
+  auto& emb = *m.model->embed_tokens;
+  if (!in_full("model.embed_tokens")) attach("embed_tokens", "model.embed_tokens", emb.weight, emb.token_adapter, emb);
+  if (m.lm_head && !in_full("lm_head")) attach("lm_head", "lm_head", m.lm_head->weight, m.lm_head->token_adapter, *m.lm_head);
+}
+
+}  // namespace
+
+LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t seed) {
+  ALPACA_CHECK(opt.r > 0, "LoRA rank r must be > 0, got " << opt.r << " (--lora_r)");
+  ALPACA_CHECK(opt.dropout >= 0 && opt.dropout < 1, "LoRA dropout must be in [0, 1), got " << opt.dropout
+                                                                                          << " (--lora_dropout)");
+  const ModuleIndex idx(m);
+  LoraPlan plan;
+  plan.target_modules = resolve_targets(opt, idx);
+  const auto chosen = chosen_linears(plan.target_modules, idx);
+  const std::vector<torch::nn::Module*> saved = saved_modules(opt, idx, plan);
 
   at::NoGradGuard no_grad;
   for (auto& p : m.parameters(/*recurse=*/true)) p.requires_grad_(false);
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const double scaling = opt.scaling();
-  for (size_t i : order) {
-    LinearImpl* lin = chosen[i];
-    ALPACA_CHECK(!lin->lora_A, "LoRA is already attached to " << chosen_names[i]);
-    const int64_t in = lin->weight.size(1), out = lin->weight.size(0);
-    auto a = std::make_shared<LinearImpl>(in, opt.r, false, at::kFloat, ParamInit::kUninitialized);
-    auto b = std::make_shared<LinearImpl>(opt.r, out, false, at::kFloat);  // zeros
-    // torch.nn.init.kaiming_uniform_(a=sqrt(5)), fan_in = in: bound = sqrt(3) * gain / sqrt(fan_in).
-    const double neg = std::sqrt(5.0);
-    const double gain = std::sqrt(2.0 / (1 + neg * neg));
-    const double bound = std::sqrt(3.0) * (gain / std::sqrt(static_cast<double>(in)));
-    a->weight.uniform_(-bound, bound, gen);
-    lin->lora_A = lin->register_module("lora_A", a);
-    lin->lora_B = lin->register_module("lora_B", b);
-    lin->lora_scaling = scaling;
-    lin->lora_dropout = opt.dropout;
-    a->weight.requires_grad_(true);
-    b->weight.requires_grad_(true);
-    plan.lora_modules.push_back(chosen_names[i]);
+  for (const auto& [name, lin] : chosen) {
+    attach_branch(*lin, name, opt, gen);
+    plan.lora_modules.push_back(name);
   }
   for (torch::nn::Module* s : saved)
     for (auto& p : s->parameters(/*recurse=*/true)) p.requires_grad_(true);
-
-  if (!opt.trainable_token_indices.empty()) {
-    const std::vector<int64_t>& ids = opt.trainable_token_indices;
-    const int64_t vocab = m.config().vocab_size;
-    for (int64_t id : ids)
-      ALPACA_CHECK(id >= 0 && id < vocab, "trainable token id " << id << " is outside the vocabulary [0, " << vocab << ")");
-    auto in_full = [&](const std::string& name) {
-      return std::find(plan.saved_modules.begin(), plan.saved_modules.end(), name) != plan.saved_modules.end();
-    };
-    auto attach = [&](const std::string& key, const std::string& name, const at::Tensor& w,
-                      std::shared_ptr<TrainableTokensImpl>& slot, torch::nn::Module& owner) {
-      ALPACA_CHECK(!slot, "trainable tokens are already attached to " << name);
-      auto t = std::make_shared<TrainableTokensImpl>(ids, w.size(1));
-      if (!w.is_meta()) t->trainable_tokens_delta.copy_(w.index_select(0, t->index(w.device())));
-      t->trainable_tokens_delta.requires_grad_(true);
-      slot = owner.register_module("token_adapter", t);
-      plan.token_tables.emplace_back(key, name);
-    };
-    auto& emb = *m.model->embed_tokens;
-    if (!in_full("model.embed_tokens")) attach("embed_tokens", "model.embed_tokens", emb.weight, emb.token_adapter, emb);
-    if (m.lm_head && !in_full("lm_head")) attach("lm_head", "lm_head", m.lm_head->weight, m.lm_head->token_adapter, *m.lm_head);
-  }
+  if (!opt.trainable_token_indices.empty()) attach_trainable_tokens(m, opt.trainable_token_indices, plan);
   return plan;
 }
 

@@ -1,6 +1,10 @@
 // alpaca::train::run_training: the `alpaca-train [train]` job on this rank.
 #include "alpaca/train/run.h"
 
+#include <ATen/detail/CUDAHooksInterface.h>  // defines: at::detail::getCUDAHooks
+
+#include <chrono>
+
 #include "alpaca/dist/runtime.h"
 #include "alpaca/train/trainer.h"
 
@@ -12,7 +16,10 @@ int run_training(const TrainerOptions& options, const dist::LaunchInfo& launch) 
   dist::Runtime runtime(launch);
   int rc = 0;
   {
-    Trainer trainer(options);
+    dist::CommOptions co;  // NCCL on cuda:local_rank when this process sees a GPU, else a CPU backend
+    co.cuda = at::detail::getCUDAHooks().hasCUDA() && at::detail::getCUDAHooks().deviceCount() > 0;
+    co.timeout = std::chrono::seconds(options.ddp_timeout_seconds);
+    Trainer trainer(options, dist::make_communicator(co), runtime.launch().local_rank);
     rc = trainer.train();
   }
   return rc;

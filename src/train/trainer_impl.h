@@ -64,9 +64,10 @@ struct RunWindow {
 
 struct Trainer::Impl {
   TrainerOptions opt;
-  std::shared_ptr<dist::Communicator> comm;
+  std::shared_ptr<dist::Communicator> comm;  // the caller's (train::run_training)
   int rank = 0;
   int world = 1;
+  int local_rank = 0;  // on this node
   at::Device device = at::kCPU;
 
   std::optional<data::Tokenizer> tokenizer;  // set in setup (no empty Tokenizer exists)

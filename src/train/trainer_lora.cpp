@@ -1,15 +1,14 @@
 // LoRA runs (--use_peft): attaching the adapters with TRL's flags, what a resume must match, and
-// the peft output: adapter_config.json + adapter_model.safetensors with peft's key names
-// ("base_model.model.<our name>", no adapter name), gathered one FSDP unit at a time from the
+// the peft output (its format: io/peft_adapter.h): adapter_config.json + adapter_model.safetensors
+// with peft's key names, gathered one FSDP unit at a time from the
 // trainable shards only, so saving an adapter never gathers the frozen base. Rows that train.py
 // added to the vocabulary ([PAD]) are trained as peft trainable tokens (trainable_token_indices:
 // one (rows, D) trainable delta per table, tied tables share one) unless the whole table is in
 // modules_to_save.
-#include <nlohmann/json.hpp>  // defines: nlohmann::json
-
-#include <fstream>
+#include <sstream>
 
 #include "alpaca/ckpt/checkpoint_dir.h"
+#include "alpaca/io/peft_adapter.h"
 #include "alpaca/io/safetensors.h"
 #include "alpaca/model/lora.h"
 #include "alpaca/util/error.h"
@@ -22,8 +21,6 @@ namespace fs = std::filesystem;
 
 namespace alpaca::train {
 namespace {
-
-constexpr const char* kPeftPrefix = "base_model.model.";
 
 std::string join_words(const std::vector<std::string>& v) {
   std::string s;
@@ -119,38 +116,31 @@ bool Trainer::Impl::is_adapter_param(const std::string& name) const {
 
 void Trainer::Impl::export_adapter(const fs::path& dir) {
   std::unique_ptr<io::SafetensorsWriter> writer;
-  if (rank == 0) writer = std::make_unique<io::SafetensorsWriter>((dir / "adapter_model.safetensors").string());
+  if (rank == 0) writer = std::make_unique<io::SafetensorsWriter>((dir / io::kAdapterWeightsFile).string());
   const int64_t rss_before = sys::rss_bytes();
   int64_t rss_peak = rss_before;
   // CPU tensor bytes (the counting allocator, util/tensor_memory.h): what gathering and writing
   // the adapter holds at its worst, which must stay about the adapter's size, never the base's.
   const int64_t tensors_before = util::begin_cpu_tensor_watch();
   engine->export_trainable_state([&](const std::string& name, const at::Tensor& value) {
-    writer->add(kPeftPrefix + name, value);
+    writer->add(io::peft_key(name), value);
     rss_peak = std::max(rss_peak, sys::rss_bytes());
   });
-  // Added vocabulary rows: their trained deltas were exported above with the adapters (peft's
-  // key "<table>.token_adapter.trainable_tokens_delta"); the config names their ids per table.
-  nlohmann::json tokens = nullptr;
-  for (const auto& [key, module] : lora_plan.token_tables) {
-    if (tokens.is_null()) tokens = nlohmann::json::object();
-    tokens[key] = added_token_ids;
-  }
   if (rank != 0) return;
   writer->finish({{"format", "pt"}});
   const model::LoraOptions& o = *opt.lora;
-  nlohmann::json cfg = {
-      {"peft_type", "LORA"}, {"task_type", "CAUSAL_LM"}, {"peft_version", "0.21.2"},
-      {"base_model_name_or_path", fs::absolute(opt.model_name_or_path).lexically_normal().string()},
-      {"r", o.r}, {"lora_alpha", o.alpha}, {"lora_dropout", o.dropout}, {"use_rslora", o.use_rslora},
-      {"target_modules", lora_plan.target_modules},
-      {"modules_to_save", o.modules_to_save.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.modules_to_save)},
-      {"trainable_token_indices", tokens},
-      {"bias", "none"}, {"fan_in_fan_out", false}, {"init_lora_weights", true}, {"inference_mode", true},
-      {"use_dora", false}, {"lora_bias", false}, {"layers_to_transform", nullptr}, {"layers_pattern", nullptr},
-      {"rank_pattern", nlohmann::json::object()}, {"alpha_pattern", nlohmann::json::object()},
-      {"exclude_modules", nullptr}, {"revision", nullptr}, {"target_parameters", nullptr}};
-  ckpt::write_file_durable(dir / "adapter_config.json", cfg.dump(2) + "\n");
+  io::PeftLoraConfig cfg;
+  cfg.base_model_name_or_path = fs::absolute(opt.model_name_or_path).lexically_normal().string();
+  cfg.r = o.r;
+  cfg.alpha = o.alpha;
+  cfg.dropout = o.dropout;
+  cfg.use_rslora = o.use_rslora;
+  cfg.target_modules = lora_plan.target_modules;
+  cfg.modules_to_save = o.modules_to_save;
+  // Added vocabulary rows: their trained deltas were exported above with the adapters (peft's
+  // key "<table>.token_adapter.trainable_tokens_delta"); the config names their ids per table.
+  for (const auto& [key, module] : lora_plan.token_tables) cfg.trainable_token_indices[key] = added_token_ids;
+  ckpt::write_file_durable(dir / io::kAdapterConfigFile, io::peft_adapter_config_json(cfg));
   const bool counted = util::counting_cpu_allocator_installed();
   ALPACA_INFO("saved the LoRA adapter to " << dir.string() << " (" << writer->data_bytes() << " bytes; rank 0 CPU tensor "
               "peak grew by " << (counted ? std::to_string(util::cpu_tensor_watch_peak_bytes() - tensors_before) : "?")
@@ -159,13 +149,13 @@ void Trainer::Impl::export_adapter(const fs::path& dir) {
 }
 
 void Trainer::Impl::load_adapter(const fs::path& dir) {
-  const fs::path file = dir / "adapter_model.safetensors";
-  ALPACA_CHECK(fs::is_regular_file(file), dir.string() << " has no adapter_model.safetensors; it is not a checkpoint of a "
+  const fs::path file = dir / io::kAdapterWeightsFile;
+  ALPACA_CHECK(fs::is_regular_file(file), dir.string() << " has no " << io::kAdapterWeightsFile << "; it is not a checkpoint of a "
                                           "LoRA run (--use_peft)");
   auto st = io::SafetensorsFile::open(file.string());
   engine->load_parameters(
       [&](const std::string& name, const std::vector<int64_t>& shape, int64_t begin, int64_t end, at::Tensor out) {
-        const std::string key = kPeftPrefix + name;
+        const std::string key = io::peft_key(name);
         ALPACA_CHECK(st->contains(key), file.string() << " has no tensor " << key << "; the checkpoint's adapter does not "
                                         "match this run's LoRA targets");
         const auto& info = st->info(key);

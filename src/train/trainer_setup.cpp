@@ -1,7 +1,6 @@
 // Trainer setup: flags -> options structs, tokenizer + [PAD], model + resize, data, sampler,
 // FSDP engine, AdamW, LR schedule. Everything a rank needs before the first step.
 #include <ATen/ATen.h>
-#include <ATen/detail/CUDAHooksInterface.h>  // defines: at::detail::getCUDAHooks
 
 #include <algorithm>
 #include <cmath>
@@ -71,10 +70,6 @@ ckpt::Fingerprint model_fingerprint_of(const model::LlamaConfig& c) {
           {"num_key_value_heads", std::to_string(c.num_key_value_heads)},
           {"vocab_size", std::to_string(c.vocab_size)},
           {"tie_word_embeddings", c.tie_word_embeddings ? "true" : "false"}};
-}
-
-bool cuda_available() {
-  return at::detail::getCUDAHooks().hasCUDA() && at::detail::getCUDAHooks().deviceCount() > 0;
 }
 
 // The files Tokenizer::save writes, read back into memory once: a checkpoint then writes these
@@ -251,17 +246,15 @@ void Trainer::Impl::setup_schedule() {
   state.save_steps = save_steps;
   state.train_batch_size = opt.per_device_train_batch_size;
   state.is_world_process_zero = rank == 0;
-  state.is_local_process_zero = dist::launch_info().local_rank == 0;
+  state.is_local_process_zero = local_rank == 0;
 }
 
-Trainer::Trainer(const TrainerOptions& opt) : impl_(std::make_unique<Impl>(opt)) {
+Trainer::Trainer(const TrainerOptions& opt, std::shared_ptr<dist::Communicator> comm, int local_rank)
+    : impl_(std::make_unique<Impl>(opt)) {
   Impl& s = *impl_;
-  dist::init();
-  const bool cuda = cuda_available();
-  dist::CommOptions co;
-  co.cuda = cuda;
-  co.timeout = std::chrono::seconds(opt.ddp_timeout_seconds);
-  s.comm = dist::make_communicator(co);
+  ALPACA_CHECK(comm != nullptr, "Trainer: no communicator (the caller makes one: dist::make_communicator)");
+  s.comm = std::move(comm);
+  s.local_rank = local_rank;
   s.rank = s.comm->rank();
   s.world = s.comm->world_size();
   s.device = s.comm->device();

@@ -357,6 +357,42 @@ TEST(CheckpointFaults, SigtermDuringEvaluationFinishesItSavesAndExits75) {
   std::cout << "SIGTERM during evaluation: exit " << WEXITSTATUS(status) << " " << after << " s after the signal\n";
 }
 
+namespace {
+
+struct MpiFaultRun {
+  int rc = 0;
+  double seconds = 0;
+  std::string log;
+};
+
+// The trainer under `mpirun -np 2` with ALPACA_FAULTS=`fault` and --ddp_timeout `timeout_s`. With
+// launcher_aborts false Open MPI is told not to end the job on a rank's non-zero exit (other
+// launchers may not either), and `timeout` bounds the run at timeout_s + 30 s (exit 124).
+MpiFaultRun run_mpi_fault(const std::string& fault, const fs::path& out, int timeout_s, bool launcher_aborts) {
+  std::string cmd = "ALPACA_FAULTS=" + fault + " ";
+  if (!launcher_aborts) cmd += "timeout " + std::to_string(timeout_s + 30) + " ";
+  cmd += "mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none";
+  if (!launcher_aborts) cmd += " --mca orte_abort_on_non_zero_status 0";
+  cmd += " -x ALPACA_FAULTS " + train_bin() + " " + run_args(out, 2) + " --ddp_timeout " + std::to_string(timeout_s);
+  MpiFaultRun r;
+  const auto t0 = std::chrono::steady_clock::now();
+  r.rc = run_command(cmd, &r.log);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+// After a job that failed before its first collective: no rank trained, none is left running,
+// nothing is half-written.
+void expect_job_gone(const fs::path& out, const std::string& log) {
+  EXPECT_EQ(log.find("step 1"), std::string::npos) << "no rank trained: " << log;
+  std::string ps;
+  // "[/]" so that the pattern does not match the shell that runs pgrep.
+  EXPECT_NE(run_command("pgrep -af 'output_dir [/]" + out.string().substr(1) + "'", &ps), 0) << "a rank is still running: " << ps;
+  if (fs::exists(out)) expect_no_torn_checkpoint(out);
+}
+
+}  // namespace
+
 // Two ranks under mpirun; rank 1 _exits right after MPI_Init, before any collective. Rank 0 is
 // in its set-up (or its first collective) then; the job must end within --ddp_timeout + a few
 // seconds, non-zero, with the missing rank named, nothing left running and nothing half-written.
@@ -365,24 +401,14 @@ TEST(CheckpointFaults, MpiPeerThatDiesBeforeTheFirstCollectiveIsNamedWithinTheTi
   TempDir tmp("mpi_peer_dies");
   const int timeout_s = 10;
   const fs::path out = tmp.path() / "out";
-  std::string log;
-  const auto t0 = std::chrono::steady_clock::now();
-  const int rc = run_command("ALPACA_FAULTS=dist.exit_after_init=1 mpirun -np 2 --allow-run-as-root --oversubscribe "
-                             "--bind-to none -x ALPACA_FAULTS " +
-                                 train_bin() + " " + run_args(out, 2) + " --ddp_timeout " + std::to_string(timeout_s),
-                             &log);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_NE(rc, 0) << log;
-  EXPECT_LT(seconds, timeout_s + 10) << "took " << seconds << " s: " << log;
+  const MpiFaultRun r = run_mpi_fault("dist.exit_after_init=1", out, timeout_s, /*launcher_aborts=*/true);
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_LT(r.seconds, timeout_s + 10) << "took " << r.seconds << " s: " << r.log;
   // Open MPI's launcher names the rank that went away ([jobid,rank]) and its exit code.
-  EXPECT_NE(log.find(",1]"), std::string::npos) << "the missing rank is not named: " << log;
-  EXPECT_NE(log.find("Exit code:    3"), std::string::npos) << log;
-  EXPECT_EQ(log.find("step 1"), std::string::npos) << "no rank trained: " << log;
-  std::string ps;
-  // "[/]" so that the pattern does not match the shell that runs pgrep.
-  EXPECT_NE(run_command("pgrep -af 'output_dir [/]" + out.string().substr(1) + "'", &ps), 0) << "a rank is still running: " << ps;
-  if (fs::exists(out)) expect_no_torn_checkpoint(out);
-  std::cout << "MPI peer dead before the first collective: exit " << rc << " after " << seconds << " s (--ddp_timeout "
+  EXPECT_NE(r.log.find(",1]"), std::string::npos) << "the missing rank is not named: " << r.log;
+  EXPECT_NE(r.log.find("Exit code:    3"), std::string::npos) << r.log;
+  expect_job_gone(out, r.log);
+  std::cout << "MPI peer dead before the first collective: exit " << r.rc << " after " << r.seconds << " s (--ddp_timeout "
             << timeout_s << ")\n";
 }
 
@@ -396,27 +422,17 @@ TEST(CheckpointFaults, MpiPeerThatDiesBeforeTheFirstCollectiveWithoutLauncherAbo
   TempDir tmp("mpi_peer_dies_noabort");
   const int timeout_s = 10;
   const fs::path out = tmp.path() / "out";
-  std::string log;
-  const auto t0 = std::chrono::steady_clock::now();
-  const int rc = run_command("ALPACA_FAULTS=dist.exit_after_init=1 timeout " + std::to_string(timeout_s + 30) +
-                                 " mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none"
-                                 " --mca orte_abort_on_non_zero_status 0 -x ALPACA_FAULTS " +
-                                 train_bin() + " " + run_args(out, 2) + " --ddp_timeout " + std::to_string(timeout_s),
-                             &log);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_NE(rc, 0) << log;
-  EXPECT_NE(rc, 124) << "still running after " << timeout_s + 30 << " s: " << log;
-  EXPECT_LT(seconds, timeout_s + 10) << log;
-  EXPECT_NE(log.find("rank 1 of 2 did not answer the start-up roll call within " + std::to_string(timeout_s) +
-                     " s (--ddp_timeout)"),
+  const MpiFaultRun r = run_mpi_fault("dist.exit_after_init=1", out, timeout_s, /*launcher_aborts=*/false);
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_NE(r.rc, 124) << "still running after " << timeout_s + 30 << " s: " << r.log;
+  EXPECT_LT(r.seconds, timeout_s + 10) << r.log;
+  EXPECT_NE(r.log.find("rank 1 of 2 did not answer the start-up roll call within " + std::to_string(timeout_s) +
+                       " s (--ddp_timeout)"),
             std::string::npos)
-      << "rank 0 does not name the missing rank: " << log;
-  EXPECT_EQ(log.find("step 1"), std::string::npos) << "no rank trained: " << log;
-  std::string ps;
-  EXPECT_NE(run_command("pgrep -af 'output_dir [/]" + out.string().substr(1) + "'", &ps), 0) << "a rank is still running: " << ps;
-  if (fs::exists(out)) expect_no_torn_checkpoint(out);
-  std::cout << "MPI peer dead before the first collective, launcher not aborting: exit " << rc << " after " << seconds
-            << " s (--ddp_timeout " << timeout_s << ")\n";
+      << "rank 0 does not name the missing rank: " << r.log;
+  expect_job_gone(out, r.log);
+  std::cout << "MPI peer dead before the first collective, launcher not aborting: exit " << r.rc << " after "
+            << r.seconds << " s (--ddp_timeout " << timeout_s << ")\n";
 }
 
 // The roll call's other side: rank 0 (which collects it) dies after MPI_Init and the launcher
@@ -426,23 +442,15 @@ TEST(CheckpointFaults, MpiRankZeroThatDiesBeforeTheFirstCollectiveIsNamedByTheOt
   TempDir tmp("mpi_rank0_dies_noabort");
   const int timeout_s = 5;
   const fs::path out = tmp.path() / "out";
-  std::string log;
-  const auto t0 = std::chrono::steady_clock::now();
-  const int rc = run_command("ALPACA_FAULTS=dist.exit_after_init=0 timeout " + std::to_string(timeout_s + 30) +
-                                 " mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none"
-                                 " --mca orte_abort_on_non_zero_status 0 -x ALPACA_FAULTS " +
-                                 train_bin() + " " + run_args(out, 2) + " --ddp_timeout " + std::to_string(timeout_s),
-                             &log);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_NE(rc, 0) << log;
-  EXPECT_NE(rc, 124) << "still running after " << timeout_s + 30 << " s: " << log;
-  EXPECT_LT(seconds, timeout_s + 5 + 10) << log;
-  EXPECT_NE(log.find("[rank 1]: error: rank 0 did not answer the start-up roll call within " + std::to_string(timeout_s) +
-                     " s (--ddp_timeout) + 5 s"),
+  const MpiFaultRun r = run_mpi_fault("dist.exit_after_init=0", out, timeout_s, /*launcher_aborts=*/false);
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_NE(r.rc, 124) << "still running after " << timeout_s + 30 << " s: " << r.log;
+  EXPECT_LT(r.seconds, timeout_s + 5 + 10) << r.log;
+  EXPECT_NE(r.log.find("[rank 1]: error: rank 0 did not answer the start-up roll call within " + std::to_string(timeout_s) +
+                       " s (--ddp_timeout) + 5 s"),
             std::string::npos)
-      << "rank 1 does not name the missing rank 0: " << log;
-  std::string ps;
-  EXPECT_NE(run_command("pgrep -af 'output_dir [/]" + out.string().substr(1) + "'", &ps), 0) << "a rank is still running: " << ps;
-  std::cout << "MPI rank 0 dead before the first collective, launcher not aborting: exit " << rc << " after " << seconds
-            << " s (--ddp_timeout " << timeout_s << ")\n";
+      << "rank 1 does not name the missing rank 0: " << r.log;
+  expect_job_gone(out, r.log);
+  std::cout << "MPI rank 0 dead before the first collective, launcher not aborting: exit " << r.rc << " after "
+            << r.seconds << " s (--ddp_timeout " << timeout_s << ")\n";
 }

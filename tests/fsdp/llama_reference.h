@@ -1,5 +1,7 @@
-// The single-process reference the FSDP LLaMA tests compare with (test_fsdp_lora, test_fsdp_qlora): plain LibTorch on the whole global batch, the loss over its label tokens after
-// the causal shift, clip at max_norm, then the caller's torch optimizer.
+// The single-process reference the FSDP LLaMA tests compare with (test_fsdp_llama, test_fsdp_lora,
+// test_fsdp_qlora): plain LibTorch on the whole global batch, the loss over its label tokens after
+// the causal shift, clip at max_norm, then the caller's torch optimizer. Also the sharding cases
+// those tests train the engine with.
 #pragma once
 
 #include <torch/nn/utils/clip_grad.h>
@@ -9,8 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "alpaca/fsdp/fsdp_llama.h"
+#include "alpaca/fsdp/policy.h"
 #include "alpaca/model/llama.h"
 #include "alpaca/model/loss.h"
+#include "alpaca/optim/adamw.h"
+#include "alpaca/optim/grad_clip.h"
 #include "fsdp_test_env.h"
 
 namespace alpaca::testing {
@@ -42,6 +48,61 @@ inline std::vector<at::Tensor> trainable_parameters(model::LlamaForCausalLM& m) 
   for (const auto& p : m->parameters())
     if (p.requires_grad()) out.push_back(p);
   return out;
+}
+
+// The same steps on the sharded engine: each rank takes its micro-batches of the same global batch
+// (micro-batch k * world + rank in accumulation step k), the loss over the global label-token
+// count, the clip across the shards at max_norm, then the sharded AdamW at lr.
+inline void train_fsdp_steps(fsdp::FsdpLlama& sharded, optim::ShardedAdamW& opt, const GlobalBatch& b, int accum,
+                             int steps, double lr, double max_norm, dist::Communicator& comm) {
+  fsdp::FsdpEngine& eng = sharded.engine();
+  const int world = comm.world_size(), rank = comm.rank();
+  const int64_t seq_len = b.labels_bt.size(1);
+  const int64_t tokens = (b.labels_bt.narrow(1, 1, seq_len - 1) != -100).sum().item<int64_t>();
+  const int64_t mb = b.ids_bt.size(0) / (world * accum);
+  for (int s = 0; s < steps; ++s) {
+    for (int k = 0; k < accum; ++k) {
+      const int64_t start = (static_cast<int64_t>(k) * world + rank) * mb;
+      auto ls = model::causal_lm_loss_sum(sharded.forward(b.ids_bt.narrow(0, start, mb)), b.labels_bt.narrow(0, start, mb));
+      (ls.sum / static_cast<double>(tokens)).backward();
+    }
+    optim::clip_grad_norm(eng.grad_shards(), max_norm, eng.norm_comm());
+    opt.step(lr);
+    eng.zero_grad();
+  }
+}
+
+// One engine configuration the FSDP LLaMA tests compare with the reference: a strategy, the
+// gradient accumulation it trains with, activation checkpointing and CPU offload.
+struct StrategyCase {
+  fsdp::ShardingStrategy strategy;
+  int accum;
+  bool ckpt, offload;
+  std::string name() const {
+    return std::string(fsdp::to_string(strategy)) + (ckpt ? " ckpt" : "") + (offload ? " offload" : "");
+  }
+};
+
+// Every strategy once, with accumulation, checkpointing and offload each on somewhere; hybrid
+// shards (groups of 2) at world 4 only.
+inline std::vector<StrategyCase> strategy_cases(int world) {
+  using fsdp::ShardingStrategy;
+  std::vector<StrategyCase> cases = {{ShardingStrategy::kFullShard, 1, true, false},
+                                     {ShardingStrategy::kFullShard, 2, false, true},
+                                     {ShardingStrategy::kShardGradOp, 2, true, true},
+                                     {ShardingStrategy::kNoShard, 1, false, false}};
+  if (world == 4) cases.push_back({ShardingStrategy::kHybridShard, 2, true, false});
+  return cases;
+}
+
+inline fsdp::FsdpPolicy policy_of(const StrategyCase& c) {
+  fsdp::FsdpPolicy p;
+  p.strategy = c.strategy;
+  p.activation_checkpointing = c.ckpt;
+  p.offload = c.offload;
+  p.hybrid_shard_size = 2;
+  p.backward_prefetch = fsdp::BackwardPrefetch::kBackwardPre;
+  return p;
 }
 
 }  // namespace alpaca::testing

@@ -12,7 +12,6 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <unordered_set>
 
 #include "alpaca/dist/runtime.h"
 #include "alpaca/fsdp/fsdp_llama.h"
@@ -23,6 +22,7 @@
 #include "alpaca/util/error.h"
 #include "alpaca/util/sys.h"
 #include "fsdp_test_env.h"
+#include "llama_reference.h"
 
 namespace alpaca::testing {
 namespace {
@@ -31,7 +31,6 @@ const auto* g_env = register_job_comm(fsdp_job_options());
 
 using fsdp::FsdpPolicy;
 using fsdp::ShardingStrategy;
-using ParamMap = std::map<std::string, at::Tensor>;
 constexpr int64_t kGlobal = 8, kSeqLen = 7;
 constexpr double kLr = 5e-3, kWd = 0.05, kMaxNorm = 1.0;
 
@@ -61,11 +60,7 @@ model::LlamaForCausalLM make(bool tied) {
 ParamMap reference(bool tied, int steps) {
   model::LlamaForCausalLM m = make(tied);
   std::vector<at::Tensor> decay, no_decay, all;
-  std::unordered_set<c10::TensorImpl*> seen;
-  std::vector<std::pair<std::string, at::Tensor>> named;
   for (const auto& p : m->named_parameters()) {
-    if (!seen.insert(p.value().unsafeGetTensorImpl()).second) continue;
-    named.emplace_back(p.key(), p.value());
     all.push_back(p.value());
     (fsdp::hf_no_weight_decay(p.key()) ? no_decay : decay).push_back(p.value());
   }
@@ -73,19 +68,7 @@ ParamMap reference(bool tied, int steps) {
   groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(kLr).weight_decay(kWd)));
   groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(kLr).weight_decay(0)));
   torch::optim::AdamW opt(std::move(groups), torch::optim::AdamWOptions(kLr));
-  GlobalBatch b = make_global_batch(37, kGlobal, kSeqLen, 5);
-  // Label tokens after the causal shift, over the whole global batch.
-  const int64_t tokens = (b.labels_bt.narrow(1, 1, kSeqLen - 1) != -100).sum().item<int64_t>();
-  for (int s = 0; s < steps; ++s) {
-    opt.zero_grad();
-    auto ls = model::causal_lm_loss_sum(m->forward(b.ids_bt), b.labels_bt);
-    (ls.sum / static_cast<double>(tokens)).backward();
-    torch::nn::utils::clip_grad_norm_(all, kMaxNorm);
-    opt.step();
-  }
-  ParamMap out;
-  for (auto& [n, p] : named) out[n] = p.detach().clone();
-  return out;
+  return run_llama_reference(m, opt, all, make_global_batch(37, kGlobal, kSeqLen, 5), steps, kMaxNorm);
 }
 
 struct TrainRun {
@@ -104,21 +87,7 @@ TrainRun train(bool tied, const FsdpPolicy& policy, int accum, int steps) {
 }
 
 void train_steps(TrainRun& r, int accum, int steps, dist::Communicator& comm) {
-  fsdp::FsdpEngine& eng = r.fsdp->engine();
-  const int world = comm.world_size(), rank = comm.rank();
-  GlobalBatch b = make_global_batch(37, kGlobal, kSeqLen, 5);
-  const int64_t tokens = (b.labels_bt.narrow(1, 1, kSeqLen - 1) != -100).sum().item<int64_t>();
-  const int64_t mb = kGlobal / (world * accum);
-  for (int s = 0; s < steps; ++s) {
-    for (int k = 0; k < accum; ++k) {
-      const int64_t start = (static_cast<int64_t>(k) * world + rank) * mb;
-      auto ls = model::causal_lm_loss_sum(r.fsdp->forward(b.ids_bt.narrow(0, start, mb)), b.labels_bt.narrow(0, start, mb));
-      (ls.sum / static_cast<double>(tokens)).backward();
-    }
-    optim::clip_grad_norm(eng.grad_shards(), kMaxNorm, eng.norm_comm());
-    r.opt->step(kLr);
-    eng.zero_grad();
-  }
+  train_fsdp_steps(*r.fsdp, *r.opt, make_global_batch(37, kGlobal, kSeqLen, 5), accum, steps, kLr, kMaxNorm, comm);
 }
 
 ParamMap exported(fsdp::FsdpEngine& eng) {
@@ -144,23 +113,11 @@ TEST(FsdpLlama, MatchesUnshardedTraining) {
   const int world = job_comm()->world_size();
   for (bool tied : {false, true}) {
     ParamMap ref = reference(tied, 3);
-    struct C { ShardingStrategy s; int accum; bool ckpt, offload; };
-    std::vector<C> cases = {{ShardingStrategy::kFullShard, 1, true, false},
-                            {ShardingStrategy::kFullShard, 2, false, true},
-                            {ShardingStrategy::kShardGradOp, 2, true, true},
-                            {ShardingStrategy::kNoShard, 1, false, false}};
-    if (world == 4) cases.push_back({ShardingStrategy::kHybridShard, 2, true, false});
-    for (const C& c : cases) {
-      FsdpPolicy p;
-      p.strategy = c.s;
-      p.activation_checkpointing = c.ckpt;
-      p.offload = c.offload;
-      p.hybrid_shard_size = 2;
-      p.backward_prefetch = fsdp::BackwardPrefetch::kBackwardPre;
-      TrainRun r = train(tied, p, c.accum, 3);
+    for (const StrategyCase& c : strategy_cases(world)) {
+      TrainRun r = train(tied, policy_of(c), c.accum, 3);
       ParamMap got = exported(r.fsdp->engine());
-      expect_close(got, ref, 1e-5, std::string(fsdp::to_string(c.s)) + (tied ? " tied" : " untied"));
-      if (c.s == ShardingStrategy::kFullShard) {
+      expect_close(got, ref, 1e-5, std::string(fsdp::to_string(c.strategy)) + (tied ? " tied" : " untied"));
+      if (c.strategy == ShardingStrategy::kFullShard) {
         EXPECT_LE(r.fsdp->engine().memory_account().peak_unsharded_units, 2);
       }
     }

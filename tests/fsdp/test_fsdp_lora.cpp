@@ -80,24 +80,10 @@ struct TrainRun {
 TrainRun train(const FsdpPolicy& policy, int accum, int steps, double dropout = 0.0, uint64_t rng_seed = 0) {
   TrainRun r;
   r.fsdp = fsdp::apply_fsdp(make(dropout), job_comm(), policy);
-  fsdp::FsdpEngine& eng = r.fsdp->engine();
-  r.opt = std::make_unique<optim::ShardedAdamW>(eng.optim_shards(), optim::AdamWOptions{0.9, 0.999, 1e-8, kWd});
+  r.opt = std::make_unique<optim::ShardedAdamW>(r.fsdp->engine().optim_shards(), optim::AdamWOptions{0.9, 0.999, 1e-8, kWd});
   dist::Communicator& comm = *job_comm();
-  const int world = comm.world_size(), rank = comm.rank();
-  at::manual_seed(rng_seed + static_cast<uint64_t>(rank));
-  GlobalBatch b = make_global_batch(kVocab, kGlobal, kSeqLen, 5);
-  const int64_t tokens = (b.labels_bt.narrow(1, 1, kSeqLen - 1) != -100).sum().item<int64_t>();
-  const int64_t mb = kGlobal / (world * accum);
-  for (int s = 0; s < steps; ++s) {
-    for (int k = 0; k < accum; ++k) {
-      const int64_t start = (static_cast<int64_t>(k) * world + rank) * mb;
-      auto ls = model::causal_lm_loss_sum(r.fsdp->forward(b.ids_bt.narrow(0, start, mb)), b.labels_bt.narrow(0, start, mb));
-      (ls.sum / static_cast<double>(tokens)).backward();
-    }
-    optim::clip_grad_norm(eng.grad_shards(), kMaxNorm, eng.norm_comm());
-    r.opt->step(kLr);
-    eng.zero_grad();
-  }
+  at::manual_seed(rng_seed + static_cast<uint64_t>(comm.rank()));
+  train_fsdp_steps(*r.fsdp, *r.opt, make_global_batch(kVocab, kGlobal, kSeqLen, 5), accum, steps, kLr, kMaxNorm, comm);
   return r;
 }
 
@@ -117,21 +103,9 @@ TEST(FsdpLora, TrainingMatchesUnshardedLoopForEveryStrategy) {
     for (const auto& p : make()->named_parameters()) m[p.key()] = p.value().detach().clone();
     return m;
   }();
-  struct C { ShardingStrategy s; int accum; bool ckpt, offload; };
-  std::vector<C> cases = {{ShardingStrategy::kFullShard, 1, true, false},
-                          {ShardingStrategy::kFullShard, 2, false, true},
-                          {ShardingStrategy::kShardGradOp, 2, true, true},
-                          {ShardingStrategy::kNoShard, 1, false, false}};
-  if (world == 4) cases.push_back({ShardingStrategy::kHybridShard, 2, true, false});
-  for (const C& c : cases) {
-    FsdpPolicy p;
-    p.strategy = c.s;
-    p.activation_checkpointing = c.ckpt;
-    p.offload = c.offload;
-    p.hybrid_shard_size = 2;
-    p.backward_prefetch = fsdp::BackwardPrefetch::kBackwardPre;
-    TrainRun r = train(p, c.accum, 3);
-    const std::string what = std::string(fsdp::to_string(c.s)) + (c.ckpt ? " ckpt" : "") + (c.offload ? " offload" : "");
+  for (const StrategyCase& c : strategy_cases(world)) {
+    TrainRun r = train(policy_of(c), c.accum, 3);
+    const std::string what = c.name();
     ParamMap got = exported(r.fsdp->engine());
     ASSERT_EQ(got.size(), ref.size()) << what;
     double worst = 0;

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "alpaca/ckpt/lora_adapter.h"
+#include "alpaca/io/peft_adapter.h"
 #include "alpaca/generate/generator.h"
 #include "alpaca/io/hf_model.h"
 #include "alpaca/model/cpu_decode.h"
@@ -44,7 +44,7 @@ class GenerateAdapter : public ::testing::Test {
   }
   model::LlamaForCausalLM load(const std::string& adapter) const {
     model::LlamaForCausalLM m = io::load_hf_model((dir_ / "model").string());
-    if (!adapter.empty()) ckpt::attach_lora_adapter(*m, ckpt::read_lora_adapter((dir_ / adapter).string()), (dir_ / "model").string());
+    if (!adapter.empty()) io::attach_lora_adapter(*m, io::read_lora_adapter((dir_ / adapter).string()), (dir_ / "model").string());
     m->eval();
     return m;
   }

@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -21,6 +22,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from alpaca_reference import shared_inputs  # noqa: E402
 
 BAD_TENSOR = "model.layers.1.mlp.down_proj.weight"
 BAD_TYPE_TENSOR = "model.layers.0.self_attn.k_proj.weight"
@@ -64,14 +68,10 @@ def main():
     ap.add_argument("--shared", default=os.environ.get("ALPACA_SHARED_DIR", str(Path(__file__).resolve().parents[3] / "shared")))
     args = ap.parse_args()
     out = Path(args.out)
-    shared = Path(args.shared) / "data"
-    tok_path = shared / "llama2-tokenizer" / "tokenizer.model"
-    alpaca = shared / "alpaca" / "alpaca_5000.json"
-    if not tok_path.exists() or not alpaca.exists():
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "SKIPPED").write_text(f"shared data not found under {shared}")
-        print(f"shared data not found under {shared}; writing SKIPPED")
+    inputs = shared_inputs(args)
+    if inputs is None:
         return
+    tok_path, alpaca = inputs
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)

@@ -12,7 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "alpaca/ckpt/lora_adapter.h"
+#include "alpaca/io/peft_adapter.h"
 #include "alpaca/io/hf_model.h"
 #include "alpaca/io/safetensors.h"
 #include "alpaca/model/llama.h"
@@ -197,10 +197,10 @@ TEST(LoraParity, SavedAdapterLoadsInPeftWithOurLogits) {
   at::Tensor ids = at::tensor({1, 13866, 338, 385, 32000, 29889, 32000, 2}, at::kLong).view({1, -1});
   at::Tensor logits = m->forward(ids).contiguous();
   {
-    // What `generate --adapter` runs: the adapter attached unmerged by ckpt::attach_lora_adapter
+    // What `generate --adapter` runs: the adapter attached unmerged by io::attach_lora_adapter
     // (grows the vocabulary from the token rows) gives this model's logits.
     model::LlamaForCausalLM g = io::load_hf_model((fixture() / "model").string());
-    EXPECT_EQ(ckpt::attach_lora_adapter(*g, ckpt::read_lora_adapter(dir.string()), (fixture() / "model").string()), 4);
+    EXPECT_EQ(io::attach_lora_adapter(*g, io::read_lora_adapter(dir.string()), (fixture() / "model").string()), 4);
     EXPECT_EQ(g->config().vocab_size, 32001);
     EXPECT_TRUE(at::equal(g->forward(ids), logits)) << "attach_lora_adapter differs from the hand-built model";
   }
@@ -387,7 +387,7 @@ TEST(LoraParity, TiedEmbeddingsShareOneTrainableTokenDeltaThatPeftLoads) {
   EXPECT_GT((delta - mean).abs().max().item<double>(), 1e-3) << "the tied [PAD] row was not trained";
 
   model::LlamaForCausalLM g = io::load_hf_model(model_dir.string());
-  EXPECT_EQ(ckpt::attach_lora_adapter(*g, ckpt::read_lora_adapter(out.string()), model_dir.string()), 4);
+  EXPECT_EQ(io::attach_lora_adapter(*g, io::read_lora_adapter(out.string()), model_dir.string()), 4);
   at::NoGradGuard ng;
   at::Tensor ids = at::tensor({1, 13866, 338, 385, 32000, 29889, 32000, 2}, at::kLong).view({1, -1});
   const fs::path ours = work.path() / "ours_logits.safetensors";

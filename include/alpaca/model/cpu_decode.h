@@ -8,8 +8,9 @@
 // cache: RMSNorm, RoPE (cos/sin from rope_cos_sin, so the bits are transformers'), the cache
 // append, softmax attention over the cached keys (GQA, the padding mask), SiLU-gated MLP and the
 // residuals, rounding to the compute dtype wherever the module path (and transformers) rounds;
-// the weight products are gemv_kernels' streams, q/k/v together and gate/up together, split by
-// rows across the intra-op threads. A LoRA adapter's branch is added unmerged, as peft's
+// the weight products are gemv's streams, q/k/v together and gate/up together, split by rows
+// across the intra-op threads, and the per-row ops decode's kernels (both in the internal
+// src/model/cpu_kernels.h). A LoRA adapter's branch is added unmerged, as peft's
 // lora.Linear does: y + B(A(x)) * scaling, with the same roundings; trainable-token rows as
 // peft's TrainableTokensLayer.
 //
@@ -61,7 +62,7 @@ class CpuDecoder {
     float eps1 = 0, eps2 = 0;
   };
   template <typename T>
-  at::Tensor step_impl(const at::Tensor& ids_b, KvCache& cache, const at::Tensor& mask_bk, const at::Tensor& pos_b);
+  class Run;  // one step in compute dtype T (src/model/cpu_decode.cpp)
 
   struct TokenRows {
     std::vector<int64_t> ids;  // peft trainable_token_indices

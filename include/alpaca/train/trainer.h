@@ -1,7 +1,8 @@
 // The Trainer: Stanford Alpaca's fine-tune with Hugging Face Trainer's semantics, on our FSDP
 // engine. One object per rank; every public method is collective over all ranks.
 //
-//   setup (constructor): TrainerOptions (built from the flags by cli::trainer_options) -> tokenizer (+[PAD]), model
+//   setup (constructor): TrainerOptions (built from the flags by cli::trainer_options) and the
+//     caller's communicator -> tokenizer (+[PAD]), model
 //     (+ embedding resize), data, sampler, FSDP engine, sharded AdamW, LR schedule; resume state.
 //   train(): the step loop; returns the process exit code (0, or kExitPreempted / kExitInterrupted
 //     after a signal made it save and stop).
@@ -11,19 +12,15 @@
 // split of the global batch into ranks x micro-batch x accumulation gives the same update.
 #pragma once
 
-#include <ATen/ATen.h>  // defines: at::Tensor, at::Device
-
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include <string>
-#include <vector>
-
-#include "alpaca/ckpt/resume_state.h"
-#include "alpaca/ckpt/trainer_state.h"
-#include "alpaca/train/metrics.h"
 
 #include "alpaca/train/options.h"
+
+namespace alpaca::dist {
+class Communicator;
+}
 
 namespace alpaca::train {
 
@@ -44,7 +41,10 @@ bool dir_holds_model(const std::filesystem::path& dir);
 
 class Trainer {
  public:
-  explicit Trainer(const TrainerOptions& options);
+  // `comm` spans every rank of the job (its device is where this rank trains); local_rank is this
+  // rank's index on its node (HF's is_local_process_zero). The caller owns the process runtime
+  // (train::run_training: dist::Runtime, then dist::make_communicator) and keeps it alive longer.
+  Trainer(const TrainerOptions& options, std::shared_ptr<dist::Communicator> comm, int local_rank);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

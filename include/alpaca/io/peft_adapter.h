@@ -1,8 +1,11 @@
-// A peft LoRA adapter directory (adapter_config.json + adapter_model.safetensors in peft's key
-// layout: "base_model.model.<name>.lora_A.weight" / ".lora_B.weight", modules_to_save as
+// The peft LoRA adapter format, in one place (io/: the Hugging Face format boundary). A directory
+// holds adapter_config.json + adapter_model.safetensors in peft's key layout:
+// "base_model.model.<name>.lora_A.weight" / ".lora_B.weight", modules_to_save as
 // "base_model.model.<name>", trainable tokens as "base_model.model.<module>.token_adapter.
-// trainable_tokens_delta" with trainable_token_indices in the config), read once for both of its
-// users: the merge (ckpt/lora_merge.h) and generation with an unmerged adapter (attach_lora_adapter).
+// trainable_tokens_delta" with trainable_token_indices in the config. Written by the trainer
+// (peft_adapter_config_json, peft_key: train/trainer_lora.cpp, which also resumes from it) and read
+// once (read_lora_adapter) for both of its other users: the merge (ckpt/lora_merge.h) and
+// generation with an unmerged adapter (attach_lora_adapter).
 #pragma once
 
 #include <cstdint>
@@ -17,9 +20,28 @@ namespace alpaca::model {
 class LlamaForCausalLMImpl;
 }
 
-namespace alpaca::ckpt {
+namespace alpaca::io {
 
 inline constexpr const char* kPeftKeyPrefix = "base_model.model.";
+inline constexpr const char* kAdapterConfigFile = "adapter_config.json";
+inline constexpr const char* kAdapterWeightsFile = "adapter_model.safetensors";
+
+// peft's key of our parameter `name` (no adapter name in the key, as save_pretrained writes it).
+inline std::string peft_key(const std::string& name) { return kPeftKeyPrefix + name; }
+
+// The LoraConfig fields alpaca-train sets; the rest are peft's defaults for a plain LoRA.
+struct PeftLoraConfig {
+  std::string base_model_name_or_path;
+  int64_t r = 0;
+  double alpha = 0, dropout = 0;
+  bool use_rslora = false;
+  std::vector<std::string> target_modules;   // leaf names, as resolved (all-linear expanded)
+  std::vector<std::string> modules_to_save;  // empty: null
+  // Table key ("embed_tokens", "lm_head") -> the vocabulary rows trained as trainable tokens; empty: null.
+  std::map<std::string, std::vector<int64_t>> trainable_token_indices;
+};
+// adapter_config.json's text (2-space indent, newline at the end) for `c`.
+std::string peft_adapter_config_json(const PeftLoraConfig& c);
 
 struct LoraAdapter {
   std::string dir;
@@ -50,4 +72,4 @@ LoraAdapter read_lora_adapter(const std::string& adapter_dir);
 // differs): it was trained on another base. Returns the number of adapted linears.
 int64_t attach_lora_adapter(model::LlamaForCausalLMImpl& m, const LoraAdapter& adapter, const std::string& base_dir);
 
-}  // namespace alpaca::ckpt
+}  // namespace alpaca::io
