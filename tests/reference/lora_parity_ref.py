@@ -13,6 +13,7 @@ Writes into --out:
   lora_init.safetensors  the initial A of every adapted module, under our parameter names
   tokens_final.safetensors  the [PAD] trainable-token rows after the last step (and "<name>.init"
                          before the first), under our parameter names
+  lora_final.safetensors every LoRA matrix after the last step, under peft's saved names
   reference.json         {"losses": [...], "learning_rates": [...], "grad_norms": [...], "config": {...}}
 
 With --load_in_4bit (QLoRA, tests/train/test_qlora_parity.cpp) the saved fp32 model is loaded back
@@ -168,6 +169,10 @@ def main():
         losses.append(loss.item())
         norms.append(norm.item())
     tokens.update({n: p.detach().clone() for n, p in deltas.items()})
+    # Every LoRA matrix after the last step, under the names peft saves (adapter_model.safetensors):
+    # each one integrates that matrix's gradients over every step.
+    save_file({n.replace(".default", ""): p.detach().clone().contiguous() for n, p in named if ".lora_" in n},
+              str(out / "lora_final.safetensors"))
     save_file(tokens, str(out / "tokens_final.safetensors"))
     (out / "reference.json").write_text(json.dumps(
         {"losses": losses, "learning_rates": lrs, "grad_norms": norms,
