@@ -129,6 +129,8 @@ def run_torch(case: dict, model_dir: Path, data_pt: Path, work: Path, timeout: i
            "--dtype", case["dtype"], "--threads", str(case["threads"])]
     if case.get("lora_r"):
         cmd += ["--lora_r", str(case["lora_r"])]
+    if case.get("load_in_4bit"):
+        cmd += ["--load_in_4bit"]
     cmd += case.get("torch_args", [])
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
@@ -157,6 +159,8 @@ def run_ours(case: dict, model_dir: Path, data_json: Path, work: Path, timeout: 
     if case.get("lora_r"):
         train += ["--use_peft", "True", "--lora_r", str(case["lora_r"]), "--lora_alpha", str(2 * case["lora_r"]),
                   "--lora_dropout", "0", "--lora_target_modules", "q_proj v_proj"]
+    if case.get("load_in_4bit"):
+        train += ["--load_in_4bit", "True", "--bnb_4bit_quant_type", "nf4", "--use_bnb_nested_quant", "True"]
     cmd = ["mpirun", "-np", str(case["ranks"]), "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
            "-x", "OMP_NUM_THREADS"] + train
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -283,6 +287,9 @@ def main() -> int:
     ap.add_argument("--only", choices=["ours", "torch"], help="run one side only")
     ap.add_argument("--timeout", type=int, default=1800)
     ap.add_argument("--lora_r", type=int, default=0, help="> 0: both sides train a LoRA adapter (peft / --use_peft)")
+    ap.add_argument("--qlora", action="store_true",
+                    help="QLoRA: --load_in_4bit (nf4, nested) on our side; transformers + bitsandbytes 4-bit + peft "
+                    "(DDP at world > 1) on the other; implies --lora_r 16 unless given")
     ap.add_argument("--replot", metavar="RESULTS_JSON", help="only redraw chart.png (into --out) from a results.json")
     args = ap.parse_args()
     if args.replot:
@@ -294,6 +301,8 @@ def main() -> int:
     if args.quick:
         args.sizes, args.ranks, args.dtypes, args.steps, args.warmup, args.reps = "tiny", "2", "fp32", 4, 1, 1
         args.seq_len = min(args.seq_len, 512)
+    if args.qlora and not args.lora_r:
+        args.lora_r = 16
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -317,7 +326,7 @@ def main() -> int:
                     accum = max(per_rank // batch, 1)
                 cases.append(dict(name=f"{size}_{ranks}r_{dtype}", size=size, ranks=ranks, dtype=dtype, batch=batch,
                                   accum=accum, steps=args.steps, seq_len=args.seq_len, threads=args.threads,
-                                  lora_r=args.lora_r))
+                                  lora_r=args.lora_r, load_in_4bit=args.qlora))
     have_ours = train_bin().exists()
     if not have_ours and args.only != "torch":
         log(f"{train_bin()} not built; only the PyTorch side runs (build with ninja -C build alpaca-train)")
@@ -345,7 +354,8 @@ def main() -> int:
                     r = {"error": f"timed out after {args.timeout} s"}
                 runs[side].append(r)
                 status = r.get("error", "ok")[:300]
-                log(f"{case['name']} rep {rep} {side}: {time.time() - t0:.1f} s wall, {status}")
+                load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+                log(f"{case['name']} rep {rep} {side}: {time.time() - t0:.1f} s wall, load {load}, {status}")
         ours, theirs = summarize(runs["ours"], args.warmup), summarize(runs["torch"], args.warmup)
         row = dict(case=case, ours=ours, pytorch=theirs,
                    tokens_per_s_ratio=ratio(ours.get("tokens_per_s"), theirs.get("tokens_per_s")),
@@ -362,7 +372,7 @@ def main() -> int:
     meta = dict(host=platform.node(), cpus=os.cpu_count(), when=time.strftime("%Y-%m-%d %H:%M:%S"),
                 cpu_model=model_name, matmul_peak_flops_per_core=peaks,
                 load_average=os.getloadavg(), seq_len=args.seq_len, steps=args.steps, warmup=args.warmup, reps=args.reps, threads=args.threads,
-                quick=args.quick)
+                quick=args.quick, lora_r=args.lora_r, qlora=args.qlora)
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     md = write_markdown(out / "results.md", meta, results)
     write_chart(out / "chart.png", meta, results)
@@ -420,7 +430,11 @@ def _pct(v):
 
 
 def write_markdown(path: Path, meta: dict, results: list) -> str:
-    lines = [f"# alpaca-train vs PyTorch FSDP (CPU, gloo) — {meta['when']}, {meta['cpus']} CPUs",
+    other = ("transformers + bitsandbytes 4-bit + peft (DDP at world > 1)" if meta.get("qlora")
+             else "PyTorch FSDP")
+    what = (f"QLoRA r={meta.get('lora_r')} nf4 nested, q_proj v_proj: " if meta.get("qlora")
+            else f"LoRA r={meta['lora_r']}: " if meta.get("lora_r") else "")
+    lines = [f"# {what}alpaca-train vs {other} (CPU, gloo) — {meta['when']}, {meta['cpus']} CPUs",
              "",
              f"seq {meta['seq_len']}, {meta['steps']} steps ({meta['warmup']} warm-up excluded), "
              f"{meta['reps']} alternating reps, {meta['threads']} thread(s) per rank",

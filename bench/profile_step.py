@@ -97,6 +97,8 @@ def main() -> int:
     ap.add_argument("--skip", type=int, default=2, help="steps before the profiled ones")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--only", choices=["ours", "torch"])
+    ap.add_argument("--qlora", action="store_true", help="QLoRA r=16 (bench.py --qlora): a 4-bit nf4 nested base on our "
+                    "side, transformers + bitsandbytes 4-bit + peft on the other")
     ap.add_argument("--out", default=str(ROOT / "build" / "bench"))
     args = ap.parse_args()
     out = Path(args.out)
@@ -113,7 +115,7 @@ def main() -> int:
         batch = min(args.batch, per_rank)
         case = dict(name=f"{args.size}_{ranks}r_{args.dtype}", size=args.size, ranks=ranks, dtype=args.dtype,
                     batch=batch, accum=max(per_rank // batch, 1), steps=args.steps, seq_len=args.seq_len,
-                    threads=args.threads, lora_r=0)
+                    threads=args.threads, lora_r=16 if args.qlora else 0, load_in_4bit=args.qlora)
         res = {}
         for side in ("ours", "torch"):
             if args.only and side != args.only:

@@ -44,6 +44,10 @@ def main() -> None:
     ap.add_argument("--offload", action="store_true", help="FSDP CPU offload of parameters, gradients, optimizer")
     ap.add_argument("--lora_r", type=int, default=0,
                     help="> 0: peft LoRA (r, alpha 2r, q_proj v_proj, no dropout) on the frozen base, as TRL --use_peft")
+    ap.add_argument("--load_in_4bit", action="store_true",
+                    help="QLoRA (needs --lora_r): transformers' BitsAndBytesConfig nf4 + double quant, compute dtype = "
+                    "--dtype, bitsandbytes' CPU Linear4bit; no FSDP (its 4-bit Params4bit cannot be flattened), "
+                    "DistributedDataParallel over the adapters at world > 1, torch.autocast for bf16 as HF Trainer")
     ap.add_argument("--profile", help="write a per-phase / per-kind profile of the steps after --profile_skip here "
                     "(bench/profile_step.py; the last step under torch.profiler)")
     ap.add_argument("--profile_skip", type=int, default=2)
@@ -58,7 +62,41 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     torch.manual_seed(0)
+    if args.load_in_4bit:
+        model, optim = load_qlora(args, world)
+        autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.dtype == "bf16" else contextlib.nullcontext
+    else:
+        model, optim = load_fsdp(args, cuda, dev)
+        autocast = contextlib.nullcontext
+    train_loop(args, model, optim, autocast, rank, world, cuda, dev)
 
+
+def load_qlora(args, world: int):
+    """transformers + bitsandbytes 4-bit base + peft LoRA (q_proj v_proj), as the QLoRA recipe loads it."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    assert args.lora_r > 0, "--load_in_4bit needs --lora_r"
+    cdt = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    qcfg = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=cdt)
+    model = AutoModelForCausalLM.from_pretrained(args.model_dir, quantization_config=qcfg, dtype=cdt, device_map="cpu",
+                                                 attn_implementation="sdpa")
+    assert type(model.model.layers[0].self_attn.q_proj).__name__ == "Linear4bit"
+    model.config.use_cache = False
+    # peft keeps the adapters in fp32 (autocast_adapter_dtype), as alpaca-train's trainable master weights.
+    model = get_peft_model(model, LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0,
+                                             target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    if args.grad_ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, betas=(0.9, 0.999),
+                              eps=1e-8, weight_decay=0.0)
+    return model, optim
+
+
+def load_fsdp(args, cuda: bool, dev):
     from transformers import LlamaForCausalLM
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
@@ -100,7 +138,10 @@ def main() -> None:
             fully_shard(layer, mp_policy=mp, offload_policy=off)
         fully_shard(model, mp_policy=mp, offload_policy=off)
     optim = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    return model, optim
 
+
+def train_loop(args, model, optim, autocast, rank: int, world: int, cuda: bool, dev) -> None:
     prof_mod = timer = timer_prof = None
     if args.profile:
         import torch_step_profile as prof_mod
@@ -134,7 +175,7 @@ def main() -> None:
             lo = (micro * world + rank) * args.per_device_batch
             ids = batch_ids[lo:lo + args.per_device_batch].to(dev)
             lab = batch_labels[lo:lo + args.per_device_batch].to(dev)
-            with ph("forward"):
+            with ph("forward"), autocast():
                 logits = model(input_ids=ids).logits
                 with record_function("cat:loss"):
                     loss_sum = torch.nn.functional.cross_entropy(
@@ -170,7 +211,7 @@ def main() -> None:
     dist.all_gather(gathered, rss)
     if rank == 0:
         with open(args.out, "w") as f:
-            json.dump({"impl": "pytorch_fsdp1" if args.fsdp1 else "pytorch_fsdp2", "world": world, "seq_len": seq,
+            json.dump({"impl": impl_name(args), "world": world, "seq_len": seq,
                        "global_batch": global_batch, "tokens_per_step": global_batch * seq,
                        "step_times": step_times, "losses": losses,
                        "peak_rss_bytes_per_rank": [int(g.item()) for g in gathered],
@@ -178,6 +219,12 @@ def main() -> None:
                        **({"gpu_peak_allocated_bytes": torch.cuda.max_memory_allocated(),
                            "gpu_peak_reserved_bytes": torch.cuda.max_memory_reserved()} if cuda else {})}, f, indent=1)
     dist.destroy_process_group()
+
+
+def impl_name(args) -> str:
+    if args.load_in_4bit:
+        return "transformers_bnb4bit_peft" + ("_ddp" if dist.get_world_size() > 1 else "")
+    return "pytorch_fsdp1" if args.fsdp1 else "pytorch_fsdp2"
 
 
 if __name__ == "__main__":

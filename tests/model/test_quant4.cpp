@@ -139,3 +139,20 @@ TEST(Quant4, MatchesBitsandbytesOnEveryLinearOfSmolLM2) {
   }
   EXPECT_EQ(checked, 420);  // 30 layers x 7 linears x (nf4 nested, fp4 plain)
 }
+
+// The 16-bit outputs (the AVX-512 word-permute path where the CPU has it, scalar otherwise) are the
+// fp32 values rounded once, for every size (partial blocks, odd counts) and blocksize.
+TEST(Quant4, SixteenBitDequantizationIsTheFp32ValuesRounded) {
+  at::manual_seed(7);
+  for (int64_t n : {1, 31, 33, 64, 95, 4096 + 33}) {
+    for (int64_t bs : {64, 128}) {
+      for (bool nested : {false, true}) {
+        const Quant4Tensor q = quantize_4bit(at::randn({n}), {Quant4Type::kNf4, bs, nested});
+        const at::Tensor fp32 = dequantize_4bit(q.packed, q.state, at::kFloat);
+        for (auto dt : {at::kBFloat16, at::kHalf})
+          EXPECT_TRUE(at::equal(dequantize_4bit(q.packed, q.state, dt), fp32.to(dt)))
+              << n << " values, blocksize " << bs << ", " << dt;
+      }
+    }
+  }
+}

@@ -13,6 +13,7 @@ Writes into --out:
   lora_init.safetensors  the initial A of every adapted module, under our parameter names
   tokens_final.safetensors  the [PAD] trainable-token rows after the last step (and "<name>.init"
                          before the first), under our parameter names
+  lora_final.safetensors every LoRA matrix after the last step, under peft's saved names
   reference.json         {"losses": [...], "learning_rates": [...], "grad_norms": [...], "config": {...}}
 
 With --load_in_4bit (QLoRA, tests/train/test_qlora_parity.cpp) the saved fp32 model is loaded back
@@ -103,6 +104,10 @@ def main():
     tokens = {n + ".init": p.detach().clone() for n, p in deltas.items()}
     losses, lrs, norms = ref.train(model, named, examples, args)
     tokens.update({n: p.detach().clone() for n, p in deltas.items()})
+    # Every LoRA matrix after the last step, under the names peft saves (adapter_model.safetensors):
+    # each one integrates that matrix's gradients over every step.
+    save_file({n.replace(".default", ""): p.detach().clone().contiguous() for n, p in named if ".lora_" in n},
+              str(out / "lora_final.safetensors"))
     save_file(tokens, str(out / "tokens_final.safetensors"))
     ref.write_reference(out, losses, lrs, norms, args, lora_r=args.lora_r, lora_alpha=args.lora_alpha,
                         load_in_4bit=args.load_in_4bit, bnb_4bit_quant_type=args.bnb_4bit_quant_type,
