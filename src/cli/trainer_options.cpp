@@ -61,6 +61,7 @@ train::TrainerOptions trainer_options(const TrainArgs& a) {
   o.completion_only_loss = a.completion_only_loss;
   o.model_max_length = a.model_max_length;
   o.packing = a.packing;
+  o.packing_strategy = a.packing_strategy;
   o.group_by_length = a.group_by_length;
   o.dataloader_drop_last = a.dataloader_drop_last;
 
