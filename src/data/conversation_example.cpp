@@ -57,7 +57,8 @@ std::string context(const ConversationRow& row, int64_t num_messages, bool add_g
     msgs.erase(msgs.begin() + std::min<int64_t>(num_messages, static_cast<int64_t>(msgs.size())), msgs.end());
   }
   ctx["add_generation_prompt"] = add_generation_prompt;
-  for (const auto& [name, token] : json::parse(template_special_tokens_json(tok)).items()) ctx[name] = token;
+  const json special = json::parse(template_special_tokens_json(tok));  // a named local: items() refers to it
+  for (const auto& [name, token] : special.items()) ctx[name] = token;
   return ctx.dump();
 }
 

@@ -276,7 +276,7 @@ def special_tokens_case(out_dir):
     special_tokens_map.json overrides one; and SmolLM2's own (no sep_token: undefined)."""
     import shutil
     from transformers import AutoTokenizer
-    d = os.path.join(out_dir, "special_tokens_tokenizer")
+    d = os.path.abspath(os.path.join(out_dir, "special_tokens_tokenizer"))
     os.makedirs(d, exist_ok=True)
     shutil.copy(os.path.join(MODEL, "tokenizer.json"), d)
     cfg = json.load(open(os.path.join(MODEL, "tokenizer_config.json"), encoding="utf-8"))
