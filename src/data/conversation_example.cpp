@@ -47,6 +47,8 @@ int64_t common_prefix_length(const std::vector<int64_t>& a, const std::vector<in
   return static_cast<int64_t>(n);
 }
 
+json template_special_tokens(const Tokenizer& tok);
+
 // The template context of `row` with its first `num_messages` messages (all when < 0), as
 // transformers passes it: the special tokens, add_generation_prompt, the row's tools.
 std::string context(const ConversationRow& row, int64_t num_messages, bool add_generation_prompt,
@@ -57,7 +59,7 @@ std::string context(const ConversationRow& row, int64_t num_messages, bool add_g
     msgs.erase(msgs.begin() + std::min<int64_t>(num_messages, static_cast<int64_t>(msgs.size())), msgs.end());
   }
   ctx["add_generation_prompt"] = add_generation_prompt;
-  const json special = json::parse(template_special_tokens_json(tok));  // a named local: items() refers to it
+  const json special = template_special_tokens(tok);  // a named local: items() refers to it
   for (const auto& [name, token] : special.items()) ctx[name] = token;
   return ctx.dump();
 }
@@ -222,27 +224,36 @@ json config_special_tokens(const std::filesystem::path& dir) {
 
 }  // namespace
 
-std::string template_special_tokens_json(const Tokenizer& tok) {
+namespace {
+
+// template_special_tokens_json as a json object; the config part is read once per tokenizer file
+// (a hit costs a lock and a map lookup: this runs for every rendering).
+json template_special_tokens(const Tokenizer& tok) {
   static std::mutex mu;
-  static std::map<std::string, json> by_file;  // the config part, per tokenizer file
-  json out = json::object();
-  const std::filesystem::path file = tok.source();
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(file, ec)) {  // not a tokenizer made in memory
-    const auto cfg = file.parent_path() / "tokenizer_config.json";
-    const auto stamp = std::filesystem::last_write_time(cfg, ec);
-    const std::string key = file.string() + "@" + std::to_string(ec ? 0 : stamp.time_since_epoch().count());
+  static std::map<std::string, json> by_file;
+  json out;
+  {
+    const std::string file = tok.source();
     std::lock_guard<std::mutex> lock(mu);
-    auto it = by_file.find(key);
-    if (it == by_file.end()) it = by_file.emplace(key, config_special_tokens(file.parent_path())).first;
+    auto it = by_file.find(file);
+    if (it == by_file.end()) {
+      std::error_code ec;  // "(in memory)" and the like: no config beside it
+      const bool on_disk = std::filesystem::is_regular_file(file, ec);
+      it = by_file.emplace(file, on_disk ? config_special_tokens(std::filesystem::path(file).parent_path())
+                                         : json::object()).first;
+    }
     out = it->second;
   }
   out["bos_token"] = tok.bos_token();
   out["eos_token"] = tok.eos_token();
   if (const auto unk = tok.unk_token()) out["unk_token"] = *unk;
   if (const auto pad = tok.pad_token()) out["pad_token"] = *pad;
-  return out.dump();
+  return out;
 }
+
+}  // namespace
+
+std::string template_special_tokens_json(const Tokenizer& tok) { return template_special_tokens(tok).dump(); }
 
 namespace {
 
