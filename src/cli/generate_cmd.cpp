@@ -18,6 +18,7 @@
 #include "alpaca/cli/commands.h"
 #include "alpaca/cli/subcommand_flags.h"
 #include "alpaca/cli/usage_error.h"
+#include "alpaca/data/conversation_example.h"
 #include "alpaca/data/tokenizer.h"
 #include "alpaca/generate/generation_config.h"
 #include "alpaca/generate/chat_prompt.h"
@@ -239,7 +240,7 @@ std::vector<std::vector<int64_t>> encode_prompts(const GenerateFlags& f,
       ALPACA_INFO("generate: chat template of " << (f.chat_template.empty() ? tok_dir : f.chat_template)
                   << ", with add_generation_prompt");
     }
-    out.push_back(tok.encode(generate::chat_prompt(*tmpl, *r.messages, tok.bos_token(), tok.eos_token()),
+    out.push_back(tok.encode(generate::chat_prompt(*tmpl, *r.messages, data::template_special_tokens_json(tok)),
                              /*add_special_tokens=*/false));
   }
   return out;

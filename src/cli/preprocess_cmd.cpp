@@ -74,14 +74,15 @@ void print_report(const std::vector<data::Example>& examples, const data::MaskSt
               << percentile(sorted, 90) << ", p99 " << percentile(sorted, 99) << ", max " << sorted.back()
               << ", mean " << static_cast<double>(total) / static_cast<double>(sorted.size()) << "\n";
   std::cout << "truncated:          " << ms.num_truncated << " (longer than " << model_max_length << ")\n"
-            << "no label tokens:    " << ms.num_no_label + ms.num_dropped
+            << "no label tokens:    " << ms.num_no_label + ms.num_dropped + ms.num_kept_no_label
             << " (the prompt fills the window; they add nothing to the loss)\n";
 }
 
 }  // namespace
 
 int run_preprocess(const std::vector<std::string>& args) {
-  std::string data_path, model_dir, tokenizer_path, output, dataset_format = "auto", chat_template;
+  std::string data_path, model_dir, tokenizer_path, output, dataset_format = "auto", chat_template,
+      packing_strategy = "bfd";
   int64_t model_max_length = 512;
   int num_threads = 0;
   bool packing = false, use_fast_tokenizer = false, assistant_only_loss = false, completion_only_loss = true;
@@ -100,7 +101,8 @@ int run_preprocess(const std::vector<std::string>& args) {
        {"--completion_only_loss", &completion_only_loss, "Prompt-completion rows: label only the completion (TRL)"},
        {"--output", &output, "Where to write the tokenized examples (JSON Lines)", true},
        {"--model_max_length", &model_max_length, "Maximum sequence length; longer examples are truncated on the right"},
-       {"--packing", &packing, "Pack examples into --model_max_length blocks (position/segment ids per example)"},
+       {"--packing", &packing, "Pack examples into --model_max_length blocks as TRL does (position/segment ids)"},
+       {"--packing_strategy", &packing_strategy, "With --packing: bfd (TRL's default) or wrapped"},
        {"--use_fast_tokenizer", &use_fast_tokenizer,
         "Use tokenizer.json when the directory also has tokenizer.model (default: tokenizer.model)"},
        {"--num_threads", &num_threads, "Tokenizer threads (0 = every core)"}}};
@@ -126,14 +128,16 @@ int run_preprocess(const std::vector<std::string>& args) {
   const std::filesystem::path tmpl_dir = std::filesystem::is_directory(tok_source)
                                              ? std::filesystem::path(tok_source)
                                              : std::filesystem::path(tok_source).parent_path();
-  auto examples = data::load_examples(data_path, data::parse_dataset_format(dataset_format), tok, tmpl_dir,
-                                      chat_template, {assistant_only_loss, completion_only_loss, model_max_length},
-                                      num_threads, &ms);
+  const auto strategy = data::parse_packing_strategy(packing_strategy);
+  auto examples = data::load_examples(
+      data_path, data::parse_dataset_format(dataset_format), tok, tmpl_dir, chat_template,
+      data::run_mask_options(assistant_only_loss, completion_only_loss, model_max_length, packing, packing_strategy),
+      num_threads, &ms);
   const double tok_s = timer.seconds();
   print_report(examples, ms, tok, model_max_length);
 
   data::PackingStats pstats;
-  if (packing) examples = data::pack_examples(examples, model_max_length, &pstats);
+  if (packing) examples = data::pack_examples(examples, model_max_length, &pstats, strategy);
   write_examples(output, examples, packing);
   if (packing)
     std::cout << "packed blocks:      " << pstats.num_blocks << " (fill " << pstats.fill_ratio << ")\n";

@@ -59,9 +59,11 @@ void write_args_json(const TrainArgs& args) {
 // is checked by the trainer as before.
 void check_conversation_data(const TrainArgs& args, const data::Tokenizer& tok) {
   const auto format = data::parse_dataset_format(args.dataset_format);
-  data::MaskOptions masks{args.assistant_only_loss, args.completion_only_loss, args.model_max_length};
   for (const std::string& paths : {args.data_path, args.eval_data_path}) {
     if (paths.empty()) continue;
+    const bool packed = args.packing && paths == args.data_path;  // eval data is not packed
+    const auto masks = data::run_mask_options(args.assistant_only_loss, args.completion_only_loss,
+                                              args.model_max_length, packed, args.packing_strategy);
     const auto files = data::peek_dataset_formats(paths, format);
     const bool conversations = std::any_of(files.begin(), files.end(), [](const auto& f) {
       return f.second != data::DatasetFormat::kAlpaca && f.second != data::DatasetFormat::kAuto;

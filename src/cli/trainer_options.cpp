@@ -58,6 +58,7 @@ void set_data_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.completion_only_loss = a.completion_only_loss;
   o.model_max_length = a.model_max_length;
   o.packing = a.packing;
+  o.packing_strategy = a.packing_strategy;
   o.group_by_length = a.group_by_length;
   o.dataloader_drop_last = a.dataloader_drop_last;
 }

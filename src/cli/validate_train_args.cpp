@@ -254,6 +254,10 @@ void validate_logging(TrainArgs& a) {
 void validate_data(TrainArgs& a, const dist::LaunchInfo& launch) {
   ALPACA_USAGE_CHECK(a.remove_unused_columns, "--remove_unused_columns False is not supported: the Alpaca pipeline "
                                               "builds only input_ids, labels and attention_mask; drop the flag");
+  ALPACA_USAGE_CHECK(a.packing_strategy == "bfd" || a.packing_strategy == "wrapped",
+                     "--packing_strategy '" << a.packing_strategy << "' is not implemented; give bfd (TRL's default) or "
+                     "wrapped" << (a.packing_strategy == "bfd_split" ? " (TRL's bfd_split, which splits long examples "
+                                                                       "into several documents, is not implemented)" : ""));
   ALPACA_USAGE_CHECK(!(a.packing && a.group_by_length),
                      "--packing and --group_by_length contradict: packed sequences all have model_max_length tokens; "
                      "choose one");

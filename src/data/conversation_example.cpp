@@ -2,10 +2,15 @@
 #include "alpaca/data/conversation_example.h"
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "alpaca/chat/chat_template.h"
+#include "alpaca/data/packing.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/user_error.h"
 #include "parallel_for.h"
@@ -42,6 +47,8 @@ int64_t common_prefix_length(const std::vector<int64_t>& a, const std::vector<in
   return static_cast<int64_t>(n);
 }
 
+json template_special_tokens(const Tokenizer& tok);
+
 // The template context of `row` with its first `num_messages` messages (all when < 0), as
 // transformers passes it: the special tokens, add_generation_prompt, the row's tools.
 std::string context(const ConversationRow& row, int64_t num_messages, bool add_generation_prompt,
@@ -52,8 +59,8 @@ std::string context(const ConversationRow& row, int64_t num_messages, bool add_g
     msgs.erase(msgs.begin() + std::min<int64_t>(num_messages, static_cast<int64_t>(msgs.size())), msgs.end());
   }
   ctx["add_generation_prompt"] = add_generation_prompt;
-  ctx["bos_token"] = tok.bos_token();
-  ctx["eos_token"] = tok.eos_token();
+  const json special = template_special_tokens(tok);  // a named local: items() refers to it
+  for (const auto& [name, token] : special.items()) ctx[name] = token;
   return ctx.dump();
 }
 
@@ -183,7 +190,70 @@ Example string_prompt_completion(const ConversationRow& row, const Tokenizer& to
   return ex;
 }
 
+// A special token's text in a tokenizer_config.json: a string or an AddedToken object.
+std::optional<std::string> token_text(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  return std::nullopt;
+}
+
+// The named tokens transformers reads from a tokenizer's config files that Tokenizer has no role
+// for: sep/cls/mask, other `*_token` keys and a named extra_special_tokens object.
+json config_special_tokens(const std::filesystem::path& dir) {
+  auto read = [&](const char* name) {
+    std::ifstream in(dir / name);
+    json j = in ? json::parse(in, nullptr, /*allow_exceptions=*/false) : json::object();
+    return j.is_object() ? j : json::object();
+  };
+  json cfg = read("tokenizer_config.json");
+  const json map = cfg.contains("added_tokens_decoder") ? json::object() : read("special_tokens_map.json");
+  for (const auto& [k, v] : map.items())  // transformers' legacy path: the map file's values win
+    if (!v.is_array()) cfg[k] = v;
+  json out = json::object();
+  static const char* const kRoles[] = {"bos_token", "eos_token", "unk_token", "pad_token"};
+  for (const auto& [k, v] : cfg.items()) {
+    const bool role = std::find(std::begin(kRoles), std::end(kRoles), k) != std::end(kRoles);
+    const auto text = token_text(v);
+    if (!role && ends_with(k, "_token") && text) out[k] = *text;
+  }
+  if (cfg.contains("extra_special_tokens") && cfg["extra_special_tokens"].is_object())
+    for (const auto& [k, v] : cfg["extra_special_tokens"].items())
+      if (const auto text = token_text(v)) out[k] = *text;
+  return out;
+}
+
 }  // namespace
+
+namespace {
+
+// template_special_tokens_json as a json object; the config part is read once per tokenizer file
+// (a hit costs a lock and a map lookup: this runs for every rendering).
+json template_special_tokens(const Tokenizer& tok) {
+  static std::mutex mu;
+  static std::map<std::string, json> by_file;
+  json out;
+  {
+    const std::string file = tok.source();
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = by_file.find(file);
+    if (it == by_file.end()) {
+      std::error_code ec;  // "(in memory)" and the like: no config beside it
+      const bool on_disk = std::filesystem::is_regular_file(file, ec);
+      it = by_file.emplace(file, on_disk ? config_special_tokens(std::filesystem::path(file).parent_path())
+                                         : json::object()).first;
+    }
+    out = it->second;
+  }
+  out["bos_token"] = tok.bos_token();
+  out["eos_token"] = tok.eos_token();
+  if (const auto unk = tok.unk_token()) out["unk_token"] = *unk;
+  if (const auto pad = tok.pad_token()) out["pad_token"] = *pad;
+  return out;
+}
+
+}  // namespace
+
+std::string template_special_tokens_json(const Tokenizer& tok) { return template_special_tokens(tok).dump(); }
 
 namespace {
 
@@ -229,7 +299,8 @@ Example conversation_example(const ConversationRow& row, const Tokenizer& tok, c
                                    : string_prompt_completion(row, tok, completion_only);
   });
   check_not_empty(ex, row, opt);
-  const bool cut = opt.model_max_length > 0 && static_cast<int64_t>(ex.input_ids.size()) > opt.model_max_length;
+  const bool cut = opt.model_max_length > 0 && opt.truncate_conversations &&
+                   static_cast<int64_t>(ex.input_ids.size()) > opt.model_max_length;
   if (truncated) *truncated = cut;
   if (cut) {
     if (row.is_conversational()) naming_row(row, [&] { with_spans(r, *tmpl, tok, row); });
@@ -272,8 +343,9 @@ std::vector<Example> tokenize_rows(const std::vector<ConversationRow>& rows, con
     const int64_t trained = std::count_if(examples[i].labels.begin(), examples[i].labels.end(),
                                           [](int64_t l) { return l != kIgnoreIndex; });
     if (trained == 0 && rows[i].format != DatasetFormat::kAlpaca) {
-      ++st.num_dropped;  // TRL drops the rows truncation leaves fully masked
-      continue;
+      // TRL drops the rows truncation leaves fully masked, but not when it packs.
+      ++(opt.packing ? st.num_kept_no_label : st.num_dropped);
+      if (!opt.packing) continue;
     }
     st.num_tokens += static_cast<int64_t>(examples[i].input_ids.size());
     st.num_trained += trained;
@@ -292,6 +364,14 @@ std::vector<Example> load_examples(const std::string& paths, DatasetFormat forma
   return tokenize_rows(dataset.rows, tok, tmpl ? &*tmpl : nullptr, opt, num_threads, stats);
 }
 
+MaskOptions run_mask_options(bool assistant_only_loss, std::optional<bool> completion_only_loss,
+                             int64_t model_max_length, bool packing, const std::string& packing_strategy) {
+  MaskOptions m{assistant_only_loss, completion_only_loss, model_max_length};
+  m.packing = packing;
+  m.truncate_conversations = !packing || parse_packing_strategy(packing_strategy) == PackingStrategy::kBfd;
+  return m;
+}
+
 bool needs_chat_template(const std::vector<ConversationRow>& rows) {
   return std::any_of(rows.begin(), rows.end(), [](const ConversationRow& r) { return r.is_conversational(); });
 }
@@ -302,7 +382,10 @@ std::string describe_mask_stats(const MaskStats& s, int64_t model_max_length) {
      << (s.num_tokens ? 100.0 * static_cast<double>(s.num_trained) / static_cast<double>(s.num_tokens) : 0.0)
      << "%) in " << s.num_rows - s.num_dropped << " examples from " << s.num_rows << " rows; " << s.num_truncated
      << " truncated to " << model_max_length << " tokens, " << s.num_dropped
-     << " dropped with no label left after truncation, " << s.num_no_label << " alpaca rows with no response token left";
+     << " dropped with no label left after truncation";
+  if (s.num_kept_no_label)
+    os << ", " << s.num_kept_no_label << " kept with no label left after truncation (packing keeps them, as TRL)";
+  os << ", " << s.num_no_label << " alpaca rows with no response token left";
   return os.str();
 }
 

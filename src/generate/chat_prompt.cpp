@@ -5,12 +5,10 @@
 namespace alpaca::generate {
 
 std::string chat_prompt(const chat::ChatTemplate& tmpl, const std::string& messages_json,
-                        const std::string& bos_token, const std::string& eos_token) {
-  nlohmann::json ctx;
+                        const std::string& special_tokens_json) {
+  nlohmann::json ctx = nlohmann::json::parse(special_tokens_json);
   ctx["messages"] = nlohmann::json::parse(messages_json);
   ctx["add_generation_prompt"] = true;
-  ctx["bos_token"] = bos_token;
-  ctx["eos_token"] = eos_token;
   return tmpl.render(ctx.dump()).text;
 }
 

@@ -168,21 +168,29 @@ void Trainer::Impl::setup_tokenizer_and_model() {
 
 void Trainer::Impl::setup_data() {
   const auto format = data::parse_dataset_format(opt.dataset_format);
-  data::MaskOptions masks{opt.assistant_only_loss, opt.completion_only_loss, opt.model_max_length};
+  const auto masks = data::run_mask_options(opt.assistant_only_loss, opt.completion_only_loss, opt.model_max_length,
+                                            opt.packing, opt.packing_strategy);
   data::MaskStats stats;
   train_examples = data::load_examples(opt.data_path, format, *tokenizer, opt.model_name_or_path, opt.chat_template,
                                        masks, 0, &stats);
   ALPACA_INFO("tokenized " << opt.data_path << ": " << data::describe_mask_stats(stats, opt.model_max_length));
   if (opt.packing) {
     data::PackingStats ps;
-    train_examples = data::pack_examples(train_examples, opt.model_max_length, &ps);
-    ALPACA_INFO("packed into " << ps.num_blocks << " sequences of up to " << opt.model_max_length << " tokens ("
-                               << static_cast<int>(ps.fill_ratio * 100) << "% filled)");
+    const auto strategy = data::parse_packing_strategy(opt.packing_strategy);
+    train_examples = data::pack_examples(train_examples, opt.model_max_length, &ps, strategy);
+    ALPACA_INFO("packed (" << data::packing_strategy_name(strategy) << ") into " << ps.num_blocks
+                           << " sequences of up to " << opt.model_max_length << " tokens ("
+                           << static_cast<int>(ps.fill_ratio * 100) << "% filled)");
   }
   if (opt.eval_strategy != Interval::kNo) {
     ALPACA_CHECK(!opt.eval_data_path.empty(), "evaluation is scheduled but no --eval_data_path was given");
+    const auto eval_masks = data::run_mask_options(opt.assistant_only_loss, opt.completion_only_loss,
+                                                   opt.model_max_length, false, opt.packing_strategy);
+    data::MaskStats eval_stats;
     eval_examples = data::load_examples(opt.eval_data_path, format, *tokenizer, opt.model_name_or_path,
-                                        opt.chat_template, masks);
+                                        opt.chat_template, eval_masks, 0, &eval_stats);
+    ALPACA_INFO("tokenized eval " << opt.eval_data_path << ": "
+                                  << data::describe_mask_stats(eval_stats, opt.model_max_length));
   }
   build_sampler();
 }

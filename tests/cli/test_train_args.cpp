@@ -225,6 +225,8 @@ TEST(TrainArgs, ContradictionsSayWhatToChange) {
   EXPECT_USAGE_ERROR(kRequired + "--lr_scheduler_type cosine_with_min_lr", "one of min_lr or min_lr_rate must be set");
   EXPECT_USAGE_ERROR(kRequired + "--do_eval True", "would never evaluate");
   EXPECT_USAGE_ERROR(kRequired + "--packing --group_by_length", "--packing and --group_by_length contradict");
+  EXPECT_USAGE_ERROR(kRequired + "--packing --packing_strategy bfd_split", "bfd_split, which splits long examples");
+  EXPECT_USAGE_ERROR(kRequired + "--packing --packing_strategy greedy", "--packing_strategy 'greedy' is not");
   EXPECT_USAGE_ERROR(kRequired + "--logging_steps 2.5", "--logging_steps must be an integer if bigger than 1");
 }
 

@@ -19,6 +19,7 @@
 #include "alpaca/chat/chat_template.h"
 #include "alpaca/data/conversation_example.h"
 #include "alpaca/data/packing.h"
+#include "alpaca/generate/chat_prompt.h"
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
@@ -193,71 +194,110 @@ TEST(ConversationMasks, MatchTransformersWithASentencePieceTokenizer) {
   }
 }
 
-// Documents of `examples` after packing (split by segment ids) or as they are.
-std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> documents(const std::vector<Example>& examples) {
-  std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> docs;
-  for (const auto& ex : examples) {
-    for (size_t b = 0; b < ex.input_ids.size();) {
-      size_t e = b + 1;
-      while (e < ex.input_ids.size() && !ex.segment_ids.empty() && ex.segment_ids[e] == ex.segment_ids[b]) ++e;
-      if (ex.segment_ids.empty()) e = ex.input_ids.size();
-      docs.emplace_back(std::vector<int64_t>(ex.input_ids.begin() + b, ex.input_ids.begin() + e),
-                        std::vector<int64_t>(ex.labels.begin() + b, ex.labels.begin() + e));
-      b = e;
-    }
-  }
-  return docs;
+// Segment ids of a TRL row: the k-th of its seq_lengths documents is segment k (one for unpacked rows).
+std::vector<int64_t> segments_of(const json& seq_lengths) {
+  std::vector<int64_t> seg;
+  int64_t k = 0;
+  for (int64_t n : seq_lengths.get<std::vector<int64_t>>()) seg.insert(seg.end(), static_cast<size_t>(n), k++);
+  return seg;
 }
 
-// TRL's packed rows split at seq_lengths; documents with no label left out (TRL keeps a row that
-// truncation fully masked when packing, we drop it in both modes: it adds no loss either way).
-std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> trl_documents(const json& examples) {
-  std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> docs;
-  for (const auto& ex : examples) {
-    const auto ids = ex["input_ids"].get<std::vector<int64_t>>();
-    const auto labels = ex["labels"].get<std::vector<int64_t>>();
-    size_t b = 0;
-    for (int64_t n : ex["seq_lengths"].get<std::vector<int64_t>>()) {
-      std::vector<int64_t> l(labels.begin() + b, labels.begin() + b + n);
-      if (std::any_of(l.begin(), l.end(), [](int64_t x) { return x != kIgnoreIndex; }))
-        docs.emplace_back(std::vector<int64_t>(ids.begin() + b, ids.begin() + b + n), l);
-      b += n;
-    }
+// `got` equals TRL's rows `want` ({input_ids, labels, position_ids, seq_lengths} after its collator)
+// one for one, in order; packed blocks also in position and segment ids.
+void expect_same_rows(const std::vector<Example>& got, const json& want, bool packed, const std::string& where) {
+  ASSERT_EQ(got.size(), want.size()) << where;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].input_ids, want[i]["input_ids"].get<std::vector<int64_t>>()) << where << " row " << i;
+    EXPECT_EQ(got[i].labels, want[i]["labels"].get<std::vector<int64_t>>()) << where << " row " << i;
+    if (!packed) continue;
+    EXPECT_EQ(got[i].position_ids, want[i]["position_ids"].get<std::vector<int64_t>>()) << where << " row " << i;
+    EXPECT_EQ(got[i].segment_ids, segments_of(want[i]["seq_lengths"])) << where << " row " << i;
   }
-  return docs;
 }
 
+// TRL 1.16's labels: SFTTrainer._prepare_dataset (+ pack_dataset with packing) and its collator, on
+// the same rows: ids, labels and (packing) the blocks themselves, in TRL's order.
 TEST(ConversationMasks, MatchTrlSftTrainerLabels) {
   SKIP_WITHOUT_FIXTURE();
   const json fx = load_fixture();
   Tokenizer tok = Tokenizer::load(fx["model_dir"].get<std::string>());
   tok.add_missing_special_tokens();  // as train and preprocess do
-  size_t num_docs = 0;
+  size_t num_rows = 0, num_packed_sets = 0;
   for (const auto& s : fx["trl"]) {
-    const std::string where = s["name"].get<std::string>() + (s["packing"].get<bool>() ? " (packing)" : "");
-    MaskOptions opt;
-    opt.assistant_only_loss = s["assistant_only_loss"].get<bool>();
-    if (!s["completion_only_loss"].is_null()) opt.completion_only_loss = s["completion_only_loss"].get<bool>();
-    opt.model_max_length = s["max_length"].get<int64_t>();
+    const bool packing = s["packing"].get<bool>();
+    const std::string strategy = s["packing_strategy"].get<std::string>();
+    const std::string where = s["name"].get<std::string>() + (packing ? " (packing " + strategy + ")" : "");
+    std::optional<bool> col;
+    if (!s["completion_only_loss"].is_null()) col = s["completion_only_loss"].get<bool>();
+    const int64_t max_len = s["max_length"].get<int64_t>();
+    const MaskOptions opt = run_mask_options(s["assistant_only_loss"].get<bool>(), col, max_len, packing, strategy);
+    MaskStats st;
     auto examples = load_examples((fixture() / s["data"].get<std::string>()).string(), DatasetFormat::kAuto, tok,
                                   fx["model_dir"].get<std::string>(), fixture() / fx["trl_template"].get<std::string>(),
-                                  opt, 1);
-    auto want = trl_documents(s["examples"]);
-    if (s["packing"].get<bool>()) {
-      examples = pack_examples(examples, opt.model_max_length);
-      auto got = documents(examples);
-      // Block composition differs (TRL packs best-fit decreasing, we pack greedily in order):
-      // the documents and their labels must not.
-      std::sort(got.begin(), got.end());
-      std::sort(want.begin(), want.end());
-      EXPECT_EQ(got, want) << where;
-    } else {
-      EXPECT_EQ(documents(examples), want) << where;
+                                  opt, 1, &st);
+    if (packing) {
+      examples = pack_examples(examples, max_len, nullptr, parse_packing_strategy(strategy));
+      ++num_packed_sets;
     }
-    num_docs += want.size();
+    expect_same_rows(examples, s["examples"], packing, where);
+    if (packing) {
+      EXPECT_EQ(st.num_dropped, 0) << where;  // kept instead, as TRL keeps them
+    }
+    num_rows += s["examples"].size();
   }
-  std::cout << "[conversation_masks] TRL SFTTrainer labels: " << fx["trl"].size() << " sets, " << num_docs
-            << " documents token-exact\n";
+  std::cout << "[conversation_masks] TRL SFTTrainer labels: " << fx["trl"].size() << " sets (" << num_packed_sets
+            << " packed), " << num_rows << " rows/blocks token-exact\n";
+}
+
+// The packer alone against TRL's pack_dataset + collator over 2,300 rows (three map batches of
+// 1,000), bfd and wrapped: every block, in order.
+TEST(ConversationMasks, PackingMatchesTrlPackDataset) {
+  SKIP_WITHOUT_FIXTURE();
+  const json fx = load_fixture();
+  const json& pd = fx["pack_dataset"];
+  std::vector<Example> rows(pd["rows"]["input_ids"].size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i].input_ids = pd["rows"]["input_ids"][i].get<std::vector<int64_t>>();
+    rows[i].labels = pd["rows"]["labels"][i].get<std::vector<int64_t>>();
+  }
+  const int64_t seq_length = pd["seq_length"].get<int64_t>();
+  for (const char* name : {"bfd", "wrapped"}) {
+    PackingStats st;
+    const auto blocks = pack_examples(rows, seq_length, &st, parse_packing_strategy(name));
+    expect_same_rows(blocks, pd["packed"][name], true, name);
+    std::cout << "[conversation_masks] pack_dataset " << name << ": " << rows.size() << " rows -> " << st.num_blocks
+              << " blocks identical to TRL's (" << st.num_truncated << " truncated, fill " << st.fill_ratio << ")\n";
+  }
+  EXPECT_THROW(parse_packing_strategy("bfd_split"), Error);
+  EXPECT_THROW(parse_packing_strategy("greedy"), Error);
+}
+
+// Every named special token transformers passes to the template (special_tokens_map: unk, pad,
+// sep, cls, mask, model-specific), as train renders rows and generate --chat renders prompts.
+TEST(ConversationMasks, TemplatesGetEveryNamedSpecialToken) {
+  SKIP_WITHOUT_FIXTURE();
+  const json fx = load_fixture();
+  json r = {{"messages", fx["special_tokens"]["messages"]}};
+  const ConversationRow row = parse_dataset_rows(r.dump(), "special").at(0);
+  for (const auto& c : fx["special_tokens"]["cases"]) {
+    const Tokenizer tok = Tokenizer::load(c["dir"].get<std::string>());
+    const chat::ChatTemplate tmpl(c["template"].get<std::string>(), "special tokens");
+    const json got = json::parse(template_special_tokens_json(tok));
+    EXPECT_EQ(got, c["special_tokens_map"]) << c["dir"];
+    const bool agp = c["add_generation_prompt"].get<bool>();
+    json ctx = got;
+    ctx["messages"] = fx["special_tokens"]["messages"];
+    ctx["add_generation_prompt"] = agp;
+    EXPECT_EQ(tmpl.render(ctx.dump()).text, c["text"].get<std::string>()) << c["dir"];
+    if (agp) {  // generate --chat's prompt
+      EXPECT_EQ(generate::chat_prompt(tmpl, ctx["messages"].dump(), template_special_tokens_json(tok)),
+                c["text"].get<std::string>())
+          << c["dir"];
+    } else {  // training renders without the generation prompt
+      EXPECT_EQ(conversation_example(row, tok, &tmpl, {}).input_ids, c["input_ids"].get<std::vector<int64_t>>())
+          << c["dir"];
+    }
+  }
 }
 
 // The truncation policy (conversation_example.h), whole-sequence mode: a cut in a user turn drops

@@ -47,6 +47,9 @@ TEST(ConversationTrain, TwoRankAssistantOnlyFineTuneLowersHeldOutAssistantLoss) 
   ASSERT_TRUE(std::regex_search(log, m, std::regex("trained ([0-9]+) of ([0-9]+) tokens"))) << log;
   EXPECT_LT(std::stoll(m[1]), std::stoll(m[2]));
   EXPECT_GT(std::stoll(m[1]), 0);
+  // ... and of the eval data (--eval_data_path) too
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("tokenized eval [^\n]*: trained ([0-9]+) of ([0-9]+) tokens"))) << log;
+  EXPECT_GT(std::stoll(m[1]), 0);
   const double before = last_eval_loss(before_dir.path());
   ASSERT_EQ(run_trainer(args(after_dir.path()) + " --max_steps 6 --eval_steps 6 --learning_rate 1e-4 --warmup_steps 1"
                                                  " --lr_scheduler_type constant_with_warmup",

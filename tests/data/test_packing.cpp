@@ -30,29 +30,59 @@ std::vector<Example> random_examples(int64_t n, int64_t vocab, uint64_t seed) {
   return out;
 }
 
-TEST(Packing, BlocksRestartPositionsAndNumberSegments) {
-  std::vector<Example> ex = {{{1, 5, 6}, {-100, 5, 6}, {}, {}},
-                             {{1, 7}, {-100, 7}, {}, {}},
-                             {{1, 8, 9, 10}, {-100, -100, 9, 10}, {}, {}},
-                             {{1, 11}, {11, 11}, {}, {}}};
+std::vector<Example> small_examples() {
+  return {{{1, 5, 6}, {-100, 5, 6}, {}, {}},
+          {{1, 7}, {-100, 7}, {}, {}},
+          {{1, 8, 9, 10}, {-100, -100, 9, 10}, {}, {}},
+          {{1, 11}, {11, 11}, {}, {}}};
+}
+
+// Best-fit decreasing (TRL's "bfd"): longest first, each into the block with the least room that
+// holds it. Test_conversation_masks checks the same against TRL's pack_dataset on 2,300 rows.
+TEST(Packing, BfdBlocksRestartPositionsAndNumberSegments) {
+  const auto ex = small_examples();
   PackingStats stats;
   auto blocks = pack_examples(ex, 6, &stats);
   ASSERT_EQ(blocks.size(), 2u);
-  EXPECT_EQ(blocks[0].input_ids, (std::vector<int64_t>{1, 5, 6, 1, 7}));
-  EXPECT_EQ(blocks[0].position_ids, (std::vector<int64_t>{0, 1, 2, 0, 1}));
-  EXPECT_EQ(blocks[0].segment_ids, (std::vector<int64_t>{0, 0, 0, 1, 1}));
-  EXPECT_EQ(blocks[1].input_ids, (std::vector<int64_t>{1, 8, 9, 10, 1, 11}));
-  EXPECT_EQ(blocks[1].segment_ids, (std::vector<int64_t>{0, 0, 0, 0, 1, 1}));
+  // Lengths 3, 2, 4, 2: the 4 opens block 0 (room 2), the 3 does not fit there and opens block 1
+  // (room 3), the first 2 fills block 0 exactly, the second 2 goes into block 1.
+  EXPECT_EQ(blocks[0].input_ids, (std::vector<int64_t>{1, 8, 9, 10, 1, 7}));
+  EXPECT_EQ(blocks[0].position_ids, (std::vector<int64_t>{0, 1, 2, 3, 0, 1}));
+  EXPECT_EQ(blocks[0].segment_ids, (std::vector<int64_t>{0, 0, 0, 0, 1, 1}));
+  EXPECT_EQ(blocks[1].input_ids, (std::vector<int64_t>{1, 5, 6, 1, 11}));
+  EXPECT_EQ(blocks[1].segment_ids, (std::vector<int64_t>{0, 0, 0, 1, 1}));
   // The first label of each example is masked (never predicted from the previous example).
-  EXPECT_EQ(blocks[1].labels, (std::vector<int64_t>{-100, -100, 9, 10, -100, 11}));
+  EXPECT_EQ(blocks[1].labels, (std::vector<int64_t>{-100, 5, 6, -100, 11}));
   EXPECT_EQ(stats.num_blocks, 2);
   EXPECT_EQ(stats.num_tokens, 11);
+  EXPECT_EQ(stats.num_truncated, 0);
   int64_t packed_labels = 0, plain_labels = 0;
   for (const auto& b : blocks) packed_labels += count_label_tokens(b);
   for (const auto& e : ex) plain_labels += count_label_tokens(e);
   EXPECT_EQ(packed_labels, plain_labels);
-  EXPECT_THROW(pack_examples(ex, 3), Error);
+  // Longer than the block: truncated (TRL's bfd keeps the start); empty or packed input: an error.
+  auto cut = pack_examples(ex, 3, &stats);
+  EXPECT_EQ(stats.num_truncated, 1);
+  ASSERT_EQ(cut.size(), 4u);  // lengths 3, 2, 3 (cut), 2: the two 3s first, in dataset order
+  EXPECT_EQ(cut[0].input_ids, (std::vector<int64_t>{1, 5, 6}));
+  EXPECT_EQ(cut[1].input_ids, (std::vector<int64_t>{1, 8, 9}));
   EXPECT_THROW(pack_examples(blocks, 16), Error);
+  EXPECT_THROW(pack_examples({Example{}}, 16), Error);
+}
+
+// "wrapped": the concatenation cut every block_size tokens, one segment, labels as they are.
+TEST(Packing, WrappedCutsTheConcatenation) {
+  PackingStats stats;
+  auto blocks = pack_examples(small_examples(), 6, &stats, PackingStrategy::kWrapped);
+  ASSERT_EQ(blocks.size(), 2u);
+  EXPECT_EQ(blocks[0].input_ids, (std::vector<int64_t>{1, 5, 6, 1, 7, 1}));
+  EXPECT_EQ(blocks[0].labels, (std::vector<int64_t>{-100, 5, 6, -100, 7, -100}));
+  EXPECT_EQ(blocks[1].input_ids, (std::vector<int64_t>{8, 9, 10, 1, 11}));
+  EXPECT_EQ(blocks[1].labels, (std::vector<int64_t>{-100, 9, 10, 11, 11}));
+  EXPECT_EQ(blocks[1].position_ids, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(blocks[1].segment_ids, (std::vector<int64_t>(5, 0)));
+  EXPECT_EQ(parse_packing_strategy("wrapped"), PackingStrategy::kWrapped);
+  EXPECT_EQ(parse_packing_strategy("bfd"), PackingStrategy::kBfd);
 }
 
 TEST(Packing, Fp32LossOfPackedEqualsUnpacked) {

@@ -63,6 +63,14 @@ TEST(Preprocess, WritesTheTrainingExamplesAndReports) {
   EXPECT_LT(packed.size(), 400u);
   EXPECT_TRUE(packed[0].contains("segment_ids"));
   EXPECT_NE(out.find("packed blocks:"), std::string::npos) << out;
+  // TRL's third strategy is refused by name, before anything is written.
+  const auto split_path = dir.path() / "split.jsonl";
+  rc = run_command(train_bin() + " preprocess --data_path " + data.string() + " --tokenizer " + tok_dir.string() +
+                       " --output " + split_path.string() + " --packing True --packing_strategy bfd_split 2>&1",
+                   &out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("--packing_strategy bfd_split"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(split_path));
 }
 
 TEST(Preprocess, BadInputFailsWithoutWriting) {

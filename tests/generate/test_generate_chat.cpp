@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "alpaca/chat/chat_template.h"
+#include "alpaca/data/conversation_example.h"
 #include "alpaca/data/tokenizer.h"
 #include "alpaca/generate/chat_prompt.h"
 #include "test_util.h"
@@ -46,7 +47,7 @@ TEST_F(GenerateChat, TemplatedPromptIdsEqualApplyChatTemplate) {
   size_t i = 0;
   for (std::string line; std::getline(f, line); ++i) {
     const std::string text = alpaca::generate::chat_prompt(tmpl, json::parse(line)["messages"].dump(),
-                                                           tok.bos_token(), tok.eos_token());
+                                                           alpaca::data::template_special_tokens_json(tok));
     EXPECT_EQ(text, ref_["texts"][i].get<std::string>()) << "conversation " << i;
     EXPECT_EQ(tok.encode(text, /*add_special_tokens=*/false), ref_["prompt_ids"][i].get<std::vector<int64_t>>())
         << "conversation " << i;

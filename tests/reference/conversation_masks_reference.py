@@ -79,6 +79,16 @@ SHAREGPT_ROWS = [{"conversations": [{"from": "human", "value": "Hello?"}, {"from
 PC_TEXT_ROWS = [{"prompt": "The capital of France is", "completion": " Paris."},
                 {"prompt": "Translate 'alpaca' to German:", "completion": " Alpaka"},
                 {"prompt": "Count: 1 2 3", "completion": " 4 5 6<|im_end|>"}]
+# Packing sets: rows of many lengths, so best-fit decreasing reorders them, and a max_length that
+# truncates some (and leaves some with no label: TRL keeps those when it packs).
+VARIED_ROWS = [{"messages": [{"role": "user", "content": f"Question {i}: " + "why? " * (i * 7 % 23)},
+                             {"role": "assistant", "content": f"Answer {i}. " + "Alpacas hum. " * (i * 5 % 13)}]}
+               for i in range(16)]
+PC_VARIED_ROWS = [{"prompt": [{"role": "user", "content": f"Prompt {i}: " + "tell me more " * (i * 3 % 17)}],
+                   "completion": [{"role": "assistant", "content": f"Reply {i}: " + "more. " * (i * 4 % 11)}]}
+                  for i in range(14)]
+PC_VARIED_TEXT_ROWS = [{"prompt": f"Prompt {i}: " + "count on " * (i * 3 % 13), "completion": " done" * (1 + i % 6)}
+                       for i in range(12)]
 PC_MSG_ROWS = [
     {"prompt": [{"role": "user", "content": "What color is the sky?"}],
      "completion": [{"role": "assistant", "content": "Blue, on a clear day."}]},
@@ -195,7 +205,16 @@ def sentencepiece_cases(src):
     return out
 
 
-def trl_labels(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_length, packing):
+def collated(collator, ex):
+    """One packed (or plain) row through TRL's collator: its ids, labels and position ids."""
+    batch = collator([ex])
+    n = len(ex["input_ids"])
+    pos = batch["position_ids"][0][:n].tolist() if "position_ids" in batch else list(range(n))
+    return {"input_ids": batch["input_ids"][0][:n].tolist(), "labels": batch["labels"][0][:n].tolist(),
+            "position_ids": pos, "seq_lengths": ex.get("seq_lengths", [n])}
+
+
+def trl_labels(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_length, packing, strategy="bfd"):
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
@@ -204,7 +223,7 @@ def trl_labels(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_l
     with tempfile.TemporaryDirectory() as tmp:
         args = SFTConfig(output_dir=tmp, assistant_only_loss=assistant_only_loss,
                          completion_only_loss=completion_only_loss, max_length=max_length, packing=packing,
-                         report_to=[], dataset_num_proc=None, bf16=False, use_cpu=True)
+                         packing_strategy=strategy, report_to=[], dataset_num_proc=None, bf16=False, use_cpu=True)
     rows = chatml_roles(rows)
     ds = Dataset.from_list(copy.deepcopy(rows))
     first = rows[0]
@@ -212,37 +231,98 @@ def trl_labels(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_l
                                completion_only_loss=completion_only_loss if completion_only_loss is not None
                                else ("prompt" in first and "completion" in first))
     ds = SFTTrainer._prepare_dataset(me, ds, tok, args, packing, None, "train")
+    # SFTTrainer.__init__: padding_free = args.padding_free or (packing and strategy in {"bfd", "bfd_split"})
     collator = DataCollatorForLanguageModeling(pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
-                                               padding_free=packing)
-    out = []
-    for ex in ds:
-        batch = collator([ex])
-        n = len(ex["input_ids"])
-        ids, labels = batch["input_ids"][0][:n].tolist(), batch["labels"][0][:n].tolist()
-        out.append({"input_ids": ids, "labels": labels, "seq_lengths": ex.get("seq_lengths", [n])})
+                                               padding_free=packing and strategy != "wrapped")
+    return [collated(collator, ex) for ex in ds]
+
+
+def pack_dataset_case():
+    """TRL's pack_dataset as SFTTrainer calls it (no map_kwargs but desc: datasets.map batches of 1000) on
+    2,300 rows of 1-70 tokens into 48-token blocks (bfd truncates ~30% of them; many equal lengths test the
+    tie order; three map batches test the batch boundaries), then its collator (padding_free for bfd, as
+    SFTTrainer sets it). Ids encode row and position (row * 100 + t); ~30% of labels are -100."""
+    import random
+    from datasets import Dataset
+    from trl import pack_dataset
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+    rng = random.Random(28)
+    rows = {"input_ids": [], "labels": []}
+    for i in range(2300):
+        ids = [i * 100 + t for t in range(rng.randint(1, 70))]
+        rows["input_ids"].append(ids)
+        rows["labels"].append([-100 if rng.random() < 0.3 else x for x in ids])
+    out = {"seq_length": 48, "rows": rows, "packed": {}}
+    for strategy in ("bfd", "wrapped"):
+        ds = pack_dataset(Dataset.from_dict(rows), out["seq_length"], strategy, {})
+        collator = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=strategy == "bfd")
+        out["packed"][strategy] = [collated(collator, ex) for ex in ds]
+    return out
+
+
+SPECIAL_TEMPLATE = (
+    "{{ bos_token }}[{{ unk_token }}|{{ pad_token }}|{{ sep_token }}|{{ cls_token }}|{{ mask_token }}|"
+    "{{ image_token }}|{{ audio_token }}]{% if foo_token is defined %}FOO{% endif %}"
+    "{% for m in messages %}{{ m.role }}: {{ m.content }}{{ eos_token }}{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}")
+PLAIN_TEMPLATE = ("{{ bos_token }}{{ unk_token }}|{{ pad_token }}|{% if sep_token is defined %}{{ sep_token }}"
+                  "{% else %}no sep{% endif %}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}")
+
+
+def special_tokens_case(out_dir):
+    """Every named special token transformers passes to a template (tokenizer.special_tokens_map, v5:
+    bos/eos/unk/sep/pad/cls/mask and model-specific `*_token` keys / a named extra_special_tokens), from a
+    copy of SmolLM2's tokenizer whose tokenizer_config.json names more of them and whose
+    special_tokens_map.json overrides one; and SmolLM2's own (no sep_token: undefined)."""
+    import shutil
+    from transformers import AutoTokenizer
+    d = os.path.abspath(os.path.join(out_dir, "special_tokens_tokenizer"))
+    os.makedirs(d, exist_ok=True)
+    shutil.copy(os.path.join(MODEL, "tokenizer.json"), d)
+    cfg = json.load(open(os.path.join(MODEL, "tokenizer_config.json"), encoding="utf-8"))
+    cfg.update({"sep_token": "<file_sep>", "cls_token": "<filename>",
+                "mask_token": "<gh_stars>", "image_token": "<jupyter_start>",
+                "extra_special_tokens": {"audio_token": "<jupyter_text>"}})
+    json.dump(cfg, open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8"))
+    json.dump({"mask_token": "<issue_start>"}, open(os.path.join(d, "special_tokens_map.json"), "w", encoding="utf-8"))
+    messages = ROWS[1]["messages"]
+    out = {"dir": d, "messages": messages, "cases": []}
+    for tdir, tmpl in ((d, SPECIAL_TEMPLATE), (MODEL, PLAIN_TEMPLATE)):
+        tok = AutoTokenizer.from_pretrained(tdir)
+        for agp in (False, True):
+            text = tok.apply_chat_template(messages, chat_template=tmpl, tokenize=False, add_generation_prompt=agp)
+            ids = tok.apply_chat_template(messages, chat_template=tmpl, tokenize=True, return_dict=True,
+                                          add_generation_prompt=agp)["input_ids"]
+            out["cases"].append({"dir": tdir, "template": tmpl, "add_generation_prompt": agp, "text": text,
+                                 "input_ids": ids, "special_tokens_map": tok.special_tokens_map})
     return out
 
 
 def trl_sets(tok, tagged_src, out_dir):
     sets = []
-    specs = [  # name, rows, template, assistant_only_loss, completion_only_loss, max_length
-        ("messages_assistant_only", MSG_ROWS, tagged_src, True, None, 96),
-        ("messages_all_tokens", MSG_ROWS[:4], tagged_src, False, None, 1024),
-        ("sharegpt_assistant_only", SHAREGPT_ROWS, tagged_src, True, None, 1024),
-        ("pc_text_completion_only", PC_TEXT_ROWS, tagged_src, False, None, 1024),
-        ("pc_text_all_tokens", PC_TEXT_ROWS, tagged_src, False, False, 1024),
-        ("pc_messages_completion_only", PC_MSG_ROWS, tagged_src, False, None, 1024),
-        ("pc_messages_assistant_and_completion", PC_MSG_ROWS, tagged_src, True, True, 1024),
+    specs = [  # name, rows, template, assistant_only_loss, completion_only_loss, max_length, also "wrapped"
+        ("messages_assistant_only", MSG_ROWS, tagged_src, True, None, 96, False),
+        ("messages_all_tokens", MSG_ROWS[:4], tagged_src, False, None, 1024, False),
+        ("sharegpt_assistant_only", SHAREGPT_ROWS, tagged_src, True, None, 1024, False),
+        ("pc_text_completion_only", PC_TEXT_ROWS, tagged_src, False, None, 1024, False),
+        ("pc_text_all_tokens", PC_TEXT_ROWS, tagged_src, False, False, 1024, False),
+        ("pc_messages_completion_only", PC_MSG_ROWS, tagged_src, False, None, 1024, False),
+        ("pc_messages_assistant_and_completion", PC_MSG_ROWS, tagged_src, True, True, 1024, False),
+        ("varied_assistant_only", VARIED_ROWS, tagged_src, True, None, 128, True),
+        ("pc_varied_completion_only", PC_VARIED_ROWS, tagged_src, False, None, 80, True),
+        ("pc_varied_text_completion_only", PC_VARIED_TEXT_ROWS, tagged_src, False, None, 30, False),
+        ("pc_varied_assistant_and_completion", PC_VARIED_ROWS, tagged_src, True, True, 72, False),
     ]
-    for name, rows, tmpl, aol, col, max_len in specs:
+    for name, rows, tmpl, aol, col, max_len, wrapped in specs:
         path = os.path.join(out_dir, f"trl_{name}.jsonl")
         with open(path, "w", encoding="utf-8") as f:
             for r in rows:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        for packing in (False, True):
+        for packing, strategy in [(False, None), (True, "bfd")] + ([(True, "wrapped")] if wrapped else []):
             sets.append({"name": name, "data": os.path.basename(path), "assistant_only_loss": aol,
                          "completion_only_loss": col, "max_length": max_len, "packing": packing,
-                         "examples": trl_labels(tok, tmpl, rows, aol, col, max_len, packing)})
+                         "packing_strategy": strategy or "bfd",
+                         "examples": trl_labels(tok, tmpl, rows, aol, col, max_len, packing, strategy or "bfd")})
     return sets
 
 
@@ -280,7 +360,8 @@ def main():
         f.write(tagged_src)
     fx = {"model_dir": MODEL, "templates": templates, "cases": cases, "rows": {r["name"]: r for r in ROWS},
           "trl_template": "qwen2_5_training.jinja", "sentencepiece_cases": sentencepiece_cases(tagged_src),
-          "trl": trl_sets(tok, tagged_src, args.out)}
+          "trl": trl_sets(tok, tagged_src, args.out), "pack_dataset": pack_dataset_case(),
+          "special_tokens": special_tokens_case(args.out)}
     alpaca_conversations(args.out)
     with open(os.path.join(args.out, "masks.json"), "w", encoding="utf-8") as f:
         json.dump(fx, f, ensure_ascii=False)

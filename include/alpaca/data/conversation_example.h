@@ -27,7 +27,11 @@
 // labels are made, so a partly kept assistant turn still trains only its content. In addition, so
 // that no partial role header is ever trained: when the cut falls outside every assistant span,
 // the labels after the end of the last assistant span are dropped (the incomplete trailing turn).
-// Rows left with no label by truncation are dropped, as TRL drops them (counted in the stats).
+// Rows left with no label by truncation are dropped, as TRL drops them, unless packing: TRL skips
+// that filter when it packs, and so do we (MaskOptions::packing; both counted in the stats). A row
+// with no label BEFORE truncation is an error either way (the silent-zero bug).
+// Packing "wrapped" (packing.h) does not cut conversation rows at all (TRL: packing skips the
+// truncation step and "wrapped" keeps every token); MaskOptions::truncate_conversations = false.
 #pragma once
 
 #include <cstdint>
@@ -51,12 +55,20 @@ struct MaskOptions {
   bool assistant_only_loss = false;          // SFTConfig.assistant_only_loss (default False)
   std::optional<bool> completion_only_loss;  // SFTConfig: None = true for prompt-completion rows
   int64_t model_max_length = 0;              // 0: no truncation
+  bool packing = false;                      // keep rows truncation leaves with no label (TRL packing)
+  bool truncate_conversations = true;        // false: packing "wrapped" (alpaca rows are cut regardless)
 };
+
+// The mask options of a run (train, its pre-flight check, preprocess): TRL's SFTConfig fields, and
+// what --packing / --packing_strategy change (above). `packing_strategy` is ignored without packing.
+MaskOptions run_mask_options(bool assistant_only_loss, std::optional<bool> completion_only_loss,
+                             int64_t model_max_length, bool packing, const std::string& packing_strategy);
 
 struct MaskStats {
   int64_t num_rows = 0;        // rows read
   int64_t num_truncated = 0;   // rows longer than model_max_length
   int64_t num_dropped = 0;     // conversation rows left with no label by truncation (not returned)
+  int64_t num_kept_no_label = 0;  // the same rows when packing (returned, as TRL keeps them)
   int64_t num_no_label = 0;    // alpaca rows left with no label (kept, as tokenize_alpaca)
   int64_t num_tokens = 0;      // tokens of the returned examples
   int64_t num_trained = 0;     // of them, tokens with a label
@@ -82,6 +94,15 @@ std::vector<Example> tokenize_rows(const std::vector<ConversationRow>& rows, con
 std::vector<Example> load_examples(const std::string& paths, DatasetFormat format, const Tokenizer& tokenizer,
                                    const std::filesystem::path& model_dir, const std::filesystem::path& chat_template,
                                    const MaskOptions& opt, int num_threads = 0, MaskStats* stats = nullptr);
+
+// The named special tokens transformers 5 passes to every chat template (apply_chat_template:
+// `{**tokenizer.special_tokens_map, **kwargs}`), as a JSON object: bos_token, eos_token, unk_token,
+// pad_token from `tokenizer` (so the tokens train adds, as train.py, are seen), and from the
+// tokenizer_config.json beside its file (overridden by special_tokens_map.json where the config has
+// no added_tokens_decoder, as transformers' legacy path): sep_token, cls_token, mask_token, every other
+// string `*_token` key and the named `extra_special_tokens` (model-specific tokens). Roles the
+// tokenizer lacks are absent (undefined in the template), as there. Read once per tokenizer file.
+std::string template_special_tokens_json(const Tokenizer& tokenizer);
 
 // Whether any row needs the chat template (messages, sharegpt, prompt-completion message lists).
 bool needs_chat_template(const std::vector<ConversationRow>& rows);

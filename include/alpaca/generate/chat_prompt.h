@@ -11,9 +11,9 @@
 
 namespace alpaca::generate {
 
-// `messages_json`: a JSON array of messages. bos_token/eos_token: the tokenizer's, as
-// transformers passes its special tokens to the template ("" when the tokenizer has none).
+// `messages_json`: a JSON array of messages. `special_tokens_json`: the tokenizer's named special
+// tokens as transformers passes them to the template (data::template_special_tokens_json).
 std::string chat_prompt(const chat::ChatTemplate& tmpl, const std::string& messages_json,
-                        const std::string& bos_token, const std::string& eos_token);
+                        const std::string& special_tokens_json);
 
 }  // namespace alpaca::generate

@@ -41,6 +41,7 @@ struct TrainerOptions {
   std::optional<bool> completion_only_loss;
   int64_t model_max_length = 512;
   bool packing = false;
+  std::string packing_strategy = "bfd";  // data::parse_packing_strategy (TRL SFTConfig)
   bool group_by_length = false;
   bool dataloader_drop_last = false;
 
