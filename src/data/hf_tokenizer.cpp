@@ -320,7 +320,8 @@ class Ctx {
 // ---------------------------------------------------------------- normalizers
 
 struct Normalizer {
-  enum Kind { kSequence, kPrepend, kReplace, kNFC, kNFKC, kNFD, kNFKD, kLowercase, kStrip, kBert, kPrecompiled } kind;
+  enum Kind { kSequence, kPrepend, kReplace, kNFC, kNFKC, kNFD, kNFKD, kLowercase, kStrip, kBert, kPrecompiled,
+              kStripAccents } kind;
   std::vector<Normalizer> children;
   std::string text;  // Prepend: prepend; Replace: content
   Pattern pattern;
@@ -430,6 +431,15 @@ struct Normalizer {
       case kPrecompiled:
         s = charsmap->normalize(s);
         break;
+      case kStripAccents: {  // the library drops every combining mark (Mn, Mc, Me)
+        std::string out;
+        for (size_t i = 0, len = 0; i < s.size(); i += len) {
+          const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(decode_utf8(s, i, &len)));
+          if (cat != UTF8PROC_CATEGORY_MN && cat != UTF8PROC_CATEGORY_MC && cat != UTF8PROC_CATEGORY_ME) out.append(s, i, len);
+        }
+        s = std::move(out);
+        break;
+      }
       case kStrip: {
         size_t b = 0, e = s.size();
         if (left) {
@@ -487,13 +497,15 @@ struct Normalizer {
       n.chinese_chars = ctx.boolean(j, "handle_chinese_chars", true, where);
       n.lowercase = ctx.boolean(j, "lowercase", true, where);
       n.strip_accents = ctx.boolean(j, "strip_accents", n.lowercase, where);
+    } else if (t == "StripAccents") {
+      n.kind = kStripAccents;
     } else if (t == "Precompiled") {
       n.kind = kPrecompiled;
       n.charsmap = std::make_shared<Precompiled>(ctx.str(j, "precompiled_charsmap", where), ctx.file() + ": " + where);
     } else {
       ctx.fail(where, "normalizer type \"" + t +
                           "\" is not supported (supported: Sequence, Prepend, Replace, NFC, NFKC, "
-                          "NFD, NFKD, Lowercase, Strip, BertNormalizer, Precompiled)");
+                          "NFD, NFKD, Lowercase, Strip, StripAccents, BertNormalizer, Precompiled)");
     }
     return n;
   }

@@ -3,7 +3,8 @@
 //   model          BPE (merge ranks, byte_fallback, ignore_merges, unk_token, fuse_unk,
 //                  continuing_subword_prefix, end_of_word_suffix), Unigram (unigram.cpp: Viterbi,
 //                  unk_id, byte_fallback), WordPiece (wordpiece.cpp); see tokenizer_model.h
-//   normalizer     Sequence, Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase, Strip, BertNormalizer,
+//   normalizer     Sequence, Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase, Strip, StripAccents,
+//                  BertNormalizer,
 //                  Precompiled (precompiled.cpp: SentencePiece's charsmap)
 //   pre_tokenizer  ByteLevel (with and without its regex), Split, Metaspace, Digits, BertPreTokenizer,
 //                  WhitespaceSplit, Sequence

@@ -577,6 +577,58 @@ void build_xlm_roberta(json& doc, const json& config, const std::string& file, T
   info->pair_doubles_suffix = true;
 }
 
+// models/albert/tokenization_albert.py: Unigram with unk_id 1; `` and '' -> ", NFKD +
+// StripAccents (unless keep_accents), Lowercase (do_lower_case), the file's charsmap; Metaspace
+// "always" ("never" without add_prefix_space); the file's post-processor.
+void build_albert(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  const json precompiled = file_precompiled(doc);
+  set_unigram(doc, file, 1);
+  json list = json::array({replace({{"String", "``"}}, "\""), replace({{"String", "''"}}, "\"")});
+  if (!flag(config, "keep_accents").value_or(false)) list.push_back({{"type", "NFKD"}}), list.push_back({{"type", "StripAccents"}});
+  if (flag(config, "do_lower_case").value_or(true)) list.push_back({{"type", "Lowercase"}});
+  if (!precompiled.is_null()) list.push_back(precompiled);
+  const char* scheme = flag(config, "add_prefix_space").value_or(true) ? "always" : "never";
+  set_pipeline(doc, sequence("normalizers", list),
+               sequence("pretokenizers", json::array({{{"type", "WhitespaceSplit"}}, metaspace_split(scheme)})),
+               metaspace_split(scheme));
+  info->bos = info->cls = "[CLS]", info->eos = info->sep = "[SEP]";
+  info->unk = "<unk>", info->pad = "<pad>", info->mask = "[MASK]";
+  // Its "[CLS] $A [SEP]" is set before TokenizersBackend.__init__, which puts the file's
+  // post-processor back (kFile).
+}
+
+// models/deberta_v2/tokenization_deberta_v2.py: Unigram whose unk_id is the index of
+// (unk_token, 0.0) in the vocabulary (else the unk_id kwarg, 1); Lowercase (do_lower_case,
+// default false), whitespace runs and \n\r\t -> " ", NFC, right strip; Metaspace "always"
+// ("first" without add_prefix_space); "[CLS] $A [SEP]". split_by_punct (a Punctuation
+// pre-tokenizer) is refused.
+void build_deberta_v2(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  ALPACA_CHECK(!flag(config, "split_by_punct").value_or(false),
+               file << ": DebertaV2Tokenizer with split_by_punct (a Punctuation pre-tokenizer) is not reimplemented; "
+                       "set \"tokenizer_class\": \"PreTrainedTokenizerFast\" to run the file as is");
+  const std::string unk = role_kwarg(config, "unk_token", "[UNK]");
+  int64_t unk_id = config.value("unk_id", json(1)).is_number_integer() ? config.value("unk_id", json(1)).get<int64_t>() : 1;
+  const json& vocab = require_model(doc, file, "Unigram").value("vocab", json::array());
+  for (size_t i = 0; i < vocab.size(); ++i)
+    if (vocab[i].is_array() && vocab[i].size() == 2 && vocab[i][0] == unk && vocab[i][1] == 0.0) {
+      unk_id = static_cast<int64_t>(i);
+      break;
+    }
+  set_unigram(doc, file, unk_id);
+  json list = json::array();
+  if (flag(config, "do_lower_case").value_or(false)) list.push_back({{"type", "Lowercase"}});
+  list.push_back(replace({{"Regex", R"(\s{2,}|[\n\r\t])"}}, " "));
+  list.push_back({{"type", "NFC"}});
+  list.push_back({{"type", "Strip"}, {"strip_left", false}, {"strip_right", true}});
+  const char* scheme = flag(config, "add_prefix_space").value_or(true) ? "always" : "first";
+  set_pipeline(doc, sequence("normalizers", list), sequence("pretokenizers", json::array({metaspace_split(scheme)})),
+               metaspace_split(scheme));
+  info->bos = info->cls = "[CLS]", info->eos = info->sep = "[SEP]";
+  info->unk = "[UNK]", info->pad = "[PAD]", info->mask = "[MASK]";
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@cls"}, info->suffix = {"@sep"};
+}
+
 // models/bert/tokenization_bert.py (DistilBert, and Lxmert/MobileBert/SqueezeBert which load as
 // Bert): WordPiece with the unk and "##", BertNormalizer(do_lower_case, tokenize_chinese_chars,
 // strip_accents), BertPreTokenizer, the WordPiece decoder, "[CLS] $A [SEP]".
@@ -629,6 +681,8 @@ const std::map<std::string, Builder>& builders() {
       {"XLMRobertaTokenizer", build_xlm_roberta},
       {"BertTokenizer", build_bert},
       {"DistilBertTokenizer", build_bert},
+      {"AlbertTokenizer", build_albert},
+      {"DebertaV2Tokenizer", build_deberta_v2},
   };
   return m;
 }
@@ -637,7 +691,7 @@ const std::map<std::string, Builder>& builders() {
 // classes the part of the pipeline the tokenizer engine (hf_tokenizer.h) lacks.
 std::string unsupported_reason(const std::string& cls) {
   static const std::set<std::string> kUnigram = {
-      "AlbertTokenizer", "BarthezTokenizer", "BigBirdTokenizer", "CamembertTokenizer", "DebertaV2Tokenizer",
+      "BarthezTokenizer", "BigBirdTokenizer", "CamembertTokenizer",
       "LasrTokenizer", "LayoutXLMTokenizer", "MBart50Tokenizer", "MBartTokenizer", "MLukeTokenizer",
       "PegasusTokenizer", "RemBertTokenizer", "UdopTokenizer", "VideoPrismTokenizer", "XGLMTokenizer",
       "XLNetTokenizer"};
@@ -649,7 +703,7 @@ std::string unsupported_reason(const std::string& cls) {
       {"MarkupLMTokenizer", "XPath inputs in every call"}};
   if (kUnigram.count(cls))
     return "builds a Unigram model with a pipeline of its own (normalizers, special-token layout) that is not "
-           "reimplemented here yet (T5 and XLMRoberta are)";
+           "reimplemented here yet (T5, XLMRoberta, Albert and DebertaV2 are)";
   auto it = kBpe.find(cls);
   if (it == kBpe.end())  // Bert's relatives with their own __init__, RoFormer
     return "builds a WordPiece model with a pipeline of its own that is not reimplemented here yet (Bert and "

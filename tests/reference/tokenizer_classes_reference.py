@@ -77,6 +77,12 @@ CASES = [
     ("t5_no_extra", UT5, {"tokenizer_class": "T5TokenizerFast", "extra_ids": 0}),
     ("xlm_roberta", UXLMR, {"tokenizer_class": "XLMRobertaTokenizer"}),
     ("xlm_roberta_no_prefix", UXLMR, {"tokenizer_class": "XLMRobertaTokenizerFast", "add_prefix_space": False}),
+    ("albert", UXLMR, {"tokenizer_class": "AlbertTokenizer"}),
+    ("albert_cased", UXLMR, {"tokenizer_class": "AlbertTokenizerFast", "do_lower_case": False, "keep_accents": True,
+                             "add_prefix_space": False}),
+    ("deberta_v2", UT5, {"tokenizer_class": "DebertaV2Tokenizer"}),
+    ("deberta_v2_lower", UXLMR, {"tokenizer_class": "DebertaV2Tokenizer", "do_lower_case": True,
+                                 "add_prefix_space": False, "unk_token": "<unk>"}),
     ("wordpiece_as_is", WP, {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "[SEP]", "unk_token": "[UNK]"}),
     ("bert", WP, {"tokenizer_class": "BertTokenizer"}),
     ("bert_cased_cleanup", WP, {"tokenizer_class": "BertTokenizerFast", "do_lower_case": False,
@@ -174,7 +180,7 @@ def make_model_bases(out):
     text = alpaca_text(os.path.join(out, "alpaca.txt"))
     t5 = spm_unigram(out, text, UT5, {"pad_id": 0, "eos_id": 1, "unk_id": 2, "bos_id": -1}, False)
     xlmr = spm_unigram(out, text, UXLMR, {"bos_id": 0, "pad_id": 1, "eos_id": 2, "unk_id": 3,
-                                          "user_defined_symbols": ["<mask>"]}, True)
+                                          "user_defined_symbols": ["<mask>", "[CLS]", "[SEP]", "[MASK]"]}, True)
     wp = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     wp.normalizer = normalizers.BertNormalizer(lowercase=True)
     wp.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
