@@ -1242,6 +1242,9 @@ struct Bpe final : TokenizerModel {
       m.vocab[it.key()] = id;
       max_id = std::max(max_id, id);
     }
+    if (max_id >= static_cast<int64_t>(vocab.size()) + kMaxVocabHoles)
+      ctx.fail(where, "vocab id " + std::to_string(max_id) + " is far beyond the vocabulary's " +
+                          std::to_string(vocab.size()) + " entries (a corrupt id?)");
     m.tokens.assign(static_cast<size_t>(max_id + 1), std::string());
     for (const auto& [tok, id] : m.vocab) m.tokens[static_cast<size_t>(id)] = tok;
     m.unk_token = ctx.opt_str(j, "unk_token", where);

@@ -510,17 +510,19 @@ void build_nougat(json& doc, const json& config, const std::string& file, Tokeni
 }
 
 // The model the class constructs must be the file's (the class takes only its vocabulary).
-json& require_model(json& doc, const std::string& file, const char* type) {
+json& require_model(json& doc, const json& config, const std::string& file, const char* type) {
   json& model = doc["model"];
   ALPACA_CHECK(json_string_or(model, "type", "") == type,
-               file << ": tokenizer_class builds a " << type << " model, but the file's model is "
-                    << model.value("type", json("?")).dump() << "; fix tokenizer_class in tokenizer_config.json");
+               file << ": tokenizer_class " << json_string_or(config, "tokenizer_class", "?") << " builds a " << type
+                    << " model, but the file's model is " << model.value("type", json("?")).dump()
+                    << "; fix tokenizer_class, or set \"tokenizer_class\": \"PreTrainedTokenizerFast\" in "
+                       "tokenizer_config.json to run the file's own pipeline");
   return model;
 }
 
 // Unigram(vocab, unk_id=<the class's fixed id>, byte_fallback=False).
-void set_unigram(json& doc, const std::string& file, int64_t unk_id) {
-  json& model = require_model(doc, file, "Unigram");
+void set_unigram(json& doc, const json& config, const std::string& file, int64_t unk_id) {
+  json& model = require_model(doc, config, file, "Unigram");
   model["unk_id"] = unk_id;
   model["byte_fallback"] = false;
 }
@@ -552,7 +554,7 @@ void set_sentencepiece_pipeline(json& doc, const char* prepend_scheme) {
 // charsmap, "$A </s>" (the eos id), and <extra_id_0..extra_ids-1> as extra special tokens unless
 // additional_special_tokens already holds sentinels.
 void build_t5(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
-  set_unigram(doc, file, 2);
+  set_unigram(doc, config, file, 2);
   set_sentencepiece_pipeline(doc, "always");
   info->eos = "</s>", info->unk = "<unk>", info->pad = "<pad>", info->bos = "";
   const json extra_ids = config.value("extra_ids", json(100));
@@ -569,7 +571,7 @@ void build_t5(json& doc, const json& config, const std::string& file, TokenizerC
 // models/xlm_roberta/tokenization_xlm_roberta.py: Unigram with unk_id 3, the file's charsmap,
 // Metaspace "always" ("never" without add_prefix_space), "<s> $A </s>".
 void build_xlm_roberta(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
-  set_unigram(doc, file, 3);
+  set_unigram(doc, config, file, 3);
   set_sentencepiece_pipeline(doc, flag(config, "add_prefix_space").value_or(true) ? "always" : "never");
   roberta_roles(info);
   info->post = PostProcessorRule::kTemplate;
@@ -582,7 +584,7 @@ void build_xlm_roberta(json& doc, const json& config, const std::string& file, T
 // "always" ("never" without add_prefix_space); the file's post-processor.
 void build_albert(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
   const json precompiled = file_precompiled(doc);
-  set_unigram(doc, file, 1);
+  set_unigram(doc, config, file, 1);
   json list = json::array({replace({{"String", "``"}}, "\""), replace({{"String", "''"}}, "\"")});
   if (!flag(config, "keep_accents").value_or(false)) list.push_back({{"type", "NFKD"}}), list.push_back({{"type", "StripAccents"}});
   if (flag(config, "do_lower_case").value_or(true)) list.push_back({{"type", "Lowercase"}});
@@ -608,13 +610,13 @@ void build_deberta_v2(json& doc, const json& config, const std::string& file, To
                        "set \"tokenizer_class\": \"PreTrainedTokenizerFast\" to run the file as is");
   const std::string unk = role_kwarg(config, "unk_token", "[UNK]");
   int64_t unk_id = config.value("unk_id", json(1)).is_number_integer() ? config.value("unk_id", json(1)).get<int64_t>() : 1;
-  const json& vocab = require_model(doc, file, "Unigram").value("vocab", json::array());
+  const json& vocab = require_model(doc, config, file, "Unigram").value("vocab", json::array());
   for (size_t i = 0; i < vocab.size(); ++i)
     if (vocab[i].is_array() && vocab[i].size() == 2 && vocab[i][0] == unk && vocab[i][1] == 0.0) {
       unk_id = static_cast<int64_t>(i);
       break;
     }
-  set_unigram(doc, file, unk_id);
+  set_unigram(doc, config, file, unk_id);
   json list = json::array();
   if (flag(config, "do_lower_case").value_or(false)) list.push_back({{"type", "Lowercase"}});
   list.push_back(replace({{"Regex", R"(\s{2,}|[\n\r\t])"}}, " "));
@@ -633,7 +635,7 @@ void build_deberta_v2(json& doc, const json& config, const std::string& file, To
 // Bert): WordPiece with the unk and "##", BertNormalizer(do_lower_case, tokenize_chinese_chars,
 // strip_accents), BertPreTokenizer, the WordPiece decoder, "[CLS] $A [SEP]".
 void build_bert(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
-  json& model = require_model(doc, file, "WordPiece");
+  json& model = require_model(doc, config, file, "WordPiece");
   model["unk_token"] = role_kwarg(config, "unk_token", "[UNK]");
   model["continuing_subword_prefix"] = "##";
   model["max_input_chars_per_word"] = 100;

@@ -26,6 +26,10 @@ class TokenizerModel {
   virtual const char* type() const = 0;  // "BPE", "Unigram", "WordPiece"
 };
 
+// Ids are dense here (id -> token vectors): a vocabulary may leave holes, but its largest id may
+// exceed its size by at most this many (a corrupt id would otherwise allocate without bound).
+constexpr int64_t kMaxVocabHoles = 1 << 20;
+
 // The tokenizer.json "model" object of each type; errors name `file` and the field.
 std::unique_ptr<TokenizerModel> parse_unigram(const nlohmann::json& model, const std::string& file);
 std::unique_ptr<TokenizerModel> parse_wordpiece(const nlohmann::json& model, const std::string& file);

@@ -39,6 +39,9 @@ class WordPiece final : public TokenizerModel {
       ALPACA_CHECK(it.value().is_number_integer() && it.value().get<int64_t>() >= 0 && it.value().get<int64_t>() < (1ll << 31),
                    file << ": model: vocab id of " << json(it.key()).dump() << " must be a non-negative integer");
       const auto id = it.value().get<int64_t>();
+      ALPACA_CHECK(id < static_cast<int64_t>(vocab.size()) + kMaxVocabHoles,
+                   file << ": model: vocab id " << id << " is far beyond the vocabulary's " << vocab.size()
+                        << " entries (a corrupt id?)");
       ids_[it.key()] = id;
       if (static_cast<size_t>(id) >= tokens_.size()) tokens_.resize(static_cast<size_t>(id) + 1);
       tokens_[static_cast<size_t>(id)] = it.key();
