@@ -1,6 +1,6 @@
-// tokenizer.json (Hugging Face tokenizers: BPE / byte-level / Unigram models, pre-tokenizer
-// regexes through PCRE2, normalizers through utf8proc, added tokens, post-processor templates)
-// read by src/data/hf_tokenizer.cpp: the input is the file, loaded on its own, then used to
+// tokenizer.json (Hugging Face tokenizers: BPE / byte-level, Unigram and WordPiece models, the
+// Precompiled SentencePiece charsmap, pre-tokenizer regexes through PCRE2, normalizers through
+// utf8proc, added tokens, post-processor templates) read by src/data/hf_tokenizer.cpp: the input is the file, loaded on its own, then used to
 // encode and decode text that touches its added tokens, and written back out.
 #include <filesystem>
 

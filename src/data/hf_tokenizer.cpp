@@ -28,6 +28,8 @@
 #include <unordered_map>
 
 #include "alpaca/util/error.h"
+#include "precompiled.h"
+#include "tokenizer_model.h"
 
 namespace alpaca::data::detail {
 namespace {
@@ -318,13 +320,15 @@ class Ctx {
 // ---------------------------------------------------------------- normalizers
 
 struct Normalizer {
-  enum Kind { kSequence, kPrepend, kReplace, kNFC, kNFKC, kNFD, kNFKD, kLowercase, kStrip, kBert } kind;
+  enum Kind { kSequence, kPrepend, kReplace, kNFC, kNFKC, kNFD, kNFKD, kLowercase, kStrip, kBert, kPrecompiled,
+              kStripAccents } kind;
   std::vector<Normalizer> children;
   std::string text;  // Prepend: prepend; Replace: content
   Pattern pattern;
   bool left = false, right = false;
   // BertNormalizer
   bool clean_text = true, chinese_chars = true, strip_accents = false, lowercase = true;
+  std::shared_ptr<const Precompiled> charsmap;  // Precompiled (precompiled.h)
 
   static std::string unicode(const std::string& s, int options) {
     utf8proc_uint8_t* out = nullptr;
@@ -424,6 +428,18 @@ struct Normalizer {
       case kBert:
         bert(s);
         break;
+      case kPrecompiled:
+        s = charsmap->normalize(s);
+        break;
+      case kStripAccents: {  // the library drops every combining mark (Mn, Mc, Me)
+        std::string out;
+        for (size_t i = 0, len = 0; i < s.size(); i += len) {
+          const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(decode_utf8(s, i, &len)));
+          if (cat != UTF8PROC_CATEGORY_MN && cat != UTF8PROC_CATEGORY_MC && cat != UTF8PROC_CATEGORY_ME) out.append(s, i, len);
+        }
+        s = std::move(out);
+        break;
+      }
       case kStrip: {
         size_t b = 0, e = s.size();
         if (left) {
@@ -481,10 +497,15 @@ struct Normalizer {
       n.chinese_chars = ctx.boolean(j, "handle_chinese_chars", true, where);
       n.lowercase = ctx.boolean(j, "lowercase", true, where);
       n.strip_accents = ctx.boolean(j, "strip_accents", n.lowercase, where);
+    } else if (t == "StripAccents") {
+      n.kind = kStripAccents;
+    } else if (t == "Precompiled") {
+      n.kind = kPrecompiled;
+      n.charsmap = std::make_shared<Precompiled>(ctx.str(j, "precompiled_charsmap", where), ctx.file() + ": " + where);
     } else {
       ctx.fail(where, "normalizer type \"" + t +
                           "\" is not supported (supported: Sequence, Prepend, Replace, NFC, NFKC, "
-                          "NFD, NFKD, Lowercase, Strip, BertNormalizer)");
+                          "NFD, NFKD, Lowercase, Strip, StripAccents, BertNormalizer, Precompiled)");
     }
     return n;
   }
@@ -787,7 +808,7 @@ struct PreTokenizer {
 // ---------------------------------------------------------------- decoders
 
 struct Decoder {
-  enum Kind { kSequence, kByteLevel, kMetaspace, kByteFallback, kFuse, kStrip, kReplace, kBpe } kind;
+  enum Kind { kSequence, kByteLevel, kMetaspace, kByteFallback, kFuse, kStrip, kReplace, kBpe, kWordPiece } kind;
   std::vector<Decoder> children;
   std::string replacement;  // Metaspace
   uint32_t replacement_cp = 0;
@@ -795,7 +816,8 @@ struct Decoder {
   uint32_t content_cp = 0;  // Strip
   int64_t start = 0, stop = 0;
   Pattern pattern;          // Replace
-  std::string content;
+  std::string content;      // Replace: the replacement; BPEDecoder: the suffix; WordPiece: the prefix
+  bool cleanup = true;      // WordPiece
 
   void decode_chain(std::vector<std::string>& tokens) const {
     switch (kind) {
@@ -892,6 +914,9 @@ struct Decoder {
         for (size_t i = 0; i < tokens.size(); ++i)
           tokens[i] = Pattern{content, nullptr}.replace_all(tokens[i], i + 1 == tokens.size() ? "" : " ");
         break;
+      case kWordPiece:
+        wordpiece_decode(tokens, content, cleanup);
+        break;
     }
   }
 
@@ -935,10 +960,14 @@ struct Decoder {
     } else if (t == "BPEDecoder") {
       d.kind = kBpe;
       d.content = j.contains("suffix") && !j.at("suffix").is_null() ? ctx.str(j, "suffix", where) : "</w>";
+    } else if (t == "WordPiece") {
+      d.kind = kWordPiece;
+      d.content = j.contains("prefix") && !j.at("prefix").is_null() ? ctx.str(j, "prefix", where) : "##";
+      d.cleanup = ctx.boolean(j, "cleanup", true, where);
     } else {
       ctx.fail(where, "decoder type \"" + t +
                           "\" is not supported (supported: ByteLevel, Metaspace, ByteFallback, "
-                          "Fuse, Strip, Replace, BPEDecoder, Sequence)");
+                          "Fuse, Strip, Replace, BPEDecoder, WordPiece, Sequence)");
     }
     return d;
   }
@@ -1049,9 +1078,9 @@ std::atomic<uint64_t> g_instance{0};
 constexpr size_t kCacheCapacity = 10000;
 constexpr size_t kCacheMaxLength = 256;
 
-struct Bpe {
+struct Bpe final : TokenizerModel {
   std::unordered_map<std::string, int64_t> vocab;
-  std::vector<std::string> id_to_token;  // "" for holes
+  std::vector<std::string> tokens;  // id -> token, "" for holes
   std::unordered_map<uint64_t, std::pair<uint32_t, int64_t>> merges;  // (a, b) -> (rank, new id)
   std::optional<std::string> unk_token;
   std::optional<int64_t> unk_id;
@@ -1064,7 +1093,10 @@ struct Bpe {
     return (static_cast<uint64_t>(a) << 32) | static_cast<uint64_t>(b);
   }
 
-  std::optional<int64_t> lookup(const std::string& s) const {
+  const std::vector<std::string>& id_to_token() const override { return tokens; }
+  const char* type() const override { return "BPE"; }
+
+  std::optional<int64_t> lookup(const std::string& s) const override {
     auto it = vocab.find(s);
     if (it == vocab.end()) return std::nullopt;
     return it->second;
@@ -1166,7 +1198,7 @@ struct Bpe {
       if (x.len != 0) out->push_back(x.c);
   }
 
-  void tokenize(const std::string& s, std::vector<int64_t>* out) const {
+  void tokenize(const std::string& s, std::vector<int64_t>* out) const override {
     if (s.empty()) return;
     if (ignore_merges) {
       if (auto id = lookup(s)) {
@@ -1189,12 +1221,10 @@ struct Bpe {
       cache.emplace(s, std::vector<int64_t>(out->begin() + static_cast<std::ptrdiff_t>(before), out->end()));
   }
 
-  static Bpe parse(const json& j, const Ctx& ctx) {
+  static std::unique_ptr<Bpe> parse(const json& j, const Ctx& ctx) {
     const std::string where = "model";
-    std::string t = ctx.type(j, where);
-    if (t != "BPE")
-      ctx.fail(where, "model type \"" + t + "\" is not supported (supported: BPE)");
-    Bpe m;
+    auto owned = std::make_unique<Bpe>();
+    Bpe& m = *owned;
     m.instance = ++g_instance;
     if (j.contains("dropout") && !j.at("dropout").is_null()) {
       const json& d = j.at("dropout");
@@ -1212,8 +1242,11 @@ struct Bpe {
       m.vocab[it.key()] = id;
       max_id = std::max(max_id, id);
     }
-    m.id_to_token.assign(static_cast<size_t>(max_id + 1), std::string());
-    for (const auto& [tok, id] : m.vocab) m.id_to_token[static_cast<size_t>(id)] = tok;
+    if (max_id >= static_cast<int64_t>(vocab.size()) + kMaxVocabHoles)
+      ctx.fail(where, "vocab id " + std::to_string(max_id) + " is far beyond the vocabulary's " +
+                          std::to_string(vocab.size()) + " entries (a corrupt id?)");
+    m.tokens.assign(static_cast<size_t>(max_id + 1), std::string());
+    for (const auto& [tok, id] : m.vocab) m.tokens[static_cast<size_t>(id)] = tok;
     m.unk_token = ctx.opt_str(j, "unk_token", where);
     if (m.unk_token) m.unk_id = m.lookup(*m.unk_token);
     m.prefix = ctx.opt_str(j, "continuing_subword_prefix", where);
@@ -1254,9 +1287,21 @@ struct Bpe {
                                    ", which is not in the vocab");
       m.merges[key(*ia, *ib)] = {rank++, *in};
     }
-    return m;
+    return owned;
   }
 };
+
+// The tokenizer.json "model": BPE here, Unigram (unigram.cpp), WordPiece (wordpiece.cpp). A model
+// without "type" (old files) is read as the library guesses it from its fields.
+std::unique_ptr<TokenizerModel> parse_model(const json& j, const Ctx& ctx) {
+  if (!j.is_object()) ctx.fail("model", "must be a JSON object");
+  std::string t = j.contains("type") ? ctx.str(j, "type", "model") : "";
+  if (t.empty()) t = j.contains("merges") ? "BPE" : j.contains("max_input_chars_per_word") ? "WordPiece" : "Unigram";
+  if (t == "BPE") return Bpe::parse(j, ctx);
+  if (t == "Unigram") return parse_unigram(j, ctx.file());
+  if (t == "WordPiece") return parse_wordpiece(j, ctx.file());
+  ctx.fail("model", "model type \"" + t + "\" is not supported (supported: BPE, Unigram, WordPiece)");
+}
 
 }  // namespace
 
@@ -1265,7 +1310,7 @@ struct Bpe {
 struct HfTokenizer::Impl {
   std::string source;
   json doc;  // the document as read; to_json() refreshes its added_tokens
-  Bpe model;
+  std::unique_ptr<TokenizerModel> model;  // BPE, Unigram or WordPiece
   std::optional<Normalizer> normalizer;
   std::optional<PreTokenizer> pre_tokenizer;
   std::optional<PostProcessor> post_processor;
@@ -1381,7 +1426,7 @@ struct HfTokenizer::Impl {
       if (p.id >= 0) {
         ids.push_back(p.id);
       } else {
-        model.tokenize(p.s, &ids);
+        model->tokenize(p.s, &ids);
       }
     }
     if (add_special && post_processor) post_processor->apply(ids);
@@ -1391,11 +1436,11 @@ struct HfTokenizer::Impl {
   std::optional<int64_t> token_to_id(const std::string& t) const {
     auto it = added_index.find(t);
     if (it != added_index.end()) return added[it->second].id;
-    return model.lookup(t);
+    return model->lookup(t);
   }
 
   int64_t size() const {
-    int64_t n = static_cast<int64_t>(model.id_to_token.size());
+    int64_t n = static_cast<int64_t>(model->id_to_token().size());
     if (!added.empty()) n = std::max(n, added.back().id + 1);
     return n;
   }
@@ -1460,7 +1505,7 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json(json doc, const std::string&
   for (const char* k : {"truncation", "padding"})
     if (d.contains(k) && !d.at(k).is_null())
       ctx.fail(k, "is not supported in tokenizer.json (expected null; transformers sets these per call)");
-  impl->model = Bpe::parse(d.at("model"), ctx);
+  impl->model = parse_model(d.at("model"), ctx);
   if (d.contains("normalizer") && !d.at("normalizer").is_null())
     impl->normalizer = Normalizer::parse(d.at("normalizer"), ctx, "normalizer");
   if (d.contains("pre_tokenizer") && !d.at("pre_tokenizer").is_null())
@@ -1504,10 +1549,10 @@ std::string HfTokenizer::decode(const std::vector<int64_t>& ids, bool skip_speci
       tokens.push_back(nf != impl_->normalized_form.end() ? nf->second : t.content);
       continue;
     }
-    if (static_cast<size_t>(id) >= impl_->model.id_to_token.size() ||
-        impl_->model.id_to_token[static_cast<size_t>(id)].empty())
+    if (static_cast<size_t>(id) >= impl_->model->id_to_token().size() ||
+        impl_->model->id_to_token()[static_cast<size_t>(id)].empty())
       continue;  // a hole in the vocabulary: the library skips it
-    tokens.push_back(impl_->model.id_to_token[static_cast<size_t>(id)]);
+    tokens.push_back(impl_->model->id_to_token()[static_cast<size_t>(id)]);
   }
   if (!impl_->decoder) {
     std::string out;
@@ -1550,8 +1595,8 @@ std::string HfTokenizer::token_bytes(int64_t id) const {
   ALPACA_CHECK(id >= 0 && id < size(), "token id " << id << " is outside the vocabulary [0, " << size() << ")");
   auto it = impl_->added_by_id.find(id);
   if (it != impl_->added_by_id.end()) return impl_->added[it->second].content;
-  if (static_cast<size_t>(id) >= impl_->model.id_to_token.size()) return {};
-  const std::string& piece = impl_->model.id_to_token[static_cast<size_t>(id)];
+  if (static_cast<size_t>(id) >= impl_->model->id_to_token().size()) return {};
+  const std::string& piece = impl_->model->id_to_token()[static_cast<size_t>(id)];
   if (impl_->decoder && has_decoder(*impl_->decoder, Decoder::kByteLevel)) {
     const auto& table = char_to_byte();
     std::string bytes;
@@ -1562,12 +1607,15 @@ std::string HfTokenizer::token_bytes(int64_t id) const {
     }
     return bytes;
   }
+  if (std::string(impl_->model->type()) == "WordPiece")  // a word's text; "##" (the prefix) marks a continuation
+    return piece.compare(0, 2, "##") == 0 ? piece.substr(2) : piece;
   return sentencepiece_piece_bytes(piece);
 }
 
 int64_t HfTokenizer::size() const { return impl_->size(); }
+const char* HfTokenizer::model_type() const { return impl_->model->type(); }
 int64_t HfTokenizer::model_size() const {
-  return static_cast<int64_t>(impl_->model.id_to_token.size());
+  return static_cast<int64_t>(impl_->model->id_to_token().size());
 }
 
 std::optional<int64_t> HfTokenizer::token_to_id(const std::string& token) const {
@@ -1577,9 +1625,9 @@ std::optional<int64_t> HfTokenizer::token_to_id(const std::string& token) const 
 std::optional<std::string> HfTokenizer::id_to_token(int64_t id) const {
   auto it = impl_->added_by_id.find(id);
   if (it != impl_->added_by_id.end()) return impl_->added[it->second].content;
-  if (id >= 0 && static_cast<size_t>(id) < impl_->model.id_to_token.size() &&
-      !impl_->model.id_to_token[static_cast<size_t>(id)].empty())
-    return impl_->model.id_to_token[static_cast<size_t>(id)];
+  if (id >= 0 && static_cast<size_t>(id) < impl_->model->id_to_token().size() &&
+      !impl_->model->id_to_token()[static_cast<size_t>(id)].empty())
+    return impl_->model->id_to_token()[static_cast<size_t>(id)];
   return std::nullopt;
 }
 
@@ -1607,7 +1655,7 @@ int64_t HfTokenizer::add_token(const std::string& content, bool special, bool ls
   t.special = special;
   t.normalized = !special;
   t.lstrip = lstrip;
-  t.id = impl_->model.lookup(content).value_or(impl_->size());
+  t.id = impl_->model->lookup(content).value_or(impl_->size());
   impl_->added.push_back(t);
   impl_->rebuild();
   return t.id;

@@ -1,12 +1,16 @@
 // Private to src/data: a Hugging Face `tokenizer.json` (the `tokenizers` library's format) read
 // and run with the library's semantics, for the components LLaMA-family checkpoints use:
 //   model          BPE (merge ranks, byte_fallback, ignore_merges, unk_token, fuse_unk,
-//                  continuing_subword_prefix, end_of_word_suffix)
-//   normalizer     Sequence, Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase, Strip, BertNormalizer
+//                  continuing_subword_prefix, end_of_word_suffix), Unigram (unigram.cpp: Viterbi,
+//                  unk_id, byte_fallback), WordPiece (wordpiece.cpp); see tokenizer_model.h
+//   normalizer     Sequence, Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase, Strip, StripAccents,
+//                  BertNormalizer,
+//                  Precompiled (precompiled.cpp: SentencePiece's charsmap)
 //   pre_tokenizer  ByteLevel (with and without its regex), Split, Metaspace, Digits, BertPreTokenizer,
 //                  WhitespaceSplit, Sequence
 //   post_processor TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel, Sequence
-//   decoder        ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, BPEDecoder, Sequence
+//   decoder        ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, BPEDecoder, WordPiece,
+//                  Sequence
 //   added_tokens   special, normalized, lstrip, rstrip, single_word
 // Anything else is an error naming the component and the file. Regexes run on PCRE2 (UTF + UCP),
 // Unicode normalization on utf8proc; both stay inside hf_tokenizer.cpp.
@@ -48,6 +52,7 @@ class HfTokenizer {
 
   int64_t size() const;  // len(tokenizer): one past the largest id
   int64_t model_size() const;  // the model's vocabulary (one past its largest id)
+  const char* model_type() const;  // "BPE", "Unigram", "WordPiece"
   std::optional<int64_t> token_to_id(const std::string& token) const;
   std::optional<std::string> id_to_token(int64_t id) const;
   bool is_special(int64_t id) const;

@@ -16,6 +16,7 @@
 
 #include "alpaca/util/error.h"
 #include "hf_tokenizer.h"
+#include "tokenizer_model.h"
 #include "tokenizer_class.h"
 #include "tokenizer_json.h"
 
@@ -609,6 +610,9 @@ std::vector<int64_t> Tokenizer::encode_truncated(const std::string& text, int64_
 std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special) const {
   if (impl_->hf) {
     std::string text = impl_->hf->decode(ids, skip_special);
+    // TokenizersBackend._decode: clean_up_tokenization_spaces (default false) for non-BPE models.
+    if (std::string(impl_->hf->model_type()) != "BPE" && impl_->hf_config.value("clean_up_tokenization_spaces", json(false)) == json(true))
+      text = detail::clean_up_tokenization(std::move(text));
     if (impl_->cls.decode_suffix.empty()) return text;
     // CLIPTokenizer wraps the backend's decode: the word suffix becomes a space, then str.strip().
     const std::string& suffix = impl_->cls.decode_suffix;

@@ -509,6 +509,147 @@ void build_nougat(json& doc, const json& config, const std::string& file, Tokeni
   info->prefix = {"@bos"}, info->suffix = {"@eos"};
 }
 
+// The model the class constructs must be the file's (the class takes only its vocabulary).
+json& require_model(json& doc, const json& config, const std::string& file, const char* type) {
+  json& model = doc["model"];
+  ALPACA_CHECK(json_string_or(model, "type", "") == type,
+               file << ": tokenizer_class " << json_string_or(config, "tokenizer_class", "?") << " builds a " << type
+                    << " model, but the file's model is " << model.value("type", json("?")).dump()
+                    << "; fix tokenizer_class, or set \"tokenizer_class\": \"PreTrainedTokenizerFast\" in "
+                       "tokenizer_config.json to run the file's own pipeline");
+  return model;
+}
+
+// Unigram(vocab, unk_id=<the class's fixed id>, byte_fallback=False).
+void set_unigram(json& doc, const json& config, const std::string& file, int64_t unk_id) {
+  json& model = require_model(doc, config, file, "Unigram");
+  model["unk_id"] = unk_id;
+  model["byte_fallback"] = false;
+}
+
+// convert_to_native_format hands the class the file's Precompiled charsmap (the normalizer itself
+// or the first in its Sequence); the class makes it its normalizer. Null when there is none.
+json file_precompiled(const json& doc) {
+  const json n = doc.value("normalizer", json());
+  const json list = n.is_object() && n.value("type", json()) == "Sequence" ? n.value("normalizers", json::array())
+                                                                          : json::array({n});
+  for (const json& x : list)
+    if (x.is_object() && x.value("type", json()) == "Precompiled" && x.contains("precompiled_charsmap"))
+      return {{"type", "Precompiled"}, {"precompiled_charsmap", x.at("precompiled_charsmap")}};
+  return nullptr;
+}
+
+json metaspace_split(const char* prepend_scheme) {
+  return {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", prepend_scheme}, {"split", true}};
+}
+
+// WhitespaceSplit then Metaspace(split), Metaspace decoding: T5's and XLM-R's pre-tokenizer.
+void set_sentencepiece_pipeline(json& doc, const char* prepend_scheme) {
+  set_pipeline(doc, file_precompiled(doc),
+               sequence("pretokenizers", json::array({{{"type", "WhitespaceSplit"}}, metaspace_split(prepend_scheme)})),
+               metaspace_split(prepend_scheme));
+}
+
+// models/t5/tokenization_t5.py: Unigram with unk_id 2 whatever the vocabulary, the file's
+// charsmap, "$A </s>" (the eos id), and <extra_id_0..extra_ids-1> as extra special tokens unless
+// additional_special_tokens already holds sentinels.
+void build_t5(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_unigram(doc, config, file, 2);
+  set_sentencepiece_pipeline(doc, "always");
+  info->eos = "</s>", info->unk = "<unk>", info->pad = "<pad>", info->bos = "";
+  const json extra_ids = config.value("extra_ids", json(100));
+  ALPACA_CHECK(extra_ids.is_number_integer() && extra_ids.get<int64_t>() >= 0, file << ": T5Tokenizer's extra_ids must be a non-negative integer");
+  bool has_sentinels = false;
+  for (const json& t : config.value("additional_special_tokens", json::array()))
+    has_sentinels = has_sentinels || role_kwarg(json{{"t", t}}, "t", "").find("<extra_id_") != std::string::npos;
+  if (!has_sentinels)
+    for (int64_t i = 0; i < extra_ids.get<int64_t>(); ++i) info->extra_specials.push_back("<extra_id_" + std::to_string(i) + ">");
+  info->post = PostProcessorRule::kTemplate;
+  info->suffix = {"@eos"};
+}
+
+// models/xlm_roberta/tokenization_xlm_roberta.py: Unigram with unk_id 3, the file's charsmap,
+// Metaspace "always" ("never" without add_prefix_space), "<s> $A </s>".
+void build_xlm_roberta(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_unigram(doc, config, file, 3);
+  set_sentencepiece_pipeline(doc, flag(config, "add_prefix_space").value_or(true) ? "always" : "never");
+  roberta_roles(info);
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@bos"}, info->suffix = {"@eos"};
+  info->pair_doubles_suffix = true;
+}
+
+// models/albert/tokenization_albert.py: Unigram with unk_id 1; `` and '' -> ", NFKD +
+// StripAccents (unless keep_accents), Lowercase (do_lower_case), the file's charsmap; Metaspace
+// "always" ("never" without add_prefix_space); the file's post-processor.
+void build_albert(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  const json precompiled = file_precompiled(doc);
+  set_unigram(doc, config, file, 1);
+  json list = json::array({replace({{"String", "``"}}, "\""), replace({{"String", "''"}}, "\"")});
+  if (!flag(config, "keep_accents").value_or(false)) list.push_back({{"type", "NFKD"}}), list.push_back({{"type", "StripAccents"}});
+  if (flag(config, "do_lower_case").value_or(true)) list.push_back({{"type", "Lowercase"}});
+  if (!precompiled.is_null()) list.push_back(precompiled);
+  const char* scheme = flag(config, "add_prefix_space").value_or(true) ? "always" : "never";
+  set_pipeline(doc, sequence("normalizers", list),
+               sequence("pretokenizers", json::array({{{"type", "WhitespaceSplit"}}, metaspace_split(scheme)})),
+               metaspace_split(scheme));
+  info->bos = info->cls = "[CLS]", info->eos = info->sep = "[SEP]";
+  info->unk = "<unk>", info->pad = "<pad>", info->mask = "[MASK]";
+  // Its "[CLS] $A [SEP]" is set before TokenizersBackend.__init__, which puts the file's
+  // post-processor back (kFile).
+}
+
+// models/deberta_v2/tokenization_deberta_v2.py: Unigram whose unk_id is the index of
+// (unk_token, 0.0) in the vocabulary (else the unk_id kwarg, 1); Lowercase (do_lower_case,
+// default false), whitespace runs and \n\r\t -> " ", NFC, right strip; Metaspace "always"
+// ("first" without add_prefix_space); "[CLS] $A [SEP]". split_by_punct (a Punctuation
+// pre-tokenizer) is refused.
+void build_deberta_v2(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  ALPACA_CHECK(!flag(config, "split_by_punct").value_or(false),
+               file << ": DebertaV2Tokenizer with split_by_punct (a Punctuation pre-tokenizer) is not reimplemented; "
+                       "set \"tokenizer_class\": \"PreTrainedTokenizerFast\" to run the file as is");
+  const std::string unk = role_kwarg(config, "unk_token", "[UNK]");
+  int64_t unk_id = config.value("unk_id", json(1)).is_number_integer() ? config.value("unk_id", json(1)).get<int64_t>() : 1;
+  const json& vocab = require_model(doc, config, file, "Unigram").value("vocab", json::array());
+  for (size_t i = 0; i < vocab.size(); ++i)
+    if (vocab[i].is_array() && vocab[i].size() == 2 && vocab[i][0] == unk && vocab[i][1] == 0.0) {
+      unk_id = static_cast<int64_t>(i);
+      break;
+    }
+  set_unigram(doc, config, file, unk_id);
+  json list = json::array();
+  if (flag(config, "do_lower_case").value_or(false)) list.push_back({{"type", "Lowercase"}});
+  list.push_back(replace({{"Regex", R"(\s{2,}|[\n\r\t])"}}, " "));
+  list.push_back({{"type", "NFC"}});
+  list.push_back({{"type", "Strip"}, {"strip_left", false}, {"strip_right", true}});
+  const char* scheme = flag(config, "add_prefix_space").value_or(true) ? "always" : "first";
+  set_pipeline(doc, sequence("normalizers", list), sequence("pretokenizers", json::array({metaspace_split(scheme)})),
+               metaspace_split(scheme));
+  info->bos = info->cls = "[CLS]", info->eos = info->sep = "[SEP]";
+  info->unk = "[UNK]", info->pad = "[PAD]", info->mask = "[MASK]";
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@cls"}, info->suffix = {"@sep"};
+}
+
+// models/bert/tokenization_bert.py (DistilBert, and Lxmert/MobileBert/SqueezeBert which load as
+// Bert): WordPiece with the unk and "##", BertNormalizer(do_lower_case, tokenize_chinese_chars,
+// strip_accents), BertPreTokenizer, the WordPiece decoder, "[CLS] $A [SEP]".
+void build_bert(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  json& model = require_model(doc, config, file, "WordPiece");
+  model["unk_token"] = role_kwarg(config, "unk_token", "[UNK]");
+  model["continuing_subword_prefix"] = "##";
+  model["max_input_chars_per_word"] = 100;
+  const json strip = config.contains("strip_accents") ? config.at("strip_accents") : json(nullptr);
+  ALPACA_CHECK(strip.is_null() || strip.is_boolean(), file << ": strip_accents must be true, false or null");
+  json normalizer = bert_normalizer(flag(config, "do_lower_case").value_or(true), strip);
+  normalizer["handle_chinese_chars"] = flag(config, "tokenize_chinese_chars").value_or(true);
+  set_pipeline(doc, normalizer, {{"type", "BertPreTokenizer"}}, {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}});
+  info->unk = "[UNK]", info->sep = "[SEP]", info->pad = "[PAD]", info->cls = "[CLS]", info->mask = "[MASK]";
+  info->bos = "", info->eos = "";
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@cls"}, info->suffix = {"@sep"};
+}
+
 using Builder = void (*)(json&, const json&, const std::string&, TokenizerClassInfo*);
 
 // The reimplemented classes (by the class AutoTokenizer instantiates).
@@ -538,6 +679,12 @@ const std::map<std::string, Builder>& builders() {
       {"ReformerTokenizer", build_reformer},
       {"Tipsv2Tokenizer", build_tipsv2},
       {"NougatTokenizer", build_nougat},
+      {"T5Tokenizer", build_t5},
+      {"XLMRobertaTokenizer", build_xlm_roberta},
+      {"BertTokenizer", build_bert},
+      {"DistilBertTokenizer", build_bert},
+      {"AlbertTokenizer", build_albert},
+      {"DebertaV2Tokenizer", build_deberta_v2},
   };
   return m;
 }
@@ -546,20 +693,23 @@ const std::map<std::string, Builder>& builders() {
 // classes the part of the pipeline the tokenizer engine (hf_tokenizer.h) lacks.
 std::string unsupported_reason(const std::string& cls) {
   static const std::set<std::string> kUnigram = {
-      "AlbertTokenizer", "BarthezTokenizer", "BigBirdTokenizer", "CamembertTokenizer", "DebertaV2Tokenizer",
+      "BarthezTokenizer", "BigBirdTokenizer", "CamembertTokenizer",
       "LasrTokenizer", "LayoutXLMTokenizer", "MBart50Tokenizer", "MBartTokenizer", "MLukeTokenizer",
-      "PegasusTokenizer", "RemBertTokenizer", "T5Tokenizer", "UdopTokenizer", "VideoPrismTokenizer",
-      "XGLMTokenizer", "XLMRobertaTokenizer", "XLNetTokenizer"};
+      "PegasusTokenizer", "RemBertTokenizer", "UdopTokenizer", "VideoPrismTokenizer", "XGLMTokenizer",
+      "XLNetTokenizer"};
   static const std::map<std::string, std::string> kBpe = {
       {"NllbTokenizer", "a Precompiled (SentencePiece charsmap) normalizer and source-language prefix tokens"},
       {"SeamlessM4TTokenizer", "source/target-language prefix tokens"},
       {"EsmcTokenizer", "a vocabulary of its own (the file's is not used)"},
       {"LayoutLMv3Tokenizer", "word boxes (bbox) in every call"},
       {"MarkupLMTokenizer", "XPath inputs in every call"}};
-  if (kUnigram.count(cls)) return "builds a Unigram model, which this tokenizer engine does not run (it runs BPE only)";
+  if (kUnigram.count(cls))
+    return "builds a Unigram model with a pipeline of its own (normalizers, special-token layout) that is not "
+           "reimplemented here yet (T5, XLMRoberta, Albert and DebertaV2 are)";
   auto it = kBpe.find(cls);
-  if (it == kBpe.end())  // BertTokenizer and its relatives, RoFormer
-    return "builds a WordPiece model, which this tokenizer engine does not run (it runs BPE only)";
+  if (it == kBpe.end())  // Bert's relatives with their own __init__, RoFormer
+    return "builds a WordPiece model with a pipeline of its own that is not reimplemented here yet (Bert and "
+           "DistilBert are)";
   return "builds a BPE pipeline with " + it->second + ", which is not reimplemented here";
 }
 

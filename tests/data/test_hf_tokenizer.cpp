@@ -229,18 +229,28 @@ TEST(HfTokenizer, ErrorsNameTheFileAndTheSupportedComponents) {
   };
   expect_error(variant("pre", [](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }),
                {"tokenizer.json", "pre_tokenizer", "\"Whitespace\"", "supported: ByteLevel, Split, Metaspace"});
-  expect_error(variant("norm", [](json& j) { j["normalizer"] = {{"type", "Precompiled"}}; }),
-               {"tokenizer.json", "\"Precompiled\"", "supported: Sequence, Prepend, Replace, NFC, NFKC"});
+  expect_error(variant("norm", [](json& j) { j["normalizer"] = {{"type", "Unicode"}}; }),
+               {"tokenizer.json", "\"Unicode\"", "supported: Sequence, Prepend, Replace, NFC, NFKC"});
+  expect_error(variant("charsmap", [](json& j) { j["normalizer"] = {{"type", "Precompiled"}}; }),
+               {"tokenizer.json", "normalizer", "required field \"precompiled_charsmap\" is missing"});
+  expect_error(variant("charsmap64", [](json& j) {
+                 j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", "AAAA!AAA"}};
+               }),
+               {"tokenizer.json", "precompiled_charsmap", "not base64"});
   expect_error(variant("post", [](json& j) { j["post_processor"] = {{"type", "RobertaProcessing"}}; }),
                {"tokenizer.json", "post_processor", "required field \"cls\" is missing"});
   expect_error(variant("post_type", [](json& j) { j["post_processor"] = {{"type", "NoSuchProcessing"}}; }),
                {"tokenizer.json", "\"NoSuchProcessing\"", "supported: TemplateProcessing, RobertaProcessing"});
   expect_error(variant("dec", [](json& j) {
-                 j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "WordPiece"}}}}};
+                 j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "CTC"}}}}};
                }),
-               {"tokenizer.json", "decoder.decoders[0]", "\"WordPiece\"", "supported: ByteLevel, Metaspace"});
-  expect_error(variant("model", [](json& j) { j["model"]["type"] = "Unigram"; }),
-               {"tokenizer.json", "\"Unigram\"", "supported: BPE"});
+               {"tokenizer.json", "decoder.decoders[0]", "\"CTC\"", "supported: ByteLevel, Metaspace"});
+  expect_error(variant("model", [](json& j) { j["model"]["type"] = "WordLevel"; }),
+               {"tokenizer.json", "\"WordLevel\"", "supported: BPE, Unigram, WordPiece"});
+  expect_error(variant("unigram", [](json& j) { j["model"]["type"] = "Unigram"; }),
+               {"tokenizer.json", "a Unigram model needs \"vocab\": [[piece, score], ...]"});
+  expect_error(variant("wordpiece", [](json& j) { j["model"] = {{"type", "WordPiece"}, {"vocab", json::object()}}; }),
+               {"tokenizer.json", "a WordPiece model needs \"unk_token\""});
   expect_error(variant("dropout", [](json& j) { j["model"]["dropout"] = 0.1; }),
                {"tokenizer.json", "dropout", "not supported"});
   expect_error(variant("regex", [](json& j) {

@@ -27,6 +27,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 L2, SM = "llama2", "smollm2"
+# Unigram and WordPiece bases (make_model_bases): SentencePiece-trained Unigram files with the real
+# nmt_nfkc Precompiled charsmap, in T5's and XLM-R's special-token layouts (+ byte pieces), and a
+# WordPiece file trained by tokenizers' WordPieceTrainer, all on the Alpaca records.
+UT5, UXLMR, WP = "unigram_t5", "unigram_xlmr", "wordpiece"
 # (case, base, tokenizer_config.json)
 CASES = [
     ("llama", L2, {"tokenizer_class": "LlamaTokenizer"}),
@@ -65,6 +69,27 @@ CASES = [
     # Their "<unk>" is not in SmolLM2's vocabulary (AutoTokenizer then fails on any unknown word).
     ("openai_gpt", SM, {"tokenizer_class": "OpenAIGPTTokenizer", "unk_token": "<|endoftext|>"}),
     ("herbert", SM, {"tokenizer_class": "HerbertTokenizer", "unk_token": "<|endoftext|>"}),
+    # Unigram / WordPiece files as is (their own pipeline: Precompiled, Metaspace, byte fallback,
+    # BertNormalizer, the WordPiece decoder) and under the classes that rebuild them.
+    ("unigram_as_is", UT5, {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "</s>", "unk_token": "<unk>"}),
+    ("unigram_bytes_as_is", UXLMR, {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "</s>"}),
+    ("t5", UT5, {"tokenizer_class": "T5Tokenizer"}),
+    ("t5_no_extra", UT5, {"tokenizer_class": "T5TokenizerFast", "extra_ids": 0}),
+    ("xlm_roberta", UXLMR, {"tokenizer_class": "XLMRobertaTokenizer"}),
+    ("xlm_roberta_no_prefix", UXLMR, {"tokenizer_class": "XLMRobertaTokenizerFast", "add_prefix_space": False}),
+    ("albert", UXLMR, {"tokenizer_class": "AlbertTokenizer"}),
+    ("albert_cased", UXLMR, {"tokenizer_class": "AlbertTokenizerFast", "do_lower_case": False, "keep_accents": True,
+                             "add_prefix_space": False}),
+    ("deberta_v2", UT5, {"tokenizer_class": "DebertaV2Tokenizer"}),
+    ("deberta_v2_lower", UXLMR, {"tokenizer_class": "DebertaV2Tokenizer", "do_lower_case": True,
+                                 "add_prefix_space": False, "unk_token": "<unk>"}),
+    ("wordpiece_as_is", WP, {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "[SEP]", "unk_token": "[UNK]"}),
+    ("bert", WP, {"tokenizer_class": "BertTokenizer"}),
+    ("bert_cased_cleanup", WP, {"tokenizer_class": "BertTokenizerFast", "do_lower_case": False,
+                                "clean_up_tokenization_spaces": True}),
+    ("bert_flags", WP, {"tokenizer_class": "BertTokenizer", "tokenize_chinese_chars": False, "strip_accents": False}),
+    ("mobilebert", WP, {"tokenizer_class": "MobileBertTokenizer"}),
+    ("distilbert", WP, {"tokenizer_class": "DistilBertTokenizer", "do_lower_case": False}),
 ]
 
 EXTRA_EDGE = [
@@ -102,7 +127,71 @@ def make_bases(out):
     smollm2 = os.path.join(REPO, "models/smollm2-135m-instruct")
     if not os.path.exists(os.path.join(smollm2, "tokenizer.json")):
         subprocess.check_call([sys.executable, os.path.join(REPO, "scripts/make_smollm2.py")])
-    return {L2: os.path.join(out, "llama2_saved/tokenizer.json"), SM: os.path.join(smollm2, "tokenizer.json")}
+    bases = {L2: os.path.join(out, "llama2_saved/tokenizer.json"), SM: os.path.join(smollm2, "tokenizer.json")}
+    bases.update(make_model_bases(out))
+    return bases
+
+
+def alpaca_text(path, n=2000):
+    with open(os.path.join(os.environ.get("ALPACA_SHARED_DIR", os.path.join(REPO, "../shared")),
+                           "data/alpaca/alpaca_5000.json")) as f:
+        records = json.load(f)[:n]
+    with open(path, "w") as f:
+        for r in records:
+            for k in ("instruction", "input", "output"):
+                if r.get(k):
+                    f.write(r[k].replace("\n", " ") + "\n")
+    return path
+
+
+def spm_unigram(out, text, name, specials, byte_fallback):
+    """A SentencePiece Unigram model (nmt_nfkc) as a tokenizer.json: its pieces and scores, its
+    real precompiled_charsmap, Metaspace both ways, and "$A </s>"."""
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    prefix = os.path.join(out, name)
+    spm.SentencePieceTrainer.train(
+        input=text, model_prefix=prefix, vocab_size=3000, model_type="unigram", character_coverage=0.995,
+        normalization_rule_name="nmt_nfkc", byte_fallback=byte_fallback, minloglevel=2, **specials)
+    proto = pb.ModelProto()
+    with open(prefix + ".model", "rb") as f:
+        proto.ParseFromString(f.read())
+    vocab = [(p.piece, p.score) for p in proto.pieces]
+    unk = next(i for i, p in enumerate(proto.pieces) if p.type == 2)
+    tok = Tokenizer(models.Unigram(vocab, unk_id=unk, byte_fallback=byte_fallback))
+    tok.normalizer = normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                 pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")])
+    tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
+    eos = tok.token_to_id("</s>")
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
+                                                       special_tokens=[("</s>", eos)])
+    tok.add_special_tokens([p.piece for p in proto.pieces if p.type in (3, 4)])  # control, user-defined
+    path = os.path.join(out, name + ".json")
+    tok.save(path)
+    return path
+
+
+def make_model_bases(out):
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    text = alpaca_text(os.path.join(out, "alpaca.txt"))
+    t5 = spm_unigram(out, text, UT5, {"pad_id": 0, "eos_id": 1, "unk_id": 2, "bos_id": -1}, False)
+    xlmr = spm_unigram(out, text, UXLMR, {"bos_id": 0, "pad_id": 1, "eos_id": 2, "unk_id": 3,
+                                          "user_defined_symbols": ["<mask>", "[CLS]", "[SEP]", "[MASK]"]}, True)
+    wp = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    wp.normalizer = normalizers.BertNormalizer(lowercase=True)
+    wp.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wp.decoder = decoders.WordPiece(prefix="##")
+    wp.train([text], trainers.WordPieceTrainer(vocab_size=3000, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
+    wp.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", wp.token_to_id("[CLS]")), ("[SEP]", wp.token_to_id("[SEP]"))])
+    wp_path = os.path.join(out, WP + ".json")
+    wp.save(wp_path)
+    return {UT5: t5, UXLMR: xlmr, WP: wp_path}
 
 
 def case_reference(d, texts_for):
