@@ -8,14 +8,19 @@
 //     and Kubeflow PyTorchJob pod variables, full_shard, within 1e-6 of the reference; hybrid_shard
 //     (shard inside a node, replicate across) within 1e-6 of it too; node 0's eth0 counters grow by
 //     at least what the all-gathers must bring across;
-//   - the pod variables of a PyTorchJob replayed exactly give the built-in launcher's rank map.
+//   - the pod variables of a PyTorchJob replayed exactly give the built-in launcher's rank map;
+//   - a 2-node checkpoint resumes bitwise on the 2 nodes and within 1e-6 on 1 node x 4;
+//   - a node that fails (link down, killed) during a background checkpoint write: the survivors
+//     end within --ddp_timeout + 10 s and the last sealed checkpoint resumes.
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
 
+#include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/dist/launcher.h"
 #include "dist_test_helpers.h"
 #include "memory_test_util.h"
@@ -77,14 +82,29 @@ const fs::path& fixture() {
   return dir.path();
 }
 
-std::string train_flags(const fs::path& out, const std::string& fsdp, const std::string& extra = "") {
+// `steps`: how long and how often to save (3 steps, no checkpoints unless told).
+std::string train_flags(const fs::path& out, const std::string& fsdp, const std::string& extra = "",
+                        const std::string& steps = "--max_steps 3 --save_strategy no --ddp_timeout 60") {
   const fs::path& fx = fixture();
   return "--model_name_or_path " + (fx / "model").string() + " --data_path " + (fx / "data.json").string() +
-         " --output_dir " + out.string() +
-         " --max_steps 3 --per_device_train_batch_size 2 --gradient_accumulation_steps 1 --model_max_length 64"
+         " --output_dir " + out.string() + " " + steps +
+         " --per_device_train_batch_size 2 --gradient_accumulation_steps 1 --model_max_length 64"
          " --learning_rate 1e-3 --lr_scheduler_type constant --logging_steps 1 --report_to jsonl --disable_tqdm True"
-         " --seed 3 --save_strategy no --ddp_timeout 60 --fsdp '" +
+         " --seed 3 --fsdp '" +
          fsdp + "'" + extra;
+}
+
+// Loss by step (a resumed run logs only the steps it ran).
+std::map<int64_t, double> losses_by_step(const fs::path& out) {
+  std::map<int64_t, double> l;
+  for (const auto& s : read_step_logs(out)) l[s.step] = s.loss;
+  return l;
+}
+
+// Nothing half-written is left in a run's output directory.
+void expect_no_staging(const fs::path& out) {
+  for (const auto& e : fs::directory_iterator(out))
+    EXPECT_NE(e.path().filename().string().rfind("tmp-", 0), 0u) << "staging left: " << e.path();
 }
 
 std::vector<double> losses(const fs::path& out) {
@@ -320,3 +340,99 @@ TEST_P(NodeFault, EverySurvivorEndsInTimeNamingRankAndNode) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MultiNode, NodeFault, ::testing::Values("link_down", "kill_node"));
+
+// Checkpoints across nodes: 2 nodes x 2 ranks train 6 steps saving at 3 and 6 (each rank writes
+// its own shards into the shared output directory); resuming checkpoint-3 on the same 2 nodes
+// repeats steps 4-6 bitwise, and on 1 node x 4 ranks (gloo over TCP: the same ring sums) within
+// 1e-6 of them.
+TEST(MultiNode, CheckpointOfTwoNodesResumesBitwiseOnTwoAndOnOne) {
+  ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
+  Testbed bed(2);
+  SKIP_WITHOUT_TESTBED(bed);
+  TempDir dir("multinode_resume");
+  const std::string steps = "--max_steps 6 --save_strategy steps --save_steps 3 --ddp_timeout 60";
+  const fs::path straight = dir.path() / "straight", again = dir.path() / "again", one = dir.path() / "one";
+  const std::string flags = train_flags(straight, "full_shard auto_wrap", "", steps);
+  Outcome r = two_nodes(bed, launcher_node(0, flags), launcher_node(1, flags));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  ASSERT_EQ(alpaca::ckpt::checkpoint_problem(straight / "checkpoint-3"), "");
+  const auto want = losses_by_step(straight);
+  ASSERT_EQ(want.size(), 6u) << r.output;
+
+  const std::string resume = " --resume_from_checkpoint " + (straight / "checkpoint-3").string();
+  const std::string flags2 = train_flags(again, "full_shard auto_wrap", resume, steps);
+  r = two_nodes(bed, launcher_node(0, flags2), launcher_node(1, flags2));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const auto got2 = losses_by_step(again);
+  ASSERT_EQ(got2.size(), 3u) << r.output;
+  for (const auto& [step, loss] : got2) EXPECT_EQ(loss, want.at(step)) << "2 nodes resumed, step " << step;
+
+  r = run("ALPACA_GLOO_SHM=0 " + train_bin() + " --nproc_per_node 4 " + train_flags(one, "full_shard auto_wrap", resume, steps));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  const auto got1 = losses_by_step(one);
+  ASSERT_EQ(got1.size(), 3u) << r.output;
+  for (const auto& [step, loss] : got1) EXPECT_NEAR(loss, want.at(step), 1e-6) << "1 node resumed, step " << step;
+  std::cout << "[multinode] step 6 loss: 2x2 straight " << want.at(6) << ", 2x2 resumed " << got2.at(6)
+            << ", 1x4 resumed " << got1.at(6) << "\n";
+  expect_no_staging(again);
+  expect_no_staging(one);
+}
+
+// A node fails while checkpoint-6 is being written in the background (every rank's write pauses
+// 4 s before the seal): its link goes down, or its launcher and workers are SIGKILLed. Every
+// surviving rank ends within --ddp_timeout + 10 s, checkpoint-6 is never sealed, checkpoint-3
+// still verifies, and 1 node x 4 ranks resumes from it to the end with no staging left.
+class SaveFault : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SaveFault, SurvivorsEndInTimeAndTheLastSealedCheckpointResumes) {
+  ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
+  const std::string fault = GetParam();
+  Testbed bed(2);
+  SKIP_WITHOUT_TESTBED(bed);
+  TempDir dir("multinode_savefault");
+  const fs::path out = dir.path() / "run";
+  const int timeout_s = 5;
+  const std::string steps = "--max_steps 9 --save_strategy steps --save_steps 3 --save_async True --ddp_timeout " +
+                            std::to_string(timeout_s);
+  const std::string flags = train_flags(out, "full_shard auto_wrap", "", steps);
+  auto node = [&](int n) {
+    return "env ALPACA_FAULTS=ckpt.pause_before_seal=4000 " + bed.exec(n) + launcher_node(n, flags) + " > " +
+           (dir.path() / ("node" + std::to_string(n) + ".log")).string() + " 2>&1";
+  };
+  const std::string inject = fault == "link_down" ? "ip -n " + bed.tag() + "-n1 link set eth0 down" : "kill -KILL $pid1";
+  const std::string staged = (out / "tmp-checkpoint-6").string(), sealed = (out / "checkpoint-3").string();
+  const std::string script =
+      "{ " + node(1) + " & pid1=$!; " + node(0) + " & pid0=$!; "
+      "for i in $(seq 1200); do [ -d " + sealed + " ] && [ -d " + staged + " ] && break; sleep 0.1; done; "
+      "t0=$(date +%s.%N); " + inject + "; "
+      "wait $pid0; rc0=$?; t_0=$(date +%s.%N); wait $pid1; rc1=$?; t_1=$(date +%s.%N); "
+      "echo \"RESULT $rc0 $rc1 $(echo \"$t_0 - $t0\" | bc) $(echo \"$t_1 - $t0\" | bc)\"; }";
+  Outcome r = run(script);
+  std::string out0, out1;
+  run_command("cat " + (dir.path() / "node0.log").string(), &out0);
+  run_command("cat " + (dir.path() / "node1.log").string(), &out1);
+  const auto at = r.output.find("RESULT ");
+  ASSERT_NE(at, std::string::npos) << r.output << out0 << out1;
+  std::istringstream is(r.output.substr(at + 7));
+  int rc0 = 0, rc1 = 0;
+  double s0 = 0, s1 = 0;
+  is >> rc0 >> rc1 >> s0 >> s1;
+  std::cout << "[multinode] " << fault << " during the checkpoint-6 write: node 0 exit " << rc0 << " after " << s0
+            << " s, node 1 exit " << rc1 << " after " << s1 << " s (--ddp_timeout " << timeout_s << ")\n";
+  EXPECT_NE(rc0, 0) << out0;
+  EXPECT_NE(rc1, 0) << out1;
+  EXPECT_LT(s0, timeout_s + 10) << out0;
+  EXPECT_LT(s1, timeout_s + 10) << out1;
+  EXPECT_NE(out0.find("node 0 of 2"), std::string::npos) << out0;
+  EXPECT_FALSE(fs::exists(out / "checkpoint-6"));
+  EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-3"), "");
+
+  r = run(train_bin() + " --nproc_per_node 4 " +
+          train_flags(out, "full_shard auto_wrap", " --resume_from_checkpoint True", steps));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("resuming from " + sealed), std::string::npos) << r.output;
+  EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-9"), "");
+  expect_no_staging(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(MultiNode, SaveFault, ::testing::Values("link_down", "kill_node"));
