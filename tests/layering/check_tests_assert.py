@@ -61,7 +61,7 @@ def main():
         for m in TEST_HEAD.finditer(text):
             count += 1
             body = body_at(text, m.end() - 1)
-            if ASSERT.search(body) or any(re.search(r"\b%s\s*\(" % h, body) for h in helpers):
+            if ASSERT.search(body) or any(re.search(r"\b%s\s*(<[^;(){}]*>)?\s*\(" % h, body) for h in helpers):
                 continue
             line = text[:m.start()].count("\n") + 1
             bad.append(f"{path.relative_to(root.parent)}:{line}: {m.group(2)}.{m.group(3)} asserts nothing")
