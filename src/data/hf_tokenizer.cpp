@@ -22,6 +22,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
@@ -1321,8 +1322,12 @@ struct HfTokenizer::Impl {
   std::unordered_map<int64_t, std::string> normalized_form;  // normalized tokens whose form differs
   // Matching: per first byte, candidate (pattern, index) sorted longest first.
   std::array<std::vector<std::pair<std::string, size_t>>, 256> raw_first, norm_first;
+  // token_bytes of every id, made on first use (masking asks it for every token of every row);
+  // dropped when the added tokens change. Read and set with std::atomic_load/atomic_store.
+  std::shared_ptr<const std::vector<std::string>> bytes_by_id;
 
   void rebuild() {
+    std::atomic_store(&bytes_by_id, std::shared_ptr<const std::vector<std::string>>());
     std::sort(added.begin(), added.end(),
               [](const AddedToken& a, const AddedToken& b) { return a.id < b.id; });
     added_index.clear();
@@ -1593,6 +1598,17 @@ bool has_decoder(const Decoder& d, Decoder::Kind kind) {
 
 std::string HfTokenizer::token_bytes(int64_t id) const {
   ALPACA_CHECK(id >= 0 && id < size(), "token id " << id << " is outside the vocabulary [0, " << size() << ")");
+  auto table = std::atomic_load(&impl_->bytes_by_id);
+  if (!table) {  // two threads may both make it: the same table either way
+    auto made = std::make_shared<std::vector<std::string>>(static_cast<size_t>(size()));
+    for (int64_t i = 0; i < size(); ++i) (*made)[static_cast<size_t>(i)] = compute_token_bytes(i);
+    table = made;
+    std::atomic_store(&impl_->bytes_by_id, table);
+  }
+  return (*table)[static_cast<size_t>(id)];
+}
+
+std::string HfTokenizer::compute_token_bytes(int64_t id) const {
   auto it = impl_->added_by_id.find(id);
   if (it != impl_->added_by_id.end()) return impl_->added[it->second].content;
   if (static_cast<size_t>(id) >= impl_->model->id_to_token().size()) return {};

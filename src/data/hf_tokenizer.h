@@ -75,6 +75,7 @@ class HfTokenizer {
  private:
   struct Impl;
   explicit HfTokenizer(std::unique_ptr<Impl> impl);
+  std::string compute_token_bytes(int64_t id) const;  // token_bytes without the table
   std::unique_ptr<Impl> impl_;
 };
 
