@@ -110,12 +110,13 @@ Devices make_devices(const LaunchInfo& li) {
                   "--ddp_timeout bounds the wait)");
 }
 
-// One collective in flight: c10d's work, the tensors it uses, and what to do after it (copy an
-// fp32 result back into a 16-bit tensor, divide for avg).
+// One collective in flight, over gloo's c10d work or on the shared-memory worker: `block` waits
+// for it (bounded by the deadline), `finish` runs after it (copy an fp32 result back into a
+// 16-bit tensor, divide for avg).
 class GlooWork final : public Work {
  public:
-  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::string what, Clock::time_point deadline, std::function<void()> finish)
-      : work_(std::move(work)), what_(std::move(what)), deadline_(deadline), finish_(std::move(finish)) {}
+  GlooWork(std::function<void()> block, std::string what, Clock::time_point deadline, std::function<void()> finish)
+      : block_(std::move(block)), what_(std::move(what)), deadline_(deadline), finish_(std::move(finish)) {}
 
   ~GlooWork() override {
     if (done_) return;
@@ -130,9 +131,8 @@ class GlooWork final : public Work {
     std::lock_guard<std::mutex> lock(mu_);
     if (done_) return;
     WaitScope scope(what_);
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now());
     try {
-      work_->wait(std::max(left, std::chrono::milliseconds(1)));
+      block_();
     } catch (const std::exception& e) {
       fail_work(what_, e, deadline_);
     }
@@ -141,45 +141,10 @@ class GlooWork final : public Work {
   }
 
  private:
-  c10::intrusive_ptr<c10d::Work> work_;
+  std::function<void()> block_;
   std::string what_;
   Clock::time_point deadline_;
   std::function<void()> finish_;
-  std::mutex mu_;
-  bool done_ = false;
-};
-
-// One collective on the shared-memory path: it runs on the communicator's worker thread.
-class ShmWork final : public Work {
- public:
-  ShmWork(std::shared_future<void> done, std::string what, Clock::time_point deadline)
-      : done_future_(std::move(done)), what_(std::move(what)), deadline_(deadline) {}
-
-  ~ShmWork() override {
-    if (done_) return;
-    try {  // a handle dropped without wait() still completes before its buffers go away
-      wait();
-    } catch (const std::exception& e) {
-      std::cerr << "alpaca-train: error while completing an unwaited " << what_ << ": " << e.what() << "\n";
-    }
-  }
-
-  void wait() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return;
-    WaitScope scope(what_);
-    try {
-      done_future_.get();  // the worker bounds every collective by its deadline
-    } catch (const std::exception& e) {
-      fail_work(what_, e, deadline_);
-    }
-    done_ = true;
-  }
-
- private:
-  std::shared_future<void> done_future_;
-  std::string what_;
-  Clock::time_point deadline_;
   std::mutex mu_;
   bool done_ = false;
 };
@@ -325,7 +290,12 @@ class GlooCommunicator final : public Communicator {
     } catch (const std::exception& e) {
       fail_collective(what + " could not start: " + short_what(e));
     }
-    return std::make_shared<GlooWork>(std::move(work), what, deadline_after(options_.timeout), std::move(finish));
+    const auto deadline = deadline_after(options_.timeout);
+    auto block = [work, deadline] {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      work->wait(std::max(left, std::chrono::milliseconds(1)));
+    };
+    return std::make_shared<GlooWork>(std::move(block), what, deadline, std::move(finish));
   }
 
   // The shared-memory path: the worker runs the collectives in issue order.
@@ -333,7 +303,8 @@ class GlooCommunicator final : public Communicator {
     std::lock_guard<std::mutex> lock(mu_);  // one issue order on every rank
     const auto deadline = deadline_after(options_.timeout);
     auto done = worker_->post([run = std::move(run), deadline] { run(deadline); });
-    return std::make_shared<ShmWork>(std::move(done), what, deadline);
+    // The worker bounds every collective by its deadline.
+    return std::make_shared<GlooWork>([done = std::move(done)] { done.get(); }, what, deadline, nullptr);
   }
 
   GlooPtr pg_;
