@@ -155,6 +155,28 @@ std::set<std::string> report_lines(const std::string& output) {
   return lines;
 }
 
+// What a fault script reports: each node's exit code and seconds from the fault to its end (its
+// "RESULT rc0 rc1 s0 s1" line), and each node's log.
+struct FaultOutcome {
+  bool reported = false;
+  int rc0 = 0, rc1 = 0;
+  double s0 = 0, s1 = 0;
+  std::string output, out0, out1;
+};
+
+FaultOutcome run_fault(const std::string& script, const fs::path& dir) {
+  FaultOutcome f;
+  f.output = run(script).output;
+  run_command("cat " + (dir / "node0.log").string(), &f.out0);
+  run_command("cat " + (dir / "node1.log").string(), &f.out1);
+  const auto at = f.output.find("RESULT ");
+  if (at == std::string::npos) return f;
+  std::istringstream is(f.output.substr(at + 7));
+  is >> f.rc0 >> f.rc1 >> f.s0 >> f.s1;
+  f.reported = true;
+  return f;
+}
+
 }  // namespace
 
 // Pod 0 and pod 1 of a PyTorchJob with nprocPerNode 2, with exactly the operator's variables
@@ -314,16 +336,11 @@ TEST_P(NodeFault, EverySurvivorEndsInTimeNamingRankAndNode) {
       "t0=$(date +%s.%N); " + inject + "; "
       "wait $pid0; rc0=$?; t_0=$(date +%s.%N); wait $pid1; rc1=$?; t_1=$(date +%s.%N); "
       "echo \"RESULT $rc0 $rc1 $(echo \"$t_0 - $t0\" | bc) $(echo \"$t_1 - $t0\" | bc)\"; }";
-  Outcome r = run(script);
-  std::string out0, out1;
-  run_command("cat " + log0, &out0);
-  run_command("cat " + log1, &out1);
-  const auto at = r.output.find("RESULT ");
-  ASSERT_NE(at, std::string::npos) << r.output << out0 << out1;
-  std::istringstream is(r.output.substr(at + 7));
-  int rc0 = 0, rc1 = 0;
-  double s0 = 0, s1 = 0;
-  is >> rc0 >> rc1 >> s0 >> s1;
+  const FaultOutcome f = run_fault(script, dir.path());
+  ASSERT_TRUE(f.reported) << f.output << f.out0 << f.out1;
+  const int rc0 = f.rc0, rc1 = f.rc1;
+  const double s0 = f.s0, s1 = f.s1;
+  const std::string &out0 = f.out0, &out1 = f.out1;
   std::cout << "[multinode] " << fault << ": node 0 exit " << rc0 << " after " << s0 << " s, node 1 exit " << rc1
             << " after " << s1 << " s (--ddp_timeout " << timeout_s << ")\n";
   EXPECT_NE(rc0, 0) << out0;
@@ -407,16 +424,11 @@ TEST_P(SaveFault, SurvivorsEndInTimeAndTheLastSealedCheckpointResumes) {
       "t0=$(date +%s.%N); " + inject + "; "
       "wait $pid0; rc0=$?; t_0=$(date +%s.%N); wait $pid1; rc1=$?; t_1=$(date +%s.%N); "
       "echo \"RESULT $rc0 $rc1 $(echo \"$t_0 - $t0\" | bc) $(echo \"$t_1 - $t0\" | bc)\"; }";
-  Outcome r = run(script);
-  std::string out0, out1;
-  run_command("cat " + (dir.path() / "node0.log").string(), &out0);
-  run_command("cat " + (dir.path() / "node1.log").string(), &out1);
-  const auto at = r.output.find("RESULT ");
-  ASSERT_NE(at, std::string::npos) << r.output << out0 << out1;
-  std::istringstream is(r.output.substr(at + 7));
-  int rc0 = 0, rc1 = 0;
-  double s0 = 0, s1 = 0;
-  is >> rc0 >> rc1 >> s0 >> s1;
+  const FaultOutcome f = run_fault(script, dir.path());
+  ASSERT_TRUE(f.reported) << f.output << f.out0 << f.out1;
+  const int rc0 = f.rc0, rc1 = f.rc1;
+  const double s0 = f.s0, s1 = f.s1;
+  const std::string &out0 = f.out0, &out1 = f.out1;
   std::cout << "[multinode] " << fault << " during the checkpoint-6 write: node 0 exit " << rc0 << " after " << s0
             << " s, node 1 exit " << rc1 << " after " << s1 << " s (--ddp_timeout " << timeout_s << ")\n";
   EXPECT_NE(rc0, 0) << out0;
@@ -427,8 +439,8 @@ TEST_P(SaveFault, SurvivorsEndInTimeAndTheLastSealedCheckpointResumes) {
   EXPECT_FALSE(fs::exists(out / "checkpoint-6"));
   EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-3"), "");
 
-  r = run(train_bin() + " --nproc_per_node 4 " +
-          train_flags(out, "full_shard auto_wrap", " --resume_from_checkpoint True", steps));
+  const Outcome r = run(train_bin() + " --nproc_per_node 4 " +
+                        train_flags(out, "full_shard auto_wrap", " --resume_from_checkpoint True", steps));
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("resuming from " + sealed), std::string::npos) << r.output;
   EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-9"), "");
