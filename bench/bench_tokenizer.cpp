@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/util/sys.h"
 
 int main(int argc, char** argv) {
@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
     std::cerr << "usage: bench_tokenizer <tokenizer dir> <texts.json> <threads> [ids_out.json]\n";
     return 2;
   }
-  auto tok = alpaca::data::Tokenizer::load(argv[1], /*use_fast=*/true);
+  auto tok = alpaca::tokenizer::Tokenizer::load(argv[1], /*use_fast=*/true);
   std::ifstream in(argv[2]);
   const auto texts = nlohmann::json::parse(in).get<std::vector<std::string>>();
   const int threads = std::max(1, std::atoi(argv[3]));

@@ -170,7 +170,7 @@ def train_tokenizer(records, vocab_size):
 
 def hf_files(model_file, out_dir):
     """tokenizer_config.json, special_tokens_map.json and tokenizer.json as alpaca::data::Tokenizer::save
-    writes them (see src/data/tokenizer.cpp and src/data/tokenizer_json.cpp)."""
+    writes them (see src/tokenizer/tokenizer.cpp and src/tokenizer/tokenizer_json.cpp)."""
     from transformers.tokenization_utils_base import generate_merges
 
     sp = spm.SentencePieceProcessor(model_file=model_file)

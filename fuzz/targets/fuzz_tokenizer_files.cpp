@@ -4,7 +4,7 @@
 // (tokenizer.json on its own is fuzz_tokenizer_json.)
 #include <filesystem>
 
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 #include "fuzz_common.h"
 
 namespace {
@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!parts[i].empty()) fuzz::write_file(dir / names[i], parts[i]);
   }
   FUZZ_EXPECT_ALPACA_ERRORS({
-    alpaca::data::Tokenizer tok = alpaca::data::Tokenizer::load(dir.string());
+    alpaca::tokenizer::Tokenizer tok = alpaca::tokenizer::Tokenizer::load(dir.string());
     std::string text = "Below is an instruction.\n### Response: ok <s></s>";
     for (const auto& t : tok.added_tokens()) text += " " + t.content + "x";
     const auto ids = tok.encode(text, true);

@@ -19,7 +19,7 @@
 #include "alpaca/cli/subcommand_flags.h"
 #include "alpaca/cli/usage_error.h"
 #include "alpaca/data/conversation_example.h"
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/generate/generation_config.h"
 #include "alpaca/generate/chat_prompt.h"
 #include "alpaca/generate/generator.h"
@@ -47,7 +47,7 @@ struct GenerateFlags {
 // back an incomplete UTF-8 character (a byte-level token can end mid-character).
 class TextStreamer {
  public:
-  explicit TextStreamer(const data::Tokenizer& tok) : tok_(tok) {}
+  explicit TextStreamer(const tokenizer::Tokenizer& tok) : tok_(tok) {}
   void put(int64_t id) {
     ids_.push_back(id);
     std::string text = tok_.decode(ids_);
@@ -59,7 +59,7 @@ class TextStreamer {
   }
 
  private:
-  const data::Tokenizer& tok_;
+  const tokenizer::Tokenizer& tok_;
   std::vector<int64_t> ids_;
   size_t printed_ = 0;
 };
@@ -131,7 +131,7 @@ at::Device pick_device(const std::string& flag) {
 // exact_match and a summary line when --expected_field is given).
 void answer_prompts(const GenerateFlags& f, const std::vector<generate::PromptRecord>& records,
                     const std::vector<std::vector<int64_t>>& prompt_ids, model::LlamaForCausalLM& m,
-                    const data::Tokenizer& tok, const generate::GenerateOptions& opts, at::Generator& gen) {
+                    const tokenizer::Tokenizer& tok, const generate::GenerateOptions& opts, at::Generator& gen) {
   const auto t0 = std::chrono::steady_clock::now();
   std::string content;
   int64_t num_tokens = 0, num_correct = 0;
@@ -222,7 +222,7 @@ generate::SamplingParams sampling_options(const GenerateFlags& f, const ParsedFl
 // apply_chat_template(tokenize=True) does.
 std::vector<std::vector<int64_t>> encode_prompts(const GenerateFlags& f,
                                                  const std::vector<generate::PromptRecord>& records,
-                                                 const data::Tokenizer& tok, const std::string& tok_dir) {
+                                                 const tokenizer::Tokenizer& tok, const std::string& tok_dir) {
   std::optional<chat::ChatTemplate> tmpl;
   std::vector<std::vector<int64_t>> out;
   for (const auto& r : records) {
@@ -281,7 +281,7 @@ int run_generate(const std::vector<std::string>& args) {
   opts.eos_token_ids = !gc.eos_token_id.empty() ? gc.eos_token_id : cfg.eos_token_id;
   opts.padding_side = f.padding_side == "left" ? generate::PaddingSide::kLeft : generate::PaddingSide::kRight;
 
-  data::Tokenizer tok = data::Tokenizer::load(tok_dir);
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tok_dir);
   const std::vector<std::vector<int64_t>> prompt_ids = encode_prompts(f, records, tok, tok_dir);
   size_t longest = 0;
   for (const auto& p : prompt_ids) longest = std::max(longest, p.size());

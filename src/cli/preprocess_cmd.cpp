@@ -18,7 +18,7 @@
 #include "alpaca/data/conversation.h"
 #include "alpaca/data/conversation_example.h"
 #include "alpaca/data/packing.h"
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/sys.h"
 
@@ -56,7 +56,7 @@ void write_examples(const std::string& output, const std::vector<data::Example>&
 }
 
 // What the data looks like to the model: counts, length percentiles, truncations, labels.
-void print_report(const std::vector<data::Example>& examples, const data::MaskStats& ms, const data::Tokenizer& tok,
+void print_report(const std::vector<data::Example>& examples, const data::MaskStats& ms, const tokenizer::Tokenizer& tok,
                   int64_t model_max_length) {
   std::vector<int64_t> sorted;
   int64_t total = 0;
@@ -119,7 +119,7 @@ int run_preprocess(const std::vector<std::string>& args) {
 
   sys::Timer timer;
   const std::string tok_source = model_dir.empty() ? tokenizer_path : model_dir;
-  data::Tokenizer tok = data::Tokenizer::load(tok_source, use_fast_tokenizer);
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tok_source, use_fast_tokenizer);
   // As train.py: missing special tokens are added ([PAD] etc.; they can appear in the text).
   tok.add_missing_special_tokens();
   const double load_s = timer.seconds();

@@ -12,7 +12,7 @@
 #include "alpaca/cli/train_args.h"
 #include "alpaca/data/conversation.h"
 #include "alpaca/data/conversation_example.h"
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/dist/launch.h"
 #include "alpaca/train/run.h"
 #include "alpaca/util/error.h"
@@ -57,7 +57,7 @@ void write_args_json(const TrainArgs& args) {
 // as the trainer will, so a bad row, a template error or an empty loss mask stops the run before
 // anything is written to output_dir. Other data (alpaca, or a file whose first row cannot be read)
 // is checked by the trainer as before.
-void check_conversation_data(const TrainArgs& args, const data::Tokenizer& tok) {
+void check_conversation_data(const TrainArgs& args, const tokenizer::Tokenizer& tok) {
   const auto format = data::parse_dataset_format(args.dataset_format);
   for (const std::string& paths : {args.data_path, args.eval_data_path}) {
     if (paths.empty()) continue;
@@ -102,7 +102,7 @@ int run_train(const std::vector<std::string>& argv) {
   // The tokenizer self-check (issue 26: an EOS that splits) and the conversation rows, before
   // output_dir is written; the trainer loads the same files the same way.
   {
-    data::Tokenizer tok = data::Tokenizer::load(args.model_name_or_path, args.use_fast_tokenizer);
+    tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(args.model_name_or_path, args.use_fast_tokenizer);
     tok.add_missing_special_tokens();
     tok.check_special_tokens();
     check_conversation_data(args, tok);

@@ -28,7 +28,7 @@ std::string format_alpaca_prompt(const AlpacaRecord& r) {
 }
 
 std::vector<Example> tokenize_alpaca(const std::vector<AlpacaRecord>& records,
-                                     const Tokenizer& tokenizer, int64_t model_max_length,
+                                     const tokenizer::Tokenizer& tokenizer, int64_t model_max_length,
                                      int num_threads, TokenizeStats* stats) {
   ALPACA_CHECK(model_max_length > 0,
                "--model_max_length must be positive, got " << model_max_length);

@@ -47,12 +47,12 @@ int64_t common_prefix_length(const std::vector<int64_t>& a, const std::vector<in
   return static_cast<int64_t>(n);
 }
 
-json template_special_tokens(const Tokenizer& tok);
+json template_special_tokens(const tokenizer::Tokenizer& tok);
 
 // The template context of `row` with its first `num_messages` messages (all when < 0), as
 // transformers passes it: the special tokens, add_generation_prompt, the row's tools.
 std::string context(const ConversationRow& row, int64_t num_messages, bool add_generation_prompt,
-                    const Tokenizer& tok) {
+                    const tokenizer::Tokenizer& tok) {
   json ctx = json::parse(row.conversation_json);
   if (num_messages >= 0) {
     json& msgs = ctx["messages"];
@@ -95,7 +95,7 @@ bool message_trained(const ConversationRow& row, const Span& s) {
 }
 
 // Renders `row` (messages[:num_messages], all when < 0) and tokenizes without special tokens.
-Rendered render_row(const ConversationRow& row, const chat::ChatTemplate& tmpl, const Tokenizer& tok,
+Rendered render_row(const ConversationRow& row, const chat::ChatTemplate& tmpl, const tokenizer::Tokenizer& tok,
                     int64_t num_messages, bool add_generation_prompt) {
   Rendered r;
   r.ctx = context(row, num_messages, add_generation_prompt, tok);
@@ -104,7 +104,7 @@ Rendered render_row(const ConversationRow& row, const chat::ChatTemplate& tmpl, 
   return r;
 }
 
-void with_spans(Rendered& r, const chat::ChatTemplate& tmpl, const Tokenizer& tok, const ConversationRow& row) {
+void with_spans(Rendered& r, const chat::ChatTemplate& tmpl, const tokenizer::Tokenizer& tok, const ConversationRow& row) {
   if (r.has_spans) return;
   r.spans = assistant_spans(tmpl, r.ctx, r.render, row);
   r.ranges = token_byte_ranges(tok, r.render.text, r.ids);
@@ -178,7 +178,7 @@ void check_not_empty(const Example& ex, const ConversationRow& row, const MaskOp
 }
 
 // prompt_completion with strings: tokenizer(prompt), tokenizer(prompt + completion + EOS).
-Example string_prompt_completion(const ConversationRow& row, const Tokenizer& tok, bool completion_only) {
+Example string_prompt_completion(const ConversationRow& row, const tokenizer::Tokenizer& tok, bool completion_only) {
   std::string completion = row.completion;
   if (!ends_with(completion, tok.eos_token())) completion += tok.eos_token();
   Example ex;
@@ -228,7 +228,7 @@ namespace {
 
 // template_special_tokens_json as a json object; the config part is read once per tokenizer file
 // (a hit costs a lock and a map lookup: this runs for every rendering).
-json template_special_tokens(const Tokenizer& tok) {
+json template_special_tokens(const tokenizer::Tokenizer& tok) {
   static std::mutex mu;
   static std::map<std::string, json> by_file;
   json out;
@@ -253,12 +253,12 @@ json template_special_tokens(const Tokenizer& tok) {
 
 }  // namespace
 
-std::string template_special_tokens_json(const Tokenizer& tok) { return template_special_tokens(tok).dump(); }
+std::string template_special_tokens_json(const tokenizer::Tokenizer& tok) { return template_special_tokens(tok).dump(); }
 
 namespace {
 
 // The untruncated example of a conversation row (messages, sharegpt, prompt-completion lists).
-Example conversation_rows_example(const ConversationRow& row, const Tokenizer& tok, const chat::ChatTemplate& tmpl,
+Example conversation_rows_example(const ConversationRow& row, const tokenizer::Tokenizer& tok, const chat::ChatTemplate& tmpl,
                                   const MaskOptions& opt, bool completion_only, Rendered& r) {
   r = render_row(row, tmpl, tok, -1, false);
   if (opt.assistant_only_loss || any_untrained_message(row)) with_spans(r, tmpl, tok, row);
@@ -287,7 +287,7 @@ auto naming_row(const ConversationRow& row, Fn&& fn) -> decltype(fn()) {
 
 }  // namespace
 
-Example conversation_example(const ConversationRow& row, const Tokenizer& tok, const chat::ChatTemplate* tmpl,
+Example conversation_example(const ConversationRow& row, const tokenizer::Tokenizer& tok, const chat::ChatTemplate* tmpl,
                              const MaskOptions& opt, bool* truncated) {
   ALPACA_CHECK(row.format != DatasetFormat::kAlpaca, row.source << ": alpaca rows go through tokenize_alpaca");
   ALPACA_USER_CHECK(tmpl || !row.is_conversational(), row.source << ": a conversation row needs the model's chat template "
@@ -309,7 +309,7 @@ Example conversation_example(const ConversationRow& row, const Tokenizer& tok, c
   return ex;
 }
 
-std::vector<Example> tokenize_rows(const std::vector<ConversationRow>& rows, const Tokenizer& tok,
+std::vector<Example> tokenize_rows(const std::vector<ConversationRow>& rows, const tokenizer::Tokenizer& tok,
                                    const chat::ChatTemplate* tmpl, const MaskOptions& opt, int num_threads,
                                    MaskStats* stats) {
   tok.check_special_tokens();
@@ -355,7 +355,7 @@ std::vector<Example> tokenize_rows(const std::vector<ConversationRow>& rows, con
   return out;
 }
 
-std::vector<Example> load_examples(const std::string& paths, DatasetFormat format, const Tokenizer& tok,
+std::vector<Example> load_examples(const std::string& paths, DatasetFormat format, const tokenizer::Tokenizer& tok,
                                    const std::filesystem::path& model_dir, const std::filesystem::path& chat_template,
                                    const MaskOptions& opt, int num_threads, MaskStats* stats) {
   const Dataset dataset = load_dataset(paths, format);

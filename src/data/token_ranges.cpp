@@ -37,7 +37,7 @@ bool place(const std::string& text, size_t pos, const std::string& b, size_t* en
 
 }  // namespace
 
-std::vector<std::pair<size_t, size_t>> token_byte_ranges(const Tokenizer& tokenizer, const std::string& text,
+std::vector<std::pair<size_t, size_t>> token_byte_ranges(const tokenizer::Tokenizer& tokenizer, const std::string& text,
                                                          const std::vector<int64_t>& ids) {
   std::vector<std::pair<size_t, size_t>> out;
   out.reserve(ids.size());

@@ -16,7 +16,7 @@
 #include "alpaca/data/alpaca_example.h"
 #include "alpaca/data/collate.h"
 #include "alpaca/data/sampler.h"
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/dist/communicator.h"
 #include "alpaca/fsdp/engine.h"
 #include "alpaca/fsdp/fsdp_llama.h"
@@ -70,7 +70,7 @@ struct Trainer::Impl {
   int local_rank = 0;  // on this node
   at::Device device = at::kCPU;
 
-  std::optional<data::Tokenizer> tokenizer;  // set in setup (no empty Tokenizer exists)
+  std::optional<tokenizer::Tokenizer> tokenizer;  // set in setup (no empty Tokenizer exists)
   // Rank 0: what tokenizer->save writes, and the run's chat template (trainer_setup.cpp).
   std::vector<std::pair<std::string, std::string>> tokenizer_files;
   void write_tokenizer_files(const std::filesystem::path& dir) const;

@@ -77,7 +77,7 @@ ckpt::Fingerprint model_fingerprint_of(const model::LlamaConfig& c) {
 // memory during a save) nor spends its time on it. With them the chat template the run used
 // (--chat_template, else the model's chat_template.jinja), as transformers' save_pretrained
 // writes it: `generate --chat` and AutoTokenizer on the output then render what was trained.
-std::vector<std::pair<std::string, std::string>> saved_tokenizer_files(const data::Tokenizer& tokenizer,
+std::vector<std::pair<std::string, std::string>> saved_tokenizer_files(const tokenizer::Tokenizer& tokenizer,
                                                                        const fs::path& model_dir,
                                                                        const fs::path& chat_template) {
   auto bytes_of = [](const fs::path& p) {
@@ -102,7 +102,7 @@ Trainer::Impl::Impl(const TrainerOptions& o) : opt(o) {}
 
 void Trainer::Impl::setup_tokenizer_and_model() {
   const fs::path base = opt.model_name_or_path;  // checked by cli::check_input_paths
-  tokenizer.emplace(data::Tokenizer::load(base.string(), opt.use_fast_tokenizer));
+  tokenizer.emplace(tokenizer::Tokenizer::load(base.string(), opt.use_fast_tokenizer));
   // train.py: add the missing special tokens (pad [PAD], eos </s>, bos <s>, unk <unk>), then always
   // resize to len(tokenizer); the new rows get the mean of the stored ones.
   tokenizer->add_missing_special_tokens();

@@ -15,6 +15,7 @@
 #include "test_util.h"
 
 namespace alpaca::data {
+using tokenizer::Tokenizer;
 namespace {
 
 using ::alpaca::testing::binary_dir;

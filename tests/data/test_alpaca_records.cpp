@@ -10,6 +10,7 @@
 #include "test_util.h"
 
 namespace alpaca::data {
+using tokenizer::Tokenizer;
 namespace {
 
 using ::alpaca::testing::TempDir;

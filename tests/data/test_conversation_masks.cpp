@@ -24,6 +24,7 @@
 #include "test_util.h"
 
 namespace alpaca::data {
+using tokenizer::Tokenizer;
 namespace {
 
 namespace fs = std::filesystem;

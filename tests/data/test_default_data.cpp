@@ -9,10 +9,11 @@
 
 #include "alpaca/data/alpaca_example.h"
 #include "alpaca/data/alpaca_record.h"
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 #include "test_util.h"
 
 namespace alpaca::data {
+using tokenizer::Tokenizer;
 namespace {
 
 using ::alpaca::testing::python;

@@ -13,11 +13,13 @@
 #include <nlohmann/json.hpp>
 
 #include "alpaca/data/alpaca_example.h"
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
-namespace alpaca::data {
+namespace alpaca::tokenizer {
+using data::load_alpaca_records;
+using data::tokenize_alpaca;
 namespace {
 
 namespace fs = std::filesystem;
@@ -304,4 +306,4 @@ TEST(Llama2Variants, TrainRefusesASplitEosBeforeWritingOutput) {
 }
 
 }  // namespace
-}  // namespace alpaca::data
+}  // namespace alpaca::tokenizer

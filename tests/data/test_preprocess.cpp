@@ -9,6 +9,7 @@
 #include "test_util.h"
 
 namespace alpaca::data {
+using tokenizer::Tokenizer;
 namespace {
 
 using ::alpaca::testing::run_command;

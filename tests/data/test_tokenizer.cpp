@@ -5,11 +5,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
-namespace alpaca::data {
+namespace alpaca::tokenizer {
 namespace {
 
 using ::alpaca::testing::shared_dir;
@@ -150,4 +150,4 @@ TEST(Tokenizer, AddedTokenFlagsMustBeBooleans) {
 }
 
 }  // namespace
-}  // namespace alpaca::data
+}  // namespace alpaca::tokenizer

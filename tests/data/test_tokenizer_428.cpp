@@ -8,10 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include "alpaca/data/alpaca_example.h"
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 #include "test_util.h"
 
-namespace alpaca::data {
+namespace alpaca::tokenizer {
+using data::load_alpaca_records;
+using data::tokenize_alpaca;
 namespace {
 
 namespace fs = std::filesystem;
@@ -66,4 +68,4 @@ TEST(Tokenizer428, AlpacaRecordsMatchTrainPyOnTransformers4281) {
 }
 
 }  // namespace
-}  // namespace alpaca::data
+}  // namespace alpaca::tokenizer

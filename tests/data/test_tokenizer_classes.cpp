@@ -13,11 +13,11 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
-namespace alpaca::data {
+namespace alpaca::tokenizer {
 namespace {
 
 namespace fs = std::filesystem;
@@ -206,4 +206,4 @@ TEST(TokenizerClasses, UnsupportedClassesSayWhy) {
 }
 
 }  // namespace
-}  // namespace alpaca::data
+}  // namespace alpaca::tokenizer

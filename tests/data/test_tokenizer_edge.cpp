@@ -6,10 +6,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 #include "test_util.h"
 
-namespace alpaca::data {
+namespace alpaca::tokenizer {
 namespace {
 
 using ::alpaca::testing::binary_dir;
@@ -52,4 +52,4 @@ TEST(TokenizerEdge, MatchesSlowLlamaTokenizerLegacyAndNonLegacy) {
 }
 
 }  // namespace
-}  // namespace alpaca::data
+}  // namespace alpaca::tokenizer

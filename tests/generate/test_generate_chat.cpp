@@ -13,7 +13,7 @@
 
 #include "alpaca/chat/chat_template.h"
 #include "alpaca/data/conversation_example.h"
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/generate/chat_prompt.h"
 #include "test_util.h"
 
@@ -42,7 +42,7 @@ class GenerateChat : public ::testing::Test {
 
 TEST_F(GenerateChat, TemplatedPromptIdsEqualApplyChatTemplate) {
   const auto tmpl = alpaca::chat::ChatTemplate::load(model_);
-  const auto tok = alpaca::data::Tokenizer::load(model_.string());
+  const auto tok = alpaca::tokenizer::Tokenizer::load(model_.string());
   std::ifstream f(dir_ / "prompts.jsonl");
   size_t i = 0;
   for (std::string line; std::getline(f, line); ++i) {
@@ -82,7 +82,7 @@ TEST_F(GenerateChat, GreedyCliAnswersEqualTransformersGenerate) {
 // --instruction with --chat_template (which implies --chat): one user message, so the streamed
 // answer is conversation 0's.
 TEST_F(GenerateChat, InstructionWithChatTemplateIsOneUserMessage) {
-  const auto tok = alpaca::data::Tokenizer::load(model_.string());
+  const auto tok = alpaca::tokenizer::Tokenizer::load(model_.string());
   const std::string want = tok.decode(ref_["new_ids"][0].get<std::vector<int64_t>>(), /*skip_special=*/true);
   std::string out;
   ASSERT_EQ(run_command("(" + alpaca::testing::train_bin() + " generate --model_name_or_path " + model_.string() +

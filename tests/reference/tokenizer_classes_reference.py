@@ -1,5 +1,5 @@
 """Reference for issue 26's class rule beyond LLaMA/GPT-2/Qwen2: every BPE tokenizer_class that
-transformers 5's AutoTokenizer rebuilds from its Python class (src/data/tokenizer_class.cpp
+transformers 5's AutoTokenizer rebuilds from its Python class (src/tokenizer/tokenizer_class.cpp
 reimplements), run on real tokenizer.json files, with and without the kwargs that change the
 pipeline, against AutoTokenizer from the pinned transformers.
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "alpaca/data/alpaca_record.h"
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 
 namespace alpaca::data {
 
@@ -34,7 +34,7 @@ struct TokenizeStats {
 // Runs tokenizer.check_special_tokens() first: a split EOS stops here, before any output.
 // Example i corresponds to record i. `stats`, when given, receives truncation counts.
 std::vector<Example> tokenize_alpaca(const std::vector<AlpacaRecord>& records,
-                                     const Tokenizer& tokenizer, int64_t model_max_length,
+                                     const tokenizer::Tokenizer& tokenizer, int64_t model_max_length,
                                      int num_threads = 0, TokenizeStats* stats = nullptr);
 
 }  // namespace alpaca::data

@@ -43,7 +43,7 @@
 
 #include "alpaca/data/alpaca_example.h"
 #include "alpaca/data/conversation.h"
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 
 namespace alpaca::chat {
 class ChatTemplate;
@@ -78,20 +78,20 @@ struct MaskStats {
 // `tmpl` may be null for prompt-completion string rows. `truncated` (when given) tells whether the
 // row was cut. Throws alpaca::Error naming row.source: a template error (its line), an empty
 // mask, text the tokens cannot be laid back onto.
-Example conversation_example(const ConversationRow& row, const Tokenizer& tokenizer, const chat::ChatTemplate* tmpl,
+Example conversation_example(const ConversationRow& row, const tokenizer::Tokenizer& tokenizer, const chat::ChatTemplate* tmpl,
                              const MaskOptions& opt, bool* truncated = nullptr);
 
 // Every row in order (alpaca rows through tokenize_alpaca, mixed files work), minus the rows
 // truncation leaves without a label. `tmpl` is needed when a row is conversational. Runs
 // tokenizer.check_special_tokens() first. `num_threads` <= 0 uses every core.
-std::vector<Example> tokenize_rows(const std::vector<ConversationRow>& rows, const Tokenizer& tokenizer,
+std::vector<Example> tokenize_rows(const std::vector<ConversationRow>& rows, const tokenizer::Tokenizer& tokenizer,
                                    const chat::ChatTemplate* tmpl, const MaskOptions& opt, int num_threads = 0,
                                    MaskStats* stats = nullptr);
 
 // A dataset as training reads it: load_dataset(paths, format), the chat template when a row needs
 // one (chat::ChatTemplate::load(model_dir, chat_template): `chat_template` overrides the model's),
 // then tokenize_rows. Used by train (data and eval), its pre-flight check, and preprocess.
-std::vector<Example> load_examples(const std::string& paths, DatasetFormat format, const Tokenizer& tokenizer,
+std::vector<Example> load_examples(const std::string& paths, DatasetFormat format, const tokenizer::Tokenizer& tokenizer,
                                    const std::filesystem::path& model_dir, const std::filesystem::path& chat_template,
                                    const MaskOptions& opt, int num_threads = 0, MaskStats* stats = nullptr);
 
@@ -102,7 +102,7 @@ std::vector<Example> load_examples(const std::string& paths, DatasetFormat forma
 // no added_tokens_decoder, as transformers' legacy path): sep_token, cls_token, mask_token, every other
 // string `*_token` key and the named `extra_special_tokens` (model-specific tokens). Roles the
 // tokenizer lacks are absent (undefined in the template), as there. Read once per tokenizer file.
-std::string template_special_tokens_json(const Tokenizer& tokenizer);
+std::string template_special_tokens_json(const tokenizer::Tokenizer& tokenizer);
 
 // Whether any row needs the chat template (messages, sharegpt, prompt-completion message lists).
 bool needs_chat_template(const std::vector<ConversationRow>& rows);
@@ -114,7 +114,7 @@ std::string describe_mask_stats(const MaskStats& stats, int64_t model_max_length
 // tokens added). Whitespace an lstrip/rstrip token swallowed joins that token; a space the
 // tokenizer inserted (SentencePiece's prefix "▁") covers nothing. Throws when the tokens do not
 // spell the text (a normalizer rewrote it).
-std::vector<std::pair<size_t, size_t>> token_byte_ranges(const Tokenizer& tokenizer, const std::string& text,
+std::vector<std::pair<size_t, size_t>> token_byte_ranges(const tokenizer::Tokenizer& tokenizer, const std::string& text,
                                                          const std::vector<int64_t>& ids);
 
 }  // namespace alpaca::data

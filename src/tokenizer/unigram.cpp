@@ -18,7 +18,7 @@
 #include "alpaca/util/error.h"
 #include "tokenizer_model.h"
 
-namespace alpaca::data::detail {
+namespace alpaca::tokenizer::detail {
 namespace {
 
 using nlohmann::json;
@@ -185,4 +185,4 @@ std::unique_ptr<TokenizerModel> parse_unigram(const json& model, const std::stri
   return std::make_unique<Unigram>(model, file);
 }
 
-}  // namespace alpaca::data::detail
+}  // namespace alpaca::tokenizer::detail

@@ -32,7 +32,7 @@
 #include "precompiled.h"
 #include "tokenizer_model.h"
 
-namespace alpaca::data::detail {
+namespace alpaca::tokenizer::detail {
 namespace {
 
 using nlohmann::json;
@@ -1707,4 +1707,4 @@ std::string HfTokenizer::to_json() const {
   return doc.dump(-1, ' ', false, json::error_handler_t::strict) + "\n";
 }
 
-}  // namespace alpaca::data::detail
+}  // namespace alpaca::tokenizer::detail

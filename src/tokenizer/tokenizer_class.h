@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-namespace alpaca::data::detail {
+namespace alpaca::tokenizer::detail {
 
 // How the class's __init__ leaves the post-processor (the BOS/EOS a call with
 // add_special_tokens=True adds). from_pretrained drops add_bos_token / add_eos_token from
@@ -71,4 +71,4 @@ TokenizerClassInfo apply_tokenizer_class(nlohmann::json& doc, const nlohmann::js
 nlohmann::json template_post_processor(const std::string& bos, int64_t bos_id,
                                        const std::string& eos, int64_t eos_id);
 
-}  // namespace alpaca::data::detail
+}  // namespace alpaca::tokenizer::detail

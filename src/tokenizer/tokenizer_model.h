@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace alpaca::data::detail {
+namespace alpaca::tokenizer::detail {
 
 class TokenizerModel {
  public:
@@ -42,4 +42,4 @@ void wordpiece_decode(std::vector<std::string>& tokens, const std::string& prefi
 // tokenizer_config.json's clean_up_tokenization_spaces asks for, non-BPE models only).
 std::string clean_up_tokenization(std::string text);
 
-}  // namespace alpaca::data::detail
+}  // namespace alpaca::tokenizer::detail

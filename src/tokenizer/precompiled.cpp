@@ -8,7 +8,7 @@
 
 #include "alpaca/util/error.h"
 
-namespace alpaca::data::detail {
+namespace alpaca::tokenizer::detail {
 namespace {
 
 std::string base64_decode(const std::string& in, const std::string& where) {
@@ -121,4 +121,4 @@ std::string Precompiled::normalize(const std::string& s) const {
   return out;
 }
 
-}  // namespace alpaca::data::detail
+}  // namespace alpaca::tokenizer::detail

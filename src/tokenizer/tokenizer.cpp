@@ -2,7 +2,7 @@
 // LlamaTokenizer, or a tokenizer.json run by detail::HfTokenizer (see the header). The HF json
 // files are read and written here so that a saved directory round-trips through transformers'
 // AutoTokenizer with the same ids.
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 
 #include <sentencepiece_processor.h>
 
@@ -20,7 +20,7 @@
 #include "tokenizer_class.h"
 #include "tokenizer_json.h"
 
-namespace alpaca::data {
+namespace alpaca::tokenizer {
 namespace {
 
 namespace fs = std::filesystem;
@@ -829,4 +829,4 @@ void Tokenizer::save(const std::string& dir_str) const {
   if (!added_beyond.empty()) write(dir / "added_tokens.json", added_beyond.dump(2) + "\n");
 }
 
-}  // namespace alpaca::data
+}  // namespace alpaca::tokenizer

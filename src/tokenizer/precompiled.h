@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace alpaca::data::detail {
+namespace alpaca::tokenizer::detail {
 
 class Precompiled {
  public:
@@ -27,4 +27,4 @@ class Precompiled {
   std::string normalized_;
 };
 
-}  // namespace alpaca::data::detail
+}  // namespace alpaca::tokenizer::detail

@@ -7,7 +7,7 @@
 
 #include "alpaca/util/error.h"
 
-namespace alpaca::data::detail {
+namespace alpaca::tokenizer::detail {
 namespace {
 
 using nlohmann::ordered_json;
@@ -162,4 +162,4 @@ std::string make_tokenizer_json(const TokenizerJsonSpec& spec) {
   return doc.dump(-1, ' ', false, ordered_json::error_handler_t::strict) + "\n";
 }
 
-}  // namespace alpaca::data::detail
+}  // namespace alpaca::tokenizer::detail

@@ -7,9 +7,9 @@
 //    strings become their ids, and BOS is prepended (no EOS).
 //  - Hugging Face `tokenizer.json` (the `tokenizers` library's format: LLaMA-3, SmolLM, Mistral,
 //    and LLaMA-2 as transformers 4.x/5 save it), encoded with that library's semantics, as
-//    transformers 5's AutoTokenizer does (src/data/hf_tokenizer.h lists the components), including
+//    transformers 5's AutoTokenizer does (src/tokenizer/hf_tokenizer.h lists the components), including
 //    its class rule: a tokenizer_class such as LlamaTokenizer rebuilds the pipeline from the class
-//    and keeps only vocab, merges and added tokens from the file (src/data/tokenizer_class.h).
+//    and keeps only vocab, merges and added tokens from the file (src/tokenizer/tokenizer_class.h).
 // Which one `load` uses: tokenizer.model when present (stanford_alpaca's use_fast=False), else
 // tokenizer.json; `use_fast` (HF's --use_fast_tokenizer) picks tokenizer.json when both exist.
 // SentencePiece, PCRE2 and utf8proc stay behind the pimpl so no third-party header leaks from here.
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-namespace alpaca::data {
+namespace alpaca::tokenizer {
 
 // One token that is not (only) a SentencePiece piece: HF's AddedToken.
 struct AddedToken {
@@ -129,4 +129,4 @@ class Tokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace alpaca::data
+}  // namespace alpaca::tokenizer

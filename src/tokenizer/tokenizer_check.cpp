@@ -5,10 +5,10 @@
 // sees EOS and never learns to stop, and nothing else fails. So the run stops here instead.
 #include <nlohmann/json.hpp>
 
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/util/error.h"
 
-namespace alpaca::data {
+namespace alpaca::tokenizer {
 namespace {
 
 void check_one(const Tokenizer& tok, const char* role, const std::string& token, int64_t id) {
@@ -41,4 +41,4 @@ void Tokenizer::check_special_tokens() const {
   if (pad_token() && !pad_token()->empty() && pad_id()) check_one(*this, "pad", *pad_token(), *pad_id());
 }
 
-}  // namespace alpaca::data
+}  // namespace alpaca::tokenizer

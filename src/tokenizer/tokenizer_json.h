@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 
-namespace alpaca::data::detail {
+namespace alpaca::tokenizer::detail {
 
 struct TokenizerJsonSpec {
   std::vector<std::string> pieces;  // SentencePiece pieces by id
@@ -23,4 +23,4 @@ struct TokenizerJsonSpec {
 // SentencePiece converter produces).
 std::string make_tokenizer_json(const TokenizerJsonSpec& spec);
 
-}  // namespace alpaca::data::detail
+}  // namespace alpaca::tokenizer::detail

@@ -10,7 +10,7 @@
 #include "alpaca/util/error.h"
 #include "tokenizer_model.h"
 
-namespace alpaca::data::detail {
+namespace alpaca::tokenizer::detail {
 namespace {
 
 using nlohmann::json;
@@ -119,4 +119,4 @@ void wordpiece_decode(std::vector<std::string>& tokens, const std::string& prefi
 
 std::string clean_up_tokenization(std::string text) { return clean_up(std::move(text), false); }
 
-}  // namespace alpaca::data::detail
+}  // namespace alpaca::tokenizer::detail

@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "alpaca/data/tokenizer.h"
+#include "alpaca/tokenizer/tokenizer.h"
 
-namespace alpaca::data::detail {
+namespace alpaca::tokenizer::detail {
 
 // A SentencePiece-style piece as text bytes: "<0xNN>" (byte fallback) is that byte, every "▁" a
 // space. Shared by both tokenizer formats' token_bytes().
@@ -79,4 +79,4 @@ class HfTokenizer {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace alpaca::data::detail
+}  // namespace alpaca::tokenizer::detail

@@ -12,7 +12,7 @@
 
 #include "alpaca/util/error.h"
 
-namespace alpaca::data::detail {
+namespace alpaca::tokenizer::detail {
 namespace {
 
 using nlohmann::json;
@@ -832,4 +832,4 @@ json class_post_processor(const TokenizerClassInfo& info, bool file_has_one, con
   return make_template(resolve(info.prefix), resolve(info.suffix), info.pair_doubles_suffix);
 }
 
-}  // namespace alpaca::data::detail
+}  // namespace alpaca::tokenizer::detail
