@@ -9,6 +9,7 @@
 #include "alpaca/data/packing.h"
 #include "alpaca/model/llama.h"
 #include "alpaca/util/error.h"
+#include "model_test_util.h"
 
 namespace alpaca::data {
 namespace {
@@ -86,15 +87,7 @@ TEST(Packing, WrappedCutsTheConcatenation) {
 }
 
 TEST(Packing, Fp32LossOfPackedEqualsUnpacked) {
-  model::LlamaConfig c;
-  c.vocab_size = 97;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.max_position_embeddings = 128;
+  model::LlamaConfig c = alpaca::testing::llama_config({97, 32, 64, 2, 4, 2, 8, 128});
   c.pad_token_id = 0;
   model::LlamaForCausalLM m(c);
   model::init_weights(m, 7);

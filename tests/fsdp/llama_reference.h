@@ -22,6 +22,13 @@
 namespace alpaca::testing {
 
 using ParamMap = std::map<std::string, at::Tensor>;
+using fsdp::FsdpPolicy;
+using fsdp::ShardingStrategy;
+
+// The training setup the three tests share: a global batch of kGlobal sequences of kSeqLen
+// tokens, AdamW's learning rate and weight decay, and the clip norm.
+constexpr int64_t kGlobal = 8, kSeqLen = 7;
+constexpr double kLr = 5e-3, kWd = 0.05, kMaxNorm = 1.0;
 
 // Runs `steps` optimizer steps on `m` and returns every parameter by name. `clip` are the tensors
 // whose global norm is clipped (the trainable ones).
@@ -86,7 +93,6 @@ struct StrategyCase {
 // Every strategy once, with accumulation, checkpointing and offload each on somewhere; hybrid
 // shards (groups of 2) at world 4 only.
 inline std::vector<StrategyCase> strategy_cases(int world) {
-  using fsdp::ShardingStrategy;
   std::vector<StrategyCase> cases = {{ShardingStrategy::kFullShard, 1, true, false},
                                      {ShardingStrategy::kFullShard, 2, false, true},
                                      {ShardingStrategy::kShardGradOp, 2, true, true},

@@ -21,20 +21,13 @@
 #include "alpaca/optim/grad_clip.h"
 #include "alpaca/util/host_sync.h"
 #include "fsdp_test_env.h"
+#include "model_test_util.h"
 
 namespace alpaca::testing {
 namespace {
 
 model::LlamaConfig tiny() {
-  model::LlamaConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = 64;
-  c.intermediate_size = 96;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.max_position_embeddings = 64;
+  model::LlamaConfig c = llama_config({64, 64, 96, 3, 4, 2, 16, 64});
   c.mlp_bias = true;
   return c;
 }

@@ -23,27 +23,15 @@
 #include "alpaca/util/sys.h"
 #include "fsdp_test_env.h"
 #include "llama_reference.h"
+#include "model_test_util.h"
 
 namespace alpaca::testing {
 namespace {
 
 const auto* g_env = register_job_comm(fsdp_job_options());
 
-using fsdp::FsdpPolicy;
-using fsdp::ShardingStrategy;
-constexpr int64_t kGlobal = 8, kSeqLen = 7;
-constexpr double kLr = 5e-3, kWd = 0.05, kMaxNorm = 1.0;
-
 model::LlamaConfig tiny(bool tied) {
-  model::LlamaConfig c;
-  c.vocab_size = 37;
-  c.hidden_size = 16;
-  c.intermediate_size = 22;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 4;
-  c.max_position_embeddings = 32;
+  model::LlamaConfig c = llama_config({37, 16, 22, 3, 4, 2, 4, 32});
   c.tie_word_embeddings = tied;
   // MLP biases exercise the no-decay mask inside one flat buffer. (Not k_proj.bias: softmax makes
   // its gradient exactly zero, so Adam turns rounding noise into sign(noise) * lr updates.)
@@ -265,15 +253,8 @@ TEST(FsdpLlama, LoadsHfCheckpointIntoShards) {
 TEST(FsdpLlama, LoadingPeakMemoryIsAShardNotAModel) {
   const int world = job_comm()->world_size();
   if (world == 1) GTEST_SKIP() << "needs ranks that did not write the checkpoint";
-  model::LlamaConfig c = tiny(false);
-  c.vocab_size = 8000;
-  c.hidden_size = 512;
-  c.intermediate_size = 1376;
-  c.num_hidden_layers = 4;
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 8;
-  c.head_dim = 64;
-  c.mlp_bias = false;
+  model::LlamaConfig c = llama_21m();
+  c.max_position_embeddings = 32;
   TempDir dir("fsdp_mem");
   std::string path = (dir.path() / "ckpt").string();
   int64_t model_bytes = 0;

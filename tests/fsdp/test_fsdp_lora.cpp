@@ -18,30 +18,16 @@
 #include "alpaca/optim/grad_clip.h"
 #include "fsdp_test_env.h"
 #include "llama_reference.h"
+#include "model_test_util.h"
 
 namespace alpaca::testing {
 namespace {
 
 const auto* g_env = register_job_comm(fsdp_job_options());
 
-using fsdp::FsdpPolicy;
-using fsdp::ShardingStrategy;
-constexpr int64_t kGlobal = 8, kSeqLen = 7, kVocab = 37;
-constexpr double kLr = 5e-3, kWd = 0.05, kMaxNorm = 1.0;
+constexpr int64_t kVocab = 37;
 
-model::LlamaConfig tiny() {
-  model::LlamaConfig c;
-  c.vocab_size = kVocab;
-  c.hidden_size = 16;
-  c.intermediate_size = 22;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 4;
-  c.max_position_embeddings = 32;
-  c.tie_word_embeddings = false;
-  return c;
-}
+model::LlamaConfig tiny() { return llama_config({kVocab, 16, 22, 3, 4, 2, 4, 32}); }
 
 model::LoraOptions lora(double dropout = 0.0) {
   model::LoraOptions o;
@@ -132,16 +118,7 @@ TEST(FsdpLora, TrainingMatchesUnshardedLoopForEveryStrategy) {
 TEST(FsdpLora, PerRankModelStateIsTwoPsiPlusSixteenPsiOverN) {
   // A ~100M-parameter LLaMA on the meta device (no values needed: the counters are what is tested),
   // bf16 compute, LoRA r = 16 on every linear but lm_head.
-  model::LlamaConfig c;
-  c.vocab_size = 32000;
-  c.hidden_size = 768;
-  c.intermediate_size = 2048;
-  c.num_hidden_layers = 8;
-  c.num_attention_heads = 12;
-  c.num_key_value_heads = 12;
-  c.head_dim = 64;
-  c.max_position_embeddings = 512;
-  c.tie_word_embeddings = false;
+  const model::LlamaConfig c = llama_100m();
   model::LlamaForCausalLM m(c, at::TensorOptions().device(at::kMeta));
   model::LoraOptions o;
   o.r = 16;

@@ -20,30 +20,17 @@
 #include "alpaca/optim/grad_clip.h"
 #include "fsdp_test_env.h"
 #include "llama_reference.h"
+#include "model_test_util.h"
 
 namespace alpaca::testing {
 namespace {
 
 const auto* g_env = register_job_comm(fsdp_job_options());
 
-using fsdp::FsdpPolicy;
-using fsdp::ShardingStrategy;
-constexpr int64_t kGlobal = 8, kSeqLen = 7, kVocab = 37;
-constexpr double kLr = 5e-3, kWd = 0.05, kMaxNorm = 1.0;
+constexpr int64_t kVocab = 37;
 
-model::LlamaConfig tiny() {
-  model::LlamaConfig c;
-  c.vocab_size = kVocab;
-  c.hidden_size = 32;
-  c.intermediate_size = 44;  // 32 x 44 = 22 blocks of 64: rows and blocks do not line up
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.max_position_embeddings = 32;
-  c.tie_word_embeddings = false;
-  return c;
-}
+// 32 x 44 = 22 blocks of 64: rows and blocks do not line up.
+model::LlamaConfig tiny() { return llama_config({kVocab, 32, 44, 3, 4, 2, 8, 32}); }
 
 bool quantized(const std::string& name, const at::Tensor& p) {
   return !p.requires_grad() && name.find("layers.") != std::string::npos && p.dim() == 2 && name.ends_with("proj.weight");
@@ -155,16 +142,7 @@ TEST(FsdpQlora, PerRankFrozenBytesAreTheFourBitFormulaOverN) {
   // A ~100M-parameter LLaMA on the meta device (the counters are what is tested), bf16 compute,
   // LoRA r = 16 on every linear but lm_head, nested NF4.
   const int world = job_comm()->world_size();
-  model::LlamaConfig c;
-  c.vocab_size = 32000;
-  c.hidden_size = 768;
-  c.intermediate_size = 2048;
-  c.num_hidden_layers = 8;
-  c.num_attention_heads = 12;
-  c.num_key_value_heads = 12;
-  c.head_dim = 64;
-  c.max_position_embeddings = 512;
-  c.tie_word_embeddings = false;
+  const model::LlamaConfig c = llama_100m();
   for (bool nested : {true, false}) {
     model::LlamaForCausalLM m(c, at::TensorOptions().device(at::kMeta));
     model::LoraOptions o;

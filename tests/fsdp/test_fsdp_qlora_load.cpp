@@ -78,15 +78,6 @@ std::pair<double, std::vector<at::Tensor>> loss_and_grads(fsdp::FsdpLlama& f) {
   return {ls.sum.item<double>(), f.engine().grad_shards()};
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const alpaca::Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 }  // namespace
 
 TEST(FsdpQloraLoad, PrequantizedBnbCheckpointIsTheSameStoreAsQuantizingAtLoad) {

@@ -12,6 +12,7 @@
 #include "alpaca/generate/generator.h"
 #include "alpaca/model/kv_cache.h"
 #include "alpaca/model/llama.h"
+#include "model_test_util.h"
 
 using namespace alpaca;
 using namespace alpaca::model;
@@ -19,15 +20,7 @@ using namespace alpaca::model;
 namespace {
 
 LlamaConfig tiny() {
-  LlamaConfig c;
-  c.vocab_size = 128;
-  c.hidden_size = 64;
-  c.intermediate_size = 96;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.max_position_embeddings = 64;
+  LlamaConfig c = alpaca::testing::llama_config({128, 64, 96, 3, 4, 2, 16, 64});
   c.initializer_range = 0.1;
   return c;
 }

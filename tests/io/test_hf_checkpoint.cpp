@@ -14,35 +14,22 @@
 #include "alpaca/model/llama.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/sys.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 using namespace alpaca;
+using alpaca::testing::error_of;
+using alpaca::testing::llama_config;
 namespace fs = std::filesystem;
 
 namespace {
 
 model::LlamaConfig tiny(bool tied) {
-  model::LlamaConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
+  model::LlamaConfig c = llama_config({64, 32, 48, 2, 4, 2, 8});
   c.tie_word_embeddings = tied;
   c.bos_token_id = 1;
   c.eos_token_id = {2};
   return c;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const alpaca::Error& e) {
-    return e.message();
-  }
-  return "";
 }
 
 void expect_same_params(model::LlamaForCausalLM& a, model::LlamaForCausalLM& b) {
@@ -208,14 +195,9 @@ TEST(HfCheckpoint, MissingTensorAndWrongShapeNameTensorAndFile) {
 
 TEST(HfCheckpoint, LoadingNeverHoldsTwoCopiesOfTheWeights) {
   alpaca::testing::TempDir tmp("hf_peak_rss");
-  model::LlamaConfig c = tiny(false);
-  c.vocab_size = 8000;
-  c.hidden_size = 512;
-  c.intermediate_size = 1376;
-  c.num_hidden_layers = 4;
-  c.num_attention_heads = 8;
-  c.num_key_value_heads = 8;
-  c.head_dim = 64;
+  model::LlamaConfig c = alpaca::testing::llama_21m();
+  c.bos_token_id = 1;
+  c.eos_token_id = {2};
   const std::string dir = (tmp.path() / "ckpt").string();
   {
     // Write the checkpoint one tensor at a time so this process never held the model itself.

@@ -16,6 +16,7 @@
 #include "alpaca/model/llama.h"
 #include "alpaca/model/lora.h"
 #include "alpaca/model/matmul.h"
+#include "model_test_util.h"
 
 using namespace alpaca::model;
 
@@ -32,15 +33,7 @@ struct Case {
 };
 
 LlamaConfig tiny(const Case& c) {
-  LlamaConfig cfg;
-  cfg.vocab_size = 96;
-  cfg.num_attention_heads = 4;
-  cfg.num_key_value_heads = c.kv_heads;
-  cfg.head_dim = c.head_dim;
-  cfg.hidden_size = 48;
-  cfg.intermediate_size = 80;
-  cfg.num_hidden_layers = 3;
-  cfg.max_position_embeddings = 64;
+  LlamaConfig cfg = alpaca::testing::llama_config({96, 48, 80, 3, 4, c.kv_heads, c.head_dim, 64});
   cfg.initializer_range = 0.2;
   cfg.attention_bias = c.biases;
   cfg.o_proj_bias = c.biases;

@@ -16,6 +16,7 @@
 #include "alpaca/model/fused_ops.h"
 #include "alpaca/model/layers.h"
 #include "alpaca/model/rope.h"
+#include "model_test_util.h"
 
 using namespace alpaca::model;
 
@@ -126,17 +127,7 @@ TEST_F(FusedOps, RmsNormIsTheModulePathWithinBf16Rounding) {
   }
 }
 
-LlamaConfig tiny_config() {
-  LlamaConfig c;
-  c.hidden_size = 64;
-  c.intermediate_size = 160;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 16;
-  c.vocab_size = 32;
-  return c;
-}
+LlamaConfig tiny_config() { return alpaca::testing::llama_config({32, 64, 160, 1, 4, 2, 16}); }
 
 TEST_F(FusedOps, Bf16DecoderLayerMatchesTheModulePath) {
   at::manual_seed(4);

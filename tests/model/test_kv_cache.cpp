@@ -6,21 +6,14 @@
 
 #include "alpaca/model/kv_cache.h"
 #include "alpaca/model/llama.h"
+#include "model_test_util.h"
 
 using namespace alpaca::model;
 
 namespace {
 
 LlamaConfig tiny(int64_t kv_heads) {
-  LlamaConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = kv_heads;
-  c.head_dim = 8;
-  c.max_position_embeddings = 64;
+  LlamaConfig c = alpaca::testing::llama_config({64, 32, 48, 2, 4, kv_heads, 8, 64});
   c.initializer_range = 0.2;
   c.pad_token_id = 0;
   return c;

@@ -6,21 +6,14 @@
 
 #include "alpaca/model/llama.h"
 #include "alpaca/model/rope.h"
+#include "model_test_util.h"
 
 using namespace alpaca::model;
 
 namespace {
 
 LlamaConfig tiny(bool tied, int64_t kv_heads = 2) {
-  LlamaConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = kv_heads;
-  c.head_dim = 8;
-  c.max_position_embeddings = 64;
+  LlamaConfig c = alpaca::testing::llama_config({64, 32, 48, 2, 4, kv_heads, 8, 64});
   c.tie_word_embeddings = tied;
   c.pad_token_id = 0;
   return c;

@@ -8,33 +8,16 @@
 #include "alpaca/model/loss.h"
 #include "alpaca/model/lora.h"
 #include "alpaca/util/error.h"
+#include "model_test_util.h"
+#include "test_util.h"
 
 using namespace alpaca::model;
 
 namespace {
 
-LlamaConfig tiny() {
-  LlamaConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.max_position_embeddings = 64;
-  c.tie_word_embeddings = false;
-  return c;
-}
+LlamaConfig tiny() { return alpaca::testing::llama_config({64, 32, 48, 2, 4, 2, 8, 64}); }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const alpaca::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using alpaca::testing::error_of;
 
 }  // namespace
 

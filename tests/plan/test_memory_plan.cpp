@@ -10,33 +10,16 @@
 #include "alpaca/plan/memory_plan.h"
 #include "alpaca/util/error.h"
 #include "test_util.h"
+#include "model_test_util.h"
 
 using namespace alpaca;
 using namespace alpaca::testing;
 
 namespace {
 
-model::LlamaConfig llama_7b() {
-  model::LlamaConfig c;
-  c.vocab_size = 32000;
-  c.hidden_size = 4096;
-  c.intermediate_size = 11008;
-  c.num_hidden_layers = 32;
-  c.num_attention_heads = 32;
-  c.num_key_value_heads = 32;
-  return c;
-}
+model::LlamaConfig llama_7b() { return llama_config({32000, 4096, 11008, 32, 32, 32}); }
 
-model::LlamaConfig tiny() {
-  model::LlamaConfig c;
-  c.vocab_size = 1000;
-  c.hidden_size = 64;
-  c.intermediate_size = 172;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  return c;
-}
+model::LlamaConfig tiny() { return llama_config({1000, 64, 172, 3, 4, 2}); }
 
 int64_t item(const plan::MemoryPlan& p, const std::string& name, bool host = false) {
   for (const auto& i : p.breakdown)

@@ -11,6 +11,7 @@
 #include "alpaca/optim/adamw.h"
 #include "alpaca/plan/memory_plan.h"
 #include "dist_test_env.h"
+#include "model_test_util.h"
 
 using namespace alpaca;
 using namespace alpaca::testing;
@@ -26,15 +27,8 @@ struct ModelCase {
 };
 
 std::vector<ModelCase> model_cases() {
-  model::LlamaConfig base;
-  base.vocab_size = 101;  // odd sizes: every unit's padding differs by world size
-  base.hidden_size = 24;
-  base.intermediate_size = 37;
-  base.num_hidden_layers = 3;
-  base.num_attention_heads = 4;
-  base.num_key_value_heads = 2;
-  base.head_dim = 6;
-  base.max_position_embeddings = 64;
+  // Odd sizes: every unit's padding differs by world size.
+  const model::LlamaConfig base = llama_config({101, 24, 37, 3, 4, 2, 6, 64});
   std::vector<ModelCase> cases;
   cases.push_back({"llama", base, {"lm_head"}});
   model::LlamaConfig tied = base;
