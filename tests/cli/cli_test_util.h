@@ -61,3 +61,17 @@ inline const std::string kRequired = "--model_name_or_path /models/llama --data_
     EXPECT_FALSE(msg_.empty()) << "expected a usage error for: " << (cmd);                     \
     EXPECT_NE(msg_.find(needle), std::string::npos) << "message: " << msg_ << "\nwanted: " << (needle); \
   } while (0)
+
+namespace alpaca::cli::test {
+
+// One row of a table of refusals: the flags after kRequired and what the usage error must say.
+struct UsageErrorCase {
+  std::string flags, needle;
+};
+
+// EXPECT_USAGE_ERROR(kRequired + flags, needle) for every row.
+inline void expect_usage_errors(const std::vector<UsageErrorCase>& cases) {
+  for (const auto& c : cases) EXPECT_USAGE_ERROR(kRequired + c.flags, c.needle);
+}
+
+}  // namespace alpaca::cli::test

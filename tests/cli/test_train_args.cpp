@@ -17,11 +17,12 @@ namespace {
 
 using test::kRequired;
 using test::parse_error;
+using test::expect_usage_errors;
 using test::shell_split;
 
-// The README's FSDP command (stanford_alpaca README, "Fine-tuning"), from the first flag on;
-// only the <placeholders> are filled in.
-const char* kAlpacaFsdpCommand = R"(--model_name_or_path /models/llama-7b-hf \
+// The flags the README's two commands (stanford_alpaca README, "Fine-tuning" and "Addressing
+// OOM") share, from the first flag on; only the <placeholders> are filled in.
+const std::string kAlpacaCommonFlags = R"(--model_name_or_path /models/llama-7b-hf \
     --data_path ./alpaca_data.json \
     --bf16 True \
     --output_dir /tmp/alpaca-out \
@@ -36,29 +37,17 @@ const char* kAlpacaFsdpCommand = R"(--model_name_or_path /models/llama-7b-hf \
     --learning_rate 2e-5 \
     --weight_decay 0. \
     --warmup_ratio 0.03 \
-    --lr_scheduler_type "cosine" \
+)";
+
+// The README's FSDP command.
+const std::string kAlpacaFsdpCommand = kAlpacaCommonFlags + R"(    --lr_scheduler_type "cosine" \
     --logging_steps 1 \
     --fsdp "full_shard auto_wrap" \
     --fsdp_transformer_layer_cls_to_wrap 'LlamaDecoderLayer' \
     --tf32 True)";
 
-// The README's DeepSpeed command ("Addressing OOM").
-const char* kAlpacaDeepSpeedCommand = R"(--model_name_or_path /models/llama-7b-hf \
-    --data_path ./alpaca_data.json \
-    --bf16 True \
-    --output_dir /tmp/alpaca-out \
-    --num_train_epochs 3 \
-    --per_device_train_batch_size 4 \
-    --per_device_eval_batch_size 4 \
-    --gradient_accumulation_steps 8 \
-    --evaluation_strategy "no" \
-    --save_strategy "steps" \
-    --save_steps 2000 \
-    --save_total_limit 1 \
-    --learning_rate 2e-5 \
-    --weight_decay 0. \
-    --warmup_ratio 0.03 \
-    --deepspeed "./configs/default_offload_opt_param.json" \
+// The README's DeepSpeed command.
+const std::string kAlpacaDeepSpeedCommand = kAlpacaCommonFlags + R"(    --deepspeed "./configs/default_offload_opt_param.json" \
     --tf32 True)";
 
 // The DeepSpeed command names ./configs/...: run from the repository root, as the README does.
@@ -160,9 +149,11 @@ TEST(TrainArgs, BooleanForms) {
   // Optional booleans stay None unless given; HF's --no_<flag> for flags that default to True.
   EXPECT_FALSE(parse_train_args(shell_split(kRequired)).tf32.has_value());
   // --no_save_safetensors sets it to False, which is refused at parse time (exit 2), not at step 0.
-  EXPECT_USAGE_ERROR(kRequired + "--no_save_safetensors", "--save_safetensors False is not supported");
-  EXPECT_USAGE_ERROR(kRequired + "--bf16 maybe", "--bf16 expects a boolean (True/False, true/false, 1/0), got 'maybe'");
-  EXPECT_USAGE_ERROR(kRequired + "--save_safetensors True --no_save_safetensors", "contradict");
+  expect_usage_errors({
+      {"--no_save_safetensors", "--save_safetensors False is not supported"},
+      {"--bf16 maybe", "--bf16 expects a boolean (True/False, true/false, 1/0), got 'maybe'"},
+      {"--save_safetensors True --no_save_safetensors", "contradict"},
+  });
 }
 
 TEST(TrainArgs, NumbersAndOptionals) {
@@ -172,74 +163,73 @@ TEST(TrainArgs, NumbersAndOptionals) {
   EXPECT_FALSE(a.save_total_limit.has_value());
   EXPECT_DOUBLE_EQ(a.learning_rate, 3e-4);
   EXPECT_EQ(trainer_options(a).data_seed, 7);
-  EXPECT_USAGE_ERROR(kRequired + "--per_device_train_batch_size four", "--per_device_train_batch_size expects an integer, got 'four'");
-  EXPECT_USAGE_ERROR(kRequired + "--learning_rate fast", "--learning_rate expects a number, got 'fast'");
-  EXPECT_USAGE_ERROR(kRequired + "--max_steps 0", "--max_steps must be a positive number");
-  EXPECT_USAGE_ERROR(kRequired + "--learning_rate", "--learning_rate needs a value, e.g. --learning_rate VALUE");
-  EXPECT_USAGE_ERROR(kRequired + "--output_dir --bf16", "--output_dir needs a value, but the next argument is the flag --bf16");
+  expect_usage_errors({
+      {"--per_device_train_batch_size four", "--per_device_train_batch_size expects an integer, got 'four'"},
+      {"--learning_rate fast", "--learning_rate expects a number, got 'fast'"},
+      {"--max_steps 0", "--max_steps must be a positive number"},
+      {"--learning_rate", "--learning_rate needs a value, e.g. --learning_rate VALUE"},
+      {"--output_dir --bf16", "--output_dir needs a value, but the next argument is the flag --bf16"},
+  });
 }
 
 TEST(TrainArgs, UnknownFlagsSuggestTheClosestName) {
-  EXPECT_USAGE_ERROR(kRequired + "--learning_rat 1e-4", "unknown flag --learning_rat; did you mean --learning_rate?");
-  EXPECT_USAGE_ERROR(kRequired + "--per_device_train_batch 4", "did you mean --per_device_train_batch_size?");
-  EXPECT_USAGE_ERROR(kRequired + "--evaluation_strateg no", "did you mean --evaluation_strategy?");
-  EXPECT_USAGE_ERROR(kRequired + "--gradient_accumulation=8", "did you mean --gradient_accumulation_steps?");
-  EXPECT_USAGE_ERROR(kRequired + "--frobnicate 3", "unknown flag --frobnicate; run 'alpaca-train --help'");
-  // An unquoted multi-word value leaves a stray word behind.
-  EXPECT_USAGE_ERROR(kRequired + "--fsdp full_shard auto_wrap", "unexpected argument 'auto_wrap'");
-  // Values of choice flags get suggestions too.
-  EXPECT_USAGE_ERROR(kRequired + "--lr_scheduler_type cosin", "did you mean 'cosine'?");
-  EXPECT_USAGE_ERROR(kRequired + "--fsdp \"full_shard auto_wrapp\"", "did you mean 'auto_wrap'?");
+  expect_usage_errors({
+      {"--learning_rat 1e-4", "unknown flag --learning_rat; did you mean --learning_rate?"},
+      {"--per_device_train_batch 4", "did you mean --per_device_train_batch_size?"},
+      {"--evaluation_strateg no", "did you mean --evaluation_strategy?"},
+      {"--gradient_accumulation=8", "did you mean --gradient_accumulation_steps?"},
+      {"--frobnicate 3", "unknown flag --frobnicate; run 'alpaca-train --help'"},
+      // An unquoted multi-word value leaves a stray word behind.
+      {"--fsdp full_shard auto_wrap", "unexpected argument 'auto_wrap'"},
+      // Values of choice flags get suggestions too.
+      {"--lr_scheduler_type cosin", "did you mean 'cosine'?"},
+      {"--fsdp \"full_shard auto_wrapp\"", "did you mean 'auto_wrap'?"},
+  });
 }
 
 TEST(TrainArgs, ContradictionsSayWhatToChange) {
-  EXPECT_USAGE_ERROR(kRequired + "--bf16 True --fp16 True", "--bf16 and --fp16 are both set; choose one mixed-precision mode");
-  EXPECT_USAGE_ERROR(kRequired + "--save_strategy epoch --save_steps 100",
-                     "--save_steps 100.0 has no effect with --save_strategy epoch; set --save_strategy steps, or drop --save_steps");
-  EXPECT_USAGE_ERROR(kRequired + "--logging_strategy no --logging_steps 5", "--logging_steps 5.0 has no effect with --logging_strategy no");
-  EXPECT_USAGE_ERROR(kRequired + "--eval_steps 10", "--eval_steps 10.0 has no effect with --eval_strategy no");
-  EXPECT_USAGE_ERROR(kRequired + "--eval_strategy steps --logging_strategy epoch", "--eval_strategy steps needs --eval_steps");
-  EXPECT_USAGE_ERROR(kRequired + "--evaluation_strategy steps --eval_strategy steps",
-                     "--evaluation_strategy and --eval_strategy are the same flag; give only --eval_strategy");
-  EXPECT_USAGE_ERROR(kRequired + "--fsdp full_shard --deepspeed configs/default_offload_opt_param.json",
-                     "--deepspeed and --fsdp both choose the sharding engine; give one");
-  EXPECT_USAGE_ERROR(kRequired + "--fsdp \"full_shard shard_grad_op\"", "names full_shard and shard_grad_op; choose one sharding strategy");
-  EXPECT_USAGE_ERROR(kRequired + "--fsdp offload", "--fsdp offload can't work on its own");
-  EXPECT_USAGE_ERROR(kRequired + "--fsdp \"no_shard offload\"", "is not supported");
-  EXPECT_USAGE_ERROR(kRequired + "--fsdp hybrid_shard_zero2", "--fsdp hybrid_shard_zero2 is not implemented by the FSDP engine; use one of full_shard, shard_grad_op, no_shard, hybrid_shard");
-  EXPECT_USAGE_ERROR(kRequired + "--fsdp full_shard --fsdp_transformer_layer_cls_to_wrap LlamaDecoderLayer",
-                     "only acts with --fsdp auto_wrap");
-  EXPECT_USAGE_ERROR(kRequired + "--fsdp \"full_shard auto_wrap\" --fsdp_transformer_layer_cls_to_wrap LLaMADecoderLayer",
-                     "use LlamaDecoderLayer");
-  EXPECT_USAGE_ERROR(kRequired + "--fsdp_config '{\"backward_prefetch\": \"backward_pre\"}'", "--fsdp_config has no effect without --fsdp");
-  EXPECT_USAGE_ERROR(kRequired + "--warmup_ratio 0.1 --warmup_steps 10", "both set the warmup; give only one");
-  EXPECT_USAGE_ERROR(kRequired + "--load_best_model_at_end --eval_strategy epoch --save_strategy steps",
-                     "--load_best_model_at_end requires the save and eval strategy to match");
-  EXPECT_USAGE_ERROR(kRequired + "--load_best_model_at_end --eval_strategy steps --eval_steps 30 --save_steps 50",
-                     "--save_steps to be a round multiple of --eval_steps");
-  EXPECT_USAGE_ERROR(kRequired + "--eval_data_path eval.json", "--eval_data_path is given but --eval_strategy is 'no'");
-  // Refused when parsing, not after the communicators start (they used to be trainer checks).
-  EXPECT_USAGE_ERROR(kRequired + "--eval_strategy epoch", "--eval_strategy epoch needs --eval_data_path");
-  EXPECT_USAGE_ERROR(kRequired + "--lr_scheduler_kwargs '{\"num_cycle\": 2}'",
-                     "--lr_scheduler_kwargs key 'num_cycle' is not used by linear");
-  EXPECT_USAGE_ERROR(kRequired + "--lr_scheduler_type cosine_with_min_lr", "one of min_lr or min_lr_rate must be set");
-  EXPECT_USAGE_ERROR(kRequired + "--do_eval True", "would never evaluate");
-  EXPECT_USAGE_ERROR(kRequired + "--packing --group_by_length", "--packing and --group_by_length contradict");
-  EXPECT_USAGE_ERROR(kRequired + "--packing --packing_strategy bfd_split", "bfd_split, which splits long examples");
-  EXPECT_USAGE_ERROR(kRequired + "--packing --packing_strategy greedy", "--packing_strategy 'greedy' is not");
-  EXPECT_USAGE_ERROR(kRequired + "--logging_steps 2.5", "--logging_steps must be an integer if bigger than 1");
+  expect_usage_errors({
+      {"--bf16 True --fp16 True", "--bf16 and --fp16 are both set; choose one mixed-precision mode"},
+      {"--save_strategy epoch --save_steps 100", "--save_steps 100.0 has no effect with --save_strategy epoch; set --save_strategy steps, or drop --save_steps"},
+      {"--logging_strategy no --logging_steps 5", "--logging_steps 5.0 has no effect with --logging_strategy no"},
+      {"--eval_steps 10", "--eval_steps 10.0 has no effect with --eval_strategy no"},
+      {"--eval_strategy steps --logging_strategy epoch", "--eval_strategy steps needs --eval_steps"},
+      {"--evaluation_strategy steps --eval_strategy steps", "--evaluation_strategy and --eval_strategy are the same flag; give only --eval_strategy"},
+      {"--fsdp full_shard --deepspeed configs/default_offload_opt_param.json", "--deepspeed and --fsdp both choose the sharding engine; give one"},
+      {"--fsdp \"full_shard shard_grad_op\"", "names full_shard and shard_grad_op; choose one sharding strategy"},
+      {"--fsdp offload", "--fsdp offload can't work on its own"},
+      {"--fsdp \"no_shard offload\"", "is not supported"},
+      {"--fsdp hybrid_shard_zero2", "--fsdp hybrid_shard_zero2 is not implemented by the FSDP engine; use one of full_shard, shard_grad_op, no_shard, hybrid_shard"},
+      {"--fsdp full_shard --fsdp_transformer_layer_cls_to_wrap LlamaDecoderLayer", "only acts with --fsdp auto_wrap"},
+      {"--fsdp \"full_shard auto_wrap\" --fsdp_transformer_layer_cls_to_wrap LLaMADecoderLayer", "use LlamaDecoderLayer"},
+      {"--fsdp_config '{\"backward_prefetch\": \"backward_pre\"}'", "--fsdp_config has no effect without --fsdp"},
+      {"--warmup_ratio 0.1 --warmup_steps 10", "both set the warmup; give only one"},
+      {"--load_best_model_at_end --eval_strategy epoch --save_strategy steps", "--load_best_model_at_end requires the save and eval strategy to match"},
+      {"--load_best_model_at_end --eval_strategy steps --eval_steps 30 --save_steps 50", "--save_steps to be a round multiple of --eval_steps"},
+      {"--eval_data_path eval.json", "--eval_data_path is given but --eval_strategy is 'no'"},
+      // Refused when parsing, not after the communicators start (they used to be trainer checks).
+      {"--eval_strategy epoch", "--eval_strategy epoch needs --eval_data_path"},
+      {"--lr_scheduler_kwargs '{\"num_cycle\": 2}'", "--lr_scheduler_kwargs key 'num_cycle' is not used by linear"},
+      {"--lr_scheduler_type cosine_with_min_lr", "one of min_lr or min_lr_rate must be set"},
+      {"--do_eval True", "would never evaluate"},
+      {"--packing --group_by_length", "--packing and --group_by_length contradict"},
+      {"--packing --packing_strategy bfd_split", "bfd_split, which splits long examples"},
+      {"--packing --packing_strategy greedy", "--packing_strategy 'greedy' is not"},
+      {"--logging_steps 2.5", "--logging_steps must be an integer if bigger than 1"},
+  });
 }
 
 TEST(TrainArgs, UnsupportedValuesAreRefusedNotIgnored) {
-  EXPECT_USAGE_ERROR(kRequired + "--optim sgd", "--optim 'sgd' is not one of: adamw_torch, adamw_torch_fused");
-  EXPECT_USAGE_ERROR(kRequired + "--report_to wandb", "--report_to 'wandb' is not available");
-  EXPECT_USAGE_ERROR(kRequired + "--dataloader_num_workers 4", "--dataloader_num_workers 4 is not supported");
-  EXPECT_USAGE_ERROR(kRequired + "--remove_unused_columns False", "--remove_unused_columns False is not supported");
-  EXPECT_USAGE_ERROR(kRequired + "--save_strategy best", "--save_strategy best is not supported");
-  EXPECT_USAGE_ERROR(kRequired + "--load_best_model_at_end --eval_strategy steps --eval_steps 10 --save_steps 10",
-                     "--load_best_model_at_end is not supported yet");
-  EXPECT_USAGE_ERROR(kRequired + "--log_level verbose", "--log_level 'verbose' is not a level");
-  EXPECT_USAGE_ERROR(kRequired + "--resume_from_checkpoint /no/such/checkpoint-5", "no such directory");
+  expect_usage_errors({
+      {"--optim sgd", "--optim 'sgd' is not one of: adamw_torch, adamw_torch_fused"},
+      {"--report_to wandb", "--report_to 'wandb' is not available"},
+      {"--dataloader_num_workers 4", "--dataloader_num_workers 4 is not supported"},
+      {"--remove_unused_columns False", "--remove_unused_columns False is not supported"},
+      {"--save_strategy best", "--save_strategy best is not supported"},
+      {"--load_best_model_at_end --eval_strategy steps --eval_steps 10 --save_steps 10", "--load_best_model_at_end is not supported yet"},
+      {"--log_level verbose", "--log_level 'verbose' is not a level"},
+      {"--resume_from_checkpoint /no/such/checkpoint-5", "no such directory"},
+  });
   EXPECT_USAGE_ERROR("--data_path d.json", "--model_name_or_path is required");
   EXPECT_USAGE_ERROR("--model_name_or_path m", "--data_path is required");
 }
@@ -256,10 +246,12 @@ TEST(TrainArgs, LoraFlagsHaveTrlNamesAndDefaults) {
   EXPECT_EQ(a.lora_r, 8);
   EXPECT_EQ(a.lora_target_modules, "q_proj,k_proj");
   EXPECT_TRUE(a.use_rslora);
-  EXPECT_USAGE_ERROR(kRequired + "--use_peft --lora_r 0", "--lora_r must be > 0");
-  EXPECT_USAGE_ERROR(kRequired + "--use_peft --lora_r -4", "--lora_r must be > 0");
-  EXPECT_USAGE_ERROR(kRequired + "--use_peft --lora_dropout 1", "--lora_dropout must be in [0, 1)");
-  EXPECT_USAGE_ERROR(kRequired + "--lora_r 8", "--lora_r only acts on a LoRA run; add --use_peft True");
+  expect_usage_errors({
+      {"--use_peft --lora_r 0", "--lora_r must be > 0"},
+      {"--use_peft --lora_r -4", "--lora_r must be > 0"},
+      {"--use_peft --lora_dropout 1", "--lora_dropout must be in [0, 1)"},
+      {"--lora_r 8", "--lora_r only acts on a LoRA run; add --use_peft True"},
+  });
 }
 
 TEST(TrainArgs, DerivedValues) {
@@ -282,8 +274,10 @@ TEST(TrainArgs, DerivedValues) {
   EXPECT_EQ(parse_train_args(shell_split(kRequired)).save_max_shard_bytes, 5'000'000'000LL);
   EXPECT_EQ(train::resolve_interval_steps(0.1, 95), 10);  // ratios round up, as HF
   EXPECT_EQ(train::resolve_interval_steps(500, 95), 500);
-  EXPECT_USAGE_ERROR(kRequired + "--save_max_shard_size 5XB", "unknown unit 'XB'");
-  EXPECT_USAGE_ERROR(kRequired + "--lr_scheduler_kwargs '{num_cycles: 2}'", "--lr_scheduler_kwargs is not valid JSON");
+  expect_usage_errors({
+      {"--save_max_shard_size 5XB", "unknown unit 'XB'"},
+      {"--lr_scheduler_kwargs '{num_cycles: 2}'", "--lr_scheduler_kwargs is not valid JSON"},
+  });
 }
 
 class ConfigFile : public ::testing::Test {
@@ -383,8 +377,10 @@ TEST(TrainArgs, ReportToTensorboardAndAll) {
   EXPECT_EQ(parse_train_args(shell_split(kRequired + "--report_to tensorboard")).report_to, "tensorboard");
   EXPECT_EQ(parse_train_args(shell_split(kRequired + "--report_to 'jsonl tensorboard'")).report_to, "jsonl tensorboard");
   EXPECT_EQ(parse_train_args(shell_split(kRequired + "--report_to all")).report_to, "all");
-  EXPECT_USAGE_ERROR(kRequired + "--report_to 'none tensorboard'", "--report_to none cannot be combined");
-  EXPECT_USAGE_ERROR(kRequired + "--report_to mlflow", "--report_to 'mlflow' is not available");
+  expect_usage_errors({
+      {"--report_to 'none tensorboard'", "--report_to none cannot be combined"},
+      {"--report_to mlflow", "--report_to 'mlflow' is not available"},
+  });
 
   // trainer_options: HF's default directory, a given --logging_dir, the args text.
   const train::TrainerOptions d = trainer_options(parse_train_args(shell_split(kRequired + "--report_to all --output_dir o")));
