@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include "alpaca/util/error.h"
+
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -52,6 +54,15 @@ std::string read_text(const std::filesystem::path& path) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const alpaca::Error& e) {
+    return e.message();
+  }
+  return "";
+}
+
 BackgroundRun::BackgroundRun(const std::string& cmd, const std::filesystem::path& log) : log_(log) {
   const std::string line = "exec " + cmd + " > '" + log.string() + "' 2>&1";
   pid_ = fork();
@@ -77,15 +88,27 @@ bool BackgroundRun::wait_until(const std::function<bool()>& done, double seconds
   return done();
 }
 
+bool BackgroundRun::wait_for_log(const std::string& text, double seconds) const {
+  return wait_until([&] { return log().find(text) != std::string::npos; }, seconds);
+}
+
+bool BackgroundRun::wait_for_file(const std::filesystem::path& path, double seconds) const {
+  return wait_until([&] { return std::filesystem::exists(path); }, seconds);
+}
+
 void BackgroundRun::signal(int sig) const {
   if (pid_ > 0) kill(pid_, sig);
 }
 
-int BackgroundRun::wait() {
-  int status = 0;
-  if (pid_ > 0) waitpid(pid_, &status, 0);
+int BackgroundRun::wait(double seconds) {
+  if (pid_ <= 0) return status_;
+  const bool ended = wait_until([&] { return waitpid(pid_, &status_, WNOHANG) == pid_; }, seconds);
+  if (!ended) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status_, 0);
+  }
   pid_ = -1;
-  return status;
+  return status_;
 }
 
 TempDir::TempDir(const std::string& tag) {

@@ -24,6 +24,14 @@ int run_command(const std::string& cmd, std::string* output = nullptr);
 // The whole text of a file ("" when it cannot be read).
 std::string read_text(const std::filesystem::path& path);
 
+// The message (without the file:line prefix) of the alpaca::Error that `fn` throws, "" when it
+// throws none; for tests that check an error names the right thing.
+std::string error_of(const std::function<void()>& fn);
+
+// How long a test waits for a background run to reach a point or to end: the one timeout of
+// the harness (a tiny-model run reaches any point in seconds; a loaded 2-core machine, minutes).
+inline constexpr double kRunTimeoutSeconds = 120;
+
 // A command started in the background (`sh -c "exec <cmd>"`, stdout and stderr to `log`): the one
 // harness of the kill, signal and preemption tests. Waiting is by polling a condition on what
 // the run writes, never by fixed sleeps; a run still going when this is destroyed is killed.
@@ -35,14 +43,21 @@ class BackgroundRun {
   BackgroundRun& operator=(const BackgroundRun&) = delete;
 
   // Polls `done` every 20 ms for up to `seconds`; true once it holds.
-  bool wait_until(const std::function<bool()>& done, double seconds = 120) const;
+  bool wait_until(const std::function<bool()>& done, double seconds = kRunTimeoutSeconds) const;
+  // True once `text` is in the log (within `seconds`).
+  bool wait_for_log(const std::string& text, double seconds = kRunTimeoutSeconds) const;
+  // True once `path` exists (within `seconds`).
+  bool wait_for_file(const std::filesystem::path& path, double seconds = kRunTimeoutSeconds) const;
   void signal(int sig) const;  // to the command's process (sh exec'ed into it)
-  int wait();                  // the raw waitpid status once it has ended
+  // The raw waitpid status once it has ended; a run still going after `seconds` is killed
+  // (SIGKILL) and reaped, so a hang shows as a signalled status, not as a test timeout.
+  int wait(double seconds = kRunTimeoutSeconds);
   std::string log() const { return read_text(log_); }
   int pid() const { return pid_; }
 
  private:
   int pid_ = -1;
+  int status_ = 0;
   std::filesystem::path log_;
 };
 

@@ -2,6 +2,7 @@
 #include "alpaca/util/fault.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <thread>
@@ -52,8 +53,13 @@ std::optional<int64_t> fault_int(std::string_view point, int64_t fallback) {
 }
 
 void fault_pause_ms(std::string_view point) {
-  if (const auto ms = fault_int(point); ms && *ms > 0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(*ms));
+  const auto ms = fault_int(point);
+  if (!ms || *ms <= 0) return;
+  // The line a test waits for (instead of guessing how long the run takes to get here).
+  std::fprintf(stderr, "ALPACA_FAULTS: %.*s pauses %lld ms\n", static_cast<int>(point.size()), point.data(),
+               static_cast<long long>(*ms));
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(*ms));
 }
 
 }  // namespace alpaca::util

@@ -13,7 +13,6 @@
 
 #include <cerrno>
 #include <chrono>
-#include <thread>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -27,13 +26,10 @@ using namespace alpaca::testing;
 
 namespace {
 
-fs::path fixture() { return binary_dir() / "fixtures" / "train_parity"; }
+const fs::path kFixture = fixture_dir("train_parity");
 
 std::string run_args(const fs::path& out, int64_t max_steps) {
-  return "--model_name_or_path " + (fixture() / "model").string() + " --data_path " + (fixture() / "data.json").string() +
-         " --output_dir " + out.string() + " --max_steps " + std::to_string(max_steps) +
-         " --per_device_train_batch_size 4 --gradient_accumulation_steps 1 --learning_rate 1e-3 --model_max_length 64"
-         " --logging_steps 1 --report_to jsonl --seed 42 --save_steps 2";
+  return TrainFlags(kFixture, out).steps(max_steps).batch(4, 1).set("--learning_rate 1e-3 --save_steps 2");
 }
 
 int64_t dir_bytes(const fs::path& dir) {
@@ -69,15 +65,10 @@ class Tmpfs {
 };
 
 #define SKIP_WITHOUT_FIXTURE() \
-  if (fs::exists(fixture() / "SKIPPED")) GTEST_SKIP() << "fixture skipped (no shared data)"
+  if (fs::exists(kFixture / "SKIPPED")) GTEST_SKIP() << "fixture skipped (no shared data)"
 
 #define SKIP_WITHOUT_MOUNT(t) \
   if (!(t).ok()) GTEST_SKIP() << "cannot mount a tmpfs here (" << (t).error() << "; needs root)"
-
-// The trainer under `faults` in the background, as a BackgroundRun command.
-std::string faulted_trainer(const std::string& faults, const std::string& args) {
-  return "env ALPACA_FAULTS=" + faults + " " + train_bin() + " " + args;
-}
 
 }  // namespace
 
@@ -195,7 +186,7 @@ TEST(CheckpointFaults, SigtermDuringSaveFinishesTheCheckpointAndExits75) {
   const fs::path out = tmp.path() / "run";
   fs::create_directories(out);
   // The save of checkpoint-2 pauses 3 s after its files are written, before it is sealed.
-  BackgroundRun run(faulted_trainer("ckpt.pause_before_seal=3000", run_args(out, 100)), tmp.path() / "run.log");
+  BackgroundRun run = launch_trainer(run_args(out, 100), 1, tmp.path() / "run.log", "ckpt.pause_before_seal=3000");
   const bool staged = run.wait_until([&] { return fs::exists(out / "tmp-checkpoint-2" / "trainer_state.json"); });
   run.signal(SIGTERM);
   const int status = run.wait();
@@ -234,37 +225,27 @@ TEST(CheckpointFaults, RankThatNeverArrivesIsNamedWithinTheTimeout) {
   const int timeout_s = 10;
   const int port = 20000 + ::getpid() % 20000;
   auto rank_cmd = [&](int r) {
-    return "RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
+    return "env RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
            " WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " +
-           train_bin() + " " + run_args(tmp.path() / "out", 2) + " --ddp_timeout " + std::to_string(timeout_s) + " > " +
-           (tmp.path() / ("rank" + std::to_string(r) + ".log")).string() + " 2>&1; echo $? > " +
-           (tmp.path() / ("rank" + std::to_string(r) + ".rc")).string();
+           trainer_command(run_args(tmp.path() / "out", 2) + " --ddp_timeout " + std::to_string(timeout_s), 1);
   };
   // Rank 0 first; rank 1 once rank 0's store listens, so a slow start of one process on a busy
   // machine is not mistaken for a missing rank. Rank 0's wait began at about that moment.
-  run_command("(" + rank_cmd(0) + ") </dev/null >/dev/null 2>&1 &");
-  bool up = false;
-  for (int i = 0; i < 1200 && !up; ++i) {
-    up = port_open(port);
-    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_TRUE(up) << "rank 0 never opened its store";
+  BackgroundRun rank0(rank_cmd(0), tmp.path() / "rank0.log");
+  ASSERT_TRUE(rank0.wait_until([&] { return port_open(port); })) << "rank 0 never opened its store";
   const auto t0 = std::chrono::steady_clock::now();
-  run_command(rank_cmd(1));
-  for (int i = 0; i < 1200 && !fs::exists(tmp.path() / "rank0.rc"); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the rc file is written, then closed
+  std::string log1;
+  const int rc1 = run_command(rank_cmd(1), &log1);
+  const int status0 = rank0.wait();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string logs[2] = {rank0.log(), log1};
+  const int rcs[2] = {WIFEXITED(status0) ? WEXITSTATUS(status0) : 128 + WTERMSIG(status0), rc1};
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
-    std::ifstream lf(tmp.path() / ("rank" + std::to_string(r) + ".log")), rf(tmp.path() / ("rank" + std::to_string(r) + ".rc"));
-    const std::string log((std::istreambuf_iterator<char>(lf)), std::istreambuf_iterator<char>());
-    int rc = -1;
-    rf >> rc;
-    EXPECT_NE(rc, 0) << log;
-    EXPECT_NE(log.find(" 2 of WORLD_SIZE=3 never connected to the rendezvous store at 127.0.0.1:" + std::to_string(port)),
+    EXPECT_NE(rcs[r], 0) << logs[r];
+    EXPECT_NE(logs[r].find(" 2 of WORLD_SIZE=3 never connected to the rendezvous store at 127.0.0.1:" + std::to_string(port)),
               std::string::npos)
-        << log;
+        << logs[r];
   }
   EXPECT_LT(seconds, timeout_s + 10) << "took " << seconds << " s";
   std::cout << "both ranks ended " << seconds << " s after rank 0's store opened (--ddp_timeout " << timeout_s << ")\n";
@@ -299,11 +280,11 @@ TEST(CheckpointFaults, SigtermDuringLoadTrainsOneStepSavesAndExits75) {
   const fs::path out = tmp.path() / "run", log_path = tmp.path() / "run.log";
   fs::create_directories(out);
   // The weights' read waits 5 s; the signal comes once the flags are parsed (training_args.json
-  // is written) and before any step has been logged.
+  // is written) and that pause has begun (its ALPACA_FAULTS line), before any step is logged.
   const auto t0 = std::chrono::steady_clock::now();
-  BackgroundRun run(faulted_trainer("train.pause_in_load=5000", run_args(out, 100)), log_path);
-  const bool parsed = run.wait_until([&] { return fs::exists(out / "training_args.json"); }, 120);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  BackgroundRun run = launch_trainer(run_args(out, 100), 1, log_path, "train.pause_in_load=5000");
+  const bool parsed = run.wait_for_file(out / "training_args.json") &&
+                      run.wait_for_log("ALPACA_FAULTS: train.pause_in_load pauses");
   const bool stepped = fs::exists(out / "metrics.jsonl");
   run.signal(SIGTERM);
   const auto t_sig = std::chrono::steady_clock::now();
@@ -329,13 +310,14 @@ TEST(CheckpointFaults, SigtermDuringEvaluationFinishesItSavesAndExits75) {
   const fs::path out = tmp.path() / "run", log_path = tmp.path() / "run.log";
   fs::create_directories(out);
   // Evaluation at step 2 (40 examples, 10 rounds of 4), each forward 600 ms late: a 6 s window.
-  const std::string args = run_args(out, 100) + " --eval_data_path " + (fixture() / "data.json").string() +
+  const std::string args = run_args(out, 100) + " --eval_data_path " + (kFixture / "data.json").string() +
                            " --eval_strategy steps --eval_steps 2 --per_device_eval_batch_size 4";
-  BackgroundRun run(faulted_trainer("train.pause_in_eval=600", args), log_path);
-  // Step 2's training log is written just before its evaluation starts.
+  BackgroundRun run = launch_trainer(args, 1, log_path, "train.pause_in_eval=600");
+  // Step 2's training log is written just before its evaluation starts; the evaluation's first
+  // forward announces its pause.
   const bool in_eval =
-      run.wait_until([&] { return read_text(out / "metrics.jsonl").find("\"step\":2") != std::string::npos; }, 180);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      run.wait_until([&] { return read_text(out / "metrics.jsonl").find("\"step\":2") != std::string::npos; }, 180) &&
+      run.wait_for_log("ALPACA_FAULTS: train.pause_in_eval pauses");
   const bool eval_done = read_text(out / "metrics.jsonl").find("eval_loss") != std::string::npos;
   run.signal(SIGTERM);
   const auto t_sig = std::chrono::steady_clock::now();

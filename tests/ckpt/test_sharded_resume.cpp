@@ -25,15 +25,11 @@ using namespace alpaca::testing;
 
 namespace {
 
-fs::path fixture() { return binary_dir() / "fixtures" / "train_parity"; }
+const fs::path kFixture = fixture_dir("train_parity");
 
 std::string args(const fs::path& out, int64_t max_steps, int per_device, int accum, const std::string& extra = "") {
-  return "--model_name_or_path " + (fixture() / "model").string() + " --data_path " + (fixture() / "data.json").string() +
-         " --output_dir " + out.string() + " --max_steps " + std::to_string(max_steps) +
-         " --per_device_train_batch_size " + std::to_string(per_device) + " --gradient_accumulation_steps " +
-         std::to_string(accum) +
-         " --learning_rate 1e-3 --warmup_ratio 0.1 --lr_scheduler_type cosine --model_max_length 64"
-         " --logging_steps 1 --report_to jsonl --seed 42 --save_steps 3 --fsdp 'full_shard auto_wrap' " + extra;
+  return TrainFlags(kFixture, out).steps(max_steps).batch(per_device, accum)
+      .set("--learning_rate 1e-3 --save_steps 3").set(kCosineWarmup).set(kFullShard).set(extra);
 }
 
 std::map<std::string, at::Tensor> weights(const fs::path& file) {
@@ -108,7 +104,7 @@ void expect_no_staging(const fs::path& out) {
     EXPECT_NE(e.path().filename().string().rfind("tmp-", 0), 0u) << "left behind: " << e.path();
 }
 
-#define SKIP_WITHOUT_FIXTURE() ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture())
+#define SKIP_WITHOUT_FIXTURE() ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture)
 
 }  // namespace
 
@@ -224,8 +220,7 @@ TEST(ShardedResume, OneRankDiskFullKeepsThePreviousCheckpoint) {
   const fs::path out = tmp.path() / "run";
   ASSERT_EQ(run_trainer(args(out, 3, 2, 2), 2, &log), 0) << log;  // checkpoint-3
   // Rank 1's writes fail as on a full disk at checkpoint-6 (a background save): reported, run stops.
-  int rc = run_command("ALPACA_FAULTS=ckpt.fail_write_rank=1 mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none "
-                       "-x ALPACA_FAULTS " + train_bin() + " " + args(out, 9, 2, 2, "--resume_from_checkpoint True"), &log);
+  int rc = run_command(trainer_command(args(out, 9, 2, 2, "--resume_from_checkpoint True"), 2, "ckpt.fail_write_rank=1"), &log);
   EXPECT_NE(rc, 0) << log;
   EXPECT_NE(log.find("checkpoint-6 was not saved: rank(s) 1 could not write their shards"), std::string::npos) << log;
   EXPECT_NE(log.find("No space left on device"), std::string::npos) << log;
@@ -281,21 +276,10 @@ TEST(ShardedResume, KillNineOfOneRankDuringTheBackgroundWrite) {
   fs::create_directories(out);
   // Each background write pauses 4 s after its files, before the seal: checkpoint-3 is sealed at
   // step 6's save, then rank 1 is killed while checkpoint-6 is being written.
-  BackgroundRun run("mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none -x ALPACA_FAULTS=ckpt.pause_before_seal=4000 " +
-                        train_bin() + " " + args(out, 9, 2, 2),
-                    tmp.path() / "run.log");
+  BackgroundRun run = launch_trainer(args(out, 9, 2, 2), 2, tmp.path() / "run.log", "ckpt.pause_before_seal=4000");
   const bool staged =
       run.wait_until([&] { return fs::exists(out / "checkpoint-3") && fs::exists(out / "tmp-checkpoint-6" / "sharded"); });
-  // Rank 1: the alpaca-train process whose environment says OMPI_COMM_WORLD_RANK=1.
-  pid_t victim = -1;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string env = read_text(e.path() / "environ");
-    const std::string cmdline = read_text(e.path() / "cmdline");
-    if (cmdline.find(out.string()) != std::string::npos && cmdline.find("mpirun") == std::string::npos &&
-        env.find(std::string("OMPI_COMM_WORLD_RANK=1") + '\0') != std::string::npos)
-      victim = std::stoi(e.path().filename().string());
-  }
-  if (victim > 0) kill(victim, SIGKILL);
+  const int victim = signal_rank(out, 1, SIGKILL);
   const int status = run.wait();
   ASSERT_TRUE(staged) << read_text(tmp.path() / "run.log");
   ASSERT_GT(victim, 0) << "rank 1's process was not found";

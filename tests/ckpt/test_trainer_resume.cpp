@@ -23,15 +23,11 @@ using namespace alpaca::testing;
 
 namespace {
 
-fs::path fixture() { return binary_dir() / "fixtures" / "train_parity"; }
+const fs::path kFixture = fixture_dir("train_parity");
 
 std::string run_args(const fs::path& model, const fs::path& out, int64_t max_steps, int per_device, int accum) {
-  return "--model_name_or_path " + model.string() + " --data_path " + (fixture() / "data.json").string() +
-         " --output_dir " + out.string() + " --max_steps " + std::to_string(max_steps) +
-         " --per_device_train_batch_size " + std::to_string(per_device) + " --gradient_accumulation_steps " +
-         std::to_string(accum) +
-         " --learning_rate 1e-3 --warmup_ratio 0.1 --lr_scheduler_type cosine --model_max_length 64"
-         " --logging_steps 1 --report_to jsonl --seed 42 --fsdp 'full_shard auto_wrap'";
+  return TrainFlags(kFixture, out).model(model).steps(max_steps).batch(per_device, accum).set("--learning_rate 1e-3")
+      .set(kCosineWarmup).set(kFullShard);
 }
 
 std::map<std::string, at::Tensor> weights(const fs::path& dir) {
@@ -48,7 +44,7 @@ std::set<std::string> checkpoints_in(const fs::path& dir) {
   return s;
 }
 
-#define SKIP_WITHOUT_FIXTURE() ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture())
+#define SKIP_WITHOUT_FIXTURE() ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture)
 
 }  // namespace
 
@@ -56,11 +52,11 @@ TEST(TrainerResume, BitwiseTenStraightVersusFivePlusFive) {
   SKIP_WITHOUT_FIXTURE();
   TempDir a("resume_a"), b("resume_b");
   std::string log;
-  ASSERT_EQ(run_trainer(run_args(fixture() / "model", a.path(), 10, 2, 2) + " --save_steps 5", 2, &log), 0) << log;
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", a.path(), 10, 2, 2) + " --save_steps 5", 2, &log), 0) << log;
   ASSERT_TRUE(fs::exists(a.path() / "checkpoint-5"));
   // "Stop after 5": a fresh output_dir holding only checkpoint-5; resume it for the last 5 steps.
   fs::copy(a.path() / "checkpoint-5", b.path() / "checkpoint-5", fs::copy_options::recursive);
-  ASSERT_EQ(run_trainer(run_args(fixture() / "model", b.path(), 10, 2, 2) +
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", b.path(), 10, 2, 2) +
                             " --save_steps 5 --resume_from_checkpoint True", 2, &log), 0) << log;
   const auto la = read_step_logs(a.path()), lb = read_step_logs(b.path());
   ASSERT_EQ(la.size(), 10u);
@@ -85,9 +81,9 @@ TEST(TrainerResume, TwoRanksToThreeMatchesWithinFp32Tolerance) {
   TempDir a("reshard_a"), b("reshard_b");
   std::string log;
   // Global batch 6 both times: 2 ranks x 3, then 3 ranks x 2.
-  ASSERT_EQ(run_trainer(run_args(fixture() / "model", a.path(), 10, 3, 1) + " --save_steps 5", 2, &log), 0) << log;
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", a.path(), 10, 3, 1) + " --save_steps 5", 2, &log), 0) << log;
   fs::copy(a.path() / "checkpoint-5", b.path() / "checkpoint-5", fs::copy_options::recursive);
-  ASSERT_EQ(run_trainer(run_args(fixture() / "model", b.path(), 10, 2, 1) +
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", b.path(), 10, 2, 1) +
                             " --save_steps 5 --resume_from_checkpoint " + (b.path() / "checkpoint-5").string(), 3, &log), 0)
       << log;
   const auto la = read_step_logs(a.path()), lb = read_step_logs(b.path());
@@ -104,9 +100,8 @@ TEST(TrainerResume, TwoRanksToThreeMatchesWithinFp32Tolerance) {
 TEST(TrainerResume, KillNineMidSaveLeavesPreviousCheckpointAndResumes) {
   SKIP_WITHOUT_FIXTURE();
   TempDir out("kill9");
-  BackgroundRun run("env ALPACA_FAULTS=ckpt.pause_before_seal=3000 " + train_bin() + " " +
-                        run_args(fixture() / "model", out.path(), 6, 4, 1) + " --save_steps 2",
-                    out.path() / "run.log");
+  BackgroundRun run = launch_trainer(run_args(kFixture / "model", out.path(), 6, 4, 1) + " --save_steps 2", 1,
+                                     out.path() / "run.log", "ckpt.pause_before_seal=3000");
   // checkpoint-2 completes (after a 3 s pause); kill as soon as checkpoint-4 is being staged.
   const bool staged = run.wait_until([&] { return fs::exists(out.path() / "tmp-checkpoint-4" / "trainer_state.json"); });
   run.signal(SIGKILL);
@@ -116,7 +111,7 @@ TEST(TrainerResume, KillNineMidSaveLeavesPreviousCheckpointAndResumes) {
   EXPECT_FALSE(fs::exists(out.path() / "checkpoint-4"));
   EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out.path() / "checkpoint-2"), "");
   std::string log;
-  ASSERT_EQ(run_trainer(run_args(fixture() / "model", out.path(), 6, 4, 1) + " --save_steps 2 --resume_from_checkpoint True",
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", out.path(), 6, 4, 1) + " --save_steps 2 --resume_from_checkpoint True",
                         1, &log), 0) << log;
   EXPECT_NE(log.find("checkpoint-2"), std::string::npos) << log;
   EXPECT_FALSE(fs::exists(out.path() / "tmp-checkpoint-4")) << "the stale staging directory is cleaned up";
@@ -128,7 +123,7 @@ TEST(TrainerResume, RotationKeepsSaveTotalLimit) {
   SKIP_WITHOUT_FIXTURE();
   TempDir out("rotation");
   std::string log;
-  ASSERT_EQ(run_trainer(run_args(fixture() / "model", out.path(), 10, 4, 1) + " --save_steps 2 --save_total_limit 2", 1,
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", out.path(), 10, 4, 1) + " --save_steps 2 --save_total_limit 2", 1,
                         &log), 0) << log;
   EXPECT_EQ(checkpoints_in(out.path()), (std::set<std::string>{"checkpoint-8", "checkpoint-10"}));
 }
@@ -136,8 +131,8 @@ TEST(TrainerResume, RotationKeepsSaveTotalLimit) {
 TEST(TrainerResume, SigtermSavesAndExits75) {
   SKIP_WITHOUT_FIXTURE();
   TempDir out("sigterm");
-  BackgroundRun run(train_bin() + " " + run_args(fixture() / "model", out.path(), 100000, 4, 1) + " --save_strategy no",
-                    out.path() / "run.log");
+  BackgroundRun run =
+      launch_trainer(run_args(kFixture / "model", out.path(), 100000, 4, 1) + " --save_strategy no", 1, out.path() / "run.log");
   ASSERT_TRUE(run.wait_until([&] { return read_step_logs(out.path()).size() >= 3; })) << "no training steps logged";
   run.signal(SIGTERM);
   const int status = run.wait();
@@ -154,8 +149,8 @@ TEST(TrainerResume, SigtermSavesAndExits75) {
 TEST(TrainerResume, Sigusr1DuringSetupSavesAfterTheFirstStep) {
   SKIP_WITHOUT_FIXTURE();
   TempDir out("usr1_setup");
-  BackgroundRun run(train_bin() + " " + run_args(fixture() / "model", out.path(), 100000, 4, 1) + " --save_strategy no",
-                    out.path() / "run.log");
+  BackgroundRun run =
+      launch_trainer(run_args(kFixture / "model", out.path(), 100000, 4, 1) + " --save_strategy no", 1, out.path() / "run.log");
   ASSERT_TRUE(run.wait_until([&] { return fs::exists(out.path() / "training_args.json"); }))
       << "training_args.json never appeared";
   run.signal(SIGUSR1);
@@ -173,14 +168,14 @@ TEST(TrainerResume, AutoStartsFreshWithoutACheckpointAndResumesTheNewest) {
   SKIP_WITHOUT_FIXTURE();
   TempDir a("auto_a"), b("auto_b");
   std::string log;
-  ASSERT_EQ(run_trainer(run_args(fixture() / "model", a.path(), 4, 2, 1) + " --save_steps 2 --resume_from_checkpoint auto",
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", a.path(), 4, 2, 1) + " --save_steps 2 --resume_from_checkpoint auto",
                         1, &log), 0) << log;
   EXPECT_NE(log.find("--resume_from_checkpoint auto: no complete checkpoint-<step>"), std::string::npos) << log;
   ASSERT_EQ(read_step_logs(a.path()).size(), 4u);
   // A "requeued" run: only checkpoint-2 and a half-written later one are there.
   fs::copy(a.path() / "checkpoint-2", b.path() / "checkpoint-2", fs::copy_options::recursive);
   fs::create_directories(b.path() / "tmp-checkpoint-3");
-  ASSERT_EQ(run_trainer(run_args(fixture() / "model", b.path(), 4, 2, 1) + " --save_steps 2 --resume_from_checkpoint AUTO",
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", b.path(), 4, 2, 1) + " --save_steps 2 --resume_from_checkpoint AUTO",
                         1, &log), 0) << log;
   EXPECT_NE(log.find("resuming from " + (b.path() / "checkpoint-2").string()), std::string::npos) << log;
   EXPECT_EQ(read_step_logs(b.path()).size(), 2u) << log;
@@ -193,11 +188,11 @@ TEST(TrainerResume, DifferentModelOrTokenizerIsAnErrorThatSaysWhich) {
   SKIP_WITHOUT_FIXTURE();
   TempDir out("mismatch"), other("other_model");
   std::string log;
-  ASSERT_EQ(run_trainer(run_args(fixture() / "model", out.path(), 2, 4, 1) + " --save_steps 2", 1, &log), 0) << log;
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", out.path(), 2, 4, 1) + " --save_steps 2", 1, &log), 0) << log;
   const fs::path ckpt = out.path() / "checkpoint-2";
 
   // Another model: the same files with a wider intermediate size in config.json.
-  fs::copy(fixture() / "model", other.path() / "m", fs::copy_options::recursive);
+  fs::copy(kFixture / "model", other.path() / "m", fs::copy_options::recursive);
   {
     std::ifstream f(other.path() / "m" / "config.json");
     auto cfg = nlohmann::json::parse(f);
@@ -214,7 +209,7 @@ TEST(TrainerResume, DifferentModelOrTokenizerIsAnErrorThatSaysWhich) {
   EXPECT_EQ(log.find(".cpp:"), std::string::npos) << "a user's error shows no source location:\n" << log;
 
   // Another tokenizer: same model, but the tokenizer's pad token is <unk> (so no [PAD] is added).
-  fs::copy(fixture() / "model", other.path() / "t", fs::copy_options::recursive);
+  fs::copy(kFixture / "model", other.path() / "t", fs::copy_options::recursive);
   std::ofstream(other.path() / "t" / "special_tokens_map.json") << R"({"pad_token": "<unk>"})";
   rc = run_trainer(run_args(other.path() / "t", out.path(), 4, 4, 1) + " --resume_from_checkpoint " + ckpt.string(), 1, &log);
   EXPECT_NE(rc, 0);

@@ -14,7 +14,11 @@
 //     end within --ddp_timeout + 10 s and the last sealed checkpoint resumes.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <chrono>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -85,13 +89,9 @@ const fs::path& fixture() {
 // `steps`: how long and how often to save (3 steps, no checkpoints unless told).
 std::string train_flags(const fs::path& out, const std::string& fsdp, const std::string& extra = "",
                         const std::string& steps = "--max_steps 3 --save_strategy no --ddp_timeout 60") {
-  const fs::path& fx = fixture();
-  return "--model_name_or_path " + (fx / "model").string() + " --data_path " + (fx / "data.json").string() +
-         " --output_dir " + out.string() + " " + steps +
-         " --per_device_train_batch_size 2 --gradient_accumulation_steps 1 --model_max_length 64"
-         " --learning_rate 1e-3 --lr_scheduler_type constant --logging_steps 1 --report_to jsonl --disable_tqdm True"
-         " --seed 3 --fsdp '" +
-         fsdp + "'" + extra;
+  return TrainFlags(fixture(), out).set(steps).batch(2, 1)
+      .set("--learning_rate 1e-3 --lr_scheduler_type constant --disable_tqdm True --seed 3")
+      .set("--fsdp", "'" + fsdp + "'").set(extra);
 }
 
 // Loss by step (a resumed run logs only the steps it ran).
@@ -155,25 +155,36 @@ std::set<std::string> report_lines(const std::string& output) {
   return lines;
 }
 
-// What a fault script reports: each node's exit code and seconds from the fault to its end (its
-// "RESULT rc0 rc1 s0 s1" line), and each node's log.
+// What a node fault left: each node's exit code, seconds from the fault to its end, and log.
 struct FaultOutcome {
-  bool reported = false;
+  bool ready = false;  // the point to inject the fault at was reached
   int rc0 = 0, rc1 = 0;
-  double s0 = 0, s1 = 0;
-  std::string output, out0, out1;
+  double s0 = 0, s1 = 0;  // seconds from the fault to each node's end
+  std::string out0, out1;
 };
 
-FaultOutcome run_fault(const std::string& script, const fs::path& dir) {
+// Node 1, then node 0, started in the background (`node(n)`: that node's command; its output goes
+// to node<n>.log in `dir`); once `ready` holds, the fault: "link_down" takes node 1's link down,
+// "kill_node" SIGKILLs node 1's launcher (its workers die with it, PR_SET_PDEATHSIG). Then each
+// node's exit code (128 + signal when signalled, as a shell reports it) and time to its end.
+FaultOutcome run_fault(const Testbed& bed, const std::string& fault, const std::function<std::string(int)>& node,
+                       const std::function<bool()>& ready, const fs::path& dir) {
   FaultOutcome f;
-  f.output = run(script).output;
-  run_command("cat " + (dir / "node0.log").string(), &f.out0);
-  run_command("cat " + (dir / "node1.log").string(), &f.out1);
-  const auto at = f.output.find("RESULT ");
-  if (at == std::string::npos) return f;
-  std::istringstream is(f.output.substr(at + 7));
-  is >> f.rc0 >> f.rc1 >> f.s0 >> f.s1;
-  f.reported = true;
+  BackgroundRun n1(node(1), dir / "node1.log");
+  BackgroundRun n0(node(0), dir / "node0.log");
+  f.ready = n0.wait_until(ready);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (fault == "link_down") run_command("ip -n " + bed.tag() + "-n1 link set eth0 down");
+  else n1.signal(SIGKILL);
+  auto ended = [&](BackgroundRun& n, int* rc) {
+    const int status = n.wait();
+    *rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  f.s0 = ended(n0, &f.rc0);
+  f.s1 = ended(n1, &f.rc1);
+  f.out0 = n0.log();
+  f.out1 = n1.log();
   return f;
 }
 
@@ -236,11 +247,24 @@ TEST(Gloo, FsdpLossesEqualMpis) {
   expect_close(losses(shm.path()), mpi, 1e-6, "the launcher (gloo through shared memory) vs mpirun -np 4 (mpi)");
 }
 
-TEST(MultiNode, BuiltInLauncherAcrossTwoNamespacesMatchesOneNode) {
-  ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
+// The two-node tests that train: the shared tokenizer (the fixture model's) and a two-namespace
+// testbed, skipped when either is missing.
+class MultiNode : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
+    bed_.emplace(2);
+    SKIP_WITHOUT_TESTBED(*bed_);
+  }
+  const Testbed& bed() const { return *bed_; }
+
+ private:
+  std::optional<Testbed> bed_;
+};
+
+TEST_F(MultiNode, BuiltInLauncherAcrossTwoNamespacesMatchesOneNode) {
   const auto& ref = reference_losses();
-  Testbed bed(2);
-  SKIP_WITHOUT_TESTBED(bed);
+  const Testbed& bed = this->bed();
   TempDir out("multinode_2x2");
   const uint64_t before = bed.eth0_bytes(0);
   const std::string flags = train_flags(out.path(), "full_shard auto_wrap");
@@ -256,11 +280,9 @@ TEST(MultiNode, BuiltInLauncherAcrossTwoNamespacesMatchesOneNode) {
   EXPECT_GE(crossed, 3 * model_bytes / 2) << r.output;
 }
 
-TEST(MultiNode, HybridShardAcrossTwoNamespacesMatchesFullShard) {
-  ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
+TEST_F(MultiNode, HybridShardAcrossTwoNamespacesMatchesFullShard) {
   const auto& ref = reference_losses();
-  Testbed bed(2);
-  SKIP_WITHOUT_TESTBED(bed);
+  const Testbed& bed = this->bed();
   TempDir out("multinode_hybrid");
   const std::string flags = train_flags(out.path(), "hybrid_shard auto_wrap", " --fsdp_config '{\"hybrid_shard_size\": 2}'");
   Outcome r = two_nodes(bed, launcher_node(0, flags), launcher_node(1, flags));
@@ -268,11 +290,9 @@ TEST(MultiNode, HybridShardAcrossTwoNamespacesMatchesFullShard) {
   expect_close(losses(out.path()), ref, 1e-6, "hybrid_shard 2 nodes x 2 vs full_shard 1 node x 4");
 }
 
-TEST(MultiNode, PyTorchJobPodsAcrossTwoNamespacesMatchOneNode) {
-  ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
+TEST_F(MultiNode, PyTorchJobPodsAcrossTwoNamespacesMatchOneNode) {
   const auto& ref = reference_losses();
-  Testbed bed(2);
-  SKIP_WITHOUT_TESTBED(bed);
+  const Testbed& bed = this->bed();
   TempDir out("multinode_pytorchjob");
   auto pod = [&](int r) {
     return "env MASTER_ADDR=" + Testbed::addr(0) + " MASTER_PORT=29500 WORLD_SIZE=2 RANK=" + std::to_string(r) +
@@ -288,11 +308,9 @@ TEST(MultiNode, PyTorchJobPodsAcrossTwoNamespacesMatchOneNode) {
 // `ip netns exec` (plm_rsh_agent, scripts/netns_rsh_agent.sh) instead of ssh, TCP on eth0 only.
 // The namespaces share one /dev/shm: PMIx keeps its data in a hash (not the shared-memory store)
 // and the agent gives each node its own shared-memory directory.
-TEST(MultiNode, MpirunHostfileAcrossTwoNamespacesMatchesOneNode) {
-  ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
+TEST_F(MultiNode, MpirunHostfileAcrossTwoNamespacesMatchesOneNode) {
   const auto& ref = reference_losses();
-  Testbed bed(2);
-  SKIP_WITHOUT_TESTBED(bed);
+  const Testbed& bed = this->bed();
   TempDir out("multinode_mpirun");
   const fs::path hostfile = out.path() / "hostfile";
   std::ofstream(hostfile) << "n0 slots=2\nn1 slots=2\n";
@@ -323,21 +341,17 @@ TEST_P(NodeFault, EverySurvivorEndsInTimeNamingRankAndNode) {
   const int timeout_s = 5;
   auto node = [&](int n) {
     return bed.exec(n) + worker() + " --nnodes 2 --node_rank " + std::to_string(n) + " --master_addr " + Testbed::addr(0) +
-           " --master_port 29500 --nproc_per_node 2 loop 120 " + std::to_string(timeout_s) + " > " +
-           (dir.path() / ("node" + std::to_string(n) + ".log")).string() + " 2>&1";
+           " --master_port 29500 --nproc_per_node 2 loop 120 " + std::to_string(timeout_s);
   };
-  const std::string log0 = (dir.path() / "node0.log").string(), log1 = (dir.path() / "node1.log").string();
   // Start both nodes, wait until all 4 ranks loop, inject the fault, time each node's end.
-  const std::string inject = fault == "link_down" ? "ip -n " + bed.tag() + "-n1 link set eth0 down"
-                                                  : "kill -KILL $pid1";  // its workers die with it (PR_SET_PDEATHSIG)
-  const std::string script =
-      "{ " + node(1) + " & pid1=$!; " + node(0) + " & pid0=$!; "
-      "for i in $(seq 600); do [ $(cat " + log0 + " " + log1 + " | grep -c LOOPING) -ge 4 ] && break; sleep 0.1; done; "
-      "t0=$(date +%s.%N); " + inject + "; "
-      "wait $pid0; rc0=$?; t_0=$(date +%s.%N); wait $pid1; rc1=$?; t_1=$(date +%s.%N); "
-      "echo \"RESULT $rc0 $rc1 $(echo \"$t_0 - $t0\" | bc) $(echo \"$t_1 - $t0\" | bc)\"; }";
-  const FaultOutcome f = run_fault(script, dir.path());
-  ASSERT_TRUE(f.reported) << f.output << f.out0 << f.out1;
+  auto looping = [&] {
+    const std::string logs = read_text(dir.path() / "node0.log") + read_text(dir.path() / "node1.log");
+    size_t n = 0;
+    for (size_t at = logs.find("LOOPING"); at != std::string::npos; at = logs.find("LOOPING", at + 1)) ++n;
+    return n >= 4;
+  };
+  const FaultOutcome f = run_fault(bed, fault, node, looping, dir.path());
+  ASSERT_TRUE(f.ready) << "the 4 ranks never all looped: " << f.out0 << f.out1;
   const int rc0 = f.rc0, rc1 = f.rc1;
   const double s0 = f.s0, s1 = f.s1;
   const std::string &out0 = f.out0, &out1 = f.out1;
@@ -362,10 +376,8 @@ INSTANTIATE_TEST_SUITE_P(MultiNode, NodeFault, ::testing::Values("link_down", "k
 // its own shards into the shared output directory); resuming checkpoint-3 on the same 2 nodes
 // repeats steps 4-6 bitwise, and on 1 node x 4 ranks (gloo over TCP: the same ring sums) within
 // 1e-6 of them.
-TEST(MultiNode, CheckpointOfTwoNodesResumesBitwiseOnTwoAndOnOne) {
-  ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
-  Testbed bed(2);
-  SKIP_WITHOUT_TESTBED(bed);
+TEST_F(MultiNode, CheckpointOfTwoNodesResumesBitwiseOnTwoAndOnOne) {
+  const Testbed& bed = this->bed();
   TempDir dir("multinode_resume");
   const std::string steps = "--max_steps 6 --save_strategy steps --save_steps 3 --ddp_timeout 60";
   const fs::path straight = dir.path() / "straight", again = dir.path() / "again", one = dir.path() / "one";
@@ -413,19 +425,12 @@ TEST_P(SaveFault, SurvivorsEndInTimeAndTheLastSealedCheckpointResumes) {
                             std::to_string(timeout_s);
   const std::string flags = train_flags(out, "full_shard auto_wrap", "", steps);
   auto node = [&](int n) {
-    return "env ALPACA_FAULTS=ckpt.pause_before_seal=4000 " + bed.exec(n) + launcher_node(n, flags) + " > " +
-           (dir.path() / ("node" + std::to_string(n) + ".log")).string() + " 2>&1";
+    return "env ALPACA_FAULTS=ckpt.pause_before_seal=4000 " + bed.exec(n) + launcher_node(n, flags);
   };
-  const std::string inject = fault == "link_down" ? "ip -n " + bed.tag() + "-n1 link set eth0 down" : "kill -KILL $pid1";
-  const std::string staged = (out / "tmp-checkpoint-6").string(), sealed = (out / "checkpoint-3").string();
-  const std::string script =
-      "{ " + node(1) + " & pid1=$!; " + node(0) + " & pid0=$!; "
-      "for i in $(seq 1200); do [ -d " + sealed + " ] && [ -d " + staged + " ] && break; sleep 0.1; done; "
-      "t0=$(date +%s.%N); " + inject + "; "
-      "wait $pid0; rc0=$?; t_0=$(date +%s.%N); wait $pid1; rc1=$?; t_1=$(date +%s.%N); "
-      "echo \"RESULT $rc0 $rc1 $(echo \"$t_0 - $t0\" | bc) $(echo \"$t_1 - $t0\" | bc)\"; }";
-  const FaultOutcome f = run_fault(script, dir.path());
-  ASSERT_TRUE(f.reported) << f.output << f.out0 << f.out1;
+  const std::string sealed = (out / "checkpoint-3").string();
+  auto staged = [&] { return fs::exists(sealed) && fs::exists(out / "tmp-checkpoint-6"); };
+  const FaultOutcome f = run_fault(bed, fault, node, staged, dir.path());
+  ASSERT_TRUE(f.ready) << "checkpoint-6 was never staged: " << f.out0 << f.out1;
   const int rc0 = f.rc0, rc1 = f.rc1;
   const double s0 = f.s0, s1 = f.s1;
   const std::string &out0 = f.out0, &out1 = f.out1;

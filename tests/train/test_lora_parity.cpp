@@ -26,39 +26,35 @@ using namespace alpaca::testing;
 
 namespace {
 
-fs::path fixture() { return binary_dir() / "fixtures" / "lora_parity"; }
+const fs::path kFixture = fixture_dir("lora_parity");
 
-std::string lora_args(const fs::path& out, int per_device, int accum, int steps = 20) {
-  const fs::path f = fixture();
-  return "--model_name_or_path " + (f / "model").string() + " --data_path " + (f / "data.json").string() +
-         " --output_dir " + out.string() + " --max_steps " + std::to_string(steps) +
-         " --per_device_train_batch_size " + std::to_string(per_device) + " --gradient_accumulation_steps " +
-         std::to_string(accum) +
-         " --learning_rate 2e-2 --warmup_ratio 0.1 --lr_scheduler_type cosine --weight_decay 0.01"
-         " --model_max_length 64 --logging_steps 1 --save_strategy no --report_to jsonl --seed 42"
-         " --use_peft True --lora_r 8 --lora_alpha 16 --lora_dropout 0";
+std::string lora_args(const fs::path& out, int per_device, int accum, int steps = 20,
+                      const fs::path& model = kFixture / "model") {
+  return TrainFlags(kFixture, out).model(model).steps(steps).batch(per_device, accum)
+      .set("--learning_rate 2e-2 --weight_decay 0.01 --save_strategy no").set(kCosineWarmup)
+      .set("--use_peft True --lora_r 8 --lora_alpha 16 --lora_dropout 0");
 }
 
 nlohmann::json reference() {
-  std::ifstream f(fixture() / "reference.json");
+  std::ifstream f(kFixture / "reference.json");
   return nlohmann::json::parse(f);
 }
 
 #define SKIP_WITHOUT_FIXTURE() \
-  if (fs::exists(fixture() / "SKIPPED")) GTEST_SKIP() << "reference fixture skipped (no shared data)"
+  if (fs::exists(kFixture / "SKIPPED")) GTEST_SKIP() << "reference fixture skipped (no shared data)"
 
 }  // namespace
 
 TEST(LoraParity, OurInitialAdapterIsTheReferencesBitwise) {
   SKIP_WITHOUT_FIXTURE();
-  model::LlamaConfig c = model::LlamaConfig::from_json_file((fixture() / "model" / "config.json").string());
+  model::LlamaConfig c = model::LlamaConfig::from_json_file((kFixture / "model" / "config.json").string());
   c.vocab_size = 32001;
   model::LlamaForCausalLM m(c, at::TensorOptions().device(at::kMeta));
   model::LoraOptions o;
   o.r = 8;
   o.alpha = 16;
   model::apply_lora(*m, o, 42);
-  auto init = io::SafetensorsFile::open((fixture() / "lora_init.safetensors").string());
+  auto init = io::SafetensorsFile::open((kFixture / "lora_init.safetensors").string());
   auto params = m->named_parameters(true);
   ASSERT_EQ(init->names().size(), 4u);
   for (const auto& name : init->names()) {
@@ -75,17 +71,7 @@ TEST(LoraParity, World1MatchesPeftFor20Steps) {
   ASSERT_EQ(run_trainer(lora_args(out.path(), 4, 2), 1, &log), 0) << log;
   const auto steps = read_step_logs(out.path());
   ASSERT_EQ(steps.size(), 20u) << log;
-  double worst = 0, worst_norm = 0;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const double r = ref["losses"][i].get<double>();
-    const double rel = std::abs(steps[i].loss - r) / std::abs(r);
-    worst = std::max(worst, rel);
-    EXPECT_LE(rel, 1e-4) << "step " << i + 1 << ": ours " << steps[i].loss << " peft " << r;
-    EXPECT_NEAR(steps[i].learning_rate, ref["learning_rates"][i].get<double>(), 1e-12) << "step " << i + 1;
-    const double n = ref["grad_norms"][i].get<double>();
-    worst_norm = std::max(worst_norm, std::abs(steps[i].grad_norm - n) / n);
-    EXPECT_NEAR(steps[i].grad_norm, n, 1e-3 * n) << "step " << i + 1;
-  }
+  const auto [worst, worst_norm] = expect_steps_match(steps, read_reference_steps(kFixture / "reference.json"), "peft");
   // The run learned something (the comparison is not of two untrained models).
   EXPECT_LT(ref["losses"][19].get<double>(), ref["losses"][0].get<double>() - 0.03);
   std::cout << "[lora parity] world 1 vs peft: worst relative loss difference " << worst << ", grad norm " << worst_norm
@@ -96,7 +82,7 @@ TEST(LoraParity, World1MatchesPeftFor20Steps) {
   // rows from frozen ones). lm_head's row moves ~1000x its initial size; embed_tokens' row gets no
   // gradient ([PAD] is only ever a masked input) and only decays, on both sides.
   auto ours = io::SafetensorsFile::open((out.path() / "adapter_model.safetensors").string());
-  auto peft = io::SafetensorsFile::open((fixture() / "tokens_final.safetensors").string());
+  auto peft = io::SafetensorsFile::open((kFixture / "tokens_final.safetensors").string());
   for (const char* name : {"lm_head.token_adapter.trainable_tokens_delta", "model.embed_tokens.token_adapter.trainable_tokens_delta"}) {
     const at::Tensor got = ours->tensor(std::string("base_model.model.") + name), want = peft->tensor(name);
     const at::Tensor init = peft->tensor(std::string(name) + ".init");
@@ -175,7 +161,7 @@ TEST(LoraParity, SavedAdapterLoadsInPeftWithOurLogits) {
   EXPECT_EQ(keys, want);
 
   // Our model from the saved files: the base with train.py's [PAD] row, plus the adapter.
-  model::LlamaForCausalLM m = io::load_hf_model((fixture() / "model").string());
+  model::LlamaForCausalLM m = io::load_hf_model((kFixture / "model").string());
   m->resize_token_embeddings(32001);
   model::LoraOptions o;
   o.r = 8;
@@ -199,8 +185,8 @@ TEST(LoraParity, SavedAdapterLoadsInPeftWithOurLogits) {
   {
     // What `generate --adapter` runs: the adapter attached unmerged by io::attach_lora_adapter
     // (grows the vocabulary from the token rows) gives this model's logits.
-    model::LlamaForCausalLM g = io::load_hf_model((fixture() / "model").string());
-    EXPECT_EQ(io::attach_lora_adapter(*g, io::read_lora_adapter(dir.string()), (fixture() / "model").string()), 4);
+    model::LlamaForCausalLM g = io::load_hf_model((kFixture / "model").string());
+    EXPECT_EQ(io::attach_lora_adapter(*g, io::read_lora_adapter(dir.string()), (kFixture / "model").string()), 4);
     EXPECT_EQ(g->config().vocab_size, 32001);
     EXPECT_TRUE(at::equal(g->forward(ids), logits)) << "attach_lora_adapter differs from the hand-built model";
   }
@@ -213,7 +199,7 @@ TEST(LoraParity, SavedAdapterLoadsInPeftWithOurLogits) {
   }
   // The merge subcommand gives the same merged model as --merge_adapter at the end of training.
   const fs::path merged = dir / "merged_cmd";
-  ASSERT_EQ(run_command(train_bin() + " merge --model_name_or_path " + (fixture() / "model").string() + " --adapter " +
+  ASSERT_EQ(run_command(train_bin() + " merge --model_name_or_path " + (kFixture / "model").string() + " --adapter " +
                             dir.string() + " --output_dir " + merged.string() + " 2>&1", &log), 0) << log;
   ASSERT_TRUE(fs::exists(dir / "merged" / "model.safetensors")) << "--merge_adapter True wrote nothing";
   {
@@ -225,7 +211,7 @@ TEST(LoraParity, SavedAdapterLoadsInPeftWithOurLogits) {
   }
   std::string out_text;
   const int rc = run_command(python() + " " + (source_dir() / "tests/reference/lora_peft_load_check.py").string() +
-                                 " --base " + (fixture() / "model").string() + " --adapter " + dir.string() +
+                                 " --base " + (kFixture / "model").string() + " --adapter " + dir.string() +
                                  " --ours " + ours.string() + " --merged " + merged.string() + " 2>&1",
                              &out_text);
   const auto brace = out_text.rfind("{\"max_abs_diff\"");
@@ -248,7 +234,7 @@ TEST(LoraParity, AdapterSaveHoldsAboutTheAdapterNotTheBase) {
   // one of the base's tables would hold 32.8 MB.
   SKIP_WITHOUT_FIXTURE();
   TempDir work("lora_save_mem");
-  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(fixture() / "model" / "config.json"));
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(kFixture / "model" / "config.json"));
   cfg["hidden_size"] = 256;
   cfg["intermediate_size"] = 512;
   cfg["head_dim"] = 64;
@@ -257,9 +243,9 @@ TEST(LoraParity, AdapterSaveHoldsAboutTheAdapterNotTheBase) {
   std::string log;
   ASSERT_EQ(run_command(train_bin() + " init-model --config " + cfg_path.string() + " --output_dir " + model_dir.string() +
                         " 2>&1", &log), 0) << log;
-  for (const char* f : {"tokenizer.model", "tokenizer_config.json"}) fs::copy_file(fixture() / "model" / f, model_dir / f);
+  for (const char* f : {"tokenizer.model", "tokenizer_config.json"}) fs::copy_file(kFixture / "model" / f, model_dir / f);
   const fs::path out = work.path() / "out";
-  const fs::path f = fixture();
+  const fs::path f = kFixture;
   ASSERT_EQ(run_trainer("--model_name_or_path " + model_dir.string() + " --data_path " + (f / "data.json").string() +
                         " --output_dir " + out.string() + " --max_steps 1 --per_device_train_batch_size 1"
                         " --model_max_length 32 --save_strategy no --report_to none --use_peft True --lora_r 16"
@@ -363,16 +349,15 @@ TEST(LoraParity, TiedEmbeddingsShareOneTrainableTokenDeltaThatPeftLoads) {
   // in PeftModel.from_pretrained without a warning and gives the logits of our unmerged attach.
   SKIP_WITHOUT_FIXTURE();
   TempDir work("lora_tied");
-  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(fixture() / "model" / "config.json"));
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(kFixture / "model" / "config.json"));
   cfg["tie_word_embeddings"] = true;
   const fs::path cfg_path = work.path() / "config.json", model_dir = work.path() / "model", out = work.path() / "out";
   std::ofstream(cfg_path) << cfg.dump();
   std::string log;
   ASSERT_EQ(run_command(train_bin() + " init-model --config " + cfg_path.string() + " --output_dir " + model_dir.string() +
                         " 2>&1", &log), 0) << log;
-  for (const char* f : {"tokenizer.model", "tokenizer_config.json"}) fs::copy_file(fixture() / "model" / f, model_dir / f);
-  std::string args = lora_args(out, 2, 2, 5);
-  args.replace(args.find((fixture() / "model").string()), (fixture() / "model").string().size(), model_dir.string());
+  for (const char* f : {"tokenizer.model", "tokenizer_config.json"}) fs::copy_file(kFixture / "model" / f, model_dir / f);
+  const std::string args = lora_args(out, 2, 2, 5, model_dir);
   ASSERT_EQ(run_trainer(args + " --fsdp 'full_shard auto_wrap' --fsdp_transformer_layer_cls_to_wrap LlamaDecoderLayer", 2,
                         &log), 0) << log;
   nlohmann::json acfg = nlohmann::json::parse(std::ifstream(out / "adapter_config.json"));

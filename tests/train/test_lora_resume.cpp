@@ -25,15 +25,13 @@ using namespace alpaca::testing;
 
 namespace {
 
-fs::path fixture() { return binary_dir() / "fixtures" / "lora_parity"; }
+const fs::path kFixture = fixture_dir("lora_parity");
 
 std::string args(const fs::path& model, const fs::path& out, int steps, int per_device, int accum,
                  const std::string& lora = " --lora_r 8 --lora_alpha 16") {
-  return "--model_name_or_path " + model.string() + " --data_path " + (fixture() / "data.json").string() +
-         " --output_dir " + out.string() + " --max_steps " + std::to_string(steps) + " --per_device_train_batch_size " +
-         std::to_string(per_device) + " --gradient_accumulation_steps " + std::to_string(accum) +
-         " --learning_rate 2e-2 --warmup_ratio 0.1 --lr_scheduler_type cosine --model_max_length 64 --logging_steps 1"
-         " --report_to jsonl --seed 42 --save_steps 3 --use_peft True" + lora;  // LoRA dropout: the default 0.05
+  return TrainFlags(kFixture, out).model(model).steps(steps).batch(per_device, accum)
+      .set("--learning_rate 2e-2 --save_steps 3").set(kCosineWarmup).set("--use_peft True")
+      .set(lora);  // LoRA dropout: the default 0.05
 }
 
 std::map<std::string, at::Tensor> adapter(const fs::path& dir) {
@@ -44,13 +42,13 @@ std::map<std::string, at::Tensor> adapter(const fs::path& dir) {
 }
 
 #define SKIP_WITHOUT_FIXTURE() \
-  if (fs::exists(fixture() / "SKIPPED")) GTEST_SKIP() << "reference fixture skipped (no shared data)"
+  if (fs::exists(kFixture / "SKIPPED")) GTEST_SKIP() << "reference fixture skipped (no shared data)"
 
 }  // namespace
 
 TEST(LoraResume, SixStepsStraightEqualThreePlusThreeBitwise) {
   SKIP_WITHOUT_FIXTURE();
-  const fs::path model = fixture() / "model";
+  const fs::path model = kFixture / "model";
   TempDir a("lora_straight"), b("lora_resumed");
   std::string log;
   ASSERT_EQ(run_trainer(args(model, a.path(), 6, 4, 2), 1, &log), 0) << log;
@@ -95,7 +93,7 @@ TEST(LoraResume, SixStepsStraightEqualThreePlusThreeBitwise) {
 
 TEST(LoraResume, ResumeOnAnotherWorldSizeWithoutDropoutMatches) {
   SKIP_WITHOUT_FIXTURE();
-  const fs::path model = fixture() / "model";
+  const fs::path model = kFixture / "model";
   TempDir a("lora_w1_nodrop"), c("lora_w4_nodrop");
   const std::string nodrop = " --lora_r 8 --lora_alpha 16 --lora_dropout 0";
   std::string log;
@@ -110,7 +108,7 @@ TEST(LoraResume, ResumeOnAnotherWorldSizeWithoutDropoutMatches) {
 
 TEST(LoraResume, MismatchedResumeIsAClearError) {
   SKIP_WITHOUT_FIXTURE();
-  const fs::path model = fixture() / "model";
+  const fs::path model = kFixture / "model";
   TempDir a("lora_mismatch"), b("lora_mismatch_b"), other("lora_other_base");
   std::string log;
   ASSERT_EQ(run_trainer(args(model, a.path(), 3, 4, 2), 1, &log), 0) << log;
@@ -139,8 +137,8 @@ TEST(LoraResume, MismatchedResumeIsAClearError) {
 TEST(LoraResume, KillNineDuringAnAdapterSaveLeavesThePreviousCheckpoint) {
   SKIP_WITHOUT_FIXTURE();
   TempDir out("lora_kill9");
-  const std::string run = args(fixture() / "model", out.path(), 6, 4, 2);
-  BackgroundRun bg("env ALPACA_FAULTS=ckpt.pause_before_seal=3000 " + train_bin() + " " + run, out.path() / "run.log");
+  const std::string run = args(kFixture / "model", out.path(), 6, 4, 2);
+  BackgroundRun bg = launch_trainer(run, 1, out.path() / "run.log", "ckpt.pause_before_seal=3000");
   // checkpoint-3 completes (after a 3 s pause); kill while checkpoint-6's adapter is staged.
   const bool staged = bg.wait_until([&] { return fs::exists(out.path() / "tmp-checkpoint-6" / "trainer_state.json"); });
   bg.signal(SIGKILL);

@@ -21,16 +21,12 @@ using namespace alpaca::testing;
 
 namespace {
 
-fs::path fixture() { return binary_dir() / "fixtures" / "qlora_parity"; }
+const fs::path kFixture = fixture_dir("qlora_parity");
 
 std::string qlora_args(const fs::path& out, const std::string& extra) {
-  const fs::path f = fixture();
-  return "--model_name_or_path " + (f / "model").string() + " --data_path " + (f / "data.json").string() +
-         " --output_dir " + out.string() + " --max_steps 6 --save_steps 3 --per_device_train_batch_size 2"
-         " --gradient_accumulation_steps 2 --learning_rate 2e-2 --warmup_ratio 0.1 --lr_scheduler_type cosine"
-         " --model_max_length 64 --logging_steps 1 --report_to jsonl --seed 42 --fsdp 'full_shard auto_wrap'"
-         " --use_peft True --lora_r 8 --lora_alpha 16 --lora_dropout 0.1"
-         " --load_in_4bit True --bnb_4bit_quant_type nf4 --use_bnb_nested_quant True " + extra;
+  return TrainFlags(kFixture, out).steps(6).batch(2, 2).set("--save_steps 3 --learning_rate 2e-2").set(kCosineWarmup)
+      .set(kFullShard).set("--use_peft True --lora_r 8 --lora_alpha 16 --lora_dropout 0.1").set(kNf4Nested)
+      .set(extra);
 }
 
 // The file's bytes: equal bytes of adapter_model.safetensors = every adapter tensor bitwise equal.
@@ -46,7 +42,7 @@ void expect_adapter_checkpoint(const fs::path& ck) {
   EXPECT_FALSE(fs::exists(ck / "model.safetensors")) << "a QLoRA checkpoint holds the adapter, not the 4-bit base";
 }
 
-#define SKIP_WITHOUT_FIXTURE() ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture())
+#define SKIP_WITHOUT_FIXTURE() ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture)
 
 }  // namespace
 
@@ -81,26 +77,15 @@ TEST(QloraResume, World2SixStepsEqualThreePlusThreeBitwiseSyncAndAsync) {
   }
 }
 
-// Both ranks SIGKILLed (a crashed node) while checkpoint-6 is staged: each rank records its pid
-// through a wrapper script, as mpirun's own pid is not a rank's.
+// Both ranks SIGKILLed (a crashed node) while checkpoint-6 is staged.
 TEST(QloraResume, KillNineOfBothRanksDuringTheSaveKeepsThePreviousCheckpoint) {
   SKIP_WITHOUT_FIXTURE();
   TempDir tmp("qlora_kill9");
-  const fs::path out = tmp.path() / "out", wrap = tmp.path() / "rank.sh";
-  std::ofstream(wrap) << "#!/bin/sh\necho $$ > '" << tmp.path().string() << "'/pid.$OMPI_COMM_WORLD_RANK\nexec \"$@\"\n";
-  fs::permissions(wrap, fs::perms::owner_all);
+  const fs::path out = tmp.path() / "out";
   const std::string run = qlora_args(out, "--save_async True");
-  BackgroundRun bg("env ALPACA_FAULTS=ckpt.pause_before_seal=3000 mpirun -np 2 --allow-run-as-root --oversubscribe "
-                   "--bind-to none " + wrap.string() + " " + train_bin() + " " + run,
-                   tmp.path() / "run.log");
-  const bool staged = bg.wait_until([&] {
-    return fs::exists(out / "tmp-checkpoint-6" / "trainer_state.json") && fs::exists(tmp.path() / "pid.0") &&
-           fs::exists(tmp.path() / "pid.1");
-  });
-  for (int r = 0; r < 2; ++r) {
-    const std::string pid = read_text(tmp.path() / ("pid." + std::to_string(r)));
-    if (!pid.empty()) kill(std::stoi(pid), SIGKILL);
-  }
+  BackgroundRun bg = launch_trainer(run, 2, tmp.path() / "run.log", "ckpt.pause_before_seal=3000");
+  const bool staged = bg.wait_for_file(out / "tmp-checkpoint-6" / "trainer_state.json");
+  for (int r = 0; r < 2; ++r) signal_rank(out, r, SIGKILL);
   const int status = bg.wait();
   ASSERT_TRUE(staged) << "the run never reached the second save: " << read_text(tmp.path() / "run.log");
   EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "mpirun must report the killed ranks";

@@ -18,20 +18,19 @@ using namespace alpaca::testing;
 
 namespace {
 
-fs::path fixture() { return binary_dir() / "fixtures" / "smollm2"; }
+const fs::path kFixture = fixture_dir("smollm2");
 
 nlohmann::json reference() {
-  std::ifstream f(fixture() / "reference.json");
+  std::ifstream f(kFixture / "reference.json");
   return nlohmann::json::parse(f);
 }
 
+// The real model on the fixture's train.json with evaluation on its eval.json.
 std::string args(const fs::path& out) {
-  const auto ref = reference();
-  return "--model_name_or_path " + ref["model"].get<std::string>() + " --data_path " +
-         (fixture() / "train.json").string() + " --eval_data_path " + (fixture() / "eval.json").string() +
-         " --output_dir " + out.string() +
-         " --model_max_length 512 --save_strategy no --report_to jsonl --logging_steps 1 --seed 42"
-         " --per_device_eval_batch_size 4 --eval_strategy steps";
+  return TrainFlags(kFixture, out).model(reference()["model"].get<std::string>())
+      .set("--data_path", (kFixture / "train.json").string())
+      .set("--eval_data_path", (kFixture / "eval.json").string())
+      .set("--model_max_length 512 --save_strategy no --per_device_eval_batch_size 4 --eval_strategy steps");
 }
 
 double last_eval_loss(const fs::path& out) {
@@ -44,8 +43,8 @@ double last_eval_loss(const fs::path& out) {
 }  // namespace
 
 TEST(SmolLM2, UntouchedEvalLossMatchesTransformersFp32) {
-  if (fs::exists(fixture() / "SKIPPED")) GTEST_SKIP() << "no shared Alpaca data";
-  ASSERT_TRUE(fs::exists(fixture() / "reference.json")) << "run the fixture first: ctest -R smollm2";
+  if (fs::exists(kFixture / "SKIPPED")) GTEST_SKIP() << "no shared Alpaca data";
+  ASSERT_TRUE(fs::exists(kFixture / "reference.json")) << "run the fixture first: ctest -R smollm2";
   const double ref = reference()["eval_loss"].get<double>();
   TempDir out("smollm2_eval");
   std::string log;
@@ -62,8 +61,8 @@ TEST(SmolLM2, UntouchedEvalLossMatchesTransformersFp32) {
 }
 
 TEST(SmolLM2, TwoRankBf16FullShardFineTuneLowersLossAndExports) {
-  if (fs::exists(fixture() / "SKIPPED")) GTEST_SKIP() << "no shared Alpaca data";
-  ASSERT_TRUE(fs::exists(fixture() / "reference.json")) << "run the fixture first: ctest -R smollm2";
+  if (fs::exists(kFixture / "SKIPPED")) GTEST_SKIP() << "no shared Alpaca data";
+  ASSERT_TRUE(fs::exists(kFixture / "reference.json")) << "run the fixture first: ctest -R smollm2";
   const auto ref = reference();
   const double before = ref["eval_loss"].get<double>();
   TempDir out("smollm2_ft");
@@ -83,7 +82,7 @@ TEST(SmolLM2, TwoRankBf16FullShardFineTuneLowersLossAndExports) {
   std::string py;
   ASSERT_EQ(run_command(python() + " " + (source_dir() / "tests/reference/smollm2_reference.py").string() +
                             " --check_export " + out.path().string() + " --eval_json " +
-                            (fixture() / "eval.json").string() + " 2>/dev/null",
+                            (kFixture / "eval.json").string() + " 2>/dev/null",
                         &py),
             0)
       << py;

@@ -22,17 +22,14 @@ using namespace alpaca::testing;
 
 namespace {
 
-fs::path fixture() { return binary_dir() / "fixtures" / "train_parity"; }
+const fs::path kFixture = fixture_dir("train_parity");
 
 #define SKIP_WITHOUT_FIXTURE() \
-  if (fs::exists(fixture() / "SKIPPED")) GTEST_SKIP() << "fixture skipped (no shared data)"
+  if (fs::exists(kFixture / "SKIPPED")) GTEST_SKIP() << "fixture skipped (no shared data)"
 
-std::string run_args(const fs::path& out) {
-  return "--model_name_or_path " + (fixture() / "model").string() + " --data_path " + (fixture() / "data.json").string() +
-         " --output_dir " + out.string() +
-         " --per_device_train_batch_size 2 --gradient_accumulation_steps 1 --learning_rate 1e-3 --warmup_ratio 0.1"
-         " --lr_scheduler_type cosine --model_max_length 64 --logging_steps 1 --save_strategy no --seed 42"
-         " --fsdp 'full_shard auto_wrap'";
+TrainFlags run_args(const fs::path& out) {
+  return TrainFlags(kFixture, out).batch(2, 1).set("--learning_rate 1e-3 --save_strategy no").set(kCosineWarmup)
+      .set(kFullShard);
 }
 
 // tensorboard_check.py compare: rc 0 and its JSON summary.
@@ -60,8 +57,9 @@ TEST(TensorBoardRun, TwoRanksWithEvalEveryMetricIsInTheEventFile) {
   TempDir tmp("tb_run");
   const fs::path out = tmp.path() / "out";
   std::string log;
-  ASSERT_EQ(run_trainer(run_args(out) + " --max_steps 6 --eval_data_path " + (fixture() / "data.json").string() +
-                            " --eval_strategy steps --eval_steps 3 --per_device_eval_batch_size 4 --report_to all",
+  ASSERT_EQ(run_trainer(run_args(out)
+                            .set("--max_steps 6 --eval_data_path " + (kFixture / "data.json").string() +
+                                 " --eval_strategy steps --eval_steps 3 --per_device_eval_batch_size 4 --report_to all"),
                         2, &log),
             0)
       << log;
@@ -107,8 +105,8 @@ TEST(TensorBoardRun, SigkillMidRunLeavesEveryLoggedStepReadable) {
   SKIP_WITHOUT_FIXTURE();
   TempDir tmp("tb_kill");
   const fs::path out = tmp.path() / "out", logdir = tmp.path() / "tb";
-  BackgroundRun run(train_bin() + " " + run_args(out) + " --max_steps 400 --report_to all --logging_dir " + logdir.string(),
-                    tmp.path() / "run.log");
+  BackgroundRun run = launch_trainer(run_args(out).set("--max_steps 400 --report_to all --logging_dir " + logdir.string()), 1,
+                                     tmp.path() / "run.log");
   // --logging_dir given: metrics.jsonl and the event file both go there. Kill after 4 logs.
   const bool logged = run.wait_until([&] { return lines_in(logdir / "metrics.jsonl") >= 4; });
   run.signal(SIGKILL);

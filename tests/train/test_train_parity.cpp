@@ -7,7 +7,6 @@
 
 #include <cmath>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "test_util.h"
 #include "train_test_util.h"
@@ -17,15 +16,11 @@ using namespace alpaca::testing;
 
 namespace {
 
-fs::path fixture() { return binary_dir() / "fixtures" / "train_parity"; }
+const fs::path kFixture = fixture_dir("train_parity");
 
 std::string common_args(const fs::path& out, int per_device, int accum) {
-  const fs::path f = fixture();
-  return "--model_name_or_path " + (f / "model").string() + " --data_path " + (f / "data.json").string() +
-         " --output_dir " + out.string() + " --max_steps 30 --per_device_train_batch_size " + std::to_string(per_device) +
-         " --gradient_accumulation_steps " + std::to_string(accum) +
-         " --learning_rate 1e-3 --warmup_ratio 0.1 --lr_scheduler_type cosine --weight_decay 0.01"
-         " --model_max_length 64 --logging_steps 1 --save_strategy no --report_to jsonl --seed 42";
+  return TrainFlags(kFixture, out).steps(30).batch(per_device, accum)
+      .set("--learning_rate 1e-3 --weight_decay 0.01 --save_strategy no").set(kCosineWarmup);
 }
 
 // util/host_sync.h: the trainer reads the device once per optimizer step outside logging (the
@@ -40,38 +35,24 @@ void expect_one_host_sync_per_step(const fs::path& out) {
   EXPECT_GT(logged, 0) << "no host_syncs_per_step in " << out / "metrics.jsonl";
 }
 
-nlohmann::json reference() {
-  std::ifstream f(fixture() / "reference.json");
-  return nlohmann::json::parse(f);
-}
-
 }  // namespace
 
 TEST(TrainParity, World1MatchesTransformersFor30Steps) {
-  ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture());
-  const auto ref = reference();
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
+  const ReferenceSteps ref = read_reference_steps(kFixture / "reference.json");
   TempDir out("parity_w1");
   std::string log;
   ASSERT_EQ(run_trainer(common_args(out.path(), 4, 2), 1, &log), 0) << log;
   const auto steps = read_step_logs(out.path());
   ASSERT_EQ(steps.size(), 30u) << log;
-  double worst = 0;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const double r = ref["losses"][i].get<double>();
-    const double rel = std::abs(steps[i].loss - r) / std::abs(r);
-    worst = std::max(worst, rel);
-    EXPECT_LE(rel, 1e-4) << "step " << i + 1 << ": ours " << steps[i].loss << " transformers " << r;
-    EXPECT_NEAR(steps[i].learning_rate, ref["learning_rates"][i].get<double>(), 1e-12) << "step " << i + 1;
-    EXPECT_NEAR(steps[i].grad_norm, ref["grad_norms"][i].get<double>(), 1e-3 * ref["grad_norms"][i].get<double>())
-        << "step " << i + 1;
-  }
+  const double worst = expect_steps_match(steps, ref, "transformers").worst_loss;
   expect_one_host_sync_per_step(out.path());
   std::cout << "[parity] world 1: worst relative loss difference over 30 steps " << worst << "; first loss "
             << steps.front().loss << ", last " << steps.back().loss << "\n";
 }
 
 TEST(TrainParity, World2FsdpMatchesWorld1) {
-  ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture());
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
   TempDir w1("parity_w1b"), w2("parity_w2");
   std::string log;
   ASSERT_EQ(run_trainer(common_args(w1.path(), 4, 2), 1, &log), 0) << log;

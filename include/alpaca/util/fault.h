@@ -21,6 +21,8 @@
 //                               (SIGTERM-during-evaluation tests).
 //   dist.exit_after_init=RANK   that rank _exits (code 3) right after MPI_Init, before any
 //                               collective (a peer that dies before the first collective).
+// A pause writes "ALPACA_FAULTS: <point> pauses MS ms" to stderr as it begins, so a test signals
+// the run once that line is in its log, never after a guessed sleep.
 // With ALPACA_FAULTS unset every query is a cheap lookup in an empty table. Thread-safe.
 #pragma once
 
