@@ -47,29 +47,32 @@ ExprPtr Parser::parse_expression(bool with_condexpr) {
   return expr;
 }
 
-ExprPtr Parser::parse_or() {
-  ExprPtr left = parse_and();
-  while (is_name("or")) {
-    auto e = make(Expr::Kind::kOr);
+// One left-associative level of binary operators: operands from `operand`, joined while the
+// current token is one of `ops` (names for kOr / kAnd, operator tokens for kBinary, which keeps
+// the operator's text in name).
+ExprPtr Parser::parse_binary_level(Expr::Kind kind, std::initializer_list<std::string_view> ops,
+                                   const std::function<ExprPtr()>& operand) {
+  const bool words = kind != Expr::Kind::kBinary;
+  auto at_op = [&] {
+    for (std::string_view op : ops)
+      if (words ? is_name(op) : is_op(op)) return true;
+    return false;
+  };
+  ExprPtr left = operand();
+  while (at_op()) {
+    auto e = make(kind);
+    if (!words) e->name = t_[pos_].text;
     ++pos_;
     e->a = std::move(left);
-    e->b = parse_and();
+    e->b = operand();
     left = std::move(e);
   }
   return left;
 }
 
-ExprPtr Parser::parse_and() {
-  ExprPtr left = parse_not();
-  while (is_name("and")) {
-    auto e = make(Expr::Kind::kAnd);
-    ++pos_;
-    e->a = std::move(left);
-    e->b = parse_not();
-    left = std::move(e);
-  }
-  return left;
-}
+ExprPtr Parser::parse_or() { return parse_binary_level(Expr::Kind::kOr, {"or"}, [this] { return parse_and(); }); }
+
+ExprPtr Parser::parse_and() { return parse_binary_level(Expr::Kind::kAnd, {"and"}, [this] { return parse_not(); }); }
 
 ExprPtr Parser::parse_not() {
   DepthGuard guard(*this);
@@ -112,15 +115,7 @@ ExprPtr Parser::parse_compare() {
 }
 
 ExprPtr Parser::parse_math1() {
-  ExprPtr left = parse_concat();
-  while (is_op("+") || is_op("-")) {
-    auto e = make(Expr::Kind::kBinary);
-    e->name = t_[pos_++].text;
-    e->a = std::move(left);
-    e->b = parse_concat();
-    left = std::move(e);
-  }
-  return left;
+  return parse_binary_level(Expr::Kind::kBinary, {"+", "-"}, [this] { return parse_concat(); });
 }
 
 ExprPtr Parser::parse_concat() {
@@ -136,27 +131,11 @@ ExprPtr Parser::parse_concat() {
 }
 
 ExprPtr Parser::parse_math2() {
-  ExprPtr left = parse_pow();
-  while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-    auto e = make(Expr::Kind::kBinary);
-    e->name = t_[pos_++].text;
-    e->a = std::move(left);
-    e->b = parse_pow();
-    left = std::move(e);
-  }
-  return left;
+  return parse_binary_level(Expr::Kind::kBinary, {"*", "/", "//", "%"}, [this] { return parse_pow(); });
 }
 
 ExprPtr Parser::parse_pow() {
-  ExprPtr left = parse_unary();
-  while (is_op("**")) {
-    auto e = make(Expr::Kind::kBinary);
-    e->name = t_[pos_++].text;
-    e->a = std::move(left);
-    e->b = parse_unary();
-    left = std::move(e);
-  }
-  return left;
+  return parse_binary_level(Expr::Kind::kBinary, {"**"}, [this] { return parse_unary(); });
 }
 
 ExprPtr Parser::parse_unary(bool with_filter) {
@@ -248,15 +227,19 @@ ExprPtr Parser::parse_dict() {
   return e;
 }
 
+ExprPtr Parser::parse_call(ExprPtr callee) {
+  auto call = make(Expr::Kind::kCall);
+  call->a = std::move(callee);
+  parse_call_args(*call);
+  return call;
+}
+
 ExprPtr Parser::parse_postfix(ExprPtr node) {
   while (true) {
     if (is_op(".") || is_op("[")) {
       node = parse_subscript(std::move(node));
     } else if (is_op("(")) {
-      auto call = make(Expr::Kind::kCall);
-      call->a = std::move(node);
-      parse_call_args(*call);
-      node = std::move(call);
+      node = parse_call(std::move(node));
     } else {
       return node;
     }
@@ -271,10 +254,7 @@ ExprPtr Parser::parse_filter_expr(ExprPtr node) {
     } else if (is_name("is")) {
       node = parse_test(std::move(node));
     } else if (is_op("(")) {
-      auto call = make(Expr::Kind::kCall);
-      call->a = std::move(node);
-      parse_call_args(*call);
-      node = std::move(call);
+      node = parse_call(std::move(node));
     } else {
       return node;
     }

@@ -1,6 +1,7 @@
 // The parser's class, shared by parser.cpp (statements) and parser_expr.cpp (expressions).
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -67,6 +68,8 @@ class Parser {
   StmtPtr simple_block(Stmt::Kind kind, int line, std::string_view end);
 
   ExprPtr parse_expression(bool with_condexpr = true);
+  ExprPtr parse_binary_level(Expr::Kind kind, std::initializer_list<std::string_view> ops,
+                             const std::function<ExprPtr()>& operand);
   ExprPtr parse_or();
   ExprPtr parse_and();
   ExprPtr parse_not();
@@ -86,6 +89,7 @@ class Parser {
   ExprPtr parse_subscribed();
   ExprPtr parse_filter(ExprPtr node);
   ExprPtr parse_test(ExprPtr node);
+  ExprPtr parse_call(ExprPtr callee);  // `callee(args)`, at the "("
   void parse_call_args(Expr& call);
   std::vector<std::string> parse_targets();
 

@@ -128,27 +128,27 @@ LaunchInfo from_torchrun(const EnvMap& env) {
   return li;
 }
 
-LaunchInfo from_open_mpi(const EnvMap& env) {
-  const char* who = "Open MPI";
-  LaunchInfo li;
-  li.source = LaunchSource::kOpenMpi;
-  li.rank = get_int(env, "OMPI_COMM_WORLD_RANK", who);
-  li.world_size = get_int(env, "OMPI_COMM_WORLD_SIZE", who);
-  li.local_rank = get_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", who);
-  li.local_world_size = get_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", who);
-  derive_nodes(li);
-  return li;
-}
+// An MPI launcher's variables for rank, size, local rank and local size.
+struct MpiVars {
+  const char* who;
+  LaunchSource source;
+  const char *rank, *size, *local_rank, *local_size;
+  bool local_optional;  // Hydra without MPI_LOCAL* (old versions): assume one node
+};
 
-LaunchInfo from_mpich(const EnvMap& env) {
-  const char* who = "MPICH/Hydra";
+constexpr MpiVars kOpenMpiVars{"Open MPI", LaunchSource::kOpenMpi, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                               "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", false};
+constexpr MpiVars kMpichVars{"MPICH/Hydra", LaunchSource::kMpich, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
+                             "MPI_LOCALNRANKS", true};
+
+LaunchInfo from_mpi(const EnvMap& env, const MpiVars& v) {
   LaunchInfo li;
-  li.source = LaunchSource::kMpich;
-  li.rank = get_int(env, "PMI_RANK", who);
-  li.world_size = get_int(env, "PMI_SIZE", who);
-  // Hydra without MPI_LOCAL* (old versions): assume one node.
-  li.local_world_size = get_int_or(env, "MPI_LOCALNRANKS", who, li.world_size);
-  li.local_rank = get_int_or(env, "MPI_LOCALRANKID", who, li.rank);
+  li.source = v.source;
+  li.rank = get_int(env, v.rank, v.who);
+  li.world_size = get_int(env, v.size, v.who);
+  li.local_rank = v.local_optional ? get_int_or(env, v.local_rank, v.who, li.rank) : get_int(env, v.local_rank, v.who);
+  li.local_world_size =
+      v.local_optional ? get_int_or(env, v.local_size, v.who, li.world_size) : get_int(env, v.local_size, v.who);
   derive_nodes(li);
   return li;
 }
@@ -211,9 +211,9 @@ LaunchInfo discover_launch(const EnvMap& env) {
   if (has(env, "RANK") || has(env, "WORLD_SIZE")) {
     li = from_torchrun(env);
   } else if (has(env, "OMPI_COMM_WORLD_RANK") || has(env, "OMPI_COMM_WORLD_SIZE")) {
-    li = from_open_mpi(env);
+    li = from_mpi(env, kOpenMpiVars);
   } else if (has(env, "PMI_RANK") || has(env, "PMI_SIZE")) {
-    li = from_mpich(env);
+    li = from_mpi(env, kMpichVars);
   } else if (has(env, "SLURM_PROCID") && (has(env, "SLURM_STEP_NUM_TASKS") || has(env, "SLURM_NTASKS"))) {
     li = from_slurm(env);
   } else {

@@ -2,6 +2,8 @@
 // errors for inconsistent ones (which must show the variables).
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include "alpaca/dist/launch.h"
 #include "alpaca/util/error.h"
 
@@ -18,6 +20,18 @@ std::string error_of(const EnvMap& env) {
   }
   return "";
 }
+
+// The numbers every launcher's variables give: rank, world size, local rank, local world size,
+// node rank and node count.
+void expect_numbers(const alpaca::dist::LaunchInfo& li, LaunchSource source, const std::array<int, 6>& want) {
+  EXPECT_EQ(li.source, source);
+  EXPECT_EQ(li.rank, want[0]);
+  EXPECT_EQ(li.world_size, want[1]);
+  EXPECT_EQ(li.local_rank, want[2]);
+  EXPECT_EQ(li.local_world_size, want[3]);
+  EXPECT_EQ(li.node_rank, want[4]);
+  EXPECT_EQ(li.num_nodes, want[5]);
+}
 }  // namespace
 
 TEST(Launch, NothingSetIsASingleProcess) {
@@ -32,13 +46,7 @@ TEST(Launch, NothingSetIsASingleProcess) {
 TEST(Launch, Torchrun) {
   auto li = discover_launch(EnvMap{{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
                                    {"GROUP_RANK", "1"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}});
-  EXPECT_EQ(li.source, LaunchSource::kTorchrun);
-  EXPECT_EQ(li.rank, 5);
-  EXPECT_EQ(li.world_size, 8);
-  EXPECT_EQ(li.local_rank, 1);
-  EXPECT_EQ(li.local_world_size, 4);
-  EXPECT_EQ(li.node_rank, 1);
-  EXPECT_EQ(li.num_nodes, 2);
+  expect_numbers(li, LaunchSource::kTorchrun, {5, 8, 1, 4, 1, 2});
   EXPECT_EQ(li.master_addr, "node0");
   EXPECT_EQ(li.master_port, 29500);
   EXPECT_FALSE(li.mpi_launched());
@@ -54,13 +62,7 @@ TEST(Launch, TorchrunWinsOverMpiVariables) {
 TEST(Launch, OpenMpi) {
   auto li = discover_launch(EnvMap{{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
                                    {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
-  EXPECT_EQ(li.source, LaunchSource::kOpenMpi);
-  EXPECT_EQ(li.rank, 3);
-  EXPECT_EQ(li.world_size, 4);
-  EXPECT_EQ(li.local_rank, 1);
-  EXPECT_EQ(li.local_world_size, 2);
-  EXPECT_EQ(li.node_rank, 1);
-  EXPECT_EQ(li.num_nodes, 2);
+  expect_numbers(li, LaunchSource::kOpenMpi, {3, 4, 1, 2, 1, 2});
   EXPECT_TRUE(li.mpi_launched());
 }
 
@@ -76,13 +78,7 @@ TEST(Launch, MpichHydra) {
 TEST(Launch, SlurmWithCompressedTasksPerNode) {
   auto li = discover_launch(EnvMap{{"SLURM_PROCID", "9"}, {"SLURM_NTASKS", "11"}, {"SLURM_LOCALID", "1"},
                                    {"SLURM_NODEID", "2"}, {"SLURM_STEP_TASKS_PER_NODE", "4(x2),3"}});
-  EXPECT_EQ(li.source, LaunchSource::kSlurm);
-  EXPECT_EQ(li.rank, 9);
-  EXPECT_EQ(li.world_size, 11);
-  EXPECT_EQ(li.local_rank, 1);
-  EXPECT_EQ(li.local_world_size, 3);
-  EXPECT_EQ(li.node_rank, 2);
-  EXPECT_EQ(li.num_nodes, 3);
+  expect_numbers(li, LaunchSource::kSlurm, {9, 11, 1, 3, 2, 3});
 }
 
 TEST(Launch, SlurmStepTasksWinOverAllocation) {
