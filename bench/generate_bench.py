@@ -35,16 +35,14 @@ from make_data import PROMPT_INPUT, PROMPT_NO_INPUT  # noqa: E402
 
 def transformers_run(model, prompts, batch, new_tokens, eos, pad):
     import torch
+    sys.path.insert(0, str(REPO / "tests" / "reference"))
+    from generate_reference import left_padded
     n, secs, cpu, gens = 0, 0.0, 0.0, []
     with torch.inference_mode():
         for i in range(0, len(prompts), batch):
             group = prompts[i:i + batch]
-            t = max(len(p) for p in group)
-            ids = torch.full((len(group), t), pad, dtype=torch.long)
-            mask = torch.zeros((len(group), t), dtype=torch.long)
-            for r, p in enumerate(group):
-                ids[r, t - len(p):] = torch.tensor(p)
-                mask[r, t - len(p):] = 1
+            ids, mask = left_padded(group, pad)
+            t = ids.shape[1]
             t0, c0 = time.perf_counter(), time.process_time()
             out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False,
                                  eos_token_id=eos or None, pad_token_id=pad, use_cache=True)

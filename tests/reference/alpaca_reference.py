@@ -79,6 +79,14 @@ def shared_inputs(args):
     return tok_path, alpaca
 
 
+def parse_inputs(ap):
+    """Parses the command line: (args, out, tokenizer.model, alpaca json), or None when the shared
+    data is absent (SKIPPED written to --out)."""
+    args = ap.parse_args()
+    inputs = shared_inputs(args)
+    return None if inputs is None else (args, Path(args.out), *inputs)
+
+
 def save_tiny_model(model_dir, tok_path, hidden=32, intermediate=64):
     """The tiny random LLaMA (seed 0, fp32) saved as an HF dir with the LLaMA-2 tokenizer.model."""
     torch.manual_seed(0)

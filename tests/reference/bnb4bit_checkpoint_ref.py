@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from alpaca_reference import shared_inputs  # noqa: E402
+from alpaca_reference import parse_inputs  # noqa: E402
 
 BAD_TENSOR = "model.layers.1.mlp.down_proj.weight"
 BAD_TYPE_TENSOR = "model.layers.0.self_attn.k_proj.weight"
@@ -66,12 +66,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--shared", default=os.environ.get("ALPACA_SHARED_DIR", str(Path(__file__).resolve().parents[3] / "shared")))
-    args = ap.parse_args()
-    out = Path(args.out)
-    inputs = shared_inputs(args)
-    if inputs is None:
+    parsed = parse_inputs(ap)
+    if parsed is None:
         return
-    tok_path, alpaca = inputs
+    args, out, tok_path, alpaca = parsed
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)

@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -31,41 +32,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 NUM_PROMPTS, NEW_TOKENS = 6, 16
-TINY_CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 512, "hidden_size": 64,
-    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "max_position_embeddings": 128, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "bos_token_id": 1,
-    "eos_token_id": [2, 3], "pad_token_id": 0, "tie_word_embeddings": False, "hidden_act": "silu",
-    "initializer_range": 0.25,
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generate_reference import TINY_CONFIG as GENERATE_CONFIG, greedy as reference_greedy  # noqa: E402
+TINY_CONFIG = {**GENERATE_CONFIG, "vocab_size": 512}  # the bundled tokenizer's 512 pieces
 TOKEN_ROWS = [5, 7, 9]
 TEXTS = ["Say hi", "Give three tips for staying healthy.", "What is 2 + 3?"]
 
 
 def greedy(model, prompts, eos, pad, batched):
-    results, margin = [], float("inf")
-    groups = [prompts] if batched else [[p] for p in prompts]
-    for group in groups:
-        t = max(len(p) for p in group)
-        ids = torch.full((len(group), t), pad, dtype=torch.long)
-        mask = torch.zeros((len(group), t), dtype=torch.long)
-        for r, p in enumerate(group):
-            ids[r, t - len(p):] = torch.tensor(p)
-            mask[r, t - len(p):] = 1
-        with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False,
-                                 eos_token_id=eos, pad_token_id=pad, return_dict_in_generate=True, output_logits=True)
-        for r in range(len(group)):
-            row = out.sequences[r][t:].tolist()
-            for i, tok in enumerate(row):
-                if tok in eos:
-                    row = row[: i + 1]
-                    break
-            results.append(row)
-            for s in range(len(row)):
-                top2 = out.logits[s][r].float().topk(2).values
-                margin = min(margin, float(top2[0] - top2[1]))
-    return results, margin
+    return reference_greedy(model, prompts, eos, pad, batched, NEW_TOKENS)
 
 
 def randomized(pm, seed):

@@ -52,19 +52,26 @@ def new_ids(row, prompt_len, eos):
     return out
 
 
-def greedy(model, prompts, eos, pad, batched):
+def left_padded(group, pad):
+    """(ids, attention mask) of a batch of prompts, left-padded as generate() wants for decoder-only models."""
+    t = max(len(p) for p in group)
+    ids = torch.full((len(group), t), pad, dtype=torch.long)
+    mask = torch.zeros((len(group), t), dtype=torch.long)
+    for r, p in enumerate(group):
+        ids[r, t - len(p):] = torch.tensor(p)
+        mask[r, t - len(p):] = 1
+    return ids, mask
+
+
+def greedy(model, prompts, eos, pad, batched, new_tokens=NEW_TOKENS):
     """New ids per prompt and the smallest top-2 margin of the reference's logits."""
     results, margin = [], float("inf")
     groups = [prompts] if batched else [[p] for p in prompts]
     for group in groups:
-        t = max(len(p) for p in group)
-        ids = torch.full((len(group), t), pad, dtype=torch.long)
-        mask = torch.zeros((len(group), t), dtype=torch.long)
-        for r, p in enumerate(group):  # left padding, as generate() wants for decoder-only models
-            ids[r, t - len(p):] = torch.tensor(p)
-            mask[r, t - len(p):] = 1
+        ids, mask = left_padded(group, pad)
+        t = ids.shape[1]
         with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False,
+            out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False,
                                  eos_token_id=eos, pad_token_id=pad, return_dict_in_generate=True,
                                  output_logits=True)
         for r in range(len(group)):

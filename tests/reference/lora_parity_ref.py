@@ -83,12 +83,10 @@ def main():
     ap.add_argument("--load_in_4bit", action="store_true")
     ap.add_argument("--bnb_4bit_quant_type", default="nf4")
     ap.add_argument("--use_bnb_nested_quant", action="store_true")
-    args = ap.parse_args()
-    out = Path(args.out)
-    inputs = ref.shared_inputs(args)
-    if inputs is None:
+    parsed = ref.parse_inputs(ap)
+    if parsed is None:
         return
-    tok_path, alpaca = inputs
+    args, out, tok_path, alpaca = parsed
     model_dir = out / "model"
     model = ref.save_tiny_model(model_dir, tok_path, args.hidden, args.intermediate)
     if args.load_in_4bit:

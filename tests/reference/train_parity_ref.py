@@ -24,12 +24,10 @@ from alpaca_reference import tokenize  # noqa: E402,F401  (train_e2e_check.py im
 def main():
     ap = argparse.ArgumentParser()
     ref.add_common_args(ap, steps=30, lr=1e-3)
-    args = ap.parse_args()
-    out = Path(args.out)
-    inputs = ref.shared_inputs(args)
-    if inputs is None:
+    parsed = ref.parse_inputs(ap)
+    if parsed is None:
         return
-    tok_path, alpaca = inputs
+    args, out, tok_path, alpaca = parsed
     model = ref.save_tiny_model(out / "model", tok_path)
     examples = ref.load_examples(out, alpaca, tok_path, args)
     ref.add_pad_row(model)
