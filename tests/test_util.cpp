@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -72,6 +73,23 @@ BackgroundRun::BackgroundRun(const std::string& cmd, const std::filesystem::path
   }
 }
 
+BackgroundRun::BackgroundRun(const std::function<void()>& child, const std::filesystem::path& log) : log_(log) {
+  pid_ = fork();
+  if (pid_ == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    try {
+      child();
+    } catch (...) {
+      _exit(1);
+    }
+    _exit(0);
+  }
+}
+
 BackgroundRun::~BackgroundRun() {
   if (pid_ <= 0) return;
   kill(pid_, SIGKILL);
@@ -79,13 +97,17 @@ BackgroundRun::~BackgroundRun() {
   waitpid(pid_, &status, 0);
 }
 
-bool BackgroundRun::wait_until(const std::function<bool()>& done, double seconds) const {
+bool wait_until(const std::function<bool()>& done, double seconds) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (std::chrono::steady_clock::now() < end) {
     if (done()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return done();
+}
+
+bool BackgroundRun::wait_until(const std::function<bool()>& done, double seconds) const {
+  return alpaca::testing::wait_until(done, seconds);
 }
 
 bool BackgroundRun::wait_for_log(const std::string& text, double seconds) const {

@@ -32,12 +32,18 @@ std::string error_of(const std::function<void()>& fn);
 // the harness (a tiny-model run reaches any point in seconds; a loaded 2-core machine, minutes).
 inline constexpr double kRunTimeoutSeconds = 120;
 
+// Polls `done` every 20 ms for up to `seconds`; true once it holds. The one poll loop of the tests.
+bool wait_until(const std::function<bool()>& done, double seconds = kRunTimeoutSeconds);
+
 // A command started in the background (`sh -c "exec <cmd>"`, stdout and stderr to `log`): the one
 // harness of the kill, signal and preemption tests. Waiting is by polling a condition on what
 // the run writes, never by fixed sleeps; a run still going when this is destroyed is killed.
 class BackgroundRun {
  public:
   BackgroundRun(const std::string& cmd, const std::filesystem::path& log);
+  // `child` run in a forked copy of this process instead (stdout and stderr to `log`); the child
+  // exits 0 when it returns, 1 when it throws.
+  BackgroundRun(const std::function<void()>& child, const std::filesystem::path& log);
   ~BackgroundRun();
   BackgroundRun(const BackgroundRun&) = delete;
   BackgroundRun& operator=(const BackgroundRun&) = delete;

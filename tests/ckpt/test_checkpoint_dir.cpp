@@ -10,7 +10,6 @@
 #include <fstream>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +20,7 @@
 
 namespace fs = std::filesystem;
 using namespace alpaca::ckpt;
+using alpaca::testing::BackgroundRun;
 using alpaca::testing::TempDir;
 
 namespace {
@@ -143,25 +143,24 @@ TEST(CheckpointDir, OneFlippedByteIsCaughtByTheDigestAndNamesTheFile) {
 TEST(CheckpointDir, KillNineDuringSaveKeepsPreviousCheckpoint) {
   TempDir tmp("ckpt_kill");
   const fs::path first = save_checkpoint(tmp.path(), 5);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    // Child: start checkpoint-10 and keep writing until killed.
-    CheckpointWriter w(tmp.path(), 10);
-    w.begin();
-    std::ofstream f(w.staging_dir() / "model.safetensors", std::ios::binary);
-    std::string chunk(1 << 16, 'x');
-    for (;;) {
-      f.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-      f.flush();
-    }
-  }
+  TempDir logs("ckpt_kill_log");  // not in tmp: the test lists what is there
+  // Child: start checkpoint-10 and keep writing until killed.
+  BackgroundRun child(
+      [&] {
+        CheckpointWriter w(tmp.path(), 10);
+        w.begin();
+        std::ofstream f(w.staging_dir() / "model.safetensors", std::ios::binary);
+        std::string chunk(1 << 16, 'x');
+        for (;;) {
+          f.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+          f.flush();
+        }
+      },
+      logs.path() / "child.log");
   const fs::path staged = tmp.path() / "tmp-checkpoint-10" / "model.safetensors";
-  for (int i = 0; i < 500 && !(fs::exists(staged) && fs::file_size(staged) > (1 << 18)); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_EQ(kill(pid, SIGKILL), 0);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  child.wait_until([&] { return fs::exists(staged) && fs::file_size(staged) > (1 << 18); });
+  child.signal(SIGKILL);
+  const int status = child.wait();
   ASSERT_TRUE(WIFSIGNALED(status));
   EXPECT_TRUE(fs::exists(tmp.path() / "tmp-checkpoint-10")) << "the child died mid-save";
   EXPECT_FALSE(fs::exists(tmp.path() / "checkpoint-10"));

@@ -17,6 +17,7 @@
 
 namespace fs = std::filesystem;
 using namespace alpaca::ckpt;
+using alpaca::testing::BackgroundRun;
 using alpaca::testing::TempDir;
 
 TEST(TrainerStateJson, RoundTripsAndLoadsInTransformers) {
@@ -127,18 +128,18 @@ TEST(Preemption, SigtermAndSigusr1RequestSaveAndExit75) {
 }
 
 TEST(Preemption, SecondSigintStopsAtOnce) {
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    clear_stop_request();
-    install_preemption_handlers();
-    raise(SIGINT);
-    if (stop_requested() != StopRequest::kSaveAndExit || exit_code_for_stop(stop_signal()) != 130) _exit(3);
-    raise(SIGINT);  // does not return
-    _exit(4);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
+  TempDir tmp("second_sigint");
+  BackgroundRun child(
+      [] {
+        clear_stop_request();
+        install_preemption_handlers();
+        raise(SIGINT);
+        if (stop_requested() != StopRequest::kSaveAndExit || exit_code_for_stop(stop_signal()) != 130) _exit(3);
+        raise(SIGINT);  // does not return
+        _exit(4);
+      },
+      tmp.path() / "child.log");
+  const int status = child.wait();
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), kExitInterrupted);
 }

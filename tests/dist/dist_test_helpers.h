@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -40,11 +39,12 @@ inline Outcome run(const std::string& cmd) {
 
 inline std::string mpirun(int n) { return "mpirun -np " + std::to_string(n) + " --allow-run-as-root --oversubscribe "; }
 
-// Every pid recorded by the workers is gone (or a zombie awaiting a reaper) shortly after.
+// Every pid recorded by the workers is gone (or a zombie awaiting a reaper) within 10 s.
 inline void expect_nothing_left(const fs::path& piddir) {
   int count = 0;
-  for (int attempt = 0; attempt < 40; ++attempt) {
-    std::vector<std::string> alive;
+  std::vector<std::string> alive;
+  auto all_gone = [&] {
+    alive.clear();
     count = 0;
     for (const auto& e : fs::directory_iterator(piddir)) {
       ++count;
@@ -52,17 +52,14 @@ inline void expect_nothing_left(const fs::path& piddir) {
       std::string pid, comm, state;
       if (stat >> pid >> comm >> state && state != "Z") alive.push_back(pid);
     }
-    if (alive.empty()) {
-      EXPECT_GT(count, 0) << "the workers recorded no pids";
-      return;
-    }
-    if (attempt == 39) {
-      for (auto& p : alive) ::kill(std::stoi(p), SIGKILL);
-      FAIL() << alive.size() << " worker process(es) left running, e.g. pid " << alive[0];
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    return alive.empty();
+  };
+  if (alpaca::testing::wait_until(all_gone, 10)) {
+    EXPECT_GT(count, 0) << "the workers recorded no pids";
+    return;
   }
+  for (auto& p : alive) ::kill(std::stoi(p), SIGKILL);
+  FAIL() << alive.size() << " worker process(es) left running, e.g. pid " << alive[0];
 }
-
 
 }  // namespace alpaca::testing::dist
