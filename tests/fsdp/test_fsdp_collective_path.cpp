@@ -84,26 +84,12 @@ TrainRun train(std::shared_ptr<dist::Communicator> comm, const FsdpPolicy& polic
   torch::manual_seed(0);
   TinyLM m(cfg);
   FsdpEngine engine({m.get(), m->layer_modules()}, comm, policy);
-  m->runner = [&engine, &m](int64_t i, const at::Tensor& h) {
-    TinyBlockImpl* layer = m->model->blocks[i].get();
-    return engine.run_layer(i, h, [layer](const at::Tensor& x) { return layer->forward(x); });
-  };
+  run_layers_through(m, engine);
   optim::ShardedAdamW opt(engine.optim_shards(), optim::AdamWOptions{0.9, 0.999, 1e-8, 0.1});
   GlobalBatch b = make_global_batch(cfg.vocab, kGlobal, kSeqLen, 11);
-  const int accum = 2;
-  const int64_t mb = kGlobal / (world * accum);
   TrainRun r;
   for (int s = 0; s < steps; ++s) {
-    double step_loss = 0;
-    for (int k = 0; k < accum; ++k) {
-      const int64_t start = (static_cast<int64_t>(k) * world + rank) * mb;
-      at::Tensor ids = b.ids_bt.narrow(0, start, mb), labels = b.labels_bt.narrow(0, start, mb);
-      at::Tensor logits = engine.forward([&] { return m->forward(ids); });
-      at::Tensor loss = token_loss_sum(logits, labels) / static_cast<double>(b.num_tokens);
-      loss.backward();
-      step_loss += loss.item<double>();
-    }
-    r.losses.push_back(step_loss);
+    r.losses.push_back(backward_micro_batches(engine, m, b, world, rank, /*accum=*/2));
     optim::clip_grad_norm(engine.grad_shards(), 0.5, engine.norm_comm());
     opt.step(1e-2);
     engine.zero_grad();

@@ -111,13 +111,9 @@ Result fsdp_run(const TinyConfig& cfg, bool freeze, const FsdpPolicy& policy, in
   const int world = comm->world_size(), rank = comm->rank();
   TinyLM m = make_model(cfg, freeze);
   FsdpEngine engine({m.get(), m->layer_modules()}, comm, policy);
-  m->runner = [&engine, &m](int64_t i, const at::Tensor& h) {
-    TinyBlockImpl* layer = m->model->blocks[i].get();
-    return engine.run_layer(i, h, [layer](const at::Tensor& x) { return layer->forward(x); });
-  };
+  run_layers_through(m, engine);
   optim::ShardedAdamW opt(engine.optim_shards(), optim::AdamWOptions{0.9, 0.999, 1e-8, kWd});
   GlobalBatch b = make_global_batch(cfg.vocab, kGlobal, kSeqLen, 7);
-  const int64_t mb = kGlobal / (world * accum);
   Result r;
   {
     at::NoGradGuard no_grad;
@@ -125,15 +121,7 @@ Result fsdp_run(const TinyConfig& cfg, bool freeze, const FsdpPolicy& policy, in
     EXPECT_EQ(engine.memory_account().num_unsharded_units, 0) << "eval forward left units resident";
   }
   for (int s = 0; s < steps; ++s) {
-    double step_loss = 0;
-    for (int k = 0; k < accum; ++k) {
-      const int64_t start = (static_cast<int64_t>(k) * world + rank) * mb;
-      at::Tensor ids = b.ids_bt.narrow(0, start, mb), labels = b.labels_bt.narrow(0, start, mb);
-      at::Tensor logits = engine.forward([&] { return m->forward(ids); });
-      at::Tensor loss = token_loss_sum(logits, labels) / static_cast<double>(b.num_tokens);
-      (scaler ? loss * scaler->scale() : loss).backward();
-      step_loss += loss.item<double>();
-    }
+    const double step_loss = backward_micro_batches(engine, m, b, world, rank, accum, scaler ? scaler->scale() : 1.0);
     at::Tensor l = at::full({1}, step_loss, at::kDouble);
     comm->all_reduce(l, dist::ReduceOp::kSum)->wait();
     r.losses.push_back(l.item<double>());
@@ -295,16 +283,27 @@ TEST(FsdpDist, FullShardMemoryIsTotalOverWorld) {
   EXPECT_EQ(acc.num_unsharded_units, 0);
 }
 
-TEST(FsdpDist, Bf16LossCurveWithinTwoPercentOfFp32) {
-  TinyConfig cfg;
-  cfg.dim = 16;
-  cfg.hidden = 32;
-  cfg.vocab = 29;
-  Result ref = reference_run(cfg, false, 20);
+// The model of the mixed-precision tests, and FULL_SHARD computing and reducing in `dtype`.
+TinyConfig mixed_precision_config() {
+  TinyConfig c;
+  c.dim = 16;
+  c.hidden = 32;
+  c.vocab = 29;
+  return c;
+}
+
+FsdpPolicy full_shard_in(at::ScalarType dtype) {
   FsdpPolicy p;
   p.strategy = ShardingStrategy::kFullShard;
-  p.param_dtype = at::kBFloat16;
-  p.reduce_dtype = at::kBFloat16;
+  p.param_dtype = dtype;
+  p.reduce_dtype = dtype;
+  return p;
+}
+
+TEST(FsdpDist, Bf16LossCurveWithinTwoPercentOfFp32) {
+  const TinyConfig cfg = mixed_precision_config();
+  Result ref = reference_run(cfg, false, 20);
+  const FsdpPolicy p = full_shard_in(at::kBFloat16);
   Result got = fsdp_run(cfg, false, p, 1, 20);
   double worst = 0;
   for (int i = 0; i < 20; ++i) {
@@ -321,15 +320,9 @@ TEST(FsdpDist, Bf16LossCurveWithinTwoPercentOfFp32) {
 // fp16 with the dynamic loss scaler: trains like fp32; an overflow on any one rank skips the step
 // on every rank (the check is all-reduced).
 TEST(FsdpDist, Fp16WithLossScaler) {
-  TinyConfig cfg;
-  cfg.dim = 16;
-  cfg.hidden = 32;
-  cfg.vocab = 29;
+  const TinyConfig cfg = mixed_precision_config();
   Result ref = reference_run(cfg, false, 20);
-  FsdpPolicy p;
-  p.strategy = ShardingStrategy::kFullShard;
-  p.param_dtype = at::kHalf;
-  p.reduce_dtype = at::kHalf;
+  const FsdpPolicy p = full_shard_in(at::kHalf);
   optim::DynamicLossScaler scaler;
   Result got = fsdp_run(cfg, false, p, 1, 20, &scaler);
   for (int i = 0; i < 20; ++i)

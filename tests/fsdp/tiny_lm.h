@@ -11,6 +11,9 @@
 
 #include <functional>
 
+#include "alpaca/fsdp/engine.h"
+#include "fsdp_test_env.h"
+
 namespace alpaca::testing {
 
 struct TinyConfig {
@@ -90,5 +93,31 @@ struct TinyLMImpl : torch::nn::Module {
   TinyRunner runner;
 };
 TORCH_MODULE(TinyLM);
+
+// Every layer call of `m` through `engine`, which gathers the layer's unit around it.
+inline void run_layers_through(TinyLM& m, fsdp::FsdpEngine& engine) {
+  m->runner = [&engine, &m](int64_t i, const at::Tensor& h) {
+    TinyBlockImpl* layer = m->model->blocks[i].get();
+    return engine.run_layer(i, h, [layer](const at::Tensor& x) { return layer->forward(x); });
+  };
+}
+
+// One optimizer step's forwards and backwards on this rank: its `accum` micro-batches of `b` (the
+// k-th starts at row (k * world + rank) * micro-batch), each loss over the whole batch's label
+// tokens, backward of loss * `scale` (the loss scaler's; 1: plain). Returns the sum of the losses.
+inline double backward_micro_batches(fsdp::FsdpEngine& engine, TinyLM& m, const GlobalBatch& b, int world, int rank,
+                                     int accum, double scale = 1.0) {
+  const int64_t mb = b.ids_bt.size(0) / (world * accum);
+  double step_loss = 0;
+  for (int k = 0; k < accum; ++k) {
+    const int64_t start = (static_cast<int64_t>(k) * world + rank) * mb;
+    at::Tensor ids = b.ids_bt.narrow(0, start, mb), labels = b.labels_bt.narrow(0, start, mb);
+    at::Tensor logits = engine.forward([&] { return m->forward(ids); });
+    at::Tensor loss = token_loss_sum(logits, labels) / static_cast<double>(b.num_tokens);
+    (scale != 1.0 ? loss * scale : loss).backward();
+    step_loss += loss.item<double>();
+  }
+  return step_loss;
+}
 
 }  // namespace alpaca::testing
