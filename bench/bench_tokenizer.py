@@ -15,12 +15,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROMPT_INPUT = ("Below is an instruction that describes a task, paired with an input that provides further context. "
-                "Write a response that appropriately completes the request.\n\n"
-                "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:")
-PROMPT_NO_INPUT = ("Below is an instruction that describes a task. "
-                   "Write a response that appropriately completes the request.\n\n"
-                   "### Instruction:\n{instruction}\n\n### Response:")
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from make_data import PROMPT_INPUT, PROMPT_NO_INPUT  # noqa: E402  (train.py's templates)
 
 
 def main():
