@@ -19,15 +19,16 @@ using namespace alpaca::testing;
 
 namespace {
 
-fs::path fixture() { return binary_dir() / "fixtures" / "conversation_masks"; }
+const fs::path kFixture = fixture_dir("conversation_masks");
 
 std::string args(const fs::path& out) {
-  return "--model_name_or_path " + (source_dir() / "models/smollm2-135m-instruct").string() + " --data_path " +
-         (fixture() / "chat_train.jsonl").string() + " --eval_data_path " + (fixture() / "chat_eval.jsonl").string() +
-         " --assistant_only_loss True --output_dir " + out.string() +
-         " --model_max_length 512 --save_strategy no --report_to jsonl --logging_steps 1 --seed 42"
-         " --per_device_eval_batch_size 4 --eval_strategy steps --per_device_train_batch_size 2 --bf16 True"
-         " --fsdp \"full_shard auto_wrap\"";
+  return TrainFlags(kFixture, out)
+      .model(source_dir() / "models/smollm2-135m-instruct")
+      .set("--data_path", (kFixture / "chat_train.jsonl").string())
+      .set("--eval_data_path", (kFixture / "chat_eval.jsonl").string())
+      .set("--assistant_only_loss True --model_max_length 512 --save_strategy no --per_device_eval_batch_size 4")
+      .set("--eval_strategy steps --per_device_train_batch_size 2 --bf16 True")
+      .set(kFullShard);
 }
 
 double last_eval_loss(const fs::path& out) {
@@ -38,8 +39,8 @@ double last_eval_loss(const fs::path& out) {
 }
 
 TEST(ConversationTrain, TwoRankAssistantOnlyFineTuneLowersHeldOutAssistantLoss) {
-  ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture());
-  if (!fs::exists(fixture() / "chat_train.jsonl")) GTEST_SKIP() << "no shared Alpaca data";
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
+  if (!fs::exists(kFixture / "chat_train.jsonl")) GTEST_SKIP() << "no shared Alpaca data";
   TempDir before_dir("conv_before"), after_dir("conv_after");
   std::string log;
   ASSERT_EQ(run_trainer(args(before_dir.path()) + " --max_steps 1 --eval_steps 1 --learning_rate 0", 2, &log), 0) << log;

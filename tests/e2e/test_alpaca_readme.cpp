@@ -19,7 +19,7 @@ using namespace alpaca::testing;
 
 namespace {
 
-fs::path fixture() { return binary_dir() / "fixtures" / "train_parity"; }
+const fs::path kFixture = fixture_dir("train_parity");
 
 // records [begin, end) of the shared Alpaca file, written as a JSON list.
 fs::path write_records(const fs::path& dir, const std::string& name, size_t begin, size_t end) {
@@ -55,13 +55,13 @@ std::vector<double> history_losses(const fs::path& out) {
 
 TEST(AlpacaReadme, TrainsUnderMpirunAndSavesAModelTransformersLoads) {
   ALPACA_REQUIRE_SHARED("data/alpaca/alpaca_5000.json");
-  ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture());
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
   TempDir tmp("readme");
   const fs::path train = write_records(tmp.path(), "train.json", 0, 64);
   const fs::path heldout = write_records(tmp.path(), "heldout.json", 4000, 4032);
   const fs::path out = tmp.path() / "out";
   std::string log;
-  ASSERT_EQ(run_trainer(readme_command(fixture() / "model", train, out), 2, &log), 0) << log;
+  ASSERT_EQ(run_trainer(readme_command(kFixture / "model", train, out), 2, &log), 0) << log;
 
   // 3 epochs x 1 step; every step sees the same 64 examples, so the losses are comparable.
   const auto losses = history_losses(out);
@@ -75,7 +75,7 @@ TEST(AlpacaReadme, TrainsUnderMpirunAndSavesAModelTransformersLoads) {
 
   std::string check;
   const std::string cmd = "cd " + (source_dir() / "tests/reference").string() + " && " + python() +
-                          " train_e2e_check.py --start " + (fixture() / "model").string() + " --final " + out.string() +
+                          " train_e2e_check.py --start " + (kFixture / "model").string() + " --final " + out.string() +
                           " --data " + heldout.string();
   ASSERT_EQ(run_command(cmd, &check), 0) << check;
   const auto r = nlohmann::json::parse(check.substr(check.rfind("{\"start_loss\"")));
@@ -94,11 +94,11 @@ TEST(AlpacaReadme, TrainsUnderMpirunAndSavesAModelTransformersLoads) {
 // every update visible in the next step's loss.
 TEST(AlpacaReadme, OffloadCheckpointingAndAccumulationMatchTheBaseRun) {
   ALPACA_REQUIRE_SHARED("data/alpaca/alpaca_5000.json");
-  ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture());
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
   TempDir tmp("readme_variants");
   const fs::path train = write_records(tmp.path(), "train.json", 0, 32);
   auto command = [&](const std::string& name, const std::vector<std::pair<std::string, std::string>>& edits) {
-    std::string cmd = readme_command(fixture() / "model", train, tmp.path() / name);
+    std::string cmd = readme_command(kFixture / "model", train, tmp.path() / name);
     std::vector<std::pair<std::string, std::string>> all = {
         {"--bf16 True", "--bf16 False"},  // fp32, so the comparison can be tight
         {"--num_train_epochs 3", "--max_steps 4 --report_to jsonl"},

@@ -19,12 +19,9 @@ using namespace alpaca::testing;
 namespace {
 
 std::string flags(const fs::path& fx, const fs::path& out, int micro, int accum, int steps, const std::string& fsdp) {
-  return "--model_name_or_path " + (fx / "model").string() + " --data_path " + (fx / "data.json").string() +
-         " --output_dir " + out.string() + " --max_steps " + std::to_string(steps) +
-         " --per_device_train_batch_size " + std::to_string(micro) + " --gradient_accumulation_steps " +
-         std::to_string(accum) +
-         " --model_max_length 128 --learning_rate 1e-3 --lr_scheduler_type constant --logging_steps 1"
-         " --report_to jsonl --disable_tqdm True --seed 3 --fsdp '" + fsdp + "'";
+  return TrainFlags(fx, out).steps(steps).batch(micro, accum)
+      .set("--model_max_length 128 --learning_rate 1e-3 --lr_scheduler_type constant --disable_tqdm True --seed 3")
+      .set("--fsdp", "'" + fsdp + "'");
 }
 
 int64_t estimate(const fs::path& fx, int micro, const std::string& fsdp) {
@@ -58,12 +55,8 @@ int64_t cap_between_8_and_4(const fs::path& fx, const std::string& fsdp) {
   return (e8 + e4) / 2;
 }
 
-std::string capped(int64_t cap) { return "ALPACA_FAULTS=mem.cpu_cap_bytes=" + std::to_string(cap) + " "; }
-
 int run_capped(int64_t cap, const std::string& args, std::string* log) {
-  return run_command(capped(cap) + "mpirun -np 2 --allow-run-as-root --oversubscribe --bind-to none -x ALPACA_FAULTS " +
-                         train_bin() + " " + args,
-                     log);
+  return run_command(trainer_command(args, 2, "mem.cpu_cap_bytes=" + std::to_string(cap)), log);
 }
 
 }  // namespace

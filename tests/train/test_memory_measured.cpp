@@ -19,10 +19,9 @@ using namespace alpaca::testing;
 namespace {
 
 std::string flags(const fs::path& fx, const fs::path& out, const std::string& extra) {
-  return "--model_name_or_path " + (fx / "model").string() + " --data_path " + (fx / "data.json").string() +
-         " --output_dir " + out.string() +
-         " --max_steps 2 --per_device_train_batch_size 4 --gradient_accumulation_steps 1 --model_max_length 128"
-         " --learning_rate 1e-4 --logging_steps 1 --save_strategy no --report_to jsonl --disable_tqdm True " + extra;
+  return TrainFlags(fx, out).steps(2).batch(4, 1)
+      .set("--model_max_length 128 --learning_rate 1e-4 --save_strategy no --disable_tqdm True")
+      .set(extra);
 }
 
 }  // namespace
