@@ -30,8 +30,8 @@ const fs::path kFixture = fixture_dir("lora_parity");
 
 std::string lora_args(const fs::path& out, int per_device, int accum, int steps = 20,
                       const fs::path& model = kFixture / "model") {
-  return TrainFlags(kFixture, out).model(model).steps(steps).batch(per_device, accum)
-      .set("--learning_rate 2e-2 --weight_decay 0.01 --save_strategy no").set(kCosineWarmup)
+  return parity_flags(kFixture, out, steps, per_device, accum, "2e-2")
+      .model(model)
       .set("--use_peft True --lora_r 8 --lora_alpha 16 --lora_dropout 0");
 }
 
@@ -123,12 +123,8 @@ TEST(LoraParity, Worlds2And4EveryStrategyMatchWorld1) {
         << c.fsdp << "\n" << log;
     const auto got = read_step_logs(wn.path());
     ASSERT_EQ(got.size(), 20u) << log;
-    double worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-      const double rel = std::abs(got[i].loss - base[i].loss) / std::abs(base[i].loss);
-      worst = std::max(worst, rel);
-      EXPECT_LE(rel, 1e-5) << c.ranks << " ranks '" << c.fsdp << "'" << c.extra << " step " << i + 1;
-    }
+    const double worst =
+        expect_losses_close(got, base, 1e-5, std::to_string(c.ranks) + " ranks '" + c.fsdp + "'" + c.extra);
     std::cout << "[lora parity] " << c.ranks << " ranks '" << c.fsdp << "'" << c.extra << " vs world 1: worst " << worst << "\n";
   }
 }

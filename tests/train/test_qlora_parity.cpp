@@ -26,9 +26,9 @@ namespace {
 const fs::path kFixture = fixture_dir("qlora_parity");
 
 std::string qlora_args(const fs::path& out, int per_device, int accum) {
-  return TrainFlags(kFixture, out).steps(20).batch(per_device, accum)
-      .set("--learning_rate 2e-2 --weight_decay 0.01 --save_strategy no").set(kCosineWarmup)
-      .set("--use_peft True --lora_r 8 --lora_alpha 16 --lora_dropout 0").set(kNf4Nested);
+  return parity_flags(kFixture, out, 20, per_device, accum, "2e-2")
+      .set("--use_peft True --lora_r 8 --lora_alpha 16 --lora_dropout 0")
+      .set(kNf4Nested);
 }
 
 fs::path bnb_fixture() { return fixture_dir("bnb4bit_checkpoint"); }
@@ -89,12 +89,7 @@ TEST(QloraParity, World1MatchesBitsandbytesAndPeftFor20Steps) {
                         "--fsdp_transformer_layer_cls_to_wrap LlamaDecoderLayer", 2, &log), 0) << log;
   const auto got = read_step_logs(w2.path());
   ASSERT_EQ(got.size(), 20u) << log;
-  double worst2 = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double rel = std::abs(got[i].loss - steps[i].loss) / std::abs(steps[i].loss);
-    worst2 = std::max(worst2, rel);
-    EXPECT_LE(rel, 1e-5) << "world 2 step " << i + 1;
-  }
+  const double worst2 = expect_losses_close(got, steps, 1e-5, "world 2");
   std::cout << "[qlora parity] world 2 full_shard + checkpointing vs world 1: worst " << worst2 << "\n";
 }
 

@@ -19,8 +19,7 @@ namespace {
 const fs::path kFixture = fixture_dir("train_parity");
 
 std::string common_args(const fs::path& out, int per_device, int accum) {
-  return TrainFlags(kFixture, out).steps(30).batch(per_device, accum)
-      .set("--learning_rate 1e-3 --weight_decay 0.01 --save_strategy no").set(kCosineWarmup);
+  return parity_flags(kFixture, out, 30, per_device, accum, "1e-3");
 }
 
 // util/host_sync.h: the trainer reads the device once per optimizer step outside logging (the
@@ -61,12 +60,7 @@ TEST(TrainParity, World2FsdpMatchesWorld1) {
   const auto a = read_step_logs(w1.path()), b = read_step_logs(w2.path());
   ASSERT_EQ(a.size(), 30u);
   ASSERT_EQ(b.size(), 30u) << log;
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double rel = std::abs(a[i].loss - b[i].loss) / std::abs(a[i].loss);
-    worst = std::max(worst, rel);
-    EXPECT_LE(rel, 1e-4) << "step " << i + 1 << ": world 1 " << a[i].loss << " world 2 " << b[i].loss;
-  }
+  const double worst = expect_losses_close(b, a, 1e-4, "world 2 vs world 1");
   expect_one_host_sync_per_step(w2.path());
   std::cout << "[parity] world 2 FSDP vs world 1: worst relative loss difference " << worst << "\n";
 }

@@ -60,6 +60,16 @@ std::string TrainFlags::str() const {
   return out;
 }
 
+TrainFlags parity_flags(const std::filesystem::path& fixture, const std::filesystem::path& out, int64_t steps,
+                        int64_t per_device, int64_t accum, const std::string& lr) {
+  return TrainFlags(fixture, out)
+      .steps(steps)
+      .batch(per_device, accum)
+      .set("--learning_rate", lr)
+      .set("--weight_decay 0.01 --save_strategy no")
+      .set(kCosineWarmup);
+}
+
 std::string trainer_command(const std::string& args, int ranks, const std::string& faults) {
   std::string cmd = faults.empty() ? "" : "env ALPACA_FAULTS=" + faults + " ";
   if (ranks > 1) cmd += "mpirun -np " + std::to_string(ranks) + " --allow-run-as-root --oversubscribe --bind-to none ";
@@ -137,6 +147,17 @@ StepParity expect_steps_match(const std::vector<StepLog>& steps, const Reference
     EXPECT_NEAR(steps[i].grad_norm, n, 1e-3 * n) << "step " << i + 1;
   }
   return p;
+}
+
+double expect_losses_close(const std::vector<StepLog>& got, const std::vector<StepLog>& want, double rel_tol,
+                           const std::string& what) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    const double rel = std::abs(got[i].loss - want[i].loss) / std::abs(want[i].loss);
+    worst = std::max(worst, rel);
+    EXPECT_LE(rel, rel_tol) << what << " step " << i + 1 << ": " << got[i].loss << " vs " << want[i].loss;
+  }
+  return worst;
 }
 
 }  // namespace alpaca::testing

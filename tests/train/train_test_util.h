@@ -38,6 +38,11 @@ class TrainFlags {
   std::vector<std::pair<std::string, std::string>> flags_;
 };
 
+// The parity fixtures' recipe (the HF loop of tests/reference/alpaca_reference.py): `steps` steps at
+// learning rate `lr`, cosine with 10% warmup, weight decay 0.01, no saves.
+TrainFlags parity_flags(const std::filesystem::path& fixture, const std::filesystem::path& out, int64_t steps,
+                        int64_t per_device, int64_t accum, const std::string& lr);
+
 // Flag groups of the fixtures' recipes.
 inline constexpr const char* kCosineWarmup = "--warmup_ratio 0.1 --lr_scheduler_type cosine";
 inline constexpr const char* kFullShard = "--fsdp 'full_shard auto_wrap'";
@@ -80,6 +85,11 @@ struct StepParity {
   double worst_loss = 0, worst_norm = 0;
 };
 StepParity expect_steps_match(const std::vector<StepLog>& steps, const ReferenceSteps& ref, const std::string& who);
+
+// EXPECTs each step's loss within `rel_tol` (relative) of the same step of `want`; `what` names the
+// run in the messages. Returns the worst relative difference.
+double expect_losses_close(const std::vector<StepLog>& got, const std::vector<StepLog>& want, double rel_tol,
+                           const std::string& what);
 
 // Every metrics.jsonl entry as key -> number (non-numbers skipped).
 std::vector<std::map<std::string, double>> read_metrics(const std::filesystem::path& output_dir);
