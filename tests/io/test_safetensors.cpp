@@ -98,6 +98,14 @@ TEST(Safetensors, PythonReadsOurFileAndWeReadPythons) {
   EXPECT_TRUE(at::equal(f->tensor("y"), at::full({2, 3}, 1.5)));
 }
 
+// A file `name`.safetensors of `header` and `data_bytes` bytes of data refuses to open with an
+// error naming each of `needles`.
+void expect_bad_header(const std::string& name, const std::string& header, size_t data_bytes,
+                       std::initializer_list<std::string> needles) {
+  alpaca::testing::TempDir tmp("st_bad");
+  expect_open_error(raw_file(tmp.path(), name + ".safetensors", header, data_bytes), needles);
+}
+
 TEST(Safetensors, RejectsTruncatedFile) {
   alpaca::testing::TempDir tmp("st_bad");
   const std::string path = (tmp.path() / "short.safetensors").string();
@@ -117,27 +125,25 @@ TEST(Safetensors, RejectsHeaderLengthPastTheEnd) {
 }
 
 TEST(Safetensors, RejectsOverlappingOffsets) {
-  alpaca::testing::TempDir tmp("st_bad");
-  std::string h = R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})";
-  expect_open_error(raw_file(tmp.path(), "overlap.safetensors", h, 24), {"\"a\"", "\"b\"", "overlap"});
+  expect_bad_header("overlap",
+                    R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
+                    24, {"\"a\"", "\"b\"", "overlap"});
 }
 
 TEST(Safetensors, RejectsOutOfRangeOffsets) {
-  alpaca::testing::TempDir tmp("st_bad");
-  std::string h = R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[16,32]}})";
-  expect_open_error(raw_file(tmp.path(), "range.safetensors", h, 20), {"\"a\"", "out of range"});
+  expect_bad_header("range",
+                    R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[16,32]}})",
+                    20, {"\"a\"", "out of range"});
 }
 
 TEST(Safetensors, RejectsUnknownDtype) {
-  alpaca::testing::TempDir tmp("st_bad");
-  std::string h = R"({"a":{"dtype":"Q4","shape":[4],"data_offsets":[0,16]}})";
-  expect_open_error(raw_file(tmp.path(), "dtype.safetensors", h, 16), {"\"a\"", "unknown dtype", "Q4"});
+  expect_bad_header("dtype",
+                    R"({"a":{"dtype":"Q4","shape":[4],"data_offsets":[0,16]}})",
+                    16, {"\"a\"", "unknown dtype", "Q4"});
 }
 
 TEST(Safetensors, RejectsShapeThatDoesNotMatchTheBytes) {
-  alpaca::testing::TempDir tmp("st_bad");
-  std::string h = R"({"a":{"dtype":"F32","shape":[5],"data_offsets":[0,16]}})";
-  expect_open_error(raw_file(tmp.path(), "shape.safetensors", h, 16), {"\"a\"", "needs 20"});
+  expect_bad_header("shape", R"({"a":{"dtype":"F32","shape":[5],"data_offsets":[0,16]}})", 16, {"\"a\"", "needs 20"});
 }
 
 TEST(Safetensors, RejectsMalformedHeader) {
