@@ -3,11 +3,44 @@
 // comes back, SIGTERM and SIGUSR1 are forwarded, the gloo and store backends run the collectives suite, and the
 // runtime's backend choices and refusals.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <functional>
 
 #include "alpaca/dist/launcher.h"
 #include "dist_test_helpers.h"
 
 using namespace alpaca::testing::dist;
+using alpaca::testing::BackgroundRun;
+
+namespace {
+
+// The launcher running 2 workers in `mode` in the background (they record their pids in `pids`);
+// `act` once `ready` is in two lines of its output. Its exit code (128 + signal when signalled),
+// seconds from its start and output.
+Outcome signalled_launcher(const fs::path& pids, const std::string& mode, const std::string& ready,
+                           const std::function<void(BackgroundRun&)>& act) {
+  const auto t0 = std::chrono::steady_clock::now();
+  BackgroundRun run("env ALPACA_TEST_PIDDIR=" + pids.string() + " " + worker() + " --nproc_per_node 2 " + mode,
+                    pids / "out.log");
+  run.wait_until([&] {
+    const std::string log = run.log();
+    size_t n = 0;
+    for (size_t at = log.find(ready); at != std::string::npos; at = log.find(ready, at + 1)) ++n;
+    return n >= 2;
+  });
+  act(run);
+  const int status = run.wait();
+  Outcome r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.output = run.log();
+  fs::remove(pids / "out.log");  // only the workers' pid files stay for expect_nothing_left
+  return r;
+}
+
+}  // namespace
 
 TEST(Launcher, WorkersSeeDistinctRanksAndOneWorld) {
   Outcome r = run(worker() + " --nproc_per_node 3 report");
@@ -90,11 +123,7 @@ TEST(Launcher, AFailingWorkerEndsTheRestAndItsExitCodeComesBack) {
 TEST(Launcher, ForwardsSigtermAndStopsEveryWorker) {
   alpaca::testing::TempDir pids("launcher_term");
   // Signalled once both workers are past start-up (a loaded machine may take seconds to start them).
-  const std::string log = (pids.path() / "out.log").string();
-  Outcome r = run("{ ALPACA_TEST_PIDDIR=" + pids.path().string() + " " + worker() + " --nproc_per_node 2 stuck 0 60 > " +
-                  log + " 2>&1 & pid=$!; for i in $(seq 1200); do [ $(grep -c 'RANK ' " + log +
-                  ") -ge 2 ] && break; sleep 0.1; done; sleep 1; kill -TERM $pid; wait $pid; rc=$?; cat " + log + "; rm " +
-                  log + "; exit $rc; }");
+  const Outcome r = signalled_launcher(pids.path(), "stuck 0 60", "RANK ", [](BackgroundRun& run) { run.signal(SIGTERM); });
   EXPECT_EQ(r.rc, 128 + SIGTERM) << r.output;
   EXPECT_LT(r.seconds, 15) << r.output;
   EXPECT_NE(r.output.find("forwarding it to the workers"), std::string::npos) << r.output;
@@ -106,12 +135,13 @@ TEST(Launcher, ForwardsSigtermAndStopsEveryWorker) {
 TEST(Launcher, ForwardsSigusr1AndWaitsForTheWorkersToSave) {
   alpaca::testing::TempDir pids("launcher_usr1");
   // Signalled once both workers wait with their handlers installed (a loaded machine may take
-  // seconds to start them), then SIGTERM on top: neither cuts the 11 s save short.
-  const std::string log = (pids.path() / "out.log").string();
-  Outcome r = run("{ ALPACA_TEST_PIDDIR=" + pids.path().string() + " " + worker() + " --nproc_per_node 2 save 11000 75 > " +
-                  log + " 2>&1 & pid=$!; for i in $(seq 1200); do [ $(grep -c WAITING " + log +
-                  ") -ge 2 ] && break; sleep 0.1; done; kill -USR1 $pid; sleep 1; kill -TERM $pid; wait $pid; rc=$?; cat " +
-                  log + "; rm " + log + "; exit $rc; }");
+  // seconds to start them), then SIGTERM on top once the launcher has forwarded SIGUSR1: neither
+  // cuts the 11 s save short.
+  const Outcome r = signalled_launcher(pids.path(), "save 11000 75", "WAITING", [](BackgroundRun& run) {
+    run.signal(SIGUSR1);
+    run.wait_for_log("forwarding it to the workers");
+    run.signal(SIGTERM);
+  });
   EXPECT_EQ(r.rc, 75) << r.output;
   for (int rank = 0; rank < 2; ++rank)
     EXPECT_NE(r.output.find("[rank " + std::to_string(rank) + "]: SAVED rank " + std::to_string(rank) + " on signal " +
