@@ -373,6 +373,23 @@ void expect_job_gone(const fs::path& out, const std::string& log) {
   if (fs::exists(out)) expect_no_torn_checkpoint(out);
 }
 
+// Under `fault` (a rank that _exits after MPI_Init) with a launcher that does not end the job,
+// the survivor ends on its own within `limit_s` seconds, non-zero and not by `timeout`'s kill
+// (124), saying `message`; nothing is left running or half-written. `what` labels the figure.
+void expect_survivor_names_missing_rank(const std::string& fault, int timeout_s, int limit_s, const std::string& message,
+                                        const std::string& what) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir tmp("mpi_rank_dies_noabort");
+  const fs::path out = tmp.path() / "out";
+  const MpiFaultRun r = run_mpi_fault(fault, out, timeout_s, /*launcher_aborts=*/false);
+  EXPECT_NE(r.rc, 0) << r.log;
+  EXPECT_NE(r.rc, 124) << "still running after " << timeout_s + 30 << " s: " << r.log;
+  EXPECT_LT(r.seconds, limit_s) << r.log;
+  EXPECT_NE(r.log.find(message), std::string::npos) << "the missing rank is not named: " << r.log;
+  expect_job_gone(out, r.log);
+  std::cout << what << ": exit " << r.rc << " after " << r.seconds << " s (--ddp_timeout " << timeout_s << ")\n";
+}
+
 }  // namespace
 
 // Two ranks under mpirun; rank 1 _exits right after MPI_Init, before any collective. Rank 0 is
@@ -400,39 +417,16 @@ TEST(CheckpointFaults, MpiPeerThatDiesBeforeTheFirstCollectiveIsNamedWithinTheTi
 // (src/dist/runtime.cpp) rank 0 blocked in its first collective (MPI_Comm_dup, then
 // MPI_Comm_split_type) for ever: measured still running after 60 s with --ddp_timeout 10.
 TEST(CheckpointFaults, MpiPeerThatDiesBeforeTheFirstCollectiveWithoutLauncherAbort) {
-  SKIP_WITHOUT_FIXTURE();
-  TempDir tmp("mpi_peer_dies_noabort");
-  const int timeout_s = 10;
-  const fs::path out = tmp.path() / "out";
-  const MpiFaultRun r = run_mpi_fault("dist.exit_after_init=1", out, timeout_s, /*launcher_aborts=*/false);
-  EXPECT_NE(r.rc, 0) << r.log;
-  EXPECT_NE(r.rc, 124) << "still running after " << timeout_s + 30 << " s: " << r.log;
-  EXPECT_LT(r.seconds, timeout_s + 10) << r.log;
-  EXPECT_NE(r.log.find("rank 1 of 2 did not answer the start-up roll call within " + std::to_string(timeout_s) +
-                       " s (--ddp_timeout)"),
-            std::string::npos)
-      << "rank 0 does not name the missing rank: " << r.log;
-  expect_job_gone(out, r.log);
-  std::cout << "MPI peer dead before the first collective, launcher not aborting: exit " << r.rc << " after "
-            << r.seconds << " s (--ddp_timeout " << timeout_s << ")\n";
+  expect_survivor_names_missing_rank("dist.exit_after_init=1", 10, 10 + 10,
+                                     "rank 1 of 2 did not answer the start-up roll call within 10 s (--ddp_timeout)",
+                                     "MPI peer dead before the first collective, launcher not aborting");
 }
 
 // The roll call's other side: rank 0 (which collects it) dies after MPI_Init and the launcher
 // does not end the job; rank 1 must give up on its own at --ddp_timeout + 5 s, naming rank 0.
 TEST(CheckpointFaults, MpiRankZeroThatDiesBeforeTheFirstCollectiveIsNamedByTheOthers) {
-  SKIP_WITHOUT_FIXTURE();
-  TempDir tmp("mpi_rank0_dies_noabort");
-  const int timeout_s = 5;
-  const fs::path out = tmp.path() / "out";
-  const MpiFaultRun r = run_mpi_fault("dist.exit_after_init=0", out, timeout_s, /*launcher_aborts=*/false);
-  EXPECT_NE(r.rc, 0) << r.log;
-  EXPECT_NE(r.rc, 124) << "still running after " << timeout_s + 30 << " s: " << r.log;
-  EXPECT_LT(r.seconds, timeout_s + 5 + 10) << r.log;
-  EXPECT_NE(r.log.find("[rank 1]: error: rank 0 did not answer the start-up roll call within " + std::to_string(timeout_s) +
-                       " s (--ddp_timeout) + 5 s"),
-            std::string::npos)
-      << "rank 1 does not name the missing rank 0: " << r.log;
-  expect_job_gone(out, r.log);
-  std::cout << "MPI rank 0 dead before the first collective, launcher not aborting: exit " << r.rc << " after "
-            << r.seconds << " s (--ddp_timeout " << timeout_s << ")\n";
+  expect_survivor_names_missing_rank(
+      "dist.exit_after_init=0", 5, 5 + 5 + 10,
+      "[rank 1]: error: rank 0 did not answer the start-up roll call within 5 s (--ddp_timeout) + 5 s",
+      "MPI rank 0 dead before the first collective, launcher not aborting");
 }
