@@ -140,8 +140,9 @@ StepParity expect_steps_match(const std::vector<StepLog>& steps, const Reference
     const double rel = std::abs(steps[i].loss - r) / std::abs(r);
     p.worst_loss = std::max(p.worst_loss, rel);
     EXPECT_LE(rel, 1e-4) << "step " << i + 1 << ": ours " << steps[i].loss << " " << who << " " << r;
-    if (!ref.learning_rates.empty())
+    if (!ref.learning_rates.empty()) {
       EXPECT_NEAR(steps[i].learning_rate, ref.learning_rates.at(i), 1e-12) << "step " << i + 1;
+    }
     const double n = ref.grad_norms.at(i);
     p.worst_norm = std::max(p.worst_norm, std::abs(steps[i].grad_norm - n) / n);
     EXPECT_NEAR(steps[i].grad_norm, n, 1e-3 * n) << "step " << i + 1;
