@@ -5,6 +5,8 @@
 // the engine allocated on this rank, and its model-state items equal the engine's memory account.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "alpaca/dist/communicator.h"
 #include "alpaca/fsdp/fsdp_llama.h"
 #include "alpaca/model/lora.h"
@@ -119,28 +121,33 @@ void expect_plan_is_engine(const plan::MemoryPlan& p, const fsdp::FsdpEngine& e,
   EXPECT_EQ(item_bytes(p, "AdamW moment shards (exp_avg, exp_avg_sq)"), acc.optimizer_bytes) << what;
 }
 
+// `check(model case, strategy, "<model> <strategy>")` for every model case and sharding strategy.
+void for_each_model_and_strategy(
+    const std::function<void(const ModelCase&, fsdp::ShardingStrategy, const std::string&)>& check) {
+  using S = fsdp::ShardingStrategy;
+  for (const ModelCase& mc : model_cases())
+    for (S strategy : {S::kFullShard, S::kShardGradOp, S::kNoShard, S::kHybridShard})
+      check(mc, strategy, mc.name + " " + fsdp::to_string(strategy));
+}
+
 }  // namespace
 
 TEST(PlanMatchesEngine, PerUnitBytesEqualTheEngineForEveryModelStrategyAndLora) {
   auto comm = job_comm();
   const int world = comm->world_size();
-  using S = fsdp::ShardingStrategy;
   int checked = 0;
-  for (const ModelCase& mc : model_cases()) {
-    for (S strategy : {S::kFullShard, S::kShardGradOp, S::kNoShard, S::kHybridShard}) {
-      for (bool lora : {false, true}) {
-        const std::string what = mc.name + " " + fsdp::to_string(strategy) + (lora ? " LoRA" : "") + " world " +
-                                 std::to_string(world);
-        const fsdp::FsdpPolicy policy = policy_for(strategy, lora, world);
-        const plan::MemoryPlanInputs in = inputs_for(mc, policy, lora, world);
-        const plan::MemoryPlan p = plan::plan_memory(in);
-        auto f = fsdp::apply_fsdp(model_for(mc, in), comm, policy);
-        const std::string master = lora ? "master shards (fp32 adapters, param_dtype frozen base)" : "fp32 master shards";
-        expect_plan_is_engine(p, f->engine(), policy, master, what);
-        ++checked;
-      }
+  for_each_model_and_strategy([&](const ModelCase& mc, fsdp::ShardingStrategy strategy, const std::string& name) {
+    for (bool lora : {false, true}) {
+      const std::string what = name + (lora ? " LoRA" : "") + " world " + std::to_string(world);
+      const fsdp::FsdpPolicy policy = policy_for(strategy, lora, world);
+      const plan::MemoryPlanInputs in = inputs_for(mc, policy, lora, world);
+      const plan::MemoryPlan p = plan::plan_memory(in);
+      auto f = fsdp::apply_fsdp(model_for(mc, in), comm, policy);
+      const std::string master = lora ? "master shards (fp32 adapters, param_dtype frozen base)" : "fp32 master shards";
+      expect_plan_is_engine(p, f->engine(), policy, master, what);
+      ++checked;
     }
-  }
+  });
   EXPECT_EQ(checked, 32);
 }
 
@@ -150,27 +157,24 @@ TEST(PlanMatchesEngine, PerUnitBytesEqualTheEngineForEveryModelStrategyAndLora) 
 TEST(PlanMatchesEngine, QloraFrozenBytesEqualTheEnginesFourBitShards) {
   auto comm = job_comm();
   const int world = comm->world_size();
-  using S = fsdp::ShardingStrategy;
   int checked = 0;
-  for (const ModelCase& mc : model_cases()) {
-    for (S strategy : {S::kFullShard, S::kShardGradOp, S::kNoShard, S::kHybridShard}) {
-      for (const char* type : {"nf4", "fp4"}) {
-        for (bool nested : {false, true}) {
-          const std::string what = mc.name + " " + fsdp::to_string(strategy) + " QLoRA " + type +
-                                   (nested ? " nested" : "") + " world " + std::to_string(world);
-          fsdp::FsdpPolicy policy = policy_for(strategy, /*lora=*/true, world);
-          policy.quant4_type = type;
-          policy.quant4_nested = nested;
-          const plan::MemoryPlanInputs in = inputs_for(mc, policy, /*lora=*/true, world);
-          const plan::MemoryPlan p = plan::plan_memory(in);
-          auto f = fsdp::apply_fsdp(model_for(mc, in), comm, policy);
-          EXPECT_GT(f->engine().memory_account().quant4_params, 0) << what;
-          expect_plan_is_engine(p, f->engine(), policy,
-                                "master shards (fp32 adapters, 4-bit frozen layers, param_dtype root)", what);
-          ++checked;
-        }
+  for_each_model_and_strategy([&](const ModelCase& mc, fsdp::ShardingStrategy strategy, const std::string& name) {
+    for (const char* type : {"nf4", "fp4"}) {
+      for (bool nested : {false, true}) {
+        const std::string what =
+            name + " QLoRA " + type + (nested ? " nested" : "") + " world " + std::to_string(world);
+        fsdp::FsdpPolicy policy = policy_for(strategy, /*lora=*/true, world);
+        policy.quant4_type = type;
+        policy.quant4_nested = nested;
+        const plan::MemoryPlanInputs in = inputs_for(mc, policy, /*lora=*/true, world);
+        const plan::MemoryPlan p = plan::plan_memory(in);
+        auto f = fsdp::apply_fsdp(model_for(mc, in), comm, policy);
+        EXPECT_GT(f->engine().memory_account().quant4_params, 0) << what;
+        expect_plan_is_engine(p, f->engine(), policy,
+                              "master shards (fp32 adapters, 4-bit frozen layers, param_dtype root)", what);
+        ++checked;
       }
     }
-  }
+  });
   EXPECT_EQ(checked, 64);
 }
