@@ -638,11 +638,11 @@ void build_deberta_v2(json& doc, const json& config, const std::string& file, To
   info->prefix = {"@cls"}, info->suffix = {"@sep"};
 }
 
-// The WordPiece model, BertNormalizer(clean_text, do_lower_case, tokenize_chinese_chars,
+// The WordPiece model, BertNormalizer(`clean_text`, do_lower_case, tokenize_chinese_chars,
 // strip_accents), BertPreTokenizer and WordPiece decoder (with `decoder_prefix`) that Bert's
 // relatives build; the model keeps WordPiece's defaults ("##", 100 chars).
 void set_bert_pipeline(json& doc, const json& config, const std::string& file, const char* unk,
-                       const std::string& decoder_prefix) {
+                       const std::string& decoder_prefix, bool clean_text = true) {
   json& model = require_model(doc, config, file, "WordPiece");
   model["unk_token"] = role_kwarg(config, "unk_token", unk);
   model["continuing_subword_prefix"] = "##";
@@ -651,7 +651,7 @@ void set_bert_pipeline(json& doc, const json& config, const std::string& file, c
   ALPACA_CHECK(strip.is_null() || strip.is_boolean(), file << ": strip_accents must be true, false or null");
   json normalizer = bert_normalizer(flag(config, "do_lower_case").value_or(true), strip);
   normalizer["handle_chinese_chars"] = flag(config, "tokenize_chinese_chars").value_or(true);
-  normalizer["clean_text"] = flag(config, "clean_text").value_or(true);
+  normalizer["clean_text"] = clean_text;
   set_pipeline(doc, normalizer, {{"type", "BertPreTokenizer"}},
                {{"type", "WordPiece"}, {"prefix", decoder_prefix}, {"cleanup", true}});
 }
@@ -696,7 +696,8 @@ void build_mpnet(json& doc, const json& config, const std::string& file, Tokeniz
 // models/funnel/tokenization_funnel.py: Bert's pipeline with clean_text and the decoder's
 // wordpieces_prefix as kwargs, its own roles, "<cls> $A <sep>".
 void build_funnel(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
-  set_bert_pipeline(doc, config, file, "<unk>", json_string_or(config, "wordpieces_prefix", "##"));
+  set_bert_pipeline(doc, config, file, "<unk>", json_string_or(config, "wordpieces_prefix", "##"),
+                    flag(config, "clean_text").value_or(true));
   info->unk = "<unk>", info->sep = "<sep>", info->pad = "<pad>", info->cls = "<cls>", info->mask = "<mask>";
   info->bos = "<s>", info->eos = "</s>";
   info->post = PostProcessorRule::kTemplate;
@@ -999,9 +1000,20 @@ std::string strip_fast(const std::string& s) {
   return s.size() > 4 && s.compare(s.size() - 4, 4, "Fast") == 0 ? s.substr(0, s.size() - 4) : s;
 }
 
+// Classes without an __init__ of their own whose parent defines one: convert_to_native_format
+// then hands __init__ the tokenizer.json itself, so the file's pipeline stays, but the parent's
+// __init__ still sets its default roles (added when the vocabulary lacks them) and, when it sets
+// it after TokenizersBackend.__init__, its post-processor.
+const std::map<std::string, std::string>& inherited_init_classes() {
+  static const std::map<std::string, std::string> m = {{"ConvBertTokenizer", "BertTokenizer"},
+                                                       {"FNetTokenizer", "AlbertTokenizer"}};
+  return m;
+}
+
 // The class a tokenizer_class name resolves to: a rebuilding class, else TokenizersBackend (which
 // is also where transformers falls back for a name it does not know).
 std::string canonical(const std::string& name) {
+  if (inherited_init_classes().count(strip_fast(name))) return strip_fast(name);
   auto it = rebuilt_classes().find(strip_fast(name));
   return it == rebuilt_classes().end() ? "TokenizersBackend" : it->second;
 }
@@ -1036,6 +1048,11 @@ TokenizerClassInfo apply_tokenizer_class(json& doc, const json& config, const js
   TokenizerClassInfo info;
   info.name = resolve_class(doc, config, model_config);
   if (info.name == "TokenizersBackend") return info;
+  if (auto parent = inherited_init_classes().find(info.name); parent != inherited_init_classes().end()) {
+    json scratch = doc;  // the parent's roles and post-processor rule; the file's pipeline stays
+    builders().at(parent->second)(scratch, config, file, &info);
+    return info;
+  }
   info.rebuilt = true;
   auto it = builders().find(info.name);
   ALPACA_CHECK(it != builders().end(),

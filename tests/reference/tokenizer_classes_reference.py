@@ -87,7 +87,8 @@ CASES = [
     ("bert", WP, {"tokenizer_class": "BertTokenizer"}),
     ("bert_cased_cleanup", WP, {"tokenizer_class": "BertTokenizerFast", "do_lower_case": False,
                                 "clean_up_tokenization_spaces": True}),
-    ("bert_flags", WP, {"tokenizer_class": "BertTokenizer", "tokenize_chinese_chars": False, "strip_accents": False}),
+    ("bert_flags", WP, {"tokenizer_class": "BertTokenizer", "tokenize_chinese_chars": False, "strip_accents": False,
+                        "clean_text": False}),  # Bert ignores clean_text (Funnel does not)
     ("mobilebert", WP, {"tokenizer_class": "MobileBertTokenizer"}),
     ("distilbert", WP, {"tokenizer_class": "DistilBertTokenizer", "do_lower_case": False}),
     # The other Unigram classes (their normalizers, unk ids, roles, extra tokens, post-processors).
@@ -123,6 +124,9 @@ CASES = [
     ("funnel_flags", WP, {"tokenizer_class": "FunnelTokenizerFast", "clean_text": False, "unk_token": "[UNK]",
                           "tokenize_chinese_chars": False, "do_lower_case": False}),
     ("splinter", WP, {"tokenizer_class": "SplinterTokenizer"}),
+    # No __init__ of their own, their parent's: the file's pipeline with the parent's roles.
+    ("fnet", UT5, {"tokenizer_class": "FNetTokenizer"}),
+    ("convbert", WP, {"tokenizer_class": "ConvBertTokenizer", "do_lower_case": False}),
 ]
 
 EXTRA_EDGE = [
@@ -146,6 +150,23 @@ def class_models():
         model = getattr(getattr(c, "model", None), "__name__", None)
         # No `model` attribute: SentencePiece Unigram (Barthez, Camembert, MLuke) or WordPiece (RoFormer).
         out[name] = {"class": cls, "model": model or ("WordPiece" if name == "RoFormerTokenizer" else "Unigram")}
+    return out
+
+
+def inherited_init():
+    """Classes transformers 5 resolves whose __init__ is inherited from a parent defining one (the
+    file's pipeline stays, the parent sets roles): {name: the parent class}."""
+    sys.path.insert(0, HERE)
+    from llama2_tokenizer_variants_reference import class_lists
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+    _, as_is = class_lists()
+    out = {}
+    for name in as_is:
+        c = tokenizer_class_from_name(name) or tokenizer_class_from_name(name + "Fast")
+        if isinstance(c, type) and c is not TokenizersBackend and c.__init__ is not TokenizersBackend.__init__:
+            out[name] = next(k.__name__ for k in c.__mro__ if "__init__" in k.__dict__)
     return out
 
 
@@ -296,6 +317,8 @@ def main():
         json.dump(reference, f, ensure_ascii=False, indent=1)
     with open(os.path.join(args.out, "classes.json"), "w") as f:
         json.dump(class_models(), f, indent=1)
+    with open(os.path.join(args.out, "inherited.json"), "w") as f:
+        json.dump(inherited_init(), f, indent=1)
     n_classes = len({c["class"] for c in reference["cases"].values()})
     print(f"{len(reference['cases'])} files x {len(edge)} edge texts + {len(records)} records, {n_classes} classes")
 
