@@ -609,7 +609,7 @@ std::vector<int64_t> Tokenizer::encode_truncated(const std::string& text, int64_
 
 std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special) const {
   if (impl_->hf) {
-    std::string text = impl_->hf->decode(ids, skip_special);
+    std::string text = impl_->hf->decode(detail::class_decode_ids(impl_->cls, ids, pad_id()), skip_special);
     // TokenizersBackend._decode: clean_up_tokenization_spaces (default false) for non-BPE models.
     if (std::string(impl_->hf->model_type()) != "BPE" && impl_->hf_config.value("clean_up_tokenization_spaces", json(false)) == json(true))
       text = detail::clean_up_tokenization(std::move(text));

@@ -553,17 +553,24 @@ void set_sentencepiece_pipeline(json& doc, const char* prepend_scheme) {
 // models/t5/tokenization_t5.py: Unigram with unk_id 2 whatever the vocabulary, the file's
 // charsmap, "$A </s>" (the eos id), and <extra_id_0..extra_ids-1> as extra special tokens unless
 // additional_special_tokens already holds sentinels.
-void build_t5(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
-  set_unigram(doc, config, file, 2);
-  set_sentencepiece_pipeline(doc, "always");
-  info->eos = "</s>", info->unk = "<unk>", info->pad = "<pad>", info->bos = "";
+// T5's (and Lasr's, VideoPrism's) sentinels: <extra_id_0..extra_ids-1> as extra special tokens
+// unless additional_special_tokens already holds some.
+void add_sentinels(const json& config, const std::string& file, const char* cls, TokenizerClassInfo* info) {
   const json extra_ids = config.value("extra_ids", json(100));
-  ALPACA_CHECK(extra_ids.is_number_integer() && extra_ids.get<int64_t>() >= 0, file << ": T5Tokenizer's extra_ids must be a non-negative integer");
+  ALPACA_CHECK(extra_ids.is_number_integer() && extra_ids.get<int64_t>() >= 0,
+               file << ": " << cls << "'s extra_ids must be a non-negative integer");
   bool has_sentinels = false;
   for (const json& t : config.value("additional_special_tokens", json::array()))
     has_sentinels = has_sentinels || role_kwarg(json{{"t", t}}, "t", "").find("<extra_id_") != std::string::npos;
   if (!has_sentinels)
     for (int64_t i = 0; i < extra_ids.get<int64_t>(); ++i) info->extra_specials.push_back("<extra_id_" + std::to_string(i) + ">");
+}
+
+void build_t5(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_unigram(doc, config, file, 2);
+  set_sentencepiece_pipeline(doc, "always");
+  info->eos = "</s>", info->unk = "<unk>", info->pad = "<pad>", info->bos = "";
+  add_sentinels(config, file, "T5Tokenizer", info);
   info->post = PostProcessorRule::kTemplate;
   info->suffix = {"@eos"};
 }
@@ -631,23 +638,281 @@ void build_deberta_v2(json& doc, const json& config, const std::string& file, To
   info->prefix = {"@cls"}, info->suffix = {"@sep"};
 }
 
-// models/bert/tokenization_bert.py (DistilBert, and Lxmert/MobileBert/SqueezeBert which load as
-// Bert): WordPiece with the unk and "##", BertNormalizer(do_lower_case, tokenize_chinese_chars,
-// strip_accents), BertPreTokenizer, the WordPiece decoder, "[CLS] $A [SEP]".
-void build_bert(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+// The WordPiece model, BertNormalizer(`clean_text`, do_lower_case, tokenize_chinese_chars,
+// strip_accents), BertPreTokenizer and WordPiece decoder (with `decoder_prefix`) that Bert's
+// relatives build; the model keeps WordPiece's defaults ("##", 100 chars).
+void set_bert_pipeline(json& doc, const json& config, const std::string& file, const char* unk,
+                       const std::string& decoder_prefix, bool clean_text = true) {
   json& model = require_model(doc, config, file, "WordPiece");
-  model["unk_token"] = role_kwarg(config, "unk_token", "[UNK]");
+  model["unk_token"] = role_kwarg(config, "unk_token", unk);
   model["continuing_subword_prefix"] = "##";
   model["max_input_chars_per_word"] = 100;
   const json strip = config.contains("strip_accents") ? config.at("strip_accents") : json(nullptr);
   ALPACA_CHECK(strip.is_null() || strip.is_boolean(), file << ": strip_accents must be true, false or null");
   json normalizer = bert_normalizer(flag(config, "do_lower_case").value_or(true), strip);
   normalizer["handle_chinese_chars"] = flag(config, "tokenize_chinese_chars").value_or(true);
-  set_pipeline(doc, normalizer, {{"type", "BertPreTokenizer"}}, {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}});
+  normalizer["clean_text"] = clean_text;
+  set_pipeline(doc, normalizer, {{"type", "BertPreTokenizer"}},
+               {{"type", "WordPiece"}, {"prefix", decoder_prefix}, {"cleanup", true}});
+}
+
+// models/bert/tokenization_bert.py (DistilBert, and Lxmert/MobileBert/SqueezeBert which load as
+// Bert): WordPiece with the unk and "##", BertNormalizer(do_lower_case, tokenize_chinese_chars,
+// strip_accents), BertPreTokenizer, the WordPiece decoder, "[CLS] $A [SEP]".
+void build_bert(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_bert_pipeline(doc, config, file, "[UNK]", "##");
   info->unk = "[UNK]", info->sep = "[SEP]", info->pad = "[PAD]", info->cls = "[CLS]", info->mask = "[MASK]";
   info->bos = "", info->eos = "";
   info->post = PostProcessorRule::kTemplate;
   info->prefix = {"@cls"}, info->suffix = {"@sep"};
+}
+
+// models/dpr/tokenization_dpr.py: Bert whose __init__ takes do_lower_case itself and does not pass
+// it on, so Bert's default (true) always applies.
+void build_dpr(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  json without = config;
+  without.erase("do_lower_case");
+  build_bert(doc, without, file, info);
+}
+
+// models/splinter/tokenization_splinter.py: Bert's pipeline, + the question token ("[QUESTION]").
+void build_splinter(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  build_bert(doc, config, file, info);
+  const std::string question = role_kwarg(config, "question_token", "[QUESTION]");
+  if (!question.empty()) info->extra_specials.push_back(question);
+}
+
+// models/mpnet/tokenization_mpnet.py: Bert's pipeline with RoBERTa's roles (<mask> lstrip) and a
+// RobertaProcessing "<s> $A </s>".
+void build_mpnet(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_bert_pipeline(doc, config, file, "[UNK]", "##");
+  roberta_roles(info);
+  info->unk = "[UNK]", info->mask_lstrip = true;
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@cls"}, info->suffix = {"@sep"};
+  info->pair_doubles_suffix = true;
+}
+
+// models/funnel/tokenization_funnel.py: Bert's pipeline with clean_text and the decoder's
+// wordpieces_prefix as kwargs, its own roles, "<cls> $A <sep>".
+void build_funnel(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_bert_pipeline(doc, config, file, "<unk>", json_string_or(config, "wordpieces_prefix", "##"),
+                    flag(config, "clean_text").value_or(true));
+  info->unk = "<unk>", info->sep = "<sep>", info->pad = "<pad>", info->cls = "<cls>", info->mask = "<mask>";
+  info->bos = "<s>", info->eos = "</s>";
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@cls"}, info->suffix = {"@sep"};
+}
+
+// The index of `token` in a Unigram vocabulary ([piece, score] pairs) from `start`, with score 0.0
+// when `zero_score` (Python's list.index((token, 0.0))); -1 when absent.
+int64_t unigram_index(const json& model, const std::string& token, bool zero_score, size_t start = 0) {
+  const json& vocab = model.value("vocab", json::array());
+  for (size_t i = start; i < vocab.size(); ++i)
+    if (vocab[i].is_array() && vocab[i].size() == 2 && vocab[i][0] == token && (!zero_score || vocab[i][1] == 0.0))
+      return static_cast<int64_t>(i);
+  return -1;
+}
+
+bool config_has(const json& config, const char* key) {
+  return config.is_object() && config.contains(key) && !config.at(key).is_null();
+}
+
+const char* prefix_scheme(const json& config) {
+  return flag(config, "add_prefix_space").value_or(true) ? "always" : "never";
+}
+
+// Metaspace(split) as the pre-tokenizer (no WhitespaceSplit) and the decoder.
+void set_metaspace_pipeline(json& doc, json normalizer, const char* scheme) {
+  set_pipeline(doc, std::move(normalizer), metaspace_split(scheme), metaspace_split(scheme));
+}
+
+json string_replace(const char* from, const char* to) { return replace({{"String", from}}, to); }
+json regex_replace(const char* pattern, const char* to) { return replace({{"Regex", pattern}}, to); }
+
+// The fairseq roles: <s> (bos, cls), </s> (eos, sep), <unk>, <pad>, <mask> with lstrip.
+void fairseq_roles(TokenizerClassInfo* info) {
+  roberta_roles(info);
+  info->mask_lstrip = true;
+}
+
+// "<cls> $A <sep>" (pair "<cls> A <sep> <sep> B <sep>" with `doubles`).
+void cls_sep_template(TokenizerClassInfo* info, bool doubles) {
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@cls"}, info->suffix = {"@sep"};
+  info->pair_doubles_suffix = doubles;
+}
+
+// models/camembert/tokenization_camembert.py: Unigram whose unk_id is the unk token's index (else
+// 0), the file's charsmap, WhitespaceSplit + Metaspace(always / never), the fairseq roles, the
+// NOTUSED tokens unless additional_special_tokens is given, "<s> $A </s>".
+void build_camembert(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  const std::string unk = role_kwarg(config, "unk_token", "<unk>");
+  const int64_t unk_id = unigram_index(require_model(doc, config, file, "Unigram"), unk, false);
+  set_unigram(doc, config, file, unk_id < 0 ? 0 : unk_id);
+  set_sentencepiece_pipeline(doc, prefix_scheme(config));
+  fairseq_roles(info);
+  if (!config_has(config, "additional_special_tokens")) info->extra_specials = {"<s>NOTUSED", "</s>NOTUSED", "<unk>NOTUSED"};
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@bos"}, info->suffix = {"@eos"};
+  info->pair_doubles_suffix = true;
+}
+
+// models/mbart/tokenization_mbart.py: Unigram (unk_id 3), no normalizer, WhitespaceSplit +
+// Metaspace, the fairseq roles, its 25 language codes as extra special tokens, and
+// "$A </s> <src_lang>" (src_lang en_XX by default).
+void build_mbart(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  static const char* kCodes[] = {"ar_AR", "cs_CZ", "de_DE", "en_XX", "es_XX", "et_EE", "fi_FI", "fr_XX", "gu_IN",
+                                 "hi_IN", "it_IT", "ja_XX", "kk_KZ", "ko_KR", "lt_LT", "lv_LV", "my_MM", "ne_NP",
+                                 "nl_XX", "ro_RO", "ru_RU", "si_LK", "tr_TR", "vi_VN", "zh_CN"};
+  set_unigram(doc, config, file, 3);
+  set_pipeline(doc, nullptr,
+               sequence("pretokenizers", json::array({{{"type", "WhitespaceSplit"}}, metaspace_split("always")})),
+               metaspace_split("always"));
+  fairseq_roles(info);
+  info->extra_specials.assign(std::begin(kCodes), std::end(kCodes));
+  info->post = PostProcessorRule::kTemplate;
+  info->suffix = {"@eos", json_string_or(config, "src_lang", "en_XX")};
+}
+
+// models/pegasus/tokenization_pegasus.py: Unigram whose unk_id is the index of (unk, 0.0) after
+// the first entry; the charsmap + runs of spaces to one ("\n" -> " " instead of the charsmap);
+// Metaspace; <mask_2> as mask, <mask_1> and <unk_2>..<unk_{offset-1}> as extra tokens; "$A </s>".
+void build_pegasus(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  const std::string unk = role_kwarg(config, "unk_token", "<unk>");
+  const int64_t unk_id = unigram_index(require_model(doc, config, file, "Unigram"), unk, true, 1);
+  ALPACA_CHECK(unk_id >= 0, file << ": PegasusTokenizer needs (\"" << unk << "\", 0.0) in the vocabulary after its "
+                                 << "first entry (transformers 5 fails without it); fix the vocabulary or unk_token");
+  const json offset = config.value("offset", json(103));
+  ALPACA_CHECK(offset.is_number_integer() && offset.get<int64_t>() >= 2, file << ": PegasusTokenizer's offset must be an integer >= 2");
+  set_unigram(doc, config, file, unk_id);
+  const json precompiled = file_precompiled(doc);
+  json list = json::array({precompiled.is_null() ? regex_replace("\n", " ") : precompiled, regex_replace(" {2,}", " ")});
+  set_metaspace_pipeline(doc, sequence("normalizers", list), "always");
+  info->pad = "<pad>", info->eos = "</s>", info->unk = "<unk>", info->mask = "<mask_2>", info->bos = "";
+  const std::string sent = role_kwarg(config, "mask_token_sent", "<mask_1>");
+  bool listed = false;
+  for (const json& t : config.value("additional_special_tokens", json::array()))
+    listed = listed || role_kwarg(json{{"t", t}}, "t", "") == sent;
+  if (!sent.empty() && !listed) info->extra_specials.push_back(sent);
+  for (int64_t i = 2; i < offset.get<int64_t>(); ++i) info->extra_specials.push_back("<unk_" + std::to_string(i) + ">");
+  info->post = PostProcessorRule::kTemplate;
+  info->suffix = {"@eos"};
+}
+
+// models/big_bird/tokenization_big_bird.py: Unigram whose unk_id is the index of (unk, 0.0)
+// (else 100), Strip(none) + runs of spaces to "▁", Metaspace (always / never), "[CLS] $A [SEP]".
+void build_big_bird(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  const std::string unk = role_kwarg(config, "unk_token", "<unk>");
+  const int64_t unk_id = unigram_index(require_model(doc, config, file, "Unigram"), unk, true);
+  set_unigram(doc, config, file, unk_id < 0 ? 100 : unk_id);
+  json strip = {{"type", "Strip"}, {"strip_left", false}, {"strip_right", false}};
+  set_metaspace_pipeline(doc, sequence("normalizers", json::array({strip, regex_replace(" {2,}", "\u2581")})),
+                         prefix_scheme(config));
+  info->unk = "<unk>", info->bos = "<s>", info->eos = "</s>", info->pad = "<pad>";
+  info->sep = "[SEP]", info->mask = "[MASK]", info->cls = "[CLS]", info->mask_lstrip = true;
+  cls_sep_template(info, false);
+}
+
+// The XLNet/RemBert/Albert normalizers: `` and '' -> ", [NFKD + StripAccents], [Lowercase], the
+// file's charsmap; `extra` goes after the quotes.
+json sentencepiece_normalizers(const json& doc, bool strip_accents, bool lowercase, const json& extra = nullptr) {
+  json list = json::array({string_replace("``", "\""), string_replace("''", "\"")});
+  if (!extra.is_null()) list.push_back(extra);
+  if (strip_accents) list.push_back({{"type", "NFKD"}}), list.push_back({{"type", "StripAccents"}});
+  if (lowercase) list.push_back({{"type", "Lowercase"}});
+  const json precompiled = file_precompiled(doc);
+  if (!precompiled.is_null()) list.push_back(precompiled);
+  return sequence("normalizers", list);
+}
+
+// models/xlnet/tokenization_xlnet.py: Unigram with the unk_id kwarg (0), the quotes, NFKD +
+// StripAccents always (keep_accents is ignored), Lowercase (do_lower_case), the charsmap;
+// WhitespaceSplit + Metaspace; <eop> <eod> unless additional_special_tokens is given; "$A <sep> <cls>".
+void build_xlnet(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  const json unk_id = config.value("unk_id", json(0));
+  ALPACA_CHECK(unk_id.is_number_integer(), file << ": XLNetTokenizer's unk_id must be an integer");
+  set_unigram(doc, config, file, unk_id.get<int64_t>());
+  const json normalizer = sentencepiece_normalizers(doc, true, flag(config, "do_lower_case").value_or(false));
+  set_sentencepiece_pipeline(doc, "always");
+  doc["normalizer"] = normalizer;
+  info->bos = "<s>", info->eos = "</s>", info->unk = "<unk>", info->sep = "<sep>", info->pad = "<pad>";
+  info->cls = "<cls>", info->mask = "<mask>", info->mask_lstrip = true;
+  if (!config_has(config, "additional_special_tokens")) info->extra_specials = {"<eop>", "<eod>"};
+  info->post = PostProcessorRule::kTemplate;
+  info->suffix = {"@sep", "@cls"};
+}
+
+// models/barthez/tokenization_barthez.py: Unigram (unk_id 3), whitespace runs and \n\r\t -> " ",
+// NFC, right strip; Metaspace (always / never); the fairseq roles; the file's post-processor.
+void build_barthez(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_unigram(doc, config, file, 3);
+  json list = json::array({regex_replace(R"(\s{2,}|[\n\r\t])", " "), {{"type", "NFC"}},
+                           {{"type", "Strip"}, {"strip_left", false}, {"strip_right", true}}});
+  set_metaspace_pipeline(doc, sequence("normalizers", list), prefix_scheme(config));
+  fairseq_roles(info);
+}
+
+// models/rembert/tokenization_rembert.py: Unigram (unk_id 2), the quotes, runs of spaces to one,
+// NFKD + StripAccents unless keep_accents (true), Lowercase (do_lower_case, false), the charsmap;
+// Metaspace (always / never); "[CLS] $A [SEP]".
+void build_rembert(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_unigram(doc, config, file, 2);
+  const json normalizer = sentencepiece_normalizers(doc, !flag(config, "keep_accents").value_or(true),
+                                                    flag(config, "do_lower_case").value_or(false),
+                                                    regex_replace(" {2,}", " "));
+  set_metaspace_pipeline(doc, normalizer, prefix_scheme(config));
+  info->bos = info->cls = "[CLS]", info->eos = info->sep = "[SEP]";
+  info->unk = "<unk>", info->pad = "<pad>", info->mask = "[MASK]";
+  cls_sep_template(info, false);
+}
+
+// models/lasr/tokenization_lasr.py (unk_id 3, "$A </s>") and models/videoprism/
+// tokenization_videoprism.py (unk_id 2, the file's post-processor): T5's pipeline and sentinels.
+void build_t5_like(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info, bool lasr) {
+  set_unigram(doc, config, file, lasr ? 3 : 2);
+  set_sentencepiece_pipeline(doc, "always");
+  info->eos = "</s>", info->unk = "<unk>", info->pad = "<pad>", info->bos = "";
+  add_sentinels(config, file, lasr ? "LasrTokenizer" : "VideoPrismTokenizer", info);
+  if (!lasr) return;
+  info->post = PostProcessorRule::kTemplate, info->suffix = {"@eos"};
+  info->ctc_decode = true;
+}
+
+// models/mluke/tokenization_mluke.py: Unigram (unk_id 0), the quotes, Metaspace, the fairseq roles,
+// "▁<ent>" "▁<ent2>" and the entity vocabulary's special tokens as extra tokens, "<s> $A </s>".
+void build_mluke(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_unigram(doc, config, file, 0);
+  set_metaspace_pipeline(doc, sequence("normalizers", json::array({string_replace("``", "\""), string_replace("''", "\"")})),
+                         "always");
+  fairseq_roles(info);
+  info->extra_specials = {"\u2581" + role_kwarg(config, "entity_token_1", role_kwarg(config, "entity_1_token", "<ent>")),
+                          "\u2581" + role_kwarg(config, "entity_token_2", role_kwarg(config, "entity_2_token", "<ent2>"))};
+  for (const auto& [key, fallback] : std::vector<std::pair<const char*, const char*>>{
+           {"entity_unk_token", "[UNK]"}, {"entity_pad_token", "[PAD]"}, {"entity_mask_token", "[MASK]"},
+           {"entity_mask2_token", "[MASK2]"}})
+    info->extra_specials.push_back(role_kwarg(config, key, fallback));
+  cls_sep_template(info, true);
+  // Its second _post_init re-adds the mask as AddedToken(lstrip=True), over the file's entry.
+  const std::string mask = role_kwarg(config, "mask_token", "<mask>");
+  if (doc.contains("added_tokens") && doc["added_tokens"].is_array())
+    for (json& t : doc["added_tokens"])
+      if (t.is_object() && t.value("content", json()) == mask) t["lstrip"] = true;
+}
+
+// models/xglm/tokenization_xglm.py: Unigram (unk_id 3), the charsmap + runs of spaces to one,
+// Metaspace (always / never), <madeupword0..6>, and "</s> $A".
+void build_xglm(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_unigram(doc, config, file, 3);
+  const json precompiled = file_precompiled(doc);
+  json list = json::array({regex_replace(" {2,}", " ")});
+  if (!precompiled.is_null()) list.insert(list.begin(), precompiled);
+  set_metaspace_pipeline(doc, sequence("normalizers", list), prefix_scheme(config));
+  roberta_roles(info);
+  info->mask = "";
+  for (int i = 0; i < 7; ++i) info->extra_specials.push_back("<madeupword" + std::to_string(i) + ">");
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@eos"};
 }
 
 using Builder = void (*)(json&, const json&, const std::string&, TokenizerClassInfo*);
@@ -683,43 +948,72 @@ const std::map<std::string, Builder>& builders() {
       {"XLMRobertaTokenizer", build_xlm_roberta},
       {"BertTokenizer", build_bert},
       {"DistilBertTokenizer", build_bert},
+      {"DPRContextEncoderTokenizer", build_dpr},
+      {"DPRQuestionEncoderTokenizer", build_dpr},
+      {"DPRReaderTokenizer", build_dpr},
+      {"SplinterTokenizer", build_splinter},
+      {"MPNetTokenizer", build_mpnet},
+      {"FunnelTokenizer", build_funnel},
+      {"CamembertTokenizer", build_camembert},
+      {"MBartTokenizer", build_mbart},
+      {"PegasusTokenizer", build_pegasus},
+      {"BigBirdTokenizer", build_big_bird},
+      {"XLNetTokenizer", build_xlnet},
+      {"BarthezTokenizer", build_barthez},
+      {"RemBertTokenizer", build_rembert},
+      {"LasrTokenizer", [](json& d, const json& c, const std::string& f, TokenizerClassInfo* i) { build_t5_like(d, c, f, i, true); }},
+      {"VideoPrismTokenizer", [](json& d, const json& c, const std::string& f, TokenizerClassInfo* i) { build_t5_like(d, c, f, i, false); }},
+      {"MLukeTokenizer", build_mluke},
+      {"XGLMTokenizer", build_xglm},
       {"AlbertTokenizer", build_albert},
       {"DebertaV2Tokenizer", build_deberta_v2},
   };
   return m;
 }
 
-// Why a rebuilt class is not reimplemented: the model type its __init__ builds, or for BPE
-// classes the part of the pipeline the tokenizer engine (hf_tokenizer.h) lacks.
+// Why a rebuilt class is not reimplemented: the model its __init__ builds and what of it this
+// reimplementation cannot follow (or what transformers 5 itself cannot run on plain text).
 std::string unsupported_reason(const std::string& cls) {
-  static const std::set<std::string> kUnigram = {
-      "BarthezTokenizer", "BigBirdTokenizer", "CamembertTokenizer",
-      "LasrTokenizer", "LayoutXLMTokenizer", "MBart50Tokenizer", "MBartTokenizer", "MLukeTokenizer",
-      "PegasusTokenizer", "RemBertTokenizer", "UdopTokenizer", "VideoPrismTokenizer", "XGLMTokenizer",
-      "XLNetTokenizer"};
-  static const std::map<std::string, std::string> kBpe = {
-      {"NllbTokenizer", "a Precompiled (SentencePiece charsmap) normalizer and source-language prefix tokens"},
-      {"SeamlessM4TTokenizer", "source/target-language prefix tokens"},
-      {"EsmcTokenizer", "a vocabulary of its own (the file's is not used)"},
-      {"LayoutLMv3Tokenizer", "word boxes (bbox) in every call"},
-      {"MarkupLMTokenizer", "XPath inputs in every call"}};
-  if (kUnigram.count(cls))
-    return "builds a Unigram model with a pipeline of its own (normalizers, special-token layout) that is not "
-           "reimplemented here yet (T5, XLMRoberta, Albert and DebertaV2 are)";
-  auto it = kBpe.find(cls);
-  if (it == kBpe.end())  // Bert's relatives with their own __init__, RoFormer
-    return "builds a WordPiece model with a pipeline of its own that is not reimplemented here yet (Bert and "
-           "DistilBert are)";
-  return "builds a BPE pipeline with " + it->second + ", which is not reimplemented here";
+  static const std::map<std::string, std::string> kWhy = {
+      {"MBart50Tokenizer", "a Unigram model whose vocabulary it rebuilds (the fairseq offset and 52 language codes "
+                           "appended) when the file's lacks the codes"},
+      {"LayoutXLMTokenizer", "a Unigram model, and its __call__ takes pre-split words with bounding boxes, not text "
+                             "(transformers 5 fails on a plain string)"},
+      {"UdopTokenizer", "a Unigram model, and its __call__ takes pre-split words with bounding boxes, not text "
+                        "(transformers 5 fails on a plain string)"},
+      {"LayoutLMv2Tokenizer", "a WordPiece model, and its __call__ takes pre-split words with bounding boxes, not "
+                              "text (transformers 5 fails on a plain string)"},
+      {"RoFormerTokenizer", "a WordPiece model with a custom Python pre-tokenizer (jieba word segmentation through the "
+                            "rjieba package), which no tokenizer.json can hold"},
+      {"NllbTokenizer", "a BPE pipeline with a Precompiled (SentencePiece charsmap) normalizer and source-language "
+                        "prefix tokens"},
+      {"SeamlessM4TTokenizer", "a BPE pipeline with source/target-language prefix tokens"},
+      {"EsmcTokenizer", "a BPE pipeline with a vocabulary of its own (the file's is not used)"},
+      {"LayoutLMv3Tokenizer", "a BPE pipeline with word boxes (bbox) in every call"},
+      {"MarkupLMTokenizer", "a BPE pipeline with XPath inputs in every call"}};
+  auto it = kWhy.find(cls);
+  return "builds " + (it == kWhy.end() ? std::string("a pipeline of its own") : it->second) +
+         ", which is not reimplemented here";
 }
 
 std::string strip_fast(const std::string& s) {
   return s.size() > 4 && s.compare(s.size() - 4, 4, "Fast") == 0 ? s.substr(0, s.size() - 4) : s;
 }
 
+// Classes without an __init__ of their own whose parent defines one: convert_to_native_format
+// then hands __init__ the tokenizer.json itself, so the file's pipeline stays, but the parent's
+// __init__ still sets its default roles (added when the vocabulary lacks them) and, when it sets
+// it after TokenizersBackend.__init__, its post-processor.
+const std::map<std::string, std::string>& inherited_init_classes() {
+  static const std::map<std::string, std::string> m = {{"ConvBertTokenizer", "BertTokenizer"},
+                                                       {"FNetTokenizer", "AlbertTokenizer"}};
+  return m;
+}
+
 // The class a tokenizer_class name resolves to: a rebuilding class, else TokenizersBackend (which
 // is also where transformers falls back for a name it does not know).
 std::string canonical(const std::string& name) {
+  if (inherited_init_classes().count(strip_fast(name))) return strip_fast(name);
   auto it = rebuilt_classes().find(strip_fast(name));
   return it == rebuilt_classes().end() ? "TokenizersBackend" : it->second;
 }
@@ -754,6 +1048,11 @@ TokenizerClassInfo apply_tokenizer_class(json& doc, const json& config, const js
   TokenizerClassInfo info;
   info.name = resolve_class(doc, config, model_config);
   if (info.name == "TokenizersBackend") return info;
+  if (auto parent = inherited_init_classes().find(info.name); parent != inherited_init_classes().end()) {
+    json scratch = doc;  // the parent's roles and post-processor rule; the file's pipeline stays
+    builders().at(parent->second)(scratch, config, file, &info);
+    return info;
+  }
   info.rebuilt = true;
   auto it = builders().find(info.name);
   ALPACA_CHECK(it != builders().end(),
@@ -830,6 +1129,15 @@ json class_post_processor(const TokenizerClassInfo& info, bool file_has_one, con
     return out;
   };
   return make_template(resolve(info.prefix), resolve(info.suffix), info.pair_doubles_suffix);
+}
+
+std::vector<int64_t> class_decode_ids(const TokenizerClassInfo& info, const std::vector<int64_t>& ids,
+                                      std::optional<int64_t> pad_id) {
+  if (!info.ctc_decode) return ids;
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if ((i == 0 || ids[i] != ids[i - 1]) && ids[i] != pad_id) out.push_back(ids[i]);
+  return out;
 }
 
 }  // namespace alpaca::tokenizer::detail

@@ -45,7 +45,13 @@ struct TokenizerClassInfo {
   std::vector<std::string> prefix, suffix;
   bool pair_doubles_suffix = false;         // kTemplate pair: "A sep sep B sep" (RobertaProcessing)
   std::string decode_suffix;                // CLIP: decode() replaces it by " " and strips
+  bool ctc_decode = false;                  // Lasr: decode() first merges repeated ids and drops the pad id
 };
+
+// The ids the class's decode() hands the backend (LasrTokenizer._decode: CTC grouping, the pad
+// id, its blank, dropped); `ids` itself for every other class.
+std::vector<int64_t> class_decode_ids(const TokenizerClassInfo& info, const std::vector<int64_t>& ids,
+                                      std::optional<int64_t> pad_id);
 
 // The resolved role tokens of a loaded tokenizer ("" = none) and a token -> id lookup.
 struct ClassRoles {

@@ -46,7 +46,11 @@ const std::set<std::string> kImplemented = {
     "CodeGenTokenizer", "GPTNeoXTokenizer",   "CohereTokenizer",   "Qwen2Tokenizer",     "Qwen3_5Tokenizer",
     "RobertaTokenizer", "LukeTokenizer",      "BlenderbotTokenizer", "DebertaTokenizer", "WhisperTokenizer",
     "CLIPTokenizer", "OpenAIGPTTokenizer", "HerbertTokenizer", "ReformerTokenizer", "Tipsv2Tokenizer", "NougatTokenizer",
-    "T5Tokenizer", "XLMRobertaTokenizer", "AlbertTokenizer", "DebertaV2Tokenizer", "BertTokenizer", "DistilBertTokenizer"};
+    "T5Tokenizer", "XLMRobertaTokenizer", "AlbertTokenizer", "DebertaV2Tokenizer", "BertTokenizer", "DistilBertTokenizer",
+    "CamembertTokenizer", "MBartTokenizer", "PegasusTokenizer", "BigBirdTokenizer", "XLNetTokenizer", "BarthezTokenizer",
+    "RemBertTokenizer", "LasrTokenizer", "VideoPrismTokenizer", "MLukeTokenizer", "XGLMTokenizer",
+    "DPRQuestionEncoderTokenizer", "DPRContextEncoderTokenizer", "DPRReaderTokenizer", "MPNetTokenizer",
+    "FunnelTokenizer", "SplinterTokenizer", "FNetTokenizer", "ConvBertTokenizer"};
 
 // Role ids as AutoTokenizer reports them (null when the role is None).
 void expect_roles(const Tokenizer& tok, const json& roles) {
@@ -117,7 +121,7 @@ TEST(TokenizerClasses, EveryCaseMatchesAutoTokenizer) {
     texts += ref["texts"].size();
     differing += bad;
   }
-  EXPECT_EQ(files, 51u);
+  EXPECT_EQ(files, 80u);
   for (const auto& c : kImplemented) EXPECT_TRUE(classes.count(c)) << c << " has no case in the fixture";
   std::cout << "[tokenizer classes] " << files << " files x (" << reference["edge"] << " edge texts + "
             << reference["records"] << " records) x 2 (with/without special tokens), " << classes.size()
@@ -203,6 +207,17 @@ TEST(TokenizerClasses, UnsupportedClassesSayWhy) {
   std::cout << "[tokenizer classes] " << classes.size() << " classes rebuilt by transformers 5: " << supported
             << " reimplemented (by name), " << refused << " refused with their reason\n";
   EXPECT_GT(supported, 15u);
+  // Classes whose __init__ is their parent's: the file's pipeline, the parent's roles.
+  const json inherited = read_json(fixture() / "inherited.json");
+  EXPECT_FALSE(inherited.empty());
+  for (const auto& [name, parent] : inherited.items()) {
+    SCOPED_TRACE(name + " (" + parent.get<std::string>() + ".__init__)");
+    const fs::path d = tmp.path() / name;
+    fs::create_directories(d);
+    fs::copy_file(base.at(classes.at(parent.get<std::string>()).at("model").get<std::string>()), d / "tokenizer.json");
+    std::ofstream(d / "tokenizer_config.json") << json{{"tokenizer_class", name}}.dump();
+    EXPECT_EQ(Tokenizer::load(d.string()).tokenizer_class(), name);
+  }
 }
 
 }  // namespace

@@ -87,9 +87,46 @@ CASES = [
     ("bert", WP, {"tokenizer_class": "BertTokenizer"}),
     ("bert_cased_cleanup", WP, {"tokenizer_class": "BertTokenizerFast", "do_lower_case": False,
                                 "clean_up_tokenization_spaces": True}),
-    ("bert_flags", WP, {"tokenizer_class": "BertTokenizer", "tokenize_chinese_chars": False, "strip_accents": False}),
+    ("bert_flags", WP, {"tokenizer_class": "BertTokenizer", "tokenize_chinese_chars": False, "strip_accents": False,
+                        "clean_text": False}),  # Bert ignores clean_text (Funnel does not)
     ("mobilebert", WP, {"tokenizer_class": "MobileBertTokenizer"}),
     ("distilbert", WP, {"tokenizer_class": "DistilBertTokenizer", "do_lower_case": False}),
+    # The other Unigram classes (their normalizers, unk ids, roles, extra tokens, post-processors).
+    ("camembert", UXLMR, {"tokenizer_class": "CamembertTokenizer"}),
+    ("camembert_no_prefix", UXLMR, {"tokenizer_class": "CamembertTokenizerFast", "add_prefix_space": False,
+                                    "additional_special_tokens": []}),
+    ("mbart", UXLMR, {"tokenizer_class": "MBartTokenizer"}),
+    ("mbart_ro", UT5, {"tokenizer_class": "MBartTokenizerFast", "src_lang": "ro_RO"}),
+    ("pegasus", UT5, {"tokenizer_class": "PegasusTokenizer"}),
+    ("pegasus_offset", UXLMR, {"tokenizer_class": "PegasusTokenizerFast", "offset": 5, "mask_token_sent": None}),
+    ("big_bird", UXLMR, {"tokenizer_class": "BigBirdTokenizer"}),
+    ("big_bird_no_prefix", UT5, {"tokenizer_class": "BigBirdTokenizerFast", "add_prefix_space": False}),
+    ("xlnet", UXLMR, {"tokenizer_class": "XLNetTokenizer"}),
+    ("xlnet_lower", UT5, {"tokenizer_class": "XLNetTokenizerFast", "do_lower_case": True, "keep_accents": True,
+                          "unk_id": 2}),
+    ("barthez", UXLMR, {"tokenizer_class": "BarthezTokenizer"}),
+    ("barthez_no_prefix", UXLMR, {"tokenizer_class": "BarthezTokenizerFast", "add_prefix_space": False}),
+    ("rembert", UXLMR, {"tokenizer_class": "RemBertTokenizer"}),
+    ("rembert_lower", UT5, {"tokenizer_class": "RemBertTokenizerFast", "do_lower_case": True, "keep_accents": False}),
+    ("lasr", UT5, {"tokenizer_class": "LasrTokenizer"}),
+    ("videoprism", UT5, {"tokenizer_class": "VideoPrismTokenizer", "extra_ids": 3}),
+    ("mluke", UXLMR, {"tokenizer_class": "MLukeTokenizer"}),
+    ("xglm", UXLMR, {"tokenizer_class": "XGLMTokenizer"}),
+    ("xglm_no_prefix", UT5, {"tokenizer_class": "XGLMTokenizerFast", "add_prefix_space": False}),
+    # The other WordPiece classes.
+    ("dpr_question", WP, {"tokenizer_class": "DPRQuestionEncoderTokenizer", "do_lower_case": False}),
+    ("dpr_context", WP, {"tokenizer_class": "DPRContextEncoderTokenizerFast"}),
+    ("dpr_reader", WP, {"tokenizer_class": "DPRReaderTokenizer"}),
+    ("mpnet", WP, {"tokenizer_class": "MPNetTokenizer"}),
+    ("mpnet_cased", WP, {"tokenizer_class": "MPNetTokenizerFast", "do_lower_case": False, "strip_accents": True}),
+    # Funnel's "<unk>" is not in the trained vocabulary (AutoTokenizer then fails on any unknown word).
+    ("funnel", WP, {"tokenizer_class": "FunnelTokenizer", "unk_token": "[UNK]"}),
+    ("funnel_flags", WP, {"tokenizer_class": "FunnelTokenizerFast", "clean_text": False, "unk_token": "[UNK]",
+                          "tokenize_chinese_chars": False, "do_lower_case": False}),
+    ("splinter", WP, {"tokenizer_class": "SplinterTokenizer"}),
+    # No __init__ of their own, their parent's: the file's pipeline with the parent's roles.
+    ("fnet", UT5, {"tokenizer_class": "FNetTokenizer"}),
+    ("convbert", WP, {"tokenizer_class": "ConvBertTokenizer", "do_lower_case": False}),
 ]
 
 EXTRA_EDGE = [
@@ -113,6 +150,23 @@ def class_models():
         model = getattr(getattr(c, "model", None), "__name__", None)
         # No `model` attribute: SentencePiece Unigram (Barthez, Camembert, MLuke) or WordPiece (RoFormer).
         out[name] = {"class": cls, "model": model or ("WordPiece" if name == "RoFormerTokenizer" else "Unigram")}
+    return out
+
+
+def inherited_init():
+    """Classes transformers 5 resolves whose __init__ is inherited from a parent defining one (the
+    file's pipeline stays, the parent sets roles): {name: the parent class}."""
+    sys.path.insert(0, HERE)
+    from llama2_tokenizer_variants_reference import class_lists
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+    _, as_is = class_lists()
+    out = {}
+    for name in as_is:
+        c = tokenizer_class_from_name(name) or tokenizer_class_from_name(name + "Fast")
+        if isinstance(c, type) and c is not TokenizersBackend and c.__init__ is not TokenizersBackend.__init__:
+            out[name] = next(k.__name__ for k in c.__mro__ if "__init__" in k.__dict__)
     return out
 
 
@@ -220,6 +274,7 @@ def main():
     shared = os.environ.get("ALPACA_SHARED_DIR", os.path.join(REPO, "../shared"))
     ap.add_argument("--data_path", default=os.path.join(shared, "data/alpaca/alpaca_5000.json"))
     ap.add_argument("--records", type=int, default=200)
+    ap.add_argument("--cases", default="", help="comma-separated case names to write (all when empty)")
     args = ap.parse_args()
     args.out = os.path.abspath(args.out)  # the cases' "dir" is read from elsewhere
     if not os.path.exists(args.data_path):
@@ -242,7 +297,10 @@ def main():
 
     bases = make_bases(os.path.join(args.out, "bases"))
     reference = {"edge": len(edge), "records": len(records), "cases": {}}
+    only = set(filter(None, args.cases.split(",")))
     for name, base, config in CASES:
+        if only and name not in only:
+            continue
         d = os.path.join(args.out, "cases", name)
         os.makedirs(d)
         shutil.copy(bases[base], os.path.join(d, "tokenizer.json"))
@@ -259,8 +317,10 @@ def main():
         json.dump(reference, f, ensure_ascii=False, indent=1)
     with open(os.path.join(args.out, "classes.json"), "w") as f:
         json.dump(class_models(), f, indent=1)
+    with open(os.path.join(args.out, "inherited.json"), "w") as f:
+        json.dump(inherited_init(), f, indent=1)
     n_classes = len({c["class"] for c in reference["cases"].values()})
-    print(f"{len(CASES)} files x {len(edge)} edge texts + {len(records)} records, {n_classes} classes")
+    print(f"{len(reference['cases'])} files x {len(edge)} edge texts + {len(records)} records, {n_classes} classes")
 
 
 if __name__ == "__main__":
