@@ -50,7 +50,7 @@ const std::set<std::string> kImplemented = {
     "CamembertTokenizer", "MBartTokenizer", "PegasusTokenizer", "BigBirdTokenizer", "XLNetTokenizer", "BarthezTokenizer",
     "RemBertTokenizer", "LasrTokenizer", "VideoPrismTokenizer", "MLukeTokenizer", "XGLMTokenizer",
     "DPRQuestionEncoderTokenizer", "DPRContextEncoderTokenizer", "DPRReaderTokenizer", "MPNetTokenizer",
-    "FunnelTokenizer", "SplinterTokenizer", "FNetTokenizer", "ConvBertTokenizer"};
+    "FunnelTokenizer", "SplinterTokenizer", "FNetTokenizer", "ConvBertTokenizer", "NllbTokenizer"};
 
 // Role ids as AutoTokenizer reports them (null when the role is None).
 void expect_roles(const Tokenizer& tok, const json& roles) {
@@ -121,7 +121,7 @@ TEST(TokenizerClasses, EveryCaseMatchesAutoTokenizer) {
     texts += ref["texts"].size();
     differing += bad;
   }
-  EXPECT_EQ(files, 80u);
+  EXPECT_EQ(files, 82u);
   for (const auto& c : kImplemented) EXPECT_TRUE(classes.count(c)) << c << " has no case in the fixture";
   std::cout << "[tokenizer classes] " << files << " files x (" << reference["edge"] << " edge texts + "
             << reference["records"] << " records) x 2 (with/without special tokens), " << classes.size()

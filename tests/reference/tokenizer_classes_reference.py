@@ -124,6 +124,8 @@ CASES = [
     ("funnel_flags", WP, {"tokenizer_class": "FunnelTokenizerFast", "clean_text": False, "unk_token": "[UNK]",
                           "tokenize_chinese_chars": False, "do_lower_case": False}),
     ("splinter", WP, {"tokenizer_class": "SplinterTokenizer"}),
+    ("nllb", L2, {"tokenizer_class": "NllbTokenizer"}),
+    ("nllb_legacy", L2, {"tokenizer_class": "NllbTokenizerFast", "legacy_behaviour": True, "src_lang": "fra_Latn"}),
     # No __init__ of their own, their parent's: the file's pipeline with the parent's roles.
     ("fnet", UT5, {"tokenizer_class": "FNetTokenizer"}),
     ("convbert", WP, {"tokenizer_class": "ConvBertTokenizer", "do_lower_case": False}),
