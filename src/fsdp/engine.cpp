@@ -252,12 +252,8 @@ void FsdpEngine::Impl::unshard(int u, bool wait) {
   Unit& unit = units.at(u);
   if (!unit.has_params()) return;
   if (!unit.unsharded) {
-    if (unit.quant) {
-      gather_quant(unit);
-    } else {
-      if (unit.train) gather_flat(unit, *unit.train);
-      if (unit.frozen) gather_flat(unit, *unit.frozen);
-    }
+    if (unit.train) gather_flat(unit, *unit.train);
+    if (unit.frozen) unit.quant ? gather_quant(unit) : gather_flat(unit, *unit.frozen);
     unit.unsharded = true;
     ++num_unsharded;
     peak_unsharded = std::max(peak_unsharded, num_unsharded);
@@ -271,7 +267,6 @@ void FsdpEngine::Impl::wait_gather(Unit& unit) {
   for (auto& w : unit.gather_work) w->wait();
   unit.gather_work.clear();
   unit.gather_inputs.clear();
-  if (unit.merged_blob.defined()) split_merged_gather(unit);
   if (unit.quant_blob.defined()) {  // 4-bit base: dequantize the gathered bytes into param_dtype
     unit.quant->unpack(unit.quant_blob, *unit.frozen);
     unit.quant_blob = at::Tensor();

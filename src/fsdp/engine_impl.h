@@ -25,10 +25,6 @@ struct FsdpEngine::Impl {
     // in quant_blob until wait_gather unpacks it into frozen's full buffer.
     std::unique_ptr<QuantStore> quant;
     at::Tensor quant_blob;
-    // ... gathered together with train's shards (gather_quant_with_train): world rows of
-    // [train shard bytes, padded to merged_train_bytes | 4-bit shard bytes] until wait_gather.
-    at::Tensor merged_blob;
-    int64_t merged_train_bytes = 0;
     bool unsharded = false;                 // full buffers allocated (a gather may still be in flight)
     std::vector<dist::WorkHandle> gather_work;
     std::vector<at::Tensor> gather_inputs;  // kept alive until the gather completes
@@ -66,9 +62,7 @@ struct FsdpEngine::Impl {
   // the collective path at world 1 (force_collectives).
   bool communicate_shards() const { return shard_comm && (shard_world > 1 || policy.force_collectives); }
   void gather_flat(Unit& unit, FlatParameter& flat);
-  void gather_quant(Unit& unit);  // also gathers unit.train when it has one
-  void gather_quant_with_train(Unit& unit);
-  void split_merged_gather(Unit& unit);
+  void gather_quant(Unit& unit);
   void build_quant(Unit& unit, std::vector<FlatParamEntry> frozen, FlatParamOptions opt);
   void unshard(int u, bool wait);
   void wait_gather(Unit& unit);

@@ -2,7 +2,6 @@
 // its bytes. See src/fsdp/quant_store.h for the layout; engine.cpp unpacks in wait_gather.
 #include "alpaca/dist/communicator.h"
 #include "alpaca/util/error.h"
-#include "alpaca/util/trace.h"
 #include "engine_impl.h"
 
 namespace alpaca::fsdp {
@@ -24,8 +23,6 @@ void FsdpEngine::Impl::build_quant(Unit& unit, std::vector<FlatParamEntry> froze
 }
 
 void FsdpEngine::Impl::gather_quant(Unit& unit) {
-  if (unit.train && communicate_shards() && !probe) return gather_quant_with_train(unit);
-  if (unit.train) gather_flat(unit, *unit.train);
   unit.frozen->alloc_full();
   const at::Tensor lp = unit.quant->shard().to(device);  // bytes: no dtype cast
   unit.quant_blob = at::empty({unit.quant->padded_bytes()}, lp.options());
@@ -42,34 +39,6 @@ void FsdpEngine::Impl::gather_quant(Unit& unit) {
   // The communicator moves floating-point buffers; an all-gather copies their bytes unchanged.
   unit.gather_work.push_back(shard_comm->all_gather_into(unit.quant_blob.view(at::kFloat), lp.view(at::kFloat)));
   unit.gather_inputs.push_back(lp);
-}
-
-// QLoRA's units hold trainable adapters beside the 4-bit base: both go in one all-gather, each
-// rank sending [its trainable shard in param_dtype, padded to 4 bytes | its 4-bit bytes], so a
-// unit costs one rendezvous of the ranks, not two (on an oversubscribed host each one waits for a
-// descheduled peer). split_merged_gather takes the rows apart: the same bytes as two gathers.
-void FsdpEngine::Impl::gather_quant_with_train(Unit& unit) {
-  ALPACA_TRACE("fsdp:gather");
-  unit.train->alloc_full();
-  unit.frozen->alloc_full();
-  const at::Tensor tp = shard_on_device(unit, *unit.train);
-  const at::Tensor qp = unit.quant->shard().to(device);
-  const int64_t train_bytes = tp.numel() * tp.element_size();
-  unit.merged_train_bytes = (train_bytes + 3) / 4 * 4;
-  at::Tensor send = at::zeros({unit.merged_train_bytes + qp.numel()}, qp.options());
-  send.narrow(0, 0, train_bytes).copy_(tp.view(at::kByte));
-  send.narrow(0, unit.merged_train_bytes, qp.numel()).copy_(qp);
-  unit.merged_blob = at::empty({send.numel() * shard_world}, qp.options());
-  unit.gather_work.push_back(shard_comm->all_gather_into(unit.merged_blob.view(at::kFloat), send.view(at::kFloat)));
-  unit.gather_inputs.push_back(send);
-}
-
-void FsdpEngine::Impl::split_merged_gather(Unit& unit) {
-  const at::Tensor rows = unit.merged_blob.view({shard_world, -1});
-  const at::Tensor train_full = unit.train->full().view(at::kByte).view({shard_world, -1});
-  train_full.copy_(rows.narrow(1, 0, train_full.size(1)));
-  unit.quant_blob = rows.narrow(1, unit.merged_train_bytes, rows.size(1) - unit.merged_train_bytes).contiguous().view(-1);
-  unit.merged_blob = at::Tensor();
 }
 
 int64_t FsdpEngine::frozen_shard_bytes(int u) const {
