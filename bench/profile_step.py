@@ -1,7 +1,7 @@
 """Where a training step's time goes, ours and PyTorch's side by side (issue 32, docs/profile_bf16.md).
 
 Runs bench.py's case (same random model, data, global batch, threads) once per side:
-- ours: build/tests/train/bench_train_profile (alpaca-train under a RecordFunction observer,
+- ours: build/tests/train/bench_train_profile (or $ALPACA_PROFILE_BIN; alpaca-train under a RecordFunction observer,
   bench/train_profile.cpp), per-step averages over the steps after --skip, thread CPU and wall time;
 - PyTorch: bench/torch_fsdp_train.py --profile (transformers + FSDP2, torch.profiler on the last
   step, the phases' thread CPU time over the steps before it), bench/torch_step_profile.py.
@@ -29,7 +29,8 @@ def run_side(side: str, case: dict, model_dir: Path, data_json: Path, data_pt: P
     pdir = work / f"prof_{side}_{case['name']}_{time.time_ns()}"
     pdir.mkdir(parents=True)
     if side == "ours":
-        os.environ["ALPACA_TRAIN_BIN"] = str(ROOT / "build" / "tests" / "train" / "bench_train_profile")
+        os.environ["ALPACA_TRAIN_BIN"] = os.environ.get("ALPACA_PROFILE_BIN",
+                                                        str(ROOT / "build" / "tests" / "train" / "bench_train_profile"))
         os.environ["ALPACA_PROFILE_OUT"] = str(pdir)
         os.environ["ALPACA_PROFILE_SKIP"] = str(skip)
         r = bench.run_ours(case, model_dir, data_json, work, 3600)
