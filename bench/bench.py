@@ -151,7 +151,7 @@ def run_ours(case: dict, model_dir: Path, data_json: Path, work: Path, timeout: 
              "--per_device_train_batch_size", str(case["batch"]), "--gradient_accumulation_steps", str(case["accum"]),
              "--model_max_length", str(case["seq_len"]), "--learning_rate", "1e-5", "--weight_decay", "0.",
              "--lr_scheduler_type", "constant", "--logging_steps", "1", "--save_strategy", "no",
-             "--report_to", "jsonl", "--fsdp", "full_shard auto_wrap",
+             "--report_to", "jsonl", "--fsdp", f"{case.get('fsdp', 'full_shard')} auto_wrap",
              "--fsdp_transformer_layer_cls_to_wrap", "LlamaDecoderLayer", "--seed", "42",
              "--dataloader_num_workers", "0"]
     if case["dtype"] == "bf16":
@@ -287,6 +287,9 @@ def main() -> int:
     ap.add_argument("--only", choices=["ours", "torch"], help="run one side only")
     ap.add_argument("--timeout", type=int, default=1800)
     ap.add_argument("--lora_r", type=int, default=0, help="> 0: both sides train a LoRA adapter (peft / --use_peft)")
+    ap.add_argument("--fsdp", default="full_shard",
+                    help="our sharding strategies, comma-separated (full_shard, shard_grad_op, no_shard, hybrid_shard): "
+                         "a case each, every one beside its own reference runs")
     ap.add_argument("--qlora", action="store_true",
                     help="QLoRA: --load_in_4bit (nf4, nested) on our side; transformers + bitsandbytes 4-bit + peft "
                     "(DDP at world > 1) on the other; implies --lora_r 16 unless given")
@@ -324,9 +327,11 @@ def main() -> int:
                     per_rank = max(args.global_batch // ranks, 1)
                     batch = min(args.batch, per_rank)
                     accum = max(per_rank // batch, 1)
-                cases.append(dict(name=f"{size}_{ranks}r_{dtype}", size=size, ranks=ranks, dtype=dtype, batch=batch,
-                                  accum=accum, steps=args.steps, seq_len=args.seq_len, threads=args.threads,
-                                  lora_r=args.lora_r, load_in_4bit=args.qlora))
+                for fsdp in args.fsdp.split(","):
+                    tag = "" if fsdp == "full_shard" else f"_{fsdp}"
+                    cases.append(dict(name=f"{size}_{ranks}r_{dtype}{tag}", size=size, ranks=ranks, dtype=dtype,
+                                      batch=batch, accum=accum, steps=args.steps, seq_len=args.seq_len,
+                                      threads=args.threads, lora_r=args.lora_r, load_in_4bit=args.qlora, fsdp=fsdp))
     have_ours = train_bin().exists()
     if not have_ours and args.only != "torch":
         log(f"{train_bin()} not built; only the PyTorch side runs (build with ninja -C build alpaca-train)")
@@ -429,6 +434,10 @@ def _pct(v):
     return f"{100 * v:.1f}%" if isinstance(v, (int, float)) else "n/a"
 
 
+def case_tag(case: dict) -> str:
+    return f" {case['fsdp']}" if case.get("fsdp", "full_shard") != "full_shard" else ""
+
+
 def write_markdown(path: Path, meta: dict, results: list) -> str:
     other = ("transformers + bitsandbytes 4-bit + peft (DDP at world > 1)" if meta.get("qlora")
              else "PyTorch FSDP")
@@ -450,7 +459,7 @@ def write_markdown(path: Path, meta: dict, results: list) -> str:
     for r in results:
         c, o, t = r["case"], r["ours"], r["pytorch"]
         gb = c["ranks"] * c["batch"] * c["accum"]
-        lines.append(f"| {c['size']} | {c['ranks']} | {c['dtype']} | {gb} | {_f(o.get('median_step_s'), '{:.3f}')} | "
+        lines.append(f"| {c['size']}{case_tag(c)} | {c['ranks']} | {c['dtype']} | {gb} | {_f(o.get('median_step_s'), '{:.3f}')} | "
                      f"{_f(t.get('median_step_s'), '{:.3f}')} | {_f(o.get('tokens_per_s'))} | {_f(t.get('tokens_per_s'))} | "
                      f"{_f(r['tokens_per_s_ratio'], '{:.2f}')} | {_pct(r.get('ours_mfu_cpu'))} | "
                      f"{_pct(r.get('pytorch_mfu_cpu'))} | {_f(o.get('peak_rss_mb_per_rank_max'))} | "
@@ -462,9 +471,9 @@ def write_markdown(path: Path, meta: dict, results: list) -> str:
     # Scaling: tokens/s and per-rank memory against world size, per size and dtype.
     lines += ["", "## Scaling (tokens/s, peak RSS MB per rank)", "", "| size | dtype | ranks | ours tok/s | torch tok/s | "
               "ours RSS | torch RSS |", "|---|---|---|---|---|---|---|"]
-    for r in sorted(results, key=lambda r: (r["case"]["size"], r["case"]["dtype"], r["case"]["ranks"])):
+    for r in sorted(results, key=lambda r: (r["case"]["size"], r["case"]["dtype"], r["case"].get("fsdp", ""), r["case"]["ranks"])):
         c, o, t = r["case"], r["ours"], r["pytorch"]
-        lines.append(f"| {c['size']} | {c['dtype']} | {c['ranks']} | {_f(o.get('tokens_per_s'))} | "
+        lines.append(f"| {c['size']}{case_tag(c)} | {c['dtype']} | {c['ranks']} | {_f(o.get('tokens_per_s'))} | "
                      f"{_f(t.get('tokens_per_s'))} | {_f(o.get('peak_rss_mb_per_rank_max'))} | "
                      f"{_f(t.get('peak_rss_mb_per_rank_max'))} |")
     text = "\n".join(lines) + "\n"

@@ -1,7 +1,7 @@
 """Where a training step's time goes, ours and PyTorch's side by side (issue 32, docs/profile_bf16.md).
 
 Runs bench.py's case (same random model, data, global batch, threads) once per side:
-- ours: build/tests/train/bench_train_profile (alpaca-train under a RecordFunction observer,
+- ours: build/tests/train/bench_train_profile (or $ALPACA_PROFILE_BIN; alpaca-train under a RecordFunction observer,
   bench/train_profile.cpp), per-step averages over the steps after --skip, thread CPU and wall time;
 - PyTorch: bench/torch_fsdp_train.py --profile (transformers + FSDP2, torch.profiler on the last
   step, the phases' thread CPU time over the steps before it), bench/torch_step_profile.py.
@@ -29,7 +29,8 @@ def run_side(side: str, case: dict, model_dir: Path, data_json: Path, data_pt: P
     pdir = work / f"prof_{side}_{case['name']}_{time.time_ns()}"
     pdir.mkdir(parents=True)
     if side == "ours":
-        os.environ["ALPACA_TRAIN_BIN"] = str(ROOT / "build" / "tests" / "train" / "bench_train_profile")
+        os.environ["ALPACA_TRAIN_BIN"] = os.environ.get("ALPACA_PROFILE_BIN",
+                                                        str(ROOT / "build" / "tests" / "train" / "bench_train_profile"))
         os.environ["ALPACA_PROFILE_OUT"] = str(pdir)
         os.environ["ALPACA_PROFILE_SKIP"] = str(skip)
         r = bench.run_ours(case, model_dir, data_json, work, 3600)
@@ -97,6 +98,7 @@ def main() -> int:
     ap.add_argument("--skip", type=int, default=2, help="steps before the profiled ones")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--only", choices=["ours", "torch"])
+    ap.add_argument("--fsdp", default="full_shard", help="our sharding strategy (bench.py --fsdp)")
     ap.add_argument("--qlora", action="store_true", help="QLoRA r=16 (bench.py --qlora): a 4-bit nf4 nested base on our "
                     "side, transformers + bitsandbytes 4-bit + peft on the other")
     ap.add_argument("--out", default=str(ROOT / "build" / "bench"))
@@ -115,7 +117,7 @@ def main() -> int:
         batch = min(args.batch, per_rank)
         case = dict(name=f"{args.size}_{ranks}r_{args.dtype}", size=args.size, ranks=ranks, dtype=args.dtype,
                     batch=batch, accum=max(per_rank // batch, 1), steps=args.steps, seq_len=args.seq_len,
-                    threads=args.threads, lora_r=16 if args.qlora else 0, load_in_4bit=args.qlora)
+                    threads=args.threads, lora_r=16 if args.qlora else 0, load_in_4bit=args.qlora, fsdp=args.fsdp)
         res = {}
         for side in ("ours", "torch"):
             if args.only and side != args.only:
@@ -125,7 +127,7 @@ def main() -> int:
             bench.log(f"{case['name']} {side}: {time.time() - t0:.0f} s")
         results[case["name"]] = res
         o, t = res.get("ours", {}), res.get("torch", {})
-        report += [f"## {case['name']} (micro-batch {batch} x {args.seq_len}, accumulation {case['accum']}, "
+        report += [f"## {case['name']}{bench.case_tag(case)} (micro-batch {batch} x {args.seq_len}, accumulation {case['accum']}, "
                    f"{args.threads} thread/rank), rank 0", ""]
         if o:
             report += [f"ours: {o['steps_profiled']} profiled steps, per step: process CPU {o['process_cpu_s_per_step']:.2f} s, "

@@ -456,6 +456,9 @@ void FsdpEngine::Impl::issue_reduce(int u) {
     if (!probe) p.work = shard_comm->reduce_scatter(p.out, p.flat, dist::ReduceOp::kSum);
   } else {
     p.out = p.flat;
+    // Replication only (no_shard): the all-reduce starts now and is waited for at the next unit's
+    // reduction, as a reduce-scatter is, so a rank blocks only when its peers are a layer behind.
+    if (replicate_comm && !probe) p.work = replicate_comm->all_reduce(p.out, dist::ReduceOp::kSum);
   }
   pending = std::move(p);
 }
@@ -470,7 +473,8 @@ void FsdpEngine::Impl::flush_reduce() {
   if (probe) {
     at::Tensor staged = p.out.to(grad.device(), at::kFloat);  // the same copy, not accumulated
   } else {
-    if (replicate_comm) replicate_comm->all_reduce(p.out, dist::ReduceOp::kSum)->wait();
+    // Hybrid: across replicas, after the reduce-scatter (replication only started it in issue_reduce).
+    if (replicate_comm && communicate_shards()) replicate_comm->all_reduce(p.out, dist::ReduceOp::kSum)->wait();
     if (grad.is_cpu() && !p.out.is_cpu()) {
       // Offload: cast on the device, copy into pinned memory without a host wait, add on the host
       // when the copy is known complete (drain_host_grads), in reduction order.

@@ -2,8 +2,8 @@
 // the peak live CPU tensor bytes the counting allocator measures during training (metrics.jsonl's
 // cpu_tensor_peak_bytes, max over ranks and log lines), within 15%, for a CI-sized subset of
 // bench/memory_validate.py's table: the tiny model at worlds 1 and 2, full_shard and
-// offload + gradient checkpointing, fp32 and bf16, full fine-tuning, LoRA and QLoRA. Also: the memory
-// fields are in every log line.
+// offload + gradient checkpointing, fp32 and bf16, full fine-tuning, LoRA and QLoRA (QLoRA's rung
+// also at world 4). Also: the memory fields are in every log line.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -46,9 +46,11 @@ TEST(MemoryMeasured, EstimateWithin15PercentOfTheCountingAllocatorsPeak) {
       {2, "--fsdp 'full_shard auto_wrap offload' --gradient_checkpointing True --bf16 True --use_peft True --lora_r 16"},
       {2, "--fsdp 'full_shard auto_wrap' --use_peft True --lora_r 16 --lora_target_modules all-linear "
           "--lora_dropout 0 --lora_modules_to_save lm_head"},
-      // QLoRA (issue 29): the ladder's qlora rung (nf4, nested) and a plain-absmax fp4 base, every
-      // linear adapted, at world 2.
+      // QLoRA (issue 29): the ladder's qlora rung (nf4, nested) at worlds 1 and 4 and a plain-absmax
+      // fp4 base, every linear adapted, at world 2.
       {1, "--fsdp 'full_shard auto_wrap' --gradient_checkpointing True --bf16 True --use_peft True --lora_r 16 "
+          "--load_in_4bit True --use_bnb_nested_quant True"},
+      {4, "--fsdp 'full_shard auto_wrap' --gradient_checkpointing True --bf16 True --use_peft True --lora_r 16 "
           "--load_in_4bit True --use_bnb_nested_quant True"},
       {2, "--fsdp 'full_shard auto_wrap' --bf16 True --use_peft True --lora_r 16 --lora_target_modules all-linear "
           "--load_in_4bit True --bnb_4bit_quant_type fp4"},
