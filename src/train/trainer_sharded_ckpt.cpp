@@ -8,9 +8,13 @@
 // signal). A resume reads only this rank's ranges, whatever world size or strategy wrote them.
 #include <ATen/ATen.h>
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <ctime>
 
 #include <atomic>
 #include <fstream>
@@ -40,7 +44,10 @@ struct Kind {
 constexpr Kind kKinds[] = {{kModelSub, "model"}, {"optimizer/exp_avg", "exp_avg"}, {"optimizer/exp_avg_sq", "exp_avg_sq"}};
 constexpr int kNumKinds = 3;
 constexpr int kSlots = kNumKinds * ckpt::kShardParts;
-constexpr int kGatherWidth = 3 + 3 * kSlots;  // status, bytes written, peak RSS; (size, hi, lo) per slot
+// status, bytes written, RSS growth; (size, hi, lo) per slot; then the RSS figures of RssPoints
+// and the writer thread's CPU time (ms).
+constexpr int kRssBase = 3 + 3 * kSlots;
+constexpr int kGatherWidth = kRssBase + 5;
 
 // Free host memory for a staging copy: the kernel's MemAvailable, and under a CPU tensor cap
 // (util/tensor_memory.h; auto_find_batch_size and the memory tests run under one) no more than
@@ -78,6 +85,40 @@ bool checkpoints_moments(const TrainerOptions& opt, const fsdp::LocalParamShard&
   return p.trainable && !opt.save_only_model;
 }
 
+// CPU time this thread has used, in seconds (the background writer's cost, whoever pays it).
+double thread_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// The background writer gets only the CPU and disk time training leaves: SCHED_IDLE (below nice
+// 19; falls back to nice 19 where refused) and the idle I/O class, both for this thread only. On
+// CPU ranks every core is busy with the steps; an equal-priority writer made the step beside it
+// ~2x longer. The write then spreads over the next steps; the next save, the end or a signal
+// waits for it.
+void lower_writer_priority() {
+  const sched_param param{};
+  if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &param) != 0)
+    setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
+  constexpr int kIoprioWhoProcess = 1, kIoprioClassIdle = 3, kIoprioClassShift = 13;
+  ::syscall(SYS_ioprio_set, kIoprioWhoProcess, static_cast<int>(::syscall(SYS_gettid)), kIoprioClassIdle << kIoprioClassShift);
+}
+
+// The seal line's per-rank figures from the status gather: RSS in MiB (the process peak before the save /
+// at its start / the peak after the snapshot / the peak through the save) and the writer's CPU s.
+std::string per_rank_save_figures(const at::Tensor& gathered) {
+  const auto a = gathered.accessor<int64_t, 2>();
+  std::ostringstream out;
+  out << "RSS MiB per rank (process peak before the save / at its start / peak after the snapshot / peak during the save):";
+  for (int64_t r = 0; r < a.size(0); ++r)
+    out << (r ? ", " : " ") << "rank " << r << " " << a[r][kRssBase] / (1 << 20) << "/" << a[r][kRssBase + 1] / (1 << 20)
+        << "/" << a[r][kRssBase + 2] / (1 << 20) << "/" << a[r][kRssBase + 3] / (1 << 20);
+  out << "; writer thread CPU s per rank:";
+  for (int64_t r = 0; r < a.size(0); ++r) out << (r ? ", " : " ") << static_cast<double>(a[r][kRssBase + 4]) / 1000;
+  return out.str();
+}
+
 }  // namespace
 
 struct Trainer::Impl::ShardSet {
@@ -102,8 +143,14 @@ struct Trainer::Impl::PendingSave {
   std::vector<ckpt::WrittenFile> files;
   std::string error;        // the shard write's (background thread)
   std::string small_error;  // rank 0's small files' (main thread)
-  int64_t rss_at_start = 0;
-  double stall_seconds = 0, write_seconds = 0;
+  // RSS (bytes) of this rank: the process's peak before the save (all its life: loading included),
+  // at the save's start, the peak once the snapshot was taken (the stall's end), and the peak
+  // through the whole save window (rss_watch; for --save_async it also holds the training steps
+  // beside the write, whose log resets the kernel's window every step).
+  std::unique_ptr<sys::RssPeakWatch> rss_watch;
+  int64_t peak_before = 0, rss_at_start = 0, peak_after_snapshot = 0;
+  int64_t saved_step = 0;
+  double stall_seconds = 0, write_seconds = 0, write_cpu_seconds = 0, wait_seconds = 0;
 };
 
 bool Trainer::Impl::sharded_layout(const fs::path& dir) { return fs::is_directory(dir / kModelSub); }
@@ -165,7 +212,8 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
   ckpt::CheckpointWriter writer(output_dir, state.global_step);
   if (rank == 0) writer.begin();
   barrier();  // the staging directory exists before any rank writes into it
-  sys::reset_peak_rss_window();
+  const int64_t peak_before = sys::peak_rss_bytes();
+  auto rss_watch = std::make_unique<sys::RssPeakWatch>();
   const int64_t rss_at_start = sys::rss_bytes();
   // Asynchronous when every rank can hold a copy of what it writes (snapshot_shards; the planner's
   // "--save_async staging copy") twice over in free host memory.
@@ -188,6 +236,9 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
   ShardSet set = snapshot_shards(/*copy=*/async);
   auto pending = std::make_shared<PendingSave>(std::move(writer));
   pending->rss_at_start = rss_at_start;
+  pending->peak_before = peak_before;
+  pending->rss_watch = std::move(rss_watch);
+  pending->saved_step = state.global_step;
   std::function<void(const fs::path&)> small;
   try {  // a failure is reported through the status gather, so no rank waits for rank 0 in vain
     // A LoRA run's checkpoint also holds the peft adapter users load (adapter_model.safetensors,
@@ -200,6 +251,7 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
   }
   auto run = [this, p = pending.get(), s = std::make_shared<ShardSet>(std::move(set)), small] {
     sys::Timer t;
+    const double cpu0 = thread_cpu_seconds();
     try {
       if (small) small(p->writer.staging_dir());
     } catch (const std::exception& e) {
@@ -211,8 +263,10 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
       p->error = e.what();
     }
     p->write_seconds = t.seconds();
+    p->write_cpu_seconds = thread_cpu_seconds() - cpu0;
     p->done = true;
   };
+  pending->peak_after_snapshot = pending->rss_watch->peak();
   if (!async) {
     run();
     pending->stall_seconds = stall.seconds();
@@ -221,10 +275,7 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
     return;
   }
   pending->thread = std::thread([run] {
-    // The writer yields the cores to training: on CPU ranks every core is busy with the steps,
-    // and an equal-priority writer made the step beside it ~2x longer; at nice 19 it takes the
-    // time the steps leave (collective waits, I/O). Linux nice is per thread.
-    setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
+    lower_writer_priority();
     run();
   });
   pending->stall_seconds = stall.seconds();
@@ -243,13 +294,16 @@ void Trainer::Impl::poll_pending_save() {
 void Trainer::Impl::finish_pending_save() {
   std::shared_ptr<PendingSave> p = std::move(pending_save);
   if (!p) return;
+  sys::Timer wait;
   if (p->thread.joinable()) p->thread.join();
+  p->wait_seconds = wait.seconds();
   // Every rank's status, bytes, peak RSS and (size, digest) per file, to every rank.
   at::Tensor mine = at::zeros({kGatherWidth}, at::kLong);
   auto* m = mine.data_ptr<int64_t>();
   const std::string error = p->error.empty() ? p->small_error : p->error;
   m[0] = error.empty() ? 0 : 1;
-  m[2] = std::max<int64_t>(0, sys::window_peak_rss_bytes() - p->rss_at_start);  // what the save added
+  const int64_t peak = p->rss_watch->peak();
+  m[2] = std::max<int64_t>(0, peak - p->rss_at_start);  // what the save added
   for (size_t s = 0; s < p->files.size() && s < kSlots; ++s) {
     const auto& f = p->files[s];
     m[3 + 3 * s] = f.size;
@@ -259,6 +313,9 @@ void Trainer::Impl::finish_pending_save() {
   }
   if (p->files.empty())
     for (int s = 0; s < kSlots; ++s) m[3 + 3 * s] = -1;
+  const int64_t rss[] = {p->peak_before, p->rss_at_start, p->peak_after_snapshot, peak,
+                         static_cast<int64_t>(p->write_cpu_seconds * 1000)};
+  std::copy(std::begin(rss), std::end(rss), m + kRssBase);
   at::Tensor all = at::empty({world * kGatherWidth}, at::TensorOptions().dtype(at::kLong).device(device));
   comm->all_gather_into(all, mine.to(device))->wait();
   all = all.to(at::kCPU).view({world, kGatherWidth});
@@ -298,7 +355,9 @@ void Trainer::Impl::seal(PendingSave& p, const at::Tensor& gathered) {
   ALPACA_INFO("saved checkpoint " << final_dir.string() << ": shard bytes per rank [" << per_rank.str() << "] of " << total
               << " (1/" << world << " = " << total / world << "); RSS growth during the save: rank 0 "
               << a[0][2] / (1 << 20) << " MiB, other ranks at most " << others_rss / (1 << 20) << " MiB; training stalled "
-              << p.stall_seconds << " s, the shard write took " << p.write_seconds << " s");
+              << p.stall_seconds << " s, the shard write took " << p.write_seconds << " s (sealed at step "
+              << state.global_step << " of the save at step " << p.saved_step << ", after waiting " << p.wait_seconds
+              << " s for it); " << per_rank_save_figures(gathered));
   if (opt.save_total_limit)
     ckpt::rotate_checkpoints(output_dir, *opt.save_total_limit, state.best_model_checkpoint.value_or(""), true);
 }
