@@ -10,7 +10,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -105,20 +104,6 @@ void lower_writer_priority() {
     setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
 }
 
-// Host memory for the --save_async staging copy: one anonymous mapping of its own, with huge pages
-// where the kernel allows (MADV_HUGEPAGE), unmapped when the write is done. From the heap, the copy
-// took the free memory the next step's buffers reuse (sys::keep_host_heap), and that step paid
-// ~200k page faults for fresh ones (272M model, 4 ranks: 1.2 s of system time per rank); here the
-// copy's own pages are faulted in during the snapshot, 2 MiB at a time.
-at::Tensor staging_buffer(int64_t floats) {
-  const size_t bytes = static_cast<size_t>(std::max<int64_t>(floats, 1)) * sizeof(float);
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  ALPACA_CHECK(p != MAP_FAILED, "--save_async: cannot map " << bytes << " bytes for the staging copy: "
-                                    << std::strerror(errno) << "; free host memory or pass --save_async False");
-  ::madvise(p, bytes, MADV_HUGEPAGE);
-  return at::from_blob(p, {floats}, [bytes](void* q) { ::munmap(q, bytes); }, at::TensorOptions().dtype(at::kFloat));
-}
-
 // The seal line's per-rank figures from the status gather: RSS in MiB (the process peak before the save /
 // at its start / the peak after the snapshot / the peak through the save) and the writer's CPU s.
 std::string per_rank_save_figures(const at::Tensor& gathered) {
@@ -160,8 +145,17 @@ struct Trainer::Impl::ShardSet {
 
 struct Trainer::Impl::PendingSave {
   explicit PendingSave(ckpt::CheckpointWriter w) : writer(std::move(w)) {}
-  ~PendingSave() {
-    if (thread.joinable()) thread.join();  // an error unwinds the trainer: the write has no collectives
+  ~PendingSave() { join(); }  // an error unwinds the trainer: the write has no collectives
+  // Waits for the writer. Training (or the exit) waits for it now, so it gets its normal CPU share
+  // back first (needs CAP_SYS_NICE or a RLIMIT_NICE that allows it; otherwise it stays SCHED_IDLE):
+  // at SCHED_IDLE on a loaded host a survivor of a node fault took 23 s instead of 11 to exit.
+  void join() {
+    if (!thread.joinable()) return;
+    if (!done) {
+      const sched_param param{};
+      pthread_setschedparam(thread.native_handle(), SCHED_OTHER, &param);
+    }
+    thread.join();
   }
   ckpt::CheckpointWriter writer;
   std::thread thread;
@@ -181,24 +175,16 @@ struct Trainer::Impl::PendingSave {
 
 bool Trainer::Impl::sharded_layout(const fs::path& dir) { return fs::is_directory(dir / kModelSub); }
 
-// The ranges this rank owns, as views (copy = false, CPU fp32 shards) or host copies in one
-// staging buffer (staging_floats elements, staging_buffer).
+// The ranges this rank owns, as views (copy = false, CPU fp32 shards) or host copies. (A staging
+// copy in its own huge-page mapping, faulted in here instead of by the next step, made this stall
+// 0.4 -> 8 s at 272M on a loaded host: the kernel compacted memory for the huge pages.)
 Trainer::Impl::ShardSet Trainer::Impl::snapshot_shards(bool copy) {
   ShardSet set;
   const auto [replica, replicas] = engine->shard_replica();
-  const int64_t staging_floats = copy ? staging_copy_bytes(opt, engine->local_param_shards(), replica, replicas) / 4 : 0;
-  at::Tensor staging = copy ? staging_buffer(staging_floats) : at::Tensor();
-  int64_t used = 0;
   auto piece = [&](const fsdp::LocalParamShard& p, const at::Tensor& shard_values) {
     const auto [b, e] = replica_part(p.param_begin, p.param_end, replica, replicas);
     at::Tensor v = shard_values.narrow(0, b - p.param_begin, e - b);
-    if (copy) {
-      ALPACA_CHECK(used + (e - b) <= staging_floats, "snapshot_shards: the staging copy was sized too small");
-      v = staging.narrow(0, used, e - b).copy_(v);
-      used += e - b;
-    } else {
-      v = v.to(at::kCPU, at::kFloat);
-    }
+    v = copy ? v.to(at::kCPU, at::kFloat, false, /*copy=*/true) : v.to(at::kCPU, at::kFloat);
     return ckpt::RangePiece{p.name, p.shape, b, e, v};
   };
   for (const auto& p : engine->local_param_shards()) {
@@ -326,13 +312,7 @@ void Trainer::Impl::finish_pending_save() {
   std::shared_ptr<PendingSave> p = std::move(pending_save);
   if (!p) return;
   sys::Timer wait;
-  if (p->thread.joinable() && !p->done) {
-    // Training waits for the writer now: it gets its normal share back (needs CAP_SYS_NICE or a
-    // RLIMIT_NICE that allows it; otherwise it stays at SCHED_IDLE).
-    const sched_param param{};
-    pthread_setschedparam(p->thread.native_handle(), SCHED_OTHER, &param);
-  }
-  if (p->thread.joinable()) p->thread.join();
+  p->join();
   p->wait_seconds = wait.seconds();
   // Every rank's status, bytes, peak RSS and (size, digest) per file, to every rank.
   at::Tensor mine = at::zeros({kGatherWidth}, at::kLong);
