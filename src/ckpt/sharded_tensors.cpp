@@ -26,9 +26,18 @@ int64_t product(const std::vector<int64_t>& v, size_t from = 0) {
   return p;
 }
 
-// One open file being written: every byte goes through the digest on its way to the disk.
+// One open file being written: every byte goes through the digest on its way to the disk, one
+// block at a time (the digest reads it from memory, write() copies it while it is still in cache:
+// one pass over the data, not two). Dirty page cache stays bounded: every kFlushWindow bytes the
+// writer starts the kernel's writeback of that window itself (sync_file_range), waits for the
+// window before it and drops those pages from the cache. So a multi-GB shard does not pile up as
+// dirty pages that the kernel's flusher threads (full priority, not this thread's nice/SCHED_IDLE)
+// write out in a burst beside training, and the closing fsync has little left to do.
 class DigestingFile {
  public:
+  static constexpr size_t kBlock = size_t{1} << 20;
+  static constexpr int64_t kFlushWindow = int64_t{32} << 20;
+
   DigestingFile(fs::path path, bool fail) : path_(std::move(path)), fail_(fail) {
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     ALPACA_CHECK(fd_ >= 0, "cannot create " << path_ << ": " << std::strerror(errno));
@@ -37,8 +46,28 @@ class DigestingFile {
     if (fd_ >= 0) ::close(fd_);
   }
   void write(const void* data, size_t n, int64_t still_to_write) {
-    digest_.update(data, n);
     const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const size_t block = std::min(n, kBlock);
+      digest_.update(p, block);
+      write_all(p, block, still_to_write);
+      p += block;
+      n -= block;
+      still_to_write -= static_cast<int64_t>(block);
+      if (size_ - started_ >= kFlushWindow) flush_window();
+    }
+  }
+  WrittenFile finish(const std::string& rel) {
+    ALPACA_CHECK(::fsync(fd_) == 0, "fsync of " << path_ << " failed: " << std::strerror(errno) << "; check the disk");
+    if (synced_ < size_) ::posix_fadvise(fd_, synced_, size_ - synced_, POSIX_FADV_DONTNEED);
+    ::close(fd_);
+    fd_ = -1;
+    const auto [hi, lo] = digest_.words();
+    return WrittenFile{rel, size_, hi, lo};
+  }
+
+ private:
+  void write_all(const char* p, size_t n, int64_t still_to_write) {
     while (n > 0) {
       ssize_t w = fail_ ? -1 : ::write(fd_, p, n);
       if (w < 0 && !fail_ && errno == EINTR) continue;
@@ -51,19 +80,25 @@ class DigestingFile {
       size_ += w;
     }
   }
-  WrittenFile finish(const std::string& rel) {
-    ALPACA_CHECK(::fsync(fd_) == 0, "fsync of " << path_ << " failed: " << std::strerror(errno) << "; check the disk");
-    ::close(fd_);
-    fd_ = -1;
-    const auto [hi, lo] = digest_.words();
-    return WrittenFile{rel, size_, hi, lo};
+  // Starts writeback of [started_, size_), then waits for the window before it and drops it from
+  // the page cache. Best effort: an I/O error surfaces again at the closing fsync.
+  void flush_window() {
+    ::sync_file_range(fd_, started_, size_ - started_, SYNC_FILE_RANGE_WRITE);
+    if (started_ > synced_) {
+      ::sync_file_range(fd_, synced_, started_ - synced_,
+                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+      ::posix_fadvise(fd_, synced_, started_ - synced_, POSIX_FADV_DONTNEED);
+      synced_ = started_;
+    }
+    started_ = size_;
   }
 
- private:
   fs::path path_;
   bool fail_;
   int fd_ = -1;
   int64_t size_ = 0;
+  int64_t started_ = 0;  // writeback was started for [0, started_)
+  int64_t synced_ = 0;   // [0, synced_) is on disk and out of the page cache
   Xxh3Digest digest_;
 };
 

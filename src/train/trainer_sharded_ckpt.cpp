@@ -8,9 +8,15 @@
 // signal). A resume reads only this rank's ranges, whatever world size or strategy wrote them.
 #include <ATen/ATen.h>
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
 
 #include <atomic>
 #include <fstream>
@@ -40,7 +46,10 @@ struct Kind {
 constexpr Kind kKinds[] = {{kModelSub, "model"}, {"optimizer/exp_avg", "exp_avg"}, {"optimizer/exp_avg_sq", "exp_avg_sq"}};
 constexpr int kNumKinds = 3;
 constexpr int kSlots = kNumKinds * ckpt::kShardParts;
-constexpr int kGatherWidth = 3 + 3 * kSlots;  // status, bytes written, peak RSS; (size, hi, lo) per slot
+// status, bytes written, RSS growth; (size, hi, lo) per slot; then the RSS figures of RssPoints
+// and the writer thread's CPU time (ms).
+constexpr int kRssBase = 3 + 3 * kSlots;
+constexpr int kGatherWidth = kRssBase + 5;
 
 // Free host memory for a staging copy: the kernel's MemAvailable, and under a CPU tensor cap
 // (util/tensor_memory.h; auto_find_batch_size and the memory tests run under one) no more than
@@ -78,6 +87,49 @@ bool checkpoints_moments(const TrainerOptions& opt, const fsdp::LocalParamShard&
   return p.trainable && !opt.save_only_model;
 }
 
+// CPU time this thread has used, in seconds (the background writer's cost, whoever pays it).
+double thread_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// The background writer gets only the CPU time training leaves: SCHED_IDLE (below nice 19; falls
+// back to nice 19 where refused), for this thread only. On CPU ranks every core is busy with the
+// steps; an equal-priority writer made the step beside it ~2x longer. The write then spreads over
+// the next steps. (Not the idle I/O class: on a shared disk it starved the write for minutes.)
+void lower_writer_priority() {
+  const sched_param param{};
+  if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &param) != 0)
+    setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
+}
+
+// The seal line's per-rank figures from the status gather: RSS in MiB (the process peak before the save /
+// at its start / the peak after the snapshot / the peak through the save) and the writer's CPU s.
+std::string per_rank_save_figures(const at::Tensor& gathered) {
+  const auto a = gathered.accessor<int64_t, 2>();
+  std::ostringstream out;
+  out << "RSS MiB per rank (process peak before the save / at its start / peak after the snapshot / peak during the save):";
+  for (int64_t r = 0; r < a.size(0); ++r)
+    out << (r ? ", " : " ") << "rank " << r << " " << a[r][kRssBase] / (1 << 20) << "/" << a[r][kRssBase + 1] / (1 << 20)
+        << "/" << a[r][kRssBase + 2] / (1 << 20) << "/" << a[r][kRssBase + 3] / (1 << 20);
+  out << "; writer thread CPU s per rank:";
+  for (int64_t r = 0; r < a.size(0); ++r) out << (r ? ", " : " ") << static_cast<double>(a[r][kRssBase + 4]) / 1000;
+  return out.str();
+}
+
+// The bytes of the --save_async staging copy: what snapshot_shards copies (fp32).
+int64_t staging_copy_bytes(const TrainerOptions& opt, const std::vector<fsdp::LocalParamShard>& shards, int replica,
+                           int replicas) {
+  int64_t need = 0;
+  for (const auto& p : shards) {
+    if (!checkpoints_values(opt, p)) continue;
+    const auto [b, e] = replica_part(p.param_begin, p.param_end, replica, replicas);
+    need += (e - b) * 4 * (checkpoints_moments(opt, p) ? 3 : 1);
+  }
+  return need;
+}
+
 }  // namespace
 
 struct Trainer::Impl::ShardSet {
@@ -93,8 +145,17 @@ struct Trainer::Impl::ShardSet {
 
 struct Trainer::Impl::PendingSave {
   explicit PendingSave(ckpt::CheckpointWriter w) : writer(std::move(w)) {}
-  ~PendingSave() {
-    if (thread.joinable()) thread.join();  // an error unwinds the trainer: the write has no collectives
+  ~PendingSave() { join(); }  // an error unwinds the trainer: the write has no collectives
+  // Waits for the writer. Training (or the exit) waits for it now, so it gets its normal CPU share
+  // back first (needs CAP_SYS_NICE or a RLIMIT_NICE that allows it; otherwise it stays SCHED_IDLE):
+  // at SCHED_IDLE on a loaded host a survivor of a node fault took 23 s instead of 11 to exit.
+  void join() {
+    if (!thread.joinable()) return;
+    if (!done) {
+      const sched_param param{};
+      pthread_setschedparam(thread.native_handle(), SCHED_OTHER, &param);
+    }
+    thread.join();
   }
   ckpt::CheckpointWriter writer;
   std::thread thread;
@@ -102,13 +163,21 @@ struct Trainer::Impl::PendingSave {
   std::vector<ckpt::WrittenFile> files;
   std::string error;        // the shard write's (background thread)
   std::string small_error;  // rank 0's small files' (main thread)
-  int64_t rss_at_start = 0;
-  double stall_seconds = 0, write_seconds = 0;
+  // RSS (bytes) of this rank: the process's peak before the save (all its life: loading included),
+  // at the save's start, the peak once the snapshot was taken (the stall's end), and the peak
+  // through the whole save window (rss_watch; for --save_async it also holds the training steps
+  // beside the write, whose log resets the kernel's window every step).
+  std::unique_ptr<sys::RssPeakWatch> rss_watch;
+  int64_t peak_before = 0, rss_at_start = 0, peak_after_snapshot = 0;
+  int64_t saved_step = 0;
+  double stall_seconds = 0, write_seconds = 0, write_cpu_seconds = 0, wait_seconds = 0;
 };
 
 bool Trainer::Impl::sharded_layout(const fs::path& dir) { return fs::is_directory(dir / kModelSub); }
 
-// The ranges this rank owns, as views (copy = false, CPU fp32 shards) or host copies.
+// The ranges this rank owns, as views (copy = false, CPU fp32 shards) or host copies. (A staging
+// copy in its own huge-page mapping, faulted in here instead of by the next step, made this stall
+// 0.4 -> 8 s at 272M on a loaded host: the kernel compacted memory for the huge pages.)
 Trainer::Impl::ShardSet Trainer::Impl::snapshot_shards(bool copy) {
   ShardSet set;
   const auto [replica, replicas] = engine->shard_replica();
@@ -165,19 +234,15 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
   ckpt::CheckpointWriter writer(output_dir, state.global_step);
   if (rank == 0) writer.begin();
   barrier();  // the staging directory exists before any rank writes into it
-  sys::reset_peak_rss_window();
+  const int64_t peak_before = sys::peak_rss_bytes();
+  auto rss_watch = std::make_unique<sys::RssPeakWatch>();
   const int64_t rss_at_start = sys::rss_bytes();
   // Asynchronous when every rank can hold a copy of what it writes (snapshot_shards; the planner's
   // "--save_async staging copy") twice over in free host memory.
   bool async = allow_async && opt.save_async;
   if (async) {
-    int64_t need = 0;
     const auto [replica, replicas] = engine->shard_replica();
-    for (const auto& p : engine->local_param_shards()) {
-      if (!checkpoints_values(opt, p)) continue;
-      const auto [b, e] = replica_part(p.param_begin, p.param_end, replica, replicas);
-      need += (e - b) * 4 * (checkpoints_moments(opt, p) ? 3 : 1);
-    }
+    const int64_t need = staging_copy_bytes(opt, engine->local_param_shards(), replica, replicas);
     at::Tensor refuse = at::full({1}, mem_available_bytes() > 2 * need ? 0 : 1, at::TensorOptions().dtype(at::kLong).device(device));
     comm->all_reduce(refuse, dist::ReduceOp::kMax)->wait();
     if (refuse.item<int64_t>() != 0) {
@@ -188,6 +253,9 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
   ShardSet set = snapshot_shards(/*copy=*/async);
   auto pending = std::make_shared<PendingSave>(std::move(writer));
   pending->rss_at_start = rss_at_start;
+  pending->peak_before = peak_before;
+  pending->rss_watch = std::move(rss_watch);
+  pending->saved_step = state.global_step;
   std::function<void(const fs::path&)> small;
   try {  // a failure is reported through the status gather, so no rank waits for rank 0 in vain
     // A LoRA run's checkpoint also holds the peft adapter users load (adapter_model.safetensors,
@@ -200,6 +268,7 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
   }
   auto run = [this, p = pending.get(), s = std::make_shared<ShardSet>(std::move(set)), small] {
     sys::Timer t;
+    const double cpu0 = thread_cpu_seconds();
     try {
       if (small) small(p->writer.staging_dir());
     } catch (const std::exception& e) {
@@ -211,8 +280,10 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
       p->error = e.what();
     }
     p->write_seconds = t.seconds();
+    p->write_cpu_seconds = thread_cpu_seconds() - cpu0;
     p->done = true;
   };
+  pending->peak_after_snapshot = pending->rss_watch->peak();
   if (!async) {
     run();
     pending->stall_seconds = stall.seconds();
@@ -221,10 +292,7 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
     return;
   }
   pending->thread = std::thread([run] {
-    // The writer yields the cores to training: on CPU ranks every core is busy with the steps,
-    // and an equal-priority writer made the step beside it ~2x longer; at nice 19 it takes the
-    // time the steps leave (collective waits, I/O). Linux nice is per thread.
-    setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
+    lower_writer_priority();
     run();
   });
   pending->stall_seconds = stall.seconds();
@@ -243,13 +311,16 @@ void Trainer::Impl::poll_pending_save() {
 void Trainer::Impl::finish_pending_save() {
   std::shared_ptr<PendingSave> p = std::move(pending_save);
   if (!p) return;
-  if (p->thread.joinable()) p->thread.join();
+  sys::Timer wait;
+  p->join();
+  p->wait_seconds = wait.seconds();
   // Every rank's status, bytes, peak RSS and (size, digest) per file, to every rank.
   at::Tensor mine = at::zeros({kGatherWidth}, at::kLong);
   auto* m = mine.data_ptr<int64_t>();
   const std::string error = p->error.empty() ? p->small_error : p->error;
   m[0] = error.empty() ? 0 : 1;
-  m[2] = std::max<int64_t>(0, sys::window_peak_rss_bytes() - p->rss_at_start);  // what the save added
+  const int64_t peak = p->rss_watch->peak();
+  m[2] = std::max<int64_t>(0, peak - p->rss_at_start);  // what the save added
   for (size_t s = 0; s < p->files.size() && s < kSlots; ++s) {
     const auto& f = p->files[s];
     m[3 + 3 * s] = f.size;
@@ -259,6 +330,9 @@ void Trainer::Impl::finish_pending_save() {
   }
   if (p->files.empty())
     for (int s = 0; s < kSlots; ++s) m[3 + 3 * s] = -1;
+  const int64_t rss[] = {p->peak_before, p->rss_at_start, p->peak_after_snapshot, peak,
+                         static_cast<int64_t>(p->write_cpu_seconds * 1000)};
+  std::copy(std::begin(rss), std::end(rss), m + kRssBase);
   at::Tensor all = at::empty({world * kGatherWidth}, at::TensorOptions().dtype(at::kLong).device(device));
   comm->all_gather_into(all, mine.to(device))->wait();
   all = all.to(at::kCPU).view({world, kGatherWidth});
@@ -298,7 +372,9 @@ void Trainer::Impl::seal(PendingSave& p, const at::Tensor& gathered) {
   ALPACA_INFO("saved checkpoint " << final_dir.string() << ": shard bytes per rank [" << per_rank.str() << "] of " << total
               << " (1/" << world << " = " << total / world << "); RSS growth during the save: rank 0 "
               << a[0][2] / (1 << 20) << " MiB, other ranks at most " << others_rss / (1 << 20) << " MiB; training stalled "
-              << p.stall_seconds << " s, the shard write took " << p.write_seconds << " s");
+              << p.stall_seconds << " s, the shard write took " << p.write_seconds << " s (sealed at step "
+              << state.global_step << " of the save at step " << p.saved_step << ", after waiting " << p.wait_seconds
+              << " s for it); " << per_rank_save_figures(gathered));
   if (opt.save_total_limit)
     ckpt::rotate_checkpoints(output_dir, *opt.save_total_limit, state.best_model_checkpoint.value_or(""), true);
 }

@@ -12,8 +12,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace alpaca::sys {
 
@@ -48,6 +50,8 @@ int64_t rss_bytes() {
 
 namespace {
 std::atomic<int64_t> g_closed_windows_peak{0};  // the largest VmHWM before a reset
+std::mutex g_watches_mutex;                      // guards g_watches and their folded peaks
+std::vector<RssPeakWatch*> g_watches;
 }  // namespace
 
 int64_t window_peak_rss_bytes() {
@@ -66,8 +70,31 @@ void reset_peak_rss_window() {
   int64_t prev = g_closed_windows_peak.load();
   while (closed > prev && !g_closed_windows_peak.compare_exchange_weak(prev, closed)) {
   }
+  {
+    std::lock_guard<std::mutex> lock(g_watches_mutex);
+    for (RssPeakWatch* w : g_watches) w->fold(closed);
+  }
   std::ofstream f("/proc/self/clear_refs");  // Linux: "5" resets VmHWM to the current RSS
   if (f) f << "5";
+}
+
+RssPeakWatch::RssPeakWatch() {
+  reset_peak_rss_window();
+  folded_ = rss_bytes();
+  std::lock_guard<std::mutex> lock(g_watches_mutex);
+  g_watches.push_back(this);
+}
+
+RssPeakWatch::~RssPeakWatch() {
+  std::lock_guard<std::mutex> lock(g_watches_mutex);
+  g_watches.erase(std::remove(g_watches.begin(), g_watches.end(), this), g_watches.end());
+}
+
+void RssPeakWatch::fold(int64_t closed_window_peak) { folded_ = std::max(folded_, closed_window_peak); }
+
+int64_t RssPeakWatch::peak() const {
+  std::lock_guard<std::mutex> lock(g_watches_mutex);
+  return std::max(folded_, window_peak_rss_bytes());
 }
 
 bool keep_host_heap() {

@@ -105,5 +105,22 @@ TEST(PeakRssWindow, ResetStartsAWindowAndKeepsTheLifetimePeak) {
   EXPECT_GE(sys::peak_rss_bytes(), lifetime);  // the closed window still counts for the lifetime
 }
 
+// A save beside training steps measures its window with an RssPeakWatch: the training log resets
+// the kernel's window every step, and the watch must still see a peak from before such a reset.
+TEST(PeakRssWindow, WatchKeepsItsPeakAcrossOtherResets) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "under AddressSanitizer a free does not return memory (quarantine)";
+#endif
+  sys::RssPeakWatch watch;
+  const int64_t start = sys::rss_bytes();
+  {
+    at::Tensor big = at::ones({64 << 18}, at::kFloat);  // 64 MiB, touched, then freed (munmap)
+    EXPECT_GT(big.sum().item<double>(), 0);
+  }
+  sys::reset_peak_rss_window();  // as the training log does
+  EXPECT_LT(sys::window_peak_rss_bytes(), start + (32 << 20)) << "the reset window must not hold the 64 MiB";
+  EXPECT_GE(watch.peak(), start + (60 << 20)) << "the watch lost the peak from before the reset";
+}
+
 }  // namespace
 }  // namespace alpaca::util

@@ -17,6 +17,21 @@ int64_t window_peak_rss_bytes();
 // Starts a new window: the kernel's VmHWM is reset to the current RSS (/proc/self/clear_refs),
 // after its value has been folded into the lifetime peak.
 void reset_peak_rss_window();
+// The peak resident set size from its construction on, whatever resets the window meanwhile (the
+// training log resets it at every logging step): each reset folds the closed window's peak in.
+// A save that runs beside training steps (--save_async) measures its window with one.
+class RssPeakWatch {
+ public:
+  RssPeakWatch();  // resets the window; starts at the current RSS
+  ~RssPeakWatch();
+  RssPeakWatch(const RssPeakWatch&) = delete;
+  RssPeakWatch& operator=(const RssPeakWatch&) = delete;
+  int64_t peak() const;
+  void fold(int64_t closed_window_peak);  // called by reset_peak_rss_window
+
+ private:
+  int64_t folded_ = 0;
+};
 
 // Bytes an unprivileged writer may still use on the filesystem holding `path` (statvfs f_bavail;
 // a missing path is looked up through its nearest existing parent); -1 if unknown.
