@@ -6,6 +6,7 @@
 
 #include "alpaca/tokenizer/tokenizer.h"
 #include "fuzz_common.h"
+#include "tokenizer_exercise.h"
 
 namespace {
 std::string model_bytes() {
@@ -27,12 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   FUZZ_EXPECT_ALPACA_ERRORS({
     alpaca::tokenizer::Tokenizer tok = alpaca::tokenizer::Tokenizer::load(dir.string());
-    std::string text = "Below is an instruction.\n### Response: ok <s></s>";
-    for (const auto& t : tok.added_tokens()) text += " " + t.content + "x";
-    const auto ids = tok.encode(text, true);
-    (void)tok.decode(ids, false);
-    (void)tok.decode(ids, true);
-    (void)tok.vocab_size();
+    fuzz::exercise_tokenizer(tok, "Below is an instruction.\n### Response: ok <s></s>");
   });
   return 0;
 }

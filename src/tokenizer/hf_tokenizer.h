@@ -1,19 +1,21 @@
-// Private to src/data: a Hugging Face `tokenizer.json` (the `tokenizers` library's format) read
-// and run with the library's semantics, for the components LLaMA-family checkpoints use:
-//   model          BPE (merge ranks, byte_fallback, ignore_merges, unk_token, fuse_unk,
+// Private to src/tokenizer: a Hugging Face `tokenizer.json` (the `tokenizers` library's format)
+// read and run with the library's semantics. Each component lives in the file named after the
+// crate's module:
+//   model          BPE (bpe.cpp: merge ranks, byte_fallback, ignore_merges, unk_token, fuse_unk,
 //                  continuing_subword_prefix, end_of_word_suffix), Unigram (unigram.cpp: Viterbi,
 //                  unk_id, byte_fallback), WordPiece (wordpiece.cpp); see tokenizer_model.h
-//   normalizer     Sequence, Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase, Strip, StripAccents,
-//                  BertNormalizer,
-//                  Precompiled (precompiled.cpp: SentencePiece's charsmap)
-//   pre_tokenizer  ByteLevel (with and without its regex), Split, Metaspace, Digits, BertPreTokenizer,
-//                  WhitespaceSplit, Sequence
-//   post_processor TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel, Sequence
-//   decoder        ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, BPEDecoder, WordPiece,
+//   normalizer     normalizers.h: Sequence, Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase,
+//                  Strip, StripAccents, BertNormalizer, Precompiled (precompiled.h)
+//   pre_tokenizer  pre_tokenizers.h: ByteLevel (with and without its regex), Split, Metaspace,
+//                  Digits, BertPreTokenizer, WhitespaceSplit, Sequence
+//   post_processor processors.h: TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel,
 //                  Sequence
-//   added_tokens   special, normalized, lstrip, rstrip, single_word
-// Anything else is an error naming the component and the file. Regexes run on PCRE2 (UTF + UCP),
-// Unicode normalization on utf8proc; both stay inside hf_tokenizer.cpp.
+//   decoder        decoders.h: ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace,
+//                  BPEDecoder, WordPiece, Sequence
+//   added_tokens   added_vocabulary.h: special, normalized, lstrip, rstrip, single_word
+// Anything else is an error naming the component and the file. Regexes run on PCRE2 (UTF + UCP,
+// regex.cpp), Unicode normalization on utf8proc (normalizers.cpp, utf8.cpp); neither header
+// leaves those files.
 #pragma once
 
 #include <cstdint>
@@ -26,10 +28,6 @@
 #include "alpaca/tokenizer/tokenizer.h"
 
 namespace alpaca::tokenizer::detail {
-
-// A SentencePiece-style piece as text bytes: "<0xNN>" (byte fallback) is that byte, every "▁" a
-// space. Shared by both tokenizer formats' token_bytes().
-std::string sentencepiece_piece_bytes(const std::string& piece);
 
 class HfTokenizer {
  public:

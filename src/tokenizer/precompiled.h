@@ -1,4 +1,4 @@
-// Private to src/data: the `tokenizers` crate's Precompiled normalizer (normalizers/precompiled.rs
+// Private to src/tokenizer: the `tokenizers` crate's Precompiled normalizer (normalizers/precompiled.rs
 // over the spm_precompiled crate): SentencePiece's precompiled_charsmap, a darts-clone double-array
 // trie over UTF-8 byte strings whose leaves index NUL-terminated replacements in a blob.
 #pragma once

@@ -31,16 +31,15 @@ struct Merge {
   int64_t left_chars, right_chars;
 };
 
-}  // namespace
 
-std::string make_tokenizer_json(const TokenizerJsonSpec& spec) {
+// Every split of every piece into two pieces, per piece ordered by (id left, id right), then all
+// merges stably sorted by (score, len(left), len(right)) descending.
+std::vector<Merge> generate_merges(const TokenizerJsonSpec& spec) {
   ALPACA_CHECK(spec.pieces.size() == spec.scores.size(), "tokenizer.json: pieces/scores differ");
   std::unordered_map<std::string, int64_t> vocab;
   for (size_t i = 0; i < spec.pieces.size(); ++i) vocab.emplace(spec.pieces[i], i);
 
-  // transformers.tokenization_utils_base.generate_merges(vocab, vocab_scores): every split of
-  // every piece into two pieces, per piece ordered by (id left, id right), then all merges
-  // stably sorted by (score, len(left), len(right)) descending.
+  // transformers.tokenization_utils_base.generate_merges(vocab, vocab_scores).
   std::vector<Merge> merges;
   for (size_t i = 0; i < spec.pieces.size(); ++i) {
     const std::string& piece = spec.pieces[i];
@@ -63,28 +62,20 @@ std::string make_tokenizer_json(const TokenizerJsonSpec& spec) {
     if (a.left_chars != b.left_chars) return a.left_chars > b.left_chars;
     return a.right_chars > b.right_chars;
   });
+  return merges;
+}
 
+ordered_json added_tokens_json(const TokenizerJsonSpec& spec) {
   ordered_json added = ordered_json::array();
   for (const auto& t : spec.added)
     added.push_back({{"id", t.id},         {"content", t.content}, {"single_word", false},
                      {"lstrip", t.lstrip}, {"rstrip", t.rstrip},   {"normalized", !t.special},
                      {"special", t.special}});
+  return added;
+}
 
-  // Legacy = SentencePiece's own behaviour: every chunk between added tokens gets the "▁"
-  // dummy prefix. Non-legacy: only the start of the text (Metaspace "first").
-  ordered_json normalizer = nullptr, pre_tokenizer = nullptr;
-  if (spec.legacy) {
-    normalizer = {{"type", "Sequence"},
-                  {"normalizers",
-                   {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
-                    {{"type", "Replace"},
-                     {"pattern", {{"String", " "}}},
-                     {"content", "\xE2\x96\x81"}}}}};
-  } else {
-    pre_tokenizer = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"},
-                     {"prepend_scheme", "first"}, {"split", false}};
-  }
-
+// The TemplateProcessing post-processor: BOS / EOS around $A (and $B) as the flags say.
+ordered_json post_processor_json(const TokenizerJsonSpec& spec) {
   auto special = [](const std::string& tok, int type_id) {
     return ordered_json{{"SpecialToken", {{"id", tok}, {"type_id", type_id}}}};
   };
@@ -108,13 +99,16 @@ std::string make_tokenizer_json(const TokenizerJsonSpec& spec) {
   if (spec.add_bos) pair.push_back(special(spec.bos_token, 1));
   pair.push_back(seq("B", 1));
   if (spec.add_eos) pair.push_back(special(spec.eos_token, 1));
+  return {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair}, {"special_tokens", specials}};
+}
 
-  ordered_json vocab_json = ordered_json::object();
+ordered_json vocab_json(const TokenizerJsonSpec& spec) {
+  ordered_json vocab = ordered_json::object();
   {
     // ordered_json's operator[] searches linearly (quadratic over 32k pieces: a second per save);
     // append to its underlying vector instead, keeping Python dict semantics for a repeated piece
     // (first position, last value).
-    auto& obj = vocab_json.get_ref<ordered_json::object_t&>();
+    auto& obj = vocab.get_ref<ordered_json::object_t&>();
     auto& rows = static_cast<std::vector<ordered_json::object_t::value_type>&>(obj);
     std::unordered_map<std::string, size_t> position;
     position.reserve(spec.pieces.size());
@@ -127,6 +121,28 @@ std::string make_tokenizer_json(const TokenizerJsonSpec& spec) {
       }
     }
   }
+  return vocab;
+}
+
+}  // namespace
+
+std::string make_tokenizer_json(const TokenizerJsonSpec& spec) {
+  const std::vector<Merge> merges = generate_merges(spec);
+  // Legacy = SentencePiece's own behaviour: every chunk between added tokens gets the "▁"
+  // dummy prefix. Non-legacy: only the start of the text (Metaspace "first").
+  ordered_json normalizer = nullptr, pre_tokenizer = nullptr;
+  if (spec.legacy) {
+    normalizer = {{"type", "Sequence"},
+                  {"normalizers",
+                   {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
+                    {{"type", "Replace"},
+                     {"pattern", {{"String", " "}}},
+                     {"content", "\xE2\x96\x81"}}}}};
+  } else {
+    pre_tokenizer = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"},
+                     {"prepend_scheme", "first"}, {"split", false}};
+  }
+
   ordered_json merges_json = ordered_json::array();
   for (const auto& m : merges) merges_json.push_back({*m.left, *m.right});
 
@@ -134,12 +150,10 @@ std::string make_tokenizer_json(const TokenizerJsonSpec& spec) {
       {"version", "1.0"},
       {"truncation", nullptr},
       {"padding", nullptr},
-      {"added_tokens", added},
+      {"added_tokens", added_tokens_json(spec)},
       {"normalizer", normalizer},
       {"pre_tokenizer", pre_tokenizer},
-      {"post_processor",
-       {{"type", "TemplateProcessing"}, {"single", single}, {"pair", pair},
-        {"special_tokens", specials}}},
+      {"post_processor", post_processor_json(spec)},
       {"decoder",
        {{"type", "Sequence"},
         {"decoders",
@@ -156,7 +170,7 @@ std::string make_tokenizer_json(const TokenizerJsonSpec& spec) {
         {"fuse_unk", true},
         {"byte_fallback", true},
         {"ignore_merges", false},
-        {"vocab", vocab_json},
+        {"vocab", vocab_json(spec)},
         {"merges", merges_json}}},
   };
   return doc.dump(-1, ' ', false, ordered_json::error_handler_t::strict) + "\n";

@@ -1,4 +1,4 @@
-// Private to src/data: builds the `tokenizers` library's tokenizer.json for a SentencePiece BPE
+// Private to src/tokenizer: builds the `tokenizers` library's tokenizer.json for a SentencePiece BPE
 // model, so transformers 5 (whose LlamaTokenizer is tokenizers-backed and which needs protobuf
 // to convert a bare tokenizer.model) loads a saved tokenizer directory with the same ids.
 #pragma once

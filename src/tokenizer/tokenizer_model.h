@@ -1,8 +1,7 @@
-// Private to src/data: the model step of a tokenizer.json pipeline (the `tokenizers` crate's
+// Private to src/tokenizer: the model step of a tokenizer.json pipeline (the `tokenizers` crate's
 // `Model` trait): one pre-tokenized piece in, ids out. Implementations, each in the file named
-// after the crate's module: BPE (hf_tokenizer.cpp), Unigram (unigram.cpp), WordPiece
-// (wordpiece.cpp). The normalizer a SentencePiece tokenizer.json carries (Precompiled) is in
-// precompiled.h.
+// after the crate's module: BPE (bpe.cpp), Unigram (unigram.cpp), WordPiece (wordpiece.cpp). The
+// normalizer a SentencePiece tokenizer.json carries (Precompiled) is in precompiled.h.
 #pragma once
 
 #include <cstdint>
@@ -31,12 +30,17 @@ class TokenizerModel {
 constexpr int64_t kMaxVocabHoles = 1 << 20;
 
 // The tokenizer.json "model" object of each type; errors name `file` and the field.
+std::unique_ptr<TokenizerModel> parse_bpe(const nlohmann::json& model, const std::string& file);
 std::unique_ptr<TokenizerModel> parse_unigram(const nlohmann::json& model, const std::string& file);
 std::unique_ptr<TokenizerModel> parse_wordpiece(const nlohmann::json& model, const std::string& file);
 
 // decoders::WordPiece: every token but the first loses `prefix` or gets a leading space; with
 // `cleanup` the library's cleanup() (" ." -> ".", " n't" -> "n't", " do not" -> " don't", ...).
 void wordpiece_decode(std::vector<std::string>& tokens, const std::string& prefix, bool cleanup);
+
+// A SentencePiece-style piece as text bytes: "<0xNN>" (byte fallback) is that byte, every "▁" a
+// space. Shared by both backends' token_bytes() (defined in hf_tokenizer.cpp).
+std::string sentencepiece_piece_bytes(const std::string& piece);
 
 // transformers' PreTrainedTokenizerBase.clean_up_tokenization (the decode-time clean-up a
 // tokenizer_config.json's clean_up_tokenization_spaces asks for, non-BPE models only).

@@ -60,33 +60,7 @@ size_t utf8_char_len(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c <
 
 class Unigram final : public TokenizerModel {
  public:
-  Unigram(const json& j, const std::string& file) : file_(file) {
-    const json& vocab = j.contains("vocab") ? j.at("vocab") : json();
-    ALPACA_CHECK(vocab.is_array(), file << ": model: a Unigram model needs \"vocab\": [[piece, score], ...]");
-    double min_score = std::numeric_limits<double>::infinity();
-    for (size_t id = 0; id < vocab.size(); ++id) {
-      const json& item = vocab[id];
-      ALPACA_CHECK(item.is_array() && item.size() == 2 && item[0].is_string() && item[1].is_number(),
-                   file << ": model: vocab[" << id << "] must be [piece, score], got " << item.dump());
-      pieces_.push_back(item[0].get<std::string>());
-      scores_.push_back(item[1].get<double>());
-      ids_[pieces_.back()] = static_cast<int64_t>(id);  // a repeated piece: the last id (as the crate)
-      trie_.push(pieces_.back());
-      min_score = std::min(min_score, scores_.back());
-    }
-    unk_score_ = min_score - kUnkPenalty;
-    if (j.contains("unk_id") && !j.at("unk_id").is_null()) {
-      ALPACA_CHECK(j.at("unk_id").is_number_integer() && j.at("unk_id").get<int64_t>() >= 0, file << ": model: \"unk_id\" must be a non-negative integer");
-      unk_id_ = j.at("unk_id").get<int64_t>();
-      ALPACA_CHECK(!pieces_.empty(), file << ": model: the Unigram vocabulary is empty but at least <unk> is needed");
-      ALPACA_CHECK(*unk_id_ < static_cast<int64_t>(pieces_.size()),
-                   file << ": model: unk_id " << *unk_id_ << " is outside the vocabulary of " << pieces_.size());
-    }
-    if (j.contains("byte_fallback") && !j.at("byte_fallback").is_null()) {
-      ALPACA_CHECK(j.at("byte_fallback").is_boolean(), file << ": model: \"byte_fallback\" must be true or false");
-      byte_fallback_ = j.at("byte_fallback").get<bool>();
-    }
-  }
+  Unigram(const json& j, const std::string& file);
 
   void tokenize(const std::string& s, std::vector<int64_t>* out) const override {
     for (const std::string& piece : encode(s)) {
@@ -136,38 +110,8 @@ class Unigram final : public TokenizerModel {
   }
 
   // encode_optimized: the pieces of the best path, consecutive unk pieces fused.
-  std::vector<std::string> encode(const std::string& s) const {
-    std::vector<Best> best(s.size() + 1);
-    for (size_t start = 0; start < s.size();) {
-      const double here = best[start].score;
-      const size_t mblen = std::min(utf8_char_len(static_cast<unsigned char>(s[start])), s.size() - start);
-      bool single = false;
-      trie_.common_prefixes(s, start, [&](size_t len) {
-        const int64_t id = ids_.at(s.substr(start, len));
-        relax(best[start + len], scores_[static_cast<size_t>(id)] + here, start, id);
-        single = single || len == mblen;
-      });
-      Best& after = best[start + mblen];
-      if (!single && (after.starts_at < 0 || unk_score_ + here > after.score))  // no unk_id: fails only here
-        after = {require_unk(), unk_score_ + here, static_cast<int64_t>(start)};
-      start += mblen;
-    }
-    std::vector<std::string> pieces;
-    std::string unk_run;  // reversed order: pieces are collected from the end
-    for (size_t end = s.size(); end > 0;) {
-      const Best& node = best[end];
-      const size_t start = static_cast<size_t>(node.starts_at);
-      if (unk_id_ && node.id == *unk_id_) {
-        unk_run.insert(0, s, start, end - start);
-      } else {
-        if (!unk_run.empty()) pieces.push_back(std::move(unk_run)), unk_run.clear();
-        pieces.push_back(s.substr(start, end - start));
-      }
-      end = start;
-    }
-    if (!unk_run.empty()) pieces.push_back(std::move(unk_run));
-    return {pieces.rbegin(), pieces.rend()};
-  }
+  std::vector<std::string> encode(const std::string& s) const;
+
 
   std::string file_;
   std::vector<std::string> pieces_;
@@ -179,6 +123,66 @@ class Unigram final : public TokenizerModel {
   bool byte_fallback_ = false;
 };
 
+Unigram::Unigram(const json& j, const std::string& file) : file_(file) {
+  const json& vocab = j.contains("vocab") ? j.at("vocab") : json();
+  ALPACA_CHECK(vocab.is_array(), file << ": model: a Unigram model needs \"vocab\": [[piece, score], ...]");
+  double min_score = std::numeric_limits<double>::infinity();
+  for (size_t id = 0; id < vocab.size(); ++id) {
+    const json& item = vocab[id];
+    ALPACA_CHECK(item.is_array() && item.size() == 2 && item[0].is_string() && item[1].is_number(),
+                 file << ": model: vocab[" << id << "] must be [piece, score], got " << item.dump());
+    pieces_.push_back(item[0].get<std::string>());
+    scores_.push_back(item[1].get<double>());
+    ids_[pieces_.back()] = static_cast<int64_t>(id);  // a repeated piece: the last id (as the crate)
+    trie_.push(pieces_.back());
+    min_score = std::min(min_score, scores_.back());
+  }
+  unk_score_ = min_score - kUnkPenalty;
+  if (j.contains("unk_id") && !j.at("unk_id").is_null()) {
+    ALPACA_CHECK(j.at("unk_id").is_number_integer() && j.at("unk_id").get<int64_t>() >= 0, file << ": model: \"unk_id\" must be a non-negative integer");
+    unk_id_ = j.at("unk_id").get<int64_t>();
+    ALPACA_CHECK(!pieces_.empty(), file << ": model: the Unigram vocabulary is empty but at least <unk> is needed");
+    ALPACA_CHECK(*unk_id_ < static_cast<int64_t>(pieces_.size()),
+                 file << ": model: unk_id " << *unk_id_ << " is outside the vocabulary of " << pieces_.size());
+  }
+  if (j.contains("byte_fallback") && !j.at("byte_fallback").is_null()) {
+    ALPACA_CHECK(j.at("byte_fallback").is_boolean(), file << ": model: \"byte_fallback\" must be true or false");
+    byte_fallback_ = j.at("byte_fallback").get<bool>();
+  }
+}
+// encode_optimized: the pieces of the best path, consecutive unk pieces fused.
+std::vector<std::string> Unigram::encode(const std::string& s) const {
+  std::vector<Best> best(s.size() + 1);
+  for (size_t start = 0; start < s.size();) {
+    const double here = best[start].score;
+    const size_t mblen = std::min(utf8_char_len(static_cast<unsigned char>(s[start])), s.size() - start);
+    bool single = false;
+    trie_.common_prefixes(s, start, [&](size_t len) {
+      const int64_t id = ids_.at(s.substr(start, len));
+      relax(best[start + len], scores_[static_cast<size_t>(id)] + here, start, id);
+      single = single || len == mblen;
+    });
+    Best& after = best[start + mblen];
+    if (!single && (after.starts_at < 0 || unk_score_ + here > after.score))  // no unk_id: fails only here
+      after = {require_unk(), unk_score_ + here, static_cast<int64_t>(start)};
+    start += mblen;
+  }
+  std::vector<std::string> pieces;
+  std::string unk_run;  // reversed order: pieces are collected from the end
+  for (size_t end = s.size(); end > 0;) {
+    const Best& node = best[end];
+    const size_t start = static_cast<size_t>(node.starts_at);
+    if (unk_id_ && node.id == *unk_id_) {
+      unk_run.insert(0, s, start, end - start);
+    } else {
+      if (!unk_run.empty()) pieces.push_back(std::move(unk_run)), unk_run.clear();
+      pieces.push_back(s.substr(start, end - start));
+    }
+    end = start;
+  }
+  if (!unk_run.empty()) pieces.push_back(std::move(unk_run));
+  return {pieces.rbegin(), pieces.rend()};
+}
 }  // namespace
 
 std::unique_ptr<TokenizerModel> parse_unigram(const json& model, const std::string& file) {

@@ -24,19 +24,8 @@ import time
 import sentencepiece as spm
 from transformers.tokenization_utils_sentencepiece import SentencePieceBackend
 
-IGNORE_INDEX = -100
-PROMPT_DICT = {
-    "prompt_input": (
-        "Below is an instruction that describes a task, paired with an input that provides further context. "
-        "Write a response that appropriately completes the request.\n\n"
-        "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:"
-    ),
-    "prompt_no_input": (
-        "Below is an instruction that describes a task. "
-        "Write a response that appropriately completes the request.\n\n"
-        "### Instruction:\n{instruction}\n\n### Response:"
-    ),
-}
+from stanford_alpaca_rules import IGNORE_INDEX, alpaca_sources
+
 
 
 class SlowLlamaTokenizer(SentencePieceBackend):
@@ -91,10 +80,7 @@ def main():
 
     with open(args.data_path) as f:
         records = json.load(f)
-    sources = [
-        PROMPT_DICT["prompt_input"].format_map(r) if r.get("input", "") != "" else PROMPT_DICT["prompt_no_input"].format_map(r)
-        for r in records
-    ]
+    sources = alpaca_sources(records)
     targets = [f"{r['output']}{tokenizer.eos_token}" for r in records]
 
     def _tokenize_fn(strings):

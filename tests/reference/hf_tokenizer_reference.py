@@ -36,21 +36,10 @@ import time
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, LlamaTokenizer, PreTrainedTokenizerFast
 
+from stanford_alpaca_rules import IGNORE_INDEX, PROMPT_DICT, alpaca_sources, train_py_rule
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-IGNORE_INDEX = -100
-PROMPT_DICT = {
-    "prompt_input": (
-        "Below is an instruction that describes a task, paired with an input that provides further context. "
-        "Write a response that appropriately completes the request.\n\n"
-        "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:"
-    ),
-    "prompt_no_input": (
-        "Below is an instruction that describes a task. "
-        "Write a response that appropriately completes the request.\n\n"
-        "### Instruction:\n{instruction}\n\n### Response:"
-    ),
-}
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
@@ -72,21 +61,6 @@ EDGE = [
     PROMPT_DICT["prompt_no_input"].format(instruction="") + "",
     PROMPT_DICT["prompt_input"].format(instruction="", input="") + "</s>",
 ]
-
-
-def train_py_rule(tok):
-    """smart_tokenizer_and_embedding_resize's special_tokens_dict: pad, eos, bos, unk when missing."""
-    special = {}
-    if tok.pad_token is None:
-        special["pad_token"] = "[PAD]"
-    if tok.eos_token is None:
-        special["eos_token"] = "</s>"
-    if tok.bos_token is None:
-        special["bos_token"] = "<s>"
-    if tok.unk_token is None:
-        special["unk_token"] = "<unk>"
-    n = tok.add_special_tokens(special)
-    return special, n
 
 
 def build_llama2_json(shared, out):
@@ -219,8 +193,7 @@ def main():
     for name, d in dirs.items():
         tok = AutoTokenizer.from_pretrained(d, model_max_length=args.model_max_length, padding_side="right")
         special, num_new = train_py_rule(tok)
-        sources = [PROMPT_DICT["prompt_input"].format_map(r) if r.get("input", "") != ""
-                   else PROMPT_DICT["prompt_no_input"].format_map(r) for r in records]
+        sources = alpaca_sources(records)
         targets = [f"{r['output']}{tok.eos_token}" for r in records]
 
         def _tokenize_fn(strings):

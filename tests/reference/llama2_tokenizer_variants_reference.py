@@ -149,12 +149,11 @@ def variant_reference(d, records, edge, max_len):
     from transformers import AutoTokenizer
 
     sys.path.insert(0, HERE)
-    from hf_tokenizer_reference import PROMPT_DICT, train_py_rule
+    from stanford_alpaca_rules import alpaca_sources, train_py_rule
 
     tok = AutoTokenizer.from_pretrained(d, model_max_length=max_len, padding_side="right")
     special, num_new = train_py_rule(tok)
-    sources = [PROMPT_DICT["prompt_input"].format_map(r) if r.get("input", "") != ""
-               else PROMPT_DICT["prompt_no_input"].format_map(r) for r in records]
+    sources = alpaca_sources(records)
     examples = [s + f"{r['output']}{tok.eos_token}" for s, r in zip(sources, records)]
     # One batch call gives the same ids as train.py's one-string calls (no padding is applied).
     full = tok(examples, max_length=max_len, truncation=True)["input_ids"]

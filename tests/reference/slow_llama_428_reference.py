@@ -22,26 +22,17 @@ import shutil
 
 import transformers
 
+from stanford_alpaca_rules import IGNORE_INDEX, PROMPT_DICT, alpaca_sources, train_py_rule
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-IGNORE_INDEX = -100
-PROMPT_INPUT = (
-    "Below is an instruction that describes a task, paired with an input that provides further context. "
-    "Write a response that appropriately completes the request.\n\n"
-    "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:"
-)
-PROMPT_NO_INPUT = (
-    "Below is an instruction that describes a task. "
-    "Write a response that appropriately completes the request.\n\n"
-    "### Instruction:\n{instruction}\n\n### Response:"
-)
 EDGE = [
     "", " ", "  ", "\n", "Hello world", " Hello", "Hello  world", "trailing  ", "a\tb\t\tc",
     "crlf\r\nline\r\n\r\n", "tabs\t\t\tand   spaces  \n  ", "\u00a0nbsp\u3000ideographic", "日本語のテキストです。",
     "emoji 🦙🦙 👩‍👩‍👧 ✨", "combining e\u0301 a\u0308", "digits 1234567890 3.14159 1,000,000", "a" * 300,
     "\u2581 already metaspace \u2581x", "Hello</s>", "Hello </s> world", "</s>Hello", "<s> Hello", "<unk><s></s>",
     "x[PAD]y [PAD] z", " [PAD] ", "a  [PAD]\n\nb", "[PAD][PAD]", "\u3000[PAD]\u00a0x", "tab\t[PAD]\tend</s>\n",
-    "\n\n### Response:</s>", PROMPT_NO_INPUT.format(instruction="") + "</s>",
-    PROMPT_INPUT.format(instruction="", input="") + "[PAD]</s>",
+    "\n\n### Response:</s>", PROMPT_DICT["prompt_no_input"].format(instruction="") + "</s>",
+    PROMPT_DICT["prompt_input"].format(instruction="", input="") + "[PAD]</s>",
 ]
 
 
@@ -66,21 +57,12 @@ def main():
     tok = transformers.AutoTokenizer.from_pretrained(d, model_max_length=args.model_max_length,
                                                      padding_side="right", use_fast=False)
     assert type(tok).__name__ == "LlamaTokenizer", type(tok)
-    special = {}
-    if tok.pad_token is None:
-        special["pad_token"] = "[PAD]"
-    if tok.eos_token is None:
-        special["eos_token"] = "</s>"
-    if tok.bos_token is None:
-        special["bos_token"] = "<s>"
-    if tok.unk_token is None:
-        special["unk_token"] = "<unk>"
-    assert tok.add_special_tokens(special) == 1 and tok.pad_token_id == 32000, special
+    special, num_new = train_py_rule(tok)
+    assert num_new == 1 and tok.pad_token_id == 32000, special
 
     with open(args.data_path) as f:
         records = json.load(f)
-    sources = [PROMPT_INPUT.format_map(r) if r.get("input", "") != "" else PROMPT_NO_INPUT.format_map(r)
-               for r in records]
+    sources = alpaca_sources(records)
     targets = [f"{r['output']}{tok.eos_token}" for r in records]
 
     def _tokenize_fn(strings):  # train.py without torch: the same call, lists instead of tensors

@@ -286,12 +286,12 @@ def main():
         shutil.rmtree(args.out)
     os.makedirs(args.out)
     sys.path.insert(0, HERE)
-    from hf_tokenizer_reference import EDGE, PROMPT_DICT
+    from hf_tokenizer_reference import EDGE
+    from stanford_alpaca_rules import alpaca_sources
 
     with open(args.data_path) as f:
         records = json.load(f)[: args.records]
-    sources = [PROMPT_DICT["prompt_input"].format_map(r) if r.get("input", "") != ""
-               else PROMPT_DICT["prompt_no_input"].format_map(r) for r in records]
+    sources = alpaca_sources(records)
     edge = EDGE + EXTRA_EDGE
 
     def texts_for(eos):  # train.py's example: prompt + output + the EOS string

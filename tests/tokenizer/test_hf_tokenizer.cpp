@@ -13,6 +13,7 @@
 #include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/util/error.h"
 #include "test_util.h"
+#include "tokenizer_parity.h"
 
 namespace alpaca::tokenizer {
 using data::load_alpaca_records;
@@ -71,19 +72,7 @@ TEST_P(HfTokenizerParity, MatchesAutoTokenizerAfterTrainPyRule) {
 
   // Edge cases: ids, decode with and without special tokens.
   const auto& texts = ref["edge_texts"];
-  size_t bad = 0;
-  for (size_t i = 0; i < texts.size(); ++i) {
-    const std::string text = texts[i].get<std::string>();
-    const json& e = r["edge"][i];
-    const auto want = e["ids"].get<std::vector<int64_t>>();
-    const auto got = tok.encode(text);
-    if (got != want && ++bad <= 5) {
-      ADD_FAILURE() << name << " edge case " << i << " " << json(text).dump() << ": ours "
-                    << json(got).dump() << " reference " << json(want).dump();
-    }
-    EXPECT_EQ(tok.decode(want, false), e["decoded"].get<std::string>()) << name << " " << json(text).dump();
-    EXPECT_EQ(tok.decode(want, true), e["decoded_skip"].get<std::string>()) << name << " " << json(text).dump();
-  }
+  const size_t bad = parity::count_edge_differences(tok, texts, r["edge"], name);
   EXPECT_EQ(bad, 0u) << bad << " of " << texts.size() << " edge cases differ";
 
   // All records, train.py's preprocess.
@@ -95,10 +84,7 @@ TEST_P(HfTokenizerParity, MatchesAutoTokenizerAfterTrainPyRule) {
   size_t n = 0, mismatched = 0;
   for (; std::getline(in, line); ++n) {
     ASSERT_LT(n, examples.size());
-    auto j = json::parse(line);
-    const bool same = j["input_ids"].get<std::vector<int64_t>>() == examples[n].input_ids &&
-                      j["labels"].get<std::vector<int64_t>>() == examples[n].labels;
-    if (!same && ++mismatched <= 3)
+    if (!parity::same_example(json::parse(line), examples[n]) && ++mismatched <= 3)
       ADD_FAILURE() << name << " record " << n << " differs (ours " << examples[n].input_ids.size()
                     << " ids)";
   }
