@@ -587,6 +587,13 @@ void build_xlm_roberta(json& doc, const json& config, const std::string& file, T
   info->pair_doubles_suffix = true;
 }
 
+// Albert's roles. Its "[CLS] $A [SEP]" is set before TokenizersBackend.__init__, which puts the
+// file's post-processor back (kFile).
+void albert_roles(TokenizerClassInfo* info) {
+  info->bos = info->cls = "[CLS]", info->eos = info->sep = "[SEP]";
+  info->unk = "<unk>", info->pad = "<pad>", info->mask = "[MASK]";
+}
+
 // models/albert/tokenization_albert.py: Unigram with unk_id 1; `` and '' -> ", NFKD +
 // StripAccents (unless keep_accents), Lowercase (do_lower_case), the file's charsmap; Metaspace
 // "always" ("never" without add_prefix_space); the file's post-processor.
@@ -601,10 +608,7 @@ void build_albert(json& doc, const json& config, const std::string& file, Tokeni
   set_pipeline(doc, sequence("normalizers", list),
                sequence("pretokenizers", json::array({{{"type", "WhitespaceSplit"}}, metaspace_split(scheme)})),
                metaspace_split(scheme));
-  info->bos = info->cls = "[CLS]", info->eos = info->sep = "[SEP]";
-  info->unk = "<unk>", info->pad = "<pad>", info->mask = "[MASK]";
-  // Its "[CLS] $A [SEP]" is set before TokenizersBackend.__init__, which puts the file's
-  // post-processor back (kFile).
+  albert_roles(info);
 }
 
 // models/deberta_v2/tokenization_deberta_v2.py: Unigram whose unk_id is the index of
@@ -657,15 +661,20 @@ void set_bert_pipeline(json& doc, const json& config, const std::string& file, c
                {{"type", "WordPiece"}, {"prefix", decoder_prefix}, {"cleanup", true}});
 }
 
+// Bert's roles and its "[CLS] $A [SEP]" post-processor.
+void bert_roles(TokenizerClassInfo* info) {
+  info->unk = "[UNK]", info->sep = "[SEP]", info->pad = "[PAD]", info->cls = "[CLS]", info->mask = "[MASK]";
+  info->bos = "", info->eos = "";
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@cls"}, info->suffix = {"@sep"};
+}
+
 // models/bert/tokenization_bert.py (DistilBert, and Lxmert/MobileBert/SqueezeBert which load as
 // Bert): WordPiece with the unk and "##", BertNormalizer(do_lower_case, tokenize_chinese_chars,
 // strip_accents), BertPreTokenizer, the WordPiece decoder, "[CLS] $A [SEP]".
 void build_bert(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
   set_bert_pipeline(doc, config, file, "[UNK]", "##");
-  info->unk = "[UNK]", info->sep = "[SEP]", info->pad = "[PAD]", info->cls = "[CLS]", info->mask = "[MASK]";
-  info->bos = "", info->eos = "";
-  info->post = PostProcessorRule::kTemplate;
-  info->prefix = {"@cls"}, info->suffix = {"@sep"};
+  bert_roles(info);
 }
 
 // models/dpr/tokenization_dpr.py: Bert whose __init__ takes do_lower_case itself and does not pass
@@ -1054,9 +1063,11 @@ std::string strip_fast(const std::string& s) {
 // then hands __init__ the tokenizer.json itself, so the file's pipeline stays, but the parent's
 // __init__ still sets its default roles (added when the vocabulary lacks them) and, when it sets
 // it after TokenizersBackend.__init__, its post-processor.
-const std::map<std::string, std::string>& inherited_init_classes() {
-  static const std::map<std::string, std::string> m = {{"ConvBertTokenizer", "BertTokenizer"},
-                                                       {"FNetTokenizer", "AlbertTokenizer"}};
+// Only the parent's roles apply: its pipeline (and the model type it would require) does not, so
+// these classes load any tokenizer.json, as transformers does.
+const std::map<std::string, void (*)(TokenizerClassInfo*)>& inherited_init_classes() {
+  static const std::map<std::string, void (*)(TokenizerClassInfo*)> m = {{"ConvBertTokenizer", bert_roles},
+                                                                         {"FNetTokenizer", albert_roles}};
   return m;
 }
 
@@ -1099,8 +1110,7 @@ TokenizerClassInfo apply_tokenizer_class(json& doc, const json& config, const js
   info.name = resolve_class(doc, config, model_config);
   if (info.name == "TokenizersBackend") return info;
   if (auto parent = inherited_init_classes().find(info.name); parent != inherited_init_classes().end()) {
-    json scratch = doc;  // the parent's roles and post-processor rule; the file's pipeline stays
-    builders().at(parent->second)(scratch, config, file, &info);
+    parent->second(&info);  // the parent's roles and post-processor rule; the file's pipeline stays
     return info;
   }
   info.rebuilt = true;
