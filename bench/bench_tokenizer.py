@@ -38,7 +38,7 @@ def main():
         tf = os.path.join(tmp, "texts.json")
         json.dump(texts, open(tf, "w"))
         ids_file = os.path.join(tmp, "ids.json")
-        out = subprocess.run([os.path.join(args.build, "tests/data/bench_tokenizer"), args.tokenizer, tf,
+        out = subprocess.run([os.path.join(args.build, "tests/tokenizer/bench_tokenizer"), args.tokenizer, tf,
                               str(args.threads), ids_file], check=True, capture_output=True, text=True).stdout
         ours = json.loads(out.strip().splitlines()[-1])
         our_ids = json.load(open(ids_file))
