@@ -86,9 +86,11 @@ class TokenizersBackend final : public Backend {
   }
 
   std::string decode(const std::vector<int64_t>& ids, bool skip_special) const override {
-    // A class's own decode step first (Lasr's CTC: repeated ids merged, the pad id dropped).
-    const std::optional<int64_t> pad = roles.pad ? lookup(*roles.pad) : std::nullopt;
-    std::string text = hf_->decode(class_decode_ids(cls_, ids, pad), skip_special);
+    // A class's own decode step first (Lasr's CTC: repeated ids merged, the pad id dropped); every
+    // other class decodes the ids as given, without a copy.
+    std::string text = cls_.ctc_decode
+                           ? hf_->decode(class_decode_ids(cls_, ids, roles.pad ? lookup(*roles.pad) : std::nullopt), skip_special)
+                           : hf_->decode(ids, skip_special);
     // TokenizersBackend._decode: clean_up_tokenization_spaces (default false) for non-BPE models.
     if (std::string(hf_->model_type()) != "BPE" && config_.value("clean_up_tokenization_spaces", json(false)) == json(true))
       text = clean_up_tokenization(std::move(text));
