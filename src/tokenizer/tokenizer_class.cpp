@@ -989,7 +989,8 @@ void reassign_added_tokens(json& doc) {
   std::map<std::string, int64_t> ids;
   int64_t next = 0;
   if (vocab.is_array()) {  // Unigram: [[piece, score], ...]
-    for (size_t i = 0; i < vocab.size(); ++i) ids[vocab[i][0].get<std::string>()] = static_cast<int64_t>(i);
+    for (size_t i = 0; i < vocab.size(); ++i)  // a malformed entry is the Unigram parser's error, later
+      if (vocab[i].is_array() && !vocab[i].empty() && vocab[i][0].is_string()) ids[vocab[i][0].get<std::string>()] = static_cast<int64_t>(i);
     next = static_cast<int64_t>(vocab.size());
   } else {  // BPE: {token: id}
     for (const auto& [t, id] : vocab.items()) ids[t] = id.get<int64_t>(), next = std::max(next, id.get<int64_t>() + 1);
@@ -1011,9 +1012,9 @@ constexpr const char* kMBart50Codes =
 // MBart50's vocabulary: the file's when it holds a language code; otherwise rebuilt in fairseq's
 // layout: cls, pad, eos, unk (score 0), the file's pieces from index 3 on (SentencePiece's
 // <unk> <s> </s> skipped), the 52 codes and the mask token (score 0).
-void mbart50_vocab(json& doc, const json& config, const std::vector<std::string>& codes) {
+void mbart50_vocab(json& doc, const json& config, const std::string& file, const std::vector<std::string>& codes) {
   json& vocab = doc["model"]["vocab"];
-  ALPACA_CHECK(vocab.is_array(), "MBart50Tokenizer needs a Unigram vocabulary list");
+  ALPACA_CHECK(vocab.is_array(), file << ": model: MBart50Tokenizer needs a Unigram \"vocab\": [[piece, score], ...]");
   for (const json& item : vocab)
     if (item.is_array() && !item.empty() && std::find(codes.begin(), codes.end(), item[0]) != codes.end()) return;
   json rebuilt = json::array();
@@ -1039,7 +1040,7 @@ void build_mbart50(json& doc, const json& config, const std::string& file, Token
                     << "fails with KeyError); set src_lang in tokenizer_config.json to one of " << kMBart50Codes);
   const json precompiled = file_precompiled(doc);
   set_unigram(doc, config, file, 3);
-  mbart50_vocab(doc, config, codes);
+  mbart50_vocab(doc, config, file, codes);
   json list = json::array({regex_replace(" {2,}", " ")});
   if (!precompiled.is_null()) list.insert(list.begin(), precompiled);
   set_metaspace_pipeline(doc, sequence("normalizers", list), "always");
@@ -1108,10 +1109,11 @@ constexpr const char* kPythonWhitespace =
 // class without tags_dict.
 void build_markuplm(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
   ALPACA_CHECK(config_has(config, "tags_dict"),
-               file << ": MarkupLMTokenizer (a BPE pipeline) needs \"tags_dict\" in tokenizer_config.json: "
+               file << ": tokenizer_class " << json_string_or(config, "tokenizer_class", "MarkupLMTokenizer")
+                    << ": MarkupLMTokenizer (a BPE pipeline) needs \"tags_dict\" in tokenizer_config.json: "
                        "transformers 5 cannot load the class without it (TypeError: MarkupLMTokenizer.__init__() missing 1 required positional "
                        "argument: 'tags_dict'); copy the checkpoint's tokenizer_config.json, or set \"tokenizer_class\": "
-                       "\"PreTrainedTokenizerFast\" to run the file's own pipeline");
+                       "\"PreTrainedTokenizerFast\" in tokenizer_config.json to run the file's own pipeline");
   set_bpe(doc, file, {std::nullopt, false, false, std::string(), std::string()});
   const bool aps = flag(config, "add_prefix_space").value_or(false);
   set_pipeline(doc,
