@@ -179,7 +179,12 @@ std::string HfTokenizer::decode(const std::vector<int64_t>& ids, bool skip_speci
     if (static_cast<size_t>(id) >= impl_->model->id_to_token().size() ||
         impl_->model->id_to_token()[static_cast<size_t>(id)].empty())
       continue;  // a hole in the vocabulary: the library skips it
-    tokens.push_back(impl_->model->id_to_token()[static_cast<size_t>(id)]);
+    const std::string& piece = impl_->model->id_to_token()[static_cast<size_t>(id)];
+    if (skip_special) {  // the library skips by content: a vocabulary id whose piece is a special added token too
+      auto a = impl_->added.index.find(piece);
+      if (a != impl_->added.index.end() && impl_->added.tokens[a->second].special) continue;
+    }
+    tokens.push_back(piece);
   }
   if (!impl_->decoder) {
     std::string out;

@@ -64,10 +64,12 @@ struct Normalizer::Node {
     for (size_t i = 0, len = 0; i < s.size(); i += len) {
       const uint32_t c = decode_utf8(s, i, &len);
       if (clean_text) {
-        const bool ws = c == '\t' || c == '\n' || c == '\r' || is_white_space(c);
+        const bool tnr = c == '\t' || c == '\n' || c == '\r', ws = tnr || is_white_space(c);
         const auto cat = category(c);
-        const bool control = !ws && (cat == UTF8PROC_CATEGORY_CC || cat == UTF8PROC_CATEGORY_CF ||
-                                     cat == UTF8PROC_CATEGORY_CN || cat == UTF8PROC_CATEGORY_CO);
+        // The crate's is_control (every C category but \t \n \r) is checked first: a control character
+        // that is also whitespace (\v, \f, U+0085) is removed, not made a space.
+        const bool control = !tnr && (cat == UTF8PROC_CATEGORY_CC || cat == UTF8PROC_CATEGORY_CF ||
+                                      cat == UTF8PROC_CATEGORY_CN || cat == UTF8PROC_CATEGORY_CO);
         if (c == 0 || c == 0xFFFD || control) continue;
         if (ws) {
           out.push_back(' ');

@@ -947,6 +947,16 @@ constexpr const char* kNllbCodes =
     "ukr_Cyrl umb_Latn urd_Arab uzn_Latn vec_Latn vie_Latn war_Latn wol_Latn xho_Latn ydd_Hebr yor_Latn "
     "yue_Hant zho_Hans zho_Hant zul_Latn";
 
+// The words of a space-separated list.
+std::vector<std::string> words(const std::string& all) {
+  std::vector<std::string> out;
+  for (size_t i = 0, end; i < all.size(); i = end + 1) {
+    end = std::min(all.find(' ', i), all.size());
+    out.push_back(all.substr(i, end - i));
+  }
+  return out;
+}
+
 // models/nllb/tokenization_nllb.py: BPE(unk, fuse_unk, no byte fallback); the file's charsmap +
 // runs of spaces to one (no normalizer without a charsmap); Metaspace(always, split) both ways;
 // the fairseq roles; the 202 language codes unless additional/extra_special_tokens are given;
@@ -959,13 +969,8 @@ void build_nllb(json& doc, const json& config, const std::string& file, Tokenize
                                                : sequence("normalizers", json::array({precompiled, regex_replace(" {2,}", " ")})),
                          "always");
   fairseq_roles(info);
-  if (!config_has(config, "additional_special_tokens") && !config_has(config, "extra_special_tokens")) {
-    const std::string all(kNllbCodes);
-    for (size_t i = 0, end; i < all.size(); i = end + 1) {
-      end = std::min(all.find(' ', i), all.size());
-      info->extra_specials.push_back(all.substr(i, end - i));
-    }
-  }
+  if (!config_has(config, "additional_special_tokens") && !config_has(config, "extra_special_tokens"))
+    info->extra_specials = words(kNllbCodes);
   const std::string src = json_string_or(config, "src_lang", "eng_Latn");
   info->post = PostProcessorRule::kTemplate;
   if (flag(config, "legacy_behaviour").value_or(false)) {
@@ -973,6 +978,151 @@ void build_nllb(json& doc, const json& config, const std::string& file, Tokenize
   } else {
     info->prefix = {src}, info->suffix = {"@eos"};
   }
+}
+
+// The file's added tokens after the class replaced the model's vocabulary (MBart50's fairseq
+// layout, Esmc's own): from_pretrained re-adds each by content, in the file's order, so it takes
+// the new vocabulary's id (the last one for a repeated piece, as the crate) or the next free id.
+void reassign_added_tokens(json& doc) {
+  if (!doc.contains("added_tokens") || !doc["added_tokens"].is_array()) return;
+  const json& vocab = doc["model"]["vocab"];
+  std::map<std::string, int64_t> ids;
+  int64_t next = 0;
+  if (vocab.is_array()) {  // Unigram: [[piece, score], ...]
+    for (size_t i = 0; i < vocab.size(); ++i)  // a malformed entry is the Unigram parser's error, later
+      if (vocab[i].is_array() && !vocab[i].empty() && vocab[i][0].is_string()) ids[vocab[i][0].get<std::string>()] = static_cast<int64_t>(i);
+    next = static_cast<int64_t>(vocab.size());
+  } else {  // BPE: {token: id}
+    for (const auto& [t, id] : vocab.items()) ids[t] = id.get<int64_t>(), next = std::max(next, id.get<int64_t>() + 1);
+  }
+  for (json& t : doc["added_tokens"]) {
+    if (!t.is_object() || !t.contains("content") || !t["content"].is_string()) continue;
+    auto it = ids.find(t["content"].get<std::string>());
+    t["id"] = it != ids.end() ? it->second : next++;
+    if (it == ids.end()) ids[t["content"].get<std::string>()] = t["id"].get<int64_t>();
+  }
+}
+
+// models/mbart50/tokenization_mbart50.py's FAIRSEQ_LANGUAGE_CODES (52), in its order.
+constexpr const char* kMBart50Codes =
+    "ar_AR cs_CZ de_DE en_XX es_XX et_EE fi_FI fr_XX gu_IN hi_IN it_IT ja_XX kk_KZ ko_KR lt_LT lv_LV my_MM ne_NP "
+    "nl_XX ro_RO ru_RU si_LK tr_TR vi_VN zh_CN af_ZA az_AZ bn_IN fa_IR he_IL hr_HR id_ID ka_GE km_KH mk_MK ml_IN "
+    "mn_MN mr_IN pl_PL ps_AF pt_XX sv_SE sw_KE ta_IN te_IN th_TH tl_XX uk_UA ur_PK xh_ZA gl_ES sl_SI";
+
+// MBart50's vocabulary: the file's when it holds a language code; otherwise rebuilt in fairseq's
+// layout: cls, pad, eos, unk (score 0), the file's pieces from index 3 on (SentencePiece's
+// <unk> <s> </s> skipped), the 52 codes and the mask token (score 0).
+void mbart50_vocab(json& doc, const json& config, const std::string& file, const std::vector<std::string>& codes) {
+  json& vocab = doc["model"]["vocab"];
+  ALPACA_CHECK(vocab.is_array(), file << ": model: MBart50Tokenizer needs a Unigram \"vocab\": [[piece, score], ...]");
+  for (const json& item : vocab)
+    if (item.is_array() && !item.empty() && std::find(codes.begin(), codes.end(), item[0]) != codes.end()) return;
+  json rebuilt = json::array();
+  for (const auto& [key, fallback] : std::vector<std::pair<const char*, const char*>>{
+           {"cls_token", "<s>"}, {"pad_token", "<pad>"}, {"eos_token", "</s>"}, {"unk_token", "<unk>"}})
+    rebuilt.push_back(json::array({role_kwarg(config, key, fallback), 0.0}));
+  for (size_t i = 3; i < vocab.size(); ++i) rebuilt.push_back(vocab[i]);
+  for (const std::string& c : codes) rebuilt.push_back(json::array({c, 0.0}));
+  rebuilt.push_back(json::array({role_kwarg(config, "mask_token", "<mask>"), 0.0}));
+  vocab = std::move(rebuilt);
+  reassign_added_tokens(doc);
+}
+
+// models/mbart50/tokenization_mbart50.py: Unigram (unk_id 3) over mbart50_vocab; the file's charsmap
+// + runs of spaces to one; Metaspace(always, split) both ways (no WhitespaceSplit, unlike MBart);
+// the fairseq roles without a bos; the 52 codes as extra special tokens; "<src_lang> $A </s>"
+// (src_lang en_XX; one that is not a code fails in transformers: lang_code_to_id[src_lang]).
+void build_mbart50(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  const std::vector<std::string> codes = words(kMBart50Codes);
+  const std::string src = json_string_or(config, "src_lang", "en_XX");
+  ALPACA_CHECK(std::find(codes.begin(), codes.end(), src) != codes.end(),
+               file << ": MBart50Tokenizer's src_lang \"" << src << "\" is not one of its 52 language codes (transformers 5 "
+                    << "fails with KeyError); set src_lang in tokenizer_config.json to one of " << kMBart50Codes);
+  const json precompiled = file_precompiled(doc);
+  set_unigram(doc, config, file, 3);
+  mbart50_vocab(doc, config, file, codes);
+  json list = json::array({regex_replace(" {2,}", " ")});
+  if (!precompiled.is_null()) list.insert(list.begin(), precompiled);
+  set_metaspace_pipeline(doc, sequence("normalizers", list), "always");
+  fairseq_roles(info);
+  info->bos = "";
+  info->extra_specials = codes;
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {src}, info->suffix = {"@eos"};
+}
+
+// models/seamless_m4t/tokenization_seamless_m4t.py: BPE(unk, fuse_unk, no byte fallback); \n\r\t
+// to spaces, NFKC, right strip, " +▁" -> "▁", an all-"▁" text emptied, runs of spaces -> "▁";
+// Metaspace(first, split) both ways; no mask. __call__ switches to the source-language template
+// "<src_lang> $A </s>" (src_lang "eng" written "__eng__"; the unk's id when it is not a token).
+void build_seamless_m4t(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  set_bpe(doc, file, {role_kwarg(config, "unk_token", "<unk>"), true, false, std::nullopt, std::nullopt});
+  const json list = json::array({regex_replace("[\\n\\r\\t]", " "), {{"type", "NFKC"}},
+                                 {{"type", "Strip"}, {"strip_left", false}, {"strip_right", true}},
+                                 regex_replace(" +\u2581", "\u2581"), regex_replace("^\u2581+$", ""),
+                                 regex_replace(" {2,}", "\u2581")});
+  set_pipeline(doc, sequence("normalizers", list), metaspace_split("first"), metaspace_split("first"));
+  roberta_roles(info);
+  info->mask = "";
+  std::string src = json_string_or(config, "src_lang", "eng");
+  if (src.find("__") == std::string::npos) src = "__" + src + "__";
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {src}, info->suffix = {"@eos"};
+}
+
+// models/esmc/tokenization_esmc.py's SEQUENCE_VOCAB (33 amino-acid tokens and specials).
+constexpr const char* kEsmcVocab = "<cls> <pad> <eos> <unk> L A G V S E R T I D P K Q N F Y M H W C X B U Z O . - | <mask>";
+
+// models/esmc/tokenization_esmc.py: a BPE of its own 33-token vocabulary (no merges, the unk; no
+// normalizer, pre-tokenizer or decoder): the file contributes only its added tokens (re-added by
+// content). bos = cls <cls>, eos <eos>, the chain-break token "|" special; "<cls> $A <eos>".
+void build_esmc(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  const std::vector<std::string> vocab_list = words(kEsmcVocab);
+  json vocab = json::object();
+  for (size_t i = 0; i < vocab_list.size(); ++i) vocab[vocab_list[i]] = static_cast<int64_t>(i);
+  for (const auto& [key, fallback] : std::vector<std::pair<const char*, const char*>>{{"cls_token", "<cls>"}, {"eos_token", "<eos>"}})
+    ALPACA_CHECK(vocab.contains(role_kwarg(config, key, fallback)),
+                 file << ": EsmcTokenizer's " << key << " must be one of its own vocabulary (transformers 5 fails with "
+                      << "KeyError otherwise); remove " << key << " from tokenizer_config.json");
+  doc["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}};
+  set_bpe(doc, file, {role_kwarg(config, "unk_token", "<unk>"), false, false, std::nullopt, std::nullopt});
+  set_pipeline(doc, nullptr, nullptr, nullptr);
+  reassign_added_tokens(doc);
+  info->unk = "<unk>", info->cls = "<cls>", info->pad = "<pad>", info->mask = "<mask>", info->eos = "<eos>";
+  info->bos = role_kwarg(config, "bos_token", "");  // None: the cls token
+  if (info->bos->empty()) info->bos = role_kwarg(config, "cls_token", "<cls>");
+  info->sep = "";
+  const std::string chain_break = role_kwarg(config, "chain_break_token", "|");
+  if (!chain_break.empty()) info->extra_specials.push_back(chain_break);
+  info->post = PostProcessorRule::kTemplate;
+  info->prefix = {"@cls"}, info->suffix = {"@eos"};
+}
+
+// Python's str.split() separators (str.isspace: Rust's char::is_whitespace and \x1c-\x1f).
+constexpr const char* kPythonWhitespace =
+    "[\\t-\\r\\x{1c}-\\x{20}\\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}]+";
+
+// models/markuplm/tokenization_markuplm.py: BPE without an unk, empty affixes; ByteLevel
+// (add_prefix_space, false) both ways; the RoBERTa roles (<mask> lstrip); "<s> $A </s>". Without
+// xpaths, __call__ splits a text with str.split() into nodes and encodes them as pre-split words,
+// so the pre-tokenizer here splits on Python's whitespace first. transformers 5 cannot load the
+// class without tags_dict.
+void build_markuplm(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
+  ALPACA_CHECK(config_has(config, "tags_dict"),
+               file << ": tokenizer_class " << json_string_or(config, "tokenizer_class", "MarkupLMTokenizer")
+                    << ": MarkupLMTokenizer (a BPE pipeline) needs \"tags_dict\" in tokenizer_config.json: "
+                       "transformers 5 cannot load the class without it (TypeError: MarkupLMTokenizer.__init__() missing 1 required positional "
+                       "argument: 'tags_dict'); copy the checkpoint's tokenizer_config.json, or set \"tokenizer_class\": "
+                       "\"PreTrainedTokenizerFast\" in tokenizer_config.json to run the file's own pipeline");
+  set_bpe(doc, file, {std::nullopt, false, false, std::string(), std::string()});
+  const bool aps = flag(config, "add_prefix_space").value_or(false);
+  set_pipeline(doc,
+               nullptr,
+               sequence("pretokenizers", json::array({split({{"Regex", kPythonWhitespace}}, "Removed", false), byte_level(aps)})),
+               byte_level(true));
+  roberta_roles(info);
+  info->mask_lstrip = true;
+  cls_sep_template(info, false);
 }
 
 using Builder = void (*)(json&, const json&, const std::string&, TokenizerClassInfo*);
@@ -1026,33 +1176,41 @@ const std::map<std::string, Builder>& builders() {
       {"MLukeTokenizer", build_mluke},
       {"XGLMTokenizer", build_xglm},
       {"NllbTokenizer", build_nllb},
+      {"MBart50Tokenizer", build_mbart50},
+      {"SeamlessM4TTokenizer", build_seamless_m4t},
+      {"EsmcTokenizer", build_esmc},
+      {"MarkupLMTokenizer", build_markuplm},
       {"AlbertTokenizer", build_albert},
       {"DebertaV2Tokenizer", build_deberta_v2},
   };
   return m;
 }
 
-// Why a rebuilt class is not reimplemented: the model its __init__ builds and what of it this
-// reimplementation cannot follow (or what transformers 5 itself cannot run on plain text).
+// Why a rebuilt class is refused: the model its __init__ builds and the exception transformers 5
+// itself raises on a plain text (tests/reference/tokenizer_classes_reference.py records them).
 std::string unsupported_reason(const std::string& cls) {
   static const std::map<std::string, std::string> kWhy = {
-      {"MBart50Tokenizer", "a Unigram model whose vocabulary it rebuilds (the fairseq offset and 52 language codes "
-                           "appended) when the file's lacks the codes"},
-      {"LayoutXLMTokenizer", "a Unigram model, and its __call__ takes pre-split words with bounding boxes, not text "
-                             "(transformers 5 fails on a plain string)"},
-      {"UdopTokenizer", "a Unigram model, and its __call__ takes pre-split words with bounding boxes, not text "
-                        "(transformers 5 fails on a plain string)"},
+      {"LayoutXLMTokenizer", "a Unigram model, and its __call__ takes pre-split words with bounding boxes, not text: "
+                             "on a plain string transformers 5 raises ValueError: Words must of type `list[str]` (single "
+                             "pretokenized example), or `list[list[str]]` (batch of pretokenized examples)."},
+      {"UdopTokenizer", "a Unigram model, and its __call__ takes pre-split words with bounding boxes, not text: on a "
+                        "plain string transformers 5 raises ValueError: Words must of type `list[str]` (single "
+                        "pretokenized example), or `list[list[str]]` (batch of pretokenized examples)."},
       {"LayoutLMv2Tokenizer", "a WordPiece model, and its __call__ takes pre-split words with bounding boxes, not "
-                              "text (transformers 5 fails on a plain string)"},
+                              "text: on a plain string transformers 5 raises ValueError: Words must be of type "
+                              "`List[str]` (single pretokenized example), or `List[List[str]]` (batch of pretokenized "
+                              "examples)."},
       {"RoFormerTokenizer", "a WordPiece model with a custom Python pre-tokenizer (jieba word segmentation through the "
-                            "rjieba package), which no tokenizer.json can hold"},
-      {"SeamlessM4TTokenizer", "a BPE pipeline with source/target-language prefix tokens"},
-      {"EsmcTokenizer", "a BPE pipeline with a vocabulary of its own (the file's is not used)"},
-      {"LayoutLMv3Tokenizer", "a BPE pipeline with word boxes (bbox) in every call"},
-      {"MarkupLMTokenizer", "a BPE pipeline with XPath inputs in every call"}};
+                            "rjieba package), which no tokenizer.json can hold (without rjieba transformers 5 raises "
+                            "ImportError: You need to install rjieba to use RoFormerTokenizer.)."},
+      {"LayoutLMv3Tokenizer", "a BPE pipeline with ByteLevel(add_prefix_space) and RobertaProcessing, and its __call__ "
+                              "takes pre-split words with bounding boxes, not text: on a plain string transformers 5 "
+                              "raises ValueError: Words must be of type `List[str]` (single pretokenized example), or "
+                              "`List[List[str]]` (batch of pretokenized examples)."}};
   auto it = kWhy.find(cls);
-  return "builds " + (it == kWhy.end() ? std::string("a pipeline of its own") : it->second) +
-         ", which is not reimplemented here";
+  if (it == kWhy.end()) return "builds a pipeline of its own, which is not reimplemented here";
+  return "builds " + it->second + " transformers 5 itself cannot tokenize a text with it, so neither does this "
+         "reimplementation";
 }
 
 std::string strip_fast(const std::string& s) {

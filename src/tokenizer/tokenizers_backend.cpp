@@ -120,8 +120,8 @@ class TokenizersBackend final : public Backend {
     config["added_tokens_decoder"] = decoder;
     json special_map = json::object();
     auto set_role = [&](const char* key, const std::string& token) {
-      if (token.empty()) {
-        config.erase(key);
+      if (token.empty()) {  // None: an explicit null stays (it overrides the class's default), else absent
+        if (config.contains(key)) config[key] = nullptr;
       } else {
         config[key] = token;
         special_map[key] = token;

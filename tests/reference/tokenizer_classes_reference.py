@@ -31,6 +31,8 @@ L2, SM = "llama2", "smollm2"
 # nmt_nfkc Precompiled charsmap, in T5's and XLM-R's special-token layouts (+ byte pieces), and a
 # WordPiece file trained by tokenizers' WordPieceTrainer, all on the Alpaca records.
 UT5, UXLMR, WP = "unigram_t5", "unigram_xlmr", "wordpiece"
+# MBart50's own tokenizer.json (its rebuilt vocabulary, with the language codes), saved by transformers.
+M50 = "mbart50_saved"
 # (case, base, tokenizer_config.json)
 CASES = [
     ("llama", L2, {"tokenizer_class": "LlamaTokenizer"}),
@@ -126,15 +128,41 @@ CASES = [
     ("splinter", WP, {"tokenizer_class": "SplinterTokenizer"}),
     ("nllb", L2, {"tokenizer_class": "NllbTokenizer"}),
     ("nllb_legacy", L2, {"tokenizer_class": "NllbTokenizerFast", "legacy_behaviour": True, "src_lang": "fra_Latn"}),
-    # No __init__ of their own, their parent's: the file's pipeline with the parent's roles.
+    # No __init__ of their own, their parent's: the file's pipeline with the parent's roles (also on
+    # BPE files, which their parents' own pipelines would not take).
     ("fnet", UT5, {"tokenizer_class": "FNetTokenizer"}),
     ("convbert", WP, {"tokenizer_class": "ConvBertTokenizer", "do_lower_case": False}),
+    ("fnet_bpe", SM, {"tokenizer_class": "FNetTokenizer"}),
+    ("convbert_bpe", L2, {"tokenizer_class": "ConvBertTokenizerFast"}),
+    # MBart50 rebuilds a vocabulary without its language codes in fairseq's layout (T5's and XLM-R's
+    # special-token layouts: the latter repeats <unk> and <mask>) and takes one with them as is.
+    ("mbart50", UT5, {"tokenizer_class": "MBart50Tokenizer"}),
+    ("mbart50_ro", UXLMR, {"tokenizer_class": "MBart50TokenizerFast", "src_lang": "ro_RO"}),
+    ("mbart50_codes", M50, {"tokenizer_class": "MBart50Tokenizer", "src_lang": "de_DE"}),
+    # SeamlessM4T's "__eng__" is not in LLaMA-2's vocabulary (the unk's id), "__deu__" is added.
+    ("seamless_m4t", L2, {"tokenizer_class": "SeamlessM4TTokenizer"}),
+    ("seamless_m4t_langs", L2, {"tokenizer_class": "SeamlessM4TTokenizerFast", "src_lang": "deu", "pad_token": None,
+                                "additional_special_tokens": ["__eng__", "__deu__"]}),
+    # Esmc's own vocabulary; the file adds only its added tokens.
+    ("esmc", L2, {"tokenizer_class": "EsmcTokenizer"}),
+    ("esmc_smollm2", SM, {"tokenizer_class": "EsmcTokenizer"}),
+    # MarkupLM needs tags_dict; without xpaths its __call__ encodes str.split()'s words.
+    ("markuplm", SM, {"tokenizer_class": "MarkupLMTokenizer", "tags_dict": {"html": 0, "body": 1}}),
+    ("markuplm_prefix", SM, {"tokenizer_class": "MarkupLMTokenizerFast", "tags_dict": {}, "add_prefix_space": True}),
 ]
+# Classes transformers 5 rebuilds but cannot tokenize a plain text with (tokenizer_class.cpp refuses
+# them; the test checks that its message carries the exception recorded here), with a base file.
+CANNOT = [("LayoutXLMTokenizer", UT5), ("UdopTokenizer", UT5), ("LayoutLMv2Tokenizer", WP),
+          ("LayoutLMv3Tokenizer", SM), ("RoFormerTokenizer", WP), ("MarkupLMTokenizer", SM)]
+# Python's str.split() separators as the Split pattern tokenizer_class.cpp gives MarkupLM.
+PY_WHITESPACE = (r"[\t-\r\x{1c}-\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}"
+                 r"\x{205f}\x{3000}]+")
 
 EXTRA_EDGE = [
     "Sure, here it is.</s>", "</s>", " </s>", "a</s>b", "<s></s>", "\u2581</s>", "Hello <s>world",
     "x <pad> y <mask> z", "<|endoftext|>", "a<|endoftext|>b", "<|im_end|> end", "ABC Def GHI", "123 4567 89",
     "<bos>Hi<eos>", "[CLS] a [SEP]", "  two  spaces  ", "MiXeD CaSe ÀÉÎ", "it's we're they'll",
+    "a\x1cb\x85c\u3000d\u2028e f",
 ]
 ROLES = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
 
@@ -185,7 +213,20 @@ def make_bases(out):
         subprocess.check_call([sys.executable, os.path.join(REPO, "scripts/make_smollm2.py")])
     bases = {L2: os.path.join(out, "llama2_saved/tokenizer.json"), SM: os.path.join(smollm2, "tokenizer.json")}
     bases.update(make_model_bases(out))
+    bases[M50] = mbart50_saved(out, bases[UT5])
     return bases
+
+
+def mbart50_saved(out, unigram):
+    from transformers import AutoTokenizer
+
+    src, dst = os.path.join(out, "mbart50_src"), os.path.join(out, M50)
+    os.makedirs(src)
+    shutil.copy(unigram, os.path.join(src, "tokenizer.json"))
+    with open(os.path.join(src, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "MBart50Tokenizer"}, f)
+    AutoTokenizer.from_pretrained(src).save_pretrained(dst)
+    return os.path.join(dst, "tokenizer.json")
 
 
 def alpaca_text(path, n=2000):
@@ -250,6 +291,42 @@ def make_model_bases(out):
     return {UT5: t5, UXLMR: xlmr, WP: wp_path}
 
 
+def markuplm_pre_tokenizer(tok, built, texts, ids):
+    """Without xpaths MarkupLMTokenizer.__call__ splits a text with str.split() and encodes the words
+    as pre-split input; tokenizer_class.cpp runs that as a Split on Python's whitespace before the
+    class's ByteLevel. Checked here: the backend with that pre-tokenizer gives the class's ids."""
+    from tokenizers import Tokenizer
+
+    pre = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": PY_WHITESPACE}, "behavior": "Removed", "invert": False},
+        built["pre_tokenizer"]]}
+    as_split = Tokenizer.from_str(json.dumps(dict(built, pre_tokenizer=pre)))
+    got = [e.ids for e in as_split.encode_batch(texts)]
+    assert got == ids, "MarkupLM: Split on str.split()'s whitespace + ByteLevel differs from the class's __call__"
+    return pre
+
+
+def cannot_tokenize(bases, out):
+    """The exception transformers 5 raises when it loads each class of CANNOT and tokenizes a plain
+    text (AutoTokenizer on the base file with only tokenizer_class set)."""
+    from transformers import AutoTokenizer
+
+    raised = {}
+    for name, base in CANNOT:
+        d = os.path.join(out, "cannot_" + name)
+        os.makedirs(d)
+        shutil.copy(bases[base], os.path.join(d, "tokenizer.json"))
+        with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+            json.dump({"tokenizer_class": name}, f)
+        try:
+            AutoTokenizer.from_pretrained(d)("Hello world")
+            raise AssertionError(f"{name}: transformers tokenized a plain text; it belongs in CASES")
+        except (ValueError, TypeError, ImportError) as e:
+            raised[name] = f"{type(e).__name__}: {e}"
+            print(f"{name}: transformers raises {raised[name]}")
+    return raised
+
+
 def case_reference(d, texts_for):
     from transformers import AutoTokenizer
 
@@ -258,6 +335,8 @@ def case_reference(d, texts_for):
     texts = texts_for(tok.eos_token or "")
     ids = tok(texts)["input_ids"]
     plain = tok(texts, add_special_tokens=False)["input_ids"]
+    if type(tok).__name__ == "MarkupLMTokenizer":
+        built["pre_tokenizer"] = markuplm_pre_tokenizer(tok, built, texts, ids)
     return texts, {
         "dir": d, "class": type(tok).__name__, "len": len(tok),
         "roles": {r: [getattr(tok, r + "_token"), getattr(tok, r + "_token_id")] for r in ROLES},
@@ -321,6 +400,8 @@ def main():
         json.dump(class_models(), f, indent=1)
     with open(os.path.join(args.out, "inherited.json"), "w") as f:
         json.dump(inherited_init(), f, indent=1)
+    with open(os.path.join(args.out, "cannot_tokenize.json"), "w") as f:
+        json.dump(cannot_tokenize(bases, os.path.join(args.out, "bases")), f, indent=1)
     n_classes = len({c["class"] for c in reference["cases"].values()})
     print(f"{len(reference['cases'])} files x {len(edge)} edge texts + {len(records)} records, {n_classes} classes")
 
