@@ -15,8 +15,11 @@ trainer's own log line and metrics.jsonl:
     median of steps 2..S, before the save),
   - the mean step time over the steps the background write overlaps (steps S+1.. that started
     before the write ended) / a normal step, the write's end-to-end time and its thread's CPU time,
+  - minor page faults (metrics.jsonl host_minor_faults: the most of any rank, all threads) of step
+    S+1 and of a normal step: unlike the times they do not depend on the machine's load,
   - bytes written per rank, and what the save added to each rank's peak RSS (rank 0 vs the others);
-    with a build that prints them, each rank's RSS before the save, at its start and at its peak.
+    with a build that prints them, each rank's RSS at the save's start, the growth during it and
+    the peak.
 """
 import argparse
 import json
@@ -60,11 +63,13 @@ def run_case(name, extra, model, data, work, ranks, seq, steps, binary):
     if not saves:
         raise SystemExit(f"{name}: no save line for checkpoint-{save} in the log:\n{log[-3000:]}")
     m = saves[-1]
-    steps_t = {}
+    steps_t, faults = {}, {}
     for line in (out / "metrics.jsonl").read_text().splitlines():
         e = json.loads(line)
         if "step_time" in e:
             steps_t[int(e["step"])] = e["step_time"]
+            if "host_minor_faults" in e:  # builds before it have no fault counts
+                faults[int(e["step"])] = e["host_minor_faults"]
     if not KEEP:  # a 106M case writes ~3 GB (two checkpoints + the export): free it for the next case
         subprocess.run(["rm", "-rf", str(out)], check=True)
     stall, write = float(m.group(7)), float(m.group(8))
@@ -81,30 +86,38 @@ def run_case(name, extra, model, data, work, ranks, seq, steps, binary):
                 sealed_step=int(m.group(9)) if m.group(9) else None, rss_per_rank=rss,
                 writer_cpu=[float(x) for x in m.group(11).split(",")] if m.group(11) else None,
                 step_after=steps_t.get(save + 1), overlap=overlap, save_step=save,
+                faults_after=faults.get(save + 1), step_times=steps_t, step_faults=faults,
+                faults_normal=statistics.median(faults[s] for s in range(2, save + 1) if s in faults) if faults else None,
                 normal=statistics.median(steps_t[s] for s in range(2, save + 1) if s in steps_t), run_s=time.time() - t0)
+
+
+def fmt_faults(r):
+    if r.get("faults_after") is None:
+        return "-"
+    return f"{r['faults_after'] / 1000:.1f}k / {r['faults_normal'] / 1000:.1f}k"
 
 
 def print_tables(rows):
     s = rows[0]["save_step"]
     print(f"| layout | save wall s (rank 0) | training stalled s | step {s + 1} / normal step | mean of the steps "
-          f"beside the write / normal | write end to end s | writer CPU s (max rank) | bytes per rank (MB) | "
-          f"rank 0 RSS growth MiB | others' RSS growth MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          f"beside the write / normal | minor faults step {s + 1} / normal | write end to end s | writer CPU s (max rank) | "
+          f"bytes per rank (MB) | rank 0 RSS growth MiB | others' RSS growth MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = r["step_after"] / r["normal"] if r["step_after"] and r["normal"] else float("nan")
         mean = statistics.mean(r["overlap"]) if r["overlap"] else float("nan")
         wall = r["stall"] + (r["write"] if "async" in r["case"] else 0)  # sync: the stall is the save
         cpu = f"{max(r['writer_cpu']):.2f}" if r["writer_cpu"] else "-"
         print(f"| {r['case']} | {wall:.2f} | {r['stall']:.2f} | {ratio:.2f} ({r['step_after']:.2f} / {r['normal']:.2f} s) | "
-              f"{mean / r['normal']:.2f} (n={len(r['overlap'])}, {mean:.2f} s) | {r['write']:.2f} | {cpu} | "
+              f"{mean / r['normal']:.2f} (n={len(r['overlap'])}, {mean:.2f} s) | {fmt_faults(r)} | {r['write']:.2f} | {cpu} | "
               f"{', '.join(f'{b / 1e6:.1f}' for b in r['bytes_per_rank'])} | {r['rss0']} | {r['rss_others']} |")
     if any(r["rss_per_rank"] for r in rows):
-        print("\nRSS MiB per rank: the process peak before the save / at its start / peak after the snapshot / peak during the "
-              "save (growth during the save = the last - the second)\n")
+        print("\nRSS MiB per rank: at the save's start (the process peak before it) + what the save window added = "
+              "the peak during the save\n")
         for r in rows:
             if r["rss_per_rank"]:
                 print(f"- {r['case']}: " + ", ".join(
-                    f"rank {k} {v[0]}/{v[1]}/{v[2]}/{v[3]} (+{v[3] - v[1]})" for k, v in sorted(r["rss_per_rank"].items())))
+                    f"rank {k} {v[1]} ({v[0]}) +{v[3] - v[1]} = {v[3]}" for k, v in sorted(r["rss_per_rank"].items())))
 
 
 def main():
@@ -129,6 +142,7 @@ def main():
     wanted = [c.strip() for c in a.cases.split(",")]
     bins = [("", bench.train_bin())] + ([(" (before)", Path(a.before))] if a.before else [])
     rows = []
+    print(f"CPU {bench.cpu_model()}, {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} at the start", flush=True)
     for rep in range(a.repeat):
         for n, e in CASES:
             if n not in wanted:

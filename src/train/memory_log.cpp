@@ -6,9 +6,14 @@
 #include "alpaca/util/sys.h"
 
 namespace alpaca::train {
+namespace {
+int64_t g_faults_at_window_start = 0;  // sys::minor_page_faults() at the last reset
+}
+
 void reset_memory_window(const at::Device& device) {
   reset_peak_memory_stats(device);
   sys::reset_peak_rss_window();
+  g_faults_at_window_start = sys::minor_page_faults();
 }
 
 void append_memory_fields(LogEntry& entry, dist::Communicator& comm, const at::Device& device) {
@@ -16,7 +21,7 @@ void append_memory_fields(LogEntry& entry, dist::Communicator& comm, const at::D
   m.host_peak_rss_bytes = sys::window_peak_rss_bytes();  // this window's, not the lifetime peak
   at::Tensor v = at::tensor({m.cpu_tensor_peak_bytes, m.host_rss_bytes, m.host_peak_rss_bytes,
                              m.gpu_peak_allocated_bytes, m.gpu_peak_reserved_bytes, m.gpu_allocated_bytes,
-                             m.gpu_reserved_bytes},
+                             m.gpu_reserved_bytes, sys::minor_page_faults() - g_faults_at_window_start},
                             at::kLong)
                      .to(comm.device());
   if (comm.world_size() > 1) comm.all_reduce(v, dist::ReduceOp::kMax)->wait();
@@ -25,6 +30,7 @@ void append_memory_fields(LogEntry& entry, dist::Communicator& comm, const at::D
   entry.emplace_back("x_cpu_tensor_peak_bytes", p[0]);
   entry.emplace_back("x_host_rss_bytes", p[1]);
   entry.emplace_back("x_host_peak_rss_bytes", p[2]);
+  entry.emplace_back("x_host_minor_faults", p[7]);  // this window's, the most of any rank
   if (device.is_cuda()) {
     entry.emplace_back("x_gpu_peak_allocated_bytes", p[3]);
     entry.emplace_back("x_gpu_peak_reserved_bytes", p[4]);

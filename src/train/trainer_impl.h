@@ -166,8 +166,12 @@ struct Trainer::Impl {
   struct ShardSet;
   struct PendingSave;
   std::shared_ptr<PendingSave> pending_save;  // a background (--save_async) write not sealed yet
+  at::Tensor save_staging;  // fp32 host buffer the --save_async snapshots copy into, kept for the run
   static bool sharded_layout(const std::filesystem::path& dir);
   void save_sharded_checkpoint(bool allow_async);  // collective
+  bool async_save_ahead() const;
+  bool prepare_save_staging();  // collective until the buffer exists; whether it does
+  void prepare_async_saves();   // at the start of the run (collective)
   ShardSet snapshot_shards(bool copy);
   std::vector<ckpt::WrittenFile> write_shards(const std::filesystem::path& dir, const ShardSet& set) const;
   std::function<void(const std::filesystem::path&)> small_checkpoint_files() const;  // rank 0

@@ -313,6 +313,7 @@ Trainer::Trainer(const TrainerOptions& opt, std::shared_ptr<dist::Communicator> 
   s.setup_engine();
   if (s.resume_dir) s.load_checkpoint(*s.resume_dir);
   if (opt.auto_find_batch_size) s.find_micro_batch();  // after resume: a checkpoint's choice is kept
+  s.prepare_async_saves();  // the --save_async staging buffer, resident before the first step
 
   if (s.rank == 0 && opt.report_jsonl) s.metrics = MetricsJsonl(opt.logging_dir, /*append=*/s.resume_dir.has_value());
   if (s.rank == 0 && opt.report_tensorboard) s.open_tensorboard();

@@ -1,6 +1,7 @@
 #include "alpaca/util/sys.h"
 
 #include <malloc.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -46,6 +47,11 @@ int64_t rss_bytes() {
   int64_t pages_total = 0, pages_resident = 0;
   if (!(f >> pages_total >> pages_resident)) return 0;
   return pages_resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+int64_t minor_page_faults() {
+  rusage u{};
+  return ::getrusage(RUSAGE_SELF, &u) == 0 ? static_cast<int64_t>(u.ru_minflt) : 0;
 }
 
 namespace {

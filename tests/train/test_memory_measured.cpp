@@ -73,8 +73,10 @@ TEST(MemoryMeasured, EstimateWithin15PercentOfTheCountingAllocatorsPeak) {
     for (const auto& m : logs) {
       if (!m.count("loss")) continue;
       ++step_lines;
-      ASSERT_TRUE(m.count("cpu_tensor_peak_bytes") && m.count("host_rss_bytes") && m.count("host_peak_rss_bytes"))
+      ASSERT_TRUE(m.count("cpu_tensor_peak_bytes") && m.count("host_rss_bytes") && m.count("host_peak_rss_bytes") &&
+                  m.count("host_minor_faults"))
           << "a log line lacks the memory fields";
+      EXPECT_GE(m.at("host_minor_faults"), 0);
       measured = std::max(measured, m.at("cpu_tensor_peak_bytes"));
     }
     ASSERT_EQ(step_lines, 2);

@@ -43,9 +43,9 @@ struct MemoryPlanInputs {
   at::ScalarType reduce_dtype = at::kFloat;
   bool offload = false;
   bool checkpointing = false;
-  // --save_async with saves on (trainer_sharded_ckpt.cpp): after a save every rank keeps a host
-  // copy of what it writes (fp32 trainable shards and both AdamW moments, this rank's part when
-  // shards are replicated) until the background write ends, beside the next steps.
+  // --save_async with saves on (trainer_sharded_ckpt.cpp): every rank keeps a host staging buffer
+  // for what it writes (fp32 trainable shards and both AdamW moments, this rank's part when
+  // shards are replicated), resident from the start of the run to its end, beside every step.
   bool async_checkpoint = false;
   fsdp::BackwardPrefetch backward_prefetch = fsdp::BackwardPrefetch::kBackwardPre;  // FsdpPolicy's defaults
   bool forward_prefetch = true;

@@ -6,6 +6,8 @@
 //   x_host_rss_bytes             resident set size now
 //   x_host_peak_rss_bytes        peak resident set size since the previous log (VmHWM, reset
 //                                after each log through /proc/self/clear_refs)
+//   x_host_minor_faults          minor page faults since the previous log (all threads;
+//                                sys::minor_page_faults): a step that reuses its buffers takes ~0
 //   x_gpu_peak_allocated_bytes   CUDA caching allocator: peak allocated / reserved since the
 //   x_gpu_peak_reserved_bytes    previous log (GPU runs only), and the current values
 //   x_gpu_allocated_bytes, x_gpu_reserved_bytes

@@ -9,6 +9,10 @@ namespace alpaca::sys {
 
 // Current resident set size of this process in bytes (from /proc/self/statm); 0 if unknown.
 int64_t rss_bytes();
+// Minor page faults this process (all its threads) has taken (getrusage ru_minflt): each is a
+// page the kernel had to map, and zero-fill when fresh. Unlike times, the count does not depend on
+// the machine's load, so it is the figure to compare steps by on a shared host.
+int64_t minor_page_faults();
 // Peak resident set size of this process over its whole life in bytes (VmHWM, and the peaks of
 // windows closed by reset_peak_rss_window); 0 if unknown.
 int64_t peak_rss_bytes();
