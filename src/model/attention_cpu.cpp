@@ -9,11 +9,12 @@
 //   backward  S and P again from Q, K and lse, dP = dO_blk V^T, dS = P * (dP - rowsum(dO * O)) * scale,
 //             dQ_blk = dS K, dV^T += dO_blk^T P, dK^T += Q_blk^T dS (fp32 accumulators per KV head,
 //             so the heads of a GQA group and all query blocks sum before one rounding).
-// The GEMMs are ATen's cpublas bf16 x bf16 -> fp32 product (the one its flash kernel calls; oneDNN /
-// MKL underneath, AMX where the CPU has it), on raw pointers: no ATen op, tensor or dispatch per
-// block. The softmax rows are our loops, compiled per instruction set like fused_ops.cpp's.
+// Nothing T x T is kept between forward and backward, and no ATen op runs per block: the products
+// are bf16_gemm.h's on packed operands (K, V packed once per task, P and dS per block), our
+// AVX512-BF16 kernel where the CPU has it without AMX, else ATen's cpublas bf16 -> fp32 GEMM (MKL /
+// oneDNN, AMX where present). The softmax rows are our loops, compiled per instruction set like
+// fused_ops.cpp's.
 #include <ATen/Parallel.h>
-#include <ATen/native/CPUBlas.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 
 #include "alpaca/model/fused_ops.h"
 #include "alpaca/util/error.h"
+#include "bf16_gemm.h"
 #include "fused_math.h"
 
 namespace alpaca::model {
@@ -184,33 +186,24 @@ const AttnKernels& attn_kernels() {
   }
 }
 
-// c (m x n, ldc) = [c +] a (m x k, lda) * b (k x n, ldb), row-major, bf16 operands, fp32 sums.
-void gemm(int64_t m, int64_t n, int64_t k, const u16* a, int64_t lda, const u16* b, int64_t ldb, float* c, int64_t ldc,
-          bool add) {
-  at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, add, reinterpret_cast<const at::BFloat16*>(a),
-                              reinterpret_cast<const at::BFloat16*>(b), c, /*is_vnni=*/false);
-}
-
-// dst (cols x rows, row stride ldd) = the transpose of src (rows x cols, row stride lds).
-void transpose(const u16* src, int64_t lds, int64_t rows, int64_t cols, u16* dst, int64_t ldd) {
+// dst (rows x cols, row stride ldd) = bf16(src), src (rows x cols) fp32 with row stride lds.
+void store_bf16(const float* src, int64_t lds, int64_t rows, int64_t cols, u16* dst, int64_t ldd) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+    for (int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = bf16(src[r * lds + c]);
 }
 
-// dst (rows x cols, row stride ldd) = bf16(src), src (rows x cols) fp32 with row stride lds; with
-// `transposed`, src is (cols x rows) and dst gets its transpose.
-void store_bf16(const float* src, int64_t lds, int64_t rows, int64_t cols, u16* dst, int64_t ldd, bool transposed) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = bf16(transposed ? src[c * lds + r] : src[r * lds + c]);
-}
+using W = uint32_t;  // two bf16 along the reduction dimension (bf16_gemm.h)
+const W* words(const u16* p) { return reinterpret_cast<const W*>(p); }
 
-// The problem: q, out, dq (B, T, H, Dh) and k, v, dk, dv (B, T, Hkv, Dh) contiguous bf16; lse (B, H, T)
-// fp32; mask (B or 1, T, T) bytes or null.
+// The problem: q, out, dq (B, T, H, Dh) and k, v, dk, dv (B, T, Hkv, Dh) contiguous bf16 (Dh even);
+// lse (B, H, T) fp32; mask (B or 1, T, T) bytes or null. Key counts are rounded up to even (tp, and
+// each block's np) for the packed products; the extra key is never allowed (it lies after every query).
 struct Attn {
   int64_t b, t, h, hkv, dh;
   float scale;
   const uint8_t* mask;
   int64_t mask_bstride;
+  int64_t tp() const { return t + (t & 1); }
   int64_t ldq() const { return h * dh; }
   int64_t ldk() const { return hkv * dh; }
   int64_t q_off(int64_t bi, int64_t i, int64_t hi) const { return ((bi * t + i) * h + hi) * dh; }
@@ -220,32 +213,46 @@ struct Attn {
   }
 };
 
-// One thread's buffers, reused across its tasks and blocks.
+// One thread's buffers, reused across its tasks and blocks: kc, vc = K^T, V^T packed (Dh/2 x tp
+// words); kr, vr = K, V packed by key pairs (tp/2 x Dh); per block s, dp (fp32), p, ds (bf16), their
+// packed transposes pr, dsr, and the block's Q and dO packed by row pairs.
 struct Scratch {
-  std::vector<u16> kt, vt, qt, dot, p, ds;
-  std::vector<float> s, dp, o, dkt, dvt, dsum;
+  std::vector<W> kc, vc, kr, vr, pr, dsr, qr, dor;
+  std::vector<u16> p, ds;
+  std::vector<float> s, dp, o, dk, dv, dsum;
   Scratch(const Attn& a, bool backward)
-      : kt(a.dh * a.t), p(kAttnBlock * a.t), s(kAttnBlock * a.t), o(kAttnBlock * a.dh) {
+      : kc(a.dh / 2 * a.tp()), vr(a.tp() / 2 * a.dh), p(kAttnBlock * a.tp()), s(kAttnBlock * a.tp()),
+        o(kAttnBlock * a.dh) {
     if (!backward) return;
-    for (auto* m : {&vt, &qt, &dot}) m->resize(a.dh * a.t);
-    for (auto* m : {&dkt, &dvt}) m->resize(a.dh * a.t);
-    ds.resize(kAttnBlock * a.t);
-    dp.resize(kAttnBlock * a.t);
+    vc.resize(a.dh / 2 * a.tp());
+    kr.resize(a.tp() / 2 * a.dh);
+    for (auto* m : {&pr, &dsr}) m->resize(kAttnBlock / 2 * a.tp());
+    for (auto* m : {&qr, &dor}) m->resize(kAttnBlock / 2 * a.dh);
+    for (auto* m : {&s, &dp}) m->resize(kAttnBlock * a.tp());
+    ds.resize(kAttnBlock * a.tp());
+    for (auto* m : {&dk, &dv}) m->resize(a.tp() * a.dh);
     dsum.resize(a.t);
   }
 };
 
-void forward_head(const Attn& a, int64_t bi, int64_t hi, const u16* q, const u16* v, u16* out, float* lse,
-                  Scratch& w) {
+// Rows and (even) key count of the block at i0.
+struct Block {
+  int64_t rows, np;
+  Block(const Attn& a, int64_t i0) : rows(std::min(kAttnBlock, a.t - i0)), np(i0 + rows + ((i0 + rows) & 1)) {}
+};
+
+void forward_head(const Attn& a, int64_t bi, int64_t hi, const u16* q, u16* out, float* lse, Scratch& w) {
   const AttnKernels& K = attn_kernels();
-  const u16* vb = v + a.k_off(bi, hi / (a.h / a.hkv));
+  const int64_t dp2 = a.dh / 2;
   for (int64_t i0 = 0; i0 < a.t; i0 += kAttnBlock) {
-    const int64_t rows = std::min(kAttnBlock, a.t - i0), n = i0 + rows;
-    gemm(rows, n, a.dh, q + a.q_off(bi, i0, hi), a.ldq(), w.kt.data(), a.t, w.s.data(), n, false);
-    K.softmax_rows(w.s.data(), rows, n, i0, a.mask_rows(bi, i0), a.t, a.scale, w.p.data(),
+    const Block blk(a, i0);
+    bf16gemm::gemm(blk.rows, blk.np, dp2, words(q + a.q_off(bi, i0, hi)), a.ldq() / 2, 1, w.kc.data(), a.tp(),
+                   w.s.data(), blk.np, false);
+    K.softmax_rows(w.s.data(), blk.rows, blk.np, i0, a.mask_rows(bi, i0), a.t, a.scale, w.p.data(),
                    lse + (bi * a.h + hi) * a.t + i0);
-    gemm(rows, a.dh, n, w.p.data(), n, vb, a.ldk(), w.o.data(), a.dh, false);
-    store_bf16(w.o.data(), a.dh, rows, a.dh, out + a.q_off(bi, i0, hi), a.ldq(), false);
+    bf16gemm::gemm(blk.rows, a.dh, blk.np / 2, words(w.p.data()), blk.np / 2, 1, w.vr.data(), a.dh, w.o.data(), a.dh,
+                   false);
+    store_bf16(w.o.data(), a.dh, blk.rows, a.dh, out + a.q_off(bi, i0, hi), a.ldq());
   }
 }
 
@@ -255,8 +262,9 @@ void attention_forward(const Attn& a, const u16* q, const u16* k, const u16* v, 
     Scratch w(a, false);
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t bi = task / a.hkv, g = task % a.hkv;
-      transpose(k + a.k_off(bi, g), a.ldk(), a.t, a.dh, w.kt.data(), a.t);
-      for (int64_t hi = g * rep; hi < (g + 1) * rep; ++hi) forward_head(a, bi, hi, q, v, out, lse, w);
+      bf16gemm::pack_cols(k + a.k_off(bi, g), a.ldk(), a.t, a.dh, w.kc.data(), a.tp());
+      bf16gemm::pack_rows(v + a.k_off(bi, g), a.ldk(), a.t, a.dh, w.vr.data());
+      for (int64_t hi = g * rep; hi < (g + 1) * rep; ++hi) forward_head(a, bi, hi, q, out, lse, w);
     }
   });
 }
@@ -267,26 +275,29 @@ struct Grads {
   u16 *dq, *dk, *dv;
 };
 
-// One query head's share of the backward: dQ of its rows, and its terms of its KV head's dK^T, dV^T
-// (w.dkt, w.dvt; w.kt, w.vt hold that KV head's K^T and V^T).
+// One query head's share of the backward: dQ of its rows, and its terms of its KV head's dK, dV
+// (w.dk, w.dv; w.kc, w.vc, w.kr hold that KV head's K and V packed).
 void backward_head(const Attn& a, int64_t bi, int64_t hi, const Grads& gr, Scratch& w) {
   const AttnKernels& K = attn_kernels();
   const u16 *qb = gr.q + a.q_off(bi, 0, hi), *ob = gr.out + a.q_off(bi, 0, hi), *dob = gr.dout + a.q_off(bi, 0, hi);
-  const u16* kb = gr.k + a.k_off(bi, hi / (a.h / a.hkv));
   const float* lse = gr.lse + (bi * a.h + hi) * a.t;
-  transpose(qb, a.ldq(), a.t, a.dh, w.qt.data(), a.t);
-  transpose(dob, a.ldq(), a.t, a.dh, w.dot.data(), a.t);
-  for (int64_t i = 0; i < a.t; ++i) w.dsum[i] = K.dot(dob + i * a.ldq(), ob + i * a.ldq(), a.dh);
+  const int64_t dp2 = a.dh / 2, ldq = a.ldq();
+  for (int64_t i = 0; i < a.t; ++i) w.dsum[i] = K.dot(dob + i * ldq, ob + i * ldq, a.dh);
   for (int64_t i0 = 0; i0 < a.t; i0 += kAttnBlock) {
-    const int64_t rows = std::min(kAttnBlock, a.t - i0), n = i0 + rows;
-    gemm(rows, n, a.dh, qb + i0 * a.ldq(), a.ldq(), w.kt.data(), a.t, w.s.data(), n, false);
-    gemm(rows, n, a.dh, dob + i0 * a.ldq(), a.ldq(), w.vt.data(), a.t, w.dp.data(), n, false);
-    K.softmax_grad_rows(w.s.data(), w.dp.data(), rows, n, i0, a.mask_rows(bi, i0), a.t, a.scale, lse + i0,
+    const Block blk(a, i0);
+    const int64_t np = blk.np, rp = (blk.rows + 1) / 2;
+    bf16gemm::gemm(blk.rows, np, dp2, words(qb + i0 * ldq), ldq / 2, 1, w.kc.data(), a.tp(), w.s.data(), np, false);
+    bf16gemm::gemm(blk.rows, np, dp2, words(dob + i0 * ldq), ldq / 2, 1, w.vc.data(), a.tp(), w.dp.data(), np, false);
+    K.softmax_grad_rows(w.s.data(), w.dp.data(), blk.rows, np, i0, a.mask_rows(bi, i0), a.t, a.scale, lse + i0,
                         w.dsum.data() + i0, w.p.data(), w.ds.data());
-    gemm(rows, a.dh, n, w.ds.data(), n, kb, a.ldk(), w.o.data(), a.dh, false);
-    store_bf16(w.o.data(), a.dh, rows, a.dh, gr.dq + a.q_off(bi, i0, hi), a.ldq(), false);
-    gemm(a.dh, n, rows, w.dot.data() + i0, a.t, w.p.data(), n, w.dvt.data(), a.t, true);
-    gemm(a.dh, n, rows, w.qt.data() + i0, a.t, w.ds.data(), n, w.dkt.data(), a.t, true);
+    bf16gemm::gemm(blk.rows, a.dh, np / 2, words(w.ds.data()), np / 2, 1, w.kr.data(), a.dh, w.o.data(), a.dh, false);
+    store_bf16(w.o.data(), a.dh, blk.rows, a.dh, gr.dq + a.q_off(bi, i0, hi), ldq);
+    bf16gemm::pack_rows(w.p.data(), np, blk.rows, np, w.pr.data());
+    bf16gemm::pack_rows(w.ds.data(), np, blk.rows, np, w.dsr.data());
+    bf16gemm::pack_rows(qb + i0 * ldq, ldq, blk.rows, a.dh, w.qr.data());
+    bf16gemm::pack_rows(dob + i0 * ldq, ldq, blk.rows, a.dh, w.dor.data());
+    bf16gemm::gemm(np, a.dh, rp, w.pr.data(), 1, np, w.dor.data(), a.dh, w.dv.data(), a.dh, true);
+    bf16gemm::gemm(np, a.dh, rp, w.dsr.data(), 1, np, w.qr.data(), a.dh, w.dk.data(), a.dh, true);
   }
 }
 
@@ -296,13 +307,14 @@ void attention_backward(const Attn& a, const Grads& gr) {
     Scratch w(a, true);
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t bi = task / a.hkv, g = task % a.hkv;
-      transpose(gr.k + a.k_off(bi, g), a.ldk(), a.t, a.dh, w.kt.data(), a.t);
-      transpose(gr.v + a.k_off(bi, g), a.ldk(), a.t, a.dh, w.vt.data(), a.t);
-      std::fill(w.dkt.begin(), w.dkt.end(), 0.0f);
-      std::fill(w.dvt.begin(), w.dvt.end(), 0.0f);
+      bf16gemm::pack_cols(gr.k + a.k_off(bi, g), a.ldk(), a.t, a.dh, w.kc.data(), a.tp());
+      bf16gemm::pack_cols(gr.v + a.k_off(bi, g), a.ldk(), a.t, a.dh, w.vc.data(), a.tp());
+      bf16gemm::pack_rows(gr.k + a.k_off(bi, g), a.ldk(), a.t, a.dh, w.kr.data());
+      std::fill(w.dk.begin(), w.dk.end(), 0.0f);
+      std::fill(w.dv.begin(), w.dv.end(), 0.0f);
       for (int64_t hi = g * rep; hi < (g + 1) * rep; ++hi) backward_head(a, bi, hi, gr, w);
-      store_bf16(w.dkt.data(), a.t, a.t, a.dh, gr.dk + a.k_off(bi, g), a.ldk(), true);
-      store_bf16(w.dvt.data(), a.t, a.t, a.dh, gr.dv + a.k_off(bi, g), a.ldk(), true);
+      store_bf16(w.dk.data(), a.dh, a.t, a.dh, gr.dk + a.k_off(bi, g), a.ldk());
+      store_bf16(w.dv.data(), a.dh, a.t, a.dh, gr.dv + a.k_off(bi, g), a.ldk());
     }
   });
 }
@@ -385,9 +397,10 @@ at::Tensor causal_attention_bf16(const at::Tensor& q_bhtd, const at::Tensor& k_b
                   q_bhtd.scalar_type() == at::kBFloat16 && k_bhtd.scalar_type() == at::kBFloat16 &&
                   v_bhtd.scalar_type() == at::kBFloat16 && q_bhtd.is_cpu() && k_bhtd.is_cpu() && v_bhtd.is_cpu() &&
                   k_bhtd.size(0) == q_bhtd.size(0) && k_bhtd.size(2) == q_bhtd.size(2) &&
-                  k_bhtd.size(3) == q_bhtd.size(3) && k_bhtd.size(1) > 0 && q_bhtd.size(1) % k_bhtd.size(1) == 0;
+                  k_bhtd.size(3) == q_bhtd.size(3) && q_bhtd.size(3) % 2 == 0 && k_bhtd.size(1) > 0 &&
+                  q_bhtd.size(1) % k_bhtd.size(1) == 0;
   ALPACA_CHECK(ok, "causal_attention_bf16: needs bf16 CPU q (B, H, T, Dh) and k, v (B, Hkv, T, Dh) with H a multiple "
-                   "of Hkv, got q " << q_bhtd.sizes() << " " << q_bhtd.scalar_type() << ", k " << k_bhtd.sizes()
+                   "of Hkv and Dh even, got q " << q_bhtd.sizes() << " " << q_bhtd.scalar_type() << ", k " << k_bhtd.sizes()
                                     << ", v " << v_bhtd.sizes());
   const int64_t b = q_bhtd.size(0), t = q_bhtd.size(2);
   at::Tensor mask = at::empty({0}, at::kBool);

@@ -41,7 +41,8 @@ at::Tensor silu_mul_bf16(const at::Tensor& gate, const at::Tensor& up);
 
 // Causal attention through GEMMs (src/model/attention_cpu.cpp), in place of ATen's flash-attention
 // CPU kernel for bf16 training. Per (batch, head) and block of kAttnBlock query rows, skipping the
-// key blocks wholly above the diagonal: S = Q K^T (bf16 GEMM, fp32 sums), a masked softmax in fp32
+// key blocks wholly above the diagonal: S = Q K^T (bf16 GEMM, fp32 sums: AVX512-BF16 where the CPU
+// has it without AMX, else ATen's cpublas bf16 GEMM; src/model/bf16_gemm.h), a masked softmax in fp32
 // (row loops compiled for AVX-512 / AVX2 / baseline like the kernels above), O = P V with P rounded
 // to bf16. Forward keeps O and each row's logsumexp (fp32), nothing T x T; backward recomputes P
 // from Q, K and the logsumexp (flash attention's recompute) and takes dV = P^T dO, dP = dO V^T,
