@@ -213,27 +213,41 @@ struct Attn {
   }
 };
 
-// One thread's buffers, reused across its tasks and blocks: kc, vc = K^T, V^T packed (Dh/2 x tp
-// words); kr, vr = K, V packed by key pairs (tp/2 x Dh); per block s, dp (fp32), p, ds (bf16), their
-// packed transposes pr, dsr, and the block's Q and dO packed by row pairs.
+// One thread's buffers, reused across its tasks and blocks, and kept (grown, never shrunk) from call
+// to call: a fresh set per call went to mmap and back, ~20k page faults per step. kc, vc = K^T, V^T
+// packed (Dh/2 x tp words); kr, vr = K, V packed by key pairs (tp/2 x Dh); per block s, dp (fp32),
+// p, ds (bf16), their packed transposes pr, dsr, and the block's Q and dO packed by row pairs.
 struct Scratch {
   std::vector<W> kc, vc, kr, vr, pr, dsr, qr, dor;
   std::vector<u16> p, ds;
   std::vector<float> s, dp, o, dk, dv, dsum;
-  Scratch(const Attn& a, bool backward)
-      : kc(a.dh / 2 * a.tp()), vr(a.tp() / 2 * a.dh), p(kAttnBlock * a.tp()), s(kAttnBlock * a.tp()),
-        o(kAttnBlock * a.dh) {
-    if (!backward) return;
-    vc.resize(a.dh / 2 * a.tp());
-    kr.resize(a.tp() / 2 * a.dh);
-    for (auto* m : {&pr, &dsr}) m->resize(kAttnBlock / 2 * a.tp());
-    for (auto* m : {&qr, &dor}) m->resize(kAttnBlock / 2 * a.dh);
-    for (auto* m : {&s, &dp}) m->resize(kAttnBlock * a.tp());
-    ds.resize(kAttnBlock * a.tp());
-    for (auto* m : {&dk, &dv}) m->resize(a.tp() * a.dh);
-    dsum.resize(a.t);
+  static Scratch& of_this_thread(const Attn& a, bool backward) {
+    thread_local Scratch w;
+    const auto grow = [](auto& v, int64_t n) {
+      if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+    };
+    const int64_t tp = a.tp(), dh = a.dh;
+    for (auto* m : {&w.kc, &w.vc}) grow(*m, dh / 2 * tp);
+    for (auto* m : {&w.kr, &w.vr}) grow(*m, tp / 2 * dh);
+    for (auto* m : {&w.pr, &w.dsr}) grow(*m, kAttnBlock / 2 * tp);
+    for (auto* m : {&w.qr, &w.dor}) grow(*m, kAttnBlock / 2 * dh);
+    for (auto* m : {&w.p, &w.ds}) grow(*m, kAttnBlock * tp);
+    for (auto* m : {&w.s, &w.dp}) grow(*m, kAttnBlock * tp);
+    grow(w.o, kAttnBlock * dh);
+    if (backward) {
+      for (auto* m : {&w.dk, &w.dv}) grow(*m, tp * dh);
+      grow(w.dsum, a.t);
+    }
+    return w;
   }
 };
+
+// K^T packed into kc (Dh/2 x tp words); with an odd T, the extra key's column is zero.
+void pack_keys_transposed(const Attn& a, const u16* k, W* kc) {
+  bf16gemm::pack_cols(k, a.ldk(), a.t, a.dh, kc, a.tp());
+  if (a.tp() != a.t)
+    for (int64_t p = 0; p < a.dh / 2; ++p) kc[p * a.tp() + a.t] = 0;
+}
 
 // Rows and (even) key count of the block at i0.
 struct Block {
@@ -259,10 +273,10 @@ void forward_head(const Attn& a, int64_t bi, int64_t hi, const u16* q, u16* out,
 void attention_forward(const Attn& a, const u16* q, const u16* k, const u16* v, u16* out, float* lse) {
   const int64_t rep = a.h / a.hkv;
   at::parallel_for(0, a.b * a.hkv, 1, [&](int64_t t0, int64_t t1) {
-    Scratch w(a, false);
+    Scratch& w = Scratch::of_this_thread(a, false);
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t bi = task / a.hkv, g = task % a.hkv;
-      bf16gemm::pack_cols(k + a.k_off(bi, g), a.ldk(), a.t, a.dh, w.kc.data(), a.tp());
+      pack_keys_transposed(a, k + a.k_off(bi, g), w.kc.data());
       bf16gemm::pack_rows(v + a.k_off(bi, g), a.ldk(), a.t, a.dh, w.vr.data());
       for (int64_t hi = g * rep; hi < (g + 1) * rep; ++hi) forward_head(a, bi, hi, q, out, lse, w);
     }
@@ -304,14 +318,14 @@ void backward_head(const Attn& a, int64_t bi, int64_t hi, const Grads& gr, Scrat
 void attention_backward(const Attn& a, const Grads& gr) {
   const int64_t rep = a.h / a.hkv;
   at::parallel_for(0, a.b * a.hkv, 1, [&](int64_t t0, int64_t t1) {
-    Scratch w(a, true);
+    Scratch& w = Scratch::of_this_thread(a, true);
     for (int64_t task = t0; task < t1; ++task) {
       const int64_t bi = task / a.hkv, g = task % a.hkv;
-      bf16gemm::pack_cols(gr.k + a.k_off(bi, g), a.ldk(), a.t, a.dh, w.kc.data(), a.tp());
-      bf16gemm::pack_cols(gr.v + a.k_off(bi, g), a.ldk(), a.t, a.dh, w.vc.data(), a.tp());
+      pack_keys_transposed(a, gr.k + a.k_off(bi, g), w.kc.data());
+      pack_keys_transposed(a, gr.v + a.k_off(bi, g), w.vc.data());
       bf16gemm::pack_rows(gr.k + a.k_off(bi, g), a.ldk(), a.t, a.dh, w.kr.data());
-      std::fill(w.dk.begin(), w.dk.end(), 0.0f);
-      std::fill(w.dv.begin(), w.dv.end(), 0.0f);
+      std::fill_n(w.dk.begin(), a.tp() * a.dh, 0.0f);
+      std::fill_n(w.dv.begin(), a.tp() * a.dh, 0.0f);
       for (int64_t hi = g * rep; hi < (g + 1) * rep; ++hi) backward_head(a, bi, hi, gr, w);
       store_bf16(w.dk.data(), a.dh, a.t, a.dh, gr.dk + a.k_off(bi, g), a.ldk());
       store_bf16(w.dv.data(), a.dh, a.t, a.dh, gr.dv + a.k_off(bi, g), a.ldk());

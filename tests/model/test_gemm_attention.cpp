@@ -16,6 +16,7 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include <cstdio>
 #include <functional>
 #include <set>
 #include <string>
@@ -24,6 +25,7 @@
 #include "alpaca/model/layers.h"
 #include "alpaca/model/llama.h"
 #include "alpaca/model/rope.h"
+#include "bf16_gemm.h"  // src/model/, internal: the GEMM backends
 #include "model_test_util.h"
 
 using namespace alpaca::model;
@@ -35,7 +37,9 @@ class GemmAttention : public ::testing::Test {
   void TearDown() override {
     set_fused_cpu_isa(best_fused_cpu_isa());
     set_gemm_attention(true);
+    bf16gemm::set_own_kernel(own_kernel_);
   }
+  const bool own_kernel_ = bf16gemm::use_own_kernel();
 };
 
 struct Case {
@@ -89,6 +93,8 @@ void expect_accurate(const Result& ours, const Result& old, const Result& ref, c
   for (const auto& [name, t] : parts) {
     const double scale = t[2].abs().max().item<double>();
     const double err = max_err(t[0], t[2]), old_err = max_err(t[1], t[2]);
+    std::printf("%-28s %-3s max |ref| %.3g, error: ours %.3g (%.2f%%), SDPA %.3g (%.2f%%)\n", what.c_str(), name, scale,
+                err, 100 * err / scale, old_err, 100 * old_err / scale);
     EXPECT_LE(err, 0.015 * scale) << what << " " << name << ": error " << err << " of max " << scale;
     EXPECT_LE(err, 2 * old_err + scale / 128) << what << " " << name << ": error " << err << ", SDPA's " << old_err;
   }
@@ -121,6 +127,30 @@ TEST_F(GemmAttention, CausalAndGqaMatchTheMathReference) {
   for (const Case& c : {Case{2, 4, 4, 100, 32}, Case{1, 6, 2, 130, 64}, Case{3, 2, 1, 64, 16}, Case{2, 3, 3, 1, 8},
                         Case{1, 2, 2, 7, 64}, Case{2, 12, 12, 256, 64}})
     check_case(c, {}, name(c));
+}
+
+// ATen's cpublas GEMM (AMX and AVX2-only CPUs) in place of our AVX512-BF16 kernel, on the same cases.
+TEST_F(GemmAttention, TheFallbackGemmMatchesTooAndTheBackendsAgree) {
+  at::manual_seed(5);
+  const Case c{2, 4, 2, 75, 32};
+  const at::Tensor q = at::randn({c.b, c.h, c.t, c.dh}).to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor k = at::randn({c.b, c.hkv, c.t, c.dh}).to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor v = at::randn({c.b, c.hkv, c.t, c.dh}).to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor g = at::randn({c.b, c.h, c.t, c.dh}).to(at::kBFloat16);
+  std::vector<at::Tensor> runs;
+  for (bool own : {false, true}) {
+    if (own && !bf16gemm::cpu_has_avx512_bf16()) continue;
+    bf16gemm::set_own_kernel(own);
+    check_case({3, 4, 2, 90, 32}, {}, own ? "own kernel" : "fallback");
+    const at::Tensor y = causal_attention_bf16(q, k, v, 0.25);
+    const auto grads = torch::autograd::grad({y}, {q, k, v}, {g});
+    runs.push_back(at::cat({y.flatten(), grads[0].flatten(), grads[1].flatten(), grads[2].flatten()}).to(at::kFloat));
+  }
+  if (runs.size() == 2) {  // fp32 sums in another order, then the same bf16 roundings: a bf16 ulp or two apart
+    const double scale = runs[0].abs().max().item<double>();
+    EXPECT_LE(max_err(runs[1], runs[0]), scale / 64);
+    EXPECT_GE(runs[1].eq(runs[0]).to(at::kFloat).mean().item<double>(), 0.9);
+  }
 }
 
 // The masks the trainer's batches make: LlamaForCausalLM::make_context on a padding mask / segments.
