@@ -1,13 +1,13 @@
 // Causal bf16 attention through GEMMs for CPU training (alpaca/model/fused_ops.h, issue 32).
 //
 // ATen's flash-attention CPU kernel ran at ~29 GFLOP/s on the small model's shapes (docs/profile_bf16.md):
-// a quarter of a bf16 step. Here each (batch, KV head) is one task: K and V transposed once, then
+// a quarter of a bf16 step. Here each (batch, KV head) is one task: K and V packed once, then
 // for each query head of its group and each block of kAttnBlock query rows [i0, i0 + rows), the
 // keys 0 .. i0 + rows - 1 only (no key block above the diagonal):
 //   forward   S = Q_blk K^T (fp32), P = softmax(S * scale) masked (fp32, rounded to bf16 for the
 //             next GEMM), O_blk = P V, lse = the rows' logsumexp;
 //   backward  S and P again from Q, K and lse, dP = dO_blk V^T, dS = P * (dP - rowsum(dO * O)) * scale,
-//             dQ_blk = dS K, dV^T += dO_blk^T P, dK^T += Q_blk^T dS (fp32 accumulators per KV head,
+//             dQ_blk = dS K, dV += P^T dO_blk, dK += dS^T Q_blk (fp32 accumulators per KV head,
 //             so the heads of a GQA group and all query blocks sum before one rounding).
 // Nothing T x T is kept between forward and backward, and no ATen op runs per block: the products
 // are bf16_gemm.h's on packed operands (K, V packed once per task, P and dS per block), our
@@ -387,7 +387,9 @@ std::atomic<bool>& enabled_slot() {
 }  // namespace
 
 bool gemm_attention_applies(const at::Tensor& q) {
-  return fused_cpu_bf16_applies(q) && enabled_slot().load(std::memory_order_relaxed);
+  // Only with our AVX512-BF16 products: on the cpublas fallback (MKL's fp32-converting bf16 GEMM
+  // here) it measured 0.7-1.1x SDPA, so AMX and AVX2-only CPUs keep SDPA (docs/profile_bf16.md).
+  return fused_cpu_bf16_applies(q) && enabled_slot().load(std::memory_order_relaxed) && bf16gemm::use_own_kernel();
 }
 
 bool mask_within_causal(const at::Tensor& allow_b1tt) {

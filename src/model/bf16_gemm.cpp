@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -96,12 +97,21 @@ void fallback_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t 
                               reinterpret_cast<const at::BFloat16*>(bh), c, /*is_vnni=*/false);
 }
 
-bool detect_own_kernel() {
+bool cpu_takes_own_kernel() {
 #if ALPACA_GEMM_X86
   return __builtin_cpu_supports("avx512bf16") && !__builtin_cpu_supports("amx-bf16");
 #else
   return false;
 #endif
+}
+
+// ALPACA_BF16_GEMM=cpublas runs the fallback on any CPU (to measure what AMX / AVX2-only CPUs run).
+bool detect_own_kernel() {
+  const char* env = std::getenv("ALPACA_BF16_GEMM");
+  if (env == nullptr || *env == '\0') return cpu_takes_own_kernel();
+  ALPACA_CHECK(std::strcmp(env, "cpublas") == 0 || std::strcmp(env, "auto") == 0,
+               "ALPACA_BF16_GEMM=" << env << " is not understood; use auto (the default) or cpublas");
+  return env[0] == 'a' && cpu_takes_own_kernel();
 }
 
 std::atomic<bool>& own_slot() {

@@ -12,7 +12,8 @@
 // register-blocked kernel (8 x 32 fp32 accumulators, one VDPBF16PS per 16 x 2 multiply-adds): there
 // ATen's bf16 -> fp32 GEMM is MKL's, which converts to fp32 and runs an fp32 kernel (~80 GFLOP/s a
 // core on this EPYC). Elsewhere (AMX, where MKL's bf16 GEMM uses the tiles; AVX2-only CPUs) the
-// operands are unpacked and ATen's cpublas GEMM runs, as before.
+// operands are unpacked and ATen's cpublas GEMM runs, as before; ALPACA_BF16_GEMM=cpublas forces that
+// here too (for measurements).
 #pragma once
 
 #include <cstdint>

@@ -57,8 +57,10 @@ at::Tensor causal_attention_bf16(const at::Tensor& q_bhtd, const at::Tensor& k_b
                                  double scale, const at::Tensor& allow_b1tt = {});
 // Whether `allow_b1tt` (as above) lets no query see a later key; true when undefined (pure causal).
 bool mask_within_causal(const at::Tensor& allow_b1tt);
-// Whether bf16 training attention takes it: fused_cpu_bf16_applies(q) and not turned off with
-// ALPACA_CPU_ATTN=0 (or set_gemm_attention(false)): then ATen's scaled_dot_product_attention, as before.
+// Whether bf16 training attention takes it: fused_cpu_bf16_applies(q), a CPU that runs our
+// AVX512-BF16 products (without AMX; on the cpublas fallback it is no faster than SDPA), and not
+// turned off with ALPACA_CPU_ATTN=0 (or set_gemm_attention(false)); else ATen's
+// scaled_dot_product_attention, as before. causal_attention_bf16 itself runs on any CPU.
 bool gemm_attention_applies(const at::Tensor& q);
 void set_gemm_attention(bool on);
 
