@@ -119,7 +119,12 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x_btd, const LayerConte
   const int64_t n_rep = num_heads_ / num_kv_heads_;
   at::Tensor out_bhtd, out_btd;
   ALPACA_TRACE("cat:attention");
-  if (!ctx.attn_mask.defined()) {
+  if (fused_training(q_bhtd) && gemm_attention_applies(q_bhtd) && ctx.kv_cache == nullptr && k_bhtd.size(2) == t &&
+      mask_within_causal(ctx.attn_mask)) {
+    // bf16 CPU training: causal (and padding / packing) attention through GEMMs, GQA included. A mask
+    // that lets a query see a later key (none of make_context's do) keeps SDPA below.
+    out_bhtd = causal_attention_bf16(q_bhtd, k_bhtd, v_bhtd, scale, ctx.attn_mask);
+  } else if (!ctx.attn_mask.defined()) {
     // Pure causal: the fused path handles GQA itself (what transformers does without a mask).
     // With a cache, make_cached_context gives a mask whenever T > 1 follows cached positions, so
     // no mask here means every query may see every key (one decode step) or plain causal.

@@ -11,7 +11,7 @@
 // Only bf16 CPU tensors take them (fp32 keeps the module path, bit for bit); the row loops are
 // compiled for AVX-512 (F+BW), AVX2 and baseline x86-64 from one source, chosen at run time.
 // ALPACA_CPU_FUSED=0 (or set_fused_cpu_bf16(false)) turns them off: the module path everywhere,
-// for comparisons.
+// for comparisons; ALPACA_CPU_ATTN=0 turns off only the GEMM attention below.
 #pragma once
 
 #include <ATen/ATen.h>  // defines: at::Tensor
@@ -38,5 +38,30 @@ at::Tensor rope_bf16(const at::Tensor& x_bthd, const at::Tensor& cos_btd, const 
 
 // SiLU(gate) * up, both (..., F) bf16 of one shape.
 at::Tensor silu_mul_bf16(const at::Tensor& gate, const at::Tensor& up);
+
+// Causal attention through GEMMs (src/model/attention_cpu.cpp), in place of ATen's flash-attention
+// CPU kernel for bf16 training. Per (batch, head) and block of kAttnBlock query rows, skipping the
+// key blocks wholly above the diagonal: S = Q K^T (bf16 GEMM, fp32 sums: AVX512-BF16 where the CPU
+// has it without AMX, else ATen's cpublas bf16 GEMM; src/model/bf16_gemm.h), a masked softmax in fp32
+// (row loops compiled for AVX-512 / AVX2 / baseline like the kernels above), O = P V with P rounded
+// to bf16. Forward keeps O and each row's logsumexp (fp32), nothing T x T; backward recomputes P
+// from Q, K and the logsumexp (flash attention's recompute) and takes dV = P^T dO, dP = dO V^T,
+// dS = P * (dP - rowsum(dO * O)), dQ = dS K * scale, dK = dS^T Q * scale as GEMMs (fp32 sums, dK
+// and dV summed in fp32 over the query blocks and, with GQA, the heads sharing a KV head).
+// q (B, H, T, Dh), k and v (B, Hkv, T, Dh), H a multiple of Hkv (GQA), all bf16 on the CPU;
+// allow_b1tt: undefined (pure causal) or a bool (B or 1, 1, T, T) mask, true = attend, which must
+// lie within the causal triangle (LlamaForCausalLM::make_context's masks do): keys after the query
+// are never attended. Returns (B, H, T, Dh) as a transposed view of a contiguous (B, T, H, Dh).
+constexpr int64_t kAttnBlock = 64;
+at::Tensor causal_attention_bf16(const at::Tensor& q_bhtd, const at::Tensor& k_bhtd, const at::Tensor& v_bhtd,
+                                 double scale, const at::Tensor& allow_b1tt = {});
+// Whether `allow_b1tt` (as above) lets no query see a later key; true when undefined (pure causal).
+bool mask_within_causal(const at::Tensor& allow_b1tt);
+// Whether bf16 training attention takes it: fused_cpu_bf16_applies(q), a CPU that runs our
+// AVX512-BF16 products (without AMX; on the cpublas fallback it is no faster than SDPA), and not
+// turned off with ALPACA_CPU_ATTN=0 (or set_gemm_attention(false)); else ATen's
+// scaled_dot_product_attention, as before. causal_attention_bf16 itself runs on any CPU.
+bool gemm_attention_applies(const at::Tensor& q);
+void set_gemm_attention(bool on);
 
 }  // namespace alpaca::model

@@ -1,0 +1,437 @@
+// Causal bf16 attention through GEMMs for CPU training (alpaca/model/fused_ops.h, issue 32).
+//
+// ATen's flash-attention CPU kernel ran at ~29 GFLOP/s on the small model's shapes (docs/profile_bf16.md):
+// a quarter of a bf16 step. Here each (batch, KV head) is one task: K and V packed once, then
+// for each query head of its group and each block of kAttnBlock query rows [i0, i0 + rows), the
+// keys 0 .. i0 + rows - 1 only (no key block above the diagonal):
+//   forward   S = Q_blk K^T (fp32), P = softmax(S * scale) masked (fp32, rounded to bf16 for the
+//             next GEMM), O_blk = P V, lse = the rows' logsumexp;
+//   backward  S and P again from Q, K and lse, dP = dO_blk V^T, dS = P * (dP - rowsum(dO * O)) * scale,
+//             dQ_blk = dS K, dV += P^T dO_blk, dK += dS^T Q_blk (fp32 accumulators per KV head,
+//             so the heads of a GQA group and all query blocks sum before one rounding).
+// Nothing T x T is kept between forward and backward, and no ATen op runs per block: the products
+// are bf16_gemm.h's on packed operands (K, V packed once per task, P and dS per block), our
+// AVX512-BF16 kernel where the CPU has it without AMX, else ATen's cpublas bf16 -> fp32 GEMM (MKL /
+// oneDNN, AMX where present). The softmax rows are our loops, compiled per instruction set like
+// fused_ops.cpp's.
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "alpaca/model/fused_ops.h"
+#include "alpaca/util/error.h"
+#include "bf16_gemm.h"
+#include "fused_math.h"
+
+namespace alpaca::model {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+using namespace fused;  // u16, In, Out, Acc, f32, bf16, exp_f, kLanes (fused_math.h)
+using Mask = const uint8_t* __restrict;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// s[j] = s[j] * scale, or -inf where the mask forbids key j, for j < lim; returns their maximum.
+template <bool kMasked>
+ALPACA_INLINE float scale_mask_max(Acc s, int64_t lim, Mask m, float scale) {
+  float acc[kLanes];
+  for (int l = 0; l < kLanes; ++l) acc[l] = -kInf;
+  int64_t j = 0;
+  for (; j + kLanes <= lim; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      float v = s[j + l] * scale;
+      if constexpr (kMasked) v = m[j + l] != 0 ? v : -kInf;
+      s[j + l] = v;
+      acc[l] = acc[l] > v ? acc[l] : v;
+    }
+  float mx = -kInf;
+  for (int l = 0; l < kLanes; ++l) mx = mx > acc[l] ? mx : acc[l];
+  for (; j < lim; ++j) {
+    float v = s[j] * scale;
+    if constexpr (kMasked) v = m[j] != 0 ? v : -kInf;
+    s[j] = v;
+    mx = mx > v ? mx : v;
+  }
+  return mx;
+}
+
+// s[j] = exp(s[j] - mx) (0 where s[j] is -inf) for j < lim; returns their sum.
+ALPACA_INLINE float exp_sum(Acc s, int64_t lim, float mx) {
+  float acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= lim; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float v = s[j + l];
+      const float e = v == -kInf ? 0.0f : exp_f(v - mx);
+      s[j + l] = e;
+      acc[l] += e;
+    }
+  float sum = 0;
+  for (int l = 0; l < kLanes; ++l) sum += acc[l];
+  for (; j < lim; ++j) {
+    const float e = s[j] == -kInf ? 0.0f : exp_f(s[j] - mx);
+    s[j] = e;
+    sum += e;
+  }
+  return sum;
+}
+
+// Forward softmax of `rows` score rows (s: rows x n fp32, the raw q . k) of queries i0 .. i0 + rows - 1
+// over keys 0 .. n - 1: query i sees keys j <= i that the mask rows (stride ldm, or none) allow.
+// p (rows x n bf16) = the probabilities rounded to bf16 (0 beyond the allowed keys); lse[r] = the
+// row's logsumexp of s * scale (+inf for a row with no allowed key, whose p is all 0).
+ALPACA_INLINE void softmax_rows_impl(Acc s, int64_t rows, int64_t n, int64_t i0, Mask mask, int64_t ldm, float scale,
+                                     Out p, Acc lse) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* sr = s + r * n;
+    u16* pr = p + r * n;
+    const int64_t lim = std::min(i0 + r + 1, n);
+    const float mx = mask != nullptr ? scale_mask_max<true>(sr, lim, mask + r * ldm, scale)
+                                     : scale_mask_max<false>(sr, lim, nullptr, scale);
+    int64_t j = 0;
+    if (mx == -kInf) {
+      lse[r] = kInf;
+    } else {
+      const float sum = exp_sum(sr, lim, mx), inv = 1.0f / sum;
+      for (; j < lim; ++j) pr[j] = bf16(sr[j] * inv);
+      lse[r] = mx + std::log(sum);
+    }
+    for (; j < n; ++j) pr[j] = 0;
+  }
+}
+
+// Backward of the same rows: p = exp(s * scale - lse) (the forward's probabilities, recomputed),
+// ds = p * (dp - d) * scale, both rounded to bf16 for the GEMMs, 0 where the forward's p was 0.
+template <bool kMasked>
+ALPACA_INLINE void softmax_grad_row(const float* __restrict s, const float* __restrict dp, int64_t lim, Mask m,
+                                    float scale, float lse, float d, Out p, Out ds) {
+  for (int64_t j = 0; j < lim; ++j) {
+    float e = exp_f(s[j] * scale - lse);
+    if constexpr (kMasked) e = m[j] != 0 ? e : 0.0f;
+    p[j] = bf16(e);
+    ds[j] = bf16(e * (dp[j] - d) * scale);
+  }
+}
+
+ALPACA_INLINE void softmax_grad_rows_impl(const float* s, const float* dp, int64_t rows, int64_t n, int64_t i0,
+                                          Mask mask, int64_t ldm, float scale, const float* lse, const float* d,
+                                          Out p, Out ds) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t lim = lse[r] == kInf ? 0 : std::min(i0 + r + 1, n);
+    const float *sr = s + r * n, *dpr = dp + r * n;
+    u16 *pr = p + r * n, *dsr = ds + r * n;
+    if (mask != nullptr) {
+      softmax_grad_row<true>(sr, dpr, lim, mask + r * ldm, scale, lse[r], d[r], pr, dsr);
+    } else {
+      softmax_grad_row<false>(sr, dpr, lim, nullptr, scale, lse[r], d[r], pr, dsr);
+    }
+    for (int64_t j = lim; j < n; ++j) pr[j] = dsr[j] = 0;
+  }
+}
+
+// sum_c a[c] * b[c] in fp32 (16 partial sums).
+ALPACA_INLINE float dot_impl(In a, In b, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += f32(a[i + l]) * f32(b[i + l]);
+  float sum = 0;
+  for (int l = 0; l < kLanes; ++l) sum += acc[l];
+  for (; i < n; ++i) sum += f32(a[i]) * f32(b[i]);
+  return sum;
+}
+
+struct AttnKernels {
+  void (*softmax_rows)(float*, int64_t, int64_t, int64_t, const uint8_t*, int64_t, float, u16*, float*);
+  void (*softmax_grad_rows)(const float*, const float*, int64_t, int64_t, int64_t, const uint8_t*, int64_t, float,
+                            const float*, const float*, u16*, u16*);
+  float (*dot)(const u16*, const u16*, int64_t);
+};
+
+#define ALPACA_ATTN_KERNELS(NS, ATTR)                                                                                 \
+  namespace NS {                                                                                                      \
+  ATTR void softmax_rows(float* s, int64_t rows, int64_t n, int64_t i0, const uint8_t* m, int64_t ldm, float scale,  \
+                         u16* p, float* lse) {                                                                        \
+    softmax_rows_impl(s, rows, n, i0, m, ldm, scale, p, lse);                                                        \
+  }                                                                                                                   \
+  ATTR void softmax_grad_rows(const float* s, const float* dp, int64_t rows, int64_t n, int64_t i0, const uint8_t* m, \
+                              int64_t ldm, float scale, const float* lse, const float* d, u16* p, u16* ds) {          \
+    softmax_grad_rows_impl(s, dp, rows, n, i0, m, ldm, scale, lse, d, p, ds);                                        \
+  }                                                                                                                   \
+  ATTR float dot(const u16* a, const u16* b, int64_t n) { return dot_impl(a, b, n); }                                 \
+  const AttnKernels kernels{softmax_rows, softmax_grad_rows, dot};                                                    \
+  }
+
+ALPACA_ATTN_KERNELS(isa_base, )
+#if ALPACA_FUSED_X86
+ALPACA_ATTN_KERNELS(isa_avx2, __attribute__((target("avx2"))))
+ALPACA_ATTN_KERNELS(isa_avx512, __attribute__((target("avx512f,avx512bw"))))
+#endif
+
+const AttnKernels& attn_kernels() {
+  switch (fused_cpu_isa()) {
+#if ALPACA_FUSED_X86
+    case FusedCpuIsa::kAvx512: return isa_avx512::kernels;
+    case FusedCpuIsa::kAvx2: return isa_avx2::kernels;
+#endif
+    default: return isa_base::kernels;
+  }
+}
+
+// dst (rows x cols, row stride ldd) = bf16(src), src (rows x cols) fp32 with row stride lds.
+void store_bf16(const float* src, int64_t lds, int64_t rows, int64_t cols, u16* dst, int64_t ldd) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = bf16(src[r * lds + c]);
+}
+
+using W = uint32_t;  // two bf16 along the reduction dimension (bf16_gemm.h)
+const W* words(const u16* p) { return reinterpret_cast<const W*>(p); }
+
+// The problem: q, out, dq (B, T, H, Dh) and k, v, dk, dv (B, T, Hkv, Dh) contiguous bf16 (Dh even);
+// lse (B, H, T) fp32; mask (B or 1, T, T) bytes or null. Key counts are rounded up to even (tp, and
+// each block's np) for the packed products; the extra key is never allowed (it lies after every query).
+struct Attn {
+  int64_t b, t, h, hkv, dh;
+  float scale;
+  const uint8_t* mask;
+  int64_t mask_bstride;
+  int64_t tp() const { return t + (t & 1); }
+  int64_t ldq() const { return h * dh; }
+  int64_t ldk() const { return hkv * dh; }
+  int64_t q_off(int64_t bi, int64_t i, int64_t hi) const { return ((bi * t + i) * h + hi) * dh; }
+  int64_t k_off(int64_t bi, int64_t g) const { return (bi * t * hkv + g) * dh; }
+  const uint8_t* mask_rows(int64_t bi, int64_t i0) const {
+    return mask == nullptr ? nullptr : mask + bi * mask_bstride + i0 * t;
+  }
+};
+
+// One thread's buffers, reused across its tasks and blocks, and kept (grown, never shrunk) from call
+// to call: a fresh set per call went to mmap and back, ~20k page faults per step. kc, vc = K^T, V^T
+// packed (Dh/2 x tp words); kr, vr = K, V packed by key pairs (tp/2 x Dh); per block s, dp (fp32),
+// p, ds (bf16), their packed transposes pr, dsr, and the block's Q and dO packed by row pairs.
+struct Scratch {
+  std::vector<W> kc, vc, kr, vr, pr, dsr, qr, dor;
+  std::vector<u16> p, ds;
+  std::vector<float> s, dp, o, dk, dv, dsum;
+  static Scratch& of_this_thread(const Attn& a, bool backward) {
+    thread_local Scratch w;
+    const auto grow = [](auto& v, int64_t n) {
+      if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+    };
+    const int64_t tp = a.tp(), dh = a.dh;
+    for (auto* m : {&w.kc, &w.vc}) grow(*m, dh / 2 * tp);
+    for (auto* m : {&w.kr, &w.vr}) grow(*m, tp / 2 * dh);
+    for (auto* m : {&w.pr, &w.dsr}) grow(*m, kAttnBlock / 2 * tp);
+    for (auto* m : {&w.qr, &w.dor}) grow(*m, kAttnBlock / 2 * dh);
+    for (auto* m : {&w.p, &w.ds}) grow(*m, kAttnBlock * tp);
+    for (auto* m : {&w.s, &w.dp}) grow(*m, kAttnBlock * tp);
+    grow(w.o, kAttnBlock * dh);
+    if (backward) {
+      for (auto* m : {&w.dk, &w.dv}) grow(*m, tp * dh);
+      grow(w.dsum, a.t);
+    }
+    return w;
+  }
+};
+
+// K^T packed into kc (Dh/2 x tp words); with an odd T, the extra key's column is zero.
+void pack_keys_transposed(const Attn& a, const u16* k, W* kc) {
+  bf16gemm::pack_cols(k, a.ldk(), a.t, a.dh, kc, a.tp());
+  if (a.tp() != a.t)
+    for (int64_t p = 0; p < a.dh / 2; ++p) kc[p * a.tp() + a.t] = 0;
+}
+
+// Rows and (even) key count of the block at i0.
+struct Block {
+  int64_t rows, np;
+  Block(const Attn& a, int64_t i0) : rows(std::min(kAttnBlock, a.t - i0)), np(i0 + rows + ((i0 + rows) & 1)) {}
+};
+
+void forward_head(const Attn& a, int64_t bi, int64_t hi, const u16* q, u16* out, float* lse, Scratch& w) {
+  const AttnKernels& K = attn_kernels();
+  const int64_t dp2 = a.dh / 2;
+  for (int64_t i0 = 0; i0 < a.t; i0 += kAttnBlock) {
+    const Block blk(a, i0);
+    bf16gemm::gemm(blk.rows, blk.np, dp2, words(q + a.q_off(bi, i0, hi)), a.ldq() / 2, 1, w.kc.data(), a.tp(),
+                   w.s.data(), blk.np, false);
+    K.softmax_rows(w.s.data(), blk.rows, blk.np, i0, a.mask_rows(bi, i0), a.t, a.scale, w.p.data(),
+                   lse + (bi * a.h + hi) * a.t + i0);
+    bf16gemm::gemm(blk.rows, a.dh, blk.np / 2, words(w.p.data()), blk.np / 2, 1, w.vr.data(), a.dh, w.o.data(), a.dh,
+                   false);
+    store_bf16(w.o.data(), a.dh, blk.rows, a.dh, out + a.q_off(bi, i0, hi), a.ldq());
+  }
+}
+
+void attention_forward(const Attn& a, const u16* q, const u16* k, const u16* v, u16* out, float* lse) {
+  const int64_t rep = a.h / a.hkv;
+  at::parallel_for(0, a.b * a.hkv, 1, [&](int64_t t0, int64_t t1) {
+    Scratch& w = Scratch::of_this_thread(a, false);
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t bi = task / a.hkv, g = task % a.hkv;
+      pack_keys_transposed(a, k + a.k_off(bi, g), w.kc.data());
+      bf16gemm::pack_rows(v + a.k_off(bi, g), a.ldk(), a.t, a.dh, w.vr.data());
+      for (int64_t hi = g * rep; hi < (g + 1) * rep; ++hi) forward_head(a, bi, hi, q, out, lse, w);
+    }
+  });
+}
+
+struct Grads {
+  const u16 *q, *k, *v, *out, *dout;
+  const float* lse;
+  u16 *dq, *dk, *dv;
+};
+
+// One query head's share of the backward: dQ of its rows, and its terms of its KV head's dK, dV
+// (w.dk, w.dv; w.kc, w.vc, w.kr hold that KV head's K and V packed).
+void backward_head(const Attn& a, int64_t bi, int64_t hi, const Grads& gr, Scratch& w) {
+  const AttnKernels& K = attn_kernels();
+  const u16 *qb = gr.q + a.q_off(bi, 0, hi), *ob = gr.out + a.q_off(bi, 0, hi), *dob = gr.dout + a.q_off(bi, 0, hi);
+  const float* lse = gr.lse + (bi * a.h + hi) * a.t;
+  const int64_t dp2 = a.dh / 2, ldq = a.ldq();
+  for (int64_t i = 0; i < a.t; ++i) w.dsum[i] = K.dot(dob + i * ldq, ob + i * ldq, a.dh);
+  for (int64_t i0 = 0; i0 < a.t; i0 += kAttnBlock) {
+    const Block blk(a, i0);
+    const int64_t np = blk.np, rp = (blk.rows + 1) / 2;
+    bf16gemm::gemm(blk.rows, np, dp2, words(qb + i0 * ldq), ldq / 2, 1, w.kc.data(), a.tp(), w.s.data(), np, false);
+    bf16gemm::gemm(blk.rows, np, dp2, words(dob + i0 * ldq), ldq / 2, 1, w.vc.data(), a.tp(), w.dp.data(), np, false);
+    K.softmax_grad_rows(w.s.data(), w.dp.data(), blk.rows, np, i0, a.mask_rows(bi, i0), a.t, a.scale, lse + i0,
+                        w.dsum.data() + i0, w.p.data(), w.ds.data());
+    bf16gemm::gemm(blk.rows, a.dh, np / 2, words(w.ds.data()), np / 2, 1, w.kr.data(), a.dh, w.o.data(), a.dh, false);
+    store_bf16(w.o.data(), a.dh, blk.rows, a.dh, gr.dq + a.q_off(bi, i0, hi), ldq);
+    bf16gemm::pack_rows(w.p.data(), np, blk.rows, np, w.pr.data());
+    bf16gemm::pack_rows(w.ds.data(), np, blk.rows, np, w.dsr.data());
+    bf16gemm::pack_rows(qb + i0 * ldq, ldq, blk.rows, a.dh, w.qr.data());
+    bf16gemm::pack_rows(dob + i0 * ldq, ldq, blk.rows, a.dh, w.dor.data());
+    bf16gemm::gemm(np, a.dh, rp, w.pr.data(), 1, np, w.dor.data(), a.dh, w.dv.data(), a.dh, true);
+    bf16gemm::gemm(np, a.dh, rp, w.dsr.data(), 1, np, w.qr.data(), a.dh, w.dk.data(), a.dh, true);
+  }
+}
+
+void attention_backward(const Attn& a, const Grads& gr) {
+  const int64_t rep = a.h / a.hkv;
+  at::parallel_for(0, a.b * a.hkv, 1, [&](int64_t t0, int64_t t1) {
+    Scratch& w = Scratch::of_this_thread(a, true);
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t bi = task / a.hkv, g = task % a.hkv;
+      pack_keys_transposed(a, gr.k + a.k_off(bi, g), w.kc.data());
+      pack_keys_transposed(a, gr.v + a.k_off(bi, g), w.vc.data());
+      bf16gemm::pack_rows(gr.k + a.k_off(bi, g), a.ldk(), a.t, a.dh, w.kr.data());
+      std::fill_n(w.dk.begin(), a.tp() * a.dh, 0.0f);
+      std::fill_n(w.dv.begin(), a.tp() * a.dh, 0.0f);
+      for (int64_t hi = g * rep; hi < (g + 1) * rep; ++hi) backward_head(a, bi, hi, gr, w);
+      store_bf16(w.dk.data(), a.dh, a.t, a.dh, gr.dk + a.k_off(bi, g), a.ldk());
+      store_bf16(w.dv.data(), a.dh, a.t, a.dh, gr.dv + a.k_off(bi, g), a.ldk());
+    }
+  });
+}
+
+const u16* bits(const at::Tensor& t) { return reinterpret_cast<const u16*>(t.const_data_ptr<at::BFloat16>()); }
+u16* mbits(at::Tensor& t) { return reinterpret_cast<u16*>(t.mutable_data_ptr<at::BFloat16>()); }
+
+Attn problem(const at::Tensor& q, const at::Tensor& k, double scale, const at::Tensor& mask) {
+  Attn a{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), static_cast<float>(scale), nullptr, 0};
+  if (mask.numel() > 0) {
+    a.mask = reinterpret_cast<const uint8_t*>(mask.const_data_ptr<bool>());
+    a.mask_bstride = mask.size(0) == 1 ? 0 : a.t * a.t;
+  }
+  return a;
+}
+
+// q (B, T, H, Dh), k and v (B, T, Hkv, Dh) contiguous bf16; mask (B or 1, T, T) contiguous bool, or
+// empty for pure causal (autograd's apply takes no undefined tensor).
+struct GemmAttentionFn : public torch::autograd::Function<GemmAttentionFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            double scale, const at::Tensor& mask) {
+    const Attn a = problem(q, k, scale, mask);
+    at::Tensor out = at::empty_like(q);
+    at::Tensor lse = at::empty({a.b, a.h, a.t}, q.options().dtype(at::kFloat));
+    attention_forward(a, bits(q), bits(k), bits(v), mbits(out), lse.mutable_data_ptr<float>());
+    ctx->save_for_backward({q, k, v, out, lse, mask});
+    ctx->saved_data["scale"] = scale;
+    return out;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4], &mask = saved[5];
+    const at::Tensor dout = grad_out[0].to(at::kBFloat16).contiguous();
+    at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+    const Attn a = problem(q, k, ctx->saved_data["scale"].toDouble(), mask);
+    const Grads gr{bits(q), bits(k), bits(v), bits(out), bits(dout), lse.const_data_ptr<float>(),
+                   mbits(dq), mbits(dk), mbits(dv)};
+    attention_backward(a, gr);
+    return {dq, dk, dv, at::Tensor(), at::Tensor()};
+  }
+};
+
+std::atomic<bool>& enabled_slot() {
+  static std::atomic<bool> slot{[] {
+    const char* env = std::getenv("ALPACA_CPU_ATTN");
+    if (env == nullptr || *env == '\0') return true;
+    ALPACA_CHECK(std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0,
+                 "ALPACA_CPU_ATTN=" << env << " is not understood; use 1 (GEMM attention for bf16 CPU training) or 0 "
+                                       "(ATen's scaled_dot_product_attention)");
+    return env[0] == '1';
+  }()};
+  return slot;
+}
+
+}  // namespace
+
+bool gemm_attention_applies(const at::Tensor& q) {
+  // Only with our AVX512-BF16 products: on the cpublas fallback (MKL's fp32-converting bf16 GEMM
+  // here) it measured 0.7-1.1x SDPA, so AMX and AVX2-only CPUs keep SDPA (docs/profile_bf16.md).
+  return fused_cpu_bf16_applies(q) && enabled_slot().load(std::memory_order_relaxed) && bf16gemm::use_own_kernel();
+}
+
+bool mask_within_causal(const at::Tensor& allow_b1tt) {
+  if (!allow_b1tt.defined()) return true;
+  if (allow_b1tt.dim() != 4 || allow_b1tt.scalar_type() != at::kBool || !allow_b1tt.is_cpu()) return false;
+  const at::Tensor m = allow_b1tt.select(1, 0);  // (B, T, K), any strides (make_context's is expanded)
+  const int64_t b = m.size(0), t = m.size(1), k = m.size(2), s0 = m.stride(0), s1 = m.stride(1), s2 = m.stride(2);
+  const bool* p = m.const_data_ptr<bool>();
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t j = i + 1; j < k; ++j)
+        if (p[bi * s0 + i * s1 + j * s2]) return false;
+  return true;
+}
+
+void set_gemm_attention(bool on) { enabled_slot().store(on, std::memory_order_relaxed); }
+
+at::Tensor causal_attention_bf16(const at::Tensor& q_bhtd, const at::Tensor& k_bhtd, const at::Tensor& v_bhtd,
+                                 double scale, const at::Tensor& allow_b1tt) {
+  const bool ok = q_bhtd.dim() == 4 && k_bhtd.dim() == 4 && v_bhtd.sizes() == k_bhtd.sizes() &&
+                  q_bhtd.scalar_type() == at::kBFloat16 && k_bhtd.scalar_type() == at::kBFloat16 &&
+                  v_bhtd.scalar_type() == at::kBFloat16 && q_bhtd.is_cpu() && k_bhtd.is_cpu() && v_bhtd.is_cpu() &&
+                  k_bhtd.size(0) == q_bhtd.size(0) && k_bhtd.size(2) == q_bhtd.size(2) &&
+                  k_bhtd.size(3) == q_bhtd.size(3) && q_bhtd.size(3) % 2 == 0 && k_bhtd.size(1) > 0 &&
+                  q_bhtd.size(1) % k_bhtd.size(1) == 0;
+  ALPACA_CHECK(ok, "causal_attention_bf16: needs bf16 CPU q (B, H, T, Dh) and k, v (B, Hkv, T, Dh) with H a multiple "
+                   "of Hkv and Dh even, got q " << q_bhtd.sizes() << " " << q_bhtd.scalar_type() << ", k " << k_bhtd.sizes()
+                                    << ", v " << v_bhtd.sizes());
+  const int64_t b = q_bhtd.size(0), t = q_bhtd.size(2);
+  at::Tensor mask = at::empty({0}, at::kBool);
+  if (allow_b1tt.defined()) {
+    ALPACA_CHECK(allow_b1tt.scalar_type() == at::kBool && allow_b1tt.dim() == 4 && allow_b1tt.size(1) == 1 &&
+                     (allow_b1tt.size(0) == 1 || allow_b1tt.size(0) == b) && allow_b1tt.size(2) == t &&
+                     allow_b1tt.size(3) == t && allow_b1tt.is_cpu(),
+                 "causal_attention_bf16: the mask must be a CPU bool (" << b << " or 1, 1, " << t << ", " << t
+                                                                        << "), got " << allow_b1tt.sizes() << " "
+                                                                        << allow_b1tt.scalar_type());
+    mask = allow_b1tt.select(1, 0).contiguous();
+  }
+  const at::Tensor q = q_bhtd.transpose(1, 2).contiguous(), k = k_bhtd.transpose(1, 2).contiguous(),
+                   v = v_bhtd.transpose(1, 2).contiguous();
+  return GemmAttentionFn::apply(q, k, v, scale, mask).transpose(1, 2);
+}
+
+}  // namespace alpaca::model

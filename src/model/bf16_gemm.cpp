@@ -1,0 +1,173 @@
+// The packed bf16 GEMM of the GEMM attention (see bf16_gemm.h).
+#include "bf16_gemm.h"
+
+#include <ATen/native/CPUBlas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "alpaca/util/error.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define ALPACA_GEMM_X86 1
+#define ALPACA_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#else
+#define ALPACA_GEMM_X86 0
+#endif
+
+namespace alpaca::model::bf16gemm {
+namespace {
+
+#if ALPACA_GEMM_X86
+constexpr int kMr = 8;   // rows of C per micro-tile
+constexpr int kNr = 32;  // columns of C per micro-tile (two 16-lane registers)
+
+// C tile (mr x up to 32 columns, masks m0 / m1 for the two halves) (+)= A rows . B columns.
+template <int kRows>
+ALPACA_AVX512_BF16 void micro_tile(int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const uint32_t* b,
+                                   int64_t ldb, float* c, int64_t ldc, bool add, __mmask16 m0, __mmask16 m1) {
+  // Every loop over the rows unrolled, so that the accumulators live in registers (GCC keeps an array
+  // indexed by a rolled loop on the stack: a load and a store around every multiply-add).
+  __m512 acc[kRows][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kp; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_maskz_loadu_epi32(m0, b + p * ldb);
+    const __m512bh b1 = (__m512bh)_mm512_maskz_loadu_epi32(m1, b + p * ldb + 16);
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[i * a_rs + p * a_ks]));
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, b0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i) {
+    float* ci = c + i * ldc;
+    if (add) {
+      acc[i][0] = _mm512_add_ps(acc[i][0], _mm512_maskz_loadu_ps(m0, ci));
+      acc[i][1] = _mm512_add_ps(acc[i][1], _mm512_maskz_loadu_ps(m1, ci + 16));
+    }
+    _mm512_mask_storeu_ps(ci, m0, acc[i][0]);
+    _mm512_mask_storeu_ps(ci + 16, m1, acc[i][1]);
+  }
+}
+
+using TileFn = void (*)(int64_t, const uint32_t*, int64_t, int64_t, const uint32_t*, int64_t, float*, int64_t, bool,
+                        __mmask16, __mmask16);
+constexpr TileFn kTiles[kMr + 1] = {nullptr,        micro_tile<1>, micro_tile<2>, micro_tile<3>, micro_tile<4>,
+                                    micro_tile<5>, micro_tile<6>, micro_tile<7>, micro_tile<8>};
+
+__mmask16 lanes(int64_t k) { return k >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << k) - 1); }
+
+// Column tiles outside, row tiles inside: one B panel (kp x 32 words) stays in L1 across the rows.
+void own_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const uint32_t* b,
+              int64_t ldb, float* c, int64_t ldc, bool add) {
+  for (int64_t j = 0; j < n; j += kNr) {
+    const int64_t w = std::min<int64_t>(kNr, n - j);
+    const __mmask16 m0 = lanes(w), m1 = lanes(std::max<int64_t>(0, w - 16));
+    for (int64_t i = 0; i < m; i += kMr) {
+      const int64_t r = std::min<int64_t>(kMr, m - i);
+      kTiles[r](kp, a + i * a_rs, a_rs, a_ks, b + j, ldb, c + i * ldc + j, ldc, add, m0, m1);
+    }
+  }
+}
+#endif
+
+// Elsewhere: unpack to row-major bf16 and take ATen's cpublas GEMM (bf16 x bf16 -> fp32).
+void fallback_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const uint32_t* b,
+                   int64_t ldb, float* c, int64_t ldc, bool add) {
+  thread_local std::vector<uint32_t> ab, bb;
+  ab.resize(m * kp);
+  bb.resize(kp * n);  // 2 kp x n bf16
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < kp; ++p) ab[i * kp + p] = a[i * a_rs + p * a_ks];  // row i: its pairs, in order
+  auto* bh = reinterpret_cast<uint16_t*>(bb.data());                          // (2 kp) x n bf16
+  for (int64_t p = 0; p < kp; ++p)
+    for (int64_t j = 0; j < n; ++j) {
+      const uint32_t v = b[p * ldb + j];
+      bh[(2 * p) * n + j] = static_cast<uint16_t>(v & 0xFFFFu);
+      bh[(2 * p + 1) * n + j] = static_cast<uint16_t>(v >> 16);
+    }
+  at::native::cpublas::brgemm(m, n, 2 * kp, 2 * kp, n, ldc, add, reinterpret_cast<const at::BFloat16*>(ab.data()),
+                              reinterpret_cast<const at::BFloat16*>(bh), c, /*is_vnni=*/false);
+}
+
+bool cpu_takes_own_kernel() {
+#if ALPACA_GEMM_X86
+  return __builtin_cpu_supports("avx512bf16") && !__builtin_cpu_supports("amx-bf16");
+#else
+  return false;
+#endif
+}
+
+// ALPACA_BF16_GEMM=cpublas runs the fallback on any CPU (to measure what AMX / AVX2-only CPUs run).
+bool detect_own_kernel() {
+  const char* env = std::getenv("ALPACA_BF16_GEMM");
+  if (env == nullptr || *env == '\0') return cpu_takes_own_kernel();
+  ALPACA_CHECK(std::strcmp(env, "cpublas") == 0 || std::strcmp(env, "auto") == 0,
+               "ALPACA_BF16_GEMM=" << env << " is not understood; use auto (the default) or cpublas");
+  return env[0] == 'a' && cpu_takes_own_kernel();
+}
+
+std::atomic<bool>& own_slot() {
+  static std::atomic<bool> slot{detect_own_kernel()};
+  return slot;
+}
+
+}  // namespace
+
+bool cpu_has_avx512_bf16() {
+#if ALPACA_GEMM_X86
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+bool use_own_kernel() { return own_slot().load(std::memory_order_relaxed); }
+
+void set_own_kernel(bool on) {
+  ALPACA_CHECK(!on || cpu_has_avx512_bf16(), "bf16gemm::set_own_kernel: this CPU has no AVX512-BF16");
+  own_slot().store(on, std::memory_order_relaxed);
+}
+
+void gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const uint32_t* b,
+          int64_t ldb, float* c, int64_t ldc, bool add) {
+  if (m <= 0 || n <= 0) return;
+  if (kp <= 0) {
+    for (int64_t i = 0; i < m && !add; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+    return;
+  }
+#if ALPACA_GEMM_X86
+  if (use_own_kernel()) return own_gemm(m, n, kp, a, a_rs, a_ks, b, ldb, c, ldc, add);
+#endif
+  fallback_gemm(m, n, kp, a, a_rs, a_ks, b, ldb, c, ldc, add);
+}
+
+void pack_rows(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols, uint32_t* dst) {
+  for (int64_t p = 0; p < (rows + 1) / 2; ++p) {
+    const uint16_t* r0 = src + 2 * p * ld;
+    const uint16_t* r1 = 2 * p + 1 < rows ? r0 + ld : nullptr;
+    for (int64_t j = 0; j < cols; ++j)
+      dst[p * cols + j] = static_cast<uint32_t>(r0[j]) | (r1 != nullptr ? static_cast<uint32_t>(r1[j]) << 16 : 0u);
+  }
+}
+
+void pack_cols(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols, uint32_t* dst, int64_t ldd) {
+  for (int64_t i = 0; i < rows; ++i) {
+    uint32_t w[256];
+    const int64_t pairs = cols / 2;
+    for (int64_t p0 = 0; p0 < pairs; p0 += 256) {
+      const int64_t np = std::min<int64_t>(256, pairs - p0);
+      std::memcpy(w, src + i * ld + 2 * p0, static_cast<size_t>(np) * 4);
+      for (int64_t p = 0; p < np; ++p) dst[(p0 + p) * ldd + i] = w[p];
+    }
+  }
+}
+
+}  // namespace alpaca::model::bf16gemm

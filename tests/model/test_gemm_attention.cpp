@@ -1,0 +1,251 @@
+// The bf16 GEMM attention (model::causal_attention_bf16, src/model/attention_cpu.cpp) against a float64
+// math reference computed from the same bf16 inputs, and against the path it replaces (ATen's
+// scaled_dot_product_attention in bf16), forward output and dQ / dK / dV, on: causal, GQA, padding
+// masks from LlamaForCausalLM::make_context (left padding, a fully padded row, packed segments),
+// lengths below, at and off the 64-row block, batch > 1. Tolerances, per output tensor:
+// - |ours - reference| <= 1.5% of the reference's largest magnitude. P is rounded to bf16 before
+//   P V (relative 2^-9 per weight) and every output to bf16 (2^-9 of its value); the gradients
+//   go through two rounded operands (P or dS, and the output's own rounding) and dS = P (dP - D)
+//   cancels, so their error is a few 2^-8 of the largest value: 1.5% leaves room above the ~0.5-1%
+//   measured and still fails a wrong mask, a missed block or a wrong scale (errors of 10-100%);
+// - and |ours - reference| <= 2x SDPA's own |sdpa - reference| + 1 bf16 ulp of the largest value:
+//   at least about as accurate as the kernel it replaces.
+// The instruction-set variants of the softmax rows agree bit for bit; bf16 training layers take
+// the new path (its autograd node is in the graph) and fp32 never does.
+#include <gtest/gtest.h>
+
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cstdio>
+#include <functional>
+#include <set>
+#include <string>
+
+#include "alpaca/model/fused_ops.h"
+#include "alpaca/model/layers.h"
+#include "alpaca/model/llama.h"
+#include "alpaca/model/rope.h"
+#include "bf16_gemm.h"  // src/model/, internal: the GEMM backends
+#include "model_test_util.h"
+
+using namespace alpaca::model;
+
+namespace {
+
+class GemmAttention : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    set_fused_cpu_isa(best_fused_cpu_isa());
+    set_gemm_attention(true);
+    bf16gemm::set_own_kernel(own_kernel_);
+  }
+  const bool own_kernel_ = bf16gemm::use_own_kernel();
+};
+
+struct Case {
+  int64_t b, h, hkv, t, dh;
+};
+
+struct Result {
+  at::Tensor out, dq, dk, dv;
+};
+
+at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
+  return x.repeat_interleave(n_rep, /*dim=*/1);
+}
+
+// Runs `attn` on leaves made from q, k, v (converted to `dtype`) and backpropagates g.
+Result run(const std::function<at::Tensor(at::Tensor, at::Tensor, at::Tensor)>& attn, const at::Tensor& q,
+           const at::Tensor& k, const at::Tensor& v, const at::Tensor& g, at::ScalarType dtype) {
+  at::Tensor ql = q.to(dtype).detach().requires_grad_(true), kl = k.to(dtype).detach().requires_grad_(true),
+             vl = v.to(dtype).detach().requires_grad_(true);
+  const at::Tensor out = attn(ql, kl, vl);
+  const auto grads = torch::autograd::grad({out}, {ql, kl, vl}, {g.to(dtype)});
+  return {out.detach(), grads[0], grads[1], grads[2]};
+}
+
+// softmax(q k^T * scale) v in float64, keys after the query or outside the mask at -inf.
+at::Tensor math_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
+                          const at::Tensor& allow_b1tt) {
+  const int64_t rep = q.size(1) / k.size(1), t = q.size(2);
+  at::Tensor allow = at::ones({t, t}, at::kBool).tril().view({1, 1, t, t});
+  if (allow_b1tt.defined()) allow = allow & allow_b1tt;
+  const at::Tensor s = at::matmul(q, repeat_kv(k, rep).transpose(-1, -2)) * scale;
+  return at::matmul(at::softmax(s.masked_fill(allow.logical_not(), -INFINITY), -1), repeat_kv(v, rep));
+}
+
+at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
+                const at::Tensor& allow_b1tt) {
+  const int64_t rep = q.size(1) / k.size(1);
+  if (!allow_b1tt.defined())
+    return at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true, scale, rep > 1);
+  return at::scaled_dot_product_attention(q, repeat_kv(k, rep), repeat_kv(v, rep), allow_b1tt, 0.0, false, scale);
+}
+
+double max_err(const at::Tensor& got, const at::Tensor& ref) {
+  return (got.to(at::kDouble) - ref.to(at::kDouble)).abs().max().item<double>();
+}
+
+void expect_accurate(const Result& ours, const Result& old, const Result& ref, const std::string& what) {
+  const std::vector<std::pair<const char*, std::array<at::Tensor, 3>>> parts = {
+      {"out", {ours.out, old.out, ref.out}}, {"dq", {ours.dq, old.dq, ref.dq}},
+      {"dk", {ours.dk, old.dk, ref.dk}},     {"dv", {ours.dv, old.dv, ref.dv}}};
+  for (const auto& [name, t] : parts) {
+    const double scale = t[2].abs().max().item<double>();
+    const double err = max_err(t[0], t[2]), old_err = max_err(t[1], t[2]);
+    std::printf("%-28s %-3s max |ref| %.3g, error: ours %.3g (%.2f%%), SDPA %.3g (%.2f%%)\n", what.c_str(), name, scale,
+                err, 100 * err / scale, old_err, 100 * old_err / scale);
+    EXPECT_LE(err, 0.015 * scale) << what << " " << name << ": error " << err << " of max " << scale;
+    EXPECT_LE(err, 2 * old_err + scale / 128) << what << " " << name << ": error " << err << ", SDPA's " << old_err;
+  }
+}
+
+void check_case(const Case& c, const at::Tensor& allow_b1tt, const std::string& what) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.dh));
+  const at::Tensor q = (at::randn({c.b, c.h, c.t, c.dh}) * 2).to(at::kBFloat16);
+  const at::Tensor k = at::randn({c.b, c.hkv, c.t, c.dh}).to(at::kBFloat16);
+  const at::Tensor v = at::randn({c.b, c.hkv, c.t, c.dh}).to(at::kBFloat16);
+  const at::Tensor g = at::randn({c.b, c.h, c.t, c.dh}).to(at::kBFloat16);
+  const auto ours = run([&](at::Tensor a, at::Tensor b, at::Tensor d) {
+    return causal_attention_bf16(a, b, d, scale, allow_b1tt);
+  }, q, k, v, g, at::kBFloat16);
+  const auto old = run([&](at::Tensor a, at::Tensor b, at::Tensor d) { return sdpa(a, b, d, scale, allow_b1tt); }, q,
+                       k, v, g, at::kBFloat16);
+  const auto ref = run([&](at::Tensor a, at::Tensor b, at::Tensor d) {
+    return math_attention(a, b, d, scale, allow_b1tt);
+  }, q, k, v, g, at::kDouble);
+  expect_accurate(ours, old, ref, what);
+}
+
+std::string name(const Case& c) {
+  return "B" + std::to_string(c.b) + " H" + std::to_string(c.h) + "/" + std::to_string(c.hkv) + " T" +
+         std::to_string(c.t) + " Dh" + std::to_string(c.dh);
+}
+
+TEST_F(GemmAttention, CausalAndGqaMatchTheMathReference) {
+  at::manual_seed(1);
+  for (const Case& c : {Case{2, 4, 4, 100, 32}, Case{1, 6, 2, 130, 64}, Case{3, 2, 1, 64, 16}, Case{2, 3, 3, 1, 8},
+                        Case{1, 2, 2, 7, 64}, Case{2, 12, 12, 256, 64}})
+    check_case(c, {}, name(c));
+}
+
+// ATen's cpublas GEMM (AMX and AVX2-only CPUs) in place of our AVX512-BF16 kernel, on the same cases.
+TEST_F(GemmAttention, TheFallbackGemmMatchesTooAndTheBackendsAgree) {
+  at::manual_seed(5);
+  const Case c{2, 4, 2, 75, 32};
+  const at::Tensor q = at::randn({c.b, c.h, c.t, c.dh}).to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor k = at::randn({c.b, c.hkv, c.t, c.dh}).to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor v = at::randn({c.b, c.hkv, c.t, c.dh}).to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor g = at::randn({c.b, c.h, c.t, c.dh}).to(at::kBFloat16);
+  std::vector<at::Tensor> runs;
+  for (bool own : {false, true}) {
+    if (own && !bf16gemm::cpu_has_avx512_bf16()) continue;
+    bf16gemm::set_own_kernel(own);
+    check_case({3, 4, 2, 90, 32}, {}, own ? "own kernel" : "fallback");
+    const at::Tensor y = causal_attention_bf16(q, k, v, 0.25);
+    const auto grads = torch::autograd::grad({y}, {q, k, v}, {g});
+    runs.push_back(at::cat({y.flatten(), grads[0].flatten(), grads[1].flatten(), grads[2].flatten()}).to(at::kFloat));
+  }
+  if (runs.size() == 2) {  // fp32 sums in another order, then the same bf16 roundings: a bf16 ulp or two apart
+    const double scale = runs[0].abs().max().item<double>();
+    EXPECT_LE(max_err(runs[1], runs[0]), scale / 64);
+    EXPECT_GE(runs[1].eq(runs[0]).to(at::kFloat).mean().item<double>(), 0.9);
+  }
+}
+
+// The masks the trainer's batches make: LlamaForCausalLM::make_context on a padding mask / segments.
+at::Tensor context_mask(int64_t b, int64_t t, const at::Tensor& attention_mask, const at::Tensor& segments) {
+  LlamaForCausalLM m(alpaca::testing::llama_config({32, 16, 32, 1, 2, 2, 8}));
+  const at::Tensor ids = at::zeros({b, t}, at::kLong);
+  return m->make_context(ids, attention_mask, {}, segments, at::kBFloat16).attn_mask;
+}
+
+TEST_F(GemmAttention, PaddingAndPackingMasksMatchTheMathReference) {
+  at::manual_seed(2);
+  const int64_t t = 90;
+  at::Tensor pad = at::ones({3, t}, at::kLong);
+  pad[0].narrow(0, 0, 17).zero_();  // left padding: rows 0-16 see only themselves
+  pad[1].narrow(0, 70, 20).zero_();  // right padding
+  const at::Tensor padded = context_mask(3, t, pad, {});
+  ASSERT_TRUE(padded.defined());
+  EXPECT_TRUE(mask_within_causal(padded));
+  check_case({3, 4, 2, t, 32}, padded, "padding");
+  at::Tensor seg = at::zeros({2, t}, at::kLong);
+  seg[0].narrow(0, 30, 60).fill_(1);
+  seg[1].narrow(0, 65, 25).fill_(1);
+  const at::Tensor packed = context_mask(2, t, {}, seg);
+  EXPECT_TRUE(mask_within_causal(packed));
+  check_case({2, 4, 4, t, 32}, packed, "packed segments");
+}
+
+TEST_F(GemmAttention, InstructionSetVariantsAgreeBitForBit) {
+  at::manual_seed(3);
+  const at::Tensor q = at::randn({2, 4, 75, 24}).to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor k = at::randn({2, 2, 75, 24}).to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor v = at::randn({2, 2, 75, 24}).to(at::kBFloat16).requires_grad_(true);
+  const at::Tensor g = at::randn({2, 4, 75, 24}).to(at::kBFloat16);
+  at::Tensor pad = at::ones({2, 75}, at::kLong);
+  pad[1].narrow(0, 0, 9).zero_();
+  const at::Tensor mask = context_mask(2, 75, pad, {});
+  at::Tensor first;
+  for (int i = 0; i <= static_cast<int>(best_fused_cpu_isa()); ++i) {
+    set_fused_cpu_isa(static_cast<FusedCpuIsa>(i));
+    const at::Tensor y = causal_attention_bf16(q, k, v, 0.2, mask);
+    const auto grads = torch::autograd::grad({y}, {q, k, v}, {g});
+    const at::Tensor all = at::cat({y.flatten(), grads[0].flatten(), grads[1].flatten(), grads[2].flatten()});
+    if (!first.defined()) first = all;
+    EXPECT_TRUE(at::equal(all, first)) << "isa " << i;
+  }
+}
+
+bool graph_has(const torch::autograd::Node* node, const std::string& what, std::set<const void*>& seen) {
+  if (node == nullptr || !seen.insert(node).second) return false;
+  if (node->name().find(what) != std::string::npos) return true;
+  for (const auto& e : node->next_edges())
+    if (graph_has(e.function.get(), what, seen)) return true;
+  return false;
+}
+
+TEST_F(GemmAttention, Bf16TrainingLayersTakeItAndFp32DoesNot) {
+  at::manual_seed(4);
+  const LlamaConfig cfg = alpaca::testing::llama_config({32, 64, 160, 1, 4, 2, 16});
+  for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
+    LlamaAttention attn(cfg, at::TensorOptions().dtype(dtype));
+    {
+      at::NoGradGuard no_grad;
+      for (auto& p : attn->parameters()) p.copy_(at::randn(p.sizes()) * 0.2);
+    }
+    LayerContext ctx;
+    std::tie(ctx.cos, ctx.sin) = rope_cos_sin(cfg, at::arange(20).unsqueeze(0).expand({2, 20}), dtype);
+    const at::Tensor x = at::randn({2, 20, 64}).to(dtype);
+    std::set<const void*> seen;
+    const bool taken = graph_has(attn->forward(x, ctx).grad_fn().get(), "GemmAttentionFn", seen);
+    // Only where our AVX512-BF16 products run (elsewhere SDPA is as fast): try both settings.
+    EXPECT_EQ(taken, dtype == at::kBFloat16 && bf16gemm::use_own_kernel()) << dtype;
+    if (dtype == at::kBFloat16 && bf16gemm::use_own_kernel()) {
+      bf16gemm::set_own_kernel(false);
+      seen.clear();
+      EXPECT_FALSE(graph_has(attn->forward(x, ctx).grad_fn().get(), "GemmAttentionFn", seen));
+      bf16gemm::set_own_kernel(true);
+    }
+    if (dtype != at::kBFloat16) continue;
+    set_gemm_attention(false);  // ALPACA_CPU_ATTN=0: the SDPA path again
+    seen.clear();
+    EXPECT_FALSE(graph_has(attn->forward(x, ctx).grad_fn().get(), "GemmAttentionFn", seen));
+    set_gemm_attention(true);
+  }
+}
+
+TEST_F(GemmAttention, MasksReachingLaterKeysAndBadInputsAreRefused) {
+  at::Tensor upper = at::ones({1, 1, 5, 5}, at::kBool);  // every query sees every key
+  EXPECT_FALSE(mask_within_causal(upper));
+  EXPECT_TRUE(mask_within_causal(upper.tril()));
+  EXPECT_TRUE(mask_within_causal({}));
+  const at::Tensor f = at::randn({1, 2, 5, 8});
+  EXPECT_THROW(causal_attention_bf16(f, f, f, 0.3), std::exception);  // fp32
+  const at::Tensor q = f.to(at::kBFloat16), k3 = at::randn({1, 3, 5, 8}).to(at::kBFloat16);
+  EXPECT_THROW(causal_attention_bf16(q, k3, k3, 0.3), std::exception);  // 2 heads over 3 KV heads
+  EXPECT_THROW(causal_attention_bf16(q, q, q, 0.3, at::ones({1, 1, 4, 4}, at::kBool)), std::exception);
+}
+
+}  // namespace
