@@ -56,6 +56,22 @@ def shared_dir() -> Path:
     return Path(os.environ.get("ALPACA_SHARED_DIR", ROOT.parent / "shared")) / "data"
 
 
+def add_case_flags(ap: argparse.ArgumentParser, seq_len: int, steps: int) -> None:
+    """The flags of one case of this benchmark run by another script (ab_ours.py, profile_step.py):
+    model size, dtype, sequence length, batches, steps, our sharding, QLoRA, and the output folder.
+    Each script adds its own --ranks (one world size or a list)."""
+    ap.add_argument("--size", default="small")
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--seq_len", type=int, default=seq_len)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--global_batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--fsdp", default="full_shard", help="our sharding strategy (bench.py --fsdp)")
+    ap.add_argument("--qlora", action="store_true", help="QLoRA r=16 (bench.py --qlora): a 4-bit nf4 nested base on our "
+                    "side, transformers + bitsandbytes 4-bit + peft on the other")
+    ap.add_argument("--out", default=str(ROOT / "build" / "bench"))
+
+
 def python_bin() -> str:
     venv = ROOT / ".venv" / "bin" / "python"
     return str(venv) if venv.exists() else sys.executable

@@ -88,20 +88,11 @@ def top_ops(p: dict, key: str, n: int) -> list:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", default="small")
     ap.add_argument("--ranks", default="1,2")
-    ap.add_argument("--dtype", default="bf16")
-    ap.add_argument("--seq_len", type=int, default=512)
-    ap.add_argument("--batch", type=int, default=2)
-    ap.add_argument("--global_batch", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=4)
+    bench.add_case_flags(ap, seq_len=512, steps=4)
     ap.add_argument("--skip", type=int, default=2, help="steps before the profiled ones")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--only", choices=["ours", "torch"])
-    ap.add_argument("--fsdp", default="full_shard", help="our sharding strategy (bench.py --fsdp)")
-    ap.add_argument("--qlora", action="store_true", help="QLoRA r=16 (bench.py --qlora): a 4-bit nf4 nested base on our "
-                    "side, transformers + bitsandbytes 4-bit + peft on the other")
-    ap.add_argument("--out", default=str(ROOT / "build" / "bench"))
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -67,3 +67,20 @@ inline std::vector<std::string> split_nul(const uint8_t* data, size_t size, size
     static const bool verbose = std::getenv("ALPACA_FUZZ_VERBOSE") != nullptr; \
     if (verbose) std::fprintf(stderr, "rejected: %s\n", e.what());            \
   }
+
+namespace fuzz {
+
+// The target of a JSON file we read and write back (config.json, trainer_state.json, our resume
+// state): `parse(text, name)` (a static from_json) on the input, then on what to_json() writes of
+// the result; an accepted input must survive its own round trip.
+template <class Parse>
+int round_trip(const uint8_t* data, size_t size, const std::string& name, Parse parse) {
+  FUZZ_EXPECT_ALPACA_ERRORS({
+    const auto s = parse(as_string(data, size), name);
+    const auto again = parse(s.to_json(), name + " (written back)");
+    if (again.to_json() != s.to_json()) __builtin_trap();
+  });
+  return 0;
+}
+
+}  // namespace fuzz

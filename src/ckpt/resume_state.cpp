@@ -8,6 +8,7 @@
 
 #include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/file.h"
 
 namespace alpaca::ckpt {
 namespace {
@@ -82,9 +83,9 @@ ResumeState ResumeState::from_json(const std::string& text, const std::string& w
 void ResumeState::save(const std::string& path) const { write_file_durable(path, to_json()); }
 
 ResumeState ResumeState::load(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  ALPACA_CHECK(f, "cannot open " << path << "; the checkpoint was not written by alpaca-train (or is incomplete)");
-  return from_json(std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()), path);
+  const std::optional<std::string> text = util::read_file(path);
+  ALPACA_CHECK(text, "cannot open " << path << "; the checkpoint was not written by alpaca-train (or is incomplete)");
+  return from_json(*text, path);
 }
 
 std::string fingerprint_mismatch(const std::string& what, const Fingerprint& expected, const Fingerprint& actual) {

@@ -5,6 +5,7 @@
 
 #include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/file.h"
 
 namespace alpaca::ckpt {
 namespace {
@@ -123,9 +124,9 @@ TrainerState TrainerState::from_json(const std::string& text, const std::string&
 void TrainerState::save(const std::string& path) const { write_file_durable(path, to_json()); }
 
 TrainerState TrainerState::load(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  ALPACA_CHECK(f, "cannot open " << path << "; is this a checkpoint directory written by alpaca-train or HF Trainer?");
-  return from_json(std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()), path);
+  const std::optional<std::string> text = util::read_file(path);
+  ALPACA_CHECK(text, "cannot open " << path << "; is this a checkpoint directory written by alpaca-train or HF Trainer?");
+  return from_json(*text, path);
 }
 
 }  // namespace alpaca::ckpt

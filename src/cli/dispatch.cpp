@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <map>
 
 #include "alpaca/cli/commands.h"
 #include "alpaca/cli/flag_table.h"
@@ -26,6 +27,16 @@ std::string subcommand_list() {
   return out;
 }
 
+// The subcommands that run on the arguments after their name (train, help and version are the
+// dispatcher's own).
+using Command = int (*)(const std::vector<std::string>&);
+const std::map<std::string, Command>& commands() {
+  static const std::map<std::string, Command> table = {
+      {"init-model", run_init_model}, {"preprocess", run_preprocess},   {"merge", run_merge},
+      {"consolidate", run_consolidate}, {"estimate-memory", run_estimate_memory}, {"generate", run_generate}};
+  return table;
+}
+
 }  // namespace
 
 const std::vector<std::string>& subcommand_names() {
@@ -44,16 +55,11 @@ int dispatch(const std::vector<std::string>& argv) {
     std::cout << version_text();
     return 0;
   }
-  if (first == "init-model") return run_init_model(rest);
-  if (first == "preprocess") return run_preprocess(rest);
-  if (first == "merge") return run_merge(rest);
-  if (first == "consolidate") return run_consolidate(rest);
-  if (first == "estimate-memory") return run_estimate_memory(rest);
+  if (auto it = commands().find(first); it != commands().end()) return it->second(rest);
   if (first == "help") {
     std::cout << train_help();
     return 0;
   }
-  if (first == "generate") return run_generate(rest);
   std::vector<std::string> train_argv = first == "train" ? rest : argv;
   if (first != "train" && first.rfind("-", 0) != 0) {
     std::vector<std::string> names = subcommand_names();

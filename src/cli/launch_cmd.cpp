@@ -4,26 +4,21 @@
 #include <unistd.h>
 
 #include <climits>
+#include <optional>
 #include <string>
 
 #include "alpaca/cli/commands.h"
 #include "alpaca/dist/launcher.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/text.h"
 
 namespace alpaca::cli {
 namespace {
 
 int parse_int(const std::string& flag, const std::string& value) {
-  size_t used = 0;
-  long v = -1;
-  try {
-    v = std::stol(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  ALPACA_CHECK(used == value.size() && !value.empty() && v >= 0 && v <= INT_MAX,
-               flag << " expects a non-negative integer, got '" << value << "'");
-  return static_cast<int>(v);
+  const std::optional<long> v = text::parse_whole_long(value);
+  ALPACA_CHECK(v && *v >= 0 && *v <= INT_MAX, flag << " expects a non-negative integer, got '" << value << "'");
+  return static_cast<int>(*v);
 }
 
 std::string self_exe() {

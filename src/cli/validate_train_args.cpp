@@ -17,6 +17,7 @@
 #include "alpaca/model/config.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
+#include "alpaca/util/text.h"
 
 namespace alpaca::cli {
 namespace {
@@ -94,17 +95,10 @@ int64_t parse_byte_size(const std::string& text) {
   ALPACA_USAGE_CHECK(i > 0, "--save_max_shard_size '" << text << "' is not a size; use e.g. 5GB, 500MB or a byte count");
   double number = std::strtod(text.substr(0, i).c_str(), nullptr);
   std::string unit = text.substr(i);
-  double scale = 0;
   bool bits = unit.size() >= 2 && unit.back() == 'b';
   std::string u;
   for (char c : unit) u += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (u.empty()) scale = 1;
-  else if (u == "KB") scale = 1e3;
-  else if (u == "MB") scale = 1e6;
-  else if (u == "GB") scale = 1e9;
-  else if (u == "KIB") scale = 1024.0;
-  else if (u == "MIB") scale = 1024.0 * 1024;
-  else if (u == "GIB") scale = 1024.0 * 1024 * 1024;
+  const double scale = text::byte_unit_scale(u);
   ALPACA_USAGE_CHECK(scale > 0, "--save_max_shard_size '" << text << "': unknown unit '" << unit
                                                           << "'; use B, KB, MB, GB, KiB, MiB or GiB");
   const double exact = number * scale / (bits ? 8 : 1);

@@ -7,6 +7,7 @@
 
 #include "alpaca/data/conversation.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/file.h"
 #include "conversation_rows.h"
 
 namespace alpaca::data {
@@ -15,11 +16,9 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ALPACA_CHECK(in.good(), "cannot open dataset " << path << "; check --data_path");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  const std::optional<std::string> text = util::read_file(path);
+  ALPACA_CHECK(text, "cannot open dataset " << path << "; check --data_path");
+  return *text;
 }
 
 std::string head_bytes(const std::string& path, size_t n) {

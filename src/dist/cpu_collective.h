@@ -1,12 +1,15 @@
 // Internal to src/dist: small pieces the CPU communicators (mpi_communicator.cpp,
-// gloo_communicator.cpp) share: 16-bit floats reduce in fp32, inputs must be CPU tensors, and
-// ReduceOp::kAvg is a sum divided by the world size.
+// gloo_communicator.cpp) share: 16-bit floats reduce in fp32, inputs must be CPU tensors,
+// ReduceOp::kAvg is a sum divided by the world size, and a dropped handle still completes.
 #pragma once
 
+#include <exception>
+#include <iostream>
 #include <string>
 
 #include <ATen/ATen.h>
 
+#include "alpaca/dist/communicator.h"
 #include "alpaca/util/error.h"
 
 namespace alpaca::dist::detail {
@@ -27,6 +30,16 @@ inline void finish_avg(at::Tensor& t, int world) {
     t.div_(world);
   } else {
     t.div_(world, "trunc");
+  }
+}
+
+// For a Work's destructor when wait() was never called: completes the collective before its
+// buffers go away; a failure can then only be reported (a destructor must not throw).
+inline void complete_unwaited(Work& work, const std::string& what) {
+  try {
+    work.wait();
+  } catch (const std::exception& e) {
+    std::cerr << "alpaca-train: error while completing an unwaited " << what << ": " << e.what() << "\n";
   }
 }
 

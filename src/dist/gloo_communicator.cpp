@@ -119,12 +119,7 @@ class GlooWork final : public Work {
       : block_(std::move(block)), what_(std::move(what)), deadline_(deadline), finish_(std::move(finish)) {}
 
   ~GlooWork() override {
-    if (done_) return;
-    try {  // a handle dropped without wait() still completes before its buffers go away
-      wait();
-    } catch (const std::exception& e) {
-      std::cerr << "alpaca-train: error while completing an unwaited " << what_ << ": " << e.what() << "\n";
-    }
+    if (!done_) complete_unwaited(*this, what_);
   }
 
   void wait() override {

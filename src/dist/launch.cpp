@@ -3,10 +3,12 @@
 #include "alpaca/dist/launch.h"
 
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <vector>
 
 #include "alpaca/util/error.h"
+#include "alpaca/util/text.h"
 
 extern char** environ;
 
@@ -41,17 +43,11 @@ int get_int(const EnvMap& env, const char* name, const char* launcher) {
   ALPACA_CHECK(it != env.end(), launcher << " launch: " << name << " is not set; launch variables: "
                                          << show_vars(env) << ". Set it or unset the others.");
   const std::string& s = it->second;
-  size_t used = 0;
-  long v = -1;
-  try {
-    v = std::stol(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  ALPACA_CHECK(used == s.size() && !s.empty() && v >= 0 && v < (1L << 30),
+  const std::optional<long> v = text::parse_whole_long(s);
+  ALPACA_CHECK(v && *v >= 0 && *v < (1L << 30),
                launcher << " launch: " << name << "=" << s << " is not a non-negative integer; launch variables: "
                         << show_vars(env));
-  return static_cast<int>(v);
+  return static_cast<int>(*v);
 }
 
 int get_int_or(const EnvMap& env, const char* name, const char* launcher, int fallback) {

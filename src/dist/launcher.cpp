@@ -16,10 +16,12 @@
 #include <cerrno>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "alpaca/util/error.h"
+#include "alpaca/util/text.h"
 
 namespace alpaca::dist {
 namespace {
@@ -196,17 +198,11 @@ namespace {
 
 int pod_int(const EnvMap& env, const char* name, const std::string& shown) {
   const std::string& v = env.at(name);
-  size_t used = 0;
-  long n = -1;
-  try {
-    n = std::stol(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  ALPACA_CHECK(used == v.size() && !v.empty() && n >= 0 && n < 65536,
+  const std::optional<long> n = text::parse_whole_long(v);
+  ALPACA_CHECK(n && *n >= 0 && *n < 65536,
                "Kubeflow pod launch: " << name << "=" << v << " is not a non-negative integer (elastic ranges and "
                                        << "'auto' are not supported); pod variables: " << shown);
-  return static_cast<int>(n);
+  return static_cast<int>(*n);
 }
 
 const char* first_set(const EnvMap& env, const char* a, const char* b) {

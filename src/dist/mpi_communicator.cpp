@@ -74,14 +74,7 @@ class MpiWork final : public Work {
       : req_(req), what_(std::move(what)), deadline_(deadline), finish_(std::move(finish)) {}
 
   ~MpiWork() override {
-    // A handle dropped without wait() must still complete before its buffers go away.
-    if (!done_) {
-      try {
-        wait();
-      } catch (const std::exception& e) {
-        std::cerr << "alpaca-train: error while completing an unwaited " << what_ << ": " << e.what() << "\n";
-      }
-    }
+    if (!done_) complete_unwaited(*this, what_);
   }
 
   void wait() override {
@@ -239,11 +232,7 @@ class MpiCommunicator final : public Communicator {
     const char* op = "all_gather_into";
     check_cpu_tensor(out, "mpi", op, "out");
     check_cpu_tensor(in, "mpi", op, "in");
-    ALPACA_CHECK(out.is_contiguous() && in.is_contiguous(), op << ": out and in must be contiguous");
-    ALPACA_CHECK(out.scalar_type() == in.scalar_type(), op << ": out is " << out.scalar_type() << " but in is "
-                                                           << in.scalar_type());
-    ALPACA_CHECK(out.numel() == in.numel() * world_, op << ": out has " << out.numel() << " elements, expected world "
-                                                        << world_ << " x in " << in.numel());
+    check_flat_buffers(out, in, world_, op, /*out_is_whole=*/true);
     std::string what = label(op, in);
     const int n = checked_count(in.numel(), op);
     const int64_t bytes = in.nbytes();
@@ -265,11 +254,7 @@ class MpiCommunicator final : public Communicator {
     const char* op = "reduce_scatter";
     check_cpu_tensor(out, "mpi", op, "out");
     check_cpu_tensor(in, "mpi", op, "in");
-    ALPACA_CHECK(out.is_contiguous() && in.is_contiguous(), op << ": out and in must be contiguous");
-    ALPACA_CHECK(out.scalar_type() == in.scalar_type(), op << ": out is " << out.scalar_type() << " but in is "
-                                                           << in.scalar_type());
-    ALPACA_CHECK(in.numel() == out.numel() * world_, op << ": in has " << in.numel() << " elements, expected world "
-                                                        << world_ << " x out " << out.numel());
+    check_flat_buffers(out, in, world_, op, /*out_is_whole=*/false);
     std::string what = label(op, in, op_kind);
     const int n = checked_count(out.numel(), op);
     // Reduce in fp32 for 16-bit floats; into scratch when out aliases in (MPI forbids it).

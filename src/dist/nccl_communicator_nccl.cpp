@@ -276,11 +276,7 @@ class NcclCommunicator final : public Communicator {
     const char* op = "all_gather_into";
     check(out, op, "out");
     check(in, op, "in");
-    ALPACA_CHECK(out.is_contiguous() && in.is_contiguous(), op << ": out and in must be contiguous");
-    ALPACA_CHECK(out.scalar_type() == in.scalar_type(), op << ": out is " << out.scalar_type() << " but in is "
-                                                           << in.scalar_type());
-    ALPACA_CHECK(out.numel() == in.numel() * world_, op << ": out has " << out.numel() << " elements, expected world "
-                                                        << world_ << " x in " << in.numel());
+    check_flat_buffers(out, in, world_, op, /*out_is_whole=*/true);
     // In place (in == out + rank*n) is NCCL's own in-place form.
     return enqueue(kGatherLane, label(op, in), {out, in}, [&](ncclComm_t c, cudaStream_t s) {
       return ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in.scalar_type(), op), c, s);
@@ -291,11 +287,7 @@ class NcclCommunicator final : public Communicator {
     const char* op = "reduce_scatter";
     check(out, op, "out");
     check(in, op, "in");
-    ALPACA_CHECK(out.is_contiguous() && in.is_contiguous(), op << ": out and in must be contiguous");
-    ALPACA_CHECK(out.scalar_type() == in.scalar_type(), op << ": out is " << out.scalar_type() << " but in is "
-                                                           << in.scalar_type());
-    ALPACA_CHECK(in.numel() == out.numel() * world_, op << ": in has " << in.numel() << " elements, expected world "
-                                                        << world_ << " x out " << out.numel());
+    check_flat_buffers(out, in, world_, op, /*out_is_whole=*/false);
     return enqueue(kReduceLane, label(op, in, r), {out, in}, [&](ncclComm_t c, cudaStream_t s) {
       return ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(in.scalar_type(), op),
                                nccl_op(r), c, s);

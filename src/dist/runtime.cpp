@@ -508,6 +508,19 @@ std::string describe(const at::Tensor& t) {
   return os.str();
 }
 
+void check_flat_buffers(const at::Tensor& out, const at::Tensor& in, int world, const char* op, bool out_is_whole) {
+  ALPACA_CHECK(out.is_contiguous() && in.is_contiguous(), op << ": out and in must be contiguous");
+  ALPACA_CHECK(out.scalar_type() == in.scalar_type(), op << ": out is " << out.scalar_type() << " but in is "
+                                                         << in.scalar_type());
+  const at::Tensor& whole = out_is_whole ? out : in;
+  const at::Tensor& part = out_is_whole ? in : out;
+  const char* whole_name = out_is_whole ? "out" : "in";
+  const char* part_name = out_is_whole ? "in" : "out";
+  ALPACA_CHECK(whole.numel() == part.numel() * world, op << ": " << whole_name << " has " << whole.numel()
+                                                         << " elements, expected world " << world << " x "
+                                                         << part_name << " " << part.numel());
+}
+
 const char* to_string(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum: return "sum";

@@ -55,6 +55,10 @@ std::string short_what(const std::exception& e);
 
 // A short description of a tensor for error messages: "4099 x BFloat16".
 std::string describe(const at::Tensor& t);
+// The buffers of a flat all_gather_into / reduce_scatter (MPI, NCCL): out and in contiguous and of
+// one dtype, the whole side `world` times the other (all_gather_into: out, `out_is_whole`;
+// reduce_scatter: in). Errors name `op`.
+void check_flat_buffers(const at::Tensor& out, const at::Tensor& in, int world, const char* op, bool out_is_whole);
 const char* to_string(ReduceOp op);
 
 std::shared_ptr<Communicator> make_mpi_communicator(const CommOptions& options);

@@ -1,6 +1,8 @@
 // FsdpEngine state movement: loading parameters into shards, exporting full parameters one unit
 // at a time, and optimizer state by parameter name (resume on another world size).
 #include <algorithm>
+#include <functional>
+#include <string>
 
 #include "alpaca/dist/communicator.h"
 #include "alpaca/fsdp/engine.h"
@@ -53,6 +55,21 @@ at::Tensor gather_fp32(Impl& impl, const at::Tensor& shard, int64_t padded_numel
   at::Tensor full = at::empty({padded_numel}, src.options());
   impl.shard_comm->all_gather_into(full, src.contiguous())->wait();
   return full;
+}
+
+// `fn(flat, key, state)` for the two AdamW moments ("exp_avg", "exp_avg_sq") of every trainable
+// unit, in the order the optimizer holds its shards; `op` names the caller in the error for an
+// optimizer that was built from another engine.
+void for_each_moment(Impl& impl, const optim::ShardedAdamW& opt, const char* op,
+                     const std::function<void(const FlatParameter&, const char*, at::Tensor)>& fn) {
+  size_t k = 0;
+  for (auto& unit : impl.units) {
+    if (!unit.train) continue;
+    ALPACA_CHECK(k < opt.num_shards(), op << ": optimizer was not built from this engine");
+    for (const char* key : {"exp_avg", "exp_avg_sq"})
+      fn(*unit.train, key, std::string(key) == "exp_avg" ? opt.exp_avg(k) : opt.exp_avg_sq(k));
+    ++k;
+  }
 }
 
 }  // namespace
@@ -193,44 +210,32 @@ void FsdpEngine::gather_optimizer_state_by_name(const optim::ShardedAdamW& opt, 
                                                 bool all_ranks) {
   Impl& impl = *impl_;
   const bool receive = all_ranks || impl.comm->rank() == 0;
-  size_t k = 0;
-  for (auto& unit : impl.units) {
-    if (!unit.train) continue;
-    ALPACA_CHECK(k < opt.num_shards(), "gather_optimizer_state_by_name: optimizer was not built from this engine");
-    const FlatParameter& flat = *unit.train;
-    for (const char* key : {"exp_avg", "exp_avg_sq"}) {
-      const at::Tensor& state = std::string(key) == "exp_avg" ? opt.exp_avg(k) : opt.exp_avg_sq(k);
-      at::Tensor full = gather_fp32(impl, state, flat.shard_info().padded_numel);
-      if (!receive) continue;
-      for (const auto& e : flat.entries())
-        sink(e.name, key, full.narrow(0, e.offset, e.numel).view(e.shape).to(at::kCPU, at::kFloat, false, true));
-    }
-    ++k;
-  }
+  for_each_moment(impl, opt, "gather_optimizer_state_by_name",
+                  [&](const FlatParameter& flat, const char* key, const at::Tensor& state) {
+                    at::Tensor full = gather_fp32(impl, state, flat.shard_info().padded_numel);
+                    if (!receive) return;
+                    for (const auto& e : flat.entries())
+                      sink(e.name, key,
+                           full.narrow(0, e.offset, e.numel).view(e.shape).to(at::kCPU, at::kFloat, false, true));
+                  });
 }
 
 void FsdpEngine::load_optimizer_state_by_name(optim::ShardedAdamW& opt, const OptimStateSource& source) {
-  Impl& impl = *impl_;
-  size_t k = 0;
-  for (auto& unit : impl.units) {
-    if (!unit.train) continue;
-    ALPACA_CHECK(k < opt.num_shards(), "load_optimizer_state_by_name: optimizer was not built from this engine");
-    const FlatParameter& flat = *unit.train;
-    for (const char* key : {"exp_avg", "exp_avg_sq"}) {
-      at::Tensor state = std::string(key) == "exp_avg" ? opt.exp_avg(k) : opt.exp_avg_sq(k);
-      for (const auto& e : flat.entries()) {
-        auto slice = param_shard_slice(e.offset, e.numel, flat.shard_info());
-        if (!slice) continue;
-        at::Tensor src = source(e.name, key);
-        ALPACA_CHECK(src.defined() && src.numel() == e.numel,
-                     "optimizer state " << key << " of " << e.name << " has " << (src.defined() ? src.numel() : 0)
-                     << " elements, the parameter has " << e.numel << "; the checkpoint does not match the model");
-        state.narrow(0, slice->shard_offset, slice->numel())
-            .copy_(src.reshape({-1}).narrow(0, slice->param_begin, slice->numel()));
-      }
-    }
-    ++k;
-  }
+  for_each_moment(*impl_, opt, "load_optimizer_state_by_name",
+                  [&](const FlatParameter& flat, const char* key, at::Tensor state) {
+                    for (const auto& e : flat.entries()) {
+                      auto slice = param_shard_slice(e.offset, e.numel, flat.shard_info());
+                      if (!slice) continue;
+                      at::Tensor src = source(e.name, key);
+                      ALPACA_CHECK(src.defined() && src.numel() == e.numel,
+                                   "optimizer state " << key << " of " << e.name << " has "
+                                                      << (src.defined() ? src.numel() : 0)
+                                                      << " elements, the parameter has " << e.numel
+                                                      << "; the checkpoint does not match the model");
+                      state.narrow(0, slice->shard_offset, slice->numel())
+                          .copy_(src.reshape({-1}).narrow(0, slice->param_begin, slice->numel()));
+                    }
+                  });
 }
 
 }  // namespace alpaca::fsdp

@@ -3,6 +3,8 @@
 
 #include <unordered_map>
 
+#include <c10/util/accumulate.h>  // defines: c10::multiply_integers
+
 #include "alpaca/util/error.h"
 
 namespace alpaca::fsdp {
@@ -38,11 +40,7 @@ bool splits_root(const std::vector<ParamSpec>& params, int num_layers) {
 
 }  // namespace
 
-int64_t ParamSpec::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t ParamSpec::numel() const { return c10::multiply_integers(shape); }
 
 int64_t PlannedUnit::frozen_shard_bytes(at::ScalarType param_dtype) const {
   return frozen.shard.shard_numel * element_bytes(param_dtype);

@@ -12,6 +12,7 @@
 #include "alpaca/io/checkpoint.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
+#include "alpaca/util/text.h"
 
 namespace alpaca::io {
 namespace fs = std::filesystem;
@@ -91,14 +92,7 @@ int64_t parse_shard_size(const std::string& text) {
   ALPACA_CHECK(i > 0, "--save_max_shard_size: \"" << text << "\" is not a size; use e.g. 5GB, 500MB or a byte count");
   const double v = std::stod(s.substr(0, i));
   const std::string unit = s.substr(i);
-  double mult = 0;
-  if (unit.empty() || unit == "B") mult = 1;
-  else if (unit == "KB") mult = 1e3;
-  else if (unit == "MB") mult = 1e6;
-  else if (unit == "GB") mult = 1e9;
-  else if (unit == "KIB") mult = 1024.0;
-  else if (unit == "MIB") mult = 1024.0 * 1024;
-  else if (unit == "GIB") mult = 1024.0 * 1024 * 1024;
+  const double mult = unit == "B" ? 1 : text::byte_unit_scale(unit);
   ALPACA_CHECK(mult > 0, "--save_max_shard_size: unknown unit in \"" << text << "\"; use B, KB, MB, GB, KiB, MiB or GiB");
   const auto bytes = static_cast<int64_t>(v * mult);
   ALPACA_CHECK(bytes > 0, "--save_max_shard_size must be positive, got \"" << text << "\"");

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include <c10/util/accumulate.h>  // defines: c10::multiply_integers
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 
 #include "alpaca/util/error.h"
@@ -27,11 +28,7 @@ const std::vector<std::pair<std::string, at::ScalarType>>& dtype_table() {
 
 }  // namespace
 
-int64_t TensorInfo::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t TensorInfo::numel() const { return c10::multiply_integers(shape); }
 
 std::string safetensors_dtype_name(at::ScalarType dtype) {
   for (const auto& [name, t] : dtype_table())

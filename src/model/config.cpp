@@ -27,30 +27,27 @@ class Fields {
     return get_int(key, 0);
   }
   int64_t get_int(const char* key, int64_t fallback) const {
-    if (!has(key)) return fallback;
-    const json& v = j_.at(key);
-    ALPACA_CHECK(v.is_number_integer(), source_ << ": field \"" << key << "\" must be an integer, got "
-                                                << v.dump());
-    return v.get<int64_t>();
+    return get<int64_t>(key, fallback, &json::is_number_integer, "an integer");
   }
   double get_double(const char* key, double fallback) const {
-    if (!has(key)) return fallback;
-    const json& v = j_.at(key);
-    ALPACA_CHECK(v.is_number(), source_ << ": field \"" << key << "\" must be a number, got " << v.dump());
-    return v.get<double>();
+    return get<double>(key, fallback, &json::is_number, "a number");
   }
   bool get_bool(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    const json& v = j_.at(key);
-    ALPACA_CHECK(v.is_boolean(), source_ << ": field \"" << key << "\" must be true or false, got "
-                                         << v.dump());
-    return v.get<bool>();
+    return get<bool>(key, fallback, &json::is_boolean, "true or false");
   }
   std::string get_string(const char* key, const std::string& fallback) const {
+    return get<std::string>(key, fallback, &json::is_string, "a string");
+  }
+
+ private:
+  // The field as a T, `fallback` when absent or null; a value of another JSON type (`is` false)
+  // is an error saying what it `must_be`.
+  template <class T>
+  T get(const char* key, const T& fallback, bool (json::*is)() const noexcept, const char* must_be) const {
     if (!has(key)) return fallback;
     const json& v = j_.at(key);
-    ALPACA_CHECK(v.is_string(), source_ << ": field \"" << key << "\" must be a string, got " << v.dump());
-    return v.get<std::string>();
+    ALPACA_CHECK((v.*is)(), source_ << ": field \"" << key << "\" must be " << must_be << ", got " << v.dump());
+    return v.get<T>();
   }
 
  private:

@@ -88,6 +88,12 @@ class Backend {
   virtual void save(const std::filesystem::path& dir) const = 0;
 
  protected:
+  // For clone(): the state every backend carries (roles, model_max_length, source) onto `copy`.
+  void copy_common_state_to(Backend& copy) const {
+    copy.roles = roles;
+    copy.model_max_length = model_max_length;
+    copy.source = source;
+  }
   // add() without its defaults (a default argument of a virtual function would be the caller's).
   virtual int64_t add_token(const std::string& content, bool special, std::optional<int64_t> id, bool lstrip,
                             bool rstrip) = 0;

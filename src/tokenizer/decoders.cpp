@@ -161,16 +161,10 @@ struct Decoder::Node {
     return decode_utf8(s, 0, &len);
   }
 
-  static Node parse(const json& j, const JsonContext& ctx, const std::string& where) {
+  // One step of the type `t` (json_context.h's parse_component reads a Sequence).
+  static Node parse_step(const std::string& t, const json& j, const JsonContext& ctx, const std::string& where) {
     Node d{};
-    std::string t = ctx.type(j, where);
-    if (t == "Sequence") {
-      d.kind = kSequence;
-      const json& list = ctx.get(j, "decoders", where);
-      if (!list.is_array()) ctx.fail(where, "\"decoders\" must be a list");
-      for (size_t i = 0; i < list.size(); ++i)
-        d.children.push_back(parse(list[i], ctx, where + ".decoders[" + std::to_string(i) + "]"));
-    } else if (t == "ByteLevel") {
+    if (t == "ByteLevel") {
       d.kind = kByteLevel;
     } else if (t == "Metaspace") {
       d.kind = kMetaspace;
@@ -198,18 +192,15 @@ struct Decoder::Node {
       d.content = j.contains("prefix") && !j.at("prefix").is_null() ? ctx.str(j, "prefix", where) : "##";
       d.cleanup = ctx.boolean(j, "cleanup", true, where);
     } else {
-      ctx.fail(where, "decoder type \"" + t +
-                          "\" is not supported (supported: ByteLevel, Metaspace, ByteFallback, "
-                          "Fuse, Strip, Replace, BPEDecoder, WordPiece, Sequence)");
+      ctx.unsupported(where, "decoder type", t,
+                      "ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace, BPEDecoder, WordPiece, Sequence");
     }
     return d;
   }
 };
 
 Decoder Decoder::parse(const json& j, const JsonContext& ctx, const std::string& where) {
-  Decoder d;
-  d.root_ = std::make_shared<const Node>(Node::parse(j, ctx, where));
-  return d;
+  return Decoder(std::make_shared<const Node>(parse_component<Node>(j, ctx, where, "decoders")));
 }
 
 void Decoder::decode_chain(std::vector<std::string>& tokens) const { root_->decode_chain(tokens); }

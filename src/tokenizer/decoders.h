@@ -22,6 +22,7 @@ class Decoder {
 
  private:
   struct Node;  // the parsed tree (decoders.cpp)
+  explicit Decoder(std::shared_ptr<const Node> root) : root_(std::move(root)) {}
   std::shared_ptr<const Node> root_;
 };
 

@@ -40,7 +40,7 @@ std::unique_ptr<TokenizerModel> parse_model(const json& j, const JsonContext& ct
   if (t == "BPE") return parse_bpe(j, ctx.file());
   if (t == "Unigram") return parse_unigram(j, ctx.file());
   if (t == "WordPiece") return parse_wordpiece(j, ctx.file());
-  ctx.fail("model", "model type \"" + t + "\" is not supported (supported: BPE, Unigram, WordPiece)");
+  ctx.unsupported("model", "model type", t, "BPE, Unigram, WordPiece");
 }
 
 }  // namespace

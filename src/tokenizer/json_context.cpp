@@ -9,6 +9,11 @@ void JsonContext::fail(const std::string& where, const std::string& what) const 
   ALPACA_FAIL(file_ << ": " << where << ": " << what);
 }
 
+void JsonContext::unsupported(const std::string& where, const char* kind, const std::string& name,
+                              const char* supported) const {
+  fail(where, std::string(kind) + " \"" + name + "\" is not supported (supported: " + supported + ")");
+}
+
 const json& JsonContext::get(const json& obj, const char* key, const std::string& where) const {
   if (!obj.is_object() || !obj.contains(key))
     fail(where, std::string("required field \"") + key + "\" is missing");

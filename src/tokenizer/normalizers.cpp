@@ -4,6 +4,7 @@
 #include <utf8proc.h>
 
 #include <cstdlib>
+#include <map>
 
 #include "alpaca/util/error.h"
 #include "precompiled.h"
@@ -11,13 +12,21 @@
 
 namespace alpaca::tokenizer::detail {
 
+namespace {
+// The Unicode normalization forms by their tokenizer.json name, as utf8proc's options.
+const std::map<std::string, int> kUnicodeForms = {{"NFC", UTF8PROC_COMPOSE},
+                                                  {"NFKC", UTF8PROC_COMPOSE | UTF8PROC_COMPAT},
+                                                  {"NFD", UTF8PROC_DECOMPOSE},
+                                                  {"NFKD", UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT}};
+}  // namespace
+
 struct Normalizer::Node {
-  enum Kind { kSequence, kPrepend, kReplace, kNFC, kNFKC, kNFD, kNFKD, kLowercase, kStrip, kBert, kPrecompiled,
-              kStripAccents } kind;
+  enum Kind { kSequence, kPrepend, kReplace, kUnicode, kLowercase, kStrip, kBert, kPrecompiled, kStripAccents } kind;
   std::vector<Node> children;
   std::string text;  // Prepend: prepend; Replace: content
   Pattern pattern;
   bool left = false, right = false;
+  int unicode_options = 0;  // NFC, NFKC, NFD, NFKD: utf8proc's options for the form
   // BertNormalizer
   bool clean_text = true, chinese_chars = true, strip_accents = false, lowercase = true;
   std::shared_ptr<const Precompiled> charsmap;  // Precompiled (precompiled.h)
@@ -104,17 +113,8 @@ struct Normalizer::Node {
       case kReplace:
         s = pattern.replace_all(s, text);
         break;
-      case kNFC:
-        s = unicode(s, UTF8PROC_COMPOSE);
-        break;
-      case kNFKC:
-        s = unicode(s, UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
-        break;
-      case kNFD:
-        s = unicode(s, UTF8PROC_DECOMPOSE);
-        break;
-      case kNFKD:
-        s = unicode(s, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
+      case kUnicode:
+        s = unicode(s, unicode_options);
         break;
       case kLowercase:
         s = to_lower(s);
@@ -155,30 +155,19 @@ struct Normalizer::Node {
     }
   }
 
-  static Node parse(const json& j, const JsonContext& ctx, const std::string& where) {
+  // One step of the type `t` (json_context.h's parse_component reads a Sequence).
+  static Node parse_step(const std::string& t, const json& j, const JsonContext& ctx, const std::string& where) {
     Node n{};
-    std::string t = ctx.type(j, where);
-    if (t == "Sequence") {
-      n.kind = kSequence;
-      const json& list = ctx.get(j, "normalizers", where);
-      if (!list.is_array()) ctx.fail(where, "\"normalizers\" must be a list");
-      for (size_t i = 0; i < list.size(); ++i)
-        n.children.push_back(parse(list[i], ctx, where + ".normalizers[" + std::to_string(i) + "]"));
-    } else if (t == "Prepend") {
+    if (t == "Prepend") {
       n.kind = kPrepend;
       n.text = ctx.str(j, "prepend", where);
     } else if (t == "Replace") {
       n.kind = kReplace;
       n.pattern = ctx.pattern(j, "pattern", where);
       n.text = ctx.str(j, "content", where);
-    } else if (t == "NFC") {
-      n.kind = kNFC;
-    } else if (t == "NFKC") {
-      n.kind = kNFKC;
-    } else if (t == "NFD") {
-      n.kind = kNFD;
-    } else if (t == "NFKD") {
-      n.kind = kNFKD;
+    } else if (kUnicodeForms.count(t)) {
+      n.kind = kUnicode;
+      n.unicode_options = kUnicodeForms.at(t);
     } else if (t == "Lowercase") {
       n.kind = kLowercase;
     } else if (t == "Strip") {
@@ -197,18 +186,16 @@ struct Normalizer::Node {
       n.kind = kPrecompiled;
       n.charsmap = std::make_shared<Precompiled>(ctx.str(j, "precompiled_charsmap", where), ctx.file() + ": " + where);
     } else {
-      ctx.fail(where, "normalizer type \"" + t +
-                          "\" is not supported (supported: Sequence, Prepend, Replace, NFC, NFKC, "
-                          "NFD, NFKD, Lowercase, Strip, StripAccents, BertNormalizer, Precompiled)");
+      ctx.unsupported(where, "normalizer type", t,
+                      "Sequence, Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase, Strip, StripAccents, "
+                      "BertNormalizer, Precompiled");
     }
     return n;
   }
 };
 
 Normalizer Normalizer::parse(const json& j, const JsonContext& ctx, const std::string& where) {
-  Normalizer n;
-  n.root_ = std::make_shared<const Node>(Node::parse(j, ctx, where));
-  return n;
+  return Normalizer(std::make_shared<const Node>(parse_component<Node>(j, ctx, where, "normalizers")));
 }
 
 void Normalizer::normalize(std::string& s) const { root_->normalize(s); }

@@ -19,6 +19,7 @@ class Normalizer {
 
  private:
   struct Node;  // the parsed tree (normalizers.cpp)
+  explicit Normalizer(std::shared_ptr<const Node> root) : root_(std::move(root)) {}
   std::shared_ptr<const Node> root_;
 };
 

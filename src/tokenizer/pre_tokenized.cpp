@@ -12,6 +12,19 @@ std::vector<std::pair<size_t, size_t>> split_ranges(std::vector<Match> matches, 
     for (auto& m : matches) m.is_match = !m.is_match;
   std::vector<std::pair<size_t, size_t>> out;
   out.reserve(matches.size());
+  // Each match extends the range before it when `joins(is_match, the previous is_match)`, else
+  // starts a range of its own.
+  auto merge_forward = [&](auto joins) {
+    bool prev = false;
+    for (const auto& m : matches) {
+      if (joins(m.is_match, prev) && !out.empty()) {
+        out.back().second = m.end;
+      } else {
+        out.emplace_back(m.start, m.end);
+      }
+      prev = m.is_match;
+    }
+  };
   switch (behavior) {
     case Behavior::kIsolated:
       for (const auto& m : matches) out.emplace_back(m.start, m.end);
@@ -20,30 +33,12 @@ std::vector<std::pair<size_t, size_t>> split_ranges(std::vector<Match> matches, 
       for (const auto& m : matches)
         if (!m.is_match) out.emplace_back(m.start, m.end);
       break;
-    case Behavior::kContiguous: {
-      bool prev = false;
-      for (const auto& m : matches) {
-        if (m.is_match == prev && !out.empty()) {
-          out.back().second = m.end;
-        } else {
-          out.emplace_back(m.start, m.end);
-        }
-        prev = m.is_match;
-      }
+    case Behavior::kContiguous:  // runs of matches and runs of non-matches
+      merge_forward([](bool match, bool prev) { return match == prev; });
       break;
-    }
-    case Behavior::kMergedWithPrevious: {
-      bool prev = false;
-      for (const auto& m : matches) {
-        if (m.is_match && !prev && !out.empty()) {
-          out.back().second = m.end;
-        } else {
-          out.emplace_back(m.start, m.end);
-        }
-        prev = m.is_match;
-      }
+    case Behavior::kMergedWithPrevious:  // a match joins the non-match before it
+      merge_forward([](bool match, bool prev) { return match && !prev; });
       break;
-    }
     case Behavior::kMergedWithNext: {
       bool prev = false;
       for (auto it = matches.rbegin(); it != matches.rend(); ++it) {

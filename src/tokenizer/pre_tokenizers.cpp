@@ -165,21 +165,13 @@ struct PreTokenizer::Node {
     if (b == "MergedWithPrevious") return Behavior::kMergedWithPrevious;
     if (b == "MergedWithNext") return Behavior::kMergedWithNext;
     if (b == "Contiguous") return Behavior::kContiguous;
-    ctx.fail(where, "split behavior \"" + b +
-                        "\" is not supported (supported: Removed, Isolated, MergedWithPrevious, "
-                        "MergedWithNext, Contiguous)");
+    ctx.unsupported(where, "split behavior", b, "Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
   }
 
-  static Node parse(const json& j, const JsonContext& ctx, const std::string& where) {
+  // One step of the type `t` (json_context.h's parse_component reads a Sequence).
+  static Node parse_step(const std::string& t, const json& j, const JsonContext& ctx, const std::string& where) {
     Node p{};
-    std::string t = ctx.type(j, where);
-    if (t == "Sequence") {
-      p.kind = kSequence;
-      const json& list = ctx.get(j, "pretokenizers", where);
-      if (!list.is_array()) ctx.fail(where, "\"pretokenizers\" must be a list");
-      for (size_t i = 0; i < list.size(); ++i)
-        p.children.push_back(parse(list[i], ctx, where + ".pretokenizers[" + std::to_string(i) + "]"));
-    } else if (t == "ByteLevel") {
+    if (t == "ByteLevel") {
       p.kind = kByteLevel;
       p.add_prefix_space = ctx.boolean(j, "add_prefix_space", true, where);
       p.use_regex = ctx.boolean(j, "use_regex", true, where);
@@ -203,18 +195,15 @@ struct PreTokenizer::Node {
     } else if (t == "WhitespaceSplit") {
       p.kind = kWhitespaceSplit;
     } else {
-      ctx.fail(where, "pre-tokenizer type \"" + t +
-                          "\" is not supported (supported: ByteLevel, Split, Metaspace, Digits, "
-                          "BertPreTokenizer, WhitespaceSplit, Sequence)");
+      ctx.unsupported(where, "pre-tokenizer type", t,
+                      "ByteLevel, Split, Metaspace, Digits, BertPreTokenizer, WhitespaceSplit, Sequence");
     }
     return p;
   }
 };
 
 PreTokenizer PreTokenizer::parse(const json& j, const JsonContext& ctx, const std::string& where) {
-  PreTokenizer p;
-  p.root_ = std::make_shared<const Node>(Node::parse(j, ctx, where));
-  return p;
+  return PreTokenizer(std::make_shared<const Node>(parse_component<Node>(j, ctx, where, "pretokenizers")));
 }
 
 void PreTokenizer::apply(std::vector<Piece>& pieces) const { root_->apply(pieces); }

@@ -33,6 +33,7 @@ class PreTokenizer {
 
  private:
   struct Node;  // the parsed tree (pre_tokenizers.cpp)
+  explicit PreTokenizer(std::shared_ptr<const Node> root) : root_(std::move(root)) {}
   std::shared_ptr<const Node> root_;
 };
 

@@ -46,16 +46,10 @@ struct PostProcessor::Node {
     suffix->insert(suffix->end(), post.begin(), post.end());
   }
 
-  static Node parse(const json& j, const JsonContext& ctx, const std::string& where) {
+  // One step of the type `t` (json_context.h's parse_component reads a Sequence).
+  static Node parse_step(const std::string& t, const json& j, const JsonContext& ctx, const std::string& where) {
     Node p{};
-    std::string t = ctx.type(j, where);
-    if (t == "Sequence") {
-      p.kind = kSequence;
-      const json& list = ctx.get(j, "processors", where);
-      if (!list.is_array()) ctx.fail(where, "\"processors\" must be a list");
-      for (size_t i = 0; i < list.size(); ++i)
-        p.children.push_back(parse(list[i], ctx, where + ".processors[" + std::to_string(i) + "]"));
-    } else if (t == "ByteLevel") {
+    if (t == "ByteLevel") {
       p.kind = kByteLevel;  // only moves offsets (trim_offsets); ids are unchanged
     } else if (t == "RobertaProcessing" || t == "BertProcessing") {
       p.kind = kTemplate;  // single: cls $A sep (the pair form and offsets do not change single ids)
@@ -92,18 +86,15 @@ struct PostProcessor::Node {
         }
       }
     } else {
-      ctx.fail(where, "post-processor type \"" + t +
-                          "\" is not supported (supported: TemplateProcessing, RobertaProcessing, "
-                          "BertProcessing, ByteLevel, Sequence)");
+      ctx.unsupported(where, "post-processor type", t,
+                      "TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel, Sequence");
     }
     return p;
   }
 };
 
 PostProcessor PostProcessor::parse(const json& j, const JsonContext& ctx, const std::string& where) {
-  PostProcessor p;
-  p.root_ = std::make_shared<const Node>(Node::parse(j, ctx, where));
-  return p;
+  return PostProcessor(std::make_shared<const Node>(parse_component<Node>(j, ctx, where, "processors")));
 }
 
 void PostProcessor::apply(std::vector<int64_t>& ids) const { root_->apply(ids); }

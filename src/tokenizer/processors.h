@@ -24,6 +24,7 @@ class PostProcessor {
 
  private:
   struct Node;  // the parsed tree (processors.cpp)
+  explicit PostProcessor(std::shared_ptr<const Node> root) : root_(std::move(root)) {}
   std::shared_ptr<const Node> root_;
 };
 

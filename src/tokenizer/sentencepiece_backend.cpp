@@ -70,9 +70,7 @@ class SentencePieceBackend final : public Backend {
   std::unique_ptr<Backend> clone() const override {
     auto copy = std::make_unique<SentencePieceBackend>();
     copy->load_model(model_bytes, "(copy)");
-    copy->roles = roles;
-    copy->model_max_length = model_max_length;
-    copy->source = source;
+    copy_common_state_to(*copy);
     copy->added = added;
     copy->added_index = added_index;
     copy->starts_token = starts_token;

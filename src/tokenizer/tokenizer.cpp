@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "alpaca/util/error.h"
+#include "alpaca/util/file.h"
 #include "backend.h"
 #include "tokenizer_class.h"
 
@@ -22,11 +23,9 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  ALPACA_CHECK(in.good(), "cannot open " << path << " for reading; check the path and permissions");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  const std::optional<std::string> text = util::read_file(path);
+  ALPACA_CHECK(text, "cannot open " << path << " for reading; check the path and permissions");
+  return *text;
 }
 
 json read_json(const fs::path& path) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace alpaca::tokenizer::detail {
@@ -23,6 +24,21 @@ class TokenizerModel {
   // id -> token for every id below the vocabulary size ("" for a hole in the ids).
   virtual const std::vector<std::string>& id_to_token() const = 0;
   virtual const char* type() const = 0;  // "BPE", "Unigram", "WordPiece"
+};
+
+// A model over one token <-> id table (Unigram, WordPiece): lookup() and id_to_token() read the
+// table its constructor fills.
+class VocabModel : public TokenizerModel {
+ public:
+  std::optional<int64_t> lookup(const std::string& token) const override {
+    auto it = ids_.find(token);
+    return it == ids_.end() ? std::nullopt : std::optional<int64_t>(it->second);
+  }
+  const std::vector<std::string>& id_to_token() const override { return tokens_; }
+
+ protected:
+  std::unordered_map<std::string, int64_t> ids_;  // token -> id
+  std::vector<std::string> tokens_;               // id -> token
 };
 
 // Ids are dense here (id -> token vectors): a vocabulary may leave holes, but its largest id may

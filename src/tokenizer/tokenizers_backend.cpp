@@ -31,9 +31,7 @@ class TokenizersBackend final : public Backend {
 
   std::unique_ptr<Backend> clone() const override {
     auto copy = std::make_unique<TokenizersBackend>(hf_->clone(), cls_);
-    copy->roles = roles;
-    copy->model_max_length = model_max_length;
-    copy->source = source;
+    copy_common_state_to(*copy);
     copy->config_ = config_;
     return copy;
   }

@@ -58,7 +58,7 @@ class ByteTrie {
 
 size_t utf8_char_len(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
 
-class Unigram final : public TokenizerModel {
+class Unigram final : public VocabModel {
  public:
   Unigram(const json& j, const std::string& file);
 
@@ -72,11 +72,6 @@ class Unigram final : public TokenizerModel {
       out->push_back(require_unk());
     }
   }
-  std::optional<int64_t> lookup(const std::string& token) const override {
-    auto it = ids_.find(token);
-    return it == ids_.end() ? std::nullopt : std::optional<int64_t>(it->second);
-  }
-  const std::vector<std::string>& id_to_token() const override { return pieces_; }
   const char* type() const override { return "Unigram"; }
 
  private:
@@ -114,9 +109,7 @@ class Unigram final : public TokenizerModel {
 
 
   std::string file_;
-  std::vector<std::string> pieces_;
   std::vector<double> scores_;
-  std::unordered_map<std::string, int64_t> ids_;
   ByteTrie trie_;
   double unk_score_ = 0;
   std::optional<int64_t> unk_id_;
@@ -131,19 +124,19 @@ Unigram::Unigram(const json& j, const std::string& file) : file_(file) {
     const json& item = vocab[id];
     ALPACA_CHECK(item.is_array() && item.size() == 2 && item[0].is_string() && item[1].is_number(),
                  file << ": model: vocab[" << id << "] must be [piece, score], got " << item.dump());
-    pieces_.push_back(item[0].get<std::string>());
+    tokens_.push_back(item[0].get<std::string>());
     scores_.push_back(item[1].get<double>());
-    ids_[pieces_.back()] = static_cast<int64_t>(id);  // a repeated piece: the last id (as the crate)
-    trie_.push(pieces_.back());
+    ids_[tokens_.back()] = static_cast<int64_t>(id);  // a repeated piece: the last id (as the crate)
+    trie_.push(tokens_.back());
     min_score = std::min(min_score, scores_.back());
   }
   unk_score_ = min_score - kUnkPenalty;
   if (j.contains("unk_id") && !j.at("unk_id").is_null()) {
     ALPACA_CHECK(j.at("unk_id").is_number_integer() && j.at("unk_id").get<int64_t>() >= 0, file << ": model: \"unk_id\" must be a non-negative integer");
     unk_id_ = j.at("unk_id").get<int64_t>();
-    ALPACA_CHECK(!pieces_.empty(), file << ": model: the Unigram vocabulary is empty but at least <unk> is needed");
-    ALPACA_CHECK(*unk_id_ < static_cast<int64_t>(pieces_.size()),
-                 file << ": model: unk_id " << *unk_id_ << " is outside the vocabulary of " << pieces_.size());
+    ALPACA_CHECK(!tokens_.empty(), file << ": model: the Unigram vocabulary is empty but at least <unk> is needed");
+    ALPACA_CHECK(*unk_id_ < static_cast<int64_t>(tokens_.size()),
+                 file << ": model: unk_id " << *unk_id_ << " is outside the vocabulary of " << tokens_.size());
   }
   if (j.contains("byte_fallback") && !j.at("byte_fallback").is_null()) {
     ALPACA_CHECK(j.at("byte_fallback").is_boolean(), file << ": model: \"byte_fallback\" must be true or false");

@@ -21,7 +21,7 @@ size_t char_count(const std::string& s) {
   return n;
 }
 
-class WordPiece final : public TokenizerModel {
+class WordPiece final : public VocabModel {
  public:
   WordPiece(const json& j, const std::string& file) : file_(file) {
     for (const char* key : {"unk_token", "continuing_subword_prefix", "max_input_chars_per_word", "vocab"})
@@ -67,11 +67,6 @@ class WordPiece final : public TokenizerModel {
       start = end;
     }
   }
-  std::optional<int64_t> lookup(const std::string& token) const override {
-    auto it = ids_.find(token);
-    return it == ids_.end() ? std::nullopt : std::optional<int64_t>(it->second);
-  }
-  const std::vector<std::string>& id_to_token() const override { return tokens_; }
   const char* type() const override { return "WordPiece"; }
 
  private:
@@ -84,8 +79,6 @@ class WordPiece final : public TokenizerModel {
 
   std::string file_, unk_, prefix_;
   size_t max_chars_ = 100;
-  std::unordered_map<std::string, int64_t> ids_;
-  std::vector<std::string> tokens_;
 };
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
+#include <stdexcept>
 
 namespace alpaca::text {
 
@@ -17,6 +19,27 @@ std::optional<bool> parse_bool_text(const std::string& text) {
   if (s == "true" || s == "1" || s == "yes" || s == "y" || s == "t") return true;
   if (s == "false" || s == "0" || s == "no" || s == "n" || s == "f") return false;
   return std::nullopt;
+}
+
+std::optional<long> parse_whole_long(const std::string& text) {
+  size_t used = 0;
+  long v = 0;
+  try {
+    v = std::stol(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (text.empty() || used != text.size()) return std::nullopt;
+  return v;
+}
+
+double byte_unit_scale(const std::string& upper_unit) {
+  static const std::map<std::string, double> scales = {{"", 1},           {"KB", 1e3},
+                                                       {"MB", 1e6},       {"GB", 1e9},
+                                                       {"KIB", 1024.0},   {"MIB", 1024.0 * 1024},
+                                                       {"GIB", 1024.0 * 1024 * 1024}};
+  auto it = scales.find(upper_unit);
+  return it == scales.end() ? 0 : it->second;
 }
 
 std::string closest_name(const std::string& unknown, const std::vector<std::string>& known) {

@@ -30,6 +30,13 @@ json load_fixture() {
   return json::parse(in);
 }
 
+// Render options with the fixture's clock ("now"), as its reference renders ran.
+RenderOptions fixture_options(const json& fx) {
+  RenderOptions opts;
+  opts.now_unix = fx["now"].get<int64_t>();
+  return opts;
+}
+
 // First differing byte, with context, for a readable failure.
 std::string first_difference(const std::string& want, const std::string& got) {
   size_t i = 0;
@@ -81,8 +88,7 @@ std::string check_case(const ChatTemplate& tmpl, const json& c, const RenderOpti
 TEST(ChatTemplate, MatchesTransformersOnEveryTemplateAndCase) {
   ASSERT_TRUE(fs::exists(fixture_file())) << "run the fixture first: ctest -R chat_templates";
   json fx = load_fixture();
-  RenderOptions opts;
-  opts.now_unix = fx["now"].get<int64_t>();
+  const RenderOptions opts = fixture_options(fx);
   std::vector<std::unique_ptr<ChatTemplate>> templates;
   for (const auto& t : fx["templates"]) {
     try {
@@ -165,8 +171,7 @@ bool known_disagreement(const std::string& name, const std::string& c) {
 TEST(ChatTemplate, PrefixRenderSpansMatchTheOracleAndAgreeWithGenerationSpans) {
   ASSERT_TRUE(fs::exists(fixture_file())) << "run the fixture first: ctest -R chat_templates";
   json fx = load_fixture();
-  RenderOptions opts;
-  opts.now_unix = fx["now"].get<int64_t>();
+  const RenderOptions opts = fixture_options(fx);
   std::map<size_t, std::unique_ptr<ChatTemplate>> templates;
   size_t num_cases = 0, num_refused = 0, num_diff = 0, num_both = 0, num_agree = 0, num_known = 0;
   for (const auto& c : fx["cases"]) {

@@ -18,6 +18,7 @@
 #include <iostream>
 
 #include "alpaca/ckpt/checkpoint_dir.h"
+#include "ckpt_test_util.h"
 #include "test_util.h"
 #include "train_test_util.h"
 
@@ -63,6 +64,10 @@ class Tmpfs {
   bool ok_ = false;
   std::string error_;
 };
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
 
 #define SKIP_WITHOUT_FIXTURE() \
   if (fs::exists(kFixture / "SKIPPED")) GTEST_SKIP() << "fixture skipped (no shared data)"
@@ -124,23 +129,13 @@ TEST(CheckpointFaults, CorruptCheckpointIsRefusedNamingTheFile) {
   const Case cases[] = {
       {"truncated", [](const fs::path& d) { fs::resize_file(d / "model.safetensors", fs::file_size(d / "model.safetensors") / 2); },
        "model.safetensors has "},
-      {"flipped byte",
-       [](const fs::path& d) {
-         std::fstream f(d / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-         f.seekg(-100, std::ios::end);
-         const char c = static_cast<char>(f.get());
-         f.seekp(-100, std::ios::end);
-         f.put(static_cast<char>(c ^ 0x10));
-       },
+      {"flipped byte", [](const fs::path& d) { flip_byte_near_end(d / "model.safetensors"); },
        "model.safetensors is corrupt: its xxh3_128 is"},
       {"missing optimizer", [](const fs::path& d) { fs::remove(d / "optimizer.safetensors"); }, "optimizer.safetensors is missing"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    const fs::path bad = tmp.path() / "bad" / "checkpoint-2";
-    fs::remove_all(bad.parent_path());
-    fs::create_directories(bad.parent_path());
-    fs::copy(good, bad, fs::copy_options::recursive);
+    const fs::path bad = fresh_copy(good, tmp.path());
     c.damage(bad);
     // An explicit checkpoint: refused before any model is loaded, naming the file.
     int rc = run_trainer(run_args(tmp.path() / "resume_explicit", 4) + " --resume_from_checkpoint " + bad.string(), 1, &log);
@@ -237,7 +232,7 @@ TEST(CheckpointFaults, RankThatNeverArrivesIsNamedWithinTheTimeout) {
   std::string log1;
   const int rc1 = run_command(rank_cmd(1), &log1);
   const int status0 = rank0.wait();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds = seconds_since(t0);
   const std::string logs[2] = {rank0.log(), log1};
   const int rcs[2] = {WIFEXITED(status0) ? WEXITSTATUS(status0) : 128 + WTERMSIG(status0), rc1};
   for (int r = 0; r < 2; ++r) {
@@ -272,6 +267,20 @@ int expect_no_torn_checkpoint(const fs::path& out) {
   return n;
 }
 
+// SIGTERM to `run`, then its end: the wait status, and the seconds it took after the signal.
+std::pair<int, double> stop_with_sigterm(BackgroundRun& run) {
+  run.signal(SIGTERM);
+  const auto t_sig = std::chrono::steady_clock::now();
+  const int status = run.wait();
+  return {status, seconds_since(t_sig)};
+}
+
+// A preempted run's end: a clean exit (not death by the signal) with code 75 (preemption.h).
+void expect_preemption_exit(int status, const std::string& log) {
+  ASSERT_TRUE(WIFEXITED(status)) << "a clean exit, not death by the signal: " << log;
+  EXPECT_EQ(WEXITSTATUS(status), 75) << log;
+}
+
 }  // namespace
 
 TEST(CheckpointFaults, SigtermDuringLoadTrainsOneStepSavesAndExits75) {
@@ -286,17 +295,13 @@ TEST(CheckpointFaults, SigtermDuringLoadTrainsOneStepSavesAndExits75) {
   const bool parsed = run.wait_for_file(out / "training_args.json") &&
                       run.wait_for_log("ALPACA_FAULTS: train.pause_in_load pauses");
   const bool stepped = fs::exists(out / "metrics.jsonl");
-  run.signal(SIGTERM);
-  const auto t_sig = std::chrono::steady_clock::now();
-  const int status = run.wait();
-  const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_sig).count();
-  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto [status, after] = stop_with_sigterm(run);
+  const double total = seconds_since(t0);
   const std::string log = read_text(log_path);
   ASSERT_TRUE(parsed) << log;
   ASSERT_FALSE(stepped) << "the signal came after training began: " << log;
-  ASSERT_TRUE(WIFEXITED(status)) << "a clean exit, not death by the signal: " << log;
-  // The notice is kept through the load: one step, a sealed checkpoint, exit 75 (preemption.h).
-  EXPECT_EQ(WEXITSTATUS(status), 75) << log;
+  // The notice is kept through the load: one step, a sealed checkpoint, exit 75.
+  ASSERT_NO_FATAL_FAILURE(expect_preemption_exit(status, log));
   EXPECT_NE(log.find("stopping after step 1 on a signal; checkpoint saved; exit code 75"), std::string::npos) << log;
   EXPECT_EQ(expect_no_torn_checkpoint(out), 1) << log;
   EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-1"), "") << log;
@@ -319,15 +324,11 @@ TEST(CheckpointFaults, SigtermDuringEvaluationFinishesItSavesAndExits75) {
       run.wait_until([&] { return read_text(out / "metrics.jsonl").find("\"step\":2") != std::string::npos; }, 180) &&
       run.wait_for_log("ALPACA_FAULTS: train.pause_in_eval pauses");
   const bool eval_done = read_text(out / "metrics.jsonl").find("eval_loss") != std::string::npos;
-  run.signal(SIGTERM);
-  const auto t_sig = std::chrono::steady_clock::now();
-  const int status = run.wait();
-  const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_sig).count();
+  const auto [status, after] = stop_with_sigterm(run);
   const std::string log = read_text(log_path);
   ASSERT_TRUE(in_eval) << log;
   ASSERT_FALSE(eval_done) << "the signal came after the evaluation: " << log;
-  ASSERT_TRUE(WIFEXITED(status)) << "a clean exit, not death by the signal: " << log;
-  EXPECT_EQ(WEXITSTATUS(status), 75) << log;
+  ASSERT_NO_FATAL_FAILURE(expect_preemption_exit(status, log));
   // The evaluation finishes and is logged; the stop is taken at the next step boundary.
   const std::string metrics = read_text(out / "metrics.jsonl");
   EXPECT_NE(metrics.find("eval_loss"), std::string::npos) << metrics;
@@ -359,7 +360,7 @@ MpiFaultRun run_mpi_fault(const std::string& fault, const fs::path& out, int tim
   MpiFaultRun r;
   const auto t0 = std::chrono::steady_clock::now();
   r.rc = run_command(cmd, &r.log);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.seconds = seconds_since(t0);
   return r;
 }
 

@@ -17,6 +17,7 @@
 
 #include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/io/safetensors.h"
+#include "ckpt_test_util.h"
 #include "test_util.h"
 #include "train_test_util.h"
 
@@ -106,12 +107,17 @@ void expect_no_staging(const fs::path& out) {
 
 #define SKIP_WITHOUT_FIXTURE() ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture)
 
+// Every test: skipped when the fixture was, a scratch directory named after the test, a log.
+class ShardedResume : public ::testing::Test {
+ protected:
+  void SetUp() override { SKIP_WITHOUT_FIXTURE(); }
+  TempDir tmp{std::string("sharded_") + ::testing::UnitTest::GetInstance()->current_test_info()->name()};
+  std::string log;
+};
+
 }  // namespace
 
-TEST(ShardedResume, BitwiseSixEqualsThreePlusThreeSyncAndAsync) {
-  SKIP_WITHOUT_FIXTURE();
-  TempDir tmp("sharded_bitwise");
-  std::string log;
+TEST_F(ShardedResume, BitwiseSixEqualsThreePlusThreeSyncAndAsync) {
   const fs::path sync = tmp.path() / "sync", async = tmp.path() / "async";
   ASSERT_EQ(run_trainer(args(sync, 6, 2, 2, "--save_async False"), 2, &log), 0) << log;
   ASSERT_EQ(run_trainer(args(async, 6, 2, 2), 2, &log), 0) << log;
@@ -141,10 +147,7 @@ TEST(ShardedResume, BitwiseSixEqualsThreePlusThreeSyncAndAsync) {
   }
 }
 
-TEST(ShardedResume, ReshardedResumesMatchWithin1e6) {
-  SKIP_WITHOUT_FIXTURE();
-  TempDir tmp("sharded_reshard");
-  std::string log;
+TEST_F(ShardedResume, ReshardedResumesMatchWithin1e6) {
   // Global batch 12 throughout: 4 x 3 x 1, 2 x 3 x 2, 3 x 2 x 2.
   const fs::path w4 = tmp.path() / "w4", w2 = tmp.path() / "w2";
   ASSERT_EQ(run_trainer(args(w4, 6, 3, 1), 4, &log), 0) << log;
@@ -180,10 +183,7 @@ TEST(ShardedResume, ReshardedResumesMatchWithin1e6) {
   }
 }
 
-TEST(ShardedResume, GatheredCheckpointOfEarlierVersionsStillResumes) {
-  SKIP_WITHOUT_FIXTURE();
-  TempDir tmp("sharded_old_layout");
-  std::string log;
+TEST_F(ShardedResume, GatheredCheckpointOfEarlierVersionsStillResumes) {
   const fs::path old = tmp.path() / "old", out = tmp.path() / "resumed";
   ASSERT_EQ(run_trainer(args(old, 6, 2, 2, "--save_checkpoint_layout gathered"), 2, &log), 0) << log;
   ASSERT_TRUE(fs::exists(old / "checkpoint-3" / "optimizer.safetensors"));
@@ -193,10 +193,7 @@ TEST(ShardedResume, GatheredCheckpointOfEarlierVersionsStillResumes) {
   EXPECT_TRUE(fs::is_directory(out / "checkpoint-6" / "sharded")) << "new saves use the sharded layout";
 }
 
-TEST(ShardedResume, ConsolidateAndTorchReadTheModelAsTheHfExport) {
-  SKIP_WITHOUT_FIXTURE();
-  TempDir tmp("sharded_consolidate");
-  std::string log;
+TEST_F(ShardedResume, ConsolidateAndTorchReadTheModelAsTheHfExport) {
   const fs::path out = tmp.path() / "run";
   ASSERT_EQ(run_trainer(args(out, 3, 2, 2), 2, &log), 0) << log;
   const fs::path ck = out / "checkpoint-3";
@@ -213,10 +210,7 @@ TEST(ShardedResume, ConsolidateAndTorchReadTheModelAsTheHfExport) {
   EXPECT_NE(log.find("torch read"), std::string::npos) << log;
 }
 
-TEST(ShardedResume, OneRankDiskFullKeepsThePreviousCheckpoint) {
-  SKIP_WITHOUT_FIXTURE();
-  TempDir tmp("sharded_disk_full");
-  std::string log;
+TEST_F(ShardedResume, OneRankDiskFullKeepsThePreviousCheckpoint) {
   const fs::path out = tmp.path() / "run";
   ASSERT_EQ(run_trainer(args(out, 3, 2, 2), 2, &log), 0) << log;  // checkpoint-3
   // Rank 1's writes fail as on a full disk at checkpoint-6 (a background save): reported, run stops.
@@ -233,10 +227,7 @@ TEST(ShardedResume, OneRankDiskFullKeepsThePreviousCheckpoint) {
   EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-9"), "");
 }
 
-TEST(ShardedResume, FlippedByteAndMissingShardAreRefusedNamingTheFile) {
-  SKIP_WITHOUT_FIXTURE();
-  TempDir tmp("sharded_corrupt");
-  std::string log;
+TEST_F(ShardedResume, FlippedByteAndMissingShardAreRefusedNamingTheFile) {
   const fs::path out = tmp.path() / "run";
   ASSERT_EQ(run_trainer(args(out, 3, 2, 2), 2, &log), 0) << log;
   const fs::path good = out / "checkpoint-3";
@@ -248,16 +239,9 @@ TEST(ShardedResume, FlippedByteAndMissingShardAreRefusedNamingTheFile) {
   } cases[] = {{rank1_model, "is corrupt: its xxh3_128 is", true}, {rank0_moment, "is missing", false}};
   for (const auto& c : cases) {
     SCOPED_TRACE(c.file);
-    const fs::path bad = tmp.path() / "bad" / "checkpoint-3";
-    fs::remove_all(bad.parent_path());
-    fs::create_directories(bad.parent_path());
-    fs::copy(good, bad, fs::copy_options::recursive);
+    const fs::path bad = fresh_copy(good, tmp.path());
     if (c.flip) {
-      std::fstream f(bad / c.file, std::ios::in | std::ios::out | std::ios::binary);
-      f.seekg(-100, std::ios::end);
-      const char ch = static_cast<char>(f.get());
-      f.seekp(-100, std::ios::end);
-      f.put(static_cast<char>(ch ^ 0x10));
+      flip_byte_near_end(bad / c.file);
     } else {
       fs::remove(bad / c.file);
     }
@@ -269,9 +253,7 @@ TEST(ShardedResume, FlippedByteAndMissingShardAreRefusedNamingTheFile) {
   }
 }
 
-TEST(ShardedResume, KillNineOfOneRankDuringTheBackgroundWrite) {
-  SKIP_WITHOUT_FIXTURE();
-  TempDir tmp("sharded_kill9");
+TEST_F(ShardedResume, KillNineOfOneRankDuringTheBackgroundWrite) {
   const fs::path out = tmp.path() / "run";
   fs::create_directories(out);
   // Each background write pauses 4 s after its files, before the seal: checkpoint-3 is sealed at
@@ -286,7 +268,6 @@ TEST(ShardedResume, KillNineOfOneRankDuringTheBackgroundWrite) {
   EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the job fails when a rank is killed";
   EXPECT_FALSE(fs::exists(out / "checkpoint-6"));
   EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-3"), "");
-  std::string log;
   ASSERT_EQ(run_trainer(args(out, 9, 2, 2, "--resume_from_checkpoint True"), 2, &log), 0) << log;
   EXPECT_NE(log.find("resuming from " + (out / "checkpoint-3").string()), std::string::npos) << log;
   expect_no_staging(out);

@@ -1,5 +1,6 @@
 // Helpers for the CLI tests: split a command line the way a POSIX shell does (quotes, line
-// continuations), so README commands are pasted verbatim, and capture usage-error messages.
+// continuations), so README commands are pasted verbatim, capture usage-error messages, and run
+// the built binary.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 
 #include "alpaca/cli/train_args.h"
 #include "alpaca/cli/usage_error.h"
+#include "test_util.h"
 
 namespace alpaca::cli::test {
 
@@ -72,6 +74,37 @@ struct UsageErrorCase {
 // EXPECT_USAGE_ERROR(kRequired + flags, needle) for every row.
 inline void expect_usage_errors(const std::vector<UsageErrorCase>& cases) {
   for (const auto& c : cases) EXPECT_USAGE_ERROR(kRequired + c.flags, c.needle);
+}
+
+// One run of the built alpaca-train: its exit code and its stdout and stderr together.
+struct BinaryRun {
+  int rc;
+  std::string out;
+};
+
+// `alpaca-train <args>`, with `env` (VAR=value ...) before it.
+inline BinaryRun run_binary(const std::string& args, const std::string& env = "") {
+  BinaryRun r;
+  r.rc = ::alpaca::testing::run_command(env + " " + ::alpaca::testing::train_bin() + " " + args, &r.out);
+  return r;
+}
+
+// One row of a table of the binary's usage errors: its arguments and what the message must say
+// ("": the exit code and the missing source location only).
+struct BinaryUsageCase {
+  std::string args, needle;
+};
+
+// Every row exits 2 with `needle` in its output and no file:line (a usage error, not an internal one).
+inline void expect_binary_usage_errors(const std::vector<BinaryUsageCase>& cases) {
+  for (const auto& c : cases) {
+    const BinaryRun r = run_binary(c.args);
+    EXPECT_EQ(r.rc, 2) << c.args << ": " << r.out;
+    if (!c.needle.empty()) {
+      EXPECT_NE(r.out.find(c.needle), std::string::npos) << c.args << ": " << r.out;
+    }
+    EXPECT_EQ(r.out.find(".cpp:"), std::string::npos) << c.args << ": a usage error shows no source location: " << r.out;
+  }
 }
 
 }  // namespace alpaca::cli::test

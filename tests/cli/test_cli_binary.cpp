@@ -9,25 +9,17 @@
 #include <tuple>
 
 #include "alpaca/cli/flag_table.h"
+#include "cli_test_util.h"
 #include "test_util.h"
 
 namespace alpaca::cli {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::run_command;
-using testing::train_bin;
 
-struct Result {
-  int rc;
-  std::string out;
-};
-
-Result run(const std::string& args, const std::string& env = "") {
-  Result r;
-  r.rc = run_command(env + " " + train_bin() + " " + args, &r.out);
-  return r;
-}
+using test::expect_binary_usage_errors;
+using Result = test::BinaryRun;
+Result run(const std::string& args, const std::string& env = "") { return test::run_binary(args, env); }
 
 size_t count(const std::string& hay, const std::string& needle) {
   size_t n = 0;
@@ -60,26 +52,14 @@ TEST(CliBinary, HelpListsEveryFlagInGroups) {
 }
 
 TEST(CliBinary, UsageErrorsExitWithTwoAndSayWhatToDo) {
-  Result r = run("--model_name_or_path m --data_path d --learning_rat 1e-4");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("alpaca-train: error: unknown flag --learning_rat; did you mean --learning_rate?"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find(".cpp:"), std::string::npos) << "usage errors show no source location: " << r.out;
-
-  r = run("--model_name_or_path m --data_path d --bf16 True --fp16 True");
-  EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.out.find("choose one mixed-precision mode"), std::string::npos) << r.out;
-
-  r = run("");
-  EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.out.find("no arguments"), std::string::npos) << r.out;
-
-  r = run("trian --bf16");
-  EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.out.find("unknown subcommand 'trian'; did you mean 'train'?"), std::string::npos) << r.out;
-
-  r = run("generate --model_name_or_path m");
-  EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.out.find("give exactly one of --instruction TEXT or --prompts FILE"), std::string::npos) << r.out;
+  expect_binary_usage_errors({
+      {"--model_name_or_path m --data_path d --learning_rat 1e-4",
+       "alpaca-train: error: unknown flag --learning_rat; did you mean --learning_rate?"},
+      {"--model_name_or_path m --data_path d --bf16 True --fp16 True", "choose one mixed-precision mode"},
+      {"", "no arguments"},
+      {"trian --bf16", "unknown subcommand 'trian'; did you mean 'train'?"},
+      {"generate --model_name_or_path m", "give exactly one of --instruction TEXT or --prompts FILE"},
+  });
 }
 
 // --fsdp_transformer_layer_cls_to_wrap: a tiny mistral / qwen2 model trains one step wrapping its

@@ -6,23 +6,12 @@
 
 #include <regex>
 
-#include "test_util.h"
+#include "cli_test_util.h"
 
 namespace {
 
-using alpaca::testing::run_command;
-using alpaca::testing::train_bin;
-
-struct Result {
-  int rc;
-  std::string out;
-};
-
-Result run(const std::string& args) {
-  Result r;
-  r.rc = run_command(train_bin() + " " + args + " 2>&1", &r.out);
-  return r;
-}
+using Result = alpaca::cli::test::BinaryRun;
+Result run(const std::string& args) { return alpaca::cli::test::run_binary(args); }
 
 }  // namespace
 
@@ -36,23 +25,14 @@ TEST(SubcommandFlags, ABadFlagIsAUsageErrorInEverySubcommand) {
     EXPECT_EQ(r.out.find(".cpp:"), std::string::npos) << sub << ": a usage error shows no source location: " << r.out;
   }
   // A near miss gets a suggestion; a missing required flag and a bad value are usage errors too.
-  Result r = run("init-model --confg c.json --output_dir o");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("did you mean --config?"), std::string::npos) << r.out;
-  r = run("merge --model_name_or_path b --adapter a");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("merge: --output_dir is required"), std::string::npos) << r.out;
-  r = run("init-model --config c.json --output_dir o --seed many");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("--seed needs an integer, got 'many'"), std::string::npos) << r.out;
-  r = run("preprocess --data_path d.json --output o.jsonl --packing maybe");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  r = run("consolidate only_one_argument");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("consolidate: expected CHECKPOINT and OUT"), std::string::npos) << r.out;
-  r = run("generate --model_name_or_path m --top_k");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("--top_k needs a value"), std::string::npos) << r.out;
+  alpaca::cli::test::expect_binary_usage_errors({
+      {"init-model --confg c.json --output_dir o", "did you mean --config?"},
+      {"merge --model_name_or_path b --adapter a", "merge: --output_dir is required"},
+      {"init-model --config c.json --output_dir o --seed many", "--seed needs an integer, got 'many'"},
+      {"preprocess --data_path d.json --output o.jsonl --packing maybe", ""},
+      {"consolidate only_one_argument", "consolidate: expected CHECKPOINT and OUT"},
+      {"generate --model_name_or_path m --top_k", "--top_k needs a value"},
+  });
 }
 
 TEST(SubcommandFlags, HelpListsEverySubcommandAndEachSubcommandsFlags) {

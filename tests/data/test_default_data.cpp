@@ -16,10 +16,7 @@ namespace alpaca::data {
 using tokenizer::Tokenizer;
 namespace {
 
-using ::alpaca::testing::python;
-using ::alpaca::testing::run_command;
-using ::alpaca::testing::source_dir;
-using ::alpaca::testing::TempDir;
+using namespace ::alpaca::testing;  // the harness: TempDir, run_command, source_dir, ...
 
 TEST(DefaultData, LoadsAndSplitsAreDisjoint) {
   auto train = load_alpaca_records((source_dir() / "data/synthetic_train.json").string());

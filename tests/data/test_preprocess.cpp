@@ -12,10 +12,7 @@ namespace alpaca::data {
 using tokenizer::Tokenizer;
 namespace {
 
-using ::alpaca::testing::run_command;
-using ::alpaca::testing::source_dir;
-using ::alpaca::testing::TempDir;
-using ::alpaca::testing::train_bin;
+using namespace ::alpaca::testing;  // the harness: TempDir, run_command, source_dir, ...
 
 std::vector<nlohmann::json> read_lines(const std::filesystem::path& p) {
   std::vector<nlohmann::json> out;

@@ -257,21 +257,24 @@ class MultiNode : public ::testing::Test {
     SKIP_WITHOUT_TESTBED(*bed_);
   }
   const Testbed& bed() const { return *bed_; }
+  // The two-node run `r` ended well and trained, into `out`, the losses of one node x 4 ranks.
+  static void expect_matches_one_node(const Outcome& r, const fs::path& out, const std::string& what) {
+    ASSERT_EQ(r.rc, 0) << r.output;
+    expect_close(losses(out), reference_losses(), 1e-6, what);
+  }
 
  private:
   std::optional<Testbed> bed_;
 };
 
 TEST_F(MultiNode, BuiltInLauncherAcrossTwoNamespacesMatchesOneNode) {
-  const auto& ref = reference_losses();
   const Testbed& bed = this->bed();
   TempDir out("multinode_2x2");
   const uint64_t before = bed.eth0_bytes(0);
   const std::string flags = train_flags(out.path(), "full_shard auto_wrap");
   Outcome r = two_nodes(bed, launcher_node(0, flags), launcher_node(1, flags));
-  ASSERT_EQ(r.rc, 0) << r.output;
   const uint64_t crossed = bed.eth0_bytes(0) - before;
-  expect_close(losses(out.path()), ref, 1e-6, "2 nodes x 2 ranks vs 1 node x 4");
+  ASSERT_NO_FATAL_FAILURE(expect_matches_one_node(r, out.path(), "2 nodes x 2 ranks vs 1 node x 4"));
   // Each of the 3 steps gathers every parameter at least once (forward); node 0's ranks need node
   // 1's half of them (fp32) each time, so at least half the model crosses node 0's eth0 per step.
   const uint64_t model_bytes = fs::file_size(fixture() / "model" / "model.safetensors");
@@ -281,17 +284,14 @@ TEST_F(MultiNode, BuiltInLauncherAcrossTwoNamespacesMatchesOneNode) {
 }
 
 TEST_F(MultiNode, HybridShardAcrossTwoNamespacesMatchesFullShard) {
-  const auto& ref = reference_losses();
   const Testbed& bed = this->bed();
   TempDir out("multinode_hybrid");
   const std::string flags = train_flags(out.path(), "hybrid_shard auto_wrap", " --fsdp_config '{\"hybrid_shard_size\": 2}'");
   Outcome r = two_nodes(bed, launcher_node(0, flags), launcher_node(1, flags));
-  ASSERT_EQ(r.rc, 0) << r.output;
-  expect_close(losses(out.path()), ref, 1e-6, "hybrid_shard 2 nodes x 2 vs full_shard 1 node x 4");
+  ASSERT_NO_FATAL_FAILURE(expect_matches_one_node(r, out.path(), "hybrid_shard 2 nodes x 2 vs full_shard 1 node x 4"));
 }
 
 TEST_F(MultiNode, PyTorchJobPodsAcrossTwoNamespacesMatchOneNode) {
-  const auto& ref = reference_losses();
   const Testbed& bed = this->bed();
   TempDir out("multinode_pytorchjob");
   auto pod = [&](int r) {
@@ -300,8 +300,7 @@ TEST_F(MultiNode, PyTorchJobPodsAcrossTwoNamespacesMatchOneNode) {
            train_flags(out.path(), "full_shard auto_wrap");
   };
   Outcome r = two_nodes(bed, pod(0), pod(1));
-  ASSERT_EQ(r.rc, 0) << r.output;
-  expect_close(losses(out.path()), ref, 1e-6, "PyTorchJob pods 2 x 2 vs 1 node x 4");
+  ASSERT_NO_FATAL_FAILURE(expect_matches_one_node(r, out.path(), "PyTorchJob pods 2 x 2 vs 1 node x 4"));
 }
 
 // Open MPI with a hostfile naming the two nodes, its daemons started in the namespaces through
@@ -309,7 +308,6 @@ TEST_F(MultiNode, PyTorchJobPodsAcrossTwoNamespacesMatchOneNode) {
 // The namespaces share one /dev/shm: PMIx keeps its data in a hash (not the shared-memory store)
 // and the agent gives each node its own shared-memory directory.
 TEST_F(MultiNode, MpirunHostfileAcrossTwoNamespacesMatchesOneNode) {
-  const auto& ref = reference_losses();
   const Testbed& bed = this->bed();
   TempDir out("multinode_mpirun");
   const fs::path hostfile = out.path() / "hostfile";
@@ -321,9 +319,8 @@ TEST_F(MultiNode, MpirunHostfileAcrossTwoNamespacesMatchesOneNode) {
       "-x PMIX_MCA_gds -x OMP_NUM_THREADS " + train_bin() + " " + train_flags(out.path() / "run", "full_shard auto_wrap");
   const uint64_t before = bed.eth0_bytes(1);
   Outcome r = run(mpirun_cmd);
-  ASSERT_EQ(r.rc, 0) << r.output;
   const uint64_t crossed = bed.eth0_bytes(1) - before;
-  expect_close(losses(out.path() / "run"), ref, 1e-6, "mpirun 2 nodes x 2 vs 1 node x 4");
+  ASSERT_NO_FATAL_FAILURE(expect_matches_one_node(r, out.path() / "run", "mpirun 2 nodes x 2 vs 1 node x 4"));
   std::cout << "[multinode] mpirun 2x2: " << crossed << " bytes through node 1's eth0, " << r.seconds << " s\n";
   EXPECT_GE(crossed, 3 * fs::file_size(fixture() / "model" / "model.safetensors") / 2) << r.output;
 }

@@ -32,6 +32,13 @@ model::LlamaConfig tiny(bool tied) {
   return c;
 }
 
+// The tiny model with weights drawn from `seed`.
+model::LlamaForCausalLM tiny_model(bool tied, uint64_t seed) {
+  model::LlamaForCausalLM m(tiny(tied));
+  model::init_weights(m, seed);
+  return m;
+}
+
 void expect_same_params(model::LlamaForCausalLM& a, model::LlamaForCausalLM& b) {
   auto pb = b->named_parameters(true);
   ASSERT_EQ(a->named_parameters(true).size(), pb.size());
@@ -40,8 +47,7 @@ void expect_same_params(model::LlamaForCausalLM& a, model::LlamaForCausalLM& b) 
 
 TEST(HfCheckpoint, SaveAndLoadSingleFile) {
   alpaca::testing::TempDir tmp("hf_single");
-  model::LlamaForCausalLM m(tiny(true));
-  model::init_weights(m, 1);
+  model::LlamaForCausalLM m = tiny_model(true, 1);
   const std::string dir = (tmp.path() / "out").string();
   io::save_hf_directory(m, dir);
   EXPECT_TRUE(fs::exists(fs::path(dir) / "model.safetensors"));
@@ -63,8 +69,7 @@ TEST(HfCheckpoint, SaveAndLoadSingleFile) {
 
 TEST(HfCheckpoint, ZeroCopyLoadSharesTheMappingCopyOnWrite) {
   alpaca::testing::TempDir tmp("hf_zero_copy");
-  model::LlamaForCausalLM m(tiny(false));
-  model::init_weights(m, 9);
+  model::LlamaForCausalLM m = tiny_model(false, 9);
   const std::string dir = (tmp.path() / "out").string();
   io::save_hf_directory(m, dir);
   io::LoadOptions opts;
@@ -90,8 +95,7 @@ TEST(HfCheckpoint, ZeroCopyLoadSharesTheMappingCopyOnWrite) {
 
 TEST(HfCheckpoint, ShardsLikeTransformersAndKeepsOtherFiles) {
   alpaca::testing::TempDir tmp("hf_sharded");
-  model::LlamaForCausalLM m(tiny(false));
-  model::init_weights(m, 2);
+  model::LlamaForCausalLM m = tiny_model(false, 2);
   const fs::path dir = tmp.path() / "out";
   fs::create_directories(dir);
   std::ofstream(dir / "tokenizer.model") << "keep me";

@@ -29,6 +29,14 @@ int64_t item(const plan::MemoryPlan& p, const std::string& name, bool host = fal
 
 constexpr int64_t kGiB = int64_t{1} << 30;
 
+// A model directory for estimate-memory: only LLaMA-7B's config.json.
+void write_llama_7b_config(const std::filesystem::path& dir) {
+  const nlohmann::json cfg = {{"model_type", "llama"}, {"vocab_size", 32000}, {"hidden_size", 4096},
+                              {"intermediate_size", 11008}, {"num_hidden_layers", 32},
+                              {"num_attention_heads", 32}, {"num_key_value_heads", 32}};
+  std::ofstream(dir / "config.json") << cfg.dump();
+}
+
 }  // namespace
 
 TEST(MemoryPlan, ModelStatesAreSixteenBytesPerShardedParameterWithPadding) {
@@ -259,10 +267,7 @@ TEST(MemoryPlan, LoraStatesAreFp32AdaptersAndAParamDtypeFrozenBase) {
 
 TEST(EstimateMemoryCommand, UsePeftEstimatesTheGivenLoraConfiguration) {
   TempDir dir("estimate_peft");
-  const nlohmann::json cfg = {{"model_type", "llama"}, {"vocab_size", 32000}, {"hidden_size", 4096},
-                              {"intermediate_size", 11008}, {"num_hidden_layers", 32},
-                              {"num_attention_heads", 32}, {"num_key_value_heads", 32}};
-  std::ofstream(dir.path() / "config.json") << cfg.dump();
+  write_llama_7b_config(dir.path());
   const std::string base = train_bin() + " estimate-memory --json --model_name_or_path " + dir.path().string() +
                            " --bf16 True --per_device_train_batch_size 4 --model_max_length 512 --fsdp 'full_shard "
                            "auto_wrap' --num_gpus 2 --gpu_memory_gb 24";
@@ -306,10 +311,7 @@ TEST(EstimateMemoryCommand, UsePeftEstimatesTheGivenLoraConfiguration) {
 
 TEST(EstimateMemoryCommand, LoadIn4bitEstimatesTheQloraConfiguration) {
   TempDir dir("estimate_qlora");
-  const nlohmann::json cfg = {{"model_type", "llama"}, {"vocab_size", 32000}, {"hidden_size", 4096},
-                              {"intermediate_size", 11008}, {"num_hidden_layers", 32},
-                              {"num_attention_heads", 32}, {"num_key_value_heads", 32}};
-  std::ofstream(dir.path() / "config.json") << cfg.dump();
+  write_llama_7b_config(dir.path());
   const std::string base = train_bin() + " estimate-memory --json --model_name_or_path " + dir.path().string() +
                            " --bf16 True --per_device_train_batch_size 1 --model_max_length 512 --fsdp 'full_shard "
                            "auto_wrap' --gradient_checkpointing True --num_gpus 1 --gpu_memory_gb 12 --use_peft True"
@@ -346,10 +348,7 @@ TEST(EstimateMemoryCommand, LoadIn4bitEstimatesTheQloraConfiguration) {
 
 TEST(EstimateMemoryCommand, JsonHasTheContractFieldsAndErrorsNameTheFix) {
   TempDir dir("estimate_cmd");
-  const nlohmann::json cfg = {{"model_type", "llama"}, {"vocab_size", 32000}, {"hidden_size", 4096},
-                              {"intermediate_size", 11008}, {"num_hidden_layers", 32},
-                              {"num_attention_heads", 32}, {"num_key_value_heads", 32}};
-  std::ofstream(dir.path() / "config.json") << cfg.dump();
+  write_llama_7b_config(dir.path());
   std::string out;
   ASSERT_EQ(run_command(train_bin() + " estimate-memory --model_name_or_path " + dir.path().string() +
                             " --bf16 True --per_device_train_batch_size 4 --model_max_length 512 --fsdp 'full_shard "

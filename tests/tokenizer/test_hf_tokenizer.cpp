@@ -12,46 +12,18 @@
 #include "alpaca/data/alpaca_example.h"
 #include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/util/error.h"
-#include "test_util.h"
 #include "tokenizer_parity.h"
+#include "tokenizer_test_util.h"
 
 namespace alpaca::tokenizer {
-using data::load_alpaca_records;
-using data::tokenize_alpaca;
 namespace {
 
-namespace fs = std::filesystem;
-using ::alpaca::testing::binary_dir;
-using ::alpaca::testing::shared_dir;
-using ::alpaca::testing::TempDir;
-using nlohmann::json;
+using namespace test;
 
-const fs::path& fixture() {
-  static const fs::path p = binary_dir() / "fixtures/hf_tokenizer";
-  return p;
-}
+fs::path fixture() { return fixture_dir("hf_tokenizer"); }
+json reference() { return read_json(fixture() / "reference.json"); }
 
-json reference() {
-  std::ifstream in(fixture() / "reference.json");
-  return json::parse(in);
-}
-
-#define REQUIRE_FIXTURE()                                                                     \
-  ALPACA_REQUIRE_SHARED("data/alpaca/alpaca_5000.json");                                      \
-  ASSERT_TRUE(fs::exists(fixture() / "reference.json"))                                       \
-      << "run the fixture first: ctest -R hf_tokenizer (fixture_hf_tokenizer)"
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary);
-  out << text;
-}
+#define REQUIRE_FIXTURE() ALPACA_REQUIRE_TOKENIZER_FIXTURE(fixture(), "hf_tokenizer")
 
 class HfTokenizerParity : public ::testing::TestWithParam<const char*> {};
 
@@ -138,25 +110,7 @@ TEST(HfTokenizer, SavedDirectoryLoadsInTransformersWithSameIds) {
                   {"bos", tok.bos_id()}, {"unk", tok.unk_id()}, {"ids", ids}};
     dirs += " " + out.string();
   }
-  const fs::path script = tmp.path() / "check.py";
-  write(script,
-        "import sys, json\n"
-        "from transformers import AutoTokenizer\n"
-        "texts = json.loads(sys.argv[1])\n"
-        "out = {}\n"
-        "for d in sys.argv[2:]:\n"
-        "    t = AutoTokenizer.from_pretrained(d)\n"
-        "    out[d.rsplit('/', 1)[1]] = {'len': len(t), 'pad': t.pad_token_id, 'eos': t.eos_token_id,\n"
-        "        'bos': t.bos_token_id, 'unk': t.unk_token_id, 'ids': [t(s)['input_ids'] for s in texts]}\n"
-        "print(json.dumps(out))\n");
-  const fs::path texts_file = tmp.path() / "texts.json";
-  std::string out;
-  int rc = ::alpaca::testing::run_command(::alpaca::testing::python() + " " + script.string() + " '" +
-                                              json(texts).dump() + "'" + dirs + " 2>/dev/null",
-                                          &out);
-  ASSERT_EQ(rc, 0) << out;
-  json theirs = json::parse(out.substr(out.find('{')));
-  EXPECT_EQ(theirs, ours) << "transformers: " << theirs.dump() << "\nours: " << ours.dump();
+  expect_auto_tokenizer_agrees(tmp.path(), dirs, texts, ours, /*with_bos_unk=*/true);
 }
 
 // tokenizer.model when present (use_fast=False), tokenizer.json otherwise or with use_fast.
@@ -205,7 +159,7 @@ TEST(HfTokenizer, ErrorsNameTheFileAndTheSupportedComponents) {
   REQUIRE_FIXTURE();
   const json ref = reference();
   const fs::path src = ref["tokenizers"]["smollm2"]["dir"].get<std::string>();
-  const json doc = json::parse(read(src / "tokenizer.json"));
+  const json doc = json::parse(read_text(src / "tokenizer.json"));
   TempDir tmp("hf_tokenizer_errors");
   auto variant = [&](const std::string& tag, const std::function<void(json&)>& edit) {
     fs::path d = tmp.path() / tag;
@@ -248,7 +202,7 @@ TEST(HfTokenizer, ErrorsNameTheFileAndTheSupportedComponents) {
                {"tokenizer.json", "does not compile"});
   fs::path bad = tmp.path() / "malformed";
   fs::create_directories(bad);
-  write(bad / "tokenizer.json", read(src / "tokenizer.json").substr(0, 1000));
+  write(bad / "tokenizer.json", read_text(src / "tokenizer.json").substr(0, 1000));
   expect_error(bad, {(bad / "tokenizer.json").string(), "not valid JSON"});
   fs::path nomodel = tmp.path() / "nomodel";
   fs::create_directories(nomodel);

@@ -15,39 +15,17 @@
 #include "alpaca/data/alpaca_example.h"
 #include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/util/error.h"
-#include "test_util.h"
 #include "tokenizer_parity.h"
+#include "tokenizer_test_util.h"
 
 namespace alpaca::tokenizer {
-using data::load_alpaca_records;
-using data::tokenize_alpaca;
 namespace {
 
-namespace fs = std::filesystem;
-using ::alpaca::testing::binary_dir;
-using ::alpaca::testing::shared_dir;
-using ::alpaca::testing::TempDir;
-using nlohmann::json;
+using namespace test;
 
-const fs::path& fixture() {
-  static const fs::path p = binary_dir() / "fixtures/llama2_variants";
-  return p;
-}
+fs::path fixture() { return fixture_dir("llama2_variants"); }
 
-json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  return json::parse(in);
-}
-
-void write(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary);
-  out << text;
-}
-
-#define REQUIRE_FIXTURE()                                                      \
-  ALPACA_REQUIRE_SHARED("data/alpaca/alpaca_5000.json");                       \
-  ASSERT_TRUE(fs::exists(fixture() / "reference.json"))                        \
-      << "run the fixture first: ctest -R llama2_variants (fixture_llama2_variants)"
+#define REQUIRE_FIXTURE() ALPACA_REQUIRE_TOKENIZER_FIXTURE(fixture(), "llama2_variants")
 
 Tokenizer load_variant(const json& r) {
   // With tokenizer.model beside, tokenizer.json is what --use_fast_tokenizer (and transformers 5) uses.
@@ -124,24 +102,7 @@ TEST(Llama2Variants, SavedDirectoriesLoadInTransformersWithSameIds) {
     ours[name] = {{"len", tok.vocab_size()}, {"pad", *tok.pad_id()}, {"eos", tok.eos_id()}, {"ids", ids}};
     dirs += " " + out.string();
   }
-  const fs::path script = tmp.path() / "check.py";
-  write(script,
-        "import sys, json\n"
-        "from transformers import AutoTokenizer\n"
-        "texts = json.loads(sys.argv[1])\n"
-        "out = {}\n"
-        "for d in sys.argv[2:]:\n"
-        "    t = AutoTokenizer.from_pretrained(d)\n"
-        "    out[d.rsplit('/', 1)[1]] = {'len': len(t), 'pad': t.pad_token_id, 'eos': t.eos_token_id,\n"
-        "        'ids': [t(s)['input_ids'] for s in texts]}\n"
-        "print(json.dumps(out))\n");
-  std::string out;
-  int rc = ::alpaca::testing::run_command(::alpaca::testing::python() + " " + script.string() + " '" +
-                                              json(texts).dump() + "'" + dirs + " 2>/dev/null",
-                                          &out);
-  ASSERT_EQ(rc, 0) << out;
-  json theirs = json::parse(out.substr(out.find('{')));
-  EXPECT_EQ(theirs, ours) << "transformers: " << theirs.dump() << "\nours: " << ours.dump();
+  expect_auto_tokenizer_agrees(tmp.path(), dirs, texts, ours, /*with_bos_unk=*/false);
 }
 
 fs::path tiny_dir(const fs::path& root, const std::string& tag, const json& config) {
@@ -235,23 +196,22 @@ TEST(Llama2Variants, SelfCheckRejectsASplitEos) {
 
   const fs::path out = tmp.path() / "out" / "examples.jsonl";
   fs::create_directories(out.parent_path());
+  // `alpaca-train preprocess` of the Alpaca records with the tokenizer in `dir` into `out`.
   std::string log;
-  int rc = ::alpaca::testing::run_command(
-      ::alpaca::testing::train_bin() + " preprocess --data_path " +
-          (shared_dir() / "data/alpaca/alpaca_5000.json").string() + " --tokenizer " + d.string() +
-          " --output " + out.string() + " 2>&1",
-      &log);
+  const auto preprocess = [&](const fs::path& dir) {
+    return ::alpaca::testing::run_command(::alpaca::testing::train_bin() + " preprocess --data_path " +
+                                              (shared_dir() / "data/alpaca/alpaca_5000.json").string() +
+                                              " --tokenizer " + dir.string() + " --output " + out.string(),
+                                          &log);
+  };
+  int rc = preprocess(d);
   EXPECT_NE(rc, 0) << log;
   EXPECT_NE(log.find("tokenizer self-check failed: the eos token"), std::string::npos) << log;
   EXPECT_TRUE(fs::is_empty(out.parent_path())) << "preprocess left files behind";
 
   // The same file with its class rule (LlamaTokenizer) passes, and preprocess shows the EOS.
   const fs::path good = ref["variants"]["tf428_json"]["dir"].get<std::string>();
-  rc = ::alpaca::testing::run_command(
-      ::alpaca::testing::train_bin() + " preprocess --data_path " +
-          (shared_dir() / "data/alpaca/alpaca_5000.json").string() + " --tokenizer " + good.string() +
-          " --output " + out.string() + " 2>&1",
-      &log);
+  rc = preprocess(good);
   EXPECT_EQ(rc, 0) << log;
   EXPECT_NE(log.find("first example ends:"), std::string::npos) << log;
   EXPECT_NE(log.find(" 2 \"</s>\" (eos 2"), std::string::npos) << log;

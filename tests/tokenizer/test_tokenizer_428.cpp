@@ -9,19 +9,15 @@
 
 #include "alpaca/data/alpaca_example.h"
 #include "alpaca/tokenizer/tokenizer.h"
-#include "test_util.h"
+#include "tokenizer_parity.h"
+#include "tokenizer_test_util.h"
 
 namespace alpaca::tokenizer {
-using data::load_alpaca_records;
-using data::tokenize_alpaca;
 namespace {
 
-namespace fs = std::filesystem;
-using ::alpaca::testing::binary_dir;
-using ::alpaca::testing::shared_dir;
-using nlohmann::json;
+using namespace test;
 
-const fs::path kFixture = binary_dir() / "fixtures/slow_llama_428";
+const fs::path kFixture = fixture_dir("slow_llama_428");
 
 Tokenizer alpaca_tokenizer() {
   Tokenizer tok = Tokenizer::load((shared_dir() / "data/llama2-tokenizer").string());
@@ -34,8 +30,7 @@ Tokenizer alpaca_tokenizer() {
 TEST(Tokenizer428, EdgeCasesMatchTransformers4281) {
   ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
   ASSERT_TRUE(fs::exists(kFixture / "edge.json")) << "run the fixture first: ctest -R tokenizer_428";
-  std::ifstream in(kFixture / "edge.json");
-  json ref = json::parse(in);
+  const json ref = read_json(kFixture / "edge.json");
   Tokenizer tok = alpaca_tokenizer();
   for (size_t i = 0; i < ref["texts"].size(); ++i) {
     const std::string text = ref["texts"][i].get<std::string>();
@@ -57,11 +52,7 @@ TEST(Tokenizer428, AlpacaRecordsMatchTrainPyOnTransformers4281) {
   size_t n = 0, bad = 0;
   for (; std::getline(in, line); ++n) {
     ASSERT_LT(n, examples.size());
-    auto j = json::parse(line);
-    if ((j["input_ids"].get<std::vector<int64_t>>() != examples[n].input_ids ||
-         j["labels"].get<std::vector<int64_t>>() != examples[n].labels) &&
-        ++bad <= 3)
-      ADD_FAILURE() << "record " << n << " differs";
+    if (!parity::same_example(json::parse(line), examples[n]) && ++bad <= 3) ADD_FAILURE() << "record " << n << " differs";
   }
   EXPECT_EQ(n, records.size());
   EXPECT_EQ(bad, 0u) << bad << " of " << n << " records differ";
