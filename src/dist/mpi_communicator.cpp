@@ -14,6 +14,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "alpaca/util/error.h"
 #include "cpu_collective.h"
@@ -68,10 +69,17 @@ int checked_count(int64_t n, const char* op) {
   return static_cast<int>(n);
 }
 
+// One nonblocking MPI operation: a collective's request, or the steps of a ring (the requests of
+// the current step, and `step`, which is run once they all completed and may issue the next
+// step's requests: true while it did).
 class MpiWork final : public Work {
  public:
-  MpiWork(MPI_Request req, std::string what, Clock::time_point deadline, std::function<void()> finish)
-      : req_(req), what_(std::move(what)), deadline_(deadline), finish_(std::move(finish)) {}
+  using Step = std::function<bool(std::vector<MPI_Request>&)>;
+
+  MpiWork(std::vector<MPI_Request> reqs, Step step, std::string what, Clock::time_point deadline,
+          std::function<void()> finish)
+      : reqs_(std::move(reqs)), step_(std::move(step)), what_(std::move(what)), deadline_(deadline),
+        finish_(std::move(finish)) {}
 
   ~MpiWork() override {
     if (!done_) complete_unwaited(*this, what_);
@@ -106,50 +114,107 @@ class MpiWork final : public Work {
  private:
   friend class ProgressEngine;
 
-  // For the progress thread: advances the request if nobody else holds it; true once finished
+  // For the progress thread: advances the operation if nobody else holds it; true once finished
   // (or failed: the failure is kept for the waiter, who reports it).
   bool progress() {
     std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
     if (!lock.owns_lock()) return false;
     if (done_ || !error_.empty()) return true;
-    int flag = 0;
-    int rc = MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      error_ = what_ + " failed in MPI: " + mpi_error_string(rc);
-      return true;
-    }
-    if (!flag) return false;
-    try {
-      complete_locked();
-    } catch (const std::exception& e) {
-      error_ = what_ + " failed to finish: " + e.what();
-    }
-    return true;
+    return advance_locked() || !error_.empty();
   }
 
   bool test_locked() {
+    if (error_.empty()) advance_locked();
     if (!error_.empty()) fail_collective(error_);
-    int flag = 0;
-    int rc = MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) fail_collective(what_ + " failed in MPI: " + mpi_error_string(rc));
-    if (!flag) return false;
-    complete_locked();
-    return true;
+    return done_;
+  }
+
+  // Tests the current requests; once they all completed, runs the next step or finishes. True
+  // once finished; a failure is left in error_.
+  bool advance_locked() {
+    for (;;) {
+      int flag = 0;
+      int rc = MPI_Testall(static_cast<int>(reqs_.size()), reqs_.data(), &flag, MPI_STATUSES_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        error_ = what_ + " failed in MPI: " + mpi_error_string(rc);
+        return false;
+      }
+      if (!flag) return false;
+      reqs_.clear();
+      try {
+        if (step_ && step_(reqs_)) continue;  // the next step's requests: test them at once
+        complete_locked();
+      } catch (const std::exception& e) {
+        error_ = what_ + " failed to finish: " + e.what();
+        return false;
+      }
+      return true;
+    }
   }
 
   void complete_locked() {
     done_ = true;
+    step_ = nullptr;
     if (finish_) finish_();
     finish_ = nullptr;  // releases the buffers it held
   }
 
   std::mutex mu_;
-  MPI_Request req_;
+  std::vector<MPI_Request> reqs_;
+  Step step_;
   std::string what_;
   Clock::time_point deadline_;
   std::function<void()> finish_;
   bool done_ = false;
   std::string error_;  // set by the progress thread, reported by the waiter
+};
+
+// A reduce-scatter as a ring of point-to-point messages (world - 1 steps): at step s a rank sends
+// its running sum of block (rank - s - 1) to the next rank and receives the previous rank's
+// running sum of block (rank - s - 2), to which it adds its own. After the last step `acc` holds
+// this rank's block, reduced over every rank. Each rank holds two blocks of scratch (acc, recv).
+// Open MPI's MPI_Ireduce_scatter_block (coll/libnbc) instead reduces the whole input to rank 0
+// and scatters from there: every rank allocates twice the whole input as scratch and rank 0
+// touches all of it, so rank 0's resident memory grows by twice the largest gradient a unit
+// reduces (bench/mpi_reduce_scatter_rss.c), and rank 0 carries (world - 1) x the others' traffic.
+struct RingReduceScatter {
+  at::Tensor in;   // world blocks of n elements, the caller's dtype
+  at::Tensor acc;  // n elements in the reduction dtype (fp32 for 16-bit floats)
+  at::Tensor recv;
+  ReduceOp op;
+  MPI_Comm comm;
+  MPI_Datatype type;
+  int rank, world, tag, n;
+  int step = 0;
+
+  at::Tensor block(int b) const { return in.narrow(0, static_cast<int64_t>(((b % world) + world) % world) * n, n); }
+
+  void issue(std::vector<MPI_Request>& reqs, const at::Tensor& send) {
+    reqs.resize(2);
+    const int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+    ALPACA_MPI_CHECK(MPI_Irecv(recv.data_ptr(), n, type, prev, tag, comm, &reqs[0]), "reduce_scatter ring receive");
+    ALPACA_MPI_CHECK(MPI_Isend(send.data_ptr(), n, type, next, tag, comm, &reqs[1]), "reduce_scatter ring send");
+  }
+
+  // Step 0: this rank's own block (rank - 1), as is when it already is in the reduction dtype.
+  void start(std::vector<MPI_Request>& reqs) {
+    at::Tensor first = block(rank - 1);
+    if (first.scalar_type() != acc.scalar_type()) first = acc.copy_(first);
+    issue(reqs, first);
+  }
+
+  // Step `step` completed: fold the received running sum into this rank's block; send it on.
+  bool operator()(std::vector<MPI_Request>& reqs) {
+    acc.copy_(block(rank - step - 2));
+    if (op == ReduceOp::kMax) {
+      at::maximum_out(acc, acc, recv);
+    } else {
+      acc.add_(recv);
+    }
+    if (++step == world - 1) return false;
+    issue(reqs, acc);
+    return true;
+  }
 };
 
 // The process's progress thread (MPI_THREAD_MULTIPLE only). Started with the first collective,
@@ -257,21 +322,34 @@ class MpiCommunicator final : public Communicator {
     check_flat_buffers(out, in, world_, op, /*out_is_whole=*/false);
     std::string what = label(op, in, op_kind);
     const int n = checked_count(out.numel(), op);
-    // Reduce in fp32 for 16-bit floats; into scratch when out aliases in (MPI forbids it).
-    at::Tensor send = is_16bit_float(in) ? in.to(at::kFloat) : in;
-    const bool overlap = out.data_ptr() >= in.data_ptr() &&
-                         static_cast<const char*>(out.data_ptr()) < static_cast<const char*>(in.data_ptr()) + in.nbytes();
-    at::Tensor recv = (is_16bit_float(out) || overlap) ? at::empty({out.numel()}, send.options()) : out;
-    MPI_Request req;
-    check_mpi_thread(op);
-    ALPACA_MPI_CHECK(MPI_Ireduce_scatter_block(send.data_ptr(), recv.data_ptr(), n, reduce_type(send.scalar_type()),
-                                               mpi_op(op_kind), comm_, &req),
-                     what);
+    // A ring of point-to-point steps (RingReduceScatter), reduced in fp32 for 16-bit floats. The
+    // result lands in `out` only at the end, so out may be a block of in (FSDP's in-place case).
+    const at::ScalarType acc_type = is_16bit_float(in) ? at::kFloat : in.scalar_type();
+    auto ring = std::make_shared<RingReduceScatter>();
+    ring->in = in.view(-1);
+    ring->acc = at::empty({out.numel()}, in.options().dtype(acc_type));
+    ring->op = op_kind;
+    ring->comm = comm_;
+    ring->type = reduce_type(acc_type);
+    ring->rank = rank_;
+    ring->world = world_;
+    ring->tag = static_cast<int>(seq_ % 32767);  // MPI guarantees tags up to 32767; one per operation in flight
+    ring->n = n;
+    std::vector<MPI_Request> reqs;
+    if (world_ > 1) {
+      ring->recv = at::empty_like(ring->acc);
+      check_mpi_thread(op);
+      ring->start(reqs);
+    } else {
+      ring->acc.copy_(ring->in);
+    }
     const int world = world_;
-    return make_work(req, what, [out, in, send, recv, op_kind, world]() mutable {
-      if (op_kind == ReduceOp::kAvg) finish_avg(recv, world);
-      if (!recv.is_same(out)) out.view(-1).copy_(recv);
-    });
+    auto step = [ring](std::vector<MPI_Request>& next) { return (*ring)(next); };
+    return make_work(std::move(reqs), world_ > 1 ? MpiWork::Step(step) : nullptr, what,
+                     [out, ring, op_kind, world]() mutable {
+                       if (op_kind == ReduceOp::kAvg) finish_avg(ring->acc, world);
+                       out.view(-1).copy_(ring->acc);
+                     });
   }
 
   WorkHandle all_reduce(at::Tensor t, ReduceOp op_kind) override {
@@ -344,7 +422,13 @@ class MpiCommunicator final : public Communicator {
   }
 
   WorkHandle make_work(MPI_Request req, const std::string& what, std::function<void()> finish) {
-    auto work = std::make_shared<MpiWork>(req, what, deadline_after(options_.timeout), std::move(finish));
+    return make_work({req}, nullptr, what, std::move(finish));
+  }
+
+  WorkHandle make_work(std::vector<MPI_Request> reqs, MpiWork::Step step, const std::string& what,
+                       std::function<void()> finish) {
+    auto work = std::make_shared<MpiWork>(std::move(reqs), std::move(step), what, deadline_after(options_.timeout),
+                                          std::move(finish));
     if (mpi_progress_thread()) ProgressEngine::get().add(work);
     return work;
   }

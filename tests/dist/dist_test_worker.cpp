@@ -7,6 +7,8 @@
 //   dist_test_worker bench [MiB,MiB,...]     prints the time of each fp32 collective per size (figures, not a
 //                                            test): "BENCH <backend> world <W> <op> <MiB> MiB <ms> ms <GB/s> GB/s
 //                                            cpu <s> s" (rank 0; MiB = the full tensor; cpu = rank 0's user+sys)
+//                                            and every rank's resident-memory growth over each op:
+//                                            "RSS rank <r> <op> <MiB> MiB +<growth> MiB" (the trainer's heap policy)
 //   dist_test_worker save  <ms> <code>       waits for the trainer's stop signals (SIGTERM/SIGUSR1), then
 //                                            "saves" for <ms> ms and exits with <code> (a preempted trainer)
 //   dist_test_worker --nproc_per_node N ...  runs the built-in launcher on itself, as alpaca-train does
@@ -33,6 +35,7 @@
 #include "alpaca/dist/launcher.h"
 #include "alpaca/dist/runtime.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/sys.h"
 
 namespace dist = alpaca::dist;
 
@@ -44,12 +47,13 @@ double cpu_seconds() {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-// all_reduce, all_gather_into and reduce_scatter on fp32 tensors of each size (MiB of the full
+// reduce_scatter, all_reduce and all_gather_into on fp32 tensors of each size (MiB of the full
 // tensor: the all_reduce operand, the gathered output, the scattered input), median of 3 after a
 // warm-up, each size's buffers freed before the next.
 void bench(dist::Communicator& comm, const std::string& sizes) {
   const int W = comm.world_size();
   auto time_it = [&](const char* name, int64_t mib, auto fn) {
+    const int64_t rss0 = alpaca::sys::rss_bytes();
     fn();  // warm-up (connections, buffers)
     std::vector<double> wall;
     double cpu = 0;
@@ -67,11 +71,17 @@ void bench(dist::Communicator& comm, const std::string& sizes) {
     if (comm.rank() == 0)
       std::cout << "BENCH " << comm.backend() << " world " << W << " " << name << " " << mib << " MiB " << s * 1e3
                 << " ms " << (mib << 20) / s / 1e9 << " GB/s cpu " << cpu / 3 << " s" << std::endl;
+    std::cout << "RSS rank " << comm.rank() << " " << name << " " << mib << " MiB +"
+              << (alpaca::sys::rss_bytes() - rss0) / (1 << 20) << " MiB" << std::endl;
   };
   std::stringstream ss(sizes);
   for (std::string item; std::getline(ss, item, ',');) {
     const int64_t mib = std::stoll(item), n = (mib << 20) / 4 / W * W;
     const auto f32 = at::TensorOptions().dtype(at::kFloat).device(comm.device());
+    {
+      at::Tensor full = at::ones({n}, f32), shard = at::empty({n / W}, f32);
+      time_it("reduce_scatter", mib, [&] { comm.reduce_scatter(shard, full, dist::ReduceOp::kSum)->wait(); });
+    }
     {
       at::Tensor t = at::ones({n}, f32);
       time_it("all_reduce", mib, [&] { comm.all_reduce(t, dist::ReduceOp::kSum)->wait(); });
@@ -79,10 +89,6 @@ void bench(dist::Communicator& comm, const std::string& sizes) {
     {
       at::Tensor full = at::empty({n}, f32), shard = at::ones({n / W}, f32);
       time_it("all_gather", mib, [&] { comm.all_gather_into(full, shard)->wait(); });
-    }
-    {
-      at::Tensor full = at::ones({n}, f32), shard = at::empty({n / W}, f32);
-      time_it("reduce_scatter", mib, [&] { comm.reduce_scatter(shard, full, dist::ReduceOp::kSum)->wait(); });
     }
   }
 }
@@ -108,6 +114,7 @@ int run(int argc, char** argv) {
             << " SUM " << t.item<int64_t>() << std::endl;
 
   if (mode == "bench") {
+    alpaca::sys::keep_host_heap();  // as the trainer: freed scratch stays resident, so RSS shows what an op touched
     bench(*comm, argc > 2 ? argv[2] : "16");
   } else if (mode == "save") {
     alpaca::ckpt::install_preemption_handlers();

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "alpaca/dist/runtime.h"
 #include "alpaca/util/error.h"
@@ -150,6 +151,27 @@ TEST(Collectives, ReduceScatterEveryDtypeAndOpAndInPlace) {
       job_comm()->reduce_scatter(buf.narrow(0, R * n, n), buf, op)->wait();
       expect_equal(buf.narrow(0, R * n, n), want, "in-place reduce_scatter " + name(dt, op));
     }
+  }
+}
+
+// Several reduce-scatters in flight at once, waited in the reverse order (FSDP keeps one in
+// flight while gathers run; a ring of point-to-point steps must not take another operation's
+// messages), and one large enough that every step carries many pages.
+TEST(Collectives, ReduceScattersInFlightTogether) {
+  const int R = job_comm()->rank(), W = job_comm()->world_size();
+  const std::vector<int64_t> sizes = {5, 1 << 20, 129};
+  std::vector<at::Tensor> outs;
+  std::vector<dist::WorkHandle> works;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const auto dt = i == 1 ? at::kFloat : at::kBFloat16;
+    outs.push_back(on_dev(at::empty({sizes[i]}, at::TensorOptions().dtype(dt))));
+    works.push_back(job_comm()->reduce_scatter(outs.back(), on_dev(input(R, W * sizes[i], dt)), ReduceOp::kSum));
+  }
+  for (size_t i = sizes.size(); i-- > 0;) {
+    works[i]->wait();
+    const auto dt = outs[i].scalar_type();
+    expect_equal(outs[i], expected(W, W * sizes[i], dt, ReduceOp::kSum).narrow(0, R * sizes[i], sizes[i]),
+                 "reduce_scatter #" + std::to_string(i) + " of " + std::to_string(sizes[i]) + " in flight");
   }
 }
 
