@@ -137,18 +137,6 @@ ALPACA_INLINE void softmax_grad_rows_impl(const float* s, const float* dp, int64
   }
 }
 
-// sum_c a[c] * b[c] in fp32 (16 partial sums).
-ALPACA_INLINE float dot_impl(In a, In b, int64_t n) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += f32(a[i + l]) * f32(b[i + l]);
-  float sum = 0;
-  for (int l = 0; l < kLanes; ++l) sum += acc[l];
-  for (; i < n; ++i) sum += f32(a[i]) * f32(b[i]);
-  return sum;
-}
-
 struct AttnKernels {
   void (*softmax_rows)(float*, int64_t, int64_t, int64_t, const uint8_t*, int64_t, float, u16*, float*);
   void (*softmax_grad_rows)(const float*, const float*, int64_t, int64_t, int64_t, const uint8_t*, int64_t, float,
@@ -166,7 +154,7 @@ struct AttnKernels {
                               int64_t ldm, float scale, const float* lse, const float* d, u16* p, u16* ds) {          \
     softmax_grad_rows_impl(s, dp, rows, n, i0, m, ldm, scale, lse, d, p, ds);                                        \
   }                                                                                                                   \
-  ATTR float dot(const u16* a, const u16* b, int64_t n) { return dot_impl(a, b, n); }                                 \
+  ATTR float dot(const u16* a, const u16* b, int64_t n) { return dot_lanes(a, b, n); }                                 \
   const AttnKernels kernels{softmax_rows, softmax_grad_rows, dot};                                                    \
   }
 

@@ -61,4 +61,16 @@ ALPACA_INLINE float exp_f(float x) {
 
 constexpr int kLanes = 16;  // independent partial sums, so the reductions vectorise
 
+// sum_c a[c] * b[c] in fp32 over kLanes partial sums (a == b for a sum of squares: only read).
+ALPACA_INLINE float dot_lanes(const u16* a, const u16* b, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += f32(a[i + l]) * f32(b[i + l]);
+  float sum = 0;
+  for (int l = 0; l < kLanes; ++l) sum += acc[l];
+  for (; i < n; ++i) sum += f32(a[i]) * f32(b[i]);
+  return sum;
+}
+
 }  // namespace alpaca::model::fused

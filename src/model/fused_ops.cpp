@@ -25,18 +25,7 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
-using namespace fused;  // u16, In, Out, Acc, f32, bf16, rnd, exp_f, kLanes (fused_math.h)
-
-ALPACA_INLINE float sum_squares_impl(In x, int64_t d) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= d; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += f32(x[i + l]) * f32(x[i + l]);
-  float s = 0;
-  for (int l = 0; l < kLanes; ++l) s += acc[l];
-  for (; i < d; ++i) s += f32(x[i]) * f32(x[i]);
-  return s;
-}
+using namespace fused;  // u16, In, Out, Acc, f32, bf16, rnd, exp_f, kLanes, dot_lanes (fused_math.h)
 
 ALPACA_INLINE void rms_forward_row_impl(In x, In w, Out y, int64_t d, float rs) {
   for (int64_t i = 0; i < d; ++i) y[i] = bf16(f32(w[i]) * rnd(f32(x[i]) * rs));
@@ -108,7 +97,7 @@ struct RowKernels {
 
 #define ALPACA_ROW_KERNELS(NS, ATTR)                                                                              \
   namespace NS {                                                                                                  \
-  ATTR float sum_squares(const u16* x, int64_t d) { return sum_squares_impl(x, d); }                              \
+  ATTR float sum_squares(const u16* x, int64_t d) { return dot_lanes(x, x, d); }                              \
   ATTR void rms_forward_row(const u16* x, const u16* w, u16* y, int64_t d, float rs) {                            \
     rms_forward_row_impl(x, w, y, d, rs);                                                                         \
   }                                                                                                               \
