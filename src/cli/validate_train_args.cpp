@@ -89,24 +89,9 @@ void check_interval(const std::string& flag, double v) {
 }
 
 int64_t parse_byte_size(const std::string& text) {
-  // transformers' convert_file_size_to_int: GB = 10^9, GiB = 2^30, a lower-case b means bits.
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  ALPACA_USAGE_CHECK(i > 0, "--save_max_shard_size '" << text << "' is not a size; use e.g. 5GB, 500MB or a byte count");
-  double number = std::strtod(text.substr(0, i).c_str(), nullptr);
-  std::string unit = text.substr(i);
-  bool bits = unit.size() >= 2 && unit.back() == 'b';
-  std::string u;
-  for (char c : unit) u += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  const double scale = text::byte_unit_scale(u);
-  ALPACA_USAGE_CHECK(scale > 0, "--save_max_shard_size '" << text << "': unknown unit '" << unit
-                                                          << "'; use B, KB, MB, GB, KiB, MiB or GiB");
-  const double exact = number * scale / (bits ? 8 : 1);
-  // Compare before the cast: a double at or above 2^63 (or inf) has no int64 value.
-  ALPACA_USAGE_CHECK(exact < 9.2e18, "--save_max_shard_size '" << text << "' is larger than any file; use e.g. 5GB");
-  auto bytes = static_cast<int64_t>(exact);
-  ALPACA_USAGE_CHECK(bytes > 0, "--save_max_shard_size '" << text << "' must be more than 0 bytes");
-  return bytes;
+  const text::ByteSize size = text::parse_byte_size(text);
+  ALPACA_USAGE_CHECK(size.error.empty(), "--save_max_shard_size '" << text << "' " << size.error);
+  return size.bytes;
 }
 
 void validate_required(TrainArgs& a) {

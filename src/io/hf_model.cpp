@@ -84,19 +84,9 @@ model::LlamaForCausalLM load_hf_model(const std::string& dir, const at::TensorOp
 }
 
 int64_t parse_shard_size(const std::string& text) {
-  std::string s;
-  for (char c : text)
-    if (!std::isspace(static_cast<unsigned char>(c))) s += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  size_t i = 0;
-  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  ALPACA_CHECK(i > 0, "--save_max_shard_size: \"" << text << "\" is not a size; use e.g. 5GB, 500MB or a byte count");
-  const double v = std::stod(s.substr(0, i));
-  const std::string unit = s.substr(i);
-  const double mult = unit == "B" ? 1 : text::byte_unit_scale(unit);
-  ALPACA_CHECK(mult > 0, "--save_max_shard_size: unknown unit in \"" << text << "\"; use B, KB, MB, GB, KiB, MiB or GiB");
-  const auto bytes = static_cast<int64_t>(v * mult);
-  ALPACA_CHECK(bytes > 0, "--save_max_shard_size must be positive, got \"" << text << "\"");
-  return bytes;
+  const text::ByteSize size = text::parse_byte_size(text);
+  ALPACA_CHECK(size.error.empty(), "--save_max_shard_size '" << text << "' " << size.error);
+  return size.bytes;
 }
 
 // ------------------------------------------------------------------------------- export

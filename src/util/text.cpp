@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <map>
 #include <stdexcept>
 
@@ -33,13 +34,33 @@ std::optional<long> parse_whole_long(const std::string& text) {
   return v;
 }
 
-double byte_unit_scale(const std::string& upper_unit) {
-  static const std::map<std::string, double> scales = {{"", 1},           {"KB", 1e3},
-                                                       {"MB", 1e6},       {"GB", 1e9},
-                                                       {"KIB", 1024.0},   {"MIB", 1024.0 * 1024},
-                                                       {"GIB", 1024.0 * 1024 * 1024}};
-  auto it = scales.find(upper_unit);
-  return it == scales.end() ? 0 : it->second;
+ByteSize parse_byte_size(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\n\r");
+  const std::string s = first == std::string::npos ? "" : text.substr(first, text.find_last_not_of(" \t\n\r") - first + 1);
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0 || std::count(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(i), '.') > 1)
+    return {0, "is not a size; use e.g. 5GB, 500MB or a byte count"};
+  const std::string unit = s.substr(i);
+  const std::string upper = [&] {
+    std::string u = unit;
+    std::transform(u.begin(), u.end(), u.begin(), [](unsigned char c) { return std::toupper(c); });
+    return u;
+  }();
+  static const std::map<std::string, double> scales = {{"", 1},         {"B", 1},
+                                                       {"KB", 1e3},     {"MB", 1e6},
+                                                       {"GB", 1e9},     {"KIB", 1024.0},
+                                                       {"MIB", 1048576.0}, {"GIB", 1073741824.0}};
+  const auto it = scales.find(upper);
+  if (it == scales.end()) return {0, "has an unknown unit '" + unit + "'; use B, KB, MB, GB, KiB, MiB or GiB"};
+  // transformers: "Gb", "Mb", "Kb" (a lower-case b after a decimal unit) count bits.
+  const bool bits = upper.size() == 2 && unit.back() == 'b';
+  const double exact = std::strtod(s.substr(0, i).c_str(), nullptr) * it->second / (bits ? 8 : 1);
+  // Compare before the cast: a double at or above 2^63 (or inf) has no integer value.
+  if (!(exact < 9.2e18)) return {0, "is larger than any file; use e.g. 5GB"};
+  const auto bytes = static_cast<long long>(exact);
+  if (bytes <= 0) return {0, "must be more than 0 bytes"};
+  return {bytes, ""};
 }
 
 std::string closest_name(const std::string& unknown, const std::vector<std::string>& known) {

@@ -274,8 +274,17 @@ TEST(TrainArgs, DerivedValues) {
   EXPECT_EQ(parse_train_args(shell_split(kRequired)).save_max_shard_bytes, 5'000'000'000LL);
   EXPECT_EQ(train::resolve_interval_steps(0.1, 95), 10);  // ratios round up, as HF
   EXPECT_EQ(train::resolve_interval_steps(500, 95), 500);
+  // The training flag reads a size as the subcommands' --save_max_shard_size does (one parser,
+  // text::parse_byte_size; tests/io/test_hf_checkpoint.cpp checks it against transformers).
+  const std::vector<std::pair<std::string, long long>> sizes = {
+      {"1000B", 1000}, {"8Gb", 1'000'000'000}, {"5gib", 5368709120}, {"1.5GB", 1'500'000'000}, {"20kb", 2500}};
+  for (const auto& [size, bytes] : sizes)
+    EXPECT_EQ(parse_train_args(shell_split(kRequired + "--save_max_shard_size " + size)).save_max_shard_bytes, bytes)
+        << size;
   expect_usage_errors({
       {"--save_max_shard_size 5XB", "unknown unit 'XB'"},
+      {"--save_max_shard_size 1.2.3GB", "is not a size"},
+      {"--save_max_shard_size 0MB", "must be more than 0 bytes"},
       {"--lr_scheduler_kwargs '{num_cycles: 2}'", "--lr_scheduler_kwargs is not valid JSON"},
   });
 }

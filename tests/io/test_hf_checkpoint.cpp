@@ -224,12 +224,19 @@ TEST(HfCheckpoint, LoadingNeverHoldsTwoCopiesOfTheWeights) {
 }
 
 TEST(HfCheckpoint, ParseShardSize) {
-  EXPECT_EQ(io::parse_shard_size("5GB"), 5'000'000'000);
-  EXPECT_EQ(io::parse_shard_size("200MB"), 200'000'000);
-  EXPECT_EQ(io::parse_shard_size("2GiB"), 2LL << 30);
+  // transformers 5's convert_file_size_to_int on the same texts (a lower-case b after K/M/G: bits).
+  const std::vector<std::pair<std::string, int64_t>> transformers = {
+      {"5GB", 5'000'000'000}, {"200MB", 200'000'000}, {"2GiB", 2147483648}, {"8Gb", 1'000'000'000},
+      {"5gib", 5368709120},   {"3mib", 3145728},      {"20kb", 2500},       {"20Kb", 2500},
+      {"7KiB", 7168}};
+  for (const auto& [text, bytes] : transformers) EXPECT_EQ(io::parse_shard_size(text), bytes) << text;
+  // Beyond transformers: a byte count, with or without B, a decimal, surrounding spaces.
   EXPECT_EQ(io::parse_shard_size("1000"), 1000);
-  EXPECT_THROW(io::parse_shard_size("lots"), alpaca::Error);
-  EXPECT_THROW(io::parse_shard_size("5XB"), alpaca::Error);
+  EXPECT_EQ(io::parse_shard_size("1000B"), 1000);
+  EXPECT_EQ(io::parse_shard_size("1.5GB"), 1'500'000'000);
+  EXPECT_EQ(io::parse_shard_size(" 20KB "), 20'000);
+  for (const char* bad : {"lots", "5XB", "1.2.3GB", "0.5B", "0MB", "", "1e30GB"})
+    EXPECT_THROW(io::parse_shard_size(bad), alpaca::Error) << bad;
 }
 
 TEST(HfCheckpoint, InitModelCommandWritesALoadableRandomModel) {

@@ -18,8 +18,16 @@ std::string closest_name(const std::string& unknown, const std::vector<std::stri
 // The whole of `text` as a long (std::stol's syntax), or none when it is empty, holds anything
 // after the number or is out of range; callers check the range they accept.
 std::optional<long> parse_whole_long(const std::string& text);
-// The factor of a byte-size unit, spelled upper case, as transformers' convert_file_size_to_int
-// reads it: "" 1, KB/MB/GB powers of 1000, KIB/MIB/GIB powers of 1024; 0 for another unit.
-double byte_unit_scale(const std::string& upper_unit);
+// A byte size as transformers' convert_file_size_to_int reads it (--save_max_shard_size and the
+// subcommands' shard sizes): KB/MB/GB powers of 1000, KiB/MiB/GiB powers of 1024, units in any case,
+// and a lower-case b after K, M or G means bits ("8Gb" is 1 GB, "8GiB"/"8gib" are bytes). Beyond
+// transformers: a plain byte count ("1000", "1000B") and a decimal number ("1.5GB"). Surrounding
+// whitespace is ignored. `error` is empty on success, else says what is wrong with the text (the
+// caller names the flag).
+struct ByteSize {
+  long long bytes = 0;
+  std::string error;
+};
+ByteSize parse_byte_size(const std::string& text);
 
 }  // namespace alpaca::text
