@@ -218,8 +218,18 @@ def ratio(a, b):
     return a / b if a and b else None
 
 
+# Every library's switch down to AVX2: what an AVX2-only machine would run, measured on this one.
+CPU_ISA_AVX2_ENV = dict(ALPACA_CPU_ISA="avx2", ATEN_CPU_CAPABILITY="avx2", MKL_ENABLE_INSTRUCTIONS="AVX2",
+                        ONEDNN_MAX_CPU_ISA="AVX2")
+
+
 def cpu_model() -> str:
-    """`lscpu`'s Model name (what docs quote), else /proc/cpuinfo's."""
+    """`lscpu`'s Model name (what docs quote), else /proc/cpuinfo's; says so when capped (--cpu_isa)."""
+    name = cpu_model_name()
+    return f"{name} (capped at AVX2: {CPU_ISA_AVX2_ENV})" if os.environ.get("ALPACA_CPU_ISA") == "avx2" else name
+
+
+def cpu_model_name() -> str:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
         for line in out.splitlines():
@@ -310,7 +320,12 @@ def main() -> int:
                     help="QLoRA: --load_in_4bit (nf4, nested) on our side; transformers + bitsandbytes 4-bit + peft "
                     "(DDP at world > 1) on the other; implies --lora_r 16 unless given")
     ap.add_argument("--replot", metavar="RESULTS_JSON", help="only redraw chart.png (into --out) from a results.json")
+    ap.add_argument("--cpu_isa", choices=["native", "avx2"], default="native",
+                    help="avx2: both sides run as on an AVX2-only CPU (ours: ALPACA_CPU_ISA; ATen, MKL and oneDNN: "
+                         "ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA), the matmul peak too")
     args = ap.parse_args()
+    if args.cpu_isa == "avx2":
+        os.environ.update(CPU_ISA_AVX2_ENV)
     if args.replot:
         saved = json.loads(Path(args.replot).read_text())
         Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -51,7 +51,7 @@ std::string train_help() {
         "  alpaca-train consolidate CHECKPOINT OUT  (a sharded training checkpoint -> an HF model directory)\n"
         "  alpaca-train generate ...                (answer instructions with a model directory)\n"
         "  alpaca-train estimate-memory <train flags> [--num_gpus N ...]  (per-rank memory, no GPU needed)\n"
-        "  alpaca-train --version                   (version, git commit, LibTorch version)\n"
+        "  alpaca-train --version                   (version, git commit, LibTorch version, CPU)\n"
         "  alpaca-train <subcommand> --help         (that subcommand's flags)\n\n"
         "Flags use Hugging Face TrainingArguments names; values follow the flag (--bf16 True, --fsdp \"full_shard\n"
         "auto_wrap\"). Booleans take True/False/true/false/1/0 or stand bare. A value in (0,1) for *_steps means a\n"

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include "alpaca/ckpt/preemption.h"
 #include "alpaca/cli/commands.h"
@@ -15,6 +16,7 @@
 #include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/dist/launch.h"
 #include "alpaca/train/run.h"
+#include "alpaca/util/cpu_features.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
 #include "alpaca/util/sys.h"
@@ -94,8 +96,10 @@ int run_train(const std::vector<std::string>& argv) {
   // not fatal (the Trainer installs the same handlers, idempotently, and restores the defaults).
   ckpt::install_preemption_handlers();
   setup_logging(args, rank);
+  const std::string cpu_name = cpu::model_name();  // reads ALPACA_CPU_ISA: a bad value stops here
   if (rank <= 0) {
     ALPACA_INFO("run " << args.run_name << ": " << format_train_args(args));
+    ALPACA_INFO("CPU: " << cpu_name << ", " << std::thread::hardware_concurrency() << " CPUs");
     for (const auto& note : args.notes) ALPACA_INFO(note);
   }
   check_input_paths(args);  // before anything is written to output_dir

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "alpaca/util/cpu_features.h"
 #include "alpaca/util/error.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -99,7 +100,7 @@ void fallback_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t 
 
 bool cpu_takes_own_kernel() {
 #if ALPACA_GEMM_X86
-  return __builtin_cpu_supports("avx512bf16") && !__builtin_cpu_supports("amx-bf16");
+  return cpu::has(cpu::Feature::kAvx512bf16) && !cpu::has(cpu::Feature::kAmxBf16);
 #else
   return false;
 #endif
@@ -123,7 +124,7 @@ std::atomic<bool>& own_slot() {
 
 bool cpu_has_avx512_bf16() {
 #if ALPACA_GEMM_X86
-  return __builtin_cpu_supports("avx512bf16");
+  return cpu::has(cpu::Feature::kAvx512bf16);
 #else
   return false;
 #endif

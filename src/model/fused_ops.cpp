@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "alpaca/util/cpu_features.h"
 #include "alpaca/util/error.h"
 
 #include "fused_math.h"
@@ -265,8 +266,8 @@ std::atomic<bool>& enabled_slot() {
 
 FusedCpuIsa best_fused_cpu_isa() {
 #if ALPACA_FUSED_X86
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return FusedCpuIsa::kAvx512;
-  if (__builtin_cpu_supports("avx2")) return FusedCpuIsa::kAvx2;
+  if (cpu::has(cpu::Feature::kAvx512f) && cpu::has(cpu::Feature::kAvx512bw)) return FusedCpuIsa::kAvx512;
+  if (cpu::has(cpu::Feature::kAvx2)) return FusedCpuIsa::kAvx2;
 #endif
   return FusedCpuIsa::kBaseline;
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "alpaca/model/matmul.h"
+#include "alpaca/util/cpu_features.h"
 #include "alpaca/util/error.h"
 
 #if defined(__x86_64__)
@@ -116,14 +117,13 @@ ALPACA_AVX512F void f32_block(const float* x, int64_t ldx, const float* w, int64
 }  // namespace
 
 bool have_avx512f() {
-  static const bool has = __builtin_cpu_supports("avx512f");
+  static const bool has = cpu::has(cpu::Feature::kAvx512f);
   return has;
 }
 
 bool have_avx512_bf16() {
-  // AVX512-BF16 implies AVX-512F; AMX-only CPUs (cpu_has_native_bf16 also accepts amx_bf16) have
-  // AVX512-BF16 too.
-  static const bool has = have_avx512f() && cpu_has_native_bf16();
+  // The kernels' VDPBF16PS needs AVX512-BF16 itself (AMX CPUs have it too).
+  static const bool has = have_avx512f() && cpu::has(cpu::Feature::kAvx512bf16);
   return has;
 }
 

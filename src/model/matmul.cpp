@@ -5,9 +5,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 
+#include "alpaca/util/cpu_features.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/trace.h"
 
@@ -77,15 +77,7 @@ struct Fp32LinearBias : public torch::autograd::Function<Fp32LinearBias> {
 }  // namespace
 
 bool cpu_has_native_bf16() {
-  static const bool has = [] {
-    std::ifstream f("/proc/cpuinfo");
-    std::string line;
-    while (std::getline(f, line)) {
-      if (line.rfind("flags", 0) != 0) continue;
-      return line.find(" avx512_bf16") != std::string::npos || line.find(" amx_bf16") != std::string::npos;
-    }
-    return false;
-  }();
+  static const bool has = cpu::has(cpu::Feature::kAvx512bf16) || cpu::has(cpu::Feature::kAmxBf16);
   return has;
 }
 

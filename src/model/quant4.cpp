@@ -18,6 +18,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+#include "alpaca/util/cpu_features.h"
 #include "alpaca/util/error.h"
 
 namespace alpaca::model {
@@ -148,7 +149,7 @@ ALPACA_AVX512BW int64_t dequantize_16bit_avx512(const uint8_t* packed, const uin
 }
 
 bool has_avx512bw() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  static const bool has = cpu::has(cpu::Feature::kAvx512f) && cpu::has(cpu::Feature::kAvx512bw);
   return has;
 }
 #endif

@@ -1,7 +1,7 @@
 // Every subcommand's flags come from one table (cli/subcommand_flags.h, train_flags.inc for
 // train): a bad or misspelt flag is a usage error, exit 2, naming the flag, in all seven subcommands;
 // a missing required flag and a bad value too; --help of each lists its flags; the top-level help
-// lists every subcommand; --version prints the version, the git commit and LibTorch's version.
+// lists every subcommand; --version prints the version, the git commit, LibTorch's version and the CPU.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -61,4 +61,5 @@ TEST(SubcommandFlags, VersionPrintsVersionCommitAndLibTorch) {
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(^alpaca-train \d+\.\d+\.\d+\n)"))) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\ngit commit ([0-9a-f]{7,40}|unknown)\n)"))) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nLibTorch \d+\.\d+\.\d+\n)"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nCPU .+\n)"))) << r.out;
 }

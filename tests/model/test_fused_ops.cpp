@@ -7,15 +7,22 @@
 //   module path's plus 1e-3 of their largest magnitude (the module path rounds its own way too);
 // - the variants agree with each other bit for bit;
 // - a bf16 decoder layer's output and gradients match the module path's within bf16 tolerance;
-// - fp32 never takes them (the fp32 parity tests need the module path's exact numbers).
+// - fp32 never takes them (the fp32 parity tests need the module path's exact numbers);
+// - under ALPACA_CPU_ISA=avx2 (ctest runs this file and the attention / decode tests a second time
+//   so, *_avx2) every dispatcher sees an AVX2-only CPU.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
 
 #include <torch/csrc/autograd/autograd.h>
 
 #include "alpaca/model/config.h"
 #include "alpaca/model/fused_ops.h"
 #include "alpaca/model/layers.h"
+#include "alpaca/model/matmul.h"
 #include "alpaca/model/rope.h"
+#include "alpaca/util/cpu_features.h"
 #include "model_test_util.h"
 
 using namespace alpaca::model;
@@ -158,6 +165,29 @@ TEST_F(FusedOps, Bf16DecoderLayerMatchesTheModulePath) {
     const double err = (got[i].to(at::kFloat) - ref[i].to(at::kFloat)).abs().max().item<double>();
     EXPECT_LE(err, 0.02 * scale) << "output/gradient " << i;
   }
+}
+
+TEST(CpuIsaCap, EveryDispatcherSeesTheCap) {
+  using alpaca::cpu::Feature;
+  namespace cpu = alpaca::cpu;
+  const char* env = std::getenv("ALPACA_CPU_ISA");
+  const std::string cap = env != nullptr && *env != '\0' ? env : "native";
+  EXPECT_EQ(cpu::isa_cap(), cap);
+  if (cap == "native") {
+    EXPECT_EQ(cpu::model_name().find("capped"), std::string::npos);
+#if defined(__x86_64__)
+    EXPECT_EQ(cpu::has(Feature::kAvx512f), __builtin_cpu_supports("avx512f") != 0);
+    EXPECT_EQ(cpu::has(Feature::kAvx512bf16), __builtin_cpu_supports("avx512bf16") != 0);
+#endif
+    return;
+  }
+  EXPECT_NE(cpu::model_name().find("capped at " + cap), std::string::npos) << cpu::model_name();
+  for (Feature f : {Feature::kAvx512f, Feature::kAvx512bw, Feature::kAvx512bf16, Feature::kAmxBf16})
+    EXPECT_FALSE(cpu::has(f));
+  EXPECT_LE(static_cast<int>(best_fused_cpu_isa()), static_cast<int>(cap == "avx2" ? FusedCpuIsa::kAvx2 : FusedCpuIsa::kBaseline));
+  // An AVX2-only CPU has no bf16 dot product: bf16 GEMMs run on fp32 upcasts (matmul.h).
+  EXPECT_FALSE(cpu_has_native_bf16());
+  EXPECT_EQ(cpu_bf16_gemm(), CpuBf16Gemm::kFp32);
 }
 
 TEST_F(FusedOps, Fp32KeepsTheModulePath) {
