@@ -124,6 +124,9 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x_btd, const LayerConte
     // bf16 CPU training: causal (and padding / packing) attention through GEMMs, GQA included. A mask
     // that lets a query see a later key (none of make_context's do) keeps SDPA below.
     out_bhtd = causal_attention_bf16(q_bhtd, k_bhtd, v_bhtd, scale, ctx.attn_mask);
+  } else if (bf16_attention_via_fp32(q_bhtd) && ctx.kv_cache == nullptr && (ctx.attn_mask.defined() || t > 1)) {
+    // bf16 on a CPU without native bf16 products: ATen's flash kernel in fp32 (matmul.h).
+    out_bhtd = attention_via_fp32(q_bhtd, k_bhtd, v_bhtd, ctx.attn_mask, /*is_causal=*/!ctx.attn_mask.defined(), scale);
   } else if (!ctx.attn_mask.defined()) {
     // Pure causal: the fused path handles GQA itself (what transformers does without a mask).
     // With a cache, make_cached_context gives a mask whenever T > 1 follows cached positions, so

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <optional>
 #include <string>
 
 #include "alpaca/util/cpu_features.h"
@@ -94,6 +96,70 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 bool bf16_gemm_via_fp32(const at::Tensor& a, const at::Tensor& b) {
   return a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16 && a.device().is_cpu() &&
          cpu_bf16_gemm() == CpuBf16Gemm::kFp32;
+}
+
+namespace {
+
+// (B, Hkv, T, D) -> (B, Hkv * n_rep, T, D): query head h reads key/value head h / n_rep.
+at::Tensor repeat_heads(const at::Tensor& x, int64_t n_rep) {
+  if (n_rep == 1) return x;
+  return x.unsqueeze(2).expand({x.size(0), x.size(1), n_rep, x.size(2), x.size(3)}).reshape({x.size(0), -1, x.size(2), x.size(3)});
+}
+// The gradient of repeat_heads: the n_rep query heads of a key/value head summed (in fp32).
+at::Tensor sum_heads(const at::Tensor& g, int64_t n_rep) {
+  if (n_rep == 1) return g;
+  return g.view({g.size(0), -1, n_rep, g.size(2), g.size(3)}).sum(2);
+}
+
+// ATen's CPU flash kernel on fp32 upcasts of bf16 q, k, v; saves the bf16 operands, the fp32 output
+// and logsumexp, and upcasts the operands again in backward. (The backward's rowsum(dO * O) on the
+// bf16-rounded output instead would cost dQ and dK ~1% of their scale: it cancels against dP.)
+struct Fp32Attention : public torch::autograd::Function<Fp32Attention> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, const at::Tensor& bias, bool is_causal, double scale) {
+    const int64_t n_rep = q.size(1) / k.size(1);
+    const std::optional<at::Tensor> b = bias.numel() > 0 ? std::optional<at::Tensor>(bias) : std::nullopt;
+    auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(
+        q.to(at::kFloat), repeat_heads(k.to(at::kFloat), n_rep), repeat_heads(v.to(at::kFloat), n_rep), 0.0, is_causal, b, scale);
+    ctx->save_for_backward({q, k, v, out, lse, bias});
+    ctx->saved_data["causal"] = is_causal;
+    ctx->saved_data["scale"] = scale;
+    return out.to(at::kBFloat16);
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grad_out) {
+    const auto s = ctx->get_saved_variables();
+    const at::Tensor &q = s[0], &k = s[1], &v = s[2], &bias = s[5];
+    const int64_t n_rep = q.size(1) / k.size(1);
+    const std::optional<at::Tensor> b = bias.numel() > 0 ? std::optional<at::Tensor>(bias) : std::nullopt;
+    auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+        grad_out[0].to(at::kFloat), q.to(at::kFloat), repeat_heads(k.to(at::kFloat), n_rep),
+        repeat_heads(v.to(at::kFloat), n_rep), s[3], s[4], 0.0, ctx->saved_data["causal"].toBool(), b,
+        ctx->saved_data["scale"].toDouble());
+    return {dq.to(at::kBFloat16), sum_heads(dk, n_rep).to(at::kBFloat16), sum_heads(dv, n_rep).to(at::kBFloat16),
+            at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool bf16_attention_via_fp32(const at::Tensor& q) {
+  return q.scalar_type() == at::kBFloat16 && q.device().is_cpu() && cpu_bf16_gemm() == CpuBf16Gemm::kFp32;
+}
+
+at::Tensor attention_via_fp32(const at::Tensor& q_bhtd, const at::Tensor& k_bhtd, const at::Tensor& v_bhtd,
+                              const at::Tensor& allow_mask, bool is_causal, double scale) {
+  ALPACA_CHECK(bf16_attention_via_fp32(q_bhtd) && k_bhtd.scalar_type() == at::kBFloat16 &&
+                   v_bhtd.scalar_type() == at::kBFloat16 && q_bhtd.dim() == 4 && k_bhtd.dim() == 4 &&
+                   q_bhtd.size(1) % k_bhtd.size(1) == 0 && !(is_causal && allow_mask.defined()),
+               "attention_via_fp32: needs bf16 CPU q (B, H, T, D), k and v (B, H / n, K, D) in kFp32 mode, and a mask or "
+               "is_causal, not both; got q " << q_bhtd.sizes() << " " << q_bhtd.scalar_type() << ", k " << k_bhtd.sizes());
+  // ATen's own conversion of a boolean mask (convert_boolean_attn_mask): 0 where allowed, -inf elsewhere.
+  const at::Tensor bias = allow_mask.defined()
+                              ? at::zeros(allow_mask.sizes(), q_bhtd.options().dtype(at::kFloat))
+                                    .masked_fill_(allow_mask.logical_not(), -std::numeric_limits<float>::infinity())
+                              : at::empty({0}, q_bhtd.options().dtype(at::kFloat));
+  return Fp32Attention::apply(q_bhtd, k_bhtd, v_bhtd, bias, is_causal, scale);
 }
 
 }  // namespace alpaca::model

@@ -190,6 +190,49 @@ TEST(CpuIsaCap, EveryDispatcherSeesTheCap) {
   EXPECT_EQ(cpu_bf16_gemm(), CpuBf16Gemm::kFp32);
 }
 
+// attention_via_fp32 (matmul.h, what bf16 attention runs on a CPU without native bf16): ATen's flash
+// kernel in fp32 on the operands' exact upcasts, output and gradients rounded to bf16 once. So each
+// is within one bf16 rounding (2^-8 relative, i.e. a bf16 ulp) of a float64 reference, plus 1e-5 of
+// the largest value for the fp32 sums; causal with GQA, and a left-padding mask.
+TEST(Fp32Attention, IsTheFloat64AttentionRoundedOnce) {
+  const CpuBf16Gemm saved = cpu_bf16_gemm();
+  set_cpu_bf16_gemm(CpuBf16Gemm::kFp32);
+  at::manual_seed(11);
+  const int64_t b = 2, h = 4, t = 37, d = 16;
+  for (const bool masked : {false, true}) {
+    SCOPED_TRACE(masked ? "padding mask, MHA" : "causal, GQA 4/2");
+    const int64_t hkv = masked ? 4 : 2, n_rep = h / hkv;
+    const at::Tensor q = at::randn({b, h, t, d}).to(at::kBFloat16).requires_grad_(true);
+    const at::Tensor k = at::randn({b, hkv, t, d}).to(at::kBFloat16).requires_grad_(true);
+    const at::Tensor v = at::randn({b, hkv, t, d}).to(at::kBFloat16).requires_grad_(true);
+    const at::Tensor i = at::arange(t).view({t, 1}), j = at::arange(t).view({1, t});
+    const at::Tensor pad = at::tensor({0, 5}).view({b, 1, 1, 1});  // the second row's first 5 keys are padding
+    const at::Tensor allow = ((j <= i).view({1, 1, t, t}) & (j.view({1, 1, 1, t}) >= pad)) | (i == j).view({1, 1, t, t});
+    const double scale = 0.25;
+    const at::Tensor dout = at::randn({b, h, t, d}).to(at::kBFloat16);
+    const at::Tensor out = attention_via_fp32(q, k, v, masked ? allow : at::Tensor(), !masked, scale);
+    const auto got = torch::autograd::grad({out}, {q, k, v}, {dout});
+    // float64 reference: softmax(q k^T * scale, masked) v, the key/value heads repeated.
+    std::vector<at::Tensor> in64;
+    for (const auto& x : {q, k, v}) in64.push_back(x.detach().to(at::kDouble).requires_grad_(true));
+    auto rep = [&](const at::Tensor& x) { return x.repeat_interleave(n_rep, 1); };
+    const at::Tensor keep = masked ? allow : (j <= i).view({1, 1, t, t});
+    const at::Tensor scores = at::matmul(in64[0], rep(in64[1]).transpose(-1, -2)).mul(scale).masked_fill(keep.logical_not(), -INFINITY);
+    const at::Tensor ref = at::matmul(at::softmax(scores, -1), rep(in64[2]));
+    const auto ref_grads = torch::autograd::grad({ref}, in64, {dout.to(at::kDouble)});
+    auto expect_one_rounding = [](const at::Tensor& g, const at::Tensor& r, const char* what) {
+      const at::Tensor diff = (g.to(at::kDouble) - r).abs();
+      const at::Tensor allowed = r.abs() * std::ldexp(1.0, -8) + 1e-5 * r.abs().max();
+      EXPECT_TRUE((diff <= allowed).all().item<bool>()) << what << ": max diff " << diff.max().item<double>();
+    };
+    expect_one_rounding(out, ref.detach(), "output");
+    expect_one_rounding(got[0], ref_grads[0], "dq");
+    expect_one_rounding(got[1], ref_grads[1], "dk");
+    expect_one_rounding(got[2], ref_grads[2], "dv");
+  }
+  set_cpu_bf16_gemm(saved);
+}
+
 TEST_F(FusedOps, Fp32KeepsTheModulePath) {
   at::manual_seed(5);
   EXPECT_FALSE(fused_cpu_bf16_applies(at::zeros({2}, at::kFloat)));

@@ -28,6 +28,18 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 // own GEMMs and upcast each operand once rather than per product).
 bool bf16_gemm_via_fp32(const at::Tensor& a, const at::Tensor& b);
 
+// Attention under the same policy: ATen's bf16 flash kernel runs its products through cpublas's
+// bf16 GEMM, which on a CPU without native bf16 is a scalar loop (backward ~7x the fp32 kernel's
+// time at T 512, measured capped at AVX2: docs/profile_bf16.md). There (kFp32) bf16 q, k, v take
+// ATen's flash kernel in fp32 on their exact upcasts, output and gradients rounded to bf16 once;
+// it saves bf16 q, k, v and the fp32 output and logsumexp (2 bytes an output element more than the
+// bf16 kernel, for gradients within one rounding). q (B, H, T, D), k and
+// v (B, H / n_rep, K, D) (GQA: the n_rep query heads' key/value gradients summed in fp32);
+// `allow_mask` a boolean (B, 1, T, K) mask (true = may attend) or undefined with `is_causal`.
+bool bf16_attention_via_fp32(const at::Tensor& q);
+at::Tensor attention_via_fp32(const at::Tensor& q_bhtd, const at::Tensor& k_bhtd, const at::Tensor& v_bhtd,
+                              const at::Tensor& allow_mask, bool is_causal, double scale);
+
 // The decode step's bf16 product (src/model/gemv.cpp): x (..., in) with at most 2 rows in
 // all, weight (out, in), both bf16 on a CPU with AVX512-BF16 in kNative mode, no autograd
 // (GradMode off or neither operand requiring grad). y = x W^T in bf16 from fp32 sums (one
