@@ -295,9 +295,11 @@ void loss_and_backward_figures(const MemoryPlanInputs& in, const Shape& s, Figur
   } else if (g.f32route) {
     g.loss_fwd_extra = 4 * s.v * s.d /* fp32 copy of lm_head */ + 4 * g.chunk * s.v + 10 * g.chunk * s.d;
   } else {
-    // bf16 logits, their fp32 copy, the bf16 gradient and the lm_head gradient product; a CPU
-    // (oneDNN) GEMM also copies its transposed bf16 operand (the logits gradient) contiguous.
-    g.loss_fwd_extra = std::max(6 * g.chunk * s.v + (s.lm_head_trains ? 2 * s.v * s.d : 0) +
+    // bf16 logits, on a GPU also their fp32 copy and the bf16 gradient (on the CPU the fused rows,
+    // model/loss_rows.h, write the gradient over the logits), and the lm_head gradient product; a
+    // CPU (oneDNN) GEMM also copies its transposed bf16 operand (the logits gradient) contiguous.
+    const int64_t per_logit = in.gpu ? 6 : 2;
+    g.loss_fwd_extra = std::max(per_logit * g.chunk * s.v + (s.lm_head_trains ? 2 * s.v * s.d : 0) +
                                     (in.gpu || !s.lm_head_trains ? 0 : 2 * g.chunk * s.v),
                                 s.lm_head_trains ? 2 * s.v * s.d : int64_t{0});  // grad_w cast at the end
   }
