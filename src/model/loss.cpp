@@ -94,7 +94,10 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
     const int64_t n = rows.size(0);
     at::Tensor loss = at::zeros({}, h_nd.options().dtype(at::kFloat));
     at::Tensor grad_h = need_h ? at::zeros_like(h_nd) : at::Tensor();
-    at::Tensor grad_w = need_w ? at::zeros(w_vd.sizes(), w_vd.options().dtype(at::kFloat)) : at::Tensor();
+    // 16-bit products are summed in fp32 starting from the first chunk's (no zero fill; undefined
+    // until then); fp32 products accumulate into zeros with addmm_.
+    const bool sum_products = w_vd.scalar_type() != at::kFloat && !bf16_gemm_via_fp32(h_nd, w_vd) && n > 0;
+    at::Tensor grad_w = need_w && !sum_products ? at::zeros(w_vd.sizes(), w_vd.options().dtype(at::kFloat)) : at::Tensor();
     at::Tensor grad_r = need_rows ? at::zeros(rows_kd.sizes(), rows_kd.options().dtype(at::kFloat)) : at::Tensor();
     // GEMM operands: as given, or upcast once when bf16 products take the fp32 route (matmul.h).
     const bool f32 = bf16_gemm_via_fp32(h_nd, w_vd);
@@ -123,7 +126,8 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
         if (g.scalar_type() == at::kFloat) {
           grad_w.addmm_(g.t(), h_c);
         } else {
-          grad_w.add_(at::mm(g.t(), h_c));  // per-chunk product in the compute dtype, summed in fp32
+          const at::Tensor product = at::mm(g.t(), h_c);  // per chunk in the compute dtype, summed in fp32
+          grad_w = grad_w.defined() ? grad_w.add_(product) : product.to(at::kFloat);
         }
       }
       if (need_rows) {
