@@ -20,6 +20,7 @@
 
 #include "alpaca/model/fused_ops.h"
 #include "alpaca/model/loss.h"
+#include "alpaca/util/sys.h"
 #include "loss_rows.h"
 
 namespace {
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_loss [reps >= 1] [tokens >= 2]\n");
     return 2;
   }
+  alpaca::sys::keep_host_heap();  // the trainer's allocator policy: freed buffers are reused, not refaulted
   at::set_num_threads(1);
   at::manual_seed(0);
   const int64_t d = 768, v = 32001;
