@@ -293,6 +293,8 @@ void FsdpEngine::Impl::prefetch(int u) {
 
 at::Tensor FsdpEngine::Impl::shard_on_device(Unit& unit, FlatParameter& flat) {
   const at::Tensor& shard = flat.shard();
+  if (shard.is_cpu() && device.is_cpu() && shard.scalar_type() != policy.param_dtype && &flat == unit.train.get())
+    return cast_shard_cached(unit, shard);
   if (!shard.is_cpu() || device.is_cpu()) return shard.to(device, policy.param_dtype);
   // Offload to a device. A copy that also changed the dtype would convert on the CPU into a
   // pageable temporary, which makes it synchronous (and the prefetch serial): copies start from
@@ -316,6 +318,19 @@ at::Tensor FsdpEngine::Impl::shard_on_device(Unit& unit, FlatParameter& flat) {
   c10::impl::VirtualGuardImpl guard(device.type());
   unit.copied->record(guard.getStream(device));
   return out;
+}
+
+// CPU training in a 16-bit param_dtype: the fp32 master shard is cast once per change (the
+// optimizer step or a load moves its version counter; load_parameters also clears the cache), not
+// at every unshard of every micro-batch. The same cast, so the same bits. The cache is rewritten
+// only here, at an unshard, which follows the unit's last reshard: no gather still reads it.
+at::Tensor FsdpEngine::Impl::cast_shard_cached(Unit& unit, const at::Tensor& shard) {
+  if (!unit.staging.defined() || unit.staged_version != shard._version()) {
+    if (!unit.staging.defined()) unit.staging = at::empty(shard.sizes(), shard.options().dtype(policy.param_dtype));
+    unit.staging.copy_(shard);
+    unit.staged_version = shard._version();
+  }
+  return unit.staging;
 }
 
 void FsdpEngine::Impl::drain_host_grads(bool wait) {

@@ -32,9 +32,10 @@ struct FsdpEngine::Impl {
     std::vector<char> got;                  // per trainable entry: gradient arrived this backward
     int64_t grads_in = 0;
     bool reduced = false;
-    // Offload to a GPU with a 16-bit param_dtype: the trainable fp32 shard cast once per change
-    // (its version counter moves when the optimizer or a load writes it) into pinned memory, the
-    // source of every copy to the device; `copied` orders rewriting it after the last copy.
+    // A 16-bit param_dtype with fp32 master shards: the trainable shard cast once per change (its
+    // version counter moves when the optimizer or a load writes it). Offload to a GPU: in pinned
+    // memory, the source of every copy to the device; `copied` orders rewriting it after the last
+    // copy. CPU training: the all-gather's input (cast_shard_cached).
     at::Tensor staging;
     int64_t staged_version = -1;
     std::optional<c10::Event> copied;
@@ -71,6 +72,7 @@ struct FsdpEngine::Impl {
   void add_bytes(int64_t delta);
   // The shard of `flat` in param_dtype on the compute device (see gather_flat).
   at::Tensor shard_on_device(Unit& unit, FlatParameter& flat);
+  at::Tensor cast_shard_cached(Unit& unit, const at::Tensor& shard);
   // Adds the gradients whose copy to the host completed (all of them, waiting, when `wait`), in
   // the order they were reduced, so the sums are those of a synchronous copy. Local.
   void drain_host_grads(bool wait);

@@ -141,6 +141,7 @@ void FsdpEngine::load_parameters(const ParamRangeReader& reader, bool rank0_only
       }
     }
     impl.reshard(unit.index);  // values changed: a resident full buffer would be stale
+    unit.staged_version = -1;  // and so would the param_dtype copy of the shard (a reader may write raw bytes)
   }
 }
 

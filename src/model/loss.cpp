@@ -6,10 +6,12 @@
 
 #include <algorithm>
 
+#include "alpaca/model/fused_ops.h"
 #include "alpaca/model/matmul.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/trace.h"
 #include "alpaca/util/host_sync.h"
+#include "loss_rows.h"
 
 namespace alpaca::model {
 namespace {
@@ -51,6 +53,31 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
+// One chunk's cross-entropy as transformers computes it: the logits z_c (rows, V) in the compute
+// dtype, upcast to fp32, softmax; adds the rows' summed loss to `loss` and, when `need_grad`,
+// returns d(loss)/d(z) = softmax - one_hot in z_c's dtype (the backward of the upcast). bf16 CPU
+// logits take the fused row kernels (loss_rows.h: the same math in one pass per row, the gradient
+// written over z_c); anything else the ATen passes.
+at::Tensor chunk_cross_entropy(at::Tensor& z_c, const at::Tensor& target_n, at::Tensor& loss, bool need_grad) {
+  if (fused_cpu_bf16_applies(z_c) && z_c.is_contiguous()) {
+    loss.add_(cross_entropy_rows_bf16(z_c, target_n.contiguous(), need_grad));
+    return need_grad ? z_c : at::Tensor();
+  }
+  const at::Tensor target = target_n.unsqueeze(1);
+  const at::ScalarType compute_dtype = z_c.scalar_type();
+  at::Tensor z = z_c.to(at::kFloat);
+  z_c = at::Tensor();  // the compute-dtype logits die with the upcast (in bf16 they would be one more chunk)
+  const at::Tensor target_logit = z.gather(1, target);
+  const at::Tensor zmax = z.amax(1, /*keepdim=*/true);
+  z.sub_(zmax).exp_();                                   // exp(z - max), in place
+  const at::Tensor sumexp = z.sum(1, /*keepdim=*/true);  // lse = log(sumexp) + max
+  loss.add_((sumexp.log() + zmax - target_logit).sum());
+  if (!need_grad) return {};
+  z.div_(sumexp);
+  z.scatter_add_(1, target, at::full_like(target_logit, -1.0));
+  return z.to(compute_dtype);
+}
+
 // Forward does the whole work (loss and, if needed, both gradients); backward scales.
 struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEntropy> {
   // h_nd: (N, D) hidden rows; w_vd: (V, D); labels_n: int64 (N), shifted; rows: the indices of
@@ -67,7 +94,10 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
     const int64_t n = rows.size(0);
     at::Tensor loss = at::zeros({}, h_nd.options().dtype(at::kFloat));
     at::Tensor grad_h = need_h ? at::zeros_like(h_nd) : at::Tensor();
-    at::Tensor grad_w = need_w ? at::zeros(w_vd.sizes(), w_vd.options().dtype(at::kFloat)) : at::Tensor();
+    // 16-bit products are summed in fp32 starting from the first chunk's (no zero fill; undefined
+    // until then); fp32 products accumulate into zeros with addmm_.
+    const bool sum_products = w_vd.scalar_type() != at::kFloat && !bf16_gemm_via_fp32(h_nd, w_vd) && n > 0;
+    at::Tensor grad_w = need_w && !sum_products ? at::zeros(w_vd.sizes(), w_vd.options().dtype(at::kFloat)) : at::Tensor();
     at::Tensor grad_r = need_rows ? at::zeros(rows_kd.sizes(), rows_kd.options().dtype(at::kFloat)) : at::Tensor();
     // GEMM operands: as given, or upcast once when bf16 products take the fp32 route (matmul.h).
     const bool f32 = bf16_gemm_via_fp32(h_nd, w_vd);
@@ -83,25 +113,10 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
       const at::Tensor idx = rows.narrow(0, s, std::min(chunk, n - s));
       at::Tensor h_c = h_nd.index_select(0, idx);
       if (f32) h_c = h_c.to(at::kFloat);
-      const at::Tensor target = labels_n.index_select(0, idx).unsqueeze(1);
-      // As transformers: logits in the compute dtype, upcast to fp32, then the cross-entropy.
-      // (The compute-dtype logits die with the upcast: in bf16 they would be one more chunk.)
-      at::Tensor z;
-      {
-        at::Tensor z_c = at::mm(h_c, w_c.t());
-        if (with_rows) z_c.index_copy_(1, row_index_k, at::mm(h_c, r_c.t()));
-        z = z_c.to(at::kFloat);
-      }
-      const at::Tensor target_logit = z.gather(1, target);
-      const at::Tensor zmax = z.amax(1, /*keepdim=*/true);
-      z.sub_(zmax).exp_();                                   // exp(z - max), in place
-      const at::Tensor sumexp = z.sum(1, /*keepdim=*/true);  // lse = log(sumexp) + max
-      loss.add_((sumexp.log() + zmax - target_logit).sum());
-      if (!need_h && !need_w && !need_rows) continue;
-      // d(loss)/d(z) = softmax - one_hot; cast to the GEMM dtype (the backward of the upcast).
-      z.div_(sumexp);
-      z.scatter_add_(1, target, at::full_like(target_logit, -1.0));
-      const at::Tensor g = z.to(h_c.scalar_type());
+      at::Tensor z_c = at::mm(h_c, w_c.t());
+      if (with_rows) z_c.index_copy_(1, row_index_k, at::mm(h_c, r_c.t()));
+      const at::Tensor g = chunk_cross_entropy(z_c, labels_n.index_select(0, idx), loss, need_h || need_w || need_rows);
+      if (!g.defined()) continue;
       if (need_h) {
         at::Tensor gh = at::mm(g, w_c);
         if (with_rows) gh.addmm_(g.index_select(1, row_index_k), r_minus_w);
@@ -111,7 +126,8 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
         if (g.scalar_type() == at::kFloat) {
           grad_w.addmm_(g.t(), h_c);
         } else {
-          grad_w.add_(at::mm(g.t(), h_c));  // per-chunk product in the compute dtype, summed in fp32
+          const at::Tensor product = at::mm(g.t(), h_c);  // per chunk in the compute dtype, summed in fp32
+          grad_w = grad_w.defined() ? grad_w.add_(product) : product.to(at::kFloat);
         }
       }
       if (need_rows) {

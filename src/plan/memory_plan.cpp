@@ -190,7 +190,7 @@ struct Figures {
   int64_t bp = 4, br = 4, b = 4, n_tok = 0;
   int shard_world = 1;
   // Model states, gathered units and full gradients (from the unit plan).
-  int64_t train_shard = 0, frozen_store = 0, master = 0, grads = 0, moments = 0;
+  int64_t train_shard = 0, frozen_store = 0, master = 0, grads = 0, moments = 0, shard_cast = 0;
   int64_t layer_full = 0, layer_grad = 0;
   int64_t embed_full = 0, embed_grad = 0, head_full = 0, head_grad = 0, root_full = 0;
   Unit lt, et;  // a layer's and the embedding unit's trainable flat buffers
@@ -215,6 +215,8 @@ void unit_figures(const MemoryPlanInputs& in, const Shape& s, Figures& g) {
   g.master = 4 * g.train_shard + g.frozen_store;
   g.grads = 4 * g.train_shard;
   g.moments = 8 * g.train_shard;
+  // CPU ranks with a 16-bit param_dtype keep the trainable shards cast once a step (the gathers' input).
+  g.shard_cast = !in.gpu && bytes_of(in.param_dtype) != 4 ? bytes_of(in.param_dtype) * g.train_shard : 0;
   // Gathered units in param_dtype, full gradients in reduce_dtype.
   if (up.num_layers > 0) {
     g.layer_full = up.units[0].full_bytes(in.param_dtype);
@@ -293,9 +295,11 @@ void loss_and_backward_figures(const MemoryPlanInputs& in, const Shape& s, Figur
   } else if (g.f32route) {
     g.loss_fwd_extra = 4 * s.v * s.d /* fp32 copy of lm_head */ + 4 * g.chunk * s.v + 10 * g.chunk * s.d;
   } else {
-    // bf16 logits, their fp32 copy, the bf16 gradient and the lm_head gradient product; a CPU
-    // (oneDNN) GEMM also copies its transposed bf16 operand (the logits gradient) contiguous.
-    g.loss_fwd_extra = std::max(6 * g.chunk * s.v + (s.lm_head_trains ? 2 * s.v * s.d : 0) +
+    // bf16 logits, on a GPU also their fp32 copy and the bf16 gradient (on the CPU the fused rows,
+    // model/loss_rows.h, write the gradient over the logits), and the lm_head gradient product; a
+    // CPU (oneDNN) GEMM also copies its transposed bf16 operand (the logits gradient) contiguous.
+    const int64_t per_logit = in.gpu ? 6 : 2;
+    g.loss_fwd_extra = std::max(per_logit * g.chunk * s.v + (s.lm_head_trains ? 2 * s.v * s.d : 0) +
                                     (in.gpu || !s.lm_head_trains ? 0 : 2 * g.chunk * s.v),
                                 s.lm_head_trains ? 2 * s.v * s.d : int64_t{0});  // grad_w cast at the end
   }
@@ -373,6 +377,7 @@ std::vector<Moment> moments_of(const MemoryPlanInputs& in, const Shape& s, const
     add(it, master_item_name(g), g.master);
     add(it, "fp32 gradient shards", g.grads);
     add(it, "AdamW moment shards (exp_avg, exp_avg_sq)", g.moments);
+    add(it, "param_dtype copy of the trainable shards (gather input)", g.shard_cast);
   };
   // Alive from the end of forward until backward leaves the head: model states, the gathered head
   // (and, unsharded strategies, the embedding and every layer), saved activations, RoPE tables.

@@ -183,6 +183,41 @@ TEST(FsdpLlama, ResumesOnAnotherWorldSize) {
   expect_close(after, continued, 1e-5, "resume world->1");
 }
 
+// Issue 32: CPU ranks training in bf16 cast each trainable fp32 shard once per change and keep the
+// copy (the gathers' input). After an optimizer step, and after load_parameters wrote the shards'
+// bytes without moving their version counters, the logits equal those of a fresh engine that holds
+// the same fp32 values (bit for bit: the same casts).
+TEST(FsdpLlama, Bf16ShardCopyFollowsTheShards) {
+  FsdpPolicy p;
+  p.param_dtype = at::kBFloat16;
+  const at::Tensor ids = make_global_batch(37, 2, kSeqLen, 9).ids_bt;
+  auto logits_of_fresh = [&](const ParamMap& state) {
+    auto fresh = fsdp::apply_fsdp(make(false), job_comm(), p);
+    fresh->engine().load_parameters([&](const std::string& n, const std::vector<int64_t>&, int64_t begin, int64_t end,
+                                        at::Tensor out) { out.copy_(state.at(n).reshape({-1}).narrow(0, begin, end - begin)); },
+                                    false);
+    at::NoGradGuard no_grad;
+    return fresh->forward(ids);
+  };
+  TrainRun r = train(/*tied=*/false, p, 1, 1);  // the forward before the step made the copies
+  const ParamMap stepped = exported(r.fsdp->engine());
+  {
+    at::NoGradGuard no_grad;
+    EXPECT_TRUE(at::equal(r.fsdp->forward(ids), logits_of_fresh(stepped))) << "after an optimizer step";
+  }
+  ParamMap halved;
+  for (const auto& [n, t] : stepped) halved[n] = (t * 0.5).contiguous();
+  r.fsdp->engine().load_parameters(  // raw bytes into the fp32 shards: no version counter moves
+      [&](const std::string& n, const std::vector<int64_t>&, int64_t begin, int64_t end, at::Tensor out) {
+        ASSERT_TRUE(out.is_contiguous() && out.scalar_type() == at::kFloat);
+        std::memcpy(out.data_ptr(), halved.at(n).reshape({-1}).narrow(0, begin, end - begin).data_ptr(),
+                    static_cast<size_t>(end - begin) * sizeof(float));
+      },
+      false);
+  at::NoGradGuard no_grad;
+  EXPECT_TRUE(at::equal(r.fsdp->forward(ids), logits_of_fresh(halved))) << "after load_parameters";
+}
+
 // The real loading path: an HF directory (rank 0 writes it) read into shards by byte ranges, or by
 // rank 0 and broadcast; a shape mismatch is an error naming the tensor.
 TEST(FsdpLlama, LoadsHfCheckpointIntoShards) {

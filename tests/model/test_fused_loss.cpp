@@ -4,8 +4,10 @@
 // 2e-2 rel (a bf16 rounding of the logits and gradients).
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 
+#include "alpaca/model/fused_ops.h"
 #include "alpaca/model/loss.h"
 #include "alpaca/model/matmul.h"
 
@@ -163,4 +165,34 @@ TEST(CpuBf16Gemm, Fp32AndOtherDtypesAreUntouched) {
   EXPECT_TRUE(at::equal(alpaca::model::linear(x, w), at::linear(x, w)));
   EXPECT_FALSE(bf16_gemm_via_fp32(x, w));
   EXPECT_TRUE(bf16_gemm_via_fp32(x.to(at::kBFloat16), w.to(at::kBFloat16)));
+}
+
+// The bf16 CPU row kernels (loss_rows.cpp) against the ATen passes they replace (the module path,
+// ALPACA_CPU_FUSED=0): the same fp32 softmax up to exp's last bits, rounded to bf16 once, so the
+// loss within 1e-5 and the gradients within 1e-2 of their max (a rare bf16 ulp of the softmax
+// carried through the bf16 products); and the instruction-set variants bit for bit.
+TEST(FusedLoss, Bf16RowKernelsMatchTheAtenPassesOnEveryIsa) {
+  for (int64_t v : {101, 32, 7}) {  // off, at and below the 16-lane width
+    SCOPED_TRACE("V " + std::to_string(v));
+    Case c = make_case(at::kBFloat16, 3, 37, 16, v);
+    c.h = c.h * 3;  // logits spread over several units, so exp and max matter
+    set_fused_cpu_bf16(false);
+    const Result ref = run(c, /*fused=*/true, 13);
+    set_fused_cpu_bf16(true);
+    std::optional<Result> first;
+    for (int i = 0; i <= static_cast<int>(best_fused_cpu_isa()); ++i) {
+      set_fused_cpu_isa(static_cast<FusedCpuIsa>(i));
+      const Result got = run(c, /*fused=*/true, 13);
+      EXPECT_LE(std::abs(got.loss - ref.loss) / ref.loss, 1e-5) << "isa " << i;
+      EXPECT_LE(rel_max(got.grad_h, ref.grad_h), 1e-2) << "isa " << i;
+      EXPECT_LE(rel_max(got.grad_w, ref.grad_w), 1e-2) << "isa " << i;
+      if (!first) {
+        first = got;
+        continue;
+      }
+      EXPECT_EQ(got.loss, first->loss) << "isa " << i;
+      EXPECT_TRUE(at::equal(got.grad_h, first->grad_h) && at::equal(got.grad_w, first->grad_w)) << "isa " << i;
+    }
+    set_fused_cpu_isa(best_fused_cpu_isa());
+  }
 }
