@@ -108,39 +108,67 @@ ALPACA_INLINE void softmax_rows_impl(Acc s, int64_t rows, int64_t n, int64_t i0,
   }
 }
 
-// Backward of the same rows: p = exp(s * scale - lse) (the forward's probabilities, recomputed),
-// ds = p * (dp - d) * scale, both rounded to bf16 for the GEMMs, 0 where the forward's p was 0.
+using W = uint32_t;  // two bf16 along the reduction dimension (bf16_gemm.h)
+
+// One score row of the backward: s and dp (fp32), its keys below lim seen (if the mask allows),
+// its logsumexp and rowsum(dO O).
+struct GradRow {
+  const float *s, *dp;
+  int64_t lim;
+  const uint8_t* m;
+  float lse, d;
+};
+
+// Backward of rows r0, r1 (a pair; an absent r1 is r0 with lim 0): p = exp(s * scale - lse) (the
+// forward's probabilities, recomputed), ds = p * (dp - d) * scale, both rounded to bf16, 0 where
+// the forward's p was 0. Written where the products take them, with no packing pass: p and ds as
+// the pairs (row r0's value in the low half) that dV += P^T dO and dK += dS^T Q read as A (pr, dsr),
+// and ds row by row for dQ = dS K.
 template <bool kMasked>
-ALPACA_INLINE void softmax_grad_row(const float* __restrict s, const float* __restrict dp, int64_t lim, Mask m,
-                                    float scale, float lse, float d, Out p, Out ds) {
+ALPACA_INLINE void softmax_grad_pair(const GradRow& r0, const GradRow& r1, int64_t n, float scale, W* __restrict pr,
+                                     W* __restrict dsr, Out ds0, Out ds1) {
+  const float *__restrict s0 = r0.s, *__restrict s1 = r1.s, *__restrict dp0 = r0.dp, *__restrict dp1 = r1.dp;
+  Mask m0 = r0.m;
+  Mask m1 = r1.m;
+  const int64_t lim = std::max(r0.lim, r1.lim);
   for (int64_t j = 0; j < lim; ++j) {
-    float e = exp_f(s[j] * scale - lse);
-    if constexpr (kMasked) e = m[j] != 0 ? e : 0.0f;
-    p[j] = bf16(e);
-    ds[j] = bf16(e * (dp[j] - d) * scale);
+    bool k0 = j < r0.lim, k1 = j < r1.lim;
+    if constexpr (kMasked) k0 = k0 & (m0[j] != 0), k1 = k1 & (m1[j] != 0);
+    const float e0 = k0 ? exp_f(s0[j] * scale - r0.lse) : 0.0f, e1 = k1 ? exp_f(s1[j] * scale - r1.lse) : 0.0f;
+    const u16 g0 = k0 ? bf16(e0 * (dp0[j] - r0.d) * scale) : 0, g1 = k1 ? bf16(e1 * (dp1[j] - r1.d) * scale) : 0;
+    pr[j] = static_cast<W>(bf16(e0)) | static_cast<W>(bf16(e1)) << 16;
+    dsr[j] = static_cast<W>(g0) | static_cast<W>(g1) << 16;
+    ds0[j] = g0;
+    ds1[j] = g1;
   }
+  for (int64_t j = lim; j < n; ++j) pr[j] = dsr[j] = 0, ds0[j] = ds1[j] = 0;
 }
 
+// Rows 0 .. rows - 1 (n keys, queries from i0): pr, dsr (ceil(rows / 2) x n words), ds (rows x n bf16;
+// with odd rows, row `rows` is scratch).
 ALPACA_INLINE void softmax_grad_rows_impl(const float* s, const float* dp, int64_t rows, int64_t n, int64_t i0,
                                           Mask mask, int64_t ldm, float scale, const float* lse, const float* d,
-                                          Out p, Out ds) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t lim = lse[r] == kInf ? 0 : std::min(i0 + r + 1, n);
-    const float *sr = s + r * n, *dpr = dp + r * n;
-    u16 *pr = p + r * n, *dsr = ds + r * n;
+                                          W* pr, W* dsr, u16* ds) {
+  const auto row = [&](int64_t r) {
+    return GradRow{s + r * n, dp + r * n, lse[r] == kInf ? 0 : std::min(i0 + r + 1, n),
+                   mask != nullptr ? mask + r * ldm : nullptr, lse[r], d[r]};
+  };
+  for (int64_t r = 0; r < rows; r += 2) {
+    const GradRow r0 = row(r);
+    const GradRow r1 = r + 1 < rows ? row(r + 1) : GradRow{r0.s, r0.dp, 0, r0.m, r0.lse, r0.d};
+    W *p = pr + r / 2 * n, *g = dsr + r / 2 * n;
     if (mask != nullptr) {
-      softmax_grad_row<true>(sr, dpr, lim, mask + r * ldm, scale, lse[r], d[r], pr, dsr);
+      softmax_grad_pair<true>(r0, r1, n, scale, p, g, ds + r * n, ds + (r + 1) * n);
     } else {
-      softmax_grad_row<false>(sr, dpr, lim, nullptr, scale, lse[r], d[r], pr, dsr);
+      softmax_grad_pair<false>(r0, r1, n, scale, p, g, ds + r * n, ds + (r + 1) * n);
     }
-    for (int64_t j = lim; j < n; ++j) pr[j] = dsr[j] = 0;
   }
 }
 
 struct AttnKernels {
   void (*softmax_rows)(float*, int64_t, int64_t, int64_t, const uint8_t*, int64_t, float, u16*, float*);
   void (*softmax_grad_rows)(const float*, const float*, int64_t, int64_t, int64_t, const uint8_t*, int64_t, float,
-                            const float*, const float*, u16*, u16*);
+                            const float*, const float*, W*, W*, u16*);
   float (*dot)(const u16*, const u16*, int64_t);
 };
 
@@ -151,8 +179,8 @@ struct AttnKernels {
     softmax_rows_impl(s, rows, n, i0, m, ldm, scale, p, lse);                                                        \
   }                                                                                                                   \
   ATTR void softmax_grad_rows(const float* s, const float* dp, int64_t rows, int64_t n, int64_t i0, const uint8_t* m, \
-                              int64_t ldm, float scale, const float* lse, const float* d, u16* p, u16* ds) {          \
-    softmax_grad_rows_impl(s, dp, rows, n, i0, m, ldm, scale, lse, d, p, ds);                                        \
+                              int64_t ldm, float scale, const float* lse, const float* d, W* pr, W* dsr, u16* ds) {   \
+    softmax_grad_rows_impl(s, dp, rows, n, i0, m, ldm, scale, lse, d, pr, dsr, ds);                                  \
   }                                                                                                                   \
   ATTR float dot(const u16* a, const u16* b, int64_t n) { return dot_lanes(a, b, n); }                                 \
   const AttnKernels kernels{softmax_rows, softmax_grad_rows, dot};                                                    \
@@ -180,7 +208,6 @@ void store_bf16(const float* src, int64_t lds, int64_t rows, int64_t cols, u16* 
     for (int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = bf16(src[r * lds + c]);
 }
 
-using W = uint32_t;  // two bf16 along the reduction dimension (bf16_gemm.h)
 const W* words(const u16* p) { return reinterpret_cast<const W*>(p); }
 
 // The problem: q, out, dq (B, T, H, Dh) and k, v, dk, dv (B, T, Hkv, Dh) contiguous bf16 (Dh even);
@@ -203,8 +230,9 @@ struct Attn {
 
 // One thread's buffers, reused across its tasks and blocks, and kept (grown, never shrunk) from call
 // to call: a fresh set per call went to mmap and back, ~20k page faults per step. kc, vc = K^T, V^T
-// packed (Dh/2 x tp words); kr, vr = K, V packed by key pairs (tp/2 x Dh); per block s, dp (fp32),
-// p, ds (bf16), their packed transposes pr, dsr, and the block's Q and dO packed by row pairs.
+// packed in panels (Dh/2 x tp words, bf16gemm::pack_cols); kr, vr = K, V packed by key pairs (tp/2 x
+// Dh); per block s, dp (fp32), p (forward), ds (bf16), the backward's P and dS packed by row pairs
+// (pr, dsr) and the block's Q and dO packed by row pairs.
 struct Scratch {
   std::vector<W> kc, vc, kr, vr, pr, dsr, qr, dor;
   std::vector<u16> p, ds;
@@ -215,11 +243,11 @@ struct Scratch {
       if (static_cast<int64_t>(v.size()) < n) v.resize(n);
     };
     const int64_t tp = a.tp(), dh = a.dh;
-    for (auto* m : {&w.kc, &w.vc}) grow(*m, dh / 2 * tp);
+    for (auto* m : {&w.kc, &w.vc}) grow(*m, bf16gemm::panels_size(dh / 2, tp));
     for (auto* m : {&w.kr, &w.vr}) grow(*m, tp / 2 * dh);
     for (auto* m : {&w.pr, &w.dsr}) grow(*m, kAttnBlock / 2 * tp);
     for (auto* m : {&w.qr, &w.dor}) grow(*m, kAttnBlock / 2 * dh);
-    for (auto* m : {&w.p, &w.ds}) grow(*m, kAttnBlock * tp);
+    for (auto* m : {&w.p, &w.ds}) grow(*m, (kAttnBlock + 1) * tp);
     for (auto* m : {&w.s, &w.dp}) grow(*m, kAttnBlock * tp);
     grow(w.o, kAttnBlock * dh);
     if (backward) {
@@ -230,12 +258,8 @@ struct Scratch {
   }
 };
 
-// K^T packed into kc (Dh/2 x tp words); with an odd T, the extra key's column is zero.
-void pack_keys_transposed(const Attn& a, const u16* k, W* kc) {
-  bf16gemm::pack_cols(k, a.ldk(), a.t, a.dh, kc, a.tp());
-  if (a.tp() != a.t)
-    for (int64_t p = 0; p < a.dh / 2; ++p) kc[p * a.tp() + a.t] = 0;
-}
+// K^T packed in panels into kc; with an odd T, the extra key's column is zero.
+void pack_keys_transposed(const Attn& a, const u16* k, W* kc) { bf16gemm::pack_cols(k, a.ldk(), a.t, a.dh, kc); }
 
 // Rows and (even) key count of the block at i0.
 struct Block {
@@ -248,12 +272,12 @@ void forward_head(const Attn& a, int64_t bi, int64_t hi, const u16* q, u16* out,
   const int64_t dp2 = a.dh / 2;
   for (int64_t i0 = 0; i0 < a.t; i0 += kAttnBlock) {
     const Block blk(a, i0);
-    bf16gemm::gemm(blk.rows, blk.np, dp2, words(q + a.q_off(bi, i0, hi)), a.ldq() / 2, 1, w.kc.data(), a.tp(),
-                   w.s.data(), blk.np, false);
+    bf16gemm::gemm(blk.rows, blk.np, dp2, words(q + a.q_off(bi, i0, hi)), a.ldq() / 2, 1,
+                   bf16gemm::panels_of(w.kc.data(), dp2), w.s.data(), blk.np, false);
     K.softmax_rows(w.s.data(), blk.rows, blk.np, i0, a.mask_rows(bi, i0), a.t, a.scale, w.p.data(),
                    lse + (bi * a.h + hi) * a.t + i0);
-    bf16gemm::gemm(blk.rows, a.dh, blk.np / 2, words(w.p.data()), blk.np / 2, 1, w.vr.data(), a.dh, w.o.data(), a.dh,
-                   false);
+    bf16gemm::gemm(blk.rows, a.dh, blk.np / 2, words(w.p.data()), blk.np / 2, 1, bf16gemm::rows_of(w.vr.data(), a.dh),
+                   w.o.data(), a.dh, false);
     store_bf16(w.o.data(), a.dh, blk.rows, a.dh, out + a.q_off(bi, i0, hi), a.ldq());
   }
 }
@@ -288,18 +312,19 @@ void backward_head(const Attn& a, int64_t bi, int64_t hi, const Grads& gr, Scrat
   for (int64_t i0 = 0; i0 < a.t; i0 += kAttnBlock) {
     const Block blk(a, i0);
     const int64_t np = blk.np, rp = (blk.rows + 1) / 2;
-    bf16gemm::gemm(blk.rows, np, dp2, words(qb + i0 * ldq), ldq / 2, 1, w.kc.data(), a.tp(), w.s.data(), np, false);
-    bf16gemm::gemm(blk.rows, np, dp2, words(dob + i0 * ldq), ldq / 2, 1, w.vc.data(), a.tp(), w.dp.data(), np, false);
+    bf16gemm::gemm(blk.rows, np, dp2, words(qb + i0 * ldq), ldq / 2, 1, bf16gemm::panels_of(w.kc.data(), dp2),
+                   w.s.data(), np, false);
+    bf16gemm::gemm(blk.rows, np, dp2, words(dob + i0 * ldq), ldq / 2, 1, bf16gemm::panels_of(w.vc.data(), dp2),
+                   w.dp.data(), np, false);
     K.softmax_grad_rows(w.s.data(), w.dp.data(), blk.rows, np, i0, a.mask_rows(bi, i0), a.t, a.scale, lse + i0,
-                        w.dsum.data() + i0, w.p.data(), w.ds.data());
-    bf16gemm::gemm(blk.rows, a.dh, np / 2, words(w.ds.data()), np / 2, 1, w.kr.data(), a.dh, w.o.data(), a.dh, false);
+                        w.dsum.data() + i0, w.pr.data(), w.dsr.data(), w.ds.data());
+    bf16gemm::gemm(blk.rows, a.dh, np / 2, words(w.ds.data()), np / 2, 1, bf16gemm::rows_of(w.kr.data(), a.dh),
+                   w.o.data(), a.dh, false);
     store_bf16(w.o.data(), a.dh, blk.rows, a.dh, gr.dq + a.q_off(bi, i0, hi), ldq);
-    bf16gemm::pack_rows(w.p.data(), np, blk.rows, np, w.pr.data());
-    bf16gemm::pack_rows(w.ds.data(), np, blk.rows, np, w.dsr.data());
     bf16gemm::pack_rows(qb + i0 * ldq, ldq, blk.rows, a.dh, w.qr.data());
     bf16gemm::pack_rows(dob + i0 * ldq, ldq, blk.rows, a.dh, w.dor.data());
-    bf16gemm::gemm(np, a.dh, rp, w.pr.data(), 1, np, w.dor.data(), a.dh, w.dv.data(), a.dh, true);
-    bf16gemm::gemm(np, a.dh, rp, w.dsr.data(), 1, np, w.qr.data(), a.dh, w.dk.data(), a.dh, true);
+    bf16gemm::gemm(np, a.dh, rp, w.pr.data(), 1, np, bf16gemm::rows_of(w.dor.data(), a.dh), w.dv.data(), a.dh, true);
+    bf16gemm::gemm(np, a.dh, rp, w.dsr.data(), 1, np, bf16gemm::rows_of(w.qr.data(), a.dh), w.dk.data(), a.dh, true);
   }
 }
 

@@ -65,22 +65,39 @@ constexpr TileFn kTiles[kMr + 1] = {nullptr,        micro_tile<1>, micro_tile<2>
 __mmask16 lanes(int64_t k) { return k >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << k) - 1); }
 
 // Column tiles outside, row tiles inside: one B panel (kp x 32 words) stays in L1 across the rows.
-void own_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const uint32_t* b,
-              int64_t ldb, float* c, int64_t ldc, bool add) {
+void own_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const Packed& b,
+              float* c, int64_t ldc, bool add) {
+  static_assert(kNr == kPanel, "one micro-tile's columns are one B panel");
   for (int64_t j = 0; j < n; j += kNr) {
     const int64_t w = std::min<int64_t>(kNr, n - j);
     const __mmask16 m0 = lanes(w), m1 = lanes(std::max<int64_t>(0, w - 16));
+    const uint32_t* bj = b.b + j / kPanel * b.panel;
     for (int64_t i = 0; i < m; i += kMr) {
       const int64_t r = std::min<int64_t>(kMr, m - i);
-      kTiles[r](kp, a + i * a_rs, a_rs, a_ks, b + j, ldb, c + i * ldc + j, ldc, add, m0, m1);
+      kTiles[r](kp, a + i * a_rs, a_rs, a_ks, bj, b.ldb, c + i * ldc + j, ldc, add, m0, m1);
     }
   }
+}
+
+// dst[p * cols + j] = (r0[j], r1[j]): 32 columns a step, the bf16 pairs interleaved in registers.
+ALPACA_AVX512_BF16 void pack_rows_avx512(const uint16_t* r0, const uint16_t* r1, int64_t cols, uint32_t* dst) {
+  int64_t j = 0;
+  for (; j + 32 <= cols; j += 32) {
+    const __m512i x = _mm512_loadu_si512(r0 + j), y = _mm512_loadu_si512(r1 + j);
+    // unpack works within 128-bit lanes: lo holds columns 0-3, 8-11, 16-19, 24-27; hi the others.
+    const __m512i lo = _mm512_unpacklo_epi16(x, y), hi = _mm512_unpackhi_epi16(x, y);
+    const __m512i first = _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi);
+    const __m512i second = _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), hi);
+    _mm512_storeu_si512(dst + j, first);
+    _mm512_storeu_si512(dst + j + 16, second);
+  }
+  for (; j < cols; ++j) dst[j] = static_cast<uint32_t>(r0[j]) | static_cast<uint32_t>(r1[j]) << 16;
 }
 #endif
 
 // Elsewhere: unpack to row-major bf16 and take ATen's cpublas GEMM (bf16 x bf16 -> fp32).
-void fallback_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const uint32_t* b,
-                   int64_t ldb, float* c, int64_t ldc, bool add) {
+void fallback_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const Packed& b,
+                   float* c, int64_t ldc, bool add) {
   thread_local std::vector<uint32_t> ab, bb;
   ab.resize(m * kp);
   bb.resize(kp * n);  // 2 kp x n bf16
@@ -89,7 +106,7 @@ void fallback_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t 
   auto* bh = reinterpret_cast<uint16_t*>(bb.data());                          // (2 kp) x n bf16
   for (int64_t p = 0; p < kp; ++p)
     for (int64_t j = 0; j < n; ++j) {
-      const uint32_t v = b[p * ldb + j];
+      const uint32_t v = b.b[j / kPanel * b.panel + p * b.ldb + j % kPanel];
       bh[(2 * p) * n + j] = static_cast<uint16_t>(v & 0xFFFFu);
       bh[(2 * p + 1) * n + j] = static_cast<uint16_t>(v >> 16);
     }
@@ -136,38 +153,51 @@ void set_own_kernel(bool on) {
   own_slot().store(on, std::memory_order_relaxed);
 }
 
-void gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const uint32_t* b,
-          int64_t ldb, float* c, int64_t ldc, bool add) {
+void gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const Packed& b, float* c,
+          int64_t ldc, bool add) {
   if (m <= 0 || n <= 0) return;
   if (kp <= 0) {
     for (int64_t i = 0; i < m && !add; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
     return;
   }
 #if ALPACA_GEMM_X86
-  if (use_own_kernel()) return own_gemm(m, n, kp, a, a_rs, a_ks, b, ldb, c, ldc, add);
+  if (use_own_kernel()) return own_gemm(m, n, kp, a, a_rs, a_ks, b, c, ldc, add);
 #endif
-  fallback_gemm(m, n, kp, a, a_rs, a_ks, b, ldb, c, ldc, add);
+  fallback_gemm(m, n, kp, a, a_rs, a_ks, b, c, ldc, add);
 }
 
 void pack_rows(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols, uint32_t* dst) {
-  for (int64_t p = 0; p < (rows + 1) / 2; ++p) {
-    const uint16_t* r0 = src + 2 * p * ld;
-    const uint16_t* r1 = 2 * p + 1 < rows ? r0 + ld : nullptr;
-    for (int64_t j = 0; j < cols; ++j)
-      dst[p * cols + j] = static_cast<uint32_t>(r0[j]) | (r1 != nullptr ? static_cast<uint32_t>(r1[j]) << 16 : 0u);
+  [[maybe_unused]] static const bool avx512 = cpu_has_avx512_bf16();
+  for (int64_t p = 0; p < rows / 2; ++p) {
+    const uint16_t *r0 = src + 2 * p * ld, *r1 = r0 + ld;
+    uint32_t* d = dst + p * cols;
+#if ALPACA_GEMM_X86
+    if (avx512) {
+      pack_rows_avx512(r0, r1, cols, d);
+      continue;
+    }
+#endif
+    for (int64_t j = 0; j < cols; ++j) d[j] = static_cast<uint32_t>(r0[j]) | static_cast<uint32_t>(r1[j]) << 16;
+  }
+  if (rows % 2 != 0) {  // the last row with a zero partner
+    const uint16_t* r0 = src + (rows - 1) * ld;
+    for (int64_t j = 0; j < cols; ++j) dst[rows / 2 * cols + j] = r0[j];
   }
 }
 
-void pack_cols(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols, uint32_t* dst, int64_t ldd) {
+void pack_cols(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols, uint32_t* dst) {
+  const int64_t kp = cols / 2, panel = kPanel * kp;
   for (int64_t i = 0; i < rows; ++i) {
-    uint32_t w[256];
-    const int64_t pairs = cols / 2;
-    for (int64_t p0 = 0; p0 < pairs; p0 += 256) {
-      const int64_t np = std::min<int64_t>(256, pairs - p0);
-      std::memcpy(w, src + i * ld + 2 * p0, static_cast<size_t>(np) * 4);
-      for (int64_t p = 0; p < np; ++p) dst[(p0 + p) * ldd + i] = w[p];
+    uint32_t* d = dst + i / kPanel * panel + i % kPanel;  // column i: its words kPanel apart
+    const uint16_t* s = src + i * ld;
+    for (int64_t p = 0; p < kp; ++p) {
+      uint32_t w;
+      std::memcpy(&w, s + 2 * p, 4);
+      d[p * kPanel] = w;
     }
   }
+  for (int64_t i = rows; i % kPanel != 0; ++i)
+    for (int64_t p = 0; p < kp; ++p) dst[i / kPanel * panel + p * kPanel + i % kPanel] = 0;
 }
 
 }  // namespace alpaca::model::bf16gemm
