@@ -49,19 +49,43 @@ int64_t round_chunk(int64_t x) { return (x + kChunk - 1) / kChunk * kChunk; }
 // Keys of a chunk at j that a row seeing the keys below lim may count: lanes l < chunk_keys(j, lim).
 ALPACA_INLINE int chunk_keys(int64_t j, int64_t lim) { return static_cast<int>(std::clamp<int64_t>(lim - j, 0, kChunk)); }
 
-// The kChunk partial maxima / sums folded in halves (lane l with l + w): a sequential fold was a
-// dependent chain of 32 scalar operations a row (a fifth of the forward softmax's time).
+// kN partial maxima / sums folded in halves (lane l with l + w): a sequential fold was a dependent
+// chain of 32 scalar operations a row (a fifth of the forward softmax's time).
+template <int kN>
 ALPACA_INLINE float fold_max(float* acc) {
 #pragma GCC unroll 8
-  for (int w = kChunk / 2; w > 0; w /= 2)
+  for (int w = kN / 2; w > 0; w /= 2)
     for (int l = 0; l < w; ++l) acc[l] = acc[l] > acc[l + w] ? acc[l] : acc[l + w];
   return acc[0];
 }
+template <int kN>
 ALPACA_INLINE float fold_sum(float* acc) {
 #pragma GCC unroll 8
-  for (int w = kChunk / 2; w > 0; w /= 2)
+  for (int w = kN / 2; w > 0; w /= 2)
     for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
   return acc[0];
+}
+
+// rowsum(dO * O) of one row: kChunk partial sums (and the remainder into lane 0), folded. (Not
+// fused_math.h's dot_lanes: its 16 lanes of 16-bit loads do not vectorise in 64-byte registers, and
+// its sequential fold is a 16-long chain, for 64 products a row.)
+ALPACA_INLINE float row_dot(const u16* __restrict a, const u16* __restrict b, int64_t n) {
+  float acc[kChunk] = {};
+  int64_t i = 0;
+  for (; i + kChunk <= n; i += kChunk)
+    for (int l = 0; l < kChunk; ++l) acc[l] += f32(a[i + l]) * f32(b[i + l]);
+  for (; i < n; ++i) acc[0] += f32(a[i]) * f32(b[i]);
+  return fold_sum<kChunk>(acc);
+}
+
+// dst (rows x cols, row stride ldd) = bf16(src), src (rows x cols) fp32 with row stride lds; with
+// row_scale, bf16(src * row_scale[r]).
+ALPACA_INLINE void store_rows_impl(const float* __restrict src, int64_t lds, int64_t rows, int64_t cols, Out dst,
+                                   int64_t ldd, const float* row_scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float f = row_scale != nullptr ? row_scale[r] : 1.0f;
+    for (int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = bf16(src[r * lds + c] * f);
+  }
 }
 
 // The maximum of s[j] * scale over the keys j < lim the mask allows (-inf if none).
@@ -78,7 +102,7 @@ ALPACA_INLINE float scaled_max(const float* __restrict s, int64_t lim, Mask m, f
       acc[l] = acc[l] > v ? acc[l] : v;
     }
   }
-  return fold_max(acc);
+  return fold_max<kChunk>(acc);
 }
 
 // e = exp(s[j] * scale - mx), 0 for keys not counted, for j < round_chunk(lim): p[j] = bf16(e);
@@ -96,7 +120,7 @@ ALPACA_INLINE float exp_round_sum(const float* __restrict s, int64_t lim, Mask m
       acc[l] += e;
     }
   }
-  return fold_sum(acc);
+  return fold_sum<kChunk>(acc);
 }
 
 // Forward softmax of `rows` score rows (s: rows x n fp32, the raw q . k; n a multiple of kChunk) of
@@ -132,6 +156,7 @@ ALPACA_INLINE void softmax_rows_impl(const float* s, int64_t rows, int64_t n, in
 }
 
 using W = uint32_t;  // two bf16 along the reduction dimension (bf16_gemm.h)
+using bf16gemm::Causal;
 
 // One score row of the backward: s and dp (fp32), its keys below lim seen (if the mask allows),
 // its logsumexp and rowsum(dO O).
@@ -197,6 +222,7 @@ struct AttnKernels {
   void (*softmax_grad_rows)(const float*, const float*, int64_t, int64_t, int64_t, const uint8_t*, float, const float*,
                             const float*, W*, W*, u16*);
   float (*dot)(const u16*, const u16*, int64_t);
+  void (*store_rows)(const float*, int64_t, int64_t, int64_t, u16*, int64_t, const float*);
 };
 
 #define ALPACA_ATTN_KERNELS(NS, ATTR)                                                                                 \
@@ -209,8 +235,12 @@ struct AttnKernels {
                               float scale, const float* lse, const float* d, W* pr, W* dsr, u16* ds) {                \
     softmax_grad_rows_impl(s, dp, rows, n, i0, m, scale, lse, d, pr, dsr, ds);                                       \
   }                                                                                                                   \
-  ATTR float dot(const u16* a, const u16* b, int64_t n) { return dot_lanes(a, b, n); }                                 \
-  const AttnKernels kernels{softmax_rows, softmax_grad_rows, dot};                                                    \
+  ATTR float dot(const u16* a, const u16* b, int64_t n) { return row_dot(a, b, n); }                                   \
+  ATTR void store_rows(const float* src, int64_t lds, int64_t rows, int64_t cols, u16* dst, int64_t ldd,              \
+                       const float* row_scale) {                                                                      \
+    store_rows_impl(src, lds, rows, cols, dst, ldd, row_scale);                                                      \
+  }                                                                                                                   \
+  const AttnKernels kernels{softmax_rows, softmax_grad_rows, dot, store_rows};                                        \
   }
 
 ALPACA_ATTN_KERNELS(isa_base, )
@@ -229,14 +259,10 @@ const AttnKernels& attn_kernels() {
   }
 }
 
-// dst (rows x cols, row stride ldd) = bf16(src), src (rows x cols) fp32 with row stride lds; with
-// row_scale, bf16(src * row_scale[r]).
+// dst = bf16(src (* row_scale)), rows x cols (store_rows_impl), in this CPU's variant.
 void store_bf16(const float* src, int64_t lds, int64_t rows, int64_t cols, u16* dst, int64_t ldd,
                 const float* row_scale = nullptr) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float f = row_scale != nullptr ? row_scale[r] : 1.0f;
-    for (int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = bf16(src[r * lds + c] * f);
-  }
+  attn_kernels().store_rows(src, lds, rows, cols, dst, ldd, row_scale);
 }
 
 const W* words(const u16* p) { return reinterpret_cast<const W*>(p); }
@@ -321,11 +347,11 @@ void forward_head(const Attn& a, int64_t bi, int64_t hi, const u16* q, u16* out,
   for (int64_t i0 = 0; i0 < a.t; i0 += kAttnBlock) {
     const Block blk(a, i0);
     bf16gemm::gemm(blk.rows, blk.n, dp2, words(q + a.q_off(bi, i0, hi)), a.ldq() / 2, 1,
-                   bf16gemm::panels_of(w.kc.data(), dp2), w.s.data(), blk.n, false);
+                   bf16gemm::panels_of(w.kc.data(), dp2), w.s.data(), blk.n, false, {Causal::kCols, i0});
     K.softmax_rows(w.s.data(), blk.rows, blk.n, i0, block_mask(a, bi, blk, w), a.scale, w.p.data(),
                    lse + (bi * a.h + hi) * a.t + i0, w.inv.data());
     bf16gemm::gemm(blk.rows, a.dh, blk.np / 2, words(w.p.data()), blk.n / 2, 1, bf16gemm::rows_of(w.vr.data(), a.dh),
-                   w.o.data(), a.dh, false);
+                   w.o.data(), a.dh, false, {Causal::kDepthTo, i0});
     store_bf16(w.o.data(), a.dh, blk.rows, a.dh, out + a.q_off(bi, i0, hi), a.ldq(), w.inv.data());
   }
 }
@@ -361,18 +387,20 @@ void backward_head(const Attn& a, int64_t bi, int64_t hi, const Grads& gr, Scrat
     const Block blk(a, i0);
     const int64_t np = blk.np, n = blk.n, rp = (blk.rows + 1) / 2;
     bf16gemm::gemm(blk.rows, n, dp2, words(qb + i0 * ldq), ldq / 2, 1, bf16gemm::panels_of(w.kc.data(), dp2),
-                   w.s.data(), n, false);
+                   w.s.data(), n, false, {Causal::kCols, i0});
     bf16gemm::gemm(blk.rows, n, dp2, words(dob + i0 * ldq), ldq / 2, 1, bf16gemm::panels_of(w.vc.data(), dp2),
-                   w.dp.data(), n, false);
+                   w.dp.data(), n, false, {Causal::kCols, i0});
     K.softmax_grad_rows(w.s.data(), w.dp.data(), blk.rows, n, i0, block_mask(a, bi, blk, w), a.scale, lse + i0,
                         w.dsum.data() + i0, w.pr.data(), w.dsr.data(), w.ds.data());
     bf16gemm::gemm(blk.rows, a.dh, np / 2, words(w.ds.data()), n / 2, 1, bf16gemm::rows_of(w.kr.data(), a.dh),
-                   w.o.data(), a.dh, false);
+                   w.o.data(), a.dh, false, {Causal::kDepthTo, i0});
     store_bf16(w.o.data(), a.dh, blk.rows, a.dh, gr.dq + a.q_off(bi, i0, hi), ldq);
     bf16gemm::pack_rows(qb + i0 * ldq, ldq, blk.rows, a.dh, w.qr.data());
     bf16gemm::pack_rows(dob + i0 * ldq, ldq, blk.rows, a.dh, w.dor.data());
-    bf16gemm::gemm(np, a.dh, rp, w.pr.data(), 1, n, bf16gemm::rows_of(w.dor.data(), a.dh), w.dv.data(), a.dh, true);
-    bf16gemm::gemm(np, a.dh, rp, w.dsr.data(), 1, n, bf16gemm::rows_of(w.qr.data(), a.dh), w.dk.data(), a.dh, true);
+    bf16gemm::gemm(np, a.dh, rp, w.pr.data(), 1, n, bf16gemm::rows_of(w.dor.data(), a.dh), w.dv.data(), a.dh, true,
+                   {Causal::kDepthFrom, i0});
+    bf16gemm::gemm(np, a.dh, rp, w.dsr.data(), 1, n, bf16gemm::rows_of(w.qr.data(), a.dh), w.dk.data(), a.dh, true,
+                   {Causal::kDepthFrom, i0});
   }
 }
 

@@ -64,9 +64,22 @@ constexpr TileFn kTiles[kMr + 1] = {nullptr,        micro_tile<1>, micro_tile<2>
 
 __mmask16 lanes(int64_t k) { return k >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << k) - 1); }
 
+// The words [p0, p1) of row tile [i, i + rows) x column tile [j, ...) that the hint leaves (p1 <= p0:
+// the tile's C is zero, or left as it is with add; nothing at all for a kCols tile: returns false).
+bool tile_span(const Causal& h, int64_t i, int64_t rows, int64_t j, int64_t kp, int64_t& p0, int64_t& p1) {
+  p0 = 0, p1 = kp;
+  switch (h.kind) {
+    case Causal::kCols: return j < h.diag + i + rows;
+    case Causal::kDepthTo: p1 = std::min(kp, (h.diag + i + rows + 1) / 2); break;
+    case Causal::kDepthFrom: p0 = std::clamp<int64_t>((i - h.diag) / 2, 0, kp); break;
+    case Causal::kNone: break;
+  }
+  return true;
+}
+
 // Column tiles outside, row tiles inside: one B panel (kp x 32 words) stays in L1 across the rows.
 void own_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const Packed& b,
-              float* c, int64_t ldc, bool add) {
+              float* c, int64_t ldc, bool add, const Causal& hint) {
   static_assert(kNr == kPanel, "one micro-tile's columns are one B panel");
   for (int64_t j = 0; j < n; j += kNr) {
     const int64_t w = std::min<int64_t>(kNr, n - j);
@@ -74,7 +87,10 @@ void own_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs,
     const uint32_t* bj = b.b + j / kPanel * b.panel;
     for (int64_t i = 0; i < m; i += kMr) {
       const int64_t r = std::min<int64_t>(kMr, m - i);
-      kTiles[r](kp, a + i * a_rs, a_rs, a_ks, bj, b.ldb, c + i * ldc + j, ldc, add, m0, m1);
+      int64_t p0, p1;
+      if (!tile_span(hint, i, r, j, kp, p0, p1)) continue;
+      kTiles[r](std::max<int64_t>(0, p1 - p0), a + i * a_rs + p0 * a_ks, a_rs, a_ks, bj + p0 * b.ldb, b.ldb,
+                c + i * ldc + j, ldc, add, m0, m1);
     }
   }
 }
@@ -207,14 +223,14 @@ void set_own_kernel(bool on) {
 }
 
 void gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const Packed& b, float* c,
-          int64_t ldc, bool add) {
+          int64_t ldc, bool add, Causal hint) {
   if (m <= 0 || n <= 0) return;
   if (kp <= 0) {
     for (int64_t i = 0; i < m && !add; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
     return;
   }
 #if ALPACA_GEMM_X86
-  if (use_own_kernel()) return own_gemm(m, n, kp, a, a_rs, a_ks, b, c, ldc, add);
+  if (use_own_kernel()) return own_gemm(m, n, kp, a, a_rs, a_ks, b, c, ldc, add, hint);
 #endif
   fallback_gemm(m, n, kp, a, a_rs, a_ks, b, c, ldc, add);
 }

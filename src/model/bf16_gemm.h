@@ -39,8 +39,20 @@ inline Packed panels_of(const uint32_t* b, int64_t kp) { return {b, kPanel, kPan
 // Words of panels_of storage for a kp x n B (n rounded up to whole panels).
 inline int64_t panels_size(int64_t kp, int64_t n) { return (n + kPanel - 1) / kPanel * kPanel * kp; }
 
+// The causal attention's products on a block of queries from `diag` leave tiles of work that only
+// meets zeros (probabilities of keys after the query) or feeds nothing the softmax reads. A hint lets
+// our kernel skip them per 8-row tile; the result is the same (terms that are exactly zero are left
+// out; the fallback ignores the hint and computes them):
+//   kCols       row i's columns j >= diag + i + 1 are not needed (S = Q K^T, dP = dO V^T: left unset),
+//   kDepthTo    row i's A is zero from word (diag + i + 1) / 2 on (O = P V, dQ = dS K),
+//   kDepthFrom  row i's A is zero below word (i - diag) / 2 (dV += P^T dO, dK += dS^T Q: i a key).
+struct Causal {
+  enum Kind : uint8_t { kNone, kCols, kDepthTo, kDepthFrom } kind = kNone;
+  int64_t diag = 0;
+};
+
 void gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const Packed& b, float* c,
-          int64_t ldc, bool add);
+          int64_t ldc, bool add, Causal hint = {});
 
 // dst[p * cols + j] = (src[2p][j], src[2p + 1][j]) for p < ceil(rows / 2), j < cols (a zero partner
 // for an odd last row): B = src (K = rows) packed, or A = src^T packed (a_rs = 1, a_ks = cols).
