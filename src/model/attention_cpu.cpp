@@ -4,16 +4,18 @@
 // a quarter of a bf16 step. Here each (batch, KV head) is one task: K and V packed once, then
 // for each query head of its group and each block of kAttnBlock query rows [i0, i0 + rows), the
 // keys 0 .. i0 + rows - 1 only (no key block above the diagonal):
-//   forward   S = Q_blk K^T (fp32), P = softmax(S * scale) masked (fp32, rounded to bf16 for the
-//             next GEMM), O_blk = P V, lse = the rows' logsumexp;
+//   forward   S = Q_blk K^T (fp32), E = exp(S * scale - rowmax) masked (rounded to bf16 for the
+//             next GEMM), O_blk = (E V) / rowsum(E), lse = the rows' logsumexp;
 //   backward  S and P again from Q, K and lse, dP = dO_blk V^T, dS = P * (dP - rowsum(dO * O)) * scale,
 //             dQ_blk = dS K, dV += P^T dO_blk, dK += dS^T Q_blk (fp32 accumulators per KV head,
 //             so the heads of a GQA group and all query blocks sum before one rounding).
 // Nothing T x T is kept between forward and backward, and no ATen op runs per block: the products
-// are bf16_gemm.h's on packed operands (K, V packed once per task, P and dS per block), our
-// AVX512-BF16 kernel where the CPU has it without AMX, else ATen's cpublas bf16 -> fp32 GEMM (MKL /
-// oneDNN, AMX where present). The softmax rows are our loops, compiled per instruction set like
-// fused_ops.cpp's.
+// are bf16_gemm.h's on packed operands (K, V packed once per task; the forward's P is already the
+// A operand of P V, and the backward's softmax writes P and dS directly as the row-pair words that
+// dV and dK take; of a block only its Q and dO rows are packed), our AVX512-BF16 kernel where the CPU has it without AMX,
+// else ATen's cpublas bf16 -> fp32 GEMM (MKL / oneDNN, AMX where present), with causal hints that
+// skip the tiles above the diagonal. The softmax rows are our loops, compiled per instruction set like
+// fused_ops.cpp's, in chunks of 32 keys over rows padded to whole chunks.
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
