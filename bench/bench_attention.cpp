@@ -62,8 +62,9 @@ double time_one(const Attn& f, const at::Tensor& q, const at::Tensor& k, const a
 // GFLOP/s of the packed GEMM at the attention's product shapes (operands of ones: no denormals).
 void bench_kernel(const std::vector<int64_t>& lengths, int reps) {
   namespace g = alpaca::model::bf16gemm;
-  std::printf("packed bf16 GEMM (own kernel: %s), GFLOP/s, best of %d x 20 calls\n| T | S 64 x T, K 64 | O 64 x 64, K T | dV T x 64, K 64 |\n|---:|---:|---:|---:|\n",
-              g::use_own_kernel() ? "yes" : "no", reps);
+  std::printf("packed bf16 GEMM (own kernel: %s), GFLOP/s, best of %d x 20 calls\n", g::use_own_kernel() ? "yes" : "no",
+              reps);
+  std::printf("| T | S 64 x T, K 64 | O 64 x 64, K T | dV T x 64, K 64 |\n|---:|---:|---:|---:|\n");
   for (int64_t t : lengths) {
     const uint32_t one = 0x3F803F80u;  // two bf16 1.0
     std::vector<uint32_t> a(64 * t + 64 * 64, one), b(g::panels_size(32, t) + t * 64, one);
@@ -78,7 +79,8 @@ void bench_kernel(const std::vector<int64_t>& lengths, int reps) {
       return 2.0 * 64 * 64 * static_cast<double>(t) / best / 1e9;
     };
     const double s = rate([&] { g::gemm(64, t, 32, a.data(), 32, 1, g::panels_of(b.data(), 32), c.data(), t, false); });
-    const double o = rate([&] { g::gemm(64, 64, t / 2, a.data(), t / 2, 1, g::rows_of(b.data(), 64), c.data(), 64, false); });
+    const double o =
+        rate([&] { g::gemm(64, 64, t / 2, a.data(), t / 2, 1, g::rows_of(b.data(), 64), c.data(), 64, false); });
     const double dv = rate([&] { g::gemm(t, 64, 32, a.data(), 1, t, g::rows_of(b.data(), 64), c.data(), 64, true); });
     std::printf("| %lld | %.1f | %.1f | %.1f |\n", static_cast<long long>(t), s, o, dv);
   }

@@ -12,10 +12,11 @@
 // Nothing T x T is kept between forward and backward, and no ATen op runs per block: the products
 // are bf16_gemm.h's on packed operands (K, V packed once per task; the forward's P is already the
 // A operand of P V, and the backward's softmax writes P and dS directly as the row-pair words that
-// dV and dK take; of a block only its Q and dO rows are packed), our AVX512-BF16 kernel where the CPU has it without AMX,
-// else ATen's cpublas bf16 -> fp32 GEMM (MKL / oneDNN, AMX where present), with causal hints that
-// skip the tiles above the diagonal. The softmax rows are our loops, compiled per instruction set like
-// fused_ops.cpp's, in chunks of 32 keys over rows padded to whole chunks.
+// dV and dK take; of a block only its Q and dO rows are packed), our AVX512-BF16 kernel where the
+// CPU has it without AMX (with causal hints that skip the tiles above the diagonal), else ATen's
+// cpublas bf16 -> fp32 GEMM (MKL / oneDNN, AMX where present). The softmax rows are our loops,
+// compiled per instruction set like fused_ops.cpp's, in chunks of 32 keys over rows padded to whole
+// chunks.
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -49,7 +50,9 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr int kChunk = 32;
 int64_t round_chunk(int64_t x) { return (x + kChunk - 1) / kChunk * kChunk; }
 // Keys of a chunk at j that a row seeing the keys below lim may count: lanes l < chunk_keys(j, lim).
-ALPACA_INLINE int chunk_keys(int64_t j, int64_t lim) { return static_cast<int>(std::clamp<int64_t>(lim - j, 0, kChunk)); }
+ALPACA_INLINE int chunk_keys(int64_t j, int64_t lim) {
+  return static_cast<int>(std::clamp<int64_t>(lim - j, 0, kChunk));
+}
 
 // kN partial maxima / sums folded in halves (lane l with l + w): a sequential fold was a dependent
 // chain of 32 scalar operations a row (a fifth of the forward softmax's time).

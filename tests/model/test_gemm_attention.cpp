@@ -179,7 +179,8 @@ TEST_F(GemmAttention, PacksWriteTheStatedLayouts) {
       int64_t wrong = 0;
       for (int64_t i = 0; i < static_cast<int64_t>(dst.size()) / kp; ++i)
         for (int64_t p = 0; p < kp; ++p) {
-          const uint32_t want = i < rows ? src[i * ld + 2 * p] | static_cast<uint32_t>(src[i * ld + 2 * p + 1]) << 16 : 0;
+          const uint32_t pair = src[i * ld + 2 * p] | static_cast<uint32_t>(src[i * ld + 2 * p + 1]) << 16;
+          const uint32_t want = i < rows ? pair : 0;
           wrong += dst[i / bf16gemm::kPanel * panel + p * bf16gemm::kPanel + i % bf16gemm::kPanel] != want;
         }
       std::vector<uint32_t> pairs((rows + 1) / 2 * cols);
@@ -203,7 +204,8 @@ TEST_F(GemmAttention, CausalHintsSkipOnlyZeros) {
   using bf16gemm::Causal;
   const int64_t i0 = 64, rows = 37, np = 102, dh = 64, rp = (rows + 1) / 2;
   const auto seen = [&](int64_t r, int64_t key) { return key <= i0 + r; };
-  const std::vector<uint16_t> p = random_bf16(rows + 1, np, [&](int64_t r, int64_t c) { return r < rows && seen(r, c); });
+  const std::vector<uint16_t> p =
+      random_bf16(rows + 1, np, [&](int64_t r, int64_t c) { return r < rows && seen(r, c); });
   const std::vector<uint16_t> vb = random_bf16(np, dh), q = random_bf16(rows, dh), kb = random_bf16(np, dh);
   std::vector<uint32_t> v(np / 2 * dh), pr(rp * np), qr(rp * dh), kc(bf16gemm::panels_size(dh / 2, np));
   bf16gemm::pack_rows(vb.data(), dh, np, dh, v.data());
@@ -217,9 +219,16 @@ TEST_F(GemmAttention, CausalHintsSkipOnlyZeros) {
     f(c.data(), hint);
     return c;
   };
-  const auto pv = [&](float* c, Causal h) { bf16gemm::gemm(rows, dh, np / 2, pw, np / 2, 1, bf16gemm::rows_of(v.data(), dh), c, dh, false, h); };
-  const auto dv = [&](float* c, Causal h) { bf16gemm::gemm(np, dh, rp, pr.data(), 1, np, bf16gemm::rows_of(qr.data(), dh), c, dh, true, h); };
-  const auto s = [&](float* c, Causal h) { bf16gemm::gemm(rows, np, dh / 2, qw, dh / 2, 1, bf16gemm::panels_of(kc.data(), dh / 2), c, np, false, h); };
+  using bf16gemm::rows_of, bf16gemm::panels_of;
+  const auto pv = [&](float* c, Causal h) {
+    bf16gemm::gemm(rows, dh, np / 2, pw, np / 2, 1, rows_of(v.data(), dh), c, dh, false, h);
+  };
+  const auto dv = [&](float* c, Causal h) {
+    bf16gemm::gemm(np, dh, rp, pr.data(), 1, np, rows_of(qr.data(), dh), c, dh, true, h);
+  };
+  const auto s = [&](float* c, Causal h) {
+    bf16gemm::gemm(rows, np, dh / 2, qw, dh / 2, 1, panels_of(kc.data(), dh / 2), c, np, false, h);
+  };
   EXPECT_EQ(run(pv, dh, {Causal::kDepthTo, i0}), run(pv, dh, {}));
   EXPECT_EQ(run(dv, dh, {Causal::kDepthFrom, i0}), run(dv, dh, {}));
   const std::vector<float> hinted = run(s, np, {Causal::kCols, i0}), full = run(s, np, {});
