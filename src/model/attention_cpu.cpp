@@ -48,6 +48,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // third of the softmax's time at T 512.) 32, so that the 16-bit stores fill a 64-byte vector (GCC
 // does not vectorise a 16-iteration loop that mixes them with fp32 at all).
 constexpr int kChunk = 32;
+static_assert(kChunk == bf16gemm::kPanel, "a padded score row ends where K's zero-filled panels end");
 int64_t round_chunk(int64_t x) { return (x + kChunk - 1) / kChunk * kChunk; }
 // Keys of a chunk at j that a row seeing the keys below lim may count: lanes l < chunk_keys(j, lim).
 ALPACA_INLINE int chunk_keys(int64_t j, int64_t lim) {
