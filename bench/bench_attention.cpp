@@ -8,6 +8,10 @@
 // threads > 1 process CPU time), the best of `reps` rounds. GFLOP/s count the causal FLOPs only:
 // forward 2 * B * H * T^2 * Dh (Q K^T and P V over the lower triangle), backward twice that
 // (dV, dP, dQ, dK; the recomputation of S is not counted).
+//
+// ALPACA_BENCH_ONLY=kernel times the packed bf16 GEMM alone (bf16_gemm.h, hot in cache) at the
+// attention's three product shapes for each T: S = Q K^T (64 x T, K 64), O = P V (64 x 64, K T) and
+// dV += P^T dO (T x 64, K 64), in GFLOP/s.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -22,6 +26,7 @@
 #include <vector>
 
 #include "alpaca/model/fused_ops.h"
+#include "../src/model/bf16_gemm.h"  // internal to src/model/: the kernel alone (ALPACA_BENCH_ONLY=kernel)
 
 namespace {
 
@@ -54,6 +59,33 @@ double time_one(const Attn& f, const at::Tensor& q, const at::Tensor& k, const a
   return cpu_s(process) - t0;
 }
 
+// GFLOP/s of the packed GEMM at the attention's product shapes (operands of ones: no denormals).
+void bench_kernel(const std::vector<int64_t>& lengths, int reps) {
+  namespace g = alpaca::model::bf16gemm;
+  std::printf("packed bf16 GEMM (own kernel: %s), GFLOP/s, best of %d x 20 calls\n", g::use_own_kernel() ? "yes" : "no",
+              reps);
+  std::printf("| T | S 64 x T, K 64 | O 64 x 64, K T | dV T x 64, K 64 |\n|---:|---:|---:|---:|\n");
+  for (int64_t t : lengths) {
+    const uint32_t one = 0x3F803F80u;  // two bf16 1.0
+    std::vector<uint32_t> a(64 * t + 64 * 64, one), b(g::panels_size(32, t) + t * 64, one);
+    std::vector<float> c(t * 64 + 64 * t);
+    const auto rate = [&](const std::function<void()>& f) {
+      double best = 1e30;
+      for (int r = 0; r <= reps; ++r) {
+        const double t0 = cpu_s(false);
+        for (int i = 0; i < 20; ++i) f();
+        if (r > 0) best = std::min(best, (cpu_s(false) - t0) / 20);
+      }
+      return 2.0 * 64 * 64 * static_cast<double>(t) / best / 1e9;
+    };
+    const double s = rate([&] { g::gemm(64, t, 32, a.data(), 32, 1, g::panels_of(b.data(), 32), c.data(), t, false); });
+    const double o =
+        rate([&] { g::gemm(64, 64, t / 2, a.data(), t / 2, 1, g::rows_of(b.data(), 64), c.data(), 64, false); });
+    const double dv = rate([&] { g::gemm(t, 64, 32, a.data(), 1, t, g::rows_of(b.data(), 64), c.data(), 64, true); });
+    std::printf("| %lld | %.1f | %.1f | %.1f |\n", static_cast<long long>(t), s, o, dv);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -68,7 +100,7 @@ int main(int argc, char** argv) {
   }
   at::set_num_threads(threads);
   const bool process = threads > 1;
-  // ALPACA_BENCH_ONLY=sdpa|gemm times one side only (for perf record).
+  // ALPACA_BENCH_ONLY=sdpa|gemm times one side only (for perf record); =kernel the packed GEMM alone.
   const char* only_env = std::getenv("ALPACA_BENCH_ONLY");
   const int only = only_env == nullptr ? -1 : std::string(only_env) == "sdpa" ? 0 : 1;
   const int64_t b = 2, h = 12, dh = 64;
@@ -77,6 +109,10 @@ int main(int argc, char** argv) {
               first_line_with("/proc/cpuinfo", "model name").c_str(), first_line_with("/proc/loadavg", "").c_str(),
               static_cast<long long>(b), static_cast<long long>(h), static_cast<long long>(dh), threads, reps,
               process ? "process" : "thread");
+  if (only_env != nullptr && std::string(only_env) == "kernel") {
+    bench_kernel(lengths, reps);
+    return 0;
+  }
   const Attn sdpa = [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     return at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, true, scale);
   };

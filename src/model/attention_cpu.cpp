@@ -4,16 +4,19 @@
 // a quarter of a bf16 step. Here each (batch, KV head) is one task: K and V packed once, then
 // for each query head of its group and each block of kAttnBlock query rows [i0, i0 + rows), the
 // keys 0 .. i0 + rows - 1 only (no key block above the diagonal):
-//   forward   S = Q_blk K^T (fp32), P = softmax(S * scale) masked (fp32, rounded to bf16 for the
-//             next GEMM), O_blk = P V, lse = the rows' logsumexp;
+//   forward   S = Q_blk K^T (fp32), E = exp(S * scale - rowmax) masked (rounded to bf16 for the
+//             next GEMM), O_blk = (E V) / rowsum(E), lse = the rows' logsumexp;
 //   backward  S and P again from Q, K and lse, dP = dO_blk V^T, dS = P * (dP - rowsum(dO * O)) * scale,
 //             dQ_blk = dS K, dV += P^T dO_blk, dK += dS^T Q_blk (fp32 accumulators per KV head,
 //             so the heads of a GQA group and all query blocks sum before one rounding).
 // Nothing T x T is kept between forward and backward, and no ATen op runs per block: the products
-// are bf16_gemm.h's on packed operands (K, V packed once per task, P and dS per block), our
-// AVX512-BF16 kernel where the CPU has it without AMX, else ATen's cpublas bf16 -> fp32 GEMM (MKL /
-// oneDNN, AMX where present). The softmax rows are our loops, compiled per instruction set like
-// fused_ops.cpp's.
+// are bf16_gemm.h's on packed operands (K, V packed once per task; the forward's P is already the
+// A operand of P V, and the backward's softmax writes P and dS directly as the row-pair words that
+// dV and dK take; of a block only its Q and dO rows are packed), our AVX512-BF16 kernel where the
+// CPU has it without AMX (with causal hints that skip the tiles above the diagonal), else ATen's
+// cpublas bf16 -> fp32 GEMM (MKL / oneDNN, AMX where present). The softmax rows are our loops,
+// compiled per instruction set like fused_ops.cpp's, in chunks of 32 keys over rows padded to whole
+// chunks.
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -39,123 +42,211 @@ using namespace fused;  // u16, In, Out, Acc, f32, bf16, exp_f, kLanes (fused_ma
 using Mask = const uint8_t* __restrict;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// s[j] = s[j] * scale, or -inf where the mask forbids key j, for j < lim; returns their maximum.
+// The softmax rows run in chunks of kChunk keys with no scalar remainder: a block's rows are padded to
+// a multiple (Block::n; the padding keys are zero keys, their scores 0), the keys past a row's limit
+// selected away in its last chunk. (With a remainder loop, up to 31 keys a row ran scalar: about a
+// third of the softmax's time at T 512.) 32, so that the 16-bit stores fill a 64-byte vector (GCC
+// does not vectorise a 16-iteration loop that mixes them with fp32 at all).
+constexpr int kChunk = 32;
+static_assert(kChunk == bf16gemm::kPanel, "a padded score row ends where K's zero-filled panels end");
+int64_t round_chunk(int64_t x) { return (x + kChunk - 1) / kChunk * kChunk; }
+// Keys of a chunk at j that a row seeing the keys below lim may count: lanes l < chunk_keys(j, lim).
+ALPACA_INLINE int chunk_keys(int64_t j, int64_t lim) {
+  return static_cast<int>(std::clamp<int64_t>(lim - j, 0, kChunk));
+}
+
+// kN partial maxima / sums folded in halves (lane l with l + w): a sequential fold was a dependent
+// chain of 32 scalar operations a row (a fifth of the forward softmax's time).
+template <int kN>
+ALPACA_INLINE float fold_max(float* acc) {
+#pragma GCC unroll 8
+  for (int w = kN / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] = acc[l] > acc[l + w] ? acc[l] : acc[l + w];
+  return acc[0];
+}
+template <int kN>
+ALPACA_INLINE float fold_sum(float* acc) {
+#pragma GCC unroll 8
+  for (int w = kN / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+  return acc[0];
+}
+
+// rowsum(dO * O) of one row: kChunk partial sums (and the remainder into lane 0), folded. (Not
+// fused_math.h's dot_lanes: its 16 lanes of 16-bit loads do not vectorise in 64-byte registers, and
+// its sequential fold is a 16-long chain, for 64 products a row.)
+ALPACA_INLINE float row_dot(const u16* __restrict a, const u16* __restrict b, int64_t n) {
+  float acc[kChunk] = {};
+  int64_t i = 0;
+  for (; i + kChunk <= n; i += kChunk)
+    for (int l = 0; l < kChunk; ++l) acc[l] += f32(a[i + l]) * f32(b[i + l]);
+  for (; i < n; ++i) acc[0] += f32(a[i]) * f32(b[i]);
+  return fold_sum<kChunk>(acc);
+}
+
+// dst (rows x cols, row stride ldd) = bf16(src), src (rows x cols) fp32 with row stride lds; with
+// row_scale, bf16(src * row_scale[r]).
+ALPACA_INLINE void store_rows_impl(const float* __restrict src, int64_t lds, int64_t rows, int64_t cols, Out dst,
+                                   int64_t ldd, const float* row_scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float f = row_scale != nullptr ? row_scale[r] : 1.0f;
+    for (int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = bf16(src[r * lds + c] * f);
+  }
+}
+
+// The maximum of s[j] * scale over the keys j < lim the mask allows (-inf if none).
 template <bool kMasked>
-ALPACA_INLINE float scale_mask_max(Acc s, int64_t lim, Mask m, float scale) {
-  float acc[kLanes];
-  for (int l = 0; l < kLanes; ++l) acc[l] = -kInf;
-  int64_t j = 0;
-  for (; j + kLanes <= lim; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      float v = s[j + l] * scale;
-      if constexpr (kMasked) v = m[j + l] != 0 ? v : -kInf;
-      s[j + l] = v;
+ALPACA_INLINE float scaled_max(const float* __restrict s, int64_t lim, Mask m, float scale) {
+  float acc[kChunk];
+  for (int l = 0; l < kChunk; ++l) acc[l] = -kInf;
+  for (int64_t j = 0; j < lim; j += kChunk) {
+    const int keys = chunk_keys(j, lim);
+    for (int l = 0; l < kChunk; ++l) {
+      bool ok = l < keys;
+      if constexpr (kMasked) ok = ok & (m[j + l] != 0);
+      const float v = ok ? s[j + l] * scale : -kInf;
       acc[l] = acc[l] > v ? acc[l] : v;
     }
-  float mx = -kInf;
-  for (int l = 0; l < kLanes; ++l) mx = mx > acc[l] ? mx : acc[l];
-  for (; j < lim; ++j) {
-    float v = s[j] * scale;
-    if constexpr (kMasked) v = m[j] != 0 ? v : -kInf;
-    s[j] = v;
-    mx = mx > v ? mx : v;
   }
-  return mx;
+  return fold_max<kChunk>(acc);
 }
 
-// s[j] = exp(s[j] - mx) (0 where s[j] is -inf) for j < lim; returns their sum.
-ALPACA_INLINE float exp_sum(Acc s, int64_t lim, float mx) {
-  float acc[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= lim; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      const float v = s[j + l];
-      const float e = v == -kInf ? 0.0f : exp_f(v - mx);
-      s[j + l] = e;
+// e = exp(s[j] * scale - mx), 0 for keys not counted, for j < round_chunk(lim): p[j] = bf16(e);
+// returns the sum of the e (fp32, kChunk partial sums folded: the same order in every variant).
+template <bool kMasked>
+ALPACA_INLINE float exp_round_sum(const float* __restrict s, int64_t lim, Mask m, float scale, float mx, Out p) {
+  float acc[kChunk] = {};
+  for (int64_t j = 0; j < lim; j += kChunk) {
+    const int keys = chunk_keys(j, lim);
+    for (int l = 0; l < kChunk; ++l) {
+      bool ok = l < keys;
+      if constexpr (kMasked) ok = ok & (m[j + l] != 0);
+      const float e = ok ? exp_f(s[j + l] * scale - mx) : 0.0f;
+      p[j + l] = bf16(e);
       acc[l] += e;
     }
-  float sum = 0;
-  for (int l = 0; l < kLanes; ++l) sum += acc[l];
-  for (; j < lim; ++j) {
-    const float e = s[j] == -kInf ? 0.0f : exp_f(s[j] - mx);
-    s[j] = e;
-    sum += e;
   }
-  return sum;
+  return fold_sum<kChunk>(acc);
 }
 
-// Forward softmax of `rows` score rows (s: rows x n fp32, the raw q . k) of queries i0 .. i0 + rows - 1
-// over keys 0 .. n - 1: query i sees keys j <= i that the mask rows (stride ldm, or none) allow.
-// p (rows x n bf16) = the probabilities rounded to bf16 (0 beyond the allowed keys); lse[r] = the
-// row's logsumexp of s * scale (+inf for a row with no allowed key, whose p is all 0).
-ALPACA_INLINE void softmax_rows_impl(Acc s, int64_t rows, int64_t n, int64_t i0, Mask mask, int64_t ldm, float scale,
-                                     Out p, Acc lse) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* sr = s + r * n;
-    u16* pr = p + r * n;
-    const int64_t lim = std::min(i0 + r + 1, n);
-    const float mx = mask != nullptr ? scale_mask_max<true>(sr, lim, mask + r * ldm, scale)
-                                     : scale_mask_max<false>(sr, lim, nullptr, scale);
-    int64_t j = 0;
-    if (mx == -kInf) {
-      lse[r] = kInf;
-    } else {
-      const float sum = exp_sum(sr, lim, mx), inv = 1.0f / sum;
-      for (; j < lim; ++j) pr[j] = bf16(sr[j] * inv);
-      lse[r] = mx + std::log(sum);
-    }
-    for (; j < n; ++j) pr[j] = 0;
-  }
-}
-
-// Backward of the same rows: p = exp(s * scale - lse) (the forward's probabilities, recomputed),
-// ds = p * (dp - d) * scale, both rounded to bf16 for the GEMMs, 0 where the forward's p was 0.
+// Forward softmax of `rows` score rows (s: rows x n fp32, the raw q . k; n a multiple of kChunk) of
+// queries i0 .. i0 + rows - 1: query i sees keys j <= i that the mask rows (stride n, or none) allow.
+// Two passes over a row: its maximum, then p (rows x n bf16) = exp(s * scale - max) rounded to bf16,
+// not yet divided by the row's sum (0 beyond the allowed keys): O = (P V) * inv, inv[r] = 1 / sum,
+// so the division is one multiply per output, not per key. lse[r] = the row's logsumexp of s * scale
+// (+inf for a row with no allowed key, whose p is all 0 and inv 0).
 template <bool kMasked>
-ALPACA_INLINE void softmax_grad_row(const float* __restrict s, const float* __restrict dp, int64_t lim, Mask m,
-                                    float scale, float lse, float d, Out p, Out ds) {
-  for (int64_t j = 0; j < lim; ++j) {
-    float e = exp_f(s[j] * scale - lse);
-    if constexpr (kMasked) e = m[j] != 0 ? e : 0.0f;
-    p[j] = bf16(e);
-    ds[j] = bf16(e * (dp[j] - d) * scale);
+ALPACA_INLINE void softmax_row(const float* s, int64_t lim, int64_t n, Mask m, float scale, Out p, float& lse,
+                               float& inv) {
+  const float mx = scaled_max<kMasked>(s, lim, m, scale);
+  int64_t j = 0;
+  if (mx == -kInf) {
+    lse = kInf, inv = 0.0f;
+  } else {
+    const float sum = exp_round_sum<kMasked>(s, lim, m, scale, mx, p);
+    lse = mx + std::log(sum), inv = 1.0f / sum, j = round_chunk(lim);
+  }
+  for (; j < n; ++j) p[j] = 0;
+}
+
+ALPACA_INLINE void softmax_rows_impl(const float* s, int64_t rows, int64_t n, int64_t i0, Mask mask, float scale,
+                                     u16* p, float* lse, float* inv) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t lim = std::min(i0 + r + 1, n);
+    if (mask != nullptr) {
+      softmax_row<true>(s + r * n, lim, n, mask + r * n, scale, p + r * n, lse[r], inv[r]);
+    } else {
+      softmax_row<false>(s + r * n, lim, n, nullptr, scale, p + r * n, lse[r], inv[r]);
+    }
   }
 }
 
-ALPACA_INLINE void softmax_grad_rows_impl(const float* s, const float* dp, int64_t rows, int64_t n, int64_t i0,
-                                          Mask mask, int64_t ldm, float scale, const float* lse, const float* d,
-                                          Out p, Out ds) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t lim = lse[r] == kInf ? 0 : std::min(i0 + r + 1, n);
-    const float *sr = s + r * n, *dpr = dp + r * n;
-    u16 *pr = p + r * n, *dsr = ds + r * n;
-    if (mask != nullptr) {
-      softmax_grad_row<true>(sr, dpr, lim, mask + r * ldm, scale, lse[r], d[r], pr, dsr);
-    } else {
-      softmax_grad_row<false>(sr, dpr, lim, nullptr, scale, lse[r], d[r], pr, dsr);
+using W = uint32_t;  // two bf16 along the reduction dimension (bf16_gemm.h)
+using bf16gemm::Causal;
+
+// One score row of the backward: s and dp (fp32), its keys below lim seen (if the mask allows),
+// its logsumexp and rowsum(dO O).
+struct GradRow {
+  const float *s, *dp;
+  int64_t lim;
+  const uint8_t* m;
+  float lse, d;
+};
+
+// Backward of rows r0, r1 (a pair; an absent r1 is r0 with lim 0): p = exp(s * scale - lse) (the
+// forward's probabilities, recomputed), ds = p * (dp - d) * scale, both rounded to bf16, 0 where
+// the forward's p was 0. Written where the products take them, with no packing pass: p and ds as
+// the pairs (row r0's value in the low half) that dV += P^T dO and dK += dS^T Q read as A (pr, dsr),
+// and ds row by row for dQ = dS K.
+template <bool kMasked>
+ALPACA_INLINE void softmax_grad_pair(const GradRow& r0, const GradRow& r1, int64_t n, float scale, W* __restrict pr,
+                                     W* __restrict dsr, Out ds0, Out ds1) {
+  const float *__restrict s0 = r0.s, *__restrict s1 = r1.s, *__restrict dp0 = r0.dp, *__restrict dp1 = r1.dp;
+  Mask m0 = r0.m;
+  Mask m1 = r1.m;
+  const int64_t lim = std::max(r0.lim, r1.lim);
+  for (int64_t j = 0; j < lim; j += kChunk) {
+    const int keys0 = chunk_keys(j, r0.lim), keys1 = chunk_keys(j, r1.lim);
+    for (int l = 0; l < kChunk; ++l) {
+      const int64_t c = j + l;
+      bool k0 = l < keys0, k1 = l < keys1;
+      if constexpr (kMasked) k0 = k0 & (m0[c] != 0), k1 = k1 & (m1[c] != 0);
+      const float e0 = k0 ? exp_f(s0[c] * scale - r0.lse) : 0.0f, e1 = k1 ? exp_f(s1[c] * scale - r1.lse) : 0.0f;
+      const u16 g0 = k0 ? bf16(e0 * (dp0[c] - r0.d) * scale) : 0, g1 = k1 ? bf16(e1 * (dp1[c] - r1.d) * scale) : 0;
+      pr[c] = static_cast<W>(bf16(e0)) | static_cast<W>(bf16(e1)) << 16;
+      dsr[c] = static_cast<W>(g0) | static_cast<W>(g1) << 16;
+      ds0[c] = g0;
+      ds1[c] = g1;
     }
-    for (int64_t j = lim; j < n; ++j) pr[j] = dsr[j] = 0;
+  }
+  for (int64_t j = round_chunk(lim); j < n; ++j) pr[j] = dsr[j] = 0, ds0[j] = ds1[j] = 0;
+}
+
+// Rows 0 .. rows - 1 (n keys, a multiple of kChunk; queries from i0; mask rows of stride n or none):
+// pr, dsr (ceil(rows / 2) x n words), ds (rows x n bf16; with odd rows, row `rows` is scratch).
+ALPACA_INLINE void softmax_grad_rows_impl(const float* s, const float* dp, int64_t rows, int64_t n, int64_t i0,
+                                          Mask mask, float scale, const float* lse, const float* d, W* pr, W* dsr,
+                                          u16* ds) {
+  const auto row = [&](int64_t r) {
+    return GradRow{s + r * n, dp + r * n, lse[r] == kInf ? 0 : std::min(i0 + r + 1, n),
+                   mask != nullptr ? mask + r * n : nullptr, lse[r], d[r]};
+  };
+  for (int64_t r = 0; r < rows; r += 2) {
+    const GradRow r0 = row(r);
+    const GradRow r1 = r + 1 < rows ? row(r + 1) : GradRow{r0.s, r0.dp, 0, r0.m, r0.lse, r0.d};
+    W *p = pr + r / 2 * n, *g = dsr + r / 2 * n;
+    if (mask != nullptr) {
+      softmax_grad_pair<true>(r0, r1, n, scale, p, g, ds + r * n, ds + (r + 1) * n);
+    } else {
+      softmax_grad_pair<false>(r0, r1, n, scale, p, g, ds + r * n, ds + (r + 1) * n);
+    }
   }
 }
 
 struct AttnKernels {
-  void (*softmax_rows)(float*, int64_t, int64_t, int64_t, const uint8_t*, int64_t, float, u16*, float*);
-  void (*softmax_grad_rows)(const float*, const float*, int64_t, int64_t, int64_t, const uint8_t*, int64_t, float,
-                            const float*, const float*, u16*, u16*);
+  void (*softmax_rows)(const float*, int64_t, int64_t, int64_t, const uint8_t*, float, u16*, float*, float*);
+  void (*softmax_grad_rows)(const float*, const float*, int64_t, int64_t, int64_t, const uint8_t*, float, const float*,
+                            const float*, W*, W*, u16*);
   float (*dot)(const u16*, const u16*, int64_t);
+  void (*store_rows)(const float*, int64_t, int64_t, int64_t, u16*, int64_t, const float*);
 };
 
 #define ALPACA_ATTN_KERNELS(NS, ATTR)                                                                                 \
   namespace NS {                                                                                                      \
-  ATTR void softmax_rows(float* s, int64_t rows, int64_t n, int64_t i0, const uint8_t* m, int64_t ldm, float scale,  \
-                         u16* p, float* lse) {                                                                        \
-    softmax_rows_impl(s, rows, n, i0, m, ldm, scale, p, lse);                                                        \
+  ATTR void softmax_rows(const float* s, int64_t rows, int64_t n, int64_t i0, const uint8_t* m, float scale, u16* p,  \
+                         float* lse, float* inv) {                                                                    \
+    softmax_rows_impl(s, rows, n, i0, m, scale, p, lse, inv);                                                        \
   }                                                                                                                   \
   ATTR void softmax_grad_rows(const float* s, const float* dp, int64_t rows, int64_t n, int64_t i0, const uint8_t* m, \
-                              int64_t ldm, float scale, const float* lse, const float* d, u16* p, u16* ds) {          \
-    softmax_grad_rows_impl(s, dp, rows, n, i0, m, ldm, scale, lse, d, p, ds);                                        \
+                              float scale, const float* lse, const float* d, W* pr, W* dsr, u16* ds) {                \
+    softmax_grad_rows_impl(s, dp, rows, n, i0, m, scale, lse, d, pr, dsr, ds);                                       \
   }                                                                                                                   \
-  ATTR float dot(const u16* a, const u16* b, int64_t n) { return dot_lanes(a, b, n); }                                 \
-  const AttnKernels kernels{softmax_rows, softmax_grad_rows, dot};                                                    \
+  ATTR float dot(const u16* a, const u16* b, int64_t n) { return row_dot(a, b, n); }                                   \
+  ATTR void store_rows(const float* src, int64_t lds, int64_t rows, int64_t cols, u16* dst, int64_t ldd,              \
+                       const float* row_scale) {                                                                      \
+    store_rows_impl(src, lds, rows, cols, dst, ldd, row_scale);                                                      \
+  }                                                                                                                   \
+  const AttnKernels kernels{softmax_rows, softmax_grad_rows, dot, store_rows};                                        \
   }
 
 ALPACA_ATTN_KERNELS(isa_base, )
@@ -174,54 +265,56 @@ const AttnKernels& attn_kernels() {
   }
 }
 
-// dst (rows x cols, row stride ldd) = bf16(src), src (rows x cols) fp32 with row stride lds.
-void store_bf16(const float* src, int64_t lds, int64_t rows, int64_t cols, u16* dst, int64_t ldd) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[r * ldd + c] = bf16(src[r * lds + c]);
+// dst = bf16(src (* row_scale)), rows x cols (store_rows_impl), in this CPU's variant.
+void store_bf16(const float* src, int64_t lds, int64_t rows, int64_t cols, u16* dst, int64_t ldd,
+                const float* row_scale = nullptr) {
+  attn_kernels().store_rows(src, lds, rows, cols, dst, ldd, row_scale);
 }
 
-using W = uint32_t;  // two bf16 along the reduction dimension (bf16_gemm.h)
 const W* words(const u16* p) { return reinterpret_cast<const W*>(p); }
 
 // The problem: q, out, dq (B, T, H, Dh) and k, v, dk, dv (B, T, Hkv, Dh) contiguous bf16 (Dh even);
 // lse (B, H, T) fp32; mask (B or 1, T, T) bytes or null. Key counts are rounded up to even (tp, and
-// each block's np) for the packed products; the extra key is never allowed (it lies after every query).
+// each block's np) for the packed products, and score rows to whole softmax chunks (tn, each block's
+// n); the extra keys are never allowed (they lie after every query).
 struct Attn {
   int64_t b, t, h, hkv, dh;
   float scale;
   const uint8_t* mask;
   int64_t mask_bstride;
   int64_t tp() const { return t + (t & 1); }
+  int64_t tn() const { return round_chunk(t); }
   int64_t ldq() const { return h * dh; }
   int64_t ldk() const { return hkv * dh; }
   int64_t q_off(int64_t bi, int64_t i, int64_t hi) const { return ((bi * t + i) * h + hi) * dh; }
   int64_t k_off(int64_t bi, int64_t g) const { return (bi * t * hkv + g) * dh; }
-  const uint8_t* mask_rows(int64_t bi, int64_t i0) const {
-    return mask == nullptr ? nullptr : mask + bi * mask_bstride + i0 * t;
-  }
 };
 
 // One thread's buffers, reused across its tasks and blocks, and kept (grown, never shrunk) from call
 // to call: a fresh set per call went to mmap and back, ~20k page faults per step. kc, vc = K^T, V^T
-// packed (Dh/2 x tp words); kr, vr = K, V packed by key pairs (tp/2 x Dh); per block s, dp (fp32),
-// p, ds (bf16), their packed transposes pr, dsr, and the block's Q and dO packed by row pairs.
+// packed in panels (Dh/2 x tn words, bf16gemm::pack_cols); kr, vr = K, V packed by key pairs (tp/2 x
+// Dh); per block (rows of tn at most) s, dp (fp32), p (forward), ds (bf16), the backward's P and dS
+// packed by row pairs (pr, dsr), the block's mask rows and its Q and dO packed by row pairs.
 struct Scratch {
   std::vector<W> kc, vc, kr, vr, pr, dsr, qr, dor;
   std::vector<u16> p, ds;
-  std::vector<float> s, dp, o, dk, dv, dsum;
+  std::vector<uint8_t> mask;
+  std::vector<float> s, dp, o, dk, dv, dsum, inv;
   static Scratch& of_this_thread(const Attn& a, bool backward) {
     thread_local Scratch w;
     const auto grow = [](auto& v, int64_t n) {
       if (static_cast<int64_t>(v.size()) < n) v.resize(n);
     };
-    const int64_t tp = a.tp(), dh = a.dh;
-    for (auto* m : {&w.kc, &w.vc}) grow(*m, dh / 2 * tp);
+    const int64_t tp = a.tp(), tn = a.tn(), dh = a.dh;
+    for (auto* m : {&w.kc, &w.vc}) grow(*m, bf16gemm::panels_size(dh / 2, tn));
     for (auto* m : {&w.kr, &w.vr}) grow(*m, tp / 2 * dh);
-    for (auto* m : {&w.pr, &w.dsr}) grow(*m, kAttnBlock / 2 * tp);
+    for (auto* m : {&w.pr, &w.dsr}) grow(*m, kAttnBlock / 2 * tn);
     for (auto* m : {&w.qr, &w.dor}) grow(*m, kAttnBlock / 2 * dh);
-    for (auto* m : {&w.p, &w.ds}) grow(*m, kAttnBlock * tp);
-    for (auto* m : {&w.s, &w.dp}) grow(*m, kAttnBlock * tp);
+    for (auto* m : {&w.p, &w.ds}) grow(*m, (kAttnBlock + 1) * tn);
+    for (auto* m : {&w.s, &w.dp}) grow(*m, kAttnBlock * tn);
+    if (a.mask != nullptr) grow(w.mask, kAttnBlock * tn);
     grow(w.o, kAttnBlock * dh);
+    grow(w.inv, kAttnBlock);
     if (backward) {
       for (auto* m : {&w.dk, &w.dv}) grow(*m, tp * dh);
       grow(w.dsum, a.t);
@@ -230,31 +323,42 @@ struct Scratch {
   }
 };
 
-// K^T packed into kc (Dh/2 x tp words); with an odd T, the extra key's column is zero.
-void pack_keys_transposed(const Attn& a, const u16* k, W* kc) {
-  bf16gemm::pack_cols(k, a.ldk(), a.t, a.dh, kc, a.tp());
-  if (a.tp() != a.t)
-    for (int64_t p = 0; p < a.dh / 2; ++p) kc[p * a.tp() + a.t] = 0;
-}
+// K^T packed in panels into kc; the columns after the last key (to the panel's end, >= tn) are zero.
+void pack_keys_transposed(const Attn& a, const u16* k, W* kc) { bf16gemm::pack_cols(k, a.ldk(), a.t, a.dh, kc); }
 
-// Rows and (even) key count of the block at i0.
+// Rows of the block at i0, its key count rounded up to even (np: the products' reduction over keys)
+// and to whole softmax chunks (n: the score rows, whose columns from the last key on are zero keys).
 struct Block {
-  int64_t rows, np;
-  Block(const Attn& a, int64_t i0) : rows(std::min(kAttnBlock, a.t - i0)), np(i0 + rows + ((i0 + rows) & 1)) {}
+  int64_t i0, rows, np, n;
+  Block(const Attn& a, int64_t i0_)
+      : i0(i0_), rows(std::min(kAttnBlock, a.t - i0)), np(i0 + rows + ((i0 + rows) & 1)), n(round_chunk(i0 + rows)) {}
 };
+
+// The block's mask rows with row stride blk.n, 0 past the last key (so a softmax chunk reads no
+// further than its row), in w.mask; null without a mask.
+const uint8_t* block_mask(const Attn& a, int64_t bi, const Block& blk, Scratch& w) {
+  if (a.mask == nullptr) return nullptr;
+  const int64_t keys = std::min(a.t, blk.n);
+  for (int64_t r = 0; r < blk.rows; ++r) {
+    uint8_t* dst = w.mask.data() + r * blk.n;
+    std::memcpy(dst, a.mask + bi * a.mask_bstride + (blk.i0 + r) * a.t, static_cast<size_t>(keys));
+    std::fill(dst + keys, dst + blk.n, uint8_t{0});
+  }
+  return w.mask.data();
+}
 
 void forward_head(const Attn& a, int64_t bi, int64_t hi, const u16* q, u16* out, float* lse, Scratch& w) {
   const AttnKernels& K = attn_kernels();
   const int64_t dp2 = a.dh / 2;
   for (int64_t i0 = 0; i0 < a.t; i0 += kAttnBlock) {
     const Block blk(a, i0);
-    bf16gemm::gemm(blk.rows, blk.np, dp2, words(q + a.q_off(bi, i0, hi)), a.ldq() / 2, 1, w.kc.data(), a.tp(),
-                   w.s.data(), blk.np, false);
-    K.softmax_rows(w.s.data(), blk.rows, blk.np, i0, a.mask_rows(bi, i0), a.t, a.scale, w.p.data(),
-                   lse + (bi * a.h + hi) * a.t + i0);
-    bf16gemm::gemm(blk.rows, a.dh, blk.np / 2, words(w.p.data()), blk.np / 2, 1, w.vr.data(), a.dh, w.o.data(), a.dh,
-                   false);
-    store_bf16(w.o.data(), a.dh, blk.rows, a.dh, out + a.q_off(bi, i0, hi), a.ldq());
+    bf16gemm::gemm(blk.rows, blk.n, dp2, words(q + a.q_off(bi, i0, hi)), a.ldq() / 2, 1,
+                   bf16gemm::panels_of(w.kc.data(), dp2), w.s.data(), blk.n, false, {Causal::kCols, i0});
+    K.softmax_rows(w.s.data(), blk.rows, blk.n, i0, block_mask(a, bi, blk, w), a.scale, w.p.data(),
+                   lse + (bi * a.h + hi) * a.t + i0, w.inv.data());
+    bf16gemm::gemm(blk.rows, a.dh, blk.np / 2, words(w.p.data()), blk.n / 2, 1, bf16gemm::rows_of(w.vr.data(), a.dh),
+                   w.o.data(), a.dh, false, {Causal::kDepthTo, i0});
+    store_bf16(w.o.data(), a.dh, blk.rows, a.dh, out + a.q_off(bi, i0, hi), a.ldq(), w.inv.data());
   }
 }
 
@@ -287,19 +391,22 @@ void backward_head(const Attn& a, int64_t bi, int64_t hi, const Grads& gr, Scrat
   for (int64_t i = 0; i < a.t; ++i) w.dsum[i] = K.dot(dob + i * ldq, ob + i * ldq, a.dh);
   for (int64_t i0 = 0; i0 < a.t; i0 += kAttnBlock) {
     const Block blk(a, i0);
-    const int64_t np = blk.np, rp = (blk.rows + 1) / 2;
-    bf16gemm::gemm(blk.rows, np, dp2, words(qb + i0 * ldq), ldq / 2, 1, w.kc.data(), a.tp(), w.s.data(), np, false);
-    bf16gemm::gemm(blk.rows, np, dp2, words(dob + i0 * ldq), ldq / 2, 1, w.vc.data(), a.tp(), w.dp.data(), np, false);
-    K.softmax_grad_rows(w.s.data(), w.dp.data(), blk.rows, np, i0, a.mask_rows(bi, i0), a.t, a.scale, lse + i0,
-                        w.dsum.data() + i0, w.p.data(), w.ds.data());
-    bf16gemm::gemm(blk.rows, a.dh, np / 2, words(w.ds.data()), np / 2, 1, w.kr.data(), a.dh, w.o.data(), a.dh, false);
+    const int64_t np = blk.np, n = blk.n, rp = (blk.rows + 1) / 2;
+    bf16gemm::gemm(blk.rows, n, dp2, words(qb + i0 * ldq), ldq / 2, 1, bf16gemm::panels_of(w.kc.data(), dp2),
+                   w.s.data(), n, false, {Causal::kCols, i0});
+    bf16gemm::gemm(blk.rows, n, dp2, words(dob + i0 * ldq), ldq / 2, 1, bf16gemm::panels_of(w.vc.data(), dp2),
+                   w.dp.data(), n, false, {Causal::kCols, i0});
+    K.softmax_grad_rows(w.s.data(), w.dp.data(), blk.rows, n, i0, block_mask(a, bi, blk, w), a.scale, lse + i0,
+                        w.dsum.data() + i0, w.pr.data(), w.dsr.data(), w.ds.data());
+    bf16gemm::gemm(blk.rows, a.dh, np / 2, words(w.ds.data()), n / 2, 1, bf16gemm::rows_of(w.kr.data(), a.dh),
+                   w.o.data(), a.dh, false, {Causal::kDepthTo, i0});
     store_bf16(w.o.data(), a.dh, blk.rows, a.dh, gr.dq + a.q_off(bi, i0, hi), ldq);
-    bf16gemm::pack_rows(w.p.data(), np, blk.rows, np, w.pr.data());
-    bf16gemm::pack_rows(w.ds.data(), np, blk.rows, np, w.dsr.data());
     bf16gemm::pack_rows(qb + i0 * ldq, ldq, blk.rows, a.dh, w.qr.data());
     bf16gemm::pack_rows(dob + i0 * ldq, ldq, blk.rows, a.dh, w.dor.data());
-    bf16gemm::gemm(np, a.dh, rp, w.pr.data(), 1, np, w.dor.data(), a.dh, w.dv.data(), a.dh, true);
-    bf16gemm::gemm(np, a.dh, rp, w.dsr.data(), 1, np, w.qr.data(), a.dh, w.dk.data(), a.dh, true);
+    bf16gemm::gemm(np, a.dh, rp, w.pr.data(), 1, n, bf16gemm::rows_of(w.dor.data(), a.dh), w.dv.data(), a.dh, true,
+                   {Causal::kDepthFrom, i0});
+    bf16gemm::gemm(np, a.dh, rp, w.dsr.data(), 1, n, bf16gemm::rows_of(w.qr.data(), a.dh), w.dk.data(), a.dh, true,
+                   {Causal::kDepthFrom, i0});
   }
 }
 

@@ -153,6 +153,91 @@ TEST_F(GemmAttention, TheFallbackGemmMatchesTooAndTheBackendsAgree) {
   }
 }
 
+// Random bf16 bits, rows x cols (zero where keep is given and false).
+std::vector<uint16_t> random_bf16(int64_t rows, int64_t cols, const std::function<bool(int64_t, int64_t)>& keep = {}) {
+  const at::Tensor x = at::randn({rows, cols}).to(at::kBFloat16).contiguous();
+  const auto* p = reinterpret_cast<const uint16_t*>(x.const_data_ptr<at::BFloat16>());
+  std::vector<uint16_t> v(p, p + rows * cols);
+  for (int64_t r = 0; r < rows && keep; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      if (!keep(r, c)) v[r * cols + c] = 0;
+  return v;
+}
+
+// bf16gemm's packs against the layouts bf16_gemm.h states, with our AVX-512 packs and with the loops
+// (the fallback's), on sizes off the 16-word blocks and 32-column panels.
+TEST_F(GemmAttention, PacksWriteTheStatedLayouts) {
+  at::manual_seed(6);
+  for (bool own : {false, true}) {
+    if (own && !bf16gemm::cpu_has_avx512_bf16()) continue;
+    bf16gemm::set_own_kernel(own);
+    for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{75, 24}, {33, 64}, {7, 8}, {64, 64}}) {
+      const int64_t ld = cols + 6, kp = cols / 2, panel = bf16gemm::kPanel * kp;
+      const std::vector<uint16_t> src = random_bf16(rows, ld);
+      std::vector<uint32_t> dst(bf16gemm::panels_size(kp, rows), 0xFFFFFFFFu);
+      bf16gemm::pack_cols(src.data(), ld, rows, cols, dst.data());
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < static_cast<int64_t>(dst.size()) / kp; ++i)
+        for (int64_t p = 0; p < kp; ++p) {
+          const uint32_t pair = src[i * ld + 2 * p] | static_cast<uint32_t>(src[i * ld + 2 * p + 1]) << 16;
+          const uint32_t want = i < rows ? pair : 0;
+          wrong += dst[i / bf16gemm::kPanel * panel + p * bf16gemm::kPanel + i % bf16gemm::kPanel] != want;
+        }
+      std::vector<uint32_t> pairs((rows + 1) / 2 * cols);
+      bf16gemm::pack_rows(src.data(), ld, rows, cols, pairs.data());
+      for (int64_t p = 0; p < (rows + 1) / 2; ++p)
+        for (int64_t j = 0; j < cols; ++j) {
+          const uint32_t hi = 2 * p + 1 < rows ? src[(2 * p + 1) * ld + j] : 0;
+          wrong += pairs[p * cols + j] != (src[2 * p * ld + j] | hi << 16);
+        }
+      EXPECT_EQ(wrong, 0) << "own " << own << ", " << rows << " x " << cols;
+    }
+  }
+}
+
+// The causal hints skip only work on zeros: with them, our kernel gives the same values as without
+// (kCols: at the columns the softmax reads), on a block of 37 queries from 64 (an odd, short block).
+TEST_F(GemmAttention, CausalHintsSkipOnlyZeros) {
+  if (!bf16gemm::cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512-BF16: the hints are our kernel's";
+  bf16gemm::set_own_kernel(true);
+  at::manual_seed(7);
+  using bf16gemm::Causal;
+  const int64_t i0 = 64, rows = 37, np = 102, dh = 64, rp = (rows + 1) / 2;
+  const auto seen = [&](int64_t r, int64_t key) { return key <= i0 + r; };
+  const std::vector<uint16_t> p =
+      random_bf16(rows + 1, np, [&](int64_t r, int64_t c) { return r < rows && seen(r, c); });
+  const std::vector<uint16_t> vb = random_bf16(np, dh), q = random_bf16(rows, dh), kb = random_bf16(np, dh);
+  std::vector<uint32_t> v(np / 2 * dh), pr(rp * np), qr(rp * dh), kc(bf16gemm::panels_size(dh / 2, np));
+  bf16gemm::pack_rows(vb.data(), dh, np, dh, v.data());
+  bf16gemm::pack_rows(p.data(), np, rows, np, pr.data());
+  bf16gemm::pack_rows(q.data(), dh, rows, dh, qr.data());
+  bf16gemm::pack_cols(kb.data(), dh, np, dh, kc.data());
+  const auto* pw = reinterpret_cast<const uint32_t*>(p.data());
+  const auto* qw = reinterpret_cast<const uint32_t*>(q.data());
+  const auto run = [&](const std::function<void(float*, Causal)>& f, int64_t n, Causal hint) {
+    std::vector<float> c(np * n, 0.5f);  // (dV += ...: adds to 0.5)
+    f(c.data(), hint);
+    return c;
+  };
+  using bf16gemm::rows_of, bf16gemm::panels_of;
+  const auto pv = [&](float* c, Causal h) {
+    bf16gemm::gemm(rows, dh, np / 2, pw, np / 2, 1, rows_of(v.data(), dh), c, dh, false, h);
+  };
+  const auto dv = [&](float* c, Causal h) {
+    bf16gemm::gemm(np, dh, rp, pr.data(), 1, np, rows_of(qr.data(), dh), c, dh, true, h);
+  };
+  const auto s = [&](float* c, Causal h) {
+    bf16gemm::gemm(rows, np, dh / 2, qw, dh / 2, 1, panels_of(kc.data(), dh / 2), c, np, false, h);
+  };
+  EXPECT_EQ(run(pv, dh, {Causal::kDepthTo, i0}), run(pv, dh, {}));
+  EXPECT_EQ(run(dv, dh, {Causal::kDepthFrom, i0}), run(dv, dh, {}));
+  const std::vector<float> hinted = run(s, np, {Causal::kCols, i0}), full = run(s, np, {});
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c <= i0 + r && c < np; ++c) wrong += hinted[r * np + c] != full[r * np + c];
+  EXPECT_EQ(wrong, 0);
+}
+
 // The masks the trainer's batches make: LlamaForCausalLM::make_context on a padding mask / segments.
 at::Tensor context_mask(int64_t b, int64_t t, const at::Tensor& attention_mask, const at::Tensor& segments) {
   LlamaForCausalLM m(alpaca::testing::llama_config({32, 16, 32, 1, 2, 2, 8}));
