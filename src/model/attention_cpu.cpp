@@ -484,7 +484,7 @@ std::atomic<bool>& enabled_slot() {
 bool gemm_attention_applies(const at::Tensor& q) {
   // Only with our AVX512-BF16 products: on the cpublas fallback (MKL's fp32-converting bf16 GEMM
   // here) it measured 0.7-1.1x SDPA, so AMX and AVX2-only CPUs keep SDPA (docs/profile_bf16.md).
-  return fused_cpu_bf16_applies(q) && enabled_slot().load(std::memory_order_relaxed) && bf16gemm::use_own_kernel();
+  return fused_cpu_bf16_applies(q) && cpu_attention_routes_on() && bf16gemm::use_own_kernel();
 }
 
 bool mask_within_causal(const at::Tensor& allow_b1tt) {
@@ -501,6 +501,8 @@ bool mask_within_causal(const at::Tensor& allow_b1tt) {
 }
 
 void set_gemm_attention(bool on) { enabled_slot().store(on, std::memory_order_relaxed); }
+
+bool cpu_attention_routes_on() { return enabled_slot().load(std::memory_order_relaxed); }
 
 at::Tensor causal_attention_bf16(const at::Tensor& q_bhtd, const at::Tensor& k_bhtd, const at::Tensor& v_bhtd,
                                  double scale, const at::Tensor& allow_b1tt) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "alpaca/model/fused_ops.h"
 #include "alpaca/util/cpu_features.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/trace.h"
@@ -144,7 +145,8 @@ struct Fp32Attention : public torch::autograd::Function<Fp32Attention> {
 }  // namespace
 
 bool bf16_attention_via_fp32(const at::Tensor& q) {
-  return q.scalar_type() == at::kBFloat16 && q.device().is_cpu() && cpu_bf16_gemm() == CpuBf16Gemm::kFp32;
+  return q.scalar_type() == at::kBFloat16 && q.device().is_cpu() && cpu_bf16_gemm() == CpuBf16Gemm::kFp32 &&
+         cpu_attention_routes_on();
 }
 
 at::Tensor attention_via_fp32(const at::Tensor& q_bhtd, const at::Tensor& k_bhtd, const at::Tensor& v_bhtd,

@@ -11,7 +11,7 @@
 // Only bf16 CPU tensors take them (fp32 keeps the module path, bit for bit); the row loops are
 // compiled for AVX-512 (F+BW), AVX2 and baseline x86-64 from one source, chosen at run time.
 // ALPACA_CPU_FUSED=0 (or set_fused_cpu_bf16(false)) turns them off: the module path everywhere,
-// for comparisons; ALPACA_CPU_ATTN=0 turns off only the GEMM attention below.
+// for comparisons; ALPACA_CPU_ATTN=0 turns off only the bf16 attention routes (below, and matmul.h's).
 #pragma once
 
 #include <ATen/ATen.h>  // defines: at::Tensor
@@ -63,5 +63,9 @@ bool mask_within_causal(const at::Tensor& allow_b1tt);
 // scaled_dot_product_attention, as before. causal_attention_bf16 itself runs on any CPU.
 bool gemm_attention_applies(const at::Tensor& q);
 void set_gemm_attention(bool on);
+// Whether our bf16 CPU attention routes are on (this one, and matmul.h's fp32 route on CPUs without
+// native bf16): ALPACA_CPU_ATTN=0 or set_gemm_attention(false) leaves every attention to ATen's SDPA
+// in the compute dtype, as before either existed (for comparisons in one binary).
+bool cpu_attention_routes_on();
 
 }  // namespace alpaca::model

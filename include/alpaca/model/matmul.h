@@ -36,6 +36,7 @@ bool bf16_gemm_via_fp32(const at::Tensor& a, const at::Tensor& b);
 // bf16 kernel, for gradients within one rounding). q (B, H, T, D), k and
 // v (B, H / n_rep, K, D) (GQA: the n_rep query heads' key/value gradients summed in fp32);
 // `allow_mask` a boolean (B, 1, T, K) mask (true = may attend) or undefined with `is_causal`.
+// ALPACA_CPU_ATTN=0 turns it off (fused_ops.h's cpu_attention_routes_on).
 bool bf16_attention_via_fp32(const at::Tensor& q);
 at::Tensor attention_via_fp32(const at::Tensor& q_bhtd, const at::Tensor& k_bhtd, const at::Tensor& v_bhtd,
                               const at::Tensor& allow_mask, bool is_causal, double scale);
