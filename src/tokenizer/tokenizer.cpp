@@ -84,7 +84,7 @@ fs::path tokenizer_file(const fs::path& path, bool is_dir, bool use_fast) {
 // The backend for `file`; a tokenizer.json in a model directory is first rewritten by
 // transformers 5's class rule (a known tokenizer_class rebuilds the pipeline, tokenizer_class.h).
 std::unique_ptr<detail::Backend> make_backend(const fs::path& file, const fs::path& dir, bool is_dir,
-                                              const json& config) {
+                                              const json& config, const json& special_map) {
   if (file.extension() != ".json") {
     auto backend = detail::make_sentencepiece_backend(read_file(file), file.string());
     backend->source = file.string();
@@ -92,9 +92,14 @@ std::unique_ptr<detail::Backend> make_backend(const fs::path& file, const fs::pa
   }
   json doc = read_json_doc(file);
   detail::TokenizerClassInfo cls;
-  if (is_dir && doc.is_object() && doc.contains("model")) {
-    json model_config = fs::exists(dir / "config.json") ? read_json(dir / "config.json") : json::object();
-    cls = detail::apply_tokenizer_class(doc, config, model_config, file.string());
+  if (is_dir) {
+    const detail::ConfigExtras extras = detail::config_extras(config, special_map, dir.string());
+    if (doc.is_object() && doc.contains("model")) {
+      json model_config = fs::exists(dir / "config.json") ? read_json(dir / "config.json") : json::object();
+      cls = detail::apply_tokenizer_class(doc, config, model_config, extras, file.string());
+    } else {  // HfTokenizer reports what the document lacks; the extras as TokenizersBackend takes them
+      cls = detail::apply_tokenizer_class(doc, json::object(), json::object(), extras, file.string());
+    }
   }
   return detail::make_tokenizers_backend(std::move(doc), file.string(), cls);
 }
@@ -157,7 +162,9 @@ void read_roles(detail::Backend& b, const json& config, const json& special_map,
   if (auto v = role("mask_token"); v && json_roles) r.mask = v->value_or("");
 }
 
-// additional_special_tokens / extra_special_tokens of both files.
+// additional_special_tokens / extra_special_tokens of both files, for the SentencePiece backend
+// (transformers 4.28.1's slow tokenizer). A tokenizer.json takes them through its class instead
+// (config_extras, apply_tokenizer_class): transformers 5 adds them after the roles.
 void add_extra_specials(detail::Backend& b, const json& config, const json& special_map, const fs::path& dir) {
   for (const json* src : {&config, &special_map}) {
     for (const char* key : {"additional_special_tokens", "extra_special_tokens"}) {
@@ -240,14 +247,14 @@ Tokenizer Tokenizer::load(const std::string& dir_or_file, bool use_fast) {
   const fs::path dir = is_dir ? path : path.parent_path();
   const fs::path file = tokenizer_file(path, is_dir, use_fast);
   const json config = is_dir ? read_json_object(dir / "tokenizer_config.json") : json::object();
+  const json special_map = is_dir ? read_json_object(dir / "special_tokens_map.json") : json::object();
   auto impl = std::make_unique<Impl>();
-  impl->backend = make_backend(file, dir, is_dir, config);
+  impl->backend = make_backend(file, dir, is_dir, config, special_map);
   detail::Backend& b = *impl->backend;
   if (is_dir) {
     add_tokens_with_ids(b, config, dir);
-    const json special_map = read_json_object(dir / "special_tokens_map.json");
     read_roles(b, config, special_map, dir);
-    add_extra_specials(b, config, special_map, dir);
+    if (!b.json_roles()) add_extra_specials(b, config, special_map, dir);
     b.configure(config, dir);
   }
   b.register_special_tokens();

@@ -15,6 +15,9 @@ the first --records Alpaca records as train.py builds them: prompt + output + th
 decodes of the former with and without skip_special_tokens, the roles, len() and the pipeline it
 built. --out/reference.json lists the texts and the cases; --out/classes.json every class
 transformers 5 rebuilds with its model type (Unigram, WordPiece, BPE).
+EXTRAS_CASES add tokenizer_config.json's additional_special_tokens / extra_special_tokens (absent from
+the vocabulary, present in it, a role token, a repeat; special_tokens_map.json's too) and src_lang /
+tgt_lang, on EXTRAS_EDGE + the edge texts + the first EXTRAS_RECORDS records.
 """
 import argparse
 import json
@@ -150,6 +153,60 @@ CASES = [
     ("markuplm", SM, {"tokenizer_class": "MarkupLMTokenizer", "tags_dict": {"html": 0, "body": 1}}),
     ("markuplm_prefix", SM, {"tokenizer_class": "MarkupLMTokenizerFast", "tags_dict": {}, "add_prefix_space": True}),
 ]
+
+
+def _extras(present, role):
+    """additional_special_tokens of a case: two tokens absent from the vocabulary, one present in it,
+    one role token, and a repeat."""
+    return ["<newA>", present, role, "<newB>", "<newA>"]
+
+
+# tokenizer_config.json's additional_special_tokens / extra_special_tokens (and special_tokens_map.json's,
+# under "__special_tokens_map__") against each class's own extra tokens and roles, and src_lang /
+# tgt_lang: run on EXTRAS_EDGE + the edge texts + the first EXTRAS_RECORDS records only (cheap).
+EXTRAS_CASES = [
+    ("llama_extras", L2, {"tokenizer_class": "LlamaTokenizer", "additional_special_tokens": _extras("Hello", "</s>")}),
+    ("llama_extra_key", L2, {"tokenizer_class": "LlamaTokenizerFast", "extra_special_tokens": ["<newB>", "<newA>", "<s>"]}),
+    ("llama_special_map", L2, {"tokenizer_class": "LlamaTokenizer", "additional_special_tokens": ["<newA>"],
+                               "__special_tokens_map__": {"additional_special_tokens": ["<newC>"],
+                                                          "extra_special_tokens": ["<newB>", "<newA>"]}}),
+    ("gpt2_extras", SM, {"tokenizer_class": "GPT2Tokenizer", "additional_special_tokens": _extras("Hello", "<|endoftext|>")}),
+    ("qwen2_extras", SM, {"tokenizer_class": "Qwen2Tokenizer", "additional_special_tokens": _extras("Hello", "<|endoftext|>")}),
+    ("fast_extras", SM, {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<pad>",
+                         "additional_special_tokens": _extras("Hello", "<pad>")}),
+    ("bert_extras", WP, {"tokenizer_class": "BertTokenizer", "additional_special_tokens": _extras("hello", "[MASK]")}),
+    ("t5_extras", UT5, {"tokenizer_class": "T5Tokenizer", "additional_special_tokens": _extras("Hello", "<pad>")}),
+    ("t5_special_map", UT5, {"tokenizer_class": "T5Tokenizer", "extra_ids": 3,
+                             "__special_tokens_map__": {"additional_special_tokens": ["<newA>", "</s>"]}}),
+    ("nllb_extras", L2, {"tokenizer_class": "NllbTokenizer", "additional_special_tokens": _extras("Hello", "<mask>")}),
+    ("nllb_both_keys", L2, {"tokenizer_class": "NllbTokenizerFast", "src_lang": "fra_Latn",
+                            "additional_special_tokens": ["<newA>", "fra_Latn"], "extra_special_tokens": ["<newB>"]}),
+    ("mbart_extras", UXLMR, {"tokenizer_class": "MBartTokenizer", "additional_special_tokens": _extras("Hello", "<mask>")}),
+    ("mbart50_extras", UT5, {"tokenizer_class": "MBart50Tokenizer", "additional_special_tokens": _extras("Hello", "<mask>")}),
+    ("mbart50_codes_extras", M50, {"tokenizer_class": "MBart50Tokenizer", "src_lang": "de_DE",
+                                   "additional_special_tokens": _extras("Hello", "<mask>")}),
+    ("seamless_m4t_extras", L2, {"tokenizer_class": "SeamlessM4TTokenizer", "src_lang": "deu",
+                                 "additional_special_tokens": _extras("Hello", "<pad>") + ["__deu__"]}),
+    ("code_llama_extras", L2, {"tokenizer_class": "CodeLlamaTokenizer", "additional_special_tokens": _extras("Hello", "</s>")}),
+    ("xglm_extras", UXLMR, {"tokenizer_class": "XGLMTokenizer", "additional_special_tokens": _extras("Hello", "<madeupword1>")}),
+    ("pegasus_extras", UT5, {"tokenizer_class": "PegasusTokenizer", "offset": 4, "additional_special_tokens": _extras("Hello", "<mask_1>")}),
+    ("camembert_extras", UXLMR, {"tokenizer_class": "CamembertTokenizer", "extra_special_tokens": _extras("Hello", "<s>NOTUSED")}),
+    ("luke_extras", SM, {"tokenizer_class": "LukeTokenizer", "additional_special_tokens": _extras("Hello", "<ent>")}),
+    ("esmc_extras", L2, {"tokenizer_class": "EsmcTokenizer", "additional_special_tokens": _extras("A", "|")}),
+    # src_lang with tgt_lang (which only a text_target call would use).
+    ("nllb_langs", L2, {"tokenizer_class": "NllbTokenizer", "src_lang": "deu_Latn", "tgt_lang": "fra_Latn"}),
+    ("nllb_langs_legacy", L2, {"tokenizer_class": "NllbTokenizer", "src_lang": "deu_Latn", "tgt_lang": "fra_Latn",
+                               "legacy_behaviour": True}),
+    ("mbart_langs", UXLMR, {"tokenizer_class": "MBartTokenizer", "src_lang": "de_DE", "tgt_lang": "ro_RO"}),
+    ("mbart50_langs", UT5, {"tokenizer_class": "MBart50Tokenizer", "src_lang": "de_DE", "tgt_lang": "ro_RO"}),
+    ("seamless_m4t_tgt", L2, {"tokenizer_class": "SeamlessM4TTokenizer", "src_lang": "fra", "tgt_lang": "deu",
+                              "additional_special_tokens": ["__deu__", "__fra__"]}),
+]
+EXTRAS_EDGE = ["<newA> en_XX hi", "a<newA>b<newB>c <newC>", "Hello <newB> world Hello", "say hello, Hello!",
+               "<extra_id_0> <mask_1> <unk_2> <madeupword0> <eop> <s>NOTUSED", "\u2581<PRE> <FILL_ME> x <ent> | A",
+               "eng_Latn fra_Latn deu_Latn __eng__ __fra__ __deu__ de_DE ro_RO hi"]
+EXTRAS_RECORDS = 20
+
 # Classes transformers 5 rebuilds but cannot tokenize a plain text with (tokenizer_class.cpp refuses
 # them; the test checks that its message carries the exception recorded here), with a base file.
 CANNOT = [("LayoutXLMTokenizer", UT5), ("UdopTokenizer", UT5), ("LayoutLMv2Tokenizer", WP),
@@ -379,15 +436,22 @@ def main():
     bases = make_bases(os.path.join(args.out, "bases"))
     reference = {"edge": len(edge), "records": len(records), "cases": {}}
     only = set(filter(None, args.cases.split(",")))
-    for name, base, config in CASES:
+    def extras_texts_for(eos):
+        return EXTRAS_EDGE + texts_for(eos)[: len(edge) + EXTRAS_RECORDS]
+
+    for name, base, config, case_texts in [c + (texts_for,) for c in CASES] + [c + (extras_texts_for,) for c in EXTRAS_CASES]:
         if only and name not in only:
             continue
+        config = dict(config)
         d = os.path.join(args.out, "cases", name)
         os.makedirs(d)
         shutil.copy(bases[base], os.path.join(d, "tokenizer.json"))
+        if "__special_tokens_map__" in config:
+            with open(os.path.join(d, "special_tokens_map.json"), "w") as f:
+                json.dump(config.pop("__special_tokens_map__"), f)
         with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
             json.dump(config, f)
-        texts, ref = case_reference(d, texts_for)
+        texts, ref = case_reference(d, case_texts)
         ref.update({"base": base, "config": config, "texts": texts})
         with open(os.path.join(args.out, "cases", name + ".json"), "w") as f:
             json.dump(ref, f, ensure_ascii=False)
