@@ -253,7 +253,10 @@ Tokenizer Tokenizer::load(const std::string& dir_or_file, bool use_fast) {
   detail::Backend& b = *impl->backend;
   if (is_dir) {
     add_tokens_with_ids(b, config, dir);
-    read_roles(b, config, special_map, dir);
+    // transformers 5 reads special_tokens_map.json only for a config without added_tokens_decoder
+    // (from_pretrained's legacy branch); 4.28.1's slow tokenizer always does.
+    const bool legacy_map = !b.json_roles() || !config.contains("added_tokens_decoder");
+    read_roles(b, config, legacy_map ? special_map : json::object(), dir);
     if (!b.json_roles()) add_extra_specials(b, config, special_map, dir);
     b.configure(config, dir);
   }
