@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "alpaca/util/error.h"
@@ -81,6 +82,22 @@ fs::path tokenizer_file(const fs::path& path, bool is_dir, bool use_fast) {
   return has_json && (use_fast || !has_model) ? path / "tokenizer.json" : path / "tokenizer.model";
 }
 
+// tokenizer_config.json's "*_token" keys with a string value other than the seven roles, in the
+// file's order (which `json` does not keep, hence the second, ordered parse).
+std::vector<std::pair<std::string, std::string>> model_specific_tokens(const fs::path& config_file) {
+  static const std::set<std::string> kRoles = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                               "pad_token", "cls_token", "mask_token"};
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!fs::exists(config_file)) return out;
+  const nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_file(config_file), nullptr, false);
+  if (!config.is_object()) return out;  // read_json_object reported it already
+  for (const auto& [key, value] : config.items())
+    if (key.size() > 6 && key.compare(key.size() - 6, 6, "_token") == 0 && !kRoles.count(key) && value.is_string() &&
+        !value.get<std::string>().empty())
+      out.emplace_back(key, value.get<std::string>());
+  return out;
+}
+
 // The backend for `file`; a tokenizer.json in a model directory is first rewritten by
 // transformers 5's class rule (a known tokenizer_class rebuilds the pipeline, tokenizer_class.h).
 std::unique_ptr<detail::Backend> make_backend(const fs::path& file, const fs::path& dir, bool is_dir,
@@ -93,7 +110,8 @@ std::unique_ptr<detail::Backend> make_backend(const fs::path& file, const fs::pa
   json doc = read_json_doc(file);
   detail::TokenizerClassInfo cls;
   if (is_dir) {
-    const detail::ConfigExtras extras = detail::config_extras(config, special_map, dir.string());
+    detail::ConfigExtras extras = detail::config_extras(config, special_map, dir.string());
+    extras.model_specific = model_specific_tokens(dir / "tokenizer_config.json");
     if (doc.is_object() && doc.contains("model")) {
       json model_config = fs::exists(dir / "config.json") ? read_json(dir / "config.json") : json::object();
       cls = detail::apply_tokenizer_class(doc, config, model_config, extras, file.string());

@@ -1374,6 +1374,19 @@ TokenizerClassInfo apply_tokenizer_class(json& doc, const json& config, const js
   TokenizerClassInfo info;
   info.name = resolve_class(doc, config, model_config);
   if (info.name != "TokenizersBackend") apply_class(doc, class_kwargs(config, extras), file, &info);
+  // The config's model-specific tokens follow the class's own "*_token" kwargs; a key the class
+  // passes itself keeps the class's place (a dict merge), and its builder already read the value.
+  static const std::map<std::string, std::set<std::string>> kClassKeys = {
+      {"CodeLlamaTokenizer", {"prefix_token", "middle_token", "suffix_token", "eot_token", "fill_token"}},
+      {"LukeTokenizer", {"entity_1_token", "entity_2_token", "entity_unk_token", "entity_pad_token", "entity_mask_token",
+                         "entity_mask2_token"}},
+      {"MLukeTokenizer", {"entity_1_token", "entity_2_token", "entity_unk_token", "entity_pad_token", "entity_mask_token",
+                          "entity_mask2_token"}},
+      {"SplinterTokenizer", {"question_token"}},
+      {"EsmcTokenizer", {"chain_break_token"}}};
+  const auto own = kClassKeys.find(info.name);
+  for (const auto& [key, token] : extras.model_specific)
+    if (own == kClassKeys.end() || !own->second.count(key)) info.named_specials.push_back(token);
   info.extra_specials = resolve_extras(info, extras);
   return info;
 }

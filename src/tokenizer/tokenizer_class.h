@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace alpaca::tokenizer::detail {
@@ -50,6 +51,9 @@ enum class ExtrasRule {
 struct ConfigExtras {
   std::optional<std::vector<std::string>> extra, additional;  // nullopt: the kwarg is not passed
   bool extra_null = false;                                    // extra_special_tokens is passed as None
+  // tokenizer_config.json's other "*_token" string keys (not the seven roles), in the file's order:
+  // from_pretrained makes each a model-specific special token (tokenization_utils_base.py 1846-1854).
+  std::vector<std::pair<std::string, std::string>> model_specific;
 };
 
 struct TokenizerClassInfo {

@@ -202,6 +202,12 @@ EXTRAS_CASES = [
     ("camembert_extras", UXLMR, {"tokenizer_class": "CamembertTokenizer", "extra_special_tokens": _extras("Hello", "<s>NOTUSED")}),
     ("luke_extras", SMS, {"tokenizer_class": "LukeTokenizer", "additional_special_tokens": _extras("the", "<ent>")}),
     ("esmc_extras", L2S, {"tokenizer_class": "EsmcTokenizer", "additional_special_tokens": _extras("A", "|")}),
+    # The config's other "*_token" keys become special tokens after the roles, in the file's order
+    # (one the class takes itself keeps the class's place).
+    ("llama_token_keys", L2S, {"tokenizer_class": "LlamaTokenizer", "fill_token": "<FILL>", "abc_token": "<ABC>",
+                               "eot_token": "</s>", "additional_special_tokens": ["<newA>"]}),
+    ("code_llama_token_keys", L2S, {"tokenizer_class": "CodeLlamaTokenizer", "zzz_token": "<Z>", "prefix_token": "<P>",
+                                    "additional_special_tokens": ["<newA>"]}),
     # src_lang with tgt_lang (which only a text_target call would use).
     ("nllb_langs", L2S, {"tokenizer_class": "NllbTokenizer", "src_lang": "deu_Latn", "tgt_lang": "fra_Latn"}),
     ("nllb_langs_legacy", L2S, {"tokenizer_class": "NllbTokenizer", "src_lang": "deu_Latn", "tgt_lang": "fra_Latn",
@@ -213,7 +219,7 @@ EXTRAS_CASES = [
 ]
 EXTRAS_EDGE = ["<newA> en_XX hi", "a<newA>b<newB>c <newC>", "Hello <newB> world Hello", "say hello, Hello! the theme: there, the end",
                "<extra_id_0> <mask_1> <unk_2> <madeupword0> <eop> <s>NOTUSED", "\u2581<PRE> <FILL_ME> x <ent> | A",
-               "eng_Latn fra_Latn deu_Latn __eng__ __fra__ __deu__ de_DE ro_RO hi"]
+               "eng_Latn fra_Latn deu_Latn __eng__ __fra__ __deu__ de_DE ro_RO hi", "x<FILL>y <ABC> <P> <Z> z"]
 EXTRAS_RECORDS = 20
 
 # Classes transformers 5 rebuilds but cannot tokenize a plain text with (tokenizer_class.cpp refuses
