@@ -272,12 +272,15 @@ bool HfTokenizer::is_special(int64_t id) const {
 
 const std::vector<AddedToken>& HfTokenizer::added_tokens() const { return impl_->added.tokens; }
 
-int64_t HfTokenizer::add_token(const std::string& content, bool special, bool lstrip) {
+int64_t HfTokenizer::add_token(const std::string& content, bool special, bool lstrip, bool replace_flags) {
   ALPACA_CHECK(!content.empty(), "cannot add an empty token to the tokenizer");
   auto it = impl_->added.index.find(content);
   if (it != impl_->added.index.end()) {
     AddedToken& t = impl_->added.tokens[it->second];
-    if (special && !t.special) {  // re-adding with other properties replaces them
+    if (replace_flags) {
+      t.special = special, t.normalized = !special, t.lstrip = lstrip, t.rstrip = false, t.single_word = false;
+      impl_->rebuild();
+    } else if (special && !t.special) {  // re-adding with other properties replaces them
       t.special = true;
       t.normalized = false;
       impl_->rebuild();

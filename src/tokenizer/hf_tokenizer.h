@@ -56,8 +56,10 @@ class HfTokenizer {
   bool is_special(int64_t id) const;
   const std::vector<AddedToken>& added_tokens() const;  // in id order
   // `add_tokens([AddedToken(content, special=special, normalized=!special, lstrip=lstrip)])`: an
-  // existing token keeps its id (and becomes special when asked); a new one gets size(). Returns the id.
-  int64_t add_token(const std::string& content, bool special, bool lstrip = false);
+  // existing token keeps its id (and becomes special when asked; with `replace_flags` it takes these
+  // flags, as the crate does for a token given twice in one add_tokens call); a new one gets size().
+  // Returns the id.
+  int64_t add_token(const std::string& content, bool special, bool lstrip = false, bool replace_flags = false);
   // Ids the post-processor puts before / after a single sequence (TemplateProcessing).
   std::vector<int64_t> template_prefix() const;
   std::vector<int64_t> template_suffix() const;

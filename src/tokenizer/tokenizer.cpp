@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "alpaca/util/error.h"
@@ -81,10 +82,26 @@ fs::path tokenizer_file(const fs::path& path, bool is_dir, bool use_fast) {
   return has_json && (use_fast || !has_model) ? path / "tokenizer.json" : path / "tokenizer.model";
 }
 
+// tokenizer_config.json's "*_token" keys with a string value other than the seven roles, in the
+// file's order (which `json` does not keep, hence the second, ordered parse).
+std::vector<std::pair<std::string, std::string>> model_specific_tokens(const fs::path& config_file) {
+  static const std::set<std::string> kRoles = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                               "pad_token", "cls_token", "mask_token"};
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!fs::exists(config_file)) return out;
+  const nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_file(config_file), nullptr, false);
+  if (!config.is_object()) return out;  // read_json_object reported it already
+  for (const auto& [key, value] : config.items())
+    if (key.size() > 6 && key.compare(key.size() - 6, 6, "_token") == 0 && !kRoles.count(key) && value.is_string() &&
+        !value.get<std::string>().empty())
+      out.emplace_back(key, value.get<std::string>());
+  return out;
+}
+
 // The backend for `file`; a tokenizer.json in a model directory is first rewritten by
 // transformers 5's class rule (a known tokenizer_class rebuilds the pipeline, tokenizer_class.h).
 std::unique_ptr<detail::Backend> make_backend(const fs::path& file, const fs::path& dir, bool is_dir,
-                                              const json& config) {
+                                              const json& config, const json& special_map) {
   if (file.extension() != ".json") {
     auto backend = detail::make_sentencepiece_backend(read_file(file), file.string());
     backend->source = file.string();
@@ -92,9 +109,15 @@ std::unique_ptr<detail::Backend> make_backend(const fs::path& file, const fs::pa
   }
   json doc = read_json_doc(file);
   detail::TokenizerClassInfo cls;
-  if (is_dir && doc.is_object() && doc.contains("model")) {
-    json model_config = fs::exists(dir / "config.json") ? read_json(dir / "config.json") : json::object();
-    cls = detail::apply_tokenizer_class(doc, config, model_config, file.string());
+  if (is_dir) {
+    detail::ConfigExtras extras = detail::config_extras(config, special_map, dir.string());
+    extras.model_specific = model_specific_tokens(dir / "tokenizer_config.json");
+    if (doc.is_object() && doc.contains("model")) {
+      json model_config = fs::exists(dir / "config.json") ? read_json(dir / "config.json") : json::object();
+      cls = detail::apply_tokenizer_class(doc, config, model_config, extras, file.string());
+    } else {  // HfTokenizer reports what the document lacks; the extras as TokenizersBackend takes them
+      cls = detail::apply_tokenizer_class(doc, json::object(), json::object(), extras, file.string());
+    }
   }
   return detail::make_tokenizers_backend(std::move(doc), file.string(), cls);
 }
@@ -157,7 +180,9 @@ void read_roles(detail::Backend& b, const json& config, const json& special_map,
   if (auto v = role("mask_token"); v && json_roles) r.mask = v->value_or("");
 }
 
-// additional_special_tokens / extra_special_tokens of both files.
+// additional_special_tokens / extra_special_tokens of both files, for the SentencePiece backend
+// (transformers 4.28.1's slow tokenizer). A tokenizer.json takes them through its class instead
+// (config_extras, apply_tokenizer_class): transformers 5 adds them after the roles.
 void add_extra_specials(detail::Backend& b, const json& config, const json& special_map, const fs::path& dir) {
   for (const json* src : {&config, &special_map}) {
     for (const char* key : {"additional_special_tokens", "extra_special_tokens"}) {
@@ -240,14 +265,17 @@ Tokenizer Tokenizer::load(const std::string& dir_or_file, bool use_fast) {
   const fs::path dir = is_dir ? path : path.parent_path();
   const fs::path file = tokenizer_file(path, is_dir, use_fast);
   const json config = is_dir ? read_json_object(dir / "tokenizer_config.json") : json::object();
+  const json special_map = is_dir ? read_json_object(dir / "special_tokens_map.json") : json::object();
   auto impl = std::make_unique<Impl>();
-  impl->backend = make_backend(file, dir, is_dir, config);
+  impl->backend = make_backend(file, dir, is_dir, config, special_map);
   detail::Backend& b = *impl->backend;
   if (is_dir) {
     add_tokens_with_ids(b, config, dir);
-    const json special_map = read_json_object(dir / "special_tokens_map.json");
-    read_roles(b, config, special_map, dir);
-    add_extra_specials(b, config, special_map, dir);
+    // transformers 5 reads special_tokens_map.json only for a config without added_tokens_decoder
+    // (from_pretrained's legacy branch); 4.28.1's slow tokenizer always does.
+    const bool legacy_map = !b.json_roles() || !config.contains("added_tokens_decoder");
+    read_roles(b, config, legacy_map ? special_map : json::object(), dir);
+    if (!b.json_roles()) add_extra_specials(b, config, special_map, dir);
     b.configure(config, dir);
   }
   b.register_special_tokens();

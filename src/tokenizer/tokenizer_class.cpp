@@ -275,7 +275,7 @@ void build_llama(json& doc, const json& config, const std::string& file, Tokeniz
 }
 
 // models/code_llama/tokenization_code_llama.py: LLaMA's pipeline with the unk in the BPE model,
-// a decoder that always strips one leading space, the FIM tokens as extra special tokens and
+// a decoder that always strips one leading space, the FIM tokens as model-specific special tokens and
 // add_bos_token=True passed explicitly (so update_post_processor always runs).
 void build_code_llama(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
   const bool add_prefix_space = flag(config, "add_prefix_space").value_or(true);
@@ -286,7 +286,7 @@ void build_code_llama(json& doc, const json& config, const std::string& file, To
            {"prefix_token", "\u2581<PRE>"}, {"middle_token", "\u2581<MID>"}, {"suffix_token", "\u2581<SUF>"},
            {"eot_token", "\u2581<EOT>"}, {"fill_token", "<FILL_ME>"}}) {
     const std::string t = role_kwarg(config, key, fallback);
-    if (!t.empty()) info->extra_specials.push_back(t);
+    if (!t.empty()) info->named_specials.push_back(t);  // "*_token" kwargs: whatever the config's extras
   }
   info->post = PostProcessorRule::kUpdate;
   info->add_bos = true;
@@ -379,8 +379,9 @@ void build_luke(json& doc, const json& config, const std::string& file, Tokenize
            {"entity_token_1", "<ent>"}, {"entity_token_2", "<ent2>"}, {"entity_unk_token", "[UNK]"},
            {"entity_pad_token", "[PAD]"}, {"entity_mask_token", "[MASK]"}, {"entity_mask2_token", "[MASK2]"}}) {
     const std::string t = role_kwarg(config, key, fallback);
-    if (!t.empty()) info->extra_specials.push_back(t);
+    if (!t.empty()) info->named_specials.push_back(t);
   }
+  info->extras_rule = ExtrasRule::kBoth;  // its extra_special_tokens: the config's two lists (+ its entity tokens, added already)
 }
 
 // models/blenderbot/tokenization_blenderbot.py: ByteLevel with add_prefix_space default true,
@@ -565,6 +566,7 @@ void add_sentinels(const json& config, const std::string& file, const char* cls,
     has_sentinels = has_sentinels || role_kwarg(json{{"t", t}}, "t", "").find("<extra_id_") != std::string::npos;
   if (!has_sentinels)
     for (int64_t i = 0; i < extra_ids.get<int64_t>(); ++i) info->extra_specials.push_back("<extra_id_" + std::to_string(i) + ">");
+  info->extras_rule = ExtrasRule::kAdditionalThenClass;
 }
 
 void build_t5(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
@@ -689,7 +691,7 @@ void build_dpr(json& doc, const json& config, const std::string& file, Tokenizer
 void build_splinter(json& doc, const json& config, const std::string& file, TokenizerClassInfo* info) {
   build_bert(doc, config, file, info);
   const std::string question = role_kwarg(config, "question_token", "[QUESTION]");
-  if (!question.empty()) info->extra_specials.push_back(question);
+  if (!question.empty()) info->named_specials.push_back(question);  // a "*_token" kwarg: right after the roles
 }
 
 // models/mpnet/tokenization_mpnet.py: Bert's pipeline with RoBERTa's roles (<mask> lstrip) and a
@@ -762,7 +764,7 @@ void build_camembert(json& doc, const json& config, const std::string& file, Tok
   set_unigram(doc, config, file, unk_id < 0 ? 0 : unk_id);
   set_sentencepiece_pipeline(doc, prefix_scheme(config));
   fairseq_roles(info);
-  if (!config_has(config, "additional_special_tokens")) info->extra_specials = {"<s>NOTUSED", "</s>NOTUSED", "<unk>NOTUSED"};
+  info->extra_specials = {"<s>NOTUSED", "</s>NOTUSED", "<unk>NOTUSED"};  // replaced by the config's list
   info->post = PostProcessorRule::kTemplate;
   info->prefix = {"@bos"}, info->suffix = {"@eos"};
   info->pair_doubles_suffix = true;
@@ -781,6 +783,7 @@ void build_mbart(json& doc, const json& config, const std::string& file, Tokeniz
                metaspace_split("always"));
   fairseq_roles(info);
   info->extra_specials.assign(std::begin(kCodes), std::end(kCodes));
+  info->extras_rule = ExtrasRule::kClassThenAdditional;
   info->post = PostProcessorRule::kTemplate;
   info->suffix = {"@eos", json_string_or(config, "src_lang", "en_XX")};
 }
@@ -806,6 +809,7 @@ void build_pegasus(json& doc, const json& config, const std::string& file, Token
     listed = listed || role_kwarg(json{{"t", t}}, "t", "") == sent;
   if (!sent.empty() && !listed) info->extra_specials.push_back(sent);
   for (int64_t i = 2; i < offset.get<int64_t>(); ++i) info->extra_specials.push_back("<unk_" + std::to_string(i) + ">");
+  info->extras_rule = ExtrasRule::kClassOnly;  // additional_special_tokens only decides on <mask_1>
   info->post = PostProcessorRule::kTemplate;
   info->suffix = {"@eos"};
 }
@@ -848,7 +852,7 @@ void build_xlnet(json& doc, const json& config, const std::string& file, Tokeniz
   doc["normalizer"] = normalizer;
   info->bos = "<s>", info->eos = "</s>", info->unk = "<unk>", info->sep = "<sep>", info->pad = "<pad>";
   info->cls = "<cls>", info->mask = "<mask>", info->mask_lstrip = true;
-  if (!config_has(config, "additional_special_tokens")) info->extra_specials = {"<eop>", "<eod>"};
+  info->extra_specials = {"<eop>", "<eod>"};  // replaced by the config's list
   info->post = PostProcessorRule::kTemplate;
   info->suffix = {"@sep", "@cls"};
 }
@@ -896,12 +900,13 @@ void build_mluke(json& doc, const json& config, const std::string& file, Tokeniz
   set_metaspace_pipeline(doc, sequence("normalizers", json::array({string_replace("``", "\""), string_replace("''", "\"")})),
                          "always");
   fairseq_roles(info);
-  info->extra_specials = {"\u2581" + role_kwarg(config, "entity_token_1", role_kwarg(config, "entity_1_token", "<ent>")),
+  info->named_specials = {"\u2581" + role_kwarg(config, "entity_token_1", role_kwarg(config, "entity_1_token", "<ent>")),
                           "\u2581" + role_kwarg(config, "entity_token_2", role_kwarg(config, "entity_2_token", "<ent2>"))};
   for (const auto& [key, fallback] : std::vector<std::pair<const char*, const char*>>{
            {"entity_unk_token", "[UNK]"}, {"entity_pad_token", "[PAD]"}, {"entity_mask_token", "[MASK]"},
            {"entity_mask2_token", "[MASK2]"}})
-    info->extra_specials.push_back(role_kwarg(config, key, fallback));
+    info->named_specials.push_back(role_kwarg(config, key, fallback));
+  info->extras_rule = ExtrasRule::kBoth;
   cls_sep_template(info, true);
   // Its second _post_init re-adds the mask as AddedToken(lstrip=True), over the file's entry.
   const std::string mask = role_kwarg(config, "mask_token", "<mask>");
@@ -921,6 +926,7 @@ void build_xglm(json& doc, const json& config, const std::string& file, Tokenize
   roberta_roles(info);
   info->mask = "";
   for (int i = 0; i < 7; ++i) info->extra_specials.push_back("<madeupword" + std::to_string(i) + ">");
+  info->extras_rule = ExtrasRule::kAdditionalThenClass;
   info->post = PostProcessorRule::kTemplate;
   info->prefix = {"@eos"};
 }
@@ -969,8 +975,8 @@ void build_nllb(json& doc, const json& config, const std::string& file, Tokenize
                                                : sequence("normalizers", json::array({precompiled, regex_replace(" {2,}", " ")})),
                          "always");
   fairseq_roles(info);
-  if (!config_has(config, "additional_special_tokens") && !config_has(config, "extra_special_tokens"))
-    info->extra_specials = words(kNllbCodes);
+  info->extra_specials = words(kNllbCodes);
+  info->extras_rule = ExtrasRule::kNamed;  // extra_special_tokens, else additional_special_tokens, else the codes
   const std::string src = json_string_or(config, "src_lang", "eng_Latn");
   info->post = PostProcessorRule::kTemplate;
   if (flag(config, "legacy_behaviour").value_or(false)) {
@@ -1047,6 +1053,7 @@ void build_mbart50(json& doc, const json& config, const std::string& file, Token
   fairseq_roles(info);
   info->bos = "";
   info->extra_specials = codes;
+  info->extras_rule = ExtrasRule::kAdditionalThenClass;
   info->post = PostProcessorRule::kTemplate;
   info->prefix = {src}, info->suffix = {"@eos"};
 }
@@ -1093,7 +1100,8 @@ void build_esmc(json& doc, const json& config, const std::string& file, Tokenize
   if (info->bos->empty()) info->bos = role_kwarg(config, "cls_token", "<cls>");
   info->sep = "";
   const std::string chain_break = role_kwarg(config, "chain_break_token", "|");
-  if (!chain_break.empty()) info->extra_specials.push_back(chain_break);
+  if (!chain_break.empty()) info->named_specials.push_back(chain_break);
+  info->extras_rule = ExtrasRule::kClassOnly;  // it passes extra_special_tokens itself: additional is dropped
   info->post = PostProcessorRule::kTemplate;
   info->prefix = {"@cls"}, info->suffix = {"@eos"};
 }
@@ -1260,16 +1268,63 @@ std::string resolve_class(const json& doc, const json& config, const json& model
   return registered.empty() ? "TokenizersBackend" : canonical(registered);
 }
 
-}  // namespace
+// Python's truth value of a kwarg read from JSON (None, [], {}, "", false, 0 are false).
+bool truthy(const json& v) {
+  return !(v.is_null() || (v.is_array() && v.empty()) || (v.is_object() && v.empty()) ||
+           (v.is_string() && v.get<std::string>().empty()) || v == json(false) || v == json(0));
+}
 
-TokenizerClassInfo apply_tokenizer_class(json& doc, const json& config, const json& model_config,
-                                         const std::string& file) {
-  TokenizerClassInfo info;
-  info.name = resolve_class(doc, config, model_config);
-  if (info.name == "TokenizersBackend") return info;
+// A list of special tokens (strings or AddedToken objects) as the class receives it.
+std::vector<std::string> token_list(const json& v, const char* key, const std::string& dir) {
+  ALPACA_CHECK(v.is_array(), key << " in the tokenizer files of " << dir
+                                 << " must be a list of tokens (strings or AddedToken objects); fix it or remove it");
+  std::vector<std::string> out;
+  for (const json& t : v) {
+    const std::string s = role_kwarg(json{{"t", t}}, "t", "");
+    ALPACA_CHECK(!s.empty(), key << " in the tokenizer files of " << dir << " holds " << t.dump()
+                                 << ", which is not a token (a non-empty string or an AddedToken object)");
+    out.push_back(s);
+  }
+  return out;
+}
+
+// The final extra special tokens: the class's own (info.extra_specials) and the config's, combined
+// as the class's __init__ and PreTrainedTokenizerBase.__init__ do (see ExtrasRule).
+std::vector<std::string> resolve_extras(const TokenizerClassInfo& info, const ConfigExtras& k) {
+  const std::vector<std::string> none;
+  const std::vector<std::string>& own = info.extra_specials;
+  const std::vector<std::string>& add = k.additional ? *k.additional : none;
+  auto cat = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  if (info.extras_rule == ExtrasRule::kNamed) return k.extra && !k.extra_null ? *k.extra : k.additional ? add : own;
+  if (info.extras_rule == ExtrasRule::kBoth) return cat(k.extra.value_or(none), add);
+  if (k.extra) return *k.extra;  // the base __init__ takes it over the class's additional_special_tokens
+  if (!k.additional) return own;
+  switch (info.extras_rule) {
+    case ExtrasRule::kAdditionalThenClass: return cat(add, own);
+    case ExtrasRule::kClassThenAdditional: return cat(own, add);
+    case ExtrasRule::kClassOnly: return own;
+    default: return add;
+  }
+}
+
+// tokenizer_config.json as the class's __init__ sees it: additional_special_tokens is the kwarg
+// from_pretrained leaves (absent when it became extra_special_tokens).
+json class_kwargs(const json& config, const ConfigExtras& extras) {
+  json kw = config.is_object() ? config : json::object();
+  kw.erase("additional_special_tokens");
+  kw.erase("extra_special_tokens");
+  if (extras.additional) kw["additional_special_tokens"] = *extras.additional;
+  return kw;
+}
+
+void apply_class(json& doc, const json& config, const std::string& file, TokenizerClassInfo* out) {
+  TokenizerClassInfo& info = *out;
   if (auto parent = inherited_init_classes().find(info.name); parent != inherited_init_classes().end()) {
     parent->second(&info);  // the parent's roles and post-processor rule; the file's pipeline stays
-    return info;
+    return;
   }
   info.rebuilt = true;
   auto it = builders().find(info.name);
@@ -1282,6 +1337,57 @@ TokenizerClassInfo apply_tokenizer_class(json& doc, const json& config, const js
                                      "\"PreTrainedTokenizerFast\" in tokenizer_config.json if the file's own "
                                      "pipeline is the one you want");
   it->second(doc, config, file, &info);
+}
+
+}  // namespace
+
+ConfigExtras config_extras(const json& config, const json& special_map, const std::string& dir) {
+  static const char* kAdd = "additional_special_tokens";
+  static const char* kExtra = "extra_special_tokens";
+  json kw = json::object();  // the two kwargs as from_pretrained leaves them
+  for (const char* key : {kAdd, kExtra})
+    if (config.is_object() && config.contains(key)) kw[key] = config[key];
+  if (kw.contains(kAdd) && !truthy(kw.value(kExtra, json()))) kw[kExtra] = kw[kAdd], kw.erase(kAdd);
+  if (kw.contains(kExtra) && kw[kExtra].is_object()) kw.erase(kExtra);  // a role map: model-specific tokens
+  if (config.is_object() && !config.contains("added_tokens_decoder") && special_map.is_object()) {
+    if (special_map.contains(kExtra) && special_map[kExtra].is_array()) {
+      json merged = kw.value(kExtra, json()).is_array() ? kw[kExtra] : json::array();
+      for (const json& t : special_map[kExtra])
+        if (std::find(merged.begin(), merged.end(), t) == merged.end()) merged.push_back(t);
+      kw[kExtra] = merged;
+    } else if (special_map.contains(kExtra)) {
+      kw.erase(kExtra);  // a role map (or None) replaces the list
+    }
+    if (special_map.contains(kAdd)) kw[kAdd] = special_map[kAdd];
+  }
+  ConfigExtras out;
+  if (kw.contains(kExtra)) {
+    out.extra_null = kw[kExtra].is_null();
+    out.extra = out.extra_null ? std::vector<std::string>() : token_list(kw[kExtra], kExtra, dir);
+  }
+  if (kw.contains(kAdd) && !kw[kAdd].is_null()) out.additional = token_list(kw[kAdd], kAdd, dir);
+  return out;
+}
+
+TokenizerClassInfo apply_tokenizer_class(json& doc, const json& config, const json& model_config,
+                                         const ConfigExtras& extras, const std::string& file) {
+  TokenizerClassInfo info;
+  info.name = resolve_class(doc, config, model_config);
+  if (info.name != "TokenizersBackend") apply_class(doc, class_kwargs(config, extras), file, &info);
+  // The config's model-specific tokens follow the class's own "*_token" kwargs; a key the class
+  // passes itself keeps the class's place (a dict merge), and its builder already read the value.
+  static const std::map<std::string, std::set<std::string>> kClassKeys = {
+      {"CodeLlamaTokenizer", {"prefix_token", "middle_token", "suffix_token", "eot_token", "fill_token"}},
+      {"LukeTokenizer", {"entity_1_token", "entity_2_token", "entity_unk_token", "entity_pad_token", "entity_mask_token",
+                         "entity_mask2_token"}},
+      {"MLukeTokenizer", {"entity_1_token", "entity_2_token", "entity_unk_token", "entity_pad_token", "entity_mask_token",
+                          "entity_mask2_token"}},
+      {"SplinterTokenizer", {"question_token"}},
+      {"EsmcTokenizer", {"chain_break_token"}}};
+  const auto own = kClassKeys.find(info.name);
+  for (const auto& [key, token] : extras.model_specific)
+    if (own == kClassKeys.end() || !own->second.count(key)) info.named_specials.push_back(token);
+  info.extra_specials = resolve_extras(info, extras);
   return info;
 }
 

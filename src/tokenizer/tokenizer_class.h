@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace alpaca::tokenizer::detail {
@@ -30,13 +31,44 @@ enum class PostProcessorRule {
   kTemplate,  // a fixed "<prefix...> $A <suffix...>" (RobertaProcessing, Whisper's prefix tokens)
 };
 
+// How the class's __init__ combines its own extra special tokens (`extra_specials`) with the
+// extra_special_tokens / additional_special_tokens kwargs from_pretrained hands it (ConfigExtras):
+// when the extra_special_tokens kwarg is there, TokenizersBackend's base __init__ takes it and
+// drops whatever list the class passed as additional_special_tokens (kNamed and kBoth excepted).
+enum class ExtrasRule {
+  kAdditional,           // the additional_special_tokens kwarg, else the class's (TokenizersBackend, Camembert, XLNet, ...)
+  kAdditionalThenClass,  // additional + the class's (T5, Lasr, VideoPrism, CodeLlama, MBart50, XGLM)
+  kClassThenAdditional,  // the class's + additional (MBart)
+  kClassOnly,            // the class's; additional is ignored (Pegasus decides from it itself; Esmc)
+  kNamed,                // extra_special_tokens if not None, else additional if not None, else the class's (Nllb)
+  kBoth,                 // extra + additional (Luke, MLuke: their own tokens are named_specials)
+};
+
+// The extra special-token lists from_pretrained passes the class (tokenization_utils_base.py):
+// tokenizer_config.json's additional_special_tokens becomes the extra_special_tokens kwarg unless
+// extra_special_tokens is given and non-empty; special_tokens_map.json (read only when the config
+// has no added_tokens_decoder) extends extra_special_tokens and replaces additional_special_tokens.
+struct ConfigExtras {
+  std::optional<std::vector<std::string>> extra, additional;  // nullopt: the kwarg is not passed
+  bool extra_null = false;                                    // extra_special_tokens is passed as None
+  // tokenizer_config.json's other "*_token" string keys (not the seven roles), in the file's order:
+  // from_pretrained makes each a model-specific special token (tokenization_utils_base.py 1846-1854).
+  std::vector<std::pair<std::string, std::string>> model_specific;
+};
+
 struct TokenizerClassInfo {
   std::string name;      // the class AutoTokenizer instantiates ("TokenizersBackend" = as is)
   bool rebuilt = false;  // the class built normalizer/pre-tokenizer/decoder itself
   // The class's __init__ defaults for roles the tokenizer files do not name ("" = None).
   std::optional<std::string> unk, bos, eos, pad, sep, cls, mask;
   bool mask_lstrip = false;                 // the mask token is AddedToken(lstrip=True)
-  std::vector<std::string> extra_specials;  // extra special tokens the class always adds
+  // Tokens the class passes as model-specific "*_token" kwargs (Luke's entity tokens, Esmc's chain
+  // break): TokenizersBackend adds them right after the roles, before the extra special tokens.
+  std::vector<std::string> named_specials;
+  // The class's own extra special tokens; after apply_tokenizer_class, the final list (combined
+  // with the config's by `extras_rule`) that TokenizersBackend adds after the roles.
+  std::vector<std::string> extra_specials;
+  ExtrasRule extras_rule = ExtrasRule::kAdditional;
   PostProcessorRule post = PostProcessorRule::kFile;
   bool add_bos = false, add_eos = false;    // update_post_processor's flags (CodeLlama: add_bos)
   // kTemplate: tokens before / after $A; "@cls", "@sep", "@bos", "@eos" name a role ("@cls#0":
@@ -64,12 +96,16 @@ nlohmann::json class_post_processor(const TokenizerClassInfo& info, bool file_ha
                                     const std::function<std::optional<int64_t>(const std::string&)>& lookup);
 
 // `config`: tokenizer_config.json (or {}); `model_config`: config.json beside it (or {});
-// `file` names the tokenizer.json in errors. Throws alpaca::Error for a class transformers 5
+// `extras`: the extra special-token kwargs (config_extras); `file` names the tokenizer.json in errors. Throws alpaca::Error for a class transformers 5
 // rebuilds but this reimplementation does not (naming the class, its model type or the missing
 // component, the file and the way out).
 TokenizerClassInfo apply_tokenizer_class(nlohmann::json& doc, const nlohmann::json& config,
-                                         const nlohmann::json& model_config,
+                                         const nlohmann::json& model_config, const ConfigExtras& extras,
                                          const std::string& file);
+
+// The ConfigExtras of a model directory's tokenizer_config.json and special_tokens_map.json (each an
+// object, maybe empty); `dir` names them in errors.
+ConfigExtras config_extras(const nlohmann::json& config, const nlohmann::json& special_map, const std::string& dir);
 
 // TokenizersBackend.update_post_processor: "<bos>:0 $A:0 <eos>:0" with the flags' tokens (an
 // empty string = the flag is off). `ids` are their ids. Used when tokenizer_config.json names

@@ -52,15 +52,29 @@ class TokenizersBackend final : public Backend {
     return got;
   }
 
-  // A tokenizer.json may lack roles (LLaMA-3 has no unk and no pad): add those it names, in
-  // transformers' SPECIAL_TOKENS_ATTRIBUTES order, then the class's extra ones.
+  // TokenizersBackend.__init__ (tokenization_utils_tokenizers.py): after the file's added tokens,
+  // the special-token map's values not yet added, in its order (the roles as
+  // SPECIAL_TOKENS_ATTRIBUTES lists them, then the class's model-specific "*_token" kwargs), then
+  // the extra special tokens (the class's and the config's, combined by apply_tokenizer_class). A
+  // token in the vocabulary keeps its id; a token new to it takes the next one; a repeat is skipped.
   void register_special_tokens() override {
     for (const std::string* t : {&roles.bos, &roles.eos, &roles.unk, &roles.sep})
       if (!t->empty()) add(*t, true);
     if (roles.pad && !roles.pad->empty()) add(*roles.pad, true);
     if (!roles.cls.empty()) add(roles.cls, true);
-    if (!roles.mask.empty()) hf_->add_token(roles.mask, true, cls_.mask_lstrip);  // Blenderbot: lstrip
-    for (const auto& t : cls_.extra_specials) add(t, true);
+    // The class's AddedToken(mask, lstrip=True) (Blenderbot, the fairseq classes). New here and
+    // repeated as a plain string among the extra tokens, both go to one add_tokens call, and the
+    // crate keeps the later one's flags: no lstrip.
+    const bool mask_new = !roles.mask.empty() && !lookup_added(roles.mask);
+    if (!roles.mask.empty()) hf_->add_token(roles.mask, true, cls_.mask_lstrip);
+    for (const auto& t : cls_.named_specials) add(t, true);
+    for (const auto& t : cls_.extra_specials) hf_->add_token(t, true, false, mask_new && cls_.mask_lstrip && t == roles.mask);
+  }
+
+  bool lookup_added(const std::string& content) const {
+    for (const AddedToken& t : hf_->added_tokens())
+      if (t.content == content) return true;
+    return false;
   }
 
   // The post-processor TokenizersBackend.__init__ and the class's own __init__ leave (see

@@ -15,6 +15,9 @@ the first --records Alpaca records as train.py builds them: prompt + output + th
 decodes of the former with and without skip_special_tokens, the roles, len() and the pipeline it
 built. --out/reference.json lists the texts and the cases; --out/classes.json every class
 transformers 5 rebuilds with its model type (Unigram, WordPiece, BPE).
+EXTRAS_CASES add tokenizer_config.json's additional_special_tokens / extra_special_tokens (absent from
+the vocabulary, present in it, a role token, a repeat; special_tokens_map.json's too) and src_lang /
+tgt_lang, on EXTRAS_EDGE + the edge texts + the first EXTRAS_RECORDS records.
 """
 import argparse
 import json
@@ -33,6 +36,9 @@ L2, SM = "llama2", "smollm2"
 UT5, UXLMR, WP = "unigram_t5", "unigram_xlmr", "wordpiece"
 # MBart50's own tokenizer.json (its rebuilt vocabulary, with the language codes), saved by transformers.
 M50 = "mbart50_saved"
+# LLaMA-2's and SmolLM2's files cut to their first SMALL_BPE ids (and the merges among them): the
+# EXTRAS_CASES' BPE base, which transformers loads in a tenth of the time.
+L2S, SMS, SMALL_BPE = "llama2_small", "smollm2_small", 4000
 # (case, base, tokenizer_config.json)
 CASES = [
     ("llama", L2, {"tokenizer_class": "LlamaTokenizer"}),
@@ -150,6 +156,72 @@ CASES = [
     ("markuplm", SM, {"tokenizer_class": "MarkupLMTokenizer", "tags_dict": {"html": 0, "body": 1}}),
     ("markuplm_prefix", SM, {"tokenizer_class": "MarkupLMTokenizerFast", "tags_dict": {}, "add_prefix_space": True}),
 ]
+
+
+def _extras(present, role):
+    """additional_special_tokens of a case: two tokens absent from the vocabulary, one present in it,
+    one role token, and a repeat."""
+    return ["<newA>", present, role, "<newB>", "<newA>"]
+
+
+# tokenizer_config.json's additional_special_tokens / extra_special_tokens (and special_tokens_map.json's,
+# under "__special_tokens_map__") against each class's own extra tokens and roles, and src_lang /
+# tgt_lang: run on EXTRAS_EDGE + the edge texts + the first EXTRAS_RECORDS records only (cheap).
+EXTRAS_CASES = [
+    ("llama_extras", L2S, {"tokenizer_class": "LlamaTokenizer", "additional_special_tokens": _extras("the", "</s>")}),
+    ("llama_extra_key", L2S, {"tokenizer_class": "LlamaTokenizerFast", "extra_special_tokens": ["<newB>", "<newA>", "<s>"]}),
+    ("llama_special_map", L2S, {"tokenizer_class": "LlamaTokenizer", "additional_special_tokens": ["<newA>"],
+                               "pad_token": "<unk>",
+                               "__special_tokens_map__": {"additional_special_tokens": ["<newC>"], "pad_token": "<newP>",
+                                                          "extra_special_tokens": ["<newB>", "<newA>"]}}),
+    # With added_tokens_decoder, transformers 5 does not read special_tokens_map.json (its roles either).
+    ("llama_special_map_ignored", L2S, {"tokenizer_class": "LlamaTokenizer", "eos_token": "</s>", "pad_token": "<unk>",
+                                       "added_tokens_decoder": {"2": {"content": "</s>", "special": True}},
+                                       "__special_tokens_map__": {"eos_token": "<s>", "pad_token": "<newP>",
+                                                                  "additional_special_tokens": ["<newC>"]}}),
+    ("gpt2_extras", SMS, {"tokenizer_class": "GPT2Tokenizer", "additional_special_tokens": _extras("the", "<|endoftext|>")}),
+    ("qwen2_extras", SMS, {"tokenizer_class": "Qwen2Tokenizer", "additional_special_tokens": _extras("the", "<|endoftext|>")}),
+    ("fast_extras", SMS, {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<pad>",
+                         "additional_special_tokens": _extras("the", "<pad>")}),
+    ("bert_extras", WP, {"tokenizer_class": "BertTokenizer", "additional_special_tokens": _extras("hello", "[MASK]")}),
+    ("t5_extras", UT5, {"tokenizer_class": "T5Tokenizer", "additional_special_tokens": _extras("Hello", "<pad>")}),
+    ("t5_special_map", UT5, {"tokenizer_class": "T5Tokenizer", "extra_ids": 3,
+                             "__special_tokens_map__": {"additional_special_tokens": ["<newA>", "</s>"]}}),
+    ("nllb_extras", L2S, {"tokenizer_class": "NllbTokenizer", "additional_special_tokens": _extras("the", "<mask>")}),
+    ("nllb_both_keys", L2S, {"tokenizer_class": "NllbTokenizerFast", "src_lang": "fra_Latn",
+                            "additional_special_tokens": ["<newA>", "fra_Latn"], "extra_special_tokens": ["<newB>"]}),
+    ("mbart_extras", UXLMR, {"tokenizer_class": "MBartTokenizer", "additional_special_tokens": _extras("Hello", "<mask>")}),
+    ("mbart50_extras", UT5, {"tokenizer_class": "MBart50Tokenizer", "additional_special_tokens": _extras("Hello", "<mask>")}),
+    ("mbart50_codes_extras", M50, {"tokenizer_class": "MBart50Tokenizer", "src_lang": "de_DE",
+                                   "additional_special_tokens": _extras("Hello", "<mask>")}),
+    ("seamless_m4t_extras", L2S, {"tokenizer_class": "SeamlessM4TTokenizer", "src_lang": "deu",
+                                 "additional_special_tokens": _extras("the", "<pad>") + ["__deu__"]}),
+    ("code_llama_extras", L2S, {"tokenizer_class": "CodeLlamaTokenizer", "additional_special_tokens": _extras("the", "</s>")}),
+    ("xglm_extras", UXLMR, {"tokenizer_class": "XGLMTokenizer", "additional_special_tokens": _extras("Hello", "<madeupword1>")}),
+    ("pegasus_extras", UT5, {"tokenizer_class": "PegasusTokenizer", "offset": 4, "additional_special_tokens": _extras("Hello", "<mask_1>")}),
+    ("camembert_extras", UXLMR, {"tokenizer_class": "CamembertTokenizer", "extra_special_tokens": _extras("Hello", "<s>NOTUSED")}),
+    ("luke_extras", SMS, {"tokenizer_class": "LukeTokenizer", "additional_special_tokens": _extras("the", "<ent>")}),
+    ("esmc_extras", L2S, {"tokenizer_class": "EsmcTokenizer", "additional_special_tokens": _extras("A", "|")}),
+    # The config's other "*_token" keys become special tokens after the roles, in the file's order
+    # (one the class takes itself keeps the class's place).
+    ("llama_token_keys", L2S, {"tokenizer_class": "LlamaTokenizer", "fill_token": "<FILL>", "abc_token": "<ABC>",
+                               "eot_token": "</s>", "additional_special_tokens": ["<newA>"]}),
+    ("code_llama_token_keys", L2S, {"tokenizer_class": "CodeLlamaTokenizer", "zzz_token": "<Z>", "prefix_token": "<P>",
+                                    "additional_special_tokens": ["<newA>"]}),
+    # src_lang with tgt_lang (which only a text_target call would use).
+    ("nllb_langs", L2S, {"tokenizer_class": "NllbTokenizer", "src_lang": "deu_Latn", "tgt_lang": "fra_Latn"}),
+    ("nllb_langs_legacy", L2S, {"tokenizer_class": "NllbTokenizer", "src_lang": "deu_Latn", "tgt_lang": "fra_Latn",
+                               "legacy_behaviour": True}),
+    ("mbart_langs", UXLMR, {"tokenizer_class": "MBartTokenizer", "src_lang": "de_DE", "tgt_lang": "ro_RO"}),
+    ("mbart50_langs", UT5, {"tokenizer_class": "MBart50Tokenizer", "src_lang": "de_DE", "tgt_lang": "ro_RO"}),
+    ("seamless_m4t_tgt", L2S, {"tokenizer_class": "SeamlessM4TTokenizer", "src_lang": "fra", "tgt_lang": "deu",
+                              "additional_special_tokens": ["__deu__", "__fra__"]}),
+]
+EXTRAS_EDGE = ["<newA> en_XX hi", "a<newA>b<newB>c <newC>", "Hello <newB> world Hello", "say hello, Hello! the theme: there, the end",
+               "<extra_id_0> <mask_1> <unk_2> <madeupword0> <eop> <s>NOTUSED", "\u2581<PRE> <FILL_ME> x <ent> | A",
+               "eng_Latn fra_Latn deu_Latn __eng__ __fra__ __deu__ de_DE ro_RO hi", "x<FILL>y <ABC> <P> <Z> z"]
+EXTRAS_RECORDS = 20
+
 # Classes transformers 5 rebuilds but cannot tokenize a plain text with (tokenizer_class.cpp refuses
 # them; the test checks that its message carries the exception recorded here), with a base file.
 CANNOT = [("LayoutXLMTokenizer", UT5), ("UdopTokenizer", UT5), ("LayoutLMv2Tokenizer", WP),
@@ -214,7 +286,23 @@ def make_bases(out):
     bases = {L2: os.path.join(out, "llama2_saved/tokenizer.json"), SM: os.path.join(smollm2, "tokenizer.json")}
     bases.update(make_model_bases(out))
     bases[M50] = mbart50_saved(out, bases[UT5])
+    bases[L2S] = small_bpe(bases[L2], os.path.join(out, L2S + ".json"))
+    bases[SMS] = small_bpe(bases[SM], os.path.join(out, SMS + ".json"))
     return bases
+
+
+def small_bpe(src, dst):
+    """The BPE file `src` cut to its first SMALL_BPE ids and the merges whose parts and result remain."""
+    with open(src) as f:
+        doc = json.load(f)
+    model = doc["model"]
+    model["vocab"] = {t: i for t, i in model["vocab"].items() if i < SMALL_BPE}
+    pairs = [m.split(" ", 1) if isinstance(m, str) else m for m in model["merges"]]
+    model["merges"] = [m for m in pairs if m[0] in model["vocab"] and m[1] in model["vocab"] and m[0] + m[1] in model["vocab"]]
+    doc["added_tokens"] = [t for t in doc["added_tokens"] if t["id"] < SMALL_BPE]
+    with open(dst, "w") as f:
+        json.dump(doc, f, ensure_ascii=False)
+    return dst
 
 
 def mbart50_saved(out, unigram):
@@ -379,15 +467,27 @@ def main():
     bases = make_bases(os.path.join(args.out, "bases"))
     reference = {"edge": len(edge), "records": len(records), "cases": {}}
     only = set(filter(None, args.cases.split(",")))
-    for name, base, config in CASES:
+    def extras_texts_for(eos):
+        return EXTRAS_EDGE + texts_for(eos)[: len(edge) + EXTRAS_RECORDS]
+
+    for name, base, config, case_texts in [c + (texts_for,) for c in CASES] + [c + (extras_texts_for,) for c in EXTRAS_CASES]:
         if only and name not in only:
             continue
+        config = dict(config)
         d = os.path.join(args.out, "cases", name)
         os.makedirs(d)
         shutil.copy(bases[base], os.path.join(d, "tokenizer.json"))
+        if "__special_tokens_map__" in config:
+            with open(os.path.join(d, "special_tokens_map.json"), "w") as f:
+                json.dump(config.pop("__special_tokens_map__"), f)
         with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
             json.dump(config, f)
-        texts, ref = case_reference(d, texts_for)
+        for key in ("additional_special_tokens", "extra_special_tokens"):  # _extras' second token is in the vocabulary
+            if len(config.get(key) or []) == 5 and config[key][0] == "<newA>" and "Esmc" not in config["tokenizer_class"]:
+                with open(bases[base]) as f:
+                    vocab = json.load(f)["model"]["vocab"]  # BPE/WordPiece: {token: id}; Unigram: [[piece, score]]
+                assert config[key][1] in (vocab if isinstance(vocab, dict) else {p[0] for p in vocab}), (name, config[key])
+        texts, ref = case_reference(d, case_texts)
         ref.update({"base": base, "config": config, "texts": texts})
         with open(os.path.join(args.out, "cases", name + ".json"), "w") as f:
             json.dump(ref, f, ensure_ascii=False)
@@ -403,7 +503,8 @@ def main():
     with open(os.path.join(args.out, "cannot_tokenize.json"), "w") as f:
         json.dump(cannot_tokenize(bases, os.path.join(args.out, "bases")), f, indent=1)
     n_classes = len({c["class"] for c in reference["cases"].values()})
-    print(f"{len(reference['cases'])} files x {len(edge)} edge texts + {len(records)} records, {n_classes} classes")
+    print(f"{len(reference['cases'])} files x {len(edge)} edge texts + {len(records)} records (EXTRAS_CASES: "
+          f"{len(EXTRAS_EDGE)} + {len(edge)} edge texts + {EXTRAS_RECORDS} records), {n_classes} classes")
 
 
 if __name__ == "__main__":
