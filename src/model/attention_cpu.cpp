@@ -249,21 +249,9 @@ struct AttnKernels {
   const AttnKernels kernels{softmax_rows, softmax_grad_rows, dot, store_rows};                                        \
   }
 
-ALPACA_ATTN_KERNELS(isa_base, )
-#if ALPACA_FUSED_X86
-ALPACA_ATTN_KERNELS(isa_avx2, __attribute__((target("avx2"))))
-ALPACA_ATTN_KERNELS(isa_avx512, __attribute__((target("avx512f,avx512bw"))))
-#endif
+ALPACA_FOR_EACH_CPU_ISA(ALPACA_ATTN_KERNELS)
 
-const AttnKernels& attn_kernels() {
-  switch (fused_cpu_isa()) {
-#if ALPACA_FUSED_X86
-    case FusedCpuIsa::kAvx512: return isa_avx512::kernels;
-    case FusedCpuIsa::kAvx2: return isa_avx2::kernels;
-#endif
-    default: return isa_base::kernels;
-  }
-}
+const AttnKernels& attn_kernels() { return ALPACA_ISA_KERNELS(static_cast<int>(fused_cpu_isa())); }
 
 // dst = bf16(src (* row_scale)), rows x cols (store_rows_impl), in this CPU's variant.
 void store_bf16(const float* src, int64_t lds, int64_t rows, int64_t cols, u16* dst, int64_t ldd,

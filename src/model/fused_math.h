@@ -14,6 +14,22 @@
 #endif
 #define ALPACA_INLINE inline __attribute__((always_inline))
 
+// Instantiates KERNELS(namespace, attribute) once per instruction set the row loops are compiled for
+// (one source, auto-vectorised per target): isa_base (baseline x86-64, or any other CPU), isa_avx2 and
+// isa_avx512 (F+BW). Off x86 the latter two are baseline copies, so the pick below compiles anywhere.
+#if ALPACA_FUSED_X86
+#define ALPACA_FOR_EACH_CPU_ISA(KERNELS)                 \
+  KERNELS(isa_base, )                                    \
+  KERNELS(isa_avx2, __attribute__((target("avx2"))))     \
+  KERNELS(isa_avx512, __attribute__((target("avx512f,avx512bw"))))
+#else
+#define ALPACA_FOR_EACH_CPU_ISA(KERNELS) KERNELS(isa_base, ) KERNELS(isa_avx2, ) KERNELS(isa_avx512, )
+#endif
+// The `kernels` table ALPACA_FOR_EACH_CPU_ISA made for instruction set `isa` (FusedCpuIsa's value:
+// 0 baseline, 1 AVX2, 2 AVX-512), in the namespace this is used from.
+#define ALPACA_ISA_KERNELS(isa) \
+  ((isa) == 2 ? isa_avx512::kernels : (isa) == 1 ? isa_avx2::kernels : isa_base::kernels)
+
 namespace alpaca::model::fused {
 
 using u16 = uint16_t;

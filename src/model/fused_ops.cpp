@@ -117,26 +117,14 @@ struct RowKernels {
                            rope_backward_row, silu_mul_rows, silu_mul_backward_rows};                             \
   }
 
-ALPACA_ROW_KERNELS(isa_base, )
-#if ALPACA_FUSED_X86
-ALPACA_ROW_KERNELS(isa_avx2, __attribute__((target("avx2"))))
-ALPACA_ROW_KERNELS(isa_avx512, __attribute__((target("avx512f,avx512bw"))))
-#endif
+ALPACA_FOR_EACH_CPU_ISA(ALPACA_ROW_KERNELS)
 
 std::atomic<int>& isa_slot() {
   static std::atomic<int> slot{static_cast<int>(best_fused_cpu_isa())};
   return slot;
 }
 
-const RowKernels& row_kernels() {
-  switch (static_cast<FusedCpuIsa>(isa_slot().load(std::memory_order_relaxed))) {
-#if ALPACA_FUSED_X86
-    case FusedCpuIsa::kAvx512: return isa_avx512::kernels;
-    case FusedCpuIsa::kAvx2: return isa_avx2::kernels;
-#endif
-    default: return isa_base::kernels;
-  }
-}
+const RowKernels& row_kernels() { return ALPACA_ISA_KERNELS(isa_slot().load(std::memory_order_relaxed)); }
 
 const u16* bits(const at::Tensor& t) { return reinterpret_cast<const u16*>(t.const_data_ptr<at::BFloat16>()); }
 u16* mbits(at::Tensor& t) { return reinterpret_cast<u16*>(t.mutable_data_ptr<at::BFloat16>()); }

@@ -73,21 +73,9 @@ struct LossRowKernels {
   const LossRowKernels kernels{row_max, row_sumexp, row_softmax};                                           \
   }
 
-ALPACA_LOSS_ROW_KERNELS(isa_base, )
-#if ALPACA_FUSED_X86
-ALPACA_LOSS_ROW_KERNELS(isa_avx2, __attribute__((target("avx2"))))
-ALPACA_LOSS_ROW_KERNELS(isa_avx512, __attribute__((target("avx512f,avx512bw"))))
-#endif
+ALPACA_FOR_EACH_CPU_ISA(ALPACA_LOSS_ROW_KERNELS)
 
-const LossRowKernels& loss_row_kernels() {
-  switch (fused_cpu_isa()) {
-#if ALPACA_FUSED_X86
-    case FusedCpuIsa::kAvx512: return isa_avx512::kernels;
-    case FusedCpuIsa::kAvx2: return isa_avx2::kernels;
-#endif
-    default: return isa_base::kernels;
-  }
-}
+const LossRowKernels& loss_row_kernels() { return ALPACA_ISA_KERNELS(static_cast<int>(fused_cpu_isa())); }
 
 }  // namespace
 
