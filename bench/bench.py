@@ -288,7 +288,9 @@ def model_num_parameters(model_dir: Path) -> int:
 def mfu_cpu(tokens_per_s, num_params: int, case: dict, peaks: dict):
     """6 N tokens/s over the per-core matmul peak times the cores the case runs on."""
     peak = peaks.get(case["dtype"])
-    if not tokens_per_s or not peak or not num_params:
+    # Below 10 GFLOP/s a core torch.matmul is no real GEMM in this dtype (bf16 on an AVX2-only CPU is a
+    # scalar loop): a ratio against it would read in the thousands of percent, so none is printed.
+    if not tokens_per_s or not peak or peak < 10e9 or not num_params:
         return None
     cores = min(case["ranks"] * case["threads"], os.cpu_count() or 1)
     return 6.0 * num_params * tokens_per_s / (peak * cores)
