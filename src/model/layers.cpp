@@ -89,14 +89,6 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg, const at::TensorO
   o_proj = register_module("o_proj", Linear(num_heads_ * head_dim_, d, cfg.o_proj_bias, options, init));
 }
 
-namespace {
-// (B, Hkv, T, Dh) -> (B, Hkv * n_rep, T, Dh), as transformers' repeat_kv.
-at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
-  if (n_rep == 1) return x;
-  const int64_t b = x.size(0), h = x.size(1), t = x.size(2), dh = x.size(3);
-  return x.unsqueeze(2).expand({b, h, n_rep, t, dh}).reshape({b, h * n_rep, t, dh});
-}
-}  // namespace
 
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x_btd, const LayerContext& ctx) const {
   const int64_t b = x_btd.size(0), t = x_btd.size(1);

@@ -99,14 +99,15 @@ bool bf16_gemm_via_fp32(const at::Tensor& a, const at::Tensor& b) {
          cpu_bf16_gemm() == CpuBf16Gemm::kFp32;
 }
 
+at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
+  if (n_rep == 1) return x;
+  const int64_t b = x.size(0), h = x.size(1), t = x.size(2), dh = x.size(3);
+  return x.unsqueeze(2).expand({b, h, n_rep, t, dh}).reshape({b, h * n_rep, t, dh});
+}
+
 namespace {
 
-// (B, Hkv, T, D) -> (B, Hkv * n_rep, T, D): query head h reads key/value head h / n_rep.
-at::Tensor repeat_heads(const at::Tensor& x, int64_t n_rep) {
-  if (n_rep == 1) return x;
-  return x.unsqueeze(2).expand({x.size(0), x.size(1), n_rep, x.size(2), x.size(3)}).reshape({x.size(0), -1, x.size(2), x.size(3)});
-}
-// The gradient of repeat_heads: the n_rep query heads of a key/value head summed (in fp32).
+// The gradient of repeat_kv: the n_rep query heads of a key/value head summed (in fp32).
 at::Tensor sum_heads(const at::Tensor& g, int64_t n_rep) {
   if (n_rep == 1) return g;
   return g.view({g.size(0), -1, n_rep, g.size(2), g.size(3)}).sum(2);
@@ -121,7 +122,7 @@ struct Fp32Attention : public torch::autograd::Function<Fp32Attention> {
     const int64_t n_rep = q.size(1) / k.size(1);
     const std::optional<at::Tensor> b = bias.numel() > 0 ? std::optional<at::Tensor>(bias) : std::nullopt;
     auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(
-        q.to(at::kFloat), repeat_heads(k.to(at::kFloat), n_rep), repeat_heads(v.to(at::kFloat), n_rep), 0.0, is_causal, b, scale);
+        q.to(at::kFloat), repeat_kv(k.to(at::kFloat), n_rep), repeat_kv(v.to(at::kFloat), n_rep), 0.0, is_causal, b, scale);
     ctx->save_for_backward({q, k, v, out, lse, bias});
     ctx->saved_data["causal"] = is_causal;
     ctx->saved_data["scale"] = scale;
@@ -134,8 +135,8 @@ struct Fp32Attention : public torch::autograd::Function<Fp32Attention> {
     const int64_t n_rep = q.size(1) / k.size(1);
     const std::optional<at::Tensor> b = bias.numel() > 0 ? std::optional<at::Tensor>(bias) : std::nullopt;
     auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-        grad_out[0].to(at::kFloat), q.to(at::kFloat), repeat_heads(k.to(at::kFloat), n_rep),
-        repeat_heads(v.to(at::kFloat), n_rep), s[3], s[4], 0.0, ctx->saved_data["causal"].toBool(), b,
+        grad_out[0].to(at::kFloat), q.to(at::kFloat), repeat_kv(k.to(at::kFloat), n_rep),
+        repeat_kv(v.to(at::kFloat), n_rep), s[3], s[4], 0.0, ctx->saved_data["causal"].toBool(), b,
         ctx->saved_data["scale"].toDouble());
     return {dq.to(at::kBFloat16), sum_heads(dk, n_rep).to(at::kBFloat16), sum_heads(dv, n_rep).to(at::kBFloat16),
             at::Tensor(), at::Tensor(), at::Tensor()};

@@ -38,6 +38,9 @@ bool bf16_gemm_via_fp32(const at::Tensor& a, const at::Tensor& b);
 // `allow_mask` a boolean (B, 1, T, K) mask (true = may attend) or undefined with `is_causal`.
 // ALPACA_CPU_ATTN=0 turns it off (fused_ops.h's cpu_attention_routes_on).
 bool bf16_attention_via_fp32(const at::Tensor& q);
+// (B, Hkv, T, D) -> (B, Hkv * n_rep, T, D), as transformers' repeat_kv: query head h reads key/value
+// head h / n_rep (SDPA with a mask and the fp32 route take GQA this way).
+at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep);
 at::Tensor attention_via_fp32(const at::Tensor& q_bhtd, const at::Tensor& k_bhtd, const at::Tensor& v_bhtd,
                               const at::Tensor& allow_mask, bool is_causal, double scale);
 
