@@ -13,7 +13,7 @@ echo "[test] build took $((t1 - t0)) s"
 # GPU tests need a GPU; everything else runs here. Multi-rank tests use mpirun with Open MPI's
 # root/oversubscribe settings from tests/CMakeLists.txt. Two tests at a time (ALPACA_TEST_JOBS):
 # the suite waits on processes, collectives and Python more than on the cores, and every test
-# passed under a load average of 7 (2026-12-03); the *_npN tests reserve both cores.
+# passed under a load average of 7 (2026-12-03); the *_npN tests with N > 1 reserve both cores.
 # ctest starts the longest tests first when it knows their times; a fresh build does not, and then
 # a 90 s test can start last. Seed its cost data from tests/ctest_costs.txt (a copy of a full run's).
 costs="$BUILD/Testing/Temporary/CTestCostData.txt"

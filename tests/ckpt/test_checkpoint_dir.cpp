@@ -10,6 +10,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -184,33 +185,42 @@ TEST(CheckpointDir, SortMovesBestToSecondToLast) {
   EXPECT_EQ(sorted[2].filename(), "checkpoint-100");
 }
 
-// Rotation: our rotate_checkpoints and transformers' on identical layouts leave identical sets.
+// Rotation: our rotate_checkpoints and transformers' on identical layouts leave identical sets
+// (every case's layout made first, then one Python start rotates all of transformers' copies).
 TEST(CheckpointDir, RotationMatchesTransformers) {
   struct Case {
     int limit;
     std::string best;
   };
-  for (const Case& c : {Case{2, ""}, Case{1, ""}, Case{3, ""}, Case{2, "checkpoint-2"}, Case{1, "checkpoint-3"},
-                        Case{0, ""}, Case{9, ""}}) {
-    TempDir ours("rot_ours"), theirs("rot_hf");
+  const std::vector<Case> cases = {Case{2, ""}, Case{1, ""}, Case{3, ""}, Case{2, "checkpoint-2"}, Case{1, "checkpoint-3"},
+                                   Case{0, ""}, Case{9, ""}};
+  TempDir ours("rot_ours"), theirs("rot_hf");
+  std::string cmd = alpaca::testing::python() + " " +
+                    (alpaca::testing::source_dir() / "tests/reference/train_ckpt_hf_check.py").string() + " rotate";
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const fs::path o = ours.path() / std::to_string(i), t = theirs.path() / std::to_string(i);
     for (int s = 1; s <= 5; ++s) {
-      save_checkpoint(ours.path(), s);
-      save_checkpoint(theirs.path(), s);
+      save_checkpoint(o, s);
+      save_checkpoint(t, s);
     }
-    const std::string best_ours = c.best.empty() ? "" : (ours.path() / c.best).string();
-    rotate_checkpoints(ours.path(), c.limit, best_ours, /*use_mtime=*/false);
-    std::string out;
-    const std::string cmd = alpaca::testing::python() + " " +
-                            (alpaca::testing::source_dir() / "tests/reference/train_ckpt_hf_check.py").string() +
-                            " rotate " + theirs.path().string() + " " + std::to_string(c.limit) + " " + c.best;
-    ASSERT_EQ(alpaca::testing::run_command(cmd, &out), 0) << out;
-    std::set<std::string> hf;
-    std::istringstream is(out);
-    for (std::string line; std::getline(is, line);)
-      if (!line.empty()) hf.insert(line);
-    EXPECT_EQ(names_in(ours.path()), hf) << "limit " << c.limit << " best '" << c.best << "'";
+    const Case& c = cases[i];
+    rotate_checkpoints(o, c.limit, c.best.empty() ? "" : (o / c.best).string(), /*use_mtime=*/false);
+    cmd += " " + t.string() + " " + std::to_string(c.limit) + " " + (c.best.empty() ? "-" : c.best);
+  }
+  std::string out;
+  ASSERT_EQ(alpaca::testing::run_command(cmd, &out), 0) << out;
+  std::vector<std::set<std::string>> hf(cases.size());
+  std::istringstream is(out);
+  for (std::string line; std::getline(is, line);) {
+    const fs::path p = line;
+    if (line.empty() || p.parent_path().parent_path() != theirs.path()) continue;  // not a listing line
+    hf.at(std::stoul(p.parent_path().filename().string())).insert(p.filename().string());
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    EXPECT_EQ(names_in(ours.path() / std::to_string(i)), hf[i]) << "limit " << c.limit << " best '" << c.best << "'";
     if (c.limit > 0 && c.best.empty()) {
-      EXPECT_EQ(names_in(ours.path()).size(), std::min<size_t>(c.limit, 5));
+      EXPECT_EQ(names_in(ours.path() / std::to_string(i)).size(), std::min<size_t>(c.limit, 5));
     }
   }
 }

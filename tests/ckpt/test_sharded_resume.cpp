@@ -107,6 +107,13 @@ void expect_no_staging(const fs::path& out) {
 
 #define SKIP_WITHOUT_FIXTURE() ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture)
 
+// The 2-rank run of 3 steps (its checkpoint-3 and exported model) that three tests start from:
+// run once, by whichever test comes first; a test that writes into its directory copies it.
+const SharedRun& three_step_run() {
+  static const SharedRun run("sharded_three_steps", [](const fs::path& out) { return args(out, 3, 2, 2); }, 2);
+  return run;
+}
+
 // Every test: skipped when the fixture was, a scratch directory named after the test, a log.
 class ShardedResume : public ::testing::Test {
  protected:
@@ -194,8 +201,8 @@ TEST_F(ShardedResume, GatheredCheckpointOfEarlierVersionsStillResumes) {
 }
 
 TEST_F(ShardedResume, ConsolidateAndTorchReadTheModelAsTheHfExport) {
-  const fs::path out = tmp.path() / "run";
-  ASSERT_EQ(run_trainer(args(out, 3, 2, 2), 2, &log), 0) << log;
+  const fs::path out = three_step_run().dir();
+  ASSERT_EQ(three_step_run().rc(), 0) << three_step_run().log();
   const fs::path ck = out / "checkpoint-3";
   ASSERT_EQ(run_command(train_bin() + " consolidate " + ck.string() + " " + (tmp.path() / "hf").string(), &log), 0) << log;
   const auto ours = weights(out / "model.safetensors"), cons = weights(tmp.path() / "hf" / "model.safetensors");
@@ -212,7 +219,8 @@ TEST_F(ShardedResume, ConsolidateAndTorchReadTheModelAsTheHfExport) {
 
 TEST_F(ShardedResume, OneRankDiskFullKeepsThePreviousCheckpoint) {
   const fs::path out = tmp.path() / "run";
-  ASSERT_EQ(run_trainer(args(out, 3, 2, 2), 2, &log), 0) << log;  // checkpoint-3
+  ASSERT_EQ(three_step_run().rc(), 0) << three_step_run().log();
+  fs::copy(three_step_run().dir(), out, fs::copy_options::recursive);  // checkpoint-3
   // Rank 1's writes fail as on a full disk at checkpoint-6 (a background save): reported, run stops.
   int rc = run_command(trainer_command(args(out, 9, 2, 2, "--resume_from_checkpoint True"), 2, "ckpt.fail_write_rank=1"), &log);
   EXPECT_NE(rc, 0) << log;
@@ -228,9 +236,8 @@ TEST_F(ShardedResume, OneRankDiskFullKeepsThePreviousCheckpoint) {
 }
 
 TEST_F(ShardedResume, FlippedByteAndMissingShardAreRefusedNamingTheFile) {
-  const fs::path out = tmp.path() / "run";
-  ASSERT_EQ(run_trainer(args(out, 3, 2, 2), 2, &log), 0) << log;
-  const fs::path good = out / "checkpoint-3";
+  ASSERT_EQ(three_step_run().rc(), 0) << three_step_run().log();
+  const fs::path good = three_step_run().dir() / "checkpoint-3";
   const std::string rank1_model = "sharded/shard-00002-model-00001-of-00003.safetensors";
   const std::string rank0_moment = "optimizer/exp_avg/shard-00001-exp_avg-00001-of-00003.safetensors";
   struct Case {

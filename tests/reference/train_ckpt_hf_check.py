@@ -1,7 +1,10 @@
 """Checks our checkpoint bookkeeping against transformers' own code (called by tests/ckpt).
 
-  rotate <dir> <limit> [best]   runs transformers.trainer_utils.rotate_checkpoints(use_mtime=False)
-                                on <dir> and prints the remaining checkpoint names, one per line
+  rotate <dir> <limit> <best|-> [<dir> <limit> <best|-> ...]
+                                runs transformers.trainer_utils.rotate_checkpoints(use_mtime=False)
+                                on each <dir> (best checkpoint name, or - for none) and prints what
+                                remains in it, one <dir>/<name> per line (one Python start for all
+                                the layouts: importing transformers is most of its time)
   state <trainer_state.json>    loads it with transformers.TrainerState.load_from_json and prints
                                 global_step, max_steps, len(log_history), the last log entry
 """
@@ -18,11 +21,15 @@ def main() -> int:
     if cmd == "rotate":
         from transformers.trainer_utils import rotate_checkpoints
 
-        out_dir, limit = sys.argv[2], int(sys.argv[3])
-        best = os.path.join(out_dir, sys.argv[4]) if len(sys.argv) > 4 else None
-        rotate_checkpoints(out_dir, save_total_limit=limit, best_model_checkpoint=best, use_mtime=False)
-        for name in sorted(os.listdir(out_dir)):
-            print(name)
+        args = sys.argv[2:]
+        if not args or len(args) % 3:
+            print("rotate needs <dir> <limit> <best|-> triples", file=sys.stderr)
+            return 2
+        for out_dir, limit, best in zip(args[0::3], args[1::3], args[2::3]):
+            best = None if best == "-" else os.path.join(out_dir, best)
+            rotate_checkpoints(out_dir, save_total_limit=int(limit), best_model_checkpoint=best, use_mtime=False)
+            for name in sorted(os.listdir(out_dir)):
+                print(os.path.join(out_dir, name))
         return 0
     if cmd == "state":
         from transformers import TrainerState

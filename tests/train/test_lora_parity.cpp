@@ -40,6 +40,13 @@ nlohmann::json reference() {
   return nlohmann::json::parse(f);
 }
 
+// The world-1 run (4 x 2, 20 steps) that World1MatchesPeftFor20Steps compares with peft and the
+// sweep compares worlds 2 and 4 with: run once, by whichever test comes first.
+const SharedRun& world1_run() {
+  static const SharedRun run("lora_w1", [](const fs::path& out) { return lora_args(out, 4, 2); }, 1);
+  return run;
+}
+
 #define SKIP_WITHOUT_FIXTURE() \
   if (fs::exists(kFixture / "SKIPPED")) GTEST_SKIP() << "reference fixture skipped (no shared data)"
 
@@ -66,11 +73,10 @@ TEST(LoraParity, OurInitialAdapterIsTheReferencesBitwise) {
 TEST(LoraParity, World1MatchesPeftFor20Steps) {
   SKIP_WITHOUT_FIXTURE();
   const auto ref = reference();
-  TempDir out("lora_w1");
-  std::string log;
-  ASSERT_EQ(run_trainer(lora_args(out.path(), 4, 2), 1, &log), 0) << log;
-  const auto steps = read_step_logs(out.path());
-  ASSERT_EQ(steps.size(), 20u) << log;
+  const SharedRun& w1 = world1_run();
+  ASSERT_EQ(w1.rc(), 0) << w1.log();
+  const auto steps = read_step_logs(w1.dir());
+  ASSERT_EQ(steps.size(), 20u) << w1.log();
   const auto [worst, worst_norm] = expect_steps_match(steps, read_reference_steps(kFixture / "reference.json"), "peft");
   // The run learned something (the comparison is not of two untrained models).
   EXPECT_LT(ref["losses"][19].get<double>(), ref["losses"][0].get<double>() - 0.03);
@@ -81,7 +87,7 @@ TEST(LoraParity, World1MatchesPeftFor20Steps) {
   // are peft's (the [PAD] logit barely moves the loss, so the loss alone could not tell trained
   // rows from frozen ones). lm_head's row moves ~1000x its initial size; embed_tokens' row gets no
   // gradient ([PAD] is only ever a masked input) and only decays, on both sides.
-  auto ours = io::SafetensorsFile::open((out.path() / "adapter_model.safetensors").string());
+  auto ours = io::SafetensorsFile::open((w1.dir() / "adapter_model.safetensors").string());
   auto peft = io::SafetensorsFile::open((kFixture / "tokens_final.safetensors").string());
   for (const char* name : {"lm_head.token_adapter.trainable_tokens_delta", "model.embed_tokens.token_adapter.trainable_tokens_delta"}) {
     const at::Tensor got = ours->tensor(std::string("base_model.model.") + name), want = peft->tensor(name);
@@ -101,11 +107,11 @@ TEST(LoraParity, World1MatchesPeftFor20Steps) {
 
 TEST(LoraParity, Worlds2And4EveryStrategyMatchWorld1) {
   SKIP_WITHOUT_FIXTURE();
-  TempDir w1("lora_sweep_w1");
-  std::string log;
-  ASSERT_EQ(run_trainer(lora_args(w1.path(), 4, 2), 1, &log), 0) << log;
-  const auto base = read_step_logs(w1.path());
+  const SharedRun& w1 = world1_run();
+  ASSERT_EQ(w1.rc(), 0) << w1.log();
+  const auto base = read_step_logs(w1.dir());
   ASSERT_EQ(base.size(), 20u);
+  std::string log;
   struct Case { int ranks, per_device, accum; std::string fsdp, extra; };
   const std::string wrap = " --fsdp_transformer_layer_cls_to_wrap LlamaDecoderLayer";
   const std::vector<Case> cases = {

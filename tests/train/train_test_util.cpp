@@ -98,6 +98,12 @@ BackgroundRun launch_trainer(const std::string& args, int ranks, const std::file
   return BackgroundRun(trainer_command(args, ranks, faults), log);
 }
 
+SharedRun::SharedRun(const std::string& tag, const std::function<std::string(const std::filesystem::path&)>& args,
+                     int ranks)
+    : tmp_(tag), dir_(tmp_.path() / "run") {
+  rc_ = run_trainer(args(dir_), ranks, &log_);
+}
+
 std::vector<std::map<std::string, double>> read_metrics(const std::filesystem::path& output_dir) {
   std::vector<std::map<std::string, double>> out;
   std::ifstream f(output_dir / "metrics.jsonl");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -54,6 +55,24 @@ std::string trainer_command(const std::string& args, int ranks, const std::strin
 // alpaca-train started in the background (BackgroundRun), its output to `log`.
 BackgroundRun launch_trainer(const std::string& args, int ranks, const std::filesystem::path& log,
                              const std::string& faults = "");
+
+// A run several tests of one executable start from (they read its outputs, or copy them before
+// writing): `alpaca-train <args(dir)>` on `ranks` processes, made when first constructed, kept
+// until the process ends. Hold it in a function-local static so the first test that needs it
+// runs it, whichever that is.
+class SharedRun {
+ public:
+  SharedRun(const std::string& tag, const std::function<std::string(const std::filesystem::path&)>& args, int ranks);
+  const std::filesystem::path& dir() const { return dir_; }
+  int rc() const { return rc_; }
+  const std::string& log() const { return log_; }
+
+ private:
+  TempDir tmp_;
+  std::filesystem::path dir_;
+  int rc_ = 0;
+  std::string log_;
+};
 
 struct StepLog {
   int64_t step = 0;
