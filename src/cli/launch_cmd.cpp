@@ -15,7 +15,7 @@
 namespace alpaca::cli {
 namespace {
 
-int parse_int(const std::string& flag, const std::string& value) {
+int parse_count(const std::string& flag, const std::string& value) {
   const std::optional<long> v = text::parse_whole_long(value);
   ALPACA_CHECK(v && *v >= 0 && *v <= INT_MAX, flag << " expects a non-negative integer, got '" << value << "'");
   return static_cast<int>(*v);
@@ -60,18 +60,18 @@ int run_launcher(const std::vector<std::string>& args) {
       value = args[++i];
     }
     if (key == "__nproc_per_node") {
-      opts.nproc_per_node = parse_int(a, value);
+      opts.nproc_per_node = parse_count(a, value);
     } else if (key == "__nnodes") {
       ALPACA_CHECK(value.find(':') == std::string::npos,
                    "--nnodes " << value << ": elastic node ranges are not supported; give a fixed node count");
-      opts.nnodes = parse_int(a, value);
+      opts.nnodes = parse_count(a, value);
     } else if (key == "__node_rank") {
-      opts.node_rank = parse_int(a, value);
+      opts.node_rank = parse_count(a, value);
     } else if (key == "__master_addr") {
       opts.master_addr = value;
       master_addr_given = true;
     } else if (key == "__master_port") {
-      opts.master_port = parse_int(a, value);
+      opts.master_port = parse_count(a, value);
     }
   }
   ALPACA_CHECK(opts.nnodes == 1 || master_addr_given,
