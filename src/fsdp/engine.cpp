@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "alpaca/dist/communicator.h"
+#include "alpaca/fsdp/grad_add.h"
 #include "alpaca/util/cpu_features.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/trace.h"

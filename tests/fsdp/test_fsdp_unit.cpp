@@ -7,6 +7,7 @@
 
 #include "alpaca/fsdp/engine.h"
 #include "alpaca/fsdp/flat_param.h"
+#include "alpaca/fsdp/grad_add.h"
 #include "alpaca/fsdp/policy.h"
 #include "alpaca/fsdp/shard_info.h"
 #include "alpaca/util/error.h"

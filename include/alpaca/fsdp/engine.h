@@ -179,9 +179,4 @@ class FsdpEngine {
 // HF's weight-decay exclusion (Trainer.get_decay_parameter_names): biases and norm weights.
 bool hf_no_weight_decay(const std::string& param_name);
 
-// grad += src, the reduced gradient shard added into its fp32 master gradient: a contiguous CPU fp32
-// grad and a bf16 src of as many elements take one fused pass (the upcast inside the add, no fp32
-// copy of src first, as ATen's add_ makes on the CPU; the same bits); anything else ATen's add_.
-void add_gradient(at::Tensor& grad, const at::Tensor& src);
-
 }  // namespace alpaca::fsdp
