@@ -14,6 +14,7 @@
 #include "alpaca/dist/launch.h"
 #include "alpaca/fsdp/policy.h"
 #include "alpaca/model/lora.h"
+#include "alpaca/model/loss_gemm.h"
 #include "alpaca/model/matmul.h"
 #include "alpaca/plan/memory_plan.h"
 #include "alpaca/util/error.h"
@@ -46,6 +47,7 @@ plan::MemoryPlanInputs plan_inputs(const TrainArgs& args, const dist::LaunchInfo
   in.num_ranks = job.world_size;
   in.ranks_per_node = job.local_world_size;
   in.cpu_bf16_via_fp32 = model::cpu_bf16_gemm() == model::CpuBf16Gemm::kFp32;
+  in.cpu_bf16_head_grad_in_gemm = model::head_grad_summed_in_cpu_gemm();
   const fsdp::FsdpPolicy& policy = args.fsdp_policy;  // the policy training would run
   in.strategy = policy.strategy;
   in.auto_wrap = policy.auto_wrap;

@@ -8,12 +8,15 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "alpaca/model/fused_ops.h"
+#include "alpaca/model/loss_gemm.h"
 #include "alpaca/util/error.h"
 
+#include "bf16_gemm.h"
 #include "fused_math.h"
 
 namespace alpaca::model {
@@ -110,6 +113,65 @@ double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool wr
   double sum = 0;
   for (float l : row_loss) sum += l;
   return sum;
+}
+
+namespace {
+
+// B(p, j) = (h[2p][j], h[2p + 1][j]) in panels (bf16_gemm.h: panels_of), a zero partner for an odd
+// last row and zero columns to the end of the last panel.
+std::vector<uint32_t> pack_hidden_panels(const u16* h, int64_t n, int64_t d, int64_t kp) {
+  std::vector<uint32_t> b(static_cast<size_t>(bf16gemm::panels_size(kp, d)), 0u);
+  const int64_t panel = bf16gemm::kPanel * kp;
+  for (int64_t p = 0; p < kp; ++p) {
+    const u16* r0 = h + 2 * p * d;
+    const u16* r1 = 2 * p + 1 < n ? r0 + d : nullptr;
+    for (int64_t j = 0; j < d; ++j)
+      b[static_cast<size_t>(j / bf16gemm::kPanel * panel + p * bf16gemm::kPanel + j % bf16gemm::kPanel)] =
+          static_cast<uint32_t>(r0[j]) | (r1 ? static_cast<uint32_t>(r1[j]) << 16 : 0u);
+  }
+  return b;
+}
+
+// Rows of grad_w (vocabulary entries) a packed A block holds: kp x 64 words (~33 KB at a 262-row
+// chunk), in L1/L2 while the kernel walks the B panels over it.
+constexpr int64_t kVocabBlock = 64;
+
+}  // namespace
+
+bool head_grad_summed_in_cpu_gemm() {
+  return bf16gemm::use_own_kernel() && fused_cpu_bf16_applies(at::empty({0}, at::TensorOptions().dtype(at::kBFloat16)));
+}
+
+bool head_weight_grad_bf16(at::Tensor& grad_w, const at::Tensor& g, const at::Tensor& h) {
+  if (!bf16gemm::use_own_kernel() || g.scalar_type() != at::kBFloat16 || h.scalar_type() != at::kBFloat16) return false;
+  ALPACA_CHECK(g.dim() == 2 && h.dim() == 2 && g.size(0) == h.size(0) && g.is_cpu() && h.is_cpu() &&
+                   g.is_contiguous() && h.is_contiguous(),
+               "head_weight_grad_bf16: needs contiguous CPU bf16 g (n, V) and h (n, D), got " << g.sizes() << " and "
+                                                                                             << h.sizes());
+  const int64_t n = g.size(0), v = g.size(1), d = h.size(1), kp = (n + 1) / 2;
+  const bool add = grad_w.defined();
+  if (!add) grad_w = at::empty({v, d}, g.options().dtype(at::kFloat));
+  ALPACA_CHECK(grad_w.sizes() == at::IntArrayRef({v, d}) && grad_w.scalar_type() == at::kFloat && grad_w.is_cpu() &&
+                   grad_w.is_contiguous(),
+               "head_weight_grad_bf16: grad_w must be a contiguous CPU fp32 (" << v << ", " << d << "), got "
+                                                                              << grad_w.sizes() << " " << grad_w.scalar_type());
+  if (n == 0) {
+    if (!add) grad_w.zero_();
+    return true;
+  }
+  const auto* gp = reinterpret_cast<const u16*>(g.const_data_ptr<at::BFloat16>());
+  const std::vector<uint32_t> b = pack_hidden_panels(reinterpret_cast<const u16*>(h.const_data_ptr<at::BFloat16>()), n, d, kp);
+  float* c = grad_w.mutable_data_ptr<float>();
+  const int64_t blocks = (v + kVocabBlock - 1) / kVocabBlock;
+  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<uint32_t> a(static_cast<size_t>(kp * kVocabBlock));
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t i0 = blk * kVocabBlock, m = std::min(kVocabBlock, v - i0);
+      bf16gemm::pack_rows(gp + i0, v, n, m, a.data());  // A = g[:, i0:i0+m]^T: word (i, p) at p * m + i
+      bf16gemm::gemm(m, d, kp, a.data(), /*a_rs=*/1, /*a_ks=*/m, bf16gemm::panels_of(b.data(), kp), c + i0 * d, d, add);
+    }
+  });
+  return true;
 }
 
 }  // namespace alpaca::model

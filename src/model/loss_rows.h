@@ -15,4 +15,14 @@ namespace alpaca::model {
 // kernels' (fused_cpu_isa()).
 double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool write_grad);
 
+// The lm_head weight gradient of one chunk summed in fp32 inside the GEMM: grad_w (V, D) fp32
+// += g^T h, g (n, V) the logits gradient, h (n, D) the chunk's hidden rows, both bf16, contiguous,
+// on the CPU; an undefined grad_w is allocated and written (the first chunk: no zero fill). Only
+// where our packed AVX512-BF16 kernel runs (bf16_gemm.h: use_own_kernel()) and the operands are
+// bf16; returns false, doing nothing, elsewhere (the caller keeps ATen's bf16 product and fp32 add).
+// Each element is one fp32 sum over the chunk's rows in order (the same for any thread count): no
+// bf16 V x D product (before: rounded once a chunk), no fp32 temporary of it, no transposed copy of g;
+// the vocabulary is taken in blocks of rows packed where they are used (L1/L2).
+bool head_weight_grad_bf16(at::Tensor& grad_w, const at::Tensor& g, const at::Tensor& h);
+
 }  // namespace alpaca::model

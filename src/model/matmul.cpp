@@ -145,6 +145,28 @@ struct Fp32Attention : public torch::autograd::Function<Fp32Attention> {
 
 }  // namespace
 
+namespace {
+
+// ATen's own conversion of a boolean mask (convert_boolean_attn_mask): 0 where allowed, -inf
+// elsewhere; kept for the last mask seen on this thread. Every layer of a micro-batch passes the
+// same mask tensor (LayerContext::attn_mask), so it is converted once per micro-batch, not per layer
+// call. The cache holds the mask itself (its TensorImpl cannot be reused while held) and its version
+// (an in-place change converts again).
+at::Tensor float_mask_of(const at::Tensor& allow_mask) {
+  thread_local at::Tensor mask, bias;
+  thread_local int64_t version = -1;
+  if (!mask.defined() || mask.unsafeGetTensorImpl() != allow_mask.unsafeGetTensorImpl() ||
+      version != static_cast<int64_t>(allow_mask._version())) {
+    bias = at::zeros(allow_mask.sizes(), allow_mask.options().dtype(at::kFloat))
+               .masked_fill_(allow_mask.logical_not(), -std::numeric_limits<float>::infinity());
+    mask = allow_mask;
+    version = static_cast<int64_t>(allow_mask._version());
+  }
+  return bias;
+}
+
+}  // namespace
+
 bool bf16_attention_via_fp32(const at::Tensor& q) {
   return q.scalar_type() == at::kBFloat16 && q.device().is_cpu() && cpu_bf16_gemm() == CpuBf16Gemm::kFp32 &&
          cpu_attention_routes_on();
@@ -157,11 +179,8 @@ at::Tensor attention_via_fp32(const at::Tensor& q_bhtd, const at::Tensor& k_bhtd
                    q_bhtd.size(1) % k_bhtd.size(1) == 0 && !(is_causal && allow_mask.defined()),
                "attention_via_fp32: needs bf16 CPU q (B, H, T, D), k and v (B, H / n, K, D) in kFp32 mode, and a mask or "
                "is_causal, not both; got q " << q_bhtd.sizes() << " " << q_bhtd.scalar_type() << ", k " << k_bhtd.sizes());
-  // ATen's own conversion of a boolean mask (convert_boolean_attn_mask): 0 where allowed, -inf elsewhere.
-  const at::Tensor bias = allow_mask.defined()
-                              ? at::zeros(allow_mask.sizes(), q_bhtd.options().dtype(at::kFloat))
-                                    .masked_fill_(allow_mask.logical_not(), -std::numeric_limits<float>::infinity())
-                              : at::empty({0}, q_bhtd.options().dtype(at::kFloat));
+  const at::Tensor bias = allow_mask.defined() ? float_mask_of(allow_mask)
+                                               : at::empty({0}, q_bhtd.options().dtype(at::kFloat));
   return Fp32Attention::apply(q_bhtd, k_bhtd, v_bhtd, bias, is_causal, scale);
 }
 

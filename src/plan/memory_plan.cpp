@@ -294,6 +294,10 @@ void loss_and_backward_figures(const MemoryPlanInputs& in, const Shape& s, Figur
     g.loss_fwd_extra = 4 * g.chunk * s.v + 8 * g.chunk * s.d;
   } else if (g.f32route) {
     g.loss_fwd_extra = 4 * s.v * s.d /* fp32 copy of lm_head */ + 4 * g.chunk * s.v + 10 * g.chunk * s.d;
+  } else if (!in.gpu && in.cpu_bf16_head_grad_in_gemm) {
+    // bf16 logits whose gradient the fused rows write over them; the lm_head gradient summed in fp32
+    // inside our GEMM from operands packed in small blocks (model/loss.h): no product, no copy of it.
+    g.loss_fwd_extra = std::max(2 * g.chunk * s.v, s.lm_head_trains ? 2 * s.v * s.d : int64_t{0});  // grad_w cast
   } else {
     // bf16 logits, on a GPU also their fp32 copy and the bf16 gradient (on the CPU the fused rows,
     // model/loss_rows.h, write the gradient over the logits), and the lm_head gradient product; a

@@ -2,8 +2,12 @@
 // weight-decay rule, and --fsdp / --fsdp_config parsing.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <limits>
+
 #include "alpaca/fsdp/engine.h"
 #include "alpaca/fsdp/flat_param.h"
+#include "alpaca/fsdp/grad_add.h"
 #include "alpaca/fsdp/policy.h"
 #include "alpaca/fsdp/shard_info.h"
 #include "alpaca/util/error.h"
@@ -251,3 +255,29 @@ TEST(Policy, KeysNotActedOnAreErrors) {
 
 }  // namespace
 }  // namespace alpaca::fsdp
+
+// The fused bf16 -> fp32 gradient add: ATen's add_ bit for bit (upcast, one fp32 add), over lengths
+// around the vector widths and the parallel grain, with signed zeros, infinities and NaNs; other
+// dtypes and layouts fall back to add_.
+TEST(AddGradient, MatchesAtenAddBitForBit) {
+  at::manual_seed(3);
+  for (int64_t n : {0, 1, 7, 8, 15, 16, 17, 33, 1000, 65536 * 3 + 5}) {
+    at::Tensor src = (at::randn({n}) * 1e3).to(at::kBFloat16);
+    if (n > 8) {
+      src[0] = -0.0;
+      src[1] = std::numeric_limits<float>::infinity();
+      src[2] = std::numeric_limits<float>::quiet_NaN();
+      src[3] = 1e-40;  // a subnormal
+    }
+    const at::Tensor base = at::randn({n}) * 10;
+    at::Tensor ours = base.clone(), ref = base.clone();
+    alpaca::fsdp::add_gradient(ours, src);
+    ref.add_(src);
+    ASSERT_EQ(std::memcmp(ours.data_ptr(), ref.data_ptr(), static_cast<size_t>(n) * 4), 0) << "n = " << n;
+  }
+  // Not the fused case (fp32 source, strided destination): add_'s result.
+  at::Tensor grad = at::zeros({4, 6}), src = at::randn({6, 4}).to(at::kBFloat16);
+  at::Tensor view = grad.t();
+  alpaca::fsdp::add_gradient(view, src);
+  EXPECT_TRUE(at::equal(grad.t(), src.to(at::kFloat)));
+}

@@ -233,6 +233,30 @@ TEST(Fp32Attention, IsTheFloat64AttentionRoundedOnce) {
   set_cpu_bf16_gemm(saved);
 }
 
+// The fp32 route converts a boolean mask to its float form once per mask (every layer of a
+// micro-batch passes the same tensor): a call with the same mask reuses it, a mask changed in place
+// or another mask is converted again, so each result is what a fresh conversion gives.
+TEST(Fp32Attention, MaskConversionFollowsTheMask) {
+  const CpuBf16Gemm saved = cpu_bf16_gemm();
+  set_cpu_bf16_gemm(CpuBf16Gemm::kFp32);
+  at::manual_seed(12);
+  const int64_t b = 2, h = 2, t = 9, d = 8;
+  const at::Tensor q = at::randn({b, h, t, d}).to(at::kBFloat16), k = at::randn({b, h, t, d}).to(at::kBFloat16);
+  const at::Tensor v = at::randn({b, h, t, d}).to(at::kBFloat16);
+  const at::Tensor causal = at::ones({t, t}, at::kBool).tril().view({1, 1, t, t});
+  at::Tensor mask = causal.repeat({b, 1, 1, 1});
+  const auto fresh = [&](const at::Tensor& m) { return attention_via_fp32(q, k, v, m.clone(), false, 0.3); };
+  const at::Tensor first = attention_via_fp32(q, k, v, mask, false, 0.3);
+  EXPECT_TRUE(at::equal(attention_via_fp32(q, k, v, mask, false, 0.3), first));
+  mask.index_put_({1, 0, at::indexing::Slice(), at::indexing::Slice(0, 3)}, false);  // padding, in place
+  mask.index_put_({1, 0, at::indexing::Slice(0, 3), 0}, true);                       // (no empty row)
+  const at::Tensor changed = attention_via_fp32(q, k, v, mask, false, 0.3);
+  EXPECT_FALSE(at::equal(changed, first));
+  EXPECT_TRUE(at::equal(changed, fresh(mask)));
+  EXPECT_TRUE(at::equal(attention_via_fp32(q, k, v, causal, false, 0.3), fresh(causal)));
+  set_cpu_bf16_gemm(saved);
+}
+
 TEST_F(FusedOps, Fp32KeepsTheModulePath) {
   at::manual_seed(5);
   EXPECT_FALSE(fused_cpu_bf16_applies(at::zeros({2}, at::kFloat)));

@@ -37,6 +37,7 @@ struct MemoryPlanInputs {
   int ranks_per_node = 1;
   bool gpu = true;               // ranks are GPUs; false: CPU ranks (device memory = host memory)
   bool cpu_bf16_via_fp32 = false;  // CPU ranks whose bf16 GEMMs take the fp32 route (model/matmul.h)
+  bool cpu_bf16_head_grad_in_gemm = false;  // CPU ranks summing the bf16 lm_head gradient in our GEMM (model/loss.h)
   fsdp::ShardingStrategy strategy = fsdp::ShardingStrategy::kFullShard;
   bool auto_wrap = true;
   at::ScalarType param_dtype = at::kFloat;
