@@ -3,7 +3,6 @@
 #include "alpaca/fsdp/engine.h"
 
 #include <ATen/CPUGeneratorImpl.h>  // defines: at::detail::getDefaultCPUGenerator
-#include <ATen/Parallel.h>          // defines: at::parallel_for
 #include <ATen/Context.h>           // defines: at::globalContext().defaultGenerator
 #include <c10/core/impl/VirtualGuardImpl.h>  // defines: c10::impl::VirtualGuardImpl
 #include <torch/csrc/autograd/autograd.h>
@@ -12,70 +11,19 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include <cstring>
 #include <regex>
 #include <sstream>
 
 #include "alpaca/dist/communicator.h"
 #include "alpaca/fsdp/grad_add.h"
-#include "alpaca/util/cpu_features.h"
+#include "alpaca/model/fused_ops.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/trace.h"
 #include "alpaca/util/host_sync.h"
 #include "alpaca/util/log.h"
 #include "engine_impl.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define ALPACA_GRAD_ADD_X86 1
-#else
-#define ALPACA_GRAD_ADD_X86 0
-#endif
-
 namespace alpaca::fsdp {
-namespace {
-
-// dst[i] += float(src[i]) over a bf16 src: ATen's add_ of a bf16 tensor into an fp32 one (the upcast
-// is exact, then one fp32 add: the same bits), without the fp32 copy of src that TensorIterator
-// makes first on the CPU (a full-size temporary, its page faults and one more pass).
-#if ALPACA_GRAD_ADD_X86
-// (GCC 12's conversion intrinsics pass an `undefined` vector that -Wmaybe-uninitialized flags once inlined.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f"))) int64_t add_bf16_avx512(float* d, const uint16_t* s, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
-    _mm512_storeu_ps(d + i, _mm512_add_ps(_mm512_loadu_ps(d + i), _mm512_castsi512_ps(_mm512_slli_epi32(w, 16))));
-  }
-  return i;
-}
-__attribute__((target("avx2"))) int64_t add_bf16_avx2(float* d, const uint16_t* s, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
-    _mm256_storeu_ps(d + i, _mm256_add_ps(_mm256_loadu_ps(d + i), _mm256_castsi256_ps(_mm256_slli_epi32(w, 16))));
-  }
-  return i;
-}
-#pragma GCC diagnostic pop
-#endif
-
-void add_bf16_rows(float* d, const uint16_t* s, int64_t n) {
-  int64_t i = 0;
-#if ALPACA_GRAD_ADD_X86
-  if (cpu::has(cpu::Feature::kAvx512f)) i = add_bf16_avx512(d, s, n);
-  else if (cpu::has(cpu::Feature::kAvx2)) i = add_bf16_avx2(d, s, n);
-#endif
-  for (; i < n; ++i) {
-    const uint32_t u = static_cast<uint32_t>(s[i]) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    d[i] += f;
-  }
-}
-
-}  // namespace
 
 void add_gradient(at::Tensor& grad, const at::Tensor& src) {
   if (!(grad.is_cpu() && src.is_cpu() && grad.scalar_type() == at::kFloat && src.scalar_type() == at::kBFloat16 &&
@@ -83,9 +31,7 @@ void add_gradient(at::Tensor& grad, const at::Tensor& src) {
     grad.add_(src);
     return;
   }
-  float* d = grad.mutable_data_ptr<float>();
-  const auto* s = reinterpret_cast<const uint16_t*>(src.const_data_ptr<at::BFloat16>());
-  at::parallel_for(0, grad.numel(), 1 << 16, [&](int64_t a, int64_t b) { add_bf16_rows(d + a, s + a, b - a); });
+  model::add_bf16_into_fp32(grad, src);
 }
 
 namespace {

@@ -84,6 +84,11 @@ ALPACA_INLINE void silu_mul_backward_rows_impl(In g, In gate, In up, Out ggate, 
   }
 }
 
+// d += fp32(s): the upcast is exact, then one fp32 add (ATen's add_ of a bf16 tensor into an fp32 one).
+ALPACA_INLINE void add_bf16_rows_impl(float* d, In s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] += f32(s[i]);
+}
+
 // One compiled copy of the row loops per instruction set; the same source, so every copy rounds
 // identically (tests/model/test_fused_ops.cpp compares them bit for bit).
 struct RowKernels {
@@ -94,6 +99,7 @@ struct RowKernels {
   void (*rope_backward_row)(const u16*, const u16*, const u16*, int64_t, u16*);
   void (*silu_mul_rows)(const u16*, const u16*, u16*, int64_t);
   void (*silu_mul_backward_rows)(const u16*, const u16*, const u16*, u16*, u16*, int64_t);
+  void (*add_bf16_rows)(float*, const u16*, int64_t);
 };
 
 #define ALPACA_ROW_KERNELS(NS, ATTR)                                                                              \
@@ -113,8 +119,9 @@ struct RowKernels {
   ATTR void silu_mul_backward_rows(const u16* g, const u16* a, const u16* b, u16* ga, u16* gb, int64_t n) {       \
     silu_mul_backward_rows_impl(g, a, b, ga, gb, n);                                                              \
   }                                                                                                               \
-  const RowKernels kernels{sum_squares,  rms_forward_row, rms_backward_row,      rope_row,                        \
-                           rope_backward_row, silu_mul_rows, silu_mul_backward_rows};                             \
+  ATTR void add_bf16_rows(float* d, const u16* s, int64_t n) { add_bf16_rows_impl(d, s, n); }                   \
+  const RowKernels kernels{sum_squares,       rms_forward_row, rms_backward_row,       rope_row,                  \
+                           rope_backward_row, silu_mul_rows,   silu_mul_backward_rows, add_bf16_rows};            \
   }
 
 ALPACA_FOR_EACH_CPU_ISA(ALPACA_ROW_KERNELS)
@@ -299,6 +306,17 @@ at::Tensor silu_mul_bf16(const at::Tensor& gate, const at::Tensor& up) {
                    up.device().is_cpu(),
                "silu_mul_bf16: needs bf16 CPU gate and up of one shape, got " << gate.sizes() << " and " << up.sizes());
   return SiluMulFn::apply(gate, up);
+}
+
+void add_bf16_into_fp32(at::Tensor& dst, const at::Tensor& src) {
+  ALPACA_CHECK(dst.is_cpu() && src.is_cpu() && dst.scalar_type() == at::kFloat && src.scalar_type() == at::kBFloat16 &&
+                   dst.is_contiguous() && src.is_contiguous() && dst.numel() == src.numel(),
+               "add_bf16_into_fp32: needs a contiguous CPU fp32 dst and bf16 src of as many elements, got "
+                   << dst.sizes() << " " << dst.scalar_type() << " and " << src.sizes() << " " << src.scalar_type());
+  float* d = dst.mutable_data_ptr<float>();
+  const u16* s = bits(src);
+  const RowKernels& K = row_kernels();
+  at::parallel_for(0, dst.numel(), int64_t{1} << 16, [&](int64_t i0, int64_t i1) { K.add_bf16_rows(d + i0, s + i0, i1 - i0); });
 }
 
 }  // namespace alpaca::model

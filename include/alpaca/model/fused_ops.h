@@ -39,6 +39,11 @@ at::Tensor rope_bf16(const at::Tensor& x_bthd, const at::Tensor& cos_btd, const 
 // SiLU(gate) * up, both (..., F) bf16 of one shape.
 at::Tensor silu_mul_bf16(const at::Tensor& gate, const at::Tensor& up);
 
+// dst += src for a contiguous CPU fp32 dst and a bf16 src of as many elements, in one pass: the same
+// bits as dst.add_(src), without the full-size fp32 copy of src that ATen's add_ makes first on the CPU
+// (the FSDP engine's gradient accumulation, fsdp::add_gradient).
+void add_bf16_into_fp32(at::Tensor& dst, const at::Tensor& src);
+
 // Causal attention through GEMMs (src/model/attention_cpu.cpp), in place of ATen's flash-attention
 // CPU kernel for bf16 training. Per (batch, head) and block of kAttnBlock query rows, skipping the
 // key blocks wholly above the diagonal: S = Q K^T (bf16 GEMM, fp32 sums: AVX512-BF16 where the CPU
