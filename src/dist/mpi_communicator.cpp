@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "alpaca/model/fused_ops.h"
 #include "alpaca/util/error.h"
 #include "cpu_collective.h"
 #include "runtime_internal.h"
@@ -177,6 +178,13 @@ class MpiWork final : public Work {
 // and scatters from there: every rank allocates twice the whole input as scratch and rank 0
 // touches all of it, so rank 0's resident memory grows by twice the largest gradient a unit
 // reduces (bench/mpi_reduce_scatter_rss.c), and rank 0 carries (world - 1) x the others' traffic.
+//
+// bf16 sums and averages (FSDP's gradients) take the fused form: step 0 sends the rank's own block
+// as it is (bf16 words: exact, half the bytes of its fp32 upcast), later steps the fp32 running sum;
+// each fold is one pass (model::ring_fold: upcast and add, the bits of copy_ then add_), and the last
+// one writes `out` directly, divided and rounded once (finish_avg's div_ then copy_: the same bits).
+// At world 2 that is one message of 2n bytes and one pass, where the general form moves 4n bytes and
+// makes four passes (upcast, upcast, add, round) over fp32 scratch. ALPACA_CPU_FUSED=0 turns it off.
 struct RingReduceScatter {
   at::Tensor in;   // world blocks of n elements, the caller's dtype
   at::Tensor acc;  // n elements in the reduction dtype (fp32 for 16-bit floats)
@@ -186,25 +194,31 @@ struct RingReduceScatter {
   MPI_Datatype type;
   int rank, world, tag, n;
   int step = 0;
+  // The fused bf16 form: `out` written by the last fold; step 0's message in recv16.
+  bool fused = false;
+  at::Tensor out, recv16;
 
   at::Tensor block(int b) const { return in.narrow(0, static_cast<int64_t>(((b % world) + world) % world) * n, n); }
 
-  void issue(std::vector<MPI_Request>& reqs, const at::Tensor& send) {
+  void issue(std::vector<MPI_Request>& reqs, const at::Tensor& send, const at::Tensor& into, MPI_Datatype wire) {
     reqs.resize(2);
     const int next = (rank + 1) % world, prev = (rank + world - 1) % world;
-    ALPACA_MPI_CHECK(MPI_Irecv(recv.data_ptr(), n, type, prev, tag, comm, &reqs[0]), "reduce_scatter ring receive");
-    ALPACA_MPI_CHECK(MPI_Isend(send.data_ptr(), n, type, next, tag, comm, &reqs[1]), "reduce_scatter ring send");
+    ALPACA_MPI_CHECK(MPI_Irecv(into.data_ptr(), n, wire, prev, tag, comm, &reqs[0]), "reduce_scatter ring receive");
+    ALPACA_MPI_CHECK(MPI_Isend(send.data_ptr(), n, wire, next, tag, comm, &reqs[1]), "reduce_scatter ring send");
   }
 
-  // Step 0: this rank's own block (rank - 1), as is when it already is in the reduction dtype.
+  // Step 0: this rank's own block (rank - 1), as is when it already is in the reduction dtype (or,
+  // fused, as its bf16 words).
   void start(std::vector<MPI_Request>& reqs) {
     at::Tensor first = block(rank - 1);
+    if (fused) return issue(reqs, first, recv16, MPI_UINT16_T);
     if (first.scalar_type() != acc.scalar_type()) first = acc.copy_(first);
-    issue(reqs, first);
+    issue(reqs, first, recv, type);
   }
 
   // Step `step` completed: fold the received running sum into this rank's block; send it on.
   bool operator()(std::vector<MPI_Request>& reqs) {
+    if (fused) return fold_fused(reqs);
     acc.copy_(block(rank - step - 2));
     if (op == ReduceOp::kMax) {
       at::maximum_out(acc, acc, recv);
@@ -212,7 +226,33 @@ struct RingReduceScatter {
       acc.add_(recv);
     }
     if (++step == world - 1) return false;
-    issue(reqs, acc);
+    issue(reqs, acc, recv, type);
+    return true;
+  }
+
+  bool fold_fused(std::vector<MPI_Request>& reqs) {
+    const at::Tensor own = block(rank - step - 2);
+    const auto* a = own.const_data_ptr<at::BFloat16>();
+    const bool last = step + 1 == world - 1;
+    if (last) {
+      const float div = op == ReduceOp::kAvg ? static_cast<float>(world) : 1.0f;
+      auto* d = out.mutable_data_ptr<at::BFloat16>();
+      if (step == 0) {
+        model::ring_fold::sum_round(d, a, recv16.const_data_ptr<at::BFloat16>(), div, n);
+      } else {
+        model::ring_fold::sum_round(d, a, recv.const_data_ptr<float>(), div, n);
+      }
+      ++step;
+      return false;
+    }
+    if (step == 0) {
+      model::ring_fold::sum(acc.mutable_data_ptr<float>(), a, recv16.const_data_ptr<at::BFloat16>(), n);
+      recv16 = at::Tensor();  // step 0's only
+    } else {
+      model::ring_fold::sum(acc.mutable_data_ptr<float>(), a, recv.const_data_ptr<float>(), n);
+    }
+    ++step;
+    issue(reqs, acc, recv, MPI_FLOAT);
     return true;
   }
 };
@@ -327,7 +367,13 @@ class MpiCommunicator final : public Communicator {
     const at::ScalarType acc_type = is_16bit_float(in) ? at::kFloat : in.scalar_type();
     auto ring = std::make_shared<RingReduceScatter>();
     ring->in = in.view(-1);
-    ring->acc = at::empty({out.numel()}, in.options().dtype(acc_type));
+    ring->fused = world_ > 1 && op_kind != ReduceOp::kMax && model::fused_cpu_bf16_applies(in);
+    // The fused form at world 2 needs no fp32 scratch at all: one bf16 message, one fold into out.
+    if (!ring->fused || world_ > 2) ring->acc = at::empty({out.numel()}, in.options().dtype(acc_type));
+    if (ring->fused) {
+      ring->out = out.view(-1);
+      ring->recv16 = at::empty({out.numel()}, in.options());
+    }
     ring->op = op_kind;
     ring->comm = comm_;
     ring->type = reduce_type(acc_type);
@@ -337,7 +383,7 @@ class MpiCommunicator final : public Communicator {
     ring->n = n;
     std::vector<MPI_Request> reqs;
     if (world_ > 1) {
-      ring->recv = at::empty_like(ring->acc);
+      if (ring->acc.defined()) ring->recv = at::empty_like(ring->acc);
       check_mpi_thread(op);
       ring->start(reqs);
     } else {
@@ -347,6 +393,7 @@ class MpiCommunicator final : public Communicator {
     auto step = [ring](std::vector<MPI_Request>& next) { return (*ring)(next); };
     return make_work(std::move(reqs), world_ > 1 ? MpiWork::Step(step) : nullptr, what,
                      [out, ring, op_kind, world]() mutable {
+                       if (ring->fused) return;  // the last fold wrote out
                        if (op_kind == ReduceOp::kAvg) finish_avg(ring->acc, world);
                        out.view(-1).copy_(ring->acc);
                      });

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "alpaca/util/cpu_features.h"
@@ -89,6 +90,32 @@ ALPACA_INLINE void add_bf16_rows_impl(float* d, In s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] += f32(s[i]);
 }
 
+// The MPI ring reduce-scatter's folds (dist/): d = fp32(a) + b for a bf16 and b bf16 or fp32 (ATen's
+// copy_ of a into fp32, then add_ of b upcast: the upcasts are exact, one fp32 add, a first), and the
+// last step's d = bf16((fp32(a) + b) / div) (then finish_avg's div_ and copy_'s rounding; div 1 for a
+// sum, skipped). d may be a itself (an in-place reduce-scatter's own block): no __restrict on it.
+ALPACA_INLINE void sum_bf16_rows_impl(float* d, In a, In b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = f32(a[i]) + f32(b[i]);
+}
+ALPACA_INLINE void sum_bf16_fp32_rows_impl(float* d, In a, const float* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = f32(a[i]) + b[i];
+}
+template <typename B>
+ALPACA_INLINE void sum_round_rows_impl(u16* d, const u16* a, const B* b, float div, int64_t n) {
+  auto wide = [](B v) {
+    if constexpr (std::is_same_v<B, u16>) {
+      return f32(v);
+    } else {
+      return v;
+    }
+  };
+  if (div == 1.0f) {
+    for (int64_t i = 0; i < n; ++i) d[i] = bf16(f32(a[i]) + wide(b[i]));
+  } else {
+    for (int64_t i = 0; i < n; ++i) d[i] = bf16((f32(a[i]) + wide(b[i])) / div);
+  }
+}
+
 // One compiled copy of the row loops per instruction set; the same source, so every copy rounds
 // identically (tests/model/test_fused_ops.cpp compares them bit for bit).
 struct RowKernels {
@@ -100,6 +127,10 @@ struct RowKernels {
   void (*silu_mul_rows)(const u16*, const u16*, u16*, int64_t);
   void (*silu_mul_backward_rows)(const u16*, const u16*, const u16*, u16*, u16*, int64_t);
   void (*add_bf16_rows)(float*, const u16*, int64_t);
+  void (*sum_bf16_rows)(float*, const u16*, const u16*, int64_t);
+  void (*sum_bf16_fp32_rows)(float*, const u16*, const float*, int64_t);
+  void (*sum_round_bf16_rows)(u16*, const u16*, const u16*, float, int64_t);
+  void (*sum_round_fp32_rows)(u16*, const u16*, const float*, float, int64_t);
 };
 
 #define ALPACA_ROW_KERNELS(NS, ATTR)                                                                              \
@@ -120,8 +151,19 @@ struct RowKernels {
     silu_mul_backward_rows_impl(g, a, b, ga, gb, n);                                                              \
   }                                                                                                               \
   ATTR void add_bf16_rows(float* d, const u16* s, int64_t n) { add_bf16_rows_impl(d, s, n); }                   \
-  const RowKernels kernels{sum_squares,       rms_forward_row, rms_backward_row,       rope_row,                  \
-                           rope_backward_row, silu_mul_rows,   silu_mul_backward_rows, add_bf16_rows};            \
+  ATTR void sum_bf16_rows(float* d, const u16* a, const u16* b, int64_t n) { sum_bf16_rows_impl(d, a, b, n); }   \
+  ATTR void sum_bf16_fp32_rows(float* d, const u16* a, const float* b, int64_t n) {                              \
+    sum_bf16_fp32_rows_impl(d, a, b, n);                                                                          \
+  }                                                                                                               \
+  ATTR void sum_round_bf16_rows(u16* d, const u16* a, const u16* b, float div, int64_t n) {                      \
+    sum_round_rows_impl(d, a, b, div, n);                                                                         \
+  }                                                                                                               \
+  ATTR void sum_round_fp32_rows(u16* d, const u16* a, const float* b, float div, int64_t n) {                    \
+    sum_round_rows_impl(d, a, b, div, n);                                                                         \
+  }                                                                                                               \
+  const RowKernels kernels{sum_squares,       rms_forward_row,     rms_backward_row,       rope_row,              \
+                           rope_backward_row, silu_mul_rows,       silu_mul_backward_rows, add_bf16_rows,         \
+                           sum_bf16_rows,     sum_bf16_fp32_rows,  sum_round_bf16_rows,    sum_round_fp32_rows};  \
   }
 
 ALPACA_FOR_EACH_CPU_ISA(ALPACA_ROW_KERNELS)
@@ -318,5 +360,22 @@ void add_bf16_into_fp32(at::Tensor& dst, const at::Tensor& src) {
   const RowKernels& K = row_kernels();
   at::parallel_for(0, dst.numel(), int64_t{1} << 16, [&](int64_t i0, int64_t i1) { K.add_bf16_rows(d + i0, s + i0, i1 - i0); });
 }
+
+namespace ring_fold {
+
+const u16* words(const at::BFloat16* p) { return reinterpret_cast<const u16*>(p); }
+
+void sum(float* d, const at::BFloat16* a, const at::BFloat16* b, int64_t n) {
+  row_kernels().sum_bf16_rows(d, words(a), words(b), n);
+}
+void sum(float* d, const at::BFloat16* a, const float* b, int64_t n) { row_kernels().sum_bf16_fp32_rows(d, words(a), b, n); }
+void sum_round(at::BFloat16* d, const at::BFloat16* a, const at::BFloat16* b, float div, int64_t n) {
+  row_kernels().sum_round_bf16_rows(reinterpret_cast<u16*>(d), words(a), words(b), div, n);
+}
+void sum_round(at::BFloat16* d, const at::BFloat16* a, const float* b, float div, int64_t n) {
+  row_kernels().sum_round_fp32_rows(reinterpret_cast<u16*>(d), words(a), b, div, n);
+}
+
+}  // namespace ring_fold
 
 }  // namespace alpaca::model

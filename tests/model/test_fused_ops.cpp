@@ -13,6 +13,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <string>
 
 #include <torch/csrc/autograd/autograd.h>
@@ -164,6 +166,69 @@ TEST_F(FusedOps, Bf16DecoderLayerMatchesTheModulePath) {
     const double scale = ref[i].to(at::kFloat).abs().max().item<double>();
     const double err = (got[i].to(at::kFloat) - ref[i].to(at::kFloat)).abs().max().item<double>();
     EXPECT_LE(err, 0.02 * scale) << "output/gradient " << i;
+  }
+}
+
+// The reduce-scatter ring's folds (dist's MPI backend): the ATen ops they replace (upcast copy_,
+// add_, finish_avg's div_, the rounding copy_) bit for bit, on every variant, lengths around the vector
+// widths, with signed zeros, infinities, NaN and subnormals, dividing by 1 (a sum), 2 and 3, in place
+// (a NaN result is NaN; its bf16 encoding is not compared).
+TEST_F(FusedOps, RingFoldsAreTheAtenOpsBitForBit) {
+  at::manual_seed(5);
+  // Pairs (bf16, fp32) whose sum divided by 3 rounds to another bf16 than the sum times 1/3 does (~1 in
+  // 2^19): a division done another way than ATen's div_ shows in these.
+  const at::Tensor pa = (at::randn({1 << 23}) * 1e3).to(at::kBFloat16), pb = at::randn({1 << 23}) * 1e3;
+  const at::Tensor psum = pa.to(at::kFloat) + pb;
+  const at::Tensor hard = at::nonzero(psum.div(3).to(at::kBFloat16).ne(psum.mul(1.0f / 3).to(at::kBFloat16))).view(-1);
+  ASSERT_GE(hard.numel(), 4) << "too few rounding-sensitive pairs to test the division";
+  for (int64_t n : {1, 15, 16, 17, 33, 1000}) {
+    at::Tensor a = (at::randn({n}) * 1e3).to(at::kBFloat16), b = (at::randn({n}) * 1e3).to(at::kBFloat16);
+    at::Tensor b32 = at::randn({n}) * 1e3;
+    if (n == 1000) {
+      const int64_t k = std::min<int64_t>(hard.numel(), 500);
+      a.narrow(0, 500, k).copy_(pa.index({hard.narrow(0, 0, k)}));
+      b32.narrow(0, 500, k).copy_(pb.index({hard.narrow(0, 0, k)}));
+    }
+    if (n > 8) {
+      a[0] = -0.0, b[0] = -0.0;
+      a[1] = std::numeric_limits<float>::infinity(), b[1] = -std::numeric_limits<float>::infinity();
+      a[2] = std::numeric_limits<float>::quiet_NaN();
+      a[3] = 1e-40, b[3] = -3e-40;  // subnormals
+      b[4] = std::numeric_limits<float>::quiet_NaN();
+    }
+    for (FusedCpuIsa isa : isas()) {
+      set_fused_cpu_isa(isa);
+      const std::string where = "isa " + std::to_string(static_cast<int>(isa)) + " n " + std::to_string(n);
+      for (const at::Tensor& other : {b, b32}) {
+        const at::Tensor ref = a.to(at::kFloat).add_(other.to(at::kFloat));
+        at::Tensor got = at::empty({n});
+        if (other.scalar_type() == at::kBFloat16) {
+          ring_fold::sum(got.data_ptr<float>(), a.const_data_ptr<at::BFloat16>(), other.const_data_ptr<at::BFloat16>(), n);
+        } else {
+          ring_fold::sum(got.data_ptr<float>(), a.const_data_ptr<at::BFloat16>(), other.const_data_ptr<float>(), n);
+        }
+        EXPECT_EQ(std::memcmp(got.data_ptr(), ref.data_ptr(), n * 4), 0) << where;
+        for (int div : {1, 2, 3}) {
+          at::Tensor acc = ref.clone();
+          if (div > 1) acc.div_(div);
+          const at::Tensor want = acc.to(at::kBFloat16);
+          for (bool in_place : {false, true}) {
+            at::Tensor own = a.clone();
+            at::Tensor out = in_place ? own : at::empty({n}, at::kBFloat16);
+            auto* d = out.data_ptr<at::BFloat16>();
+            if (other.scalar_type() == at::kBFloat16) {
+              ring_fold::sum_round(d, own.const_data_ptr<at::BFloat16>(), other.const_data_ptr<at::BFloat16>(), div, n);
+            } else {
+              ring_fold::sum_round(d, own.const_data_ptr<at::BFloat16>(), other.const_data_ptr<float>(), div, n);
+            }
+            // NaN may be encoded either way: ATen's vectorised rounding writes 0xFFFF, its scalar tail and
+            // ours c10's 0x7FC0.
+            const at::Tensor same = out.view(at::kShort).eq(want.view(at::kShort)) | (out.isnan() & want.isnan());
+            EXPECT_TRUE(same.all().item<bool>()) << where << " div " << div << " in place " << in_place;
+          }
+        }
+      }
+    }
   }
 }
 

@@ -44,6 +44,18 @@ at::Tensor silu_mul_bf16(const at::Tensor& gate, const at::Tensor& up);
 // (the FSDP engine's gradient accumulation, fsdp::add_gradient).
 void add_bf16_into_fp32(at::Tensor& dst, const at::Tensor& src);
 
+// The folds of a reduce-scatter ring over bf16 blocks (dist's MPI backend), on raw rows of n values,
+// serial (the caller is a communication thread), the row loops above: a's upcast plus b, in fp32 as
+// ATen's copy_ then add_ (the same bits), into fp32 d; sum_round also divides by `div` (1: a sum, no
+// division) and rounds to bf16 as finish_avg's div_ and copy_ do. d may be a (in place), nothing else
+// overlaps.
+namespace ring_fold {
+void sum(float* d, const at::BFloat16* a, const at::BFloat16* b, int64_t n);
+void sum(float* d, const at::BFloat16* a, const float* b, int64_t n);
+void sum_round(at::BFloat16* d, const at::BFloat16* a, const at::BFloat16* b, float div, int64_t n);
+void sum_round(at::BFloat16* d, const at::BFloat16* a, const float* b, float div, int64_t n);
+}  // namespace ring_fold
+
 // Causal attention through GEMMs (src/model/attention_cpu.cpp), in place of ATen's flash-attention
 // CPU kernel for bf16 training. Per (batch, head) and block of kAttnBlock query rows, skipping the
 // key blocks wholly above the diagonal: S = Q K^T (bf16 GEMM, fp32 sums: AVX512-BF16 where the CPU
