@@ -18,6 +18,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "alpaca/model/fused_ops.h"
 #include "cpu_collective.h"
 
 namespace alpaca::dist::detail {
@@ -123,6 +124,29 @@ void reduce_into(at::Tensor out, const std::vector<at::Tensor>& srcs, ReduceOp o
 }
 
 at::ScalarType reduce_type(const at::Tensor& t) { return is_16bit_float(t) ? at::kFloat : t.scalar_type(); }
+
+// bf16 sums and averages travel as their own words (exact, half the bytes of the fp32 upcast) and are
+// reduced by the fused folds (model::ring_fold, one pass each): the same bits as reduce_into over the
+// fp32 upcasts then finish_avg and the rounding copy_ (IEEE addition commutes). ALPACA_CPU_FUSED=0
+// keeps the fp32 staging.
+bool fused_bf16(const at::Tensor& t, ReduceOp op) { return op != ReduceOp::kMax && alpaca::model::fused_cpu_bf16_applies(t); }
+
+// out (bf16, m) = bf16((sum over parts, in rank order, in fp32) / div); `acc` 2m floats of scratch
+// when there are more than two parts (two running sums, so that no fold reads what it writes).
+void fold_bf16_parts(at::BFloat16* out, const std::vector<const at::BFloat16*>& parts, float div, int64_t m,
+                     std::vector<float>& acc) {
+  namespace rf = alpaca::model::ring_fold;
+  const size_t w = parts.size();
+  if (w == 2) return rf::sum_round(out, parts[0], parts[1], div, m);
+  acc.resize(2 * static_cast<size_t>(m));
+  float *sum = acc.data(), *next = acc.data() + m;
+  rf::sum(sum, parts[0], parts[1], m);
+  for (size_t s = 2; s + 1 < w; ++s) {
+    rf::sum(next, parts[s], sum, m);
+    std::swap(sum, next);
+  }
+  rf::sum_round(out, parts[w - 1], sum, div, m);
+}
 
 // A flat contiguous view of t, or a contiguous copy (written back by the caller when it differs).
 at::Tensor flat(const at::Tensor& t) { return t.is_contiguous() ? t.view(-1) : t.contiguous().view(-1); }
@@ -261,6 +285,23 @@ void ShmGroup::broadcast(at::Tensor t, int root, ShmDeadline deadline) {
 void ShmGroup::reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp op, ShmDeadline deadline) {
   const at::Tensor src = flat(in);
   at::Tensor dst = flat(out);
+  if (fused_bf16(in, op)) {
+    const int64_t n = dst.numel(), piece = std::max<int64_t>(1, half_bytes_ / 2 / world_);
+    const float div = op == ReduceOp::kAvg ? static_cast<float>(world_) : 1.0f;
+    std::vector<float> acc;
+    std::vector<const at::BFloat16*> parts(world_);
+    for (int64_t a = 0; a < n; a += piece) {
+      const int64_t m = std::min(piece, n - a);
+      for (int j = 0; j < world_; ++j) mine(at::kBFloat16, j * m, (j + 1) * m).copy_(src.narrow(0, j * n + a, m));
+      const int parity = parity_;
+      sync(deadline);
+      for (int s = 0; s < world_; ++s)
+        parts[s] = buffer(s, parity, at::kBFloat16, rank_ * m, (rank_ + 1) * m).const_data_ptr<at::BFloat16>();
+      fold_bf16_parts(dst.narrow(0, a, m).mutable_data_ptr<at::BFloat16>(), parts, div, m, acc);
+    }
+    if (dst.data_ptr() != out.data_ptr()) out.copy_(dst.view(out.sizes()));
+    return;
+  }
   const at::ScalarType wide = reduce_type(in);
   const int64_t n = dst.numel(), esize = at::elementSize(wide);
   const int64_t piece = std::max<int64_t>(1, half_bytes_ / esize / world_);
@@ -283,7 +324,11 @@ void ShmGroup::reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp op,
 
 void ShmGroup::all_reduce(at::Tensor t, ReduceOp op, ShmDeadline deadline) {
   at::Tensor buf = flat(t);
-  const at::ScalarType wide = reduce_type(t);
+  const bool fused = fused_bf16(t, op);  // the input and the reduced parts as bf16 words
+  const at::ScalarType wide = fused ? at::kBFloat16 : reduce_type(t);
+  const float div = op == ReduceOp::kAvg ? static_cast<float>(world_) : 1.0f;
+  std::vector<float> acc;
+  std::vector<const at::BFloat16*> fold(world_);
   const int64_t n = buf.numel(), piece = std::max<int64_t>(world_, half_bytes_ / at::elementSize(wide) / 2);
   for (int64_t a = 0; a < n; a += piece) {
     const int64_t m = std::min(piece, n - a);
@@ -294,8 +339,13 @@ void ShmGroup::all_reduce(at::Tensor t, ReduceOp op, ShmDeadline deadline) {
     std::vector<at::Tensor> parts;
     for (int s = 0; s < world_; ++s) parts.push_back(buffer(s, parity, wide, lo(rank_), lo(rank_ + 1)));
     at::Tensor reduced = buffer(rank_, parity, wide, m + lo(rank_), m + lo(rank_ + 1));
-    reduce_into(reduced, parts, op);
-    if (op == ReduceOp::kAvg) finish_avg(reduced, world_);
+    if (fused) {
+      for (int s = 0; s < world_; ++s) fold[s] = parts[s].const_data_ptr<at::BFloat16>();
+      fold_bf16_parts(reduced.mutable_data_ptr<at::BFloat16>(), fold, div, reduced.numel(), acc);
+    } else {
+      reduce_into(reduced, parts, op);
+      if (op == ReduceOp::kAvg) finish_avg(reduced, world_);
+    }
     sync(deadline);
     // Two barriers flipped the parity back: move on, so the next piece writes the other buffer
     // while the peers may still read this one's reduced parts.
