@@ -135,8 +135,9 @@ def main() -> int:
                           f"{a.get('minflt', 0):.0f} | {b.get('cpu_s', float('nan')):.3f} | {b.get('wall_s', float('nan')):.3f} |")
         report += ["", *kinds_table(o, t), ""]
         if o:
-            report += ["ours by phase (CPU s):", "", *phase_kind_table(o, "cpu_s", "kind"), "",
-                       "ours, top ops (CPU s per step):", "", *top_ops(o, "cpu_s", 20), ""]
+            report += ["ours by phase (CPU s; \"other threads\": the communication threads during the steps, "
+                       "\"setup\": outside the steps):", "", *phase_kind_table(o, "cpu_s", "kind"), "",
+                       "ours, top ops (CPU s per step, the steps' threads):", "", *top_ops(o, "cpu_s", 20), ""]
         if t:
             report += ["PyTorch by phase (wall s, profiled step):", "", *phase_kind_table(t, "wall_s", "kind"), "",
                        "PyTorch, top ops (wall s, profiled step):", "", *top_ops(t, "wall_s", 20), ""]

@@ -12,10 +12,13 @@
 // has one (a GEMM op, an fsdp:/cat: region, an autograd node whose forward op ran inside a kind)
 // and its parent's otherwise, so an aten::mul in an RMSNorm counts as RMSNorm, an aten::mm inside
 // the fused loss as GEMM, and a backward node as the kind of the forward op that made it (matched
-// by autograd sequence number).
+// by autograd sequence number). Ops of other threads (the MPI progress thread's ring folds, a gloo
+// worker's) count in phase "other threads" while a step runs, in "setup" otherwise (loading, the final
+// save); the op list leaves "setup" out, so it holds the steps' work only.
 #include <ATen/record_function.h>
 #include <sys/resource.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -75,6 +78,7 @@ std::map<std::pair<std::string, std::string>, Acc> g_by_op;    // (kind, op)
 std::map<std::string, Acc> g_phase;                            // inclusive
 std::unordered_map<int64_t, std::string> g_seq_kind;           // forward op sequence nr -> kind
 int g_steps_seen = 0, g_skip = 2;
+std::atomic<bool> g_in_step{false};  // the main thread is inside "phase:step"
 double g_cpu_start = 0, g_wall_start = 0, g_cpu_end = 0, g_wall_end = 0;
 
 thread_local std::vector<Frame> t_stack;
@@ -120,6 +124,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
           g_wall_start = wall_s();
         }
         g_seq_kind.clear();
+        g_in_step = true;
       }
       t_phase.push_back(f.name.substr(6));
     } else if (f.name.rfind("fsdp:", 0) == 0) {  // the groups bench/torch_step_profile.py uses
@@ -158,7 +163,7 @@ void on_end(const at::RecordFunction&, at::ObserverContext*) {
     t_stack.back().child_cpu += cpu;
     t_stack.back().child_wall += wall;
   }
-  const std::string phase = t_phase.empty() ? "setup" : t_phase.back();
+  const std::string phase = !t_phase.empty() ? t_phase.back() : g_in_step ? "other threads" : "setup";
   std::string kind = f.kind.empty() ? current_kind() : f.kind;
   const bool op = !f.is_phase && f.name.rfind("cat:", 0) != 0 && f.name.rfind("fsdp:", 0) != 0;
   if (kind.empty()) kind = f.is_phase ? "host code" : (phase == "optimizer" ? "optimizer" : "other ops");
@@ -166,10 +171,12 @@ void on_end(const at::RecordFunction&, at::ObserverContext*) {
   Acc& k = g_by_kind[{phase, kind}];
   k.cpu += cpu - f.child_cpu;
   k.wall += wall - f.child_wall;
-  Acc& o = g_by_op[{kind, op ? f.name : std::string("(code in ") + f.name + ")"}];
-  o.cpu += cpu - f.child_cpu;
-  o.wall += wall - f.child_wall;
-  ++o.calls;
+  if (phase != "setup") {
+    Acc& o = g_by_op[{kind, op ? f.name : std::string("(code in ") + f.name + ")"}];
+    o.cpu += cpu - f.child_cpu;
+    o.wall += wall - f.child_wall;
+    ++o.calls;
+  }
   if (f.is_phase) {
     Acc& p = g_phase[phase];
     p.cpu += cpu;
@@ -180,6 +187,7 @@ void on_end(const at::RecordFunction&, at::ObserverContext*) {
     if (phase == "step") {
       g_cpu_end = process_cpu_s();
       g_wall_end = wall1;
+      g_in_step = false;
     }
   }
 }
