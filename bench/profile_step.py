@@ -58,12 +58,20 @@ def kinds_table(ours: dict, theirs: dict, phases=("forward", "backward", "optimi
         return out
 
     oc, ow, tw = agg(ours, "cpu_s"), agg(ours, "wall_s"), agg(theirs, "wall_s")
+    ob, tb = agg(ours, "bytes"), agg(theirs, "bytes")
     rows = sorted(set(oc) | set(tw), key=lambda k: -(oc.get(k, 0) + tw.get(k, 0)))
-    lines = ["| kind (forward + backward + optimizer) | ours CPU s | ours wall s | PyTorch wall s (profiled step) |",
-             "|---|---:|---:|---:|"]
+    lines = ["| kind (forward + backward + optimizer) | ours CPU s | ours wall s | PyTorch wall s (profiled step) "
+             "| ours operand GB | PyTorch operand GB |",
+             "|---|---:|---:|---:|---:|---:|"]
+    gb = lambda v: f"{v / 1e9:.2f}"
     for k in rows:
-        lines.append(f"| {k} | {oc.get(k, 0):.3f} | {ow.get(k, 0):.3f} | {tw.get(k, 0):.3f} |")
-    lines.append(f"| **sum** | {sum(oc.values()):.3f} | {sum(ow.values()):.3f} | {sum(tw.values()):.3f} |")
+        lines.append(f"| {k} | {oc.get(k, 0):.3f} | {ow.get(k, 0):.3f} | {tw.get(k, 0):.3f} | {gb(ob.get(k, 0))} "
+                     f"| {gb(tb.get(k, 0))} |")
+    lines.append(f"| **sum** | {sum(oc.values()):.3f} | {sum(ow.values()):.3f} | {sum(tw.values()):.3f} "
+                 f"| {gb(sum(ob.values()))} | {gb(sum(tb.values()))} |")
+    lines += ["", "Operand GB: bytes moved, estimated as every leaf op's tensor inputs (in-place and out= "
+              "destinations included, fresh outputs and views not; our own kernels report theirs); per step, "
+              "rank 0. The \"other threads\" phase (ours) is not in these sums."]
     return lines
 
 

@@ -163,7 +163,8 @@ def train_loop(args, model, optim, autocast, rank: int, world: int, cuda: bool, 
             tm.steps += 1
             ph = tm.phase
             if step == args.steps - 1:
-                profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                # Input shapes and dtypes: each op's operand bytes (torch_step_profile.py).
+                profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True)
                 profiler.__enter__()
         # The global batch in example order; rank r takes every world-th micro-batch slice, as ours does.
         idx = [(cursor + i) % n for i in range(global_batch)]

@@ -7,6 +7,9 @@ residual adds, the attention, embeddings) and the loss; FSDP2's own "FSDP::*" re
 collectives and casts. A GEMM op is "gemm" wherever it runs; an autograd node takes the kind of
 the forward op that made it (matched by sequence number). Self times are torch.profiler's
 (wall-clock microseconds); the phases' CPU time comes from time.thread_time() around them.
+Operand bytes, as train_profile.cpp counts ours: each leaf op (no child op) counts the bytes of its
+tensor inputs (recorded shapes x dtype sizes; in-place and out= destinations included, fresh
+outputs not), view and metadata ops nothing.
 """
 import contextlib
 import time
@@ -98,6 +101,36 @@ def _kind_of(ev, seq_kind: dict, cache: dict) -> str:
     return k
 
 
+# train_profile.cpp's moves_nothing: views, allocations, metadata.
+MOVES_NOTHING = {
+    "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::_reshape_alias", "aten::as_strided", "aten::transpose",
+    "aten::t", "aten::permute", "aten::expand", "aten::expand_as", "aten::narrow", "aten::slice", "aten::select",
+    "aten::unsqueeze", "aten::squeeze", "aten::detach", "aten::detach_", "aten::alias", "aten::view_as", "aten::unbind",
+    "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::flatten", "aten::unflatten", "aten::empty",
+    "aten::empty_like", "aten::empty_strided", "aten::resize_", "aten::set_", "aten::lift_fresh", "aten::contiguous",
+    "aten::to", "aten::type_as", "aten::result_type", "aten::size", "aten::stride", "aten::numel", "aten::dim",
+    "aten::is_nonzero", "aten::_has_compatible_shallow_copy_type", "aten::from_blob", "aten::diagonal",
+    "aten::movedim", "aten::swapaxes", "aten::_view_as_real", "aten::view_as_real", "aten::unfold"}
+# torch.profiler's dtype names -> bytes an element.
+DTYPE_BYTES = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2, "long int": 8, "long": 8, "int": 4,
+               "short int": 2, "short": 2, "bool": 1, "unsigned char": 1, "signed char": 1, "c10::complex<float>": 8,
+               "c10::complex<double>": 16}
+
+
+def _operand_bytes(ev) -> float:
+    if ev.cpu_children or not ev.name.startswith("aten::") or ev.name in MOVES_NOTHING:
+        return 0.0
+    total = 0.0
+    for shape, dtype in zip(ev.input_shapes or [], getattr(ev, "input_dtypes", None) or []):
+        size = DTYPE_BYTES.get(dtype)
+        if size and isinstance(shape, (list, tuple)) and all(isinstance(d, int) for d in shape):
+            n = 1
+            for d in shape:
+                n *= d
+            total += n * size
+    return total
+
+
 def _phase_of(ev) -> str:
     p = ev
     phase = "other"
@@ -118,7 +151,7 @@ def summarize(prof, timer: PhaseTimer) -> dict:
             if k:
                 seq_kind.setdefault(e.sequence_nr, k)
     cache = {}
-    by_kind, by_op = {}, {}
+    by_kind, by_op, by_kind_bytes = {}, {}, {}
     for e in events:
         kind = _kind_of(e, seq_kind, cache)
         phase = _phase_of(e)
@@ -126,12 +159,17 @@ def summarize(prof, timer: PhaseTimer) -> dict:
             kind = "optimizer" if phase == "optimizer" else ("host code" if e.name.startswith("phase:") else "other ops")
         s = e.self_cpu_time_total / 1e6
         by_kind[(phase, kind)] = by_kind.get((phase, kind), 0.0) + s
+        b = _operand_bytes(e)
+        by_kind_bytes[(phase, kind)] = by_kind_bytes.get((phase, kind), 0.0) + b
         is_op = not e.name.startswith(("phase:", "cat:"))
         key = (kind, e.name if is_op else f"(code in {e.name})")
-        a = by_op.setdefault(key, [0.0, 0])
+        a = by_op.setdefault(key, [0.0, 0, 0.0])
         a[0] += s
         a[1] += 1
+        a[2] += b
     steps = max(timer.steps, 1)
     return {"phases": {p: {"cpu_s": timer.cpu[p] / steps, "wall_s": timer.wall[p] / steps} for p in timer.cpu},
-            "by_kind": [{"phase": p, "kind": k, "wall_s": v / steps} for (p, k), v in by_kind.items()],
-            "by_op": [{"kind": k, "op": o, "wall_s": v[0] / steps, "calls": v[1] / steps} for (k, o), v in by_op.items()]}
+            "by_kind": [{"phase": p, "kind": k, "wall_s": v / steps, "bytes": by_kind_bytes.get((p, k), 0.0) / steps}
+                        for (p, k), v in by_kind.items()],
+            "by_op": [{"kind": k, "op": o, "wall_s": v[0] / steps, "calls": v[1] / steps, "bytes": v[2] / steps}
+                      for (k, o), v in by_op.items()]}

@@ -15,6 +15,12 @@
 // by autograd sequence number). Ops of other threads (the MPI progress thread's ring folds, a gloo
 // worker's) count in phase "other threads" while a step runs, in "setup" otherwise (loading, the final
 // save); the op list leaves "setup" out, so it holds the steps' work only.
+//
+// Operand bytes (the profile's "bytes moved" estimate; hardware counters are not readable in this VM): each
+// leaf op (an ATen op that runs no other op) counts the bytes of its tensor inputs, in-place and out=
+// destinations included, a fresh output not; view and metadata ops count nothing. Our own kernels say
+// what they read through util/trace.h's ALPACA_TRACE_BYTES ("alpaca::*" ops). bench/torch_step_profile.py
+// counts PyTorch's ops the same way from torch.profiler's recorded input shapes and dtypes.
 #include <ATen/record_function.h>
 #include <sys/resource.h>
 
@@ -57,7 +63,7 @@ long thread_minflt() {
 }
 
 struct Acc {
-  double cpu = 0, wall = 0;
+  double cpu = 0, wall = 0, bytes = 0;
   int64_t calls = 0;
   long minflt = 0;
 };
@@ -66,6 +72,9 @@ struct Frame {
   std::string kind;  // empty: inherits
   std::string name;
   bool is_phase = false;
+  bool is_op = false;  // scope FUNCTION: an ATen op or one of our kernels
+  int child_ops = 0;
+  double bytes = 0;    // operand bytes, counted when the op turns out to be a leaf
   double cpu0 = 0, wall0 = 0, child_cpu = 0, child_wall = 0;
   long flt0 = 0;
 };
@@ -99,6 +108,38 @@ std::string node_kind(const std::string& n) {
     return "gemm";
   if (n.find("Attention") != std::string::npos) return "attention";
   return "";
+}
+
+// Ops that move no tensor data: views, allocations, metadata.
+bool moves_nothing(const std::string& n) {
+  static const char* names[] = {
+      "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::_reshape_alias", "aten::as_strided", "aten::transpose",
+      "aten::t", "aten::permute", "aten::expand", "aten::expand_as", "aten::narrow", "aten::slice", "aten::select",
+      "aten::unsqueeze", "aten::squeeze", "aten::detach", "aten::detach_", "aten::alias", "aten::view_as", "aten::unbind",
+      "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::flatten", "aten::unflatten", "aten::empty",
+      "aten::empty_like", "aten::empty_strided", "aten::resize_", "aten::set_", "aten::lift_fresh", "aten::contiguous",
+      "aten::to", "aten::type_as", "aten::result_type", "aten::size", "aten::stride", "aten::numel", "aten::dim",
+      "aten::is_nonzero", "aten::_has_compatible_shallow_copy_type", "aten::from_blob", "aten::diagonal",
+      "aten::movedim", "aten::swapaxes", "aten::_view_as_real", "aten::view_as_real", "aten::unfold"};
+  for (const char* v : names)
+    if (n == v) return true;
+  return false;
+}
+
+double operand_bytes(const at::RecordFunction& fn, const std::string& name) {
+  const auto inputs = fn.inputs();
+  if (name.rfind("alpaca::", 0) == 0) return !inputs.empty() && inputs[0].isInt() ? static_cast<double>(inputs[0].toInt()) : 0;
+  if (moves_nothing(name)) return 0;
+  double b = 0;
+  for (const c10::IValue& v : inputs) {
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (t.defined()) b += static_cast<double>(t.nbytes());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorVector()) b += t.defined() ? static_cast<double>(t.nbytes()) : 0;
+    }
+  }
+  return b;
 }
 
 std::string current_kind() {
@@ -146,6 +187,10 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       g_seq_kind.emplace(fn.seqNr(), k);
     }
   }
+  if (scope == at::RecordScope::FUNCTION) {
+    f.is_op = true;
+    f.bytes = operand_bytes(fn, f.name);
+  }
   f.cpu0 = thread_cpu_s();
   f.wall0 = wall_s();
   if (f.is_phase) f.flt0 = thread_minflt();
@@ -162,7 +207,9 @@ void on_end(const at::RecordFunction&, at::ObserverContext*) {
   if (!t_stack.empty()) {
     t_stack.back().child_cpu += cpu;
     t_stack.back().child_wall += wall;
+    if (f.is_op) ++t_stack.back().child_ops;
   }
+  const double bytes = f.is_op && f.child_ops == 0 ? f.bytes : 0;  // leaves only: no byte counted twice
   const std::string phase = !t_phase.empty() ? t_phase.back() : g_in_step ? "other threads" : "setup";
   std::string kind = f.kind.empty() ? current_kind() : f.kind;
   const bool op = !f.is_phase && f.name.rfind("cat:", 0) != 0 && f.name.rfind("fsdp:", 0) != 0;
@@ -171,10 +218,12 @@ void on_end(const at::RecordFunction&, at::ObserverContext*) {
   Acc& k = g_by_kind[{phase, kind}];
   k.cpu += cpu - f.child_cpu;
   k.wall += wall - f.child_wall;
+  k.bytes += bytes;
   if (phase != "setup") {
     Acc& o = g_by_op[{kind, op ? f.name : std::string("(code in ") + f.name + ")"}];
     o.cpu += cpu - f.child_cpu;
     o.wall += wall - f.child_wall;
+    o.bytes += bytes;
     ++o.calls;
   }
   if (f.is_phase) {
@@ -202,10 +251,11 @@ nlohmann::json report() {
   for (const auto& [p, a] : g_phase)
     j["phases"][p] = {{"cpu_s", a.cpu / steps}, {"wall_s", a.wall / steps}, {"minflt", a.minflt / steps}};
   for (const auto& [k, a] : g_by_kind)
-    j["by_kind"].push_back({{"phase", k.first}, {"kind", k.second}, {"cpu_s", a.cpu / steps}, {"wall_s", a.wall / steps}});
+    j["by_kind"].push_back({{"phase", k.first}, {"kind", k.second}, {"cpu_s", a.cpu / steps}, {"wall_s", a.wall / steps},
+                            {"bytes", a.bytes / steps}});
   for (const auto& [k, a] : g_by_op)
     j["by_op"].push_back({{"kind", k.first}, {"op", k.second}, {"cpu_s", a.cpu / steps}, {"wall_s", a.wall / steps},
-                          {"calls", static_cast<double>(a.calls) / steps}});
+                          {"bytes", a.bytes / steps}, {"calls", static_cast<double>(a.calls) / steps}});
   return j;
 }
 
@@ -220,7 +270,8 @@ int main(int argc, char** argv) {
   if (const char* s = std::getenv("ALPACA_PROFILE_SKIP")) g_skip = std::atoi(s);
   at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
                             .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
-                                     at::RecordScope::USER_SCOPE}));
+                                     at::RecordScope::USER_SCOPE})
+                            .needsInputs(true));
   int rc = 0;
   try {
     rc = alpaca::cli::dispatch(std::vector<std::string>(argv + 1, argv + argc));

@@ -30,6 +30,7 @@
 
 #include "alpaca/model/fused_ops.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/trace.h"
 #include "bf16_gemm.h"
 #include "fused_math.h"
 
@@ -436,7 +437,10 @@ struct GemmAttentionFn : public torch::autograd::Function<GemmAttentionFn> {
     const Attn a = problem(q, k, scale, mask);
     at::Tensor out = at::empty_like(q);
     at::Tensor lse = at::empty({a.b, a.h, a.t}, q.options().dtype(at::kFloat));
-    attention_forward(a, bits(q), bits(k), bits(v), mbits(out), lse.mutable_data_ptr<float>());
+    {
+      ALPACA_TRACE_BYTES("alpaca::gemm_attention", util::nbytes_of({q, k, v, mask}));
+      attention_forward(a, bits(q), bits(k), bits(v), mbits(out), lse.mutable_data_ptr<float>());
+    }
     ctx->save_for_backward({q, k, v, out, lse, mask});
     ctx->saved_data["scale"] = scale;
     return out;
@@ -450,6 +454,7 @@ struct GemmAttentionFn : public torch::autograd::Function<GemmAttentionFn> {
     const Attn a = problem(q, k, ctx->saved_data["scale"].toDouble(), mask);
     const Grads gr{bits(q), bits(k), bits(v), bits(out), bits(dout), lse.const_data_ptr<float>(),
                    mbits(dq), mbits(dk), mbits(dv)};
+    ALPACA_TRACE_BYTES("alpaca::gemm_attention_backward", util::nbytes_of({q, k, v, out, dout, lse, mask}));
     attention_backward(a, gr);
     return {dq, dk, dv, at::Tensor(), at::Tensor()};
   }

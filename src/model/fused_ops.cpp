@@ -19,6 +19,7 @@
 
 #include "alpaca/util/cpu_features.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/trace.h"
 
 #include "fused_math.h"
 
@@ -194,6 +195,7 @@ struct RmsNormFn : public torch::autograd::Function<RmsNormFn> {
     float* rp = rstd.mutable_data_ptr<float>();
     const float e = static_cast<float>(eps);
     const RowKernels& K = row_kernels();
+    ALPACA_TRACE_BYTES("alpaca::rms_norm", util::nbytes_of({x, w}));
     at::parallel_for(0, rows, grain_rows(d), [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         // As transformers: variance = mean(x^2) in fp32, h = x * rsqrt(variance + eps).
@@ -219,10 +221,13 @@ struct RmsNormFn : public torch::autograd::Function<RmsNormFn> {
     const float* rp = rstd.const_data_ptr<float>();
     float* parts = need_w ? gw_parts.mutable_data_ptr<float>() : nullptr;
     const RowKernels& K = row_kernels();
-    at::parallel_for(0, rows, grain_rows(d), [&](int64_t r0, int64_t r1) {
-      float* gw = need_w ? parts + at::get_thread_num() * d : nullptr;
-      for (int64_t r = r0; r < r1; ++r) K.rms_backward_row(gp + r * d, xp + r * d, wp, rp[r], d, gxp + r * d, gw);
-    });
+    {
+      ALPACA_TRACE_BYTES("alpaca::rms_norm_backward", util::nbytes_of({g, x, w, rstd, gw_parts}));
+      at::parallel_for(0, rows, grain_rows(d), [&](int64_t r0, int64_t r1) {
+        float* gw = need_w ? parts + at::get_thread_num() * d : nullptr;
+        for (int64_t r = r0; r < r1; ++r) K.rms_backward_row(gp + r * d, xp + r * d, wp, rp[r], d, gxp + r * d, gw);
+      });
+    }
     at::Tensor gw = need_w ? gw_parts.sum(0).to(w.scalar_type()) : at::Tensor();
     return {gx, gw, at::Tensor()};
   }
@@ -233,6 +238,7 @@ struct RopeFn : public torch::autograd::Function<RopeFn> {
   using RowFn = void (*)(const u16*, const u16*, const u16*, int64_t, u16*);
   static void run(const at::Tensor& in, const at::Tensor& cos, const at::Tensor& sin, at::Tensor& out, RowFn row) {
     const int64_t b = in.size(0), t = in.size(1), h = in.size(2), dh = in.size(3);
+    ALPACA_TRACE_BYTES("alpaca::rope", util::nbytes_of({in, cos, sin}));
     const u16 *ip = bits(in), *cp = bits(cos), *sp = bits(sin);
     u16* op = mbits(out);
     at::parallel_for(0, b * t, grain_rows(h * dh), [&](int64_t p0, int64_t p1) {
@@ -267,8 +273,11 @@ struct SiluMulFn : public torch::autograd::Function<SiluMulFn> {
     const u16 *ap = bits(a), *bp = bits(b);
     u16* op = mbits(out);
     const RowKernels& K = row_kernels();
-    at::parallel_for(0, a.numel(), int64_t{1} << 15,
-                     [&](int64_t i0, int64_t i1) { K.silu_mul_rows(ap + i0, bp + i0, op + i0, i1 - i0); });
+    {
+      ALPACA_TRACE_BYTES("alpaca::silu_mul", util::nbytes_of({a, b}));
+      at::parallel_for(0, a.numel(), int64_t{1} << 15,
+                       [&](int64_t i0, int64_t i1) { K.silu_mul_rows(ap + i0, bp + i0, op + i0, i1 - i0); });
+    }
     ctx->save_for_backward({a, b});
     return out;
   }
@@ -281,6 +290,7 @@ struct SiluMulFn : public torch::autograd::Function<SiluMulFn> {
     const u16 *gp = bits(g), *ap = bits(a), *bp = bits(b);
     u16 *gap = mbits(ga), *gbp = mbits(gb);
     const RowKernels& K = row_kernels();
+    ALPACA_TRACE_BYTES("alpaca::silu_mul_backward", util::nbytes_of({g, a, b}));
     at::parallel_for(0, a.numel(), int64_t{1} << 15, [&](int64_t i0, int64_t i1) {
       K.silu_mul_backward_rows(gp + i0, ap + i0, bp + i0, gap + i0, gbp + i0, i1 - i0);
     });
@@ -358,6 +368,7 @@ void add_bf16_into_fp32(at::Tensor& dst, const at::Tensor& src) {
   float* d = dst.mutable_data_ptr<float>();
   const u16* s = bits(src);
   const RowKernels& K = row_kernels();
+  ALPACA_TRACE_BYTES("alpaca::add_bf16_into_fp32", util::nbytes_of({dst, src}));
   at::parallel_for(0, dst.numel(), int64_t{1} << 16, [&](int64_t i0, int64_t i1) { K.add_bf16_rows(d + i0, s + i0, i1 - i0); });
 }
 
@@ -366,13 +377,19 @@ namespace ring_fold {
 const u16* words(const at::BFloat16* p) { return reinterpret_cast<const u16*>(p); }
 
 void sum(float* d, const at::BFloat16* a, const at::BFloat16* b, int64_t n) {
+  ALPACA_TRACE_BYTES("alpaca::ring_fold", 4 * n);
   row_kernels().sum_bf16_rows(d, words(a), words(b), n);
 }
-void sum(float* d, const at::BFloat16* a, const float* b, int64_t n) { row_kernels().sum_bf16_fp32_rows(d, words(a), b, n); }
+void sum(float* d, const at::BFloat16* a, const float* b, int64_t n) {
+  ALPACA_TRACE_BYTES("alpaca::ring_fold", 6 * n);
+  row_kernels().sum_bf16_fp32_rows(d, words(a), b, n);
+}
 void sum_round(at::BFloat16* d, const at::BFloat16* a, const at::BFloat16* b, float div, int64_t n) {
+  ALPACA_TRACE_BYTES("alpaca::ring_fold", 4 * n);
   row_kernels().sum_round_bf16_rows(reinterpret_cast<u16*>(d), words(a), words(b), div, n);
 }
 void sum_round(at::BFloat16* d, const at::BFloat16* a, const float* b, float div, int64_t n) {
+  ALPACA_TRACE_BYTES("alpaca::ring_fold", 6 * n);
   row_kernels().sum_round_fp32_rows(reinterpret_cast<u16*>(d), words(a), b, div, n);
 }
 

@@ -15,6 +15,7 @@
 #include "alpaca/model/fused_ops.h"
 #include "alpaca/model/loss_gemm.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/trace.h"
 
 #include "bf16_gemm.h"
 #include "fused_math.h"
@@ -96,6 +97,7 @@ double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool wr
                                                                              << " outside the vocabulary [0, " << v << ")");
   std::vector<float> row_loss(static_cast<size_t>(n));
   const LossRowKernels& K = loss_row_kernels();
+  ALPACA_TRACE_BYTES("alpaca::cross_entropy_rows", util::nbytes_of({z, targets}));
   at::parallel_for(0, n, 4, [&](int64_t r0, int64_t r1) {
     std::vector<float> e(static_cast<size_t>(v));
     for (int64_t r = r0; r < r1; ++r) {
@@ -163,6 +165,7 @@ bool head_weight_grad_bf16(at::Tensor& grad_w, const at::Tensor& g, const at::Te
   const std::vector<uint32_t> b = pack_hidden_panels(reinterpret_cast<const u16*>(h.const_data_ptr<at::BFloat16>()), n, d, kp);
   float* c = grad_w.mutable_data_ptr<float>();
   const int64_t blocks = (v + kVocabBlock - 1) / kVocabBlock;
+  ALPACA_TRACE_BYTES("alpaca::head_weight_grad", util::nbytes_of({g, h, add ? grad_w : at::Tensor()}));
   at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     std::vector<uint32_t> a(static_cast<size_t>(kp * kVocabBlock));
     for (int64_t blk = b0; blk < b1; ++blk) {
