@@ -184,7 +184,9 @@ class MpiWork final : public Work {
 // each fold is one pass (model::ring_fold: upcast and add, the bits of copy_ then add_), and the last
 // one writes `out` directly, divided and rounded once (finish_avg's div_ then copy_: the same bits).
 // At world 2 that is one message of 2n bytes and one pass, where the general form moves 4n bytes and
-// makes four passes (upcast, upcast, add, round) over fp32 scratch. ALPACA_CPU_FUSED=0 turns it off.
+// makes four passes (upcast, upcast, add, round) over fp32 scratch. ALPACA_CPU_FUSED=0 turns it off; like
+// every setting that changes a collective's wire format it must be the same on every rank (mpirun and our
+// launcher pass one environment to all).
 struct RingReduceScatter {
   at::Tensor in;   // world blocks of n elements, the caller's dtype
   at::Tensor acc;  // n elements in the reduction dtype (fp32 for 16-bit floats)

@@ -128,7 +128,7 @@ at::ScalarType reduce_type(const at::Tensor& t) { return is_16bit_float(t) ? at:
 // bf16 sums and averages travel as their own words (exact, half the bytes of the fp32 upcast) and are
 // reduced by the fused folds (model::ring_fold, one pass each): the same bits as reduce_into over the
 // fp32 upcasts then finish_avg and the rounding copy_ (IEEE addition commutes). ALPACA_CPU_FUSED=0
-// keeps the fp32 staging.
+// keeps the fp32 staging; every rank must agree on it (the segment's layout differs).
 bool fused_bf16(const at::Tensor& t, ReduceOp op) { return op != ReduceOp::kMax && alpaca::model::fused_cpu_bf16_applies(t); }
 
 // out (bf16, m) = bf16((sum over parts, in rank order, in fp32) / div); `acc` 2m floats of scratch
