@@ -12,7 +12,9 @@ tensor inputs (recorded shapes x dtype sizes; in-place and out= destinations inc
 outputs not), view and metadata ops nothing.
 """
 import contextlib
+import re
 import time
+from pathlib import Path
 
 import torch
 from torch.autograd.profiler import record_function
@@ -101,16 +103,8 @@ def _kind_of(ev, seq_kind: dict, cache: dict) -> str:
     return k
 
 
-# train_profile.cpp's moves_nothing: views, allocations, metadata.
-MOVES_NOTHING = {
-    "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::_reshape_alias", "aten::as_strided", "aten::transpose",
-    "aten::t", "aten::permute", "aten::expand", "aten::expand_as", "aten::narrow", "aten::slice", "aten::select",
-    "aten::unsqueeze", "aten::squeeze", "aten::detach", "aten::detach_", "aten::alias", "aten::view_as", "aten::unbind",
-    "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::flatten", "aten::unflatten", "aten::empty",
-    "aten::empty_like", "aten::empty_strided", "aten::resize_", "aten::set_", "aten::lift_fresh", "aten::contiguous",
-    "aten::to", "aten::type_as", "aten::result_type", "aten::size", "aten::stride", "aten::numel", "aten::dim",
-    "aten::is_nonzero", "aten::_has_compatible_shallow_copy_type", "aten::from_blob", "aten::diagonal",
-    "aten::movedim", "aten::swapaxes", "aten::_view_as_real", "aten::view_as_real", "aten::unfold"}
+# The ops that move no tensor data (views, allocations, metadata): the list train_profile.cpp includes.
+MOVES_NOTHING = set(re.findall(r'"(aten::[^"]+)"', (Path(__file__).parent / "moves_nothing.inc").read_text()))
 # torch.profiler's dtype names -> bytes an element.
 DTYPE_BYTES = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2, "long int": 8, "long": 8, "int": 4,
                "short int": 2, "short": 2, "bool": 1, "unsigned char": 1, "signed char": 1, "c10::complex<float>": 8,

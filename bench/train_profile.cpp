@@ -113,14 +113,8 @@ std::string node_kind(const std::string& n) {
 // Ops that move no tensor data: views, allocations, metadata.
 bool moves_nothing(const std::string& n) {
   static const char* names[] = {
-      "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::_reshape_alias", "aten::as_strided", "aten::transpose",
-      "aten::t", "aten::permute", "aten::expand", "aten::expand_as", "aten::narrow", "aten::slice", "aten::select",
-      "aten::unsqueeze", "aten::squeeze", "aten::detach", "aten::detach_", "aten::alias", "aten::view_as", "aten::unbind",
-      "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::flatten", "aten::unflatten", "aten::empty",
-      "aten::empty_like", "aten::empty_strided", "aten::resize_", "aten::set_", "aten::lift_fresh", "aten::contiguous",
-      "aten::to", "aten::type_as", "aten::result_type", "aten::size", "aten::stride", "aten::numel", "aten::dim",
-      "aten::is_nonzero", "aten::_has_compatible_shallow_copy_type", "aten::from_blob", "aten::diagonal",
-      "aten::movedim", "aten::swapaxes", "aten::_view_as_real", "aten::view_as_real", "aten::unfold"};
+#include "moves_nothing.inc"
+  };
   for (const char* v : names)
     if (n == v) return true;
   return false;

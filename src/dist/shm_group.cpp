@@ -148,6 +148,22 @@ void fold_bf16_parts(at::BFloat16* out, const std::vector<const at::BFloat16*>& 
   rf::sum_round(out, parts[w - 1], sum, div, m);
 }
 
+// target <- op over parts (rank order), divided by the world size for kAvg: bf16 words folded in one
+// pass when `fused` (fused_bf16), else ATen over parts already in the reduction dtype.
+void reduce_parts(at::Tensor target, const std::vector<at::Tensor>& parts, ReduceOp op, bool fused,
+                  std::vector<float>& acc) {
+  const int world = static_cast<int>(parts.size());
+  if (!fused) {
+    reduce_into(target, parts, op);
+    if (op == ReduceOp::kAvg) finish_avg(target, world);
+    return;
+  }
+  std::vector<const at::BFloat16*> words;
+  for (const at::Tensor& p : parts) words.push_back(p.const_data_ptr<at::BFloat16>());
+  fold_bf16_parts(target.mutable_data_ptr<at::BFloat16>(), words, op == ReduceOp::kAvg ? static_cast<float>(world) : 1.0f,
+                  target.numel(), acc);
+}
+
 // A flat contiguous view of t, or a contiguous copy (written back by the caller when it differs).
 at::Tensor flat(const at::Tensor& t) { return t.is_contiguous() ? t.view(-1) : t.contiguous().view(-1); }
 
@@ -285,28 +301,13 @@ void ShmGroup::broadcast(at::Tensor t, int root, ShmDeadline deadline) {
 void ShmGroup::reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp op, ShmDeadline deadline) {
   const at::Tensor src = flat(in);
   at::Tensor dst = flat(out);
-  if (fused_bf16(in, op)) {
-    const int64_t n = dst.numel(), piece = std::max<int64_t>(1, half_bytes_ / 2 / world_);
-    const float div = op == ReduceOp::kAvg ? static_cast<float>(world_) : 1.0f;
-    std::vector<float> acc;
-    std::vector<const at::BFloat16*> parts(world_);
-    for (int64_t a = 0; a < n; a += piece) {
-      const int64_t m = std::min(piece, n - a);
-      for (int j = 0; j < world_; ++j) mine(at::kBFloat16, j * m, (j + 1) * m).copy_(src.narrow(0, j * n + a, m));
-      const int parity = parity_;
-      sync(deadline);
-      for (int s = 0; s < world_; ++s)
-        parts[s] = buffer(s, parity, at::kBFloat16, rank_ * m, (rank_ + 1) * m).const_data_ptr<at::BFloat16>();
-      fold_bf16_parts(dst.narrow(0, a, m).mutable_data_ptr<at::BFloat16>(), parts, div, m, acc);
-    }
-    if (dst.data_ptr() != out.data_ptr()) out.copy_(dst.view(out.sizes()));
-    return;
-  }
-  const at::ScalarType wide = reduce_type(in);
+  const bool fused = fused_bf16(in, op);  // staged as bf16 words, folded straight into out
+  const at::ScalarType wide = fused ? at::kBFloat16 : reduce_type(in);
   const int64_t n = dst.numel(), esize = at::elementSize(wide);
   const int64_t piece = std::max<int64_t>(1, half_bytes_ / esize / world_);
   const bool direct = dst.scalar_type() == wide;  // reduce straight into out, else via fp32 scratch
   at::Tensor scratch = direct ? at::Tensor() : at::empty({std::min(piece, n)}, at::TensorOptions().dtype(wide));
+  std::vector<float> acc;
   for (int64_t a = 0; a < n; a += piece) {
     const int64_t m = std::min(piece, n - a);
     for (int j = 0; j < world_; ++j) mine(wide, j * m, (j + 1) * m).copy_(src.narrow(0, j * n + a, m));
@@ -315,8 +316,7 @@ void ShmGroup::reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp op,
     std::vector<at::Tensor> parts;
     for (int s = 0; s < world_; ++s) parts.push_back(buffer(s, parity, wide, rank_ * m, (rank_ + 1) * m));
     at::Tensor target = direct ? dst.narrow(0, a, m) : scratch.narrow(0, 0, m);
-    reduce_into(target, parts, op);
-    if (op == ReduceOp::kAvg) finish_avg(target, world_);
+    reduce_parts(target, parts, op, fused, acc);
     if (!direct) dst.narrow(0, a, m).copy_(target);  // rounds a 16-bit result once
   }
   if (dst.data_ptr() != out.data_ptr()) out.copy_(dst.view(out.sizes()));
@@ -326,9 +326,7 @@ void ShmGroup::all_reduce(at::Tensor t, ReduceOp op, ShmDeadline deadline) {
   at::Tensor buf = flat(t);
   const bool fused = fused_bf16(t, op);  // the input and the reduced parts as bf16 words
   const at::ScalarType wide = fused ? at::kBFloat16 : reduce_type(t);
-  const float div = op == ReduceOp::kAvg ? static_cast<float>(world_) : 1.0f;
   std::vector<float> acc;
-  std::vector<const at::BFloat16*> fold(world_);
   const int64_t n = buf.numel(), piece = std::max<int64_t>(world_, half_bytes_ / at::elementSize(wide) / 2);
   for (int64_t a = 0; a < n; a += piece) {
     const int64_t m = std::min(piece, n - a);
@@ -339,13 +337,7 @@ void ShmGroup::all_reduce(at::Tensor t, ReduceOp op, ShmDeadline deadline) {
     std::vector<at::Tensor> parts;
     for (int s = 0; s < world_; ++s) parts.push_back(buffer(s, parity, wide, lo(rank_), lo(rank_ + 1)));
     at::Tensor reduced = buffer(rank_, parity, wide, m + lo(rank_), m + lo(rank_ + 1));
-    if (fused) {
-      for (int s = 0; s < world_; ++s) fold[s] = parts[s].const_data_ptr<at::BFloat16>();
-      fold_bf16_parts(reduced.mutable_data_ptr<at::BFloat16>(), fold, div, reduced.numel(), acc);
-    } else {
-      reduce_into(reduced, parts, op);
-      if (op == ReduceOp::kAvg) finish_avg(reduced, world_);
-    }
+    reduce_parts(reduced, parts, op, fused, acc);
     sync(deadline);
     // Two barriers flipped the parity back: move on, so the next piece writes the other buffer
     // while the peers may still read this one's reduced parts.

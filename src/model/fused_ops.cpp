@@ -91,29 +91,29 @@ ALPACA_INLINE void add_bf16_rows_impl(float* d, In s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) d[i] += f32(s[i]);
 }
 
-// The MPI ring reduce-scatter's folds (dist/): d = fp32(a) + b for a bf16 and b bf16 or fp32 (ATen's
-// copy_ of a into fp32, then add_ of b upcast: the upcasts are exact, one fp32 add, a first), and the
-// last step's d = bf16((fp32(a) + b) / div) (then finish_avg's div_ and copy_'s rounding; div 1 for a
-// sum, skipped). d may be a itself (an in-place reduce-scatter's own block): no __restrict on it.
-ALPACA_INLINE void sum_bf16_rows_impl(float* d, In a, In b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) d[i] = f32(a[i]) + f32(b[i]);
+// The bf16 reduce-scatter folds (dist/: the MPI ring, shared memory): d = fp32(a) + b for a bf16 and
+// b bf16 or fp32 (ATen's copy_ of a into fp32, then add_ of b upcast: the upcasts are exact, one fp32
+// add, a first), and the last step's d = bf16((fp32(a) + b) / div) (then finish_avg's div_ and copy_'s
+// rounding; div 1 for a sum, skipped). sum_round's d may be a itself (an in-place reduce-scatter's own
+// block): no __restrict there.
+template <typename B>
+ALPACA_INLINE float widen(B v) {
+  if constexpr (std::is_same_v<B, u16>) {
+    return f32(v);
+  } else {
+    return v;
+  }
 }
-ALPACA_INLINE void sum_bf16_fp32_rows_impl(float* d, In a, const float* __restrict b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) d[i] = f32(a[i]) + b[i];
+template <typename B>
+ALPACA_INLINE void sum_rows_impl(float* __restrict d, In a, const B* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = f32(a[i]) + widen(b[i]);
 }
 template <typename B>
 ALPACA_INLINE void sum_round_rows_impl(u16* d, const u16* a, const B* b, float div, int64_t n) {
-  auto wide = [](B v) {
-    if constexpr (std::is_same_v<B, u16>) {
-      return f32(v);
-    } else {
-      return v;
-    }
-  };
   if (div == 1.0f) {
-    for (int64_t i = 0; i < n; ++i) d[i] = bf16(f32(a[i]) + wide(b[i]));
+    for (int64_t i = 0; i < n; ++i) d[i] = bf16(f32(a[i]) + widen(b[i]));
   } else {
-    for (int64_t i = 0; i < n; ++i) d[i] = bf16((f32(a[i]) + wide(b[i])) / div);
+    for (int64_t i = 0; i < n; ++i) d[i] = bf16((f32(a[i]) + widen(b[i])) / div);
   }
 }
 
@@ -152,10 +152,8 @@ struct RowKernels {
     silu_mul_backward_rows_impl(g, a, b, ga, gb, n);                                                              \
   }                                                                                                               \
   ATTR void add_bf16_rows(float* d, const u16* s, int64_t n) { add_bf16_rows_impl(d, s, n); }                   \
-  ATTR void sum_bf16_rows(float* d, const u16* a, const u16* b, int64_t n) { sum_bf16_rows_impl(d, a, b, n); }   \
-  ATTR void sum_bf16_fp32_rows(float* d, const u16* a, const float* b, int64_t n) {                              \
-    sum_bf16_fp32_rows_impl(d, a, b, n);                                                                          \
-  }                                                                                                               \
+  ATTR void sum_bf16_rows(float* d, const u16* a, const u16* b, int64_t n) { sum_rows_impl(d, a, b, n); }        \
+  ATTR void sum_bf16_fp32_rows(float* d, const u16* a, const float* b, int64_t n) { sum_rows_impl(d, a, b, n); } \
   ATTR void sum_round_bf16_rows(u16* d, const u16* a, const u16* b, float div, int64_t n) {                      \
     sum_round_rows_impl(d, a, b, div, n);                                                                         \
   }                                                                                                               \

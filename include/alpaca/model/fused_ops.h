@@ -47,7 +47,7 @@ void add_bf16_into_fp32(at::Tensor& dst, const at::Tensor& src);
 // The folds of a reduce-scatter ring over bf16 blocks (dist's MPI backend), on raw rows of n values,
 // serial (the caller is a communication thread), the row loops above: a's upcast plus b, in fp32 as
 // ATen's copy_ then add_ (the same bits), into fp32 d; sum_round also divides by `div` (1: a sum, no
-// division) and rounds to bf16 as finish_avg's div_ and copy_ do. d may be a (in place), nothing else
+// division) and rounds to bf16 as finish_avg's div_ and copy_ do. sum_round's d may be a (in place); nothing else
 // overlaps.
 namespace ring_fold {
 void sum(float* d, const at::BFloat16* a, const at::BFloat16* b, int64_t n);
