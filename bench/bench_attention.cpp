@@ -62,8 +62,7 @@ double time_one(const Attn& f, const at::Tensor& q, const at::Tensor& k, const a
 // GFLOP/s of the packed GEMM at the attention's product shapes (operands of ones: no denormals).
 void bench_kernel(const std::vector<int64_t>& lengths, int reps) {
   namespace g = alpaca::model::bf16gemm;
-  std::printf("packed bf16 GEMM (own kernel: %s), GFLOP/s, best of %d x 20 calls\n", g::use_own_kernel() ? "yes" : "no",
-              reps);
+  std::printf("packed bf16 GEMM (backend %s), GFLOP/s, best of %d x 20 calls\n", g::name(g::backend()), reps);
   std::printf("| T | S 64 x T, K 64 | O 64 x 64, K T | dV T x 64, K 64 |\n|---:|---:|---:|---:|\n");
   for (int64_t t : lengths) {
     const uint32_t one = 0x3F803F80u;  // two bf16 1.0

@@ -3,7 +3,7 @@
 // off: set_fused_cpu_bf16(false)), alternating, on the small bench model's head (D 768, V 32001;
 // docs/profile_bf16.md), and, on CPUs with our AVX512-BF16 GEMM, the lm_head gradient summed in fp32
 // inside that GEMM (loss_rows.h: head_weight_grad_bf16) against ATen's bf16 product per chunk added
-// into fp32 (bf16gemm::set_own_kernel(false)).
+// into fp32 (bf16gemm::set_backend(kCpublas)). ALPACA_BF16_GEMM picks the GEMM summing it (bf16_gemm.h).
 //
 //   build/tests/model/bench_loss [reps=5] [tokens=1024]
 //
@@ -88,13 +88,15 @@ int main(int argc, char** argv) {
   const at::Tensor labels = at::randint(0, v, {1, tokens}, at::kLong);
   // Sides: 0 the ATen passes, 1 the fused rows with ATen's lm_head product, 2 the fused rows with the
   // product summed inside our GEMM (where this CPU has it).
-  const bool own = alpaca::model::bf16gemm::cpu_has_avx512_bf16() && alpaca::model::bf16gemm::use_own_kernel();
+  namespace g = alpaca::model::bf16gemm;
+  const g::Backend fast_backend = g::backend();
+  const bool own = g::fast();
   const int sides = own ? 3 : 2;
   double best[3] = {1e30, 1e30, 1e30};
   for (int r = 0; r < reps + 1; ++r) {  // round 0 warms up every side
     for (int side = 0; side < sides; ++side) {
       alpaca::model::set_fused_cpu_bf16(side >= 1);
-      if (own) alpaca::model::bf16gemm::set_own_kernel(side == 2);
+      if (own) g::set_backend(side == 2 ? fast_backend : g::Backend::kCpublas);
       const double t = time_one(h, w, labels);
       if (r > 0) best[side] = std::min(best[side], t);
     }
@@ -115,8 +117,8 @@ int main(int argc, char** argv) {
   std::printf("ATen passes: %.4f s   fused rows: %.4f s   speed-up %.2fx   (the three GEMMs: %.1f GFLOP)\n", best[0],
               best[1], best[0] / best[1], gemm_gflop);
   if (own)
-    std::printf("fused rows + lm_head gradient summed in our GEMM: %.4f s   %.2fx the fused rows alone\n", best[2],
-                best[1] / best[2]);
+    std::printf("fused rows + lm_head gradient summed in the %s GEMM: %.4f s   %.2fx the fused rows alone\n",
+                g::name(fast_backend), best[2], best[1] / best[2]);
   std::printf("one chunk (%lld x %lld logits) without the GEMMs: ATen passes %.4f s, fused rows %.4f s, %.2fx\n",
               static_cast<long long>(chunk), static_cast<long long>(v), rows[0], rows[1], rows[0] / rows[1]);
   return 0;

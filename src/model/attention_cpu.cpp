@@ -13,8 +13,9 @@
 // are bf16_gemm.h's on packed operands (K, V packed once per task; the forward's P is already the
 // A operand of P V, and the backward's softmax writes P and dS directly as the row-pair words that
 // dV and dK take; of a block only its Q and dO rows are packed), our AVX512-BF16 kernel where the
-// CPU has it without AMX (with causal hints that skip the tiles above the diagonal), else ATen's
-// cpublas bf16 -> fp32 GEMM (MKL / oneDNN, AMX where present). The softmax rows are our loops,
+// CPU has it without AMX (with causal hints that skip the tiles above the diagonal), oneDNN's brgemm
+// ukernel on AMX CPUs (the tiles; our words are its VNNI layout), else ATen's cpublas bf16 -> fp32
+// GEMM (bf16_gemm.h). The softmax rows are our loops,
 // compiled per instruction set like fused_ops.cpp's, in chunks of 32 keys over rows padded to whole
 // chunks.
 #include <ATen/Parallel.h>
@@ -361,6 +362,7 @@ void attention_forward(const Attn& a, const u16* q, const u16* k, const u16* v, 
       bf16gemm::pack_rows(v + a.k_off(bi, g), a.ldk(), a.t, a.dh, w.vr.data());
       for (int64_t hi = g * rep; hi < (g + 1) * rep; ++hi) forward_head(a, bi, hi, q, out, lse, w);
     }
+    bf16gemm::release();
   });
 }
 
@@ -414,6 +416,7 @@ void attention_backward(const Attn& a, const Grads& gr) {
       store_bf16(w.dk.data(), a.dh, a.t, a.dh, gr.dk + a.k_off(bi, g), a.ldk());
       store_bf16(w.dv.data(), a.dh, a.t, a.dh, gr.dv + a.k_off(bi, g), a.ldk());
     }
+    bf16gemm::release();
   });
 }
 
@@ -475,9 +478,10 @@ std::atomic<bool>& enabled_slot() {
 }  // namespace
 
 bool gemm_attention_applies(const at::Tensor& q) {
-  // Only with our AVX512-BF16 products: on the cpublas fallback (MKL's fp32-converting bf16 GEMM
-  // here) it measured 0.7-1.1x SDPA, so AMX and AVX2-only CPUs keep SDPA (docs/profile_bf16.md).
-  return fused_cpu_bf16_applies(q) && cpu_attention_routes_on() && bf16gemm::use_own_kernel();
+  // Only with fast products (our AVX512-BF16 kernel, oneDNN's on AMX): on the cpublas fallback (MKL's
+  // fp32-converting bf16 GEMM here) it measured 0.7-1.1x SDPA, so AVX2-only CPUs keep SDPA
+  // (docs/profile_bf16.md).
+  return fused_cpu_bf16_applies(q) && cpu_attention_routes_on() && bf16gemm::fast();
 }
 
 bool mask_within_causal(const at::Tensor& allow_b1tt) {

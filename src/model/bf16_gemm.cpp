@@ -16,6 +16,7 @@
 #include <immintrin.h>
 #define ALPACA_GEMM_X86 1
 #define ALPACA_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define ALPACA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 #else
 #define ALPACA_GEMM_X86 0
 #endif
@@ -63,7 +64,7 @@ using TileFn = void (*)(int64_t, const uint32_t*, int64_t, int64_t, const uint32
 constexpr TileFn kTiles[kMr + 1] = {nullptr,        micro_tile<1>, micro_tile<2>, micro_tile<3>, micro_tile<4>,
                                     micro_tile<5>, micro_tile<6>, micro_tile<7>, micro_tile<8>};
 
-__mmask16 lanes(int64_t k) { return k >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << k) - 1); }
+ALPACA_AVX512 __mmask16 lanes(int64_t k) { return k >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << k) - 1); }
 
 // The words [p0, p1) of row tile [i, i + rows) x column tile [j, ...) that the hint leaves (p1 <= p0:
 // the tile's C is zero, or left as it is with add; nothing at all for a kCols tile: returns false).
@@ -115,7 +116,8 @@ ALPACA_AVX512_BF16 void pack_rows_avx512(const uint16_t* r0, const uint16_t* r1,
 // pass an `undefined` vector, `__m512i __Y = __Y`, that -Wmaybe-uninitialized flags once inlined.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-ALPACA_AVX512_BF16 inline void transpose16(__m512i r[16]) {
+#pragma GCC diagnostic ignored "-Wuninitialized"
+ALPACA_AVX512 inline void transpose16(__m512i r[16]) {
   __m512i t[16], u[16];
 #pragma GCC unroll 8
   for (int i = 0; i < 16; i += 2) {
@@ -162,6 +164,26 @@ ALPACA_AVX512_BF16 void pack_cols_avx512(const uint16_t* src, int64_t ld, int64_
     }
   }
 }
+
+// dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols: words in 16 x 16 blocks transposed in
+// registers (the onednn backend's row-major copy of a transposed A; AVX-512 CPUs only, as it is).
+ALPACA_AVX512 void transpose_words_avx512(const uint32_t* src, int64_t lds, int64_t rows, int64_t cols, uint32_t* dst,
+                                          int64_t ldd) {
+  for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+    const __mmask16 mi = lanes(rows - i0);
+    for (int64_t j0 = 0; j0 < cols; j0 += 16) {
+      const __mmask16 mj = lanes(cols - j0);
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i)
+        r[i] = i0 + i < rows ? _mm512_maskz_loadu_epi32(mj, src + (i0 + i) * lds + j0) : _mm512_setzero_si512();
+      transpose16(r);
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j)
+        if (j0 + j < cols) _mm512_mask_storeu_epi32(dst + (j0 + j) * ldd + i0, mi, r[j]);
+    }
+  }
+}
 #pragma GCC diagnostic pop
 #endif
 
@@ -184,29 +206,68 @@ void fallback_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t 
                               reinterpret_cast<const at::BFloat16*>(bh), c, /*is_vnni=*/false);
 }
 
-bool cpu_takes_own_kernel() {
+// oneDNN's brgemm ukernel (ATen's cpublas::brgemm with is_vnni): its bf16 B operand is the VNNI layout,
+// (K / 2) x ldb pairs, which is what our words are: a row-major B (rows_of) is one call with ldb its row
+// length, a panelled one (panels_of) a call per 32-column panel with ldb 32. A is row-major bf16: a
+// row-major A's words as they are (ld = 2 a_rs), a transposed one (pack_rows: a_rs = 1) copied into rows
+// first (m x kp words, small beside the m x n x kp multiply-adds). The kernels are JIT-compiled per
+// shape and cached per thread by ATen; on AMX CPUs they run on the tiles.
+void onednn_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const Packed& b,
+                 float* c, int64_t ldc, bool add, const Causal& hint) {
+  thread_local std::vector<uint32_t> rows;
+  const uint32_t* ar = a;
+  int64_t lda = 2 * a_rs;
+  if (a_ks != 1) {
+    rows.resize(m * kp);
 #if ALPACA_GEMM_X86
-  return cpu::has(cpu::Feature::kAvx512bf16) && !cpu::has(cpu::Feature::kAmxBf16);
-#else
-  return false;
+    if (a_rs == 1) {
+      transpose_words_avx512(a, a_ks, kp, m, rows.data(), kp);
+    } else
 #endif
+    {
+      for (int64_t p = 0; p < kp; ++p)
+        for (int64_t i = 0; i < m; ++i) rows[i * kp + p] = a[i * a_rs + p * a_ks];
+    }
+    ar = rows.data(), lda = 2 * kp;
+  }
+  const auto* ab = reinterpret_cast<const at::BFloat16*>(ar);
+  const auto* bb = reinterpret_cast<const at::BFloat16*>(b.b);
+  if (b.panel == kPanel) {  // rows_of: B(p, j) = b[p * ldb + j]
+    at::native::cpublas::brgemm(m, n, 2 * kp, lda, b.ldb, ldc, add, ab, bb, c, /*is_vnni=*/true);
+    return;
+  }
+  // A kCols hint leaves out, per panel, the rows that need none of its columns (i < j - diag).
+  for (int64_t j = 0; j < n; j += kPanel) {
+    const int64_t i0 = hint.kind == Causal::kCols ? std::max<int64_t>(0, j - hint.diag) : 0;
+    if (i0 >= m) break;
+    at::native::cpublas::brgemm(m - i0, std::min<int64_t>(kPanel, n - j), 2 * kp, lda, kPanel, ldc, add,
+                                ab + i0 * lda, bb + 2 * (j / kPanel) * b.panel, c + i0 * ldc + j, /*is_vnni=*/true);
+  }
 }
 
-// ALPACA_BF16_GEMM=cpublas runs the fallback on any CPU (to measure what AMX / AVX2-only CPUs run).
-bool detect_own_kernel() {
-  const char* env = std::getenv("ALPACA_BF16_GEMM");
-  if (env == nullptr || *env == '\0') return cpu_takes_own_kernel();
-  ALPACA_CHECK(std::strcmp(env, "cpublas") == 0 || std::strcmp(env, "auto") == 0,
-               "ALPACA_BF16_GEMM=" << env << " is not understood; use auto (the default) or cpublas");
-  return env[0] == 'a' && cpu_takes_own_kernel();
+// Whether ATen's oneDNN ukernel takes bf16 VNNI operands here (oneDNN built in, an AVX-512 or AMX CPU,
+// mkldnn not turned off): asked once with a 1 x 1 product; ATen refuses (throws) where it does not.
+// Not under an ALPACA_CPU_ISA cap below AVX-512 (util/cpu_features.h: as on an AVX2-only CPU).
+bool onednn_runs() {
+  static const bool runs = [] {
+#if ALPACA_GEMM_X86
+    if (!cpu::has(cpu::Feature::kAvx512f) || !cpu::has(cpu::Feature::kAvx512bw)) return false;
+#else
+    return false;
+#endif
+    const uint32_t one = 0x3F80u;  // bf16 1.0 with a zero partner
+    float c = 0.0f;
+    try {
+      at::native::cpublas::brgemm(1, 1, 2, 2, 1, 1, false, reinterpret_cast<const at::BFloat16*>(&one),
+                                  reinterpret_cast<const at::BFloat16*>(&one), &c, /*is_vnni=*/true);
+      at::native::cpublas::brgemm_release(true);
+    } catch (const std::exception&) {
+      return false;
+    }
+    return c == 1.0f;
+  }();
+  return runs;
 }
-
-std::atomic<bool>& own_slot() {
-  static std::atomic<bool> slot{detect_own_kernel()};
-  return slot;
-}
-
-}  // namespace
 
 bool cpu_has_avx512_bf16() {
 #if ALPACA_GEMM_X86
@@ -216,11 +277,76 @@ bool cpu_has_avx512_bf16() {
 #endif
 }
 
-bool use_own_kernel() { return own_slot().load(std::memory_order_relaxed); }
+// The packs' AVX-512 loops run with the fast backends on a CPU with AVX512-BF16 (their target); with
+// cpublas (AVX2-only CPUs, and the tests' check of the loops) the plain loops.
+bool avx512_packs() { return backend() != Backend::kCpublas && cpu_has_avx512_bf16(); }
 
-void set_own_kernel(bool on) {
-  ALPACA_CHECK(!on || cpu_has_avx512_bf16(), "bf16gemm::set_own_kernel: this CPU has no AVX512-BF16");
-  own_slot().store(on, std::memory_order_relaxed);
+Backend default_backend() {
+#if ALPACA_GEMM_X86
+  if (cpu_has_avx512_bf16() && !cpu::has(cpu::Feature::kAmxBf16)) return Backend::kOwn;
+  if (cpu::has(cpu::Feature::kAmxBf16) && onednn_runs()) return Backend::kOnednn;
+#endif
+  return Backend::kCpublas;
+}
+
+// ALPACA_BF16_GEMM=own|onednn|cpublas picks another on any CPU that runs it (for measurements).
+Backend detect_backend() {
+  const char* env = std::getenv("ALPACA_BF16_GEMM");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return default_backend();
+  for (Backend b : {Backend::kOwn, Backend::kOnednn, Backend::kCpublas})
+    if (std::strcmp(env, name(b)) == 0) {
+      ALPACA_CHECK(runs(b), "ALPACA_BF16_GEMM=" << env << ": this CPU cannot run it; use auto (the default) or cpublas");
+      return b;
+    }
+  ALPACA_FAIL("ALPACA_BF16_GEMM=" << env << " is not understood; use auto (the default), own, onednn or cpublas");
+}
+
+std::atomic<Backend>& backend_slot() {
+  static std::atomic<Backend> slot{detect_backend()};
+  return slot;
+}
+
+}  // namespace
+
+const char* name(Backend b) {
+  switch (b) {
+    case Backend::kOwn: return "own";
+    case Backend::kOnednn: return "onednn";
+    case Backend::kCpublas: return "cpublas";
+  }
+  return "?";
+}
+
+bool runs(Backend b) {
+  switch (b) {
+    case Backend::kOwn: return cpu_has_avx512_bf16();
+    case Backend::kOnednn: return onednn_runs();
+    case Backend::kCpublas: return true;
+  }
+  return false;
+}
+
+Backend backend() { return backend_slot().load(std::memory_order_relaxed); }
+
+void set_backend(Backend b) {
+  ALPACA_CHECK(runs(b), "bf16gemm::set_backend: this CPU cannot run the " << name(b) << " product");
+  backend_slot().store(b, std::memory_order_relaxed);
+}
+
+bool use_own_kernel() { return backend() == Backend::kOwn; }
+
+bool fast() {
+  const Backend b = backend();
+#if ALPACA_GEMM_X86
+  return b == Backend::kOwn ||
+         (b == Backend::kOnednn && (cpu_has_avx512_bf16() || cpu::has(cpu::Feature::kAmxBf16)));
+#else
+  return b == Backend::kOwn;
+#endif
+}
+
+void release() {
+  if (backend() == Backend::kOnednn) at::native::cpublas::brgemm_release(true);
 }
 
 void gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const Packed& b, float* c,
@@ -230,14 +356,20 @@ void gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int
     for (int64_t i = 0; i < m && !add; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
     return;
   }
+  switch (backend()) {
+    case Backend::kOwn:
 #if ALPACA_GEMM_X86
-  if (use_own_kernel()) return own_gemm(m, n, kp, a, a_rs, a_ks, b, c, ldc, add, hint);
+      return own_gemm(m, n, kp, a, a_rs, a_ks, b, c, ldc, add, hint);
+#else
+      [[fallthrough]];
 #endif
-  fallback_gemm(m, n, kp, a, a_rs, a_ks, b, c, ldc, add);
+    case Backend::kCpublas: return fallback_gemm(m, n, kp, a, a_rs, a_ks, b, c, ldc, add);
+    case Backend::kOnednn: return onednn_gemm(m, n, kp, a, a_rs, a_ks, b, c, ldc, add, hint);
+  }
 }
 
 void pack_rows(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols, uint32_t* dst) {
-  [[maybe_unused]] const bool own = use_own_kernel();  // the fallback (tests, other CPUs) runs the loops
+  [[maybe_unused]] const bool own = avx512_packs();
   for (int64_t p = 0; p < rows / 2; ++p) {
     const uint16_t *r0 = src + 2 * p * ld, *r1 = r0 + ld;
     uint32_t* d = dst + p * cols;
@@ -258,7 +390,7 @@ void pack_rows(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols, uint
 void pack_cols(const uint16_t* src, int64_t ld, int64_t rows, int64_t cols, uint32_t* dst) {
   const int64_t kp = cols / 2, panel = kPanel * kp;
 #if ALPACA_GEMM_X86
-  if (use_own_kernel()) return pack_cols_avx512(src, ld, rows, kp, dst);  // (the tests' fallback runs the loops)
+  if (avx512_packs()) return pack_cols_avx512(src, ld, rows, kp, dst);
 #endif
   for (int64_t i = 0; i < rows; ++i) {
     uint32_t* d = dst + i / kPanel * panel + i % kPanel;  // column i: its words kPanel apart

@@ -12,21 +12,35 @@
 // pack_cols writes, so that a transposed operand's packing and the kernel's loads of B walk 4 KiB
 // blocks rather than rows a power of two apart (which share a handful of L1 sets).
 //
-// On CPUs with AVX512-BF16 and without AMX (AMD Zen 4/5, Intel Cooper Lake) the product is our
-// register-blocked kernel (8 x 32 fp32 accumulators, one VDPBF16PS per 16 x 2 multiply-adds): there
-// ATen's bf16 -> fp32 GEMM is MKL's, which converts to fp32 and runs an fp32 kernel (~80 GFLOP/s a
-// core on this EPYC). Elsewhere (AMX, where MKL's bf16 GEMM uses the tiles; AVX2-only CPUs) the
-// operands are unpacked and ATen's cpublas GEMM runs, as before; ALPACA_BF16_GEMM=cpublas forces that
-// here too (for measurements).
+// Three backends run the product (bf16_gemm.cpp picks one per process):
+// - own: our register-blocked kernel (8 x 32 fp32 accumulators, one VDPBF16PS per 16 x 2 multiply-adds),
+//   the default on CPUs with AVX512-BF16 and without AMX (AMD Zen 4/5, Intel Cooper Lake), where
+//   ATen's bf16 -> fp32 GEMM is MKL's, which converts to fp32 and runs an fp32 kernel (~80 GFLOP/s a
+//   core on this EPYC); it honours every causal hint below;
+// - onednn: oneDNN's brgemm ukernel through ATen (cpublas::brgemm on our words, which are its VNNI B
+//   layout), the default on AMX CPUs, where it runs on the tiles (as ATen's own flash attention does);
+//   it runs on any AVX-512 CPU (here, too: tests and measurements) and honours the kCols hint per
+//   32-column panel;
+// - cpublas: the operands unpacked and ATen's cpublas GEMM, where neither runs (AVX2-only CPUs).
+// ALPACA_BF16_GEMM=own|onednn|cpublas picks another the CPU runs (auto: the default).
 #pragma once
 
 #include <cstdint>
 
 namespace alpaca::model::bf16gemm {
 
-bool use_own_kernel();             // this CPU takes our kernel (AVX512-BF16, no AMX) unless set otherwise
-void set_own_kernel(bool on);      // tests: force the fallback (on = false) or our kernel (needs AVX512-BF16)
-bool cpu_has_avx512_bf16();
+enum class Backend : uint8_t { kOwn, kOnednn, kCpublas };
+const char* name(Backend b);
+bool runs(Backend b);          // whether this CPU (and this LibTorch) runs b
+Backend backend();             // the one gemm() takes
+void set_backend(Backend b);   // tests and benchmarks; refuses one that does not run here
+bool use_own_kernel();         // backend() == kOwn (the AVX-512 packs run too)
+// The GEMM attention and the lm_head gradient summed inside the GEMM take these products where they
+// are fast: our kernel, or oneDNN's on an AMX CPU (not on a CPU whose oneDNN kernel would emulate bf16).
+bool fast();
+// Ends this thread's use of the onednn backend (on AMX, releases the tile configuration): call at the
+// end of a task that ran gemm(), as ATen's flash attention does; nothing for the others.
+void release();
 
 constexpr int64_t kPanel = 32;
 

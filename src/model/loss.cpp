@@ -78,15 +78,6 @@ at::Tensor chunk_cross_entropy(at::Tensor& z_c, const at::Tensor& target_n, at::
   return z.to(compute_dtype);
 }
 
-// grad_w += g^T h_c for 16-bit g and h_c, summed in fp32 (grad_w undefined: the first chunk's
-// product). On CPUs with our AVX512-BF16 kernel the sum is inside the GEMM (loss_rows.h); elsewhere
-// each chunk's product in the compute dtype is added into fp32.
-void accumulate_head_weight_grad(at::Tensor& grad_w, const at::Tensor& g, const at::Tensor& h_c) {
-  if (fused_cpu_bf16_applies(g) && head_weight_grad_bf16(grad_w, g.contiguous(), h_c.contiguous())) return;
-  const at::Tensor product = at::mm(g.t(), h_c);  // per chunk in the compute dtype, summed in fp32
-  grad_w = grad_w.defined() ? grad_w.add_(product) : product.to(at::kFloat);
-}
-
 // Forward does the whole work (loss and, if needed, both gradients); backward scales.
 struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEntropy> {
   // h_nd: (N, D) hidden rows; w_vd: (V, D); labels_n: int64 (N), shifted; rows: the indices of
@@ -118,6 +109,7 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
       r_c = rows_kd.to(w_c.scalar_type());
       if (need_h) r_minus_w = r_c - w_c.index_select(0, row_index_k);
     }
+    at::Tensor head_scratch;  // the lm_head gradient's per-chunk product where ATen's GEMM makes it (loss_rows.h)
     for (int64_t s = 0; s < n; s += chunk) {
       const at::Tensor idx = rows.narrow(0, s, std::min(chunk, n - s));
       at::Tensor h_c = h_nd.index_select(0, idx);
@@ -135,7 +127,7 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
         if (g.scalar_type() == at::kFloat) {
           grad_w.addmm_(g.t(), h_c);
         } else {
-          accumulate_head_weight_grad(grad_w, g, h_c);
+          accumulate_head_weight_grad(grad_w, head_scratch, g, h_c);
         }
       }
       if (need_rows) {

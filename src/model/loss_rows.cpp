@@ -141,11 +141,11 @@ constexpr int64_t kVocabBlock = 64;
 }  // namespace
 
 bool head_grad_summed_in_cpu_gemm() {
-  return bf16gemm::use_own_kernel() && fused_cpu_bf16_applies(at::empty({0}, at::TensorOptions().dtype(at::kBFloat16)));
+  return bf16gemm::fast() && fused_cpu_bf16_applies(at::empty({0}, at::TensorOptions().dtype(at::kBFloat16)));
 }
 
 bool head_weight_grad_bf16(at::Tensor& grad_w, const at::Tensor& g, const at::Tensor& h) {
-  if (!bf16gemm::use_own_kernel() || g.scalar_type() != at::kBFloat16 || h.scalar_type() != at::kBFloat16) return false;
+  if (!bf16gemm::fast() || g.scalar_type() != at::kBFloat16 || h.scalar_type() != at::kBFloat16) return false;
   ALPACA_CHECK(g.dim() == 2 && h.dim() == 2 && g.size(0) == h.size(0) && g.is_cpu() && h.is_cpu() &&
                    g.is_contiguous() && h.is_contiguous(),
                "head_weight_grad_bf16: needs contiguous CPU bf16 g (n, V) and h (n, D), got " << g.sizes() << " and "
@@ -173,8 +173,27 @@ bool head_weight_grad_bf16(at::Tensor& grad_w, const at::Tensor& g, const at::Te
       bf16gemm::pack_rows(gp + i0, v, n, m, a.data());  // A = g[:, i0:i0+m]^T: word (i, p) at p * m + i
       bf16gemm::gemm(m, d, kp, a.data(), /*a_rs=*/1, /*a_ks=*/m, bf16gemm::panels_of(b.data(), kp), c + i0 * d, d, add);
     }
+    bf16gemm::release();
   });
   return true;
+}
+
+void accumulate_head_weight_grad(at::Tensor& grad_w, at::Tensor& scratch, const at::Tensor& g, const at::Tensor& h) {
+  if (fused_cpu_bf16_applies(g) && head_weight_grad_bf16(grad_w, g.contiguous(), h.contiguous())) return;
+  if (!fused_cpu_bf16_applies(g)) {  // GPUs, fp16, the module path (ALPACA_CPU_FUSED=0)
+    const at::Tensor product = at::mm(g.t(), h);
+    grad_w = grad_w.defined() ? grad_w.add_(product) : product.to(at::kFloat);
+    return;
+  }
+  const int64_t v = g.size(1), d = h.size(1);
+  if (!scratch.defined() || scratch.sizes() != at::IntArrayRef({v, d}) || scratch.scalar_type() != g.scalar_type())
+    scratch = at::empty({v, d}, g.options());
+  at::mm_out(scratch, g.t(), h);
+  if (!grad_w.defined()) {
+    grad_w = scratch.to(at::kFloat);
+    return;
+  }
+  add_bf16_into_fp32(grad_w, scratch);
 }
 
 }  // namespace alpaca::model

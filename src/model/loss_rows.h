@@ -18,11 +18,20 @@ double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool wr
 // The lm_head weight gradient of one chunk summed in fp32 inside the GEMM: grad_w (V, D) fp32
 // += g^T h, g (n, V) the logits gradient, h (n, D) the chunk's hidden rows, both bf16, contiguous,
 // on the CPU; an undefined grad_w is allocated and written (the first chunk: no zero fill). Only
-// where our packed AVX512-BF16 kernel runs (bf16_gemm.h: use_own_kernel()) and the operands are
-// bf16; returns false, doing nothing, elsewhere (the caller keeps ATen's bf16 product and fp32 add).
+// where the packed GEMM is fast (bf16_gemm.h: fast(), our AVX512-BF16 kernel or oneDNN's on AMX) and
+// the operands are bf16; returns false, doing nothing, elsewhere (the caller keeps ATen's product).
 // Each element is one fp32 sum over the chunk's rows in order (the same for any thread count): no
 // bf16 V x D product (before: rounded once a chunk), no fp32 temporary of it, no transposed copy of g;
 // the vocabulary is taken in blocks of rows packed where they are used (L1/L2).
 bool head_weight_grad_bf16(at::Tensor& grad_w, const at::Tensor& g, const at::Tensor& h);
+
+// grad_w (V, D) fp32 += g^T h for one chunk of 16-bit g (n, V) and h (n, D), whichever GEMM runs
+// (grad_w undefined: allocated from the first chunk). Where head_weight_grad_bf16 applies, its sum
+// inside the GEMM; elsewhere (GPUs, the cpublas backend with native bf16 products) ATen's product
+// of the chunk in the compute dtype, added into fp32. On the CPU with the fused kernels on, that
+// product is written into `scratch` (one V x D buffer the caller keeps across its chunks, not one
+// allocated a chunk) and added in one pass (add_bf16_into_fp32: add_'s bits without the full-size
+// fp32 copy of the product add_ makes first): the same bits as `grad_w.add_(at::mm(g.t(), h))`.
+void accumulate_head_weight_grad(at::Tensor& grad_w, at::Tensor& scratch, const at::Tensor& g, const at::Tensor& h);
 
 }  // namespace alpaca::model

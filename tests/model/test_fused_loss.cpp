@@ -11,6 +11,8 @@
 #include "alpaca/model/loss.h"
 #include "alpaca/model/loss_gemm.h"
 #include "alpaca/model/matmul.h"
+#include "bf16_gemm.h"  // src/model/, internal: the GEMM backends
+#include "loss_rows.h"  // src/model/, internal: the lm_head gradient's accumulation
 
 using namespace alpaca::model;
 
@@ -203,7 +205,12 @@ TEST(FusedLoss, Bf16RowKernelsMatchTheAtenPassesOnEveryIsa) {
 // fp32, so 11-row chunks and one chunk disagreed in the last bf16 bit of many entries; now they
 // differ only by fp32 reassociation, which a final bf16 rounding hides in all but a few entries.
 TEST(FusedLoss, Bf16HeadGradientIsNotRoundedPerChunk) {
-  if (!head_grad_summed_in_cpu_gemm()) GTEST_SKIP() << "this CPU takes ATen's bf16 product per chunk";
+  const bf16gemm::Backend was = bf16gemm::backend();
+  for (auto b : {bf16gemm::Backend::kOwn, bf16gemm::Backend::kOnednn}) {
+  if (!bf16gemm::runs(b)) continue;
+  bf16gemm::set_backend(b);
+  SCOPED_TRACE(bf16gemm::name(b));
+  if (!head_grad_summed_in_cpu_gemm()) continue;  // oneDNN's without native bf16 (AVX-512 without BF16 / AMX)
   Case c = make_case(at::kBFloat16, 3, 37, 64, 203);
   const Result chunked = run(c, /*fused=*/true, 11);
   const Result whole = run(c, /*fused=*/true, 1000);
@@ -211,4 +218,35 @@ TEST(FusedLoss, Bf16HeadGradientIsNotRoundedPerChunk) {
   const double differ = chunked.grad_w.ne(whole.grad_w).to(at::kDouble).mean().item<double>();
   EXPECT_LE(differ, 0.01) << "a fraction " << differ << " of the lm_head gradient depends on the chunking";
   EXPECT_LE(rel_max(chunked.grad_w, whole.grad_w), 1e-2);
+  }
+  bf16gemm::set_backend(was);
 }
+
+// Where ATen's GEMM makes the lm_head gradient's per-chunk product (AVX2-only CPUs, the cpublas backend;
+// here chosen), it goes into one scratch buffer kept across the chunks and is added into
+// fp32 in one pass: the same bits as the plain form (each chunk's product added with add_, the first
+// upcast), on every instruction set the add's row loops have.
+TEST(FusedLoss, Bf16HeadGradientThroughAtenGemmIsThePlainFormBitForBit) {
+  const bf16gemm::Backend was = bf16gemm::backend();
+  bf16gemm::set_backend(bf16gemm::Backend::kCpublas);
+  for (int i = 0; i <= static_cast<int>(best_fused_cpu_isa()); ++i) {
+    set_fused_cpu_isa(static_cast<FusedCpuIsa>(i));
+    at::manual_seed(11 + i);
+    const int64_t v = 203, d = 64;
+    at::Tensor grad_w, scratch, want;
+    const void* buffer = nullptr;
+    for (int64_t rows : {11, 7, 11, 1}) {
+      const at::Tensor g = at::randn({rows, v}).to(at::kBFloat16);
+      const at::Tensor h = (at::randn({rows, d}) * 3).to(at::kBFloat16);
+      accumulate_head_weight_grad(grad_w, scratch, g, h);
+      const at::Tensor product = at::mm(g.t(), h);
+      want = want.defined() ? want.add_(product) : product.to(at::kFloat);
+      ASSERT_TRUE(at::equal(grad_w, want)) << "isa " << i << ", a chunk of " << rows << " rows";
+      if (buffer == nullptr) buffer = scratch.const_data_ptr();
+      EXPECT_EQ(scratch.const_data_ptr(), buffer) << "the product's buffer is allocated once, not per chunk";
+    }
+  }
+  set_fused_cpu_isa(best_fused_cpu_isa());
+  bf16gemm::set_backend(was);
+}
+

@@ -37,10 +37,19 @@ class GemmAttention : public ::testing::Test {
   void TearDown() override {
     set_fused_cpu_isa(best_fused_cpu_isa());
     set_gemm_attention(true);
-    bf16gemm::set_own_kernel(own_kernel_);
+    bf16gemm::set_backend(backend_);
   }
-  const bool own_kernel_ = bf16gemm::use_own_kernel();
+  const bf16gemm::Backend backend_ = bf16gemm::backend();
 };
+
+// The bf16 GEMM backends this CPU runs (bf16_gemm.h): cpublas everywhere, oneDNN's ukernel on AVX-512
+// and AMX CPUs, ours with AVX512-BF16.
+std::vector<bf16gemm::Backend> backends_here() {
+  std::vector<bf16gemm::Backend> v;
+  for (auto b : {bf16gemm::Backend::kCpublas, bf16gemm::Backend::kOnednn, bf16gemm::Backend::kOwn})
+    if (bf16gemm::runs(b)) v.push_back(b);
+  return v;
+}
 
 struct Case {
   int64_t b, h, hkv, t, dh;
@@ -129,8 +138,9 @@ TEST_F(GemmAttention, CausalAndGqaMatchTheMathReference) {
     check_case(c, {}, name(c));
 }
 
-// ATen's cpublas GEMM (AMX and AVX2-only CPUs) in place of our AVX512-BF16 kernel, on the same cases.
-TEST_F(GemmAttention, TheFallbackGemmMatchesTooAndTheBackendsAgree) {
+// Every GEMM backend this CPU runs (oneDNN's ukernel: AMX CPUs' default; ATen's cpublas: AVX2-only
+// CPUs'; our AVX512-BF16 kernel), on the same cases, against the reference and each other.
+TEST_F(GemmAttention, EveryGemmBackendMatchesAndTheyAgree) {
   at::manual_seed(5);
   const Case c{2, 4, 2, 75, 32};
   const at::Tensor q = at::randn({c.b, c.h, c.t, c.dh}).to(at::kBFloat16).requires_grad_(true);
@@ -138,18 +148,19 @@ TEST_F(GemmAttention, TheFallbackGemmMatchesTooAndTheBackendsAgree) {
   const at::Tensor v = at::randn({c.b, c.hkv, c.t, c.dh}).to(at::kBFloat16).requires_grad_(true);
   const at::Tensor g = at::randn({c.b, c.h, c.t, c.dh}).to(at::kBFloat16);
   std::vector<at::Tensor> runs;
-  for (bool own : {false, true}) {
-    if (own && !bf16gemm::cpu_has_avx512_bf16()) continue;
-    bf16gemm::set_own_kernel(own);
-    check_case({3, 4, 2, 90, 32}, {}, own ? "own kernel" : "fallback");
+  for (bf16gemm::Backend b : backends_here()) {
+    bf16gemm::set_backend(b);
+    check_case({3, 4, 2, 90, 32}, {}, bf16gemm::name(b));
+    check_case({2, 6, 2, 200, 64}, {}, bf16gemm::name(b));
     const at::Tensor y = causal_attention_bf16(q, k, v, 0.25);
     const auto grads = torch::autograd::grad({y}, {q, k, v}, {g});
     runs.push_back(at::cat({y.flatten(), grads[0].flatten(), grads[1].flatten(), grads[2].flatten()}).to(at::kFloat));
   }
-  if (runs.size() == 2) {  // fp32 sums in another order, then the same bf16 roundings: a bf16 ulp or two apart
+  // fp32 sums in another order, then the same bf16 roundings: a bf16 ulp or two apart
+  for (size_t i = 1; i < runs.size(); ++i) {
     const double scale = runs[0].abs().max().item<double>();
-    EXPECT_LE(max_err(runs[1], runs[0]), scale / 64);
-    EXPECT_GE(runs[1].eq(runs[0]).to(at::kFloat).mean().item<double>(), 0.9);
+    EXPECT_LE(max_err(runs[i], runs[0]), scale / 64) << bf16gemm::name(backends_here()[i]);
+    EXPECT_GE(runs[i].eq(runs[0]).to(at::kFloat).mean().item<double>(), 0.9) << bf16gemm::name(backends_here()[i]);
   }
 }
 
@@ -164,13 +175,12 @@ std::vector<uint16_t> random_bf16(int64_t rows, int64_t cols, const std::functio
   return v;
 }
 
-// bf16gemm's packs against the layouts bf16_gemm.h states, with our AVX-512 packs and with the loops
-// (the fallback's), on sizes off the 16-word blocks and 32-column panels.
+// bf16gemm's packs against the layouts bf16_gemm.h states, with our AVX-512 packs (the fast backends')
+// and with the loops (cpublas'), on sizes off the 16-word blocks and 32-column panels.
 TEST_F(GemmAttention, PacksWriteTheStatedLayouts) {
   at::manual_seed(6);
-  for (bool own : {false, true}) {
-    if (own && !bf16gemm::cpu_has_avx512_bf16()) continue;
-    bf16gemm::set_own_kernel(own);
+  for (bf16gemm::Backend b : backends_here()) {
+    bf16gemm::set_backend(b);
     for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{75, 24}, {33, 64}, {7, 8}, {64, 64}}) {
       const int64_t ld = cols + 6, kp = cols / 2, panel = bf16gemm::kPanel * kp;
       const std::vector<uint16_t> src = random_bf16(rows, ld);
@@ -190,16 +200,18 @@ TEST_F(GemmAttention, PacksWriteTheStatedLayouts) {
           const uint32_t hi = 2 * p + 1 < rows ? src[(2 * p + 1) * ld + j] : 0;
           wrong += pairs[p * cols + j] != (src[2 * p * ld + j] | hi << 16);
         }
-      EXPECT_EQ(wrong, 0) << "own " << own << ", " << rows << " x " << cols;
+      EXPECT_EQ(wrong, 0) << bf16gemm::name(b) << ", " << rows << " x " << cols;
     }
   }
 }
 
-// The causal hints skip only work on zeros: with them, our kernel gives the same values as without
+// The causal hints skip only work on zeros: with them, each backend gives the same values as without
 // (kCols: at the columns the softmax reads), on a block of 37 queries from 64 (an odd, short block).
+// Our kernel honours every hint, oneDNN's the kCols one (whole panels of rows), cpublas none.
 TEST_F(GemmAttention, CausalHintsSkipOnlyZeros) {
-  if (!bf16gemm::cpu_has_avx512_bf16()) GTEST_SKIP() << "no AVX512-BF16: the hints are our kernel's";
-  bf16gemm::set_own_kernel(true);
+  for (bf16gemm::Backend b : backends_here()) {
+  SCOPED_TRACE(bf16gemm::name(b));
+  bf16gemm::set_backend(b);
   at::manual_seed(7);
   using bf16gemm::Causal;
   const int64_t i0 = 64, rows = 37, np = 102, dh = 64, rp = (rows + 1) / 2;
@@ -236,6 +248,7 @@ TEST_F(GemmAttention, CausalHintsSkipOnlyZeros) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c <= i0 + r && c < np; ++c) wrong += hinted[r * np + c] != full[r * np + c];
   EXPECT_EQ(wrong, 0);
+  }
 }
 
 // The masks the trainer's batches make: LlamaForCausalLM::make_context on a padding mask / segments.
@@ -305,13 +318,13 @@ TEST_F(GemmAttention, Bf16TrainingLayersTakeItAndFp32DoesNot) {
     const at::Tensor x = at::randn({2, 20, 64}).to(dtype);
     std::set<const void*> seen;
     const bool taken = graph_has(attn->forward(x, ctx).grad_fn().get(), "GemmAttentionFn", seen);
-    // Only where our AVX512-BF16 products run (elsewhere SDPA is as fast): try both settings.
-    EXPECT_EQ(taken, dtype == at::kBFloat16 && bf16gemm::use_own_kernel()) << dtype;
-    if (dtype == at::kBFloat16 && bf16gemm::use_own_kernel()) {
-      bf16gemm::set_own_kernel(false);
+    // Only where fast products run (ours, oneDNN's on AMX; elsewhere SDPA is as fast): try cpublas too.
+    EXPECT_EQ(taken, dtype == at::kBFloat16 && bf16gemm::fast()) << dtype;
+    if (dtype == at::kBFloat16 && bf16gemm::fast()) {
+      bf16gemm::set_backend(bf16gemm::Backend::kCpublas);
       seen.clear();
       EXPECT_FALSE(graph_has(attn->forward(x, ctx).grad_fn().get(), "GemmAttentionFn", seen));
-      bf16gemm::set_own_kernel(true);
+      bf16gemm::set_backend(backend_);
     }
     if (dtype != at::kBFloat16) continue;
     set_gemm_attention(false);  // ALPACA_CPU_ATTN=0: the SDPA path again

@@ -58,8 +58,8 @@ void sum_round(at::BFloat16* d, const at::BFloat16* a, const float* b, float div
 
 // Causal attention through GEMMs (src/model/attention_cpu.cpp), in place of ATen's flash-attention
 // CPU kernel for bf16 training. Per (batch, head) and block of kAttnBlock query rows, skipping the
-// key blocks wholly above the diagonal: S = Q K^T (bf16 GEMM, fp32 sums: AVX512-BF16 where the CPU
-// has it without AMX, else ATen's cpublas bf16 GEMM; src/model/bf16_gemm.h), a masked softmax in fp32
+// key blocks wholly above the diagonal: S = Q K^T (bf16 GEMM, fp32 sums: our AVX512-BF16 kernel, or
+// oneDNN's brgemm (AMX tiles), or ATen's cpublas GEMM; src/model/bf16_gemm.h), a masked softmax in fp32
 // (row loops compiled for AVX-512 / AVX2 / baseline like the kernels above), O = P V with P rounded
 // to bf16. Forward keeps O and each row's logsumexp (fp32), nothing T x T; backward recomputes P
 // from Q, K and the logsumexp (flash attention's recompute) and takes dV = P^T dO, dP = dO V^T,
@@ -74,8 +74,8 @@ at::Tensor causal_attention_bf16(const at::Tensor& q_bhtd, const at::Tensor& k_b
                                  double scale, const at::Tensor& allow_b1tt = {});
 // Whether `allow_b1tt` (as above) lets no query see a later key; true when undefined (pure causal).
 bool mask_within_causal(const at::Tensor& allow_b1tt);
-// Whether bf16 training attention takes it: fused_cpu_bf16_applies(q), a CPU that runs our
-// AVX512-BF16 products (without AMX; on the cpublas fallback it is no faster than SDPA), and not
+// Whether bf16 training attention takes it: fused_cpu_bf16_applies(q), fast products (bf16gemm::fast():
+// our AVX512-BF16 kernel, or oneDNN's on AMX; on the cpublas fallback it is no faster than SDPA), and not
 // turned off with ALPACA_CPU_ATTN=0 (or set_gemm_attention(false)); else ATen's
 // scaled_dot_product_attention, as before. causal_attention_bf16 itself runs on any CPU.
 bool gemm_attention_applies(const at::Tensor& q);

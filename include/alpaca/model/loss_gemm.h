@@ -4,9 +4,9 @@
 
 namespace alpaca::model {
 
-// Whether bf16 CPU training sums the lm_head weight gradient in fp32 inside our AVX512-BF16 GEMM
-// (the fused kernels on, a CPU with AVX512-BF16 and without AMX: src/model/bf16_gemm.h), so that no
-// bf16 V x D product and no fp32 copy of it exist per chunk.
+// Whether bf16 CPU training sums the lm_head weight gradient in fp32 inside the packed bf16 GEMM
+// (the fused kernels on, a fast backend of src/model/bf16_gemm.h: our AVX512-BF16 kernel, or oneDNN's
+// brgemm on an AMX CPU), so that no bf16 V x D product exists per chunk.
 bool head_grad_summed_in_cpu_gemm();
 
 }  // namespace alpaca::model
