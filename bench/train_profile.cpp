@@ -107,6 +107,10 @@ std::string node_kind(const std::string& n) {
   if (n.find("Fp32Linear") != std::string::npos || n.rfind("MmBackward", 0) == 0 || n.rfind("AddmmBackward", 0) == 0)
     return "gemm";
   if (n.find("Attention") != std::string::npos) return "attention";
+  // The fused bf16 kernels' backward nodes (model/fused_ops.h); their forward ops carry a cat: scope.
+  if (n.find("RmsNormFn") != std::string::npos) return "rmsnorm";
+  if (n.find("RopeFn") != std::string::npos) return "rope";
+  if (n.find("SiluMulFn") != std::string::npos) return "silu_mul";
   return "";
 }
 
@@ -173,6 +177,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     f.kind = it != g_seq_kind.end() ? it->second : node_kind(f.name);
   } else if (is_gemm(f.name)) {
     f.kind = "gemm";
+  } else if (f.name == "alpaca::ring_fold") {  // the reduce-scatter ring's folds, on whichever thread drives it
+    f.kind = "fsdp reduce-scatter+grad";
   }
   if (scope == at::RecordScope::FUNCTION && fn.seqNr() >= 0) {
     const std::string k = f.kind.empty() ? current_kind() : f.kind;
