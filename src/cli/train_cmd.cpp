@@ -15,6 +15,7 @@
 #include "alpaca/data/conversation_example.h"
 #include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/dist/launch.h"
+#include "alpaca/model/fused_ops.h"
 #include "alpaca/train/run.h"
 #include "alpaca/util/cpu_features.h"
 #include "alpaca/util/error.h"
@@ -99,7 +100,8 @@ int run_train(const std::vector<std::string>& argv) {
   const std::string cpu_name = cpu::model_name();  // reads ALPACA_CPU_ISA: a bad value stops here
   if (rank <= 0) {
     ALPACA_INFO("run " << args.run_name << ": " << format_train_args(args));
-    ALPACA_INFO("CPU: " << cpu_name << ", " << std::thread::hardware_concurrency() << " CPUs");
+    ALPACA_INFO("CPU: " << cpu_name << ", " << std::thread::hardware_concurrency() << " CPUs"
+                        << (args.bf16 ? std::string(", packed bf16 GEMM ") + model::cpu_bf16_gemm_backend() : ""));
     for (const auto& note : args.notes) ALPACA_INFO(note);
   }
   check_input_paths(args);  // before anything is written to output_dir

@@ -501,6 +501,8 @@ void set_gemm_attention(bool on) { enabled_slot().store(on, std::memory_order_re
 
 bool cpu_attention_routes_on() { return enabled_slot().load(std::memory_order_relaxed); }
 
+const char* cpu_bf16_gemm_backend() { return bf16gemm::name(bf16gemm::backend()); }
+
 at::Tensor causal_attention_bf16(const at::Tensor& q_bhtd, const at::Tensor& k_bhtd, const at::Tensor& v_bhtd,
                                  double scale, const at::Tensor& allow_b1tt) {
   const bool ok = q_bhtd.dim() == 4 && k_bhtd.dim() == 4 && v_bhtd.sizes() == k_bhtd.sizes() &&

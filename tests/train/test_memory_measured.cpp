@@ -4,10 +4,17 @@
 // bench/memory_validate.py's table: the tiny model at worlds 1 and 2, full_shard and
 // offload + gradient checkpointing, fp32 and bf16, full fine-tuning, LoRA and QLoRA (QLoRA's rung
 // also at world 4). Also: the memory fields are in every log line.
+// Its ctest variant test_memory_measured_onednn (ALPACA_TEST_BF16_GEMM=onednn) runs the bf16 rungs on
+// the product AMX CPUs take (oneDNN's brgemm ukernel, src/model/bf16_gemm.h) where this CPU runs it:
+// the GEMM attention and the lm_head gradient on it, end to end, and the planner's figure for that route.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
+
+#include "bf16_gemm.h"  // src/model/, internal: which bf16 GEMM backends this CPU runs
 
 #include "memory_test_util.h"
 #include "test_util.h"
@@ -28,6 +35,16 @@ std::string flags(const fs::path& fx, const fs::path& out, const std::string& ex
 
 TEST(MemoryMeasured, EstimateWithin15PercentOfTheCountingAllocatorsPeak) {
   ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
+  namespace g = alpaca::model::bf16gemm;
+  const char* backend = std::getenv("ALPACA_TEST_BF16_GEMM");  // the variant: every run on this backend
+  const bool variant = backend != nullptr && *backend != '\0';
+  if (variant) {
+    bool runs = false;
+    for (g::Backend b : {g::Backend::kOwn, g::Backend::kOnednn, g::Backend::kCpublas})
+      runs = runs || (std::strcmp(g::name(b), backend) == 0 && g::runs(b));
+    if (!runs) GTEST_SKIP() << "this CPU does not run the " << backend << " bf16 GEMM";
+    ASSERT_EQ(setenv("ALPACA_BF16_GEMM", backend, 1), 0);  // the trainer and estimate-memory inherit it
+  }
   TempDir fx("memfx");
   ASSERT_EQ(make_memory_fixture(fx.path()), "");
   struct Case {
@@ -56,6 +73,7 @@ TEST(MemoryMeasured, EstimateWithin15PercentOfTheCountingAllocatorsPeak) {
           "--load_in_4bit True --bnb_4bit_quant_type fp4"},
   };
   for (const auto& c : cases) {
+    if (variant && c.extra.find("--bf16 True") == std::string::npos) continue;
     TempDir out("memrun");
     std::string est_out, log;
     ASSERT_EQ(run_command(train_bin() + " estimate-memory --json --num_cpu_ranks " + std::to_string(c.world) + " " +
@@ -80,6 +98,23 @@ TEST(MemoryMeasured, EstimateWithin15PercentOfTheCountingAllocatorsPeak) {
       measured = std::max(measured, m.at("cpu_tensor_peak_bytes"));
     }
     ASSERT_EQ(step_lines, 2);
+    std::vector<double> losses;
+    for (const auto& m : logs)
+      if (m.count("loss")) losses.push_back(m.at("loss"));
+    for (double l : losses) EXPECT_TRUE(std::isfinite(l) && l > 0) << c.extra << ": loss " << l;
+    if (variant && c.world == 2 && c.extra == "--fsdp 'full_shard auto_wrap' --bf16 True") {
+      // The same run on this CPU's default product: the losses agree to bf16 roundings.
+      TempDir ref("memref");
+      ASSERT_EQ(setenv("ALPACA_BF16_GEMM", "auto", 1), 0);
+      ASSERT_EQ(run_trainer(flags(fx.path(), ref.path(), c.extra), c.world, &log), 0) << log;
+      ASSERT_EQ(setenv("ALPACA_BF16_GEMM", backend, 1), 0);
+      std::vector<double> want;
+      for (const auto& m : read_metrics(ref.path()))
+        if (m.count("loss")) want.push_back(m.at("loss"));
+      ASSERT_EQ(want.size(), losses.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        EXPECT_NEAR(losses[i], want[i], 1e-2 * want[i]) << "step " << i + 1 << " on " << backend << " vs the default";
+    }
     const double err = predicted / measured - 1.0;
     std::cout << "[memory] world " << c.world << " " << c.extra << ": estimate " << predicted / 1048576.0
               << " MiB, measured " << measured / 1048576.0 << " MiB (" << err * 100 << "%), peak at "

@@ -84,5 +84,9 @@ void set_gemm_attention(bool on);
 // native bf16): ALPACA_CPU_ATTN=0 or set_gemm_attention(false) leaves every attention to ATen's SDPA
 // in the compute dtype, as before either existed (for comparisons in one binary).
 bool cpu_attention_routes_on();
+// The product under the GEMM attention and the lm_head gradient on this CPU (src/model/bf16_gemm.h):
+// "own" (our AVX512-BF16 kernel), "onednn" (oneDNN's brgemm ukernel: AMX tiles) or "cpublas" (ATen's
+// GEMM, where SDPA and ATen's product keep those), for the training log's CPU line.
+const char* cpu_bf16_gemm_backend();
 
 }  // namespace alpaca::model
