@@ -30,7 +30,7 @@ down() {
   local tag=$1 nodes=$2
   for ((i = 0; i < nodes; i++)); do
     ip netns del "$tag-n$i" 2>/dev/null || true
-    rm -rf "/dev/shm/$tag-n$i"  # netns_rsh_agent.sh's per-node shared-memory directory
+    rm -rf "/dev/shm/$tag-n$i" "/tmp/$tag-n$i"  # netns_rsh_agent.sh's per-node shm and session directories
   done
   ip netns del "$tag-sw" 2>/dev/null || true
 }
