@@ -90,13 +90,13 @@ int main(int argc, char** argv) {
   // product summed inside our GEMM (where this CPU has it).
   namespace g = alpaca::model::bf16gemm;
   const g::Backend fast_backend = g::backend();
-  const bool own = g::fast();
-  const int sides = own ? 3 : 2;
+  const bool fast = g::fast();
+  const int sides = fast ? 3 : 2;
   double best[3] = {1e30, 1e30, 1e30};
   for (int r = 0; r < reps + 1; ++r) {  // round 0 warms up every side
     for (int side = 0; side < sides; ++side) {
       alpaca::model::set_fused_cpu_bf16(side >= 1);
-      if (own) g::set_backend(side == 2 ? fast_backend : g::Backend::kCpublas);
+      if (fast) g::set_backend(side == 2 ? fast_backend : g::Backend::kCpublas);
       const double t = time_one(h, w, labels);
       if (r > 0) best[side] = std::min(best[side], t);
     }
@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(v), reps);
   std::printf("ATen passes: %.4f s   fused rows: %.4f s   speed-up %.2fx   (the three GEMMs: %.1f GFLOP)\n", best[0],
               best[1], best[0] / best[1], gemm_gflop);
-  if (own)
+  if (fast)
     std::printf("fused rows + lm_head gradient summed in the %s GEMM: %.4f s   %.2fx the fused rows alone\n",
                 g::name(fast_backend), best[2], best[1] / best[2]);
   std::printf("one chunk (%lld x %lld logits) without the GEMMs: ATen passes %.4f s, fused rows %.4f s, %.2fx\n",

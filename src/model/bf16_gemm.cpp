@@ -7,8 +7,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "alpaca/model/matmul.h"  // cpu_has_native_bf16
 #include "alpaca/util/cpu_features.h"
 #include "alpaca/util/error.h"
 
@@ -187,14 +190,36 @@ ALPACA_AVX512 void transpose_words_avx512(const uint32_t* src, int64_t lds, int6
 #pragma GCC diagnostic pop
 #endif
 
+// A as row-major bf16 for ATen's GEMMs, with its row stride in bf16 (lda): a row-major A's words as
+// they are (lda = 2 a_rs), another (a transposed A from pack_rows: a_rs = 1) copied into `rows`, m x kp
+// words, in 16 x 16 AVX-512 register transposes where `avx512` allows (onednn: AVX-512 CPUs only).
+const at::BFloat16* a_rows(int64_t m, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, bool avx512,
+                           std::vector<uint32_t>& rows, int64_t& lda) {
+  if (a_ks == 1) {
+    lda = 2 * a_rs;
+    return reinterpret_cast<const at::BFloat16*>(a);
+  }
+  rows.resize(m * kp);
+#if ALPACA_GEMM_X86
+  if (avx512 && a_rs == 1) {
+    transpose_words_avx512(a, a_ks, kp, m, rows.data(), kp);
+  } else
+#endif
+  {
+    for (int64_t p = 0; p < kp; ++p)
+      for (int64_t i = 0; i < m; ++i) rows[i * kp + p] = a[i * a_rs + p * a_ks];
+  }
+  lda = 2 * kp;
+  return reinterpret_cast<const at::BFloat16*>(rows.data());
+}
+
 // Elsewhere: unpack to row-major bf16 and take ATen's cpublas GEMM (bf16 x bf16 -> fp32).
 void fallback_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const Packed& b,
                    float* c, int64_t ldc, bool add) {
   thread_local std::vector<uint32_t> ab, bb;
-  ab.resize(m * kp);
+  int64_t lda = 0;
+  const at::BFloat16* ar = a_rows(m, kp, a, a_rs, a_ks, /*avx512=*/false, ab, lda);
   bb.resize(kp * n);  // 2 kp x n bf16
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t p = 0; p < kp; ++p) ab[i * kp + p] = a[i * a_rs + p * a_ks];  // row i: its pairs, in order
   auto* bh = reinterpret_cast<uint16_t*>(bb.data());                          // (2 kp) x n bf16
   for (int64_t p = 0; p < kp; ++p)
     for (int64_t j = 0; j < n; ++j) {
@@ -202,35 +227,20 @@ void fallback_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t 
       bh[(2 * p) * n + j] = static_cast<uint16_t>(v & 0xFFFFu);
       bh[(2 * p + 1) * n + j] = static_cast<uint16_t>(v >> 16);
     }
-  at::native::cpublas::brgemm(m, n, 2 * kp, 2 * kp, n, ldc, add, reinterpret_cast<const at::BFloat16*>(ab.data()),
-                              reinterpret_cast<const at::BFloat16*>(bh), c, /*is_vnni=*/false);
+  at::native::cpublas::brgemm(m, n, 2 * kp, lda, n, ldc, add, ar, reinterpret_cast<const at::BFloat16*>(bh), c,
+                              /*is_vnni=*/false);
 }
 
 // oneDNN's brgemm ukernel (ATen's cpublas::brgemm with is_vnni): its bf16 B operand is the VNNI layout,
 // (K / 2) x ldb pairs, which is what our words are: a row-major B (rows_of) is one call with ldb its row
-// length, a panelled one (panels_of) a call per 32-column panel with ldb 32. A is row-major bf16: a
-// row-major A's words as they are (ld = 2 a_rs), a transposed one (pack_rows: a_rs = 1) copied into rows
-// first (m x kp words, small beside the m x n x kp multiply-adds). The kernels are JIT-compiled per
-// shape and cached per thread by ATen; on AMX CPUs they run on the tiles.
+// length, a panelled one (panels_of) a call per 32-column panel with ldb 32. A is row-major bf16
+// (a_rows: a transposed one is copied, m x kp words, small beside the m x n x kp multiply-adds). The
+// kernels are JIT-compiled per shape and cached per thread by ATen; on AMX CPUs they run on the tiles.
 void onednn_gemm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t a_rs, int64_t a_ks, const Packed& b,
                  float* c, int64_t ldc, bool add, const Causal& hint) {
   thread_local std::vector<uint32_t> rows;
-  const uint32_t* ar = a;
-  int64_t lda = 2 * a_rs;
-  if (a_ks != 1) {
-    rows.resize(m * kp);
-#if ALPACA_GEMM_X86
-    if (a_rs == 1) {
-      transpose_words_avx512(a, a_ks, kp, m, rows.data(), kp);
-    } else
-#endif
-    {
-      for (int64_t p = 0; p < kp; ++p)
-        for (int64_t i = 0; i < m; ++i) rows[i * kp + p] = a[i * a_rs + p * a_ks];
-    }
-    ar = rows.data(), lda = 2 * kp;
-  }
-  const auto* ab = reinterpret_cast<const at::BFloat16*>(ar);
+  int64_t lda = 0;
+  const at::BFloat16* ab = a_rows(m, kp, a, a_rs, a_ks, /*avx512=*/true, rows, lda);
   const auto* bb = reinterpret_cast<const at::BFloat16*>(b.b);
   if (b.panel == kPanel) {  // rows_of: B(p, j) = b[p * ldb + j]
     at::native::cpublas::brgemm(m, n, 2 * kp, lda, b.ldb, ldc, add, ab, bb, c, /*is_vnni=*/true);
@@ -293,12 +303,10 @@ Backend default_backend() {
 Backend detect_backend() {
   const char* env = std::getenv("ALPACA_BF16_GEMM");
   if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return default_backend();
-  for (Backend b : {Backend::kOwn, Backend::kOnednn, Backend::kCpublas})
-    if (std::strcmp(env, name(b)) == 0) {
-      ALPACA_CHECK(runs(b), "ALPACA_BF16_GEMM=" << env << ": this CPU cannot run it; use auto (the default) or cpublas");
-      return b;
-    }
-  ALPACA_FAIL("ALPACA_BF16_GEMM=" << env << " is not understood; use auto (the default), own, onednn or cpublas");
+  const std::optional<Backend> b = backend_named(env);
+  ALPACA_CHECK(b, "ALPACA_BF16_GEMM=" << env << " is not understood; use auto (the default), own, onednn or cpublas");
+  ALPACA_CHECK(runs(*b), "ALPACA_BF16_GEMM=" << env << ": this CPU cannot run it; use auto (the default) or cpublas");
+  return *b;
 }
 
 std::atomic<Backend>& backend_slot() {
@@ -317,6 +325,12 @@ const char* name(Backend b) {
   return "?";
 }
 
+std::optional<Backend> backend_named(const std::string& s) {
+  for (Backend b : {Backend::kOwn, Backend::kOnednn, Backend::kCpublas})
+    if (s == name(b)) return b;
+  return std::nullopt;
+}
+
 bool runs(Backend b) {
   switch (b) {
     case Backend::kOwn: return cpu_has_avx512_bf16();
@@ -333,16 +347,9 @@ void set_backend(Backend b) {
   backend_slot().store(b, std::memory_order_relaxed);
 }
 
-bool use_own_kernel() { return backend() == Backend::kOwn; }
-
 bool fast() {
   const Backend b = backend();
-#if ALPACA_GEMM_X86
-  return b == Backend::kOwn ||
-         (b == Backend::kOnednn && (cpu_has_avx512_bf16() || cpu::has(cpu::Feature::kAmxBf16)));
-#else
-  return b == Backend::kOwn;
-#endif
+  return b == Backend::kOwn || (b == Backend::kOnednn && cpu_has_native_bf16());
 }
 
 void release() {

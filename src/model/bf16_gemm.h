@@ -26,15 +26,17 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace alpaca::model::bf16gemm {
 
 enum class Backend : uint8_t { kOwn, kOnednn, kCpublas };
 const char* name(Backend b);
+std::optional<Backend> backend_named(const std::string& s);  // the Backend whose name() is s
 bool runs(Backend b);          // whether this CPU (and this LibTorch) runs b
 Backend backend();             // the one gemm() takes
 void set_backend(Backend b);   // tests and benchmarks; refuses one that does not run here
-bool use_own_kernel();         // backend() == kOwn (the AVX-512 packs run too)
 // The GEMM attention and the lm_head gradient summed inside the GEMM take these products where they
 // are fast: our kernel, or oneDNN's on an AMX CPU (not on a CPU whose oneDNN kernel would emulate bf16).
 bool fast();

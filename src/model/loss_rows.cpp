@@ -179,8 +179,9 @@ bool head_weight_grad_bf16(at::Tensor& grad_w, const at::Tensor& g, const at::Te
 }
 
 void accumulate_head_weight_grad(at::Tensor& grad_w, at::Tensor& scratch, const at::Tensor& g, const at::Tensor& h) {
-  if (fused_cpu_bf16_applies(g) && head_weight_grad_bf16(grad_w, g.contiguous(), h.contiguous())) return;
-  if (!fused_cpu_bf16_applies(g)) {  // GPUs, fp16, the module path (ALPACA_CPU_FUSED=0)
+  const bool fused = fused_cpu_bf16_applies(g);
+  if (fused && head_weight_grad_bf16(grad_w, g.contiguous(), h.contiguous())) return;
+  if (!fused) {  // GPUs, fp16, the module path (ALPACA_CPU_FUSED=0)
     const at::Tensor product = at::mm(g.t(), h);
     grad_w = grad_w.defined() ? grad_w.add_(product) : product.to(at::kFloat);
     return;

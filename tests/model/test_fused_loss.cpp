@@ -207,23 +207,23 @@ TEST(FusedLoss, Bf16RowKernelsMatchTheAtenPassesOnEveryIsa) {
 TEST(FusedLoss, Bf16HeadGradientIsNotRoundedPerChunk) {
   const bf16gemm::Backend was = bf16gemm::backend();
   for (auto b : {bf16gemm::Backend::kOwn, bf16gemm::Backend::kOnednn}) {
-  if (!bf16gemm::runs(b)) continue;
-  bf16gemm::set_backend(b);
-  SCOPED_TRACE(bf16gemm::name(b));
-  if (!head_grad_summed_in_cpu_gemm()) continue;  // oneDNN's without native bf16 (AVX-512 without BF16 / AMX)
-  Case c = make_case(at::kBFloat16, 3, 37, 64, 203);
-  const Result chunked = run(c, /*fused=*/true, 11);
-  const Result whole = run(c, /*fused=*/true, 1000);
-  EXPECT_NEAR(chunked.loss, whole.loss, 1e-5 * whole.loss);
-  const double differ = chunked.grad_w.ne(whole.grad_w).to(at::kDouble).mean().item<double>();
-  EXPECT_LE(differ, 0.01) << "a fraction " << differ << " of the lm_head gradient depends on the chunking";
-  EXPECT_LE(rel_max(chunked.grad_w, whole.grad_w), 1e-2);
+    if (!bf16gemm::runs(b)) continue;
+    bf16gemm::set_backend(b);
+    SCOPED_TRACE(bf16gemm::name(b));
+    if (!head_grad_summed_in_cpu_gemm()) continue;  // oneDNN's without native bf16 (AVX-512 without BF16 / AMX)
+    Case c = make_case(at::kBFloat16, 3, 37, 64, 203);
+    const Result chunked = run(c, /*fused=*/true, 11);
+    const Result whole = run(c, /*fused=*/true, 1000);
+    EXPECT_NEAR(chunked.loss, whole.loss, 1e-5 * whole.loss);
+    const double differ = chunked.grad_w.ne(whole.grad_w).to(at::kDouble).mean().item<double>();
+    EXPECT_LE(differ, 0.01) << "a fraction " << differ << " of the lm_head gradient depends on the chunking";
+    EXPECT_LE(rel_max(chunked.grad_w, whole.grad_w), 1e-2);
   }
   bf16gemm::set_backend(was);
 }
 
-// Where ATen's GEMM makes the lm_head gradient's per-chunk product (AVX2-only CPUs, the cpublas backend;
-// here chosen), it goes into one scratch buffer kept across the chunks and is added into
+// Where ATen's GEMM makes the lm_head gradient's per-chunk product (the cpublas backend on a CPU with
+// native bf16 products; here chosen), it goes into one scratch buffer kept across the chunks and is added into
 // fp32 in one pass: the same bits as the plain form (each chunk's product added with add_, the first
 // upcast), on every instruction set the add's row loops have.
 TEST(FusedLoss, Bf16HeadGradientThroughAtenGemmIsThePlainFormBitForBit) {

@@ -210,44 +210,44 @@ TEST_F(GemmAttention, PacksWriteTheStatedLayouts) {
 // Our kernel honours every hint, oneDNN's the kCols one (whole panels of rows), cpublas none.
 TEST_F(GemmAttention, CausalHintsSkipOnlyZeros) {
   for (bf16gemm::Backend b : backends_here()) {
-  SCOPED_TRACE(bf16gemm::name(b));
-  bf16gemm::set_backend(b);
-  at::manual_seed(7);
-  using bf16gemm::Causal;
-  const int64_t i0 = 64, rows = 37, np = 102, dh = 64, rp = (rows + 1) / 2;
-  const auto seen = [&](int64_t r, int64_t key) { return key <= i0 + r; };
-  const std::vector<uint16_t> p =
-      random_bf16(rows + 1, np, [&](int64_t r, int64_t c) { return r < rows && seen(r, c); });
-  const std::vector<uint16_t> vb = random_bf16(np, dh), q = random_bf16(rows, dh), kb = random_bf16(np, dh);
-  std::vector<uint32_t> v(np / 2 * dh), pr(rp * np), qr(rp * dh), kc(bf16gemm::panels_size(dh / 2, np));
-  bf16gemm::pack_rows(vb.data(), dh, np, dh, v.data());
-  bf16gemm::pack_rows(p.data(), np, rows, np, pr.data());
-  bf16gemm::pack_rows(q.data(), dh, rows, dh, qr.data());
-  bf16gemm::pack_cols(kb.data(), dh, np, dh, kc.data());
-  const auto* pw = reinterpret_cast<const uint32_t*>(p.data());
-  const auto* qw = reinterpret_cast<const uint32_t*>(q.data());
-  const auto run = [&](const std::function<void(float*, Causal)>& f, int64_t n, Causal hint) {
-    std::vector<float> c(np * n, 0.5f);  // (dV += ...: adds to 0.5)
-    f(c.data(), hint);
-    return c;
-  };
-  using bf16gemm::rows_of, bf16gemm::panels_of;
-  const auto pv = [&](float* c, Causal h) {
-    bf16gemm::gemm(rows, dh, np / 2, pw, np / 2, 1, rows_of(v.data(), dh), c, dh, false, h);
-  };
-  const auto dv = [&](float* c, Causal h) {
-    bf16gemm::gemm(np, dh, rp, pr.data(), 1, np, rows_of(qr.data(), dh), c, dh, true, h);
-  };
-  const auto s = [&](float* c, Causal h) {
-    bf16gemm::gemm(rows, np, dh / 2, qw, dh / 2, 1, panels_of(kc.data(), dh / 2), c, np, false, h);
-  };
-  EXPECT_EQ(run(pv, dh, {Causal::kDepthTo, i0}), run(pv, dh, {}));
-  EXPECT_EQ(run(dv, dh, {Causal::kDepthFrom, i0}), run(dv, dh, {}));
-  const std::vector<float> hinted = run(s, np, {Causal::kCols, i0}), full = run(s, np, {});
-  int64_t wrong = 0;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c <= i0 + r && c < np; ++c) wrong += hinted[r * np + c] != full[r * np + c];
-  EXPECT_EQ(wrong, 0);
+    SCOPED_TRACE(bf16gemm::name(b));
+    bf16gemm::set_backend(b);
+    at::manual_seed(7);
+    using bf16gemm::Causal;
+    const int64_t i0 = 64, rows = 37, np = 102, dh = 64, rp = (rows + 1) / 2;
+    const auto seen = [&](int64_t r, int64_t key) { return key <= i0 + r; };
+    const std::vector<uint16_t> p =
+        random_bf16(rows + 1, np, [&](int64_t r, int64_t c) { return r < rows && seen(r, c); });
+    const std::vector<uint16_t> vb = random_bf16(np, dh), q = random_bf16(rows, dh), kb = random_bf16(np, dh);
+    std::vector<uint32_t> v(np / 2 * dh), pr(rp * np), qr(rp * dh), kc(bf16gemm::panels_size(dh / 2, np));
+    bf16gemm::pack_rows(vb.data(), dh, np, dh, v.data());
+    bf16gemm::pack_rows(p.data(), np, rows, np, pr.data());
+    bf16gemm::pack_rows(q.data(), dh, rows, dh, qr.data());
+    bf16gemm::pack_cols(kb.data(), dh, np, dh, kc.data());
+    const auto* pw = reinterpret_cast<const uint32_t*>(p.data());
+    const auto* qw = reinterpret_cast<const uint32_t*>(q.data());
+    const auto run = [&](const std::function<void(float*, Causal)>& f, int64_t n, Causal hint) {
+      std::vector<float> c(np * n, 0.5f);  // (dV += ...: adds to 0.5)
+      f(c.data(), hint);
+      return c;
+    };
+    using bf16gemm::rows_of, bf16gemm::panels_of;
+    const auto pv = [&](float* c, Causal h) {
+      bf16gemm::gemm(rows, dh, np / 2, pw, np / 2, 1, rows_of(v.data(), dh), c, dh, false, h);
+    };
+    const auto dv = [&](float* c, Causal h) {
+      bf16gemm::gemm(np, dh, rp, pr.data(), 1, np, rows_of(qr.data(), dh), c, dh, true, h);
+    };
+    const auto s = [&](float* c, Causal h) {
+      bf16gemm::gemm(rows, np, dh / 2, qw, dh / 2, 1, panels_of(kc.data(), dh / 2), c, np, false, h);
+    };
+    EXPECT_EQ(run(pv, dh, {Causal::kDepthTo, i0}), run(pv, dh, {}));
+    EXPECT_EQ(run(dv, dh, {Causal::kDepthFrom, i0}), run(dv, dh, {}));
+    const std::vector<float> hinted = run(s, np, {Causal::kCols, i0}), full = run(s, np, {});
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c <= i0 + r && c < np; ++c) wrong += hinted[r * np + c] != full[r * np + c];
+    EXPECT_EQ(wrong, 0);
   }
 }
 

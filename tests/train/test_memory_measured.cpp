@@ -11,7 +11,7 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "bf16_gemm.h"  // src/model/, internal: which bf16 GEMM backends this CPU runs
@@ -39,10 +39,8 @@ TEST(MemoryMeasured, EstimateWithin15PercentOfTheCountingAllocatorsPeak) {
   const char* backend = std::getenv("ALPACA_TEST_BF16_GEMM");  // the variant: every run on this backend
   const bool variant = backend != nullptr && *backend != '\0';
   if (variant) {
-    bool runs = false;
-    for (g::Backend b : {g::Backend::kOwn, g::Backend::kOnednn, g::Backend::kCpublas})
-      runs = runs || (std::strcmp(g::name(b), backend) == 0 && g::runs(b));
-    if (!runs) GTEST_SKIP() << "this CPU does not run the " << backend << " bf16 GEMM";
+    const std::optional<g::Backend> b = g::backend_named(backend);
+    if (!b || !g::runs(*b)) GTEST_SKIP() << "this CPU does not run the " << backend << " bf16 GEMM";
     ASSERT_EQ(setenv("ALPACA_BF16_GEMM", backend, 1), 0);  // the trainer and estimate-memory inherit it
   }
   TempDir fx("memfx");
