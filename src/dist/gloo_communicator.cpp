@@ -38,6 +38,27 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kPeerLossGrace = std::chrono::seconds(1);
 using GlooPtr = c10::intrusive_ptr<c10d::ProcessGroupGloo>;
 
+// LibTorch renamed the one-tensor collectives (_allgather_base, _reduce_scatter_base became
+// all_gather_single, reduce_scatter_single); the trainer builds against the pinned wheel, the GPU
+// check against whatever torch the GPU machine has. Same arguments, same behaviour.
+template <typename PG>
+c10::intrusive_ptr<c10d::Work> all_gather_single(PG& pg, at::Tensor& out, at::Tensor& in) {
+  if constexpr (requires { pg.all_gather_single(out, in); }) {
+    return pg.all_gather_single(out, in);
+  } else {
+    return pg._allgather_base(out, in);
+  }
+}
+template <typename PG>
+c10::intrusive_ptr<c10d::Work> reduce_scatter_single(PG& pg, at::Tensor& out, at::Tensor& in,
+                                                     const c10d::ReduceScatterOptions& opts) {
+  if constexpr (requires { pg.reduce_scatter_single(out, in, opts); }) {
+    return pg.reduce_scatter_single(out, in, opts);
+  } else {
+    return pg._reduce_scatter_base(out, in, opts);
+  }
+}
+
 // The local address the kernel would use to reach `host` (a UDP connect sends nothing): in a
 // network namespace or on a multi-homed node that is the interface facing the master.
 std::string address_towards(const std::string& host, int port) {
@@ -152,7 +173,7 @@ std::unique_ptr<ShmGroup> open_shm(const GlooPtr& pg, const std::string& where, 
   ShmExchange exchange = [&](const std::vector<int64_t>& mine) {
     at::Tensor in = at::tensor(mine, at::kLong);  // (k)
     at::Tensor out = at::empty({world * in.numel()}, at::kLong);  // (world*k)
-    pg->all_gather_single(out, in)->wait(options.timeout);
+    all_gather_single(*pg, out, in)->wait(options.timeout);
     return std::vector<int64_t>(out.data_ptr<int64_t>(), out.data_ptr<int64_t>() + out.numel());
   };
   try {
@@ -194,7 +215,7 @@ class GlooCommunicator final : public Communicator {
     at::Tensor src = in.contiguous().view(-1), dst = out.view(-1);
     if (shm_) return issue_shm(what, [this, dst, src](ShmDeadline d) { shm_->all_gather(dst, src, d); });
     if (src.is_alias_of(dst)) src = src.clone();  // in place (in is out's own slot)
-    return issue(what, [&] { return pg_->all_gather_single(dst, src); }, {});
+    return issue(what, [&] { return all_gather_single(*pg_, dst, src); }, {});
   }
 
   WorkHandle reduce_scatter(at::Tensor out, const at::Tensor& in, ReduceOp op_kind) override {
@@ -265,7 +286,7 @@ class GlooCommunicator final : public Communicator {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_op(at::Tensor& dst, at::Tensor& src, ReduceOp op_kind) {
     c10d::ReduceScatterOptions opts;
     opts.reduceOp = op_kind == ReduceOp::kMax ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
-    return pg_->reduce_scatter_single(dst, src, opts);
+    return reduce_scatter_single(*pg_, dst, src, opts);
   }
 
   std::string label(const char* op, const at::Tensor& t = {}, std::optional<ReduceOp> r = std::nullopt) {

@@ -75,6 +75,19 @@ void restore_rng(const RngState& s) {
   }
 }
 
+// Autograd nodes are held by std::shared_ptr up to LibTorch 2.1x and by c10::intrusive_ptr since
+// (Edge::function's type says which). The trainer builds against the pinned wheel; the GPU check
+// builds against whatever torch the GPU machine has, so make a node the way this LibTorch holds it.
+template <typename T, typename... Args>
+auto make_autograd_node(Args&&... args) {
+  using NodePtr = decltype(torch::autograd::Edge::function);
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>) {
+    return std::make_shared<T>(std::forward<Args>(args)...);
+  } else {
+    return c10::make_intrusive<T>(std::forward<Args>(args)...);
+  }
+}
+
 // Activation checkpointing as a custom autograd node: the forward ran without saving activations;
 // backward re-runs the layer with grad enabled on the (re-gathered) parameters and back-propagates
 // through it, which also delivers the layer's parameter gradients to their hooks. The generators'
@@ -409,8 +422,8 @@ at::Tensor FsdpEngine::Impl::checkpoint(int u, const at::Tensor& hidden,
     at::NoGradGuard no_grad;
     y = fn(hidden);
   }
-  auto node = c10::make_intrusive<CheckpointBackward>(this, u, hidden.detach(), std::move(fn),
-                                                   hidden.requires_grad(), std::move(rng));
+  auto node = make_autograd_node<CheckpointBackward>(this, u, hidden.detach(), std::move(fn),
+                                                    hidden.requires_grad(), std::move(rng));
   node->set_next_edges(torch::autograd::collect_next_edges(hidden));
   torch::autograd::create_gradient_edge(y, node);
   return y;

@@ -322,7 +322,10 @@ std::string Tokenizer::describe_ids(const std::vector<int64_t>& ids) const {
   std::string out;
   for (int64_t id : ids) {
     const std::optional<std::string> piece = impl_->backend->id_to_piece(id);
-    out += (out.empty() ? "" : " ") + std::to_string(id) + " " + json(piece.value_or("?")).dump();
+    if (!out.empty()) out += ' ';
+    out += std::to_string(id);
+    out += ' ';
+    out += json(piece.value_or("?")).dump();
   }
   return out;
 }

@@ -1022,7 +1022,9 @@ void mbart50_vocab(json& doc, const json& config, const std::string& file, const
   json& vocab = doc["model"]["vocab"];
   ALPACA_CHECK(vocab.is_array(), file << ": model: MBart50Tokenizer needs a Unigram \"vocab\": [[piece, score], ...]");
   for (const json& item : vocab)
-    if (item.is_array() && !item.empty() && std::find(codes.begin(), codes.end(), item[0]) != codes.end()) return;
+    if (item.is_array() && !item.empty() && item[0].is_string() &&
+        std::find(codes.begin(), codes.end(), item[0].get<std::string>()) != codes.end())
+      return;
   json rebuilt = json::array();
   for (const auto& [key, fallback] : std::vector<std::pair<const char*, const char*>>{
            {"cls_token", "<s>"}, {"pad_token", "<pad>"}, {"eos_token", "</s>"}, {"unk_token", "<unk>"}})
