@@ -16,12 +16,13 @@
 // caller's stream again, which is ordered after the collective. No record_stream: blocks return as
 // soon as the order is known, so peak memory is what the engine's own lifetimes say.
 //
-// Creation is bounded by --ddp_timeout: communicators are nonblocking (config.blocking = 0), every
-// NCCL call that answers ncclInProgress is polled with ncclCommGetAsyncError until it settles or
-// the deadline passes; then the communicator is aborted (ncclCommAbort) and the error names what
-// timed out. A watchdog thread polls the end events and ncclCommGetAsyncError: on an error or a
-// collective older than the timeout it aborts the NCCL communicators and ends the process naming
-// the collective: MPI_Abort when MPI runs with MPI_THREAD_MULTIPLE (any thread may call MPI then);
+// Creation is bounded by --ddp_timeout: communicators are nonblocking (config.blocking = 0), after
+// every NCCL call the communicator is polled with ncclCommGetAsyncError until it settles or the
+// deadline passes (a call's return value does not say: a split returns ncclSuccess while it still
+// runs, and writes the child only when done — see settle and split_settled); past the deadline the
+// communicator is aborted (ncclCommAbort) and the error names what timed out. A watchdog thread
+// polls the end events and ncclCommGetAsyncError: on an error or a collective older than the
+// timeout it aborts the NCCL communicators and ends the process naming the collective: MPI_Abort when MPI runs with MPI_THREAD_MULTIPLE (any thread may call MPI then);
 // under a lower thread level a non-main thread may not call MPI at all, so it exits with code 1
 // without MPI (mpirun and srun end the whole job when a rank exits non-zero without finalizing),
 // like PyTorch's TORCH_NCCL_ASYNC_ERROR_HANDLING=1, because a watchdog thread cannot throw into
@@ -126,23 +127,60 @@ ncclUniqueId exchange_unique_id(int rank, const std::string& store_key, std::chr
   return id;
 }
 
-// Nonblocking NCCL: a call that answers ncclInProgress leaves `comm` busy until
-// ncclCommGetAsyncError reports something else. Polls (spinning briefly, then sleeping) until the
-// call settles or `deadline` passes; returns the settled result, or ncclInProgress on expiry.
+ncclConfig_t nonblocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+// Nonblocking NCCL: a call on `comm` may leave it busy (ncclCommGetAsyncError says ncclInProgress)
+// whatever the call returned: ncclCommSplit and ncclCommInitRankConfig end their NCCL group and
+// return ncclSuccess while the group's job still runs (NCCL passes the group's ncclInProgress
+// through its error check and returns the call's own result), so the return value alone does not
+// say the communicator is ready. Unless the call failed outright, polls `comm` (spinning briefly,
+// then sleeping) until it settles or `deadline` passes; returns the settled state, or
+// ncclInProgress on expiry. (Seen on the first GPU run, H200, NCCL 2.28: a split that returned
+// ncclSuccess left the parent busy and the child not yet written.)
 ncclResult_t settle(ncclComm_t comm, ncclResult_t rc, Clock::time_point deadline) {
-  for (int spins = 0; rc == ncclInProgress; ++spins) {
+  if (rc != ncclSuccess && rc != ncclInProgress) return rc;
+  for (int spins = 0;; ++spins) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t q = ncclCommGetAsyncError(comm, &state);
+    if (q != ncclSuccess) return q;
+    if (state != ncclInProgress) return state;
     if (Clock::now() > deadline) return ncclInProgress;
     if (spins < 1000) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t q = ncclCommGetAsyncError(comm, &state);
-    if (q != ncclSuccess) return q;
-    rc = state;
   }
-  return rc;
+}
+
+// ncclCommSplit of a nonblocking `parent`: the split runs as a job of the parent, and NCCL stores
+// the child into the pointer it was given only when that job ends (until then it reads
+// NCCL_COMM_NULL). So the parent is what is polled, and the child is read after it settled; the
+// pointer lives in this frame, which is left only once the job is over: settled, or the parent
+// aborted (ncclCommAbort joins the job). On failure (or expiry) the parent and any child are
+// aborted and the result says why; `child` is then nullptr. NCCL_SPLIT_NOCOLOR gives no child.
+struct SplitResult {
+  ncclResult_t rc = ncclSuccess;
+  ncclComm_t child = nullptr;
+};
+SplitResult split_settled(ncclComm_t parent, int color, int key, Clock::time_point deadline) {
+  ncclComm_t slot = nullptr;  // written by NCCL's job thread
+  ncclConfig_t config = nonblocking_config();
+  SplitResult r;
+  r.rc = settle(parent, ncclCommSplit(parent, color, key, &slot, &config), deadline);
+  r.child = __atomic_load_n(&slot, __ATOMIC_ACQUIRE);
+  if (r.rc == ncclSuccess && r.child != nullptr) r.rc = settle(r.child, ncclSuccess, deadline);
+  if (r.rc == ncclSuccess && color != NCCL_SPLIT_NOCOLOR && r.child == nullptr) r.rc = ncclInternalError;
+  if (r.rc != ncclSuccess) {
+    ncclCommAbort(parent);
+    if (ncclComm_t late = __atomic_load_n(&slot, __ATOMIC_ACQUIRE)) ncclCommAbort(late);
+    r.child = nullptr;
+  }
+  return r;
 }
 
 // What a communicator creation that did not settle says: a timeout names the deadline and the
@@ -157,12 +195,6 @@ std::string creation_failure(const std::string& what, ncclResult_t rc, std::chro
     os << what << " failed: " << ncclGetErrorString(rc) << " " << ncclGetLastError(nullptr);
   }
   return os.str();
-}
-
-ncclConfig_t nonblocking_config() {
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  return config;
 }
 
 // A collective in flight: its end event on the lane's stream, the stream it was issued from, and
@@ -229,21 +261,17 @@ class NcclCommunicator final : public Communicator {
       lane.stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, static_cast<c10::DeviceIndex>(device));
     ALPACA_NCCL_CHECK(ncclCommUserRank(comm, &rank_), "nccl communicator " << name_);
     ALPACA_NCCL_CHECK(ncclCommCount(comm, &world_), "nccl communicator " << name_);
-    ncclComm_t gather = nullptr;
-    ncclConfig_t config = nonblocking_config();
-    const auto deadline = deadline_after(options_.timeout);
+    SplitResult gather;
     {
       WaitScope scope("ncclCommSplit of the all-gather lane of nccl communicator " + name_);
-      ncclResult_t rc = ncclCommSplit(comm, 0, rank_, &gather, &config);
-      rc = settle(gather != nullptr ? gather : comm, rc, deadline);
-      if (rc != ncclSuccess) {
-        if (gather != nullptr) ncclCommAbort(gather);
-        ncclCommAbort(comm);
-        fail_collective(creation_failure("ncclCommSplit (the all-gather lane of nccl communicator " + name_ + ")", rc,
-                                         options_.timeout));
-      }
+      gather = split_settled(comm, 0, rank_, deadline_after(options_.timeout));
     }
-    lanes_[kGatherLane].comm = gather;
+    if (gather.rc != ncclSuccess) {  // `comm` is aborted
+      lanes_[kReduceLane].comm = nullptr;
+      fail_collective(creation_failure("ncclCommSplit (the all-gather lane of nccl communicator " + name_ + ")",
+                                       gather.rc, options_.timeout));
+    }
+    lanes_[kGatherLane].comm = gather.child;
     watchdog_ = std::thread([this] { watch(); });
   }
 
@@ -337,22 +365,28 @@ class NcclCommunicator final : public Communicator {
 
   std::shared_ptr<Communicator> split(int color, int key) override {
     check_healthy("split");
-    ncclComm_t parent = lanes_[kReduceLane].comm;
-    ncclComm_t sub = nullptr;
-    ncclConfig_t config = nonblocking_config();
     const std::string what = "ncclCommSplit(color " + std::to_string(color) + ", key " + std::to_string(key) +
                              ") of nccl communicator " + name_;
+    SplitResult sub;
     {
       WaitScope scope(what);
-      ncclResult_t rc = ncclCommSplit(parent, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, &config);
-      rc = settle(sub != nullptr ? sub : parent, rc, deadline_after(options_.timeout));
-      if (rc != ncclSuccess) {
-        if (sub != nullptr) ncclCommAbort(sub);
-        fail_collective(creation_failure(what, rc, options_.timeout));
-      }
+      std::lock_guard<std::mutex> nccl(nccl_mu_);
+      sub = split_settled(lanes_[kReduceLane].comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key,
+                          deadline_after(options_.timeout));
     }
-    if (color < 0 || sub == nullptr) return nullptr;
-    return std::make_shared<NcclCommunicator>(sub, device_, options_, name_ + "/split(" + std::to_string(color) + ")");
+    if (sub.rc != ncclSuccess) {
+      // The reduce lane's communicator was aborted with the split; the gather lane's goes with it.
+      const std::string failure = creation_failure(what, sub.rc, options_.timeout);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        lanes_[kReduceLane].comm = nullptr;
+      }
+      abort_all(failure);
+      fail_collective(failure);
+    }
+    if (color < 0) return nullptr;
+    return std::make_shared<NcclCommunicator>(sub.child, device_, options_,
+                                              name_ + "/split(" + std::to_string(color) + ")");
   }
 
  private:
@@ -395,7 +429,11 @@ class NcclCommunicator final : public Communicator {
     const auto deadline = deadline_after(options_.timeout);
     {
       c10::cuda::CUDAStreamGuard stream_guard(*lane.stream);
-      ncclResult_t rc = settle(lane.comm, launch(lane.comm, lane.stream->stream()), deadline);
+      ncclResult_t rc;
+      {
+        std::lock_guard<std::mutex> nccl(nccl_mu_);
+        rc = settle(lane.comm, launch(lane.comm, lane.stream->stream()), deadline);
+      }
       if (rc == ncclInProgress) {
         abort_all(what + " could not be enqueued within the timeout (--ddp_timeout)");
         fail_collective(what + " could not be enqueued within the timeout (--ddp_timeout); NCCL stayed busy");
@@ -442,7 +480,11 @@ class NcclCommunicator final : public Communicator {
         }
         if (!failure.empty() || lane.comm == nullptr) continue;
         ncclResult_t async_err = ncclSuccess;
-        ncclCommGetAsyncError(lane.comm, &async_err);
+        {
+          // Busy: the issuing thread is inside NCCL with these communicators; poll next round.
+          std::unique_lock<std::mutex> nccl(nccl_mu_, std::try_to_lock);
+          if (nccl.owns_lock()) ncclCommGetAsyncError(lane.comm, &async_err);
+        }
         if (async_err != ncclSuccess && async_err != ncclInProgress) {
           failure = (lane.pending.empty() ? std::string("a collective") : lane.pending.front()->what) +
                     " failed in NCCL: " + ncclGetErrorString(async_err);
@@ -480,6 +522,11 @@ class NcclCommunicator final : public Communicator {
   int world_ = 1;
   uint64_t seq_ = 0;
   std::mutex mu_;
+  // Held by the issuing thread around its NCCL calls on the lanes' communicators (a launch and its
+  // settling, a split), and tried by the watchdog around ncclCommGetAsyncError: that call also
+  // completes (joins) a finished nonblocking group job of the communicator, which two threads must
+  // not do at once. Never taken while holding mu_ by the issuing thread; abort needs neither.
+  std::mutex nccl_mu_;
   std::condition_variable cv_;
   bool stop_ = false;
   bool aborted_ = false;
