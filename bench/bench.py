@@ -48,6 +48,11 @@ PROMPT_INPUT = ("Below is an instruction that describes a task, paired with an i
                 "### Input:\n{input}\n\n### Response:")
 
 
+# A CPU benchmark: on a machine with a GPU both sides would take it (our trainer picks NCCL, the
+# PyTorch script CUDA), and two ranks on one GPU fail. Hide it from both.
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}
+
+
 def log(msg: str) -> None:
     print(f"[bench] {msg}", flush=True)
 
@@ -137,7 +142,8 @@ def peak_rss_list(results: dict) -> list:
 
 def run_torch(case: dict, model_dir: Path, data_pt: Path, work: Path, timeout: int) -> dict:
     out = work / f"torch_{case['name']}_{time.time_ns()}.json"
-    env = dict(os.environ, OMP_NUM_THREADS=str(case["threads"]), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = dict(os.environ, **CPU_ONLY, OMP_NUM_THREADS=str(case["threads"]), HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1")
     torchrun = str(Path(python_bin()).parent / "torchrun")
     cmd = [torchrun, "--standalone", f"--nproc_per_node={case['ranks']}", str(HERE / "torch_fsdp_train.py"),
            "--model_dir", str(model_dir), "--data", str(data_pt), "--out", str(out),
@@ -160,7 +166,7 @@ def train_bin() -> Path:
 
 def run_ours(case: dict, model_dir: Path, data_json: Path, work: Path, timeout: int) -> dict:
     out_dir = work / f"ours_{case['name']}_{time.time_ns()}"
-    env = dict(os.environ, OMP_NUM_THREADS=str(case["threads"]), OMPI_ALLOW_RUN_AS_ROOT="1",
+    env = dict(os.environ, **CPU_ONLY, OMP_NUM_THREADS=str(case["threads"]), OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
     train = [str(train_bin()), "--model_name_or_path", str(model_dir), "--data_path", str(data_json),
              "--output_dir", str(out_dir), "--max_steps", str(case["steps"]),
@@ -178,7 +184,7 @@ def run_ours(case: dict, model_dir: Path, data_json: Path, work: Path, timeout: 
     if case.get("load_in_4bit"):
         train += ["--load_in_4bit", "True", "--bnb_4bit_quant_type", "nf4", "--use_bnb_nested_quant", "True"]
     cmd = ["mpirun", "-np", str(case["ranks"]), "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-           "-x", "OMP_NUM_THREADS"] + train
+           "-x", "OMP_NUM_THREADS", "-x", "CUDA_VISIBLE_DEVICES"] + train
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     metrics = out_dir / "metrics.jsonl"
     if p.returncode != 0 or not metrics.exists():
