@@ -160,6 +160,11 @@ def run(args):
             if rc != 0:
                 rec["error"] = tail
                 log(f"{run_name}: rc {rc} after {wall:.0f} s\n{tail[-800:]}")
+                if rc < 0 and kind == "ours" and not results.get("crash_backtrace"):
+                    # Killed by a signal (the first GPU run: SIGSEGV with no usable backtrace): once, the
+                    # same command under the debugger for the stack of every thread.
+                    results["crash_backtrace"] = debugger_backtrace(argv, env, min(120, deadline - time.time()))
+                    log(f"{run_name}: backtrace under the debugger\n{results['crash_backtrace'][-3000:]}")
                 results["runs"][run_name] = rec
                 if kind == "init":
                     break  # no model: nothing else of this shape can run
@@ -210,6 +215,19 @@ def run(args):
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1))
     log(f"wrote {args.out}")
+
+
+def debugger_backtrace(argv, env, timeout):
+    """The stacks at a crash: `argv` run under cuda-gdb (or gdb) in batch mode; '' without one."""
+    dbg = shutil.which("cuda-gdb") or shutil.which("gdb")
+    if not dbg or timeout < 10:
+        return ""
+    cmd = [dbg, "-batch", "-ex", "run", "-ex", "bt 40", "-ex", "thread apply all bt 12", "--args"] + list(argv)
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=int(timeout))
+        return f"[{Path(dbg).name}, rc {p.returncode}]\n" + (p.stdout + p.stderr)[-12000:]
+    except subprocess.TimeoutExpired:
+        return f"[{Path(dbg).name}] timed out after {int(timeout)} s"
 
 
 def read_figures(path):
