@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function.h>  // defines: torch::autograd::Node (graph_has walks it)
 
 #include <cstdio>
 #include <functional>
