@@ -15,8 +15,9 @@
 #      for 1B also the exposed communication time (forced collectives vs skipped), the planner's
 #      memory (estimate-memory --json) vs the measured peak, host syncs per step
 #   5. when the machine's CPU has AMX (the CPU the bf16 CPU speed goals of issue 32 are stated for)
-#      and GPU_CHECK_CPU_BENCH_S > 0: bench/bench.py on it (small model, 2 ranks x 1 thread, bf16
-#      only, ours vs PyTorch FSDP2 on CPU), in that many seconds kept back from step 4
+#      and GPU_CHECK_CPU_BENCH_S > 0: bench/bench.py on it (small model, 2 ranks x 1 thread, bf16,
+#      or GPU_CHECK_CPU_BENCH_DTYPES=bf16,fp32; ours vs PyTorch FSDP2 on CPU), in that many seconds
+#      kept back from step 4 (bf16 alone needs ~120 s there: PyTorch's step is ~10 s)
 # Results: $OUT/gpu_check.json (when OUT is set; else build-gpu/gpu_check.json), logs beside it.
 #
 #   bash scripts/gpu_check.sh              # GPU present: does it all; no GPU: dry run
@@ -212,7 +213,7 @@ if ((CPU_BENCH_S > 0)); then
   say "5. CPU benchmark on this AMX CPU (issue 32), ${LEFT} s left"
   # 2 ranks x 1 thread, as the issue measured; 3 measured steps after 1 warm-up, one repetition a side.
   ALPACA_SHARED_DIR=$DEPS/cpu_bench ALPACA_TRAIN_BIN=$BUILD/alpaca-train timeout "$LEFT" \
-    "$PY" bench/bench.py --sizes small --ranks 2 --dtypes bf16 --steps 4 --warmup 1 --reps 1 \
+    "$PY" bench/bench.py --sizes small --ranks 2 --dtypes "${GPU_CHECK_CPU_BENCH_DTYPES:-bf16}" --steps 4 --warmup 1 --reps 1 \
     --timeout "$LEFT" --out /tmp/alpaca_cpu_bench 2>&1 | tee "$RESULTS/cpu_bench.log" || STATUS=1
   for f in results.md results.json; do cp /tmp/alpaca_cpu_bench/$f "$RESULTS/cpu_bench_$f" 2>/dev/null; done
 fi
