@@ -134,10 +134,10 @@ ncclConfig_t nonblocking_config() {
 }
 
 // Nonblocking NCCL: a call on `comm` may leave it busy (ncclCommGetAsyncError says ncclInProgress)
-// whatever the call returned: ncclCommSplit and ncclCommInitRankConfig end their NCCL group and
-// return ncclSuccess while the group's job still runs (NCCL passes the group's ncclInProgress
-// through its error check and returns the call's own result), so the return value alone does not
-// say the communicator is ready. Unless the call failed outright, polls `comm` (spinning briefly,
+// whatever the call returned: ncclCommSplit ends its NCCL group and returns ncclSuccess while the
+// group's job still runs (NCCL passes the group's ncclInProgress through its error check and returns
+// the call's own result; ncclCommInitRankConfig returns the polled state instead), so the return
+// value alone does not say the communicator is ready. Unless the call failed outright, polls `comm` (spinning briefly,
 // then sleeping) until it settles or `deadline` passes; returns the settled state, or
 // ncclInProgress on expiry. (Seen on the first GPU run, H200, NCCL 2.28: a split that returned
 // ncclSuccess left the parent busy and the child not yet written.)
