@@ -327,9 +327,10 @@ void set_fused_cpu_isa(FusedCpuIsa isa) {
 
 void set_fused_cpu_bf16(bool on) { enabled_slot().store(on, std::memory_order_relaxed); }
 
+bool fused_cpu_enabled() { return enabled_slot().load(std::memory_order_relaxed); }
+
 bool fused_cpu_bf16_applies(const at::Tensor& x) {
-  return x.defined() && x.scalar_type() == at::kBFloat16 && x.device().is_cpu() &&
-         enabled_slot().load(std::memory_order_relaxed);
+  return x.defined() && x.scalar_type() == at::kBFloat16 && x.device().is_cpu() && fused_cpu_enabled();
 }
 
 at::Tensor rms_norm_bf16(const at::Tensor& x, const at::Tensor& weight, double eps) {

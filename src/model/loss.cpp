@@ -110,11 +110,20 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
       if (need_h) r_minus_w = r_c - w_c.index_select(0, row_index_k);
     }
     at::Tensor head_scratch;  // the lm_head gradient's per-chunk product where ATen's GEMM makes it (loss_rows.h)
+    // fp32 logits on the CPU: one buffer for every chunk, its rows padded (loss_rows.h).
+    const int64_t ld = n > 0 ? fp32_logits_row_stride(w_c) : 0;
+    const at::Tensor z_buf = ld > 0 ? at::empty({std::min(chunk, n), ld}, w_c.options()) : at::Tensor();
     for (int64_t s = 0; s < n; s += chunk) {
       const at::Tensor idx = rows.narrow(0, s, std::min(chunk, n - s));
       at::Tensor h_c = h_nd.index_select(0, idx);
       if (f32) h_c = h_c.to(at::kFloat);
-      at::Tensor z_c = at::mm(h_c, w_c.t());
+      at::Tensor z_c;
+      if (z_buf.defined()) {
+        z_c = z_buf.narrow(0, 0, idx.size(0)).narrow(1, 0, w_c.size(0));
+        at::mm_out(z_c, h_c, w_c.t());
+      } else {
+        z_c = at::mm(h_c, w_c.t());
+      }
       if (with_rows) z_c.index_copy_(1, row_index_k, at::mm(h_c, r_c.t()));
       const at::Tensor g = chunk_cross_entropy(z_c, labels_n.index_select(0, idx), loss, need_h || need_w || need_rows);
       if (!g.defined()) continue;

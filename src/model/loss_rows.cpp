@@ -140,8 +140,15 @@ constexpr int64_t kVocabBlock = 64;
 
 }  // namespace
 
+int64_t fp32_logits_row_stride(const at::Tensor& w) {
+  constexpr int64_t kFloatsPer64Bytes = 16;
+  const int64_t v = w.size(0);
+  if (!fused_cpu_enabled() || w.scalar_type() != at::kFloat || !w.is_cpu() || v % kFloatsPer64Bytes == 0) return 0;
+  return (v + kFloatsPer64Bytes - 1) / kFloatsPer64Bytes * kFloatsPer64Bytes;
+}
+
 bool head_grad_summed_in_cpu_gemm() {
-  return bf16gemm::fast() && fused_cpu_bf16_applies(at::empty({0}, at::TensorOptions().dtype(at::kBFloat16)));
+  return bf16gemm::fast() && fused_cpu_enabled();
 }
 
 bool head_weight_grad_bf16(at::Tensor& grad_w, const at::Tensor& g, const at::Tensor& h) {

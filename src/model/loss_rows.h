@@ -15,6 +15,15 @@ namespace alpaca::model {
 // kernels' (fused_cpu_isa()).
 double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool write_grad);
 
+// The row stride for a chunk's fp32 logits (n, V) computed on the CPU with the lm_head weight w (V, D):
+// V rounded up to 16 floats (64 bytes) where V is not already a multiple, 0 where the logits keep
+// ATen's fresh contiguous tensor (V a multiple of 16; not fp32; not on the CPU; ALPACA_CPU_FUSED=0).
+// MKL's sgemm writes unaligned output rows ~1.4x slower: Alpaca's 32001-word vocabulary (LLaMA's
+// 32000 plus the [PAD] its recipe adds) ran h w^T at 66 GFLOP/s a core where 32016-float rows run
+// at 89-94 (AMD EPYC, AVX-512; the bits are the same). The caller keeps one buffer of such rows
+// for all its chunks and computes each chunk into a (n, V) view of it.
+int64_t fp32_logits_row_stride(const at::Tensor& w);
+
 // The lm_head weight gradient of one chunk summed in fp32 inside the GEMM: grad_w (V, D) fp32
 // += g^T h, g (n, V) the logits gradient, h (n, D) the chunk's hidden rows, both bf16, contiguous,
 // on the CPU; an undefined grad_w is allocated and written (the first chunk: no zero fill). Only

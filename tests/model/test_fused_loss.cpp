@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "alpaca/model/fused_ops.h"
 #include "alpaca/model/loss.h"
@@ -78,6 +79,28 @@ TEST(FusedLoss, MatchesLogitsPathInFp32ForEveryChunking) {
     EXPECT_LE(rel_max(got.grad_h, ref.grad_h), 1e-5);
     EXPECT_LE(rel_max(got.grad_w, ref.grad_w), 1e-5);
   }
+}
+
+// fp32 logits on the CPU are computed into one buffer whose rows are padded to 64 bytes where the
+// vocabulary is not a multiple of 16 (Alpaca's 32001; loss_rows.h: fp32_logits_row_stride): the
+// same loss and gradients, bit for bit, as ATen's fresh contiguous logits (ALPACA_CPU_FUSED=0).
+TEST(FusedLoss, Fp32PaddedLogitRowsAreThePlainFormBitForBit) {
+  for (const auto& [v, d] : {std::pair<int64_t, int64_t>{101, 16}, {1001, 128}, {112, 16}}) {
+    const Case c = make_case(at::kFloat, 3, 300, d, v);
+    EXPECT_EQ(fp32_logits_row_stride(c.w), v % 16 == 0 ? 0 : (v + 15) / 16 * 16);
+    for (int64_t chunk : {97, 0}) {
+      SCOPED_TRACE("V " + std::to_string(v) + ", chunk " + std::to_string(chunk));
+      set_fused_cpu_bf16(false);
+      EXPECT_EQ(fp32_logits_row_stride(c.w), 0);
+      const Result plain = run(c, /*fused=*/true, chunk);
+      set_fused_cpu_bf16(true);
+      const Result got = run(c, /*fused=*/true, chunk);
+      EXPECT_EQ(got.loss, plain.loss);
+      EXPECT_TRUE(at::equal(got.grad_h, plain.grad_h));
+      EXPECT_TRUE(at::equal(got.grad_w, plain.grad_w));
+    }
+  }
+  EXPECT_EQ(fp32_logits_row_stride(at::empty({101, 16}, at::kBFloat16)), 0);
 }
 
 TEST(FusedLoss, IgnoredPositionsGetNoGradient) {

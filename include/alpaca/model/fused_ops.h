@@ -27,6 +27,8 @@ void set_fused_cpu_isa(FusedCpuIsa isa);
 
 // Whether `x` takes the fused kernels: bf16, on the CPU, and not turned off.
 bool fused_cpu_bf16_applies(const at::Tensor& x);
+// Whether the fused CPU paths are on (ALPACA_CPU_FUSED, set_fused_cpu_bf16), whatever the dtype.
+bool fused_cpu_enabled();
 void set_fused_cpu_bf16(bool on);
 
 // RMSNorm of x (..., D) with weight (D), both bf16: w * bf16(x * rsqrt(mean(x^2) + eps)).
