@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -149,7 +150,9 @@ def run(args):
                 log(f"{run_name}: skipped, budget exhausted")
                 continue
             t0 = time.time()
+            # NCCL_DEBUG=WARN: NCCL's own warnings reach the tail kept for a failed run.
             env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
+            env.setdefault("NCCL_DEBUG", "WARN")
             try:
                 p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=max(int(left), 1))
                 rc, tail = p.returncode, (p.stdout + p.stderr)[-2000:]
@@ -160,9 +163,10 @@ def run(args):
             if rc != 0:
                 rec["error"] = tail
                 log(f"{run_name}: rc {rc} after {wall:.0f} s\n{tail[-800:]}")
-                if rc < 0 and kind == "ours" and not results.get("crash_backtrace"):
-                    # Killed by a signal (the first GPU run: SIGSEGV with no usable backtrace): once, the
-                    # same command under the debugger for the stack of every thread.
+                if -rc in CRASH_SIGNALS and kind == "ours" and not results.get("crash_backtrace"):
+                    # Killed by a crash signal (the first GPU run: SIGSEGV with no usable backtrace): once,
+                    # the same command under the debugger for the stack of every thread. Not for SIGKILL
+                    # (the OOM killer: the rerun would only repeat it) or SIGTERM.
                     results["crash_backtrace"] = debugger_backtrace(argv, env, min(120, deadline - time.time()))
                     log(f"{run_name}: backtrace under the debugger\n{results['crash_backtrace'][-3000:]}")
                 results["runs"][run_name] = rec
@@ -252,6 +256,10 @@ def plan(args):
             print(f"  would run [{run_name}]: {' '.join(argv)}")
             if run_name.startswith("init_"):
                 print(f"  would copy {Path(args.data) / 'tokenizer.model'} into {Path(args.work) / f'model_{shape_name}'}")
+
+
+# SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV: a run these end is worth its backtrace.
+CRASH_SIGNALS = {int(signal.SIGILL), int(signal.SIGABRT), int(signal.SIGBUS), int(signal.SIGFPE), int(signal.SIGSEGV)}
 
 
 def main():

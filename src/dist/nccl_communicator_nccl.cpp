@@ -373,14 +373,17 @@ class NcclCommunicator final : public Communicator {
       std::lock_guard<std::mutex> nccl(nccl_mu_);
       sub = split_settled(lanes_[kReduceLane].comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key,
                           deadline_after(options_.timeout));
-    }
-    if (sub.rc != ncclSuccess) {
-      // The reduce lane's communicator was aborted with the split; the gather lane's goes with it.
-      const std::string failure = creation_failure(what, sub.rc, options_.timeout);
-      {
+      if (sub.rc != ncclSuccess) {
+        // split_settled aborted (freed) the reduce lane's communicator: forgotten before nccl_mu_ is
+        // released, so the watchdog never polls it (it polls under mu_ and only try-locks nccl_mu_:
+        // taking mu_ here cannot deadlock).
         std::lock_guard<std::mutex> lock(mu_);
         lanes_[kReduceLane].comm = nullptr;
       }
+    }
+    if (sub.rc != ncclSuccess) {
+      // The gather lane's communicator goes with the reduce lane's.
+      const std::string failure = creation_failure(what, sub.rc, options_.timeout);
       abort_all(failure);
       fail_collective(failure);
     }
@@ -474,11 +477,17 @@ class NcclCommunicator final : public Communicator {
       std::vector<std::shared_ptr<Inflight>> done;
       std::string failure;
       for (auto& lane : lanes_) {
-        while (!lane.pending.empty() && lane.pending.front()->end->query()) {
-          done.push_back(std::move(lane.pending.front()));
-          lane.pending.pop_front();
+        try {
+          while (!lane.pending.empty() && lane.pending.front()->end->query()) {
+            done.push_back(std::move(lane.pending.front()));
+            lane.pending.pop_front();
+          }
+        } catch (const c10::Error& e) {  // a sticky CUDA error (another kernel's fault): reported, not terminate()
+          if (failure.empty()) failure = lane.pending.front()->what + " could not be polled: " + e.what_without_backtrace();
+          continue;
         }
-        if (!failure.empty() || lane.comm == nullptr) continue;
+        // An aborted communicator is freed (abort_all sets aborted_ under mu_, held here, before it aborts).
+        if (!failure.empty() || aborted_ || lane.comm == nullptr) continue;
         ncclResult_t async_err = ncclSuccess;
         {
           // Busy: the issuing thread is inside NCCL with these communicators; poll next round.
