@@ -21,6 +21,7 @@
 #include "alpaca/util/trace.h"
 #include "alpaca/util/host_sync.h"
 #include "alpaca/util/log.h"
+#include "alpaca/util/pinned.h"
 #include "engine_impl.h"
 
 namespace alpaca::fsdp {
@@ -334,7 +335,7 @@ at::Tensor FsdpEngine::Impl::shard_on_device(Unit& unit, FlatParameter& flat) {
       unit.copied->synchronize();
     }
     if (!unit.staging.defined())
-      unit.staging = at::empty(shard.sizes(), shard.options().dtype(policy.param_dtype).pinned_memory(true));
+      unit.staging = util::empty_pinned(shard.sizes(), policy.param_dtype);  // exactly sized (util/pinned.h)
     unit.staging.copy_(shard);  // the cast, once per optimizer step (or load), on the host
     unit.staged_version = shard._version();
   }

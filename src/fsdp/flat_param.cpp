@@ -4,6 +4,7 @@
 #include <c10/core/StorageImpl.h>
 
 #include "alpaca/util/error.h"
+#include "alpaca/util/pinned.h"
 
 namespace alpaca::fsdp {
 
@@ -22,11 +23,17 @@ FlatParameter::FlatParameter(std::vector<FlatParamEntry> entries, int shard_worl
   }
   shard_ = fsdp::shard_info(offset, shard_world, shard_rank);
 
-  auto master = at::TensorOptions().dtype(options_.master_dtype).device(options_.master_device);
-  if (options_.pin_memory && options_.master_device.is_cpu()) master = master.pinned_memory(true);
+  const auto master = at::TensorOptions().dtype(options_.master_dtype).device(options_.master_device);
   // Padding stays zero forever: it is never a parameter, so its gradient is zero too.
-  shard_fp32_ = at::zeros({options_.store_shard ? shard_.shard_numel : 0}, master);
-  if (options_.with_grad) grad_fp32_ = at::zeros({shard_.shard_numel}, master.dtype(at::kFloat));
+  const int64_t stored = options_.store_shard ? shard_.shard_numel : 0;
+  if (options_.pin_memory && options_.master_device.is_cpu()) {
+    // Offload to a GPU: pinned, exactly sized (util/pinned.h: not the caching host allocator's powers of two).
+    shard_fp32_ = util::empty_pinned({stored}, options_.master_dtype).zero_();
+    if (options_.with_grad) grad_fp32_ = util::empty_pinned({shard_.shard_numel}, at::kFloat).zero_();
+  } else {
+    shard_fp32_ = at::zeros({stored}, master);
+    if (options_.with_grad) grad_fp32_ = at::zeros({shard_.shard_numel}, master.dtype(at::kFloat));
+  }
   for (const auto& e : entries_) {
     // No values yet (they come from FsdpEngine::load_parameters), or none kept here.
     if (e.param.is_meta() || !options_.store_shard) continue;

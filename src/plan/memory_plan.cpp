@@ -440,7 +440,7 @@ void add_host_and_margins(const MemoryPlanInputs& in, const Figures& g, MemoryPl
     add(plan.breakdown, g.lora ? "master shards and frozen base (offloaded, pinned)" : "fp32 master shards (offloaded, pinned)", 0,
         g.master);
     add(plan.breakdown, "fp32 gradient shards (offloaded, pinned)", 0, g.grads);
-    add(plan.breakdown, "AdamW moment shards (offloaded, pinned)", 0, g.moments);
+    add(plan.breakdown, "AdamW moment shards (offloaded, pageable: only the optimizer reads them)", 0, g.moments);
     // The engine stages the trainable shards in param_dtype (pinned) for their copies to the GPU.
     if (g.bp != 4) add(plan.breakdown, "param_dtype staging of the trainable shards (pinned)", 0, g.bp * g.train_shard);
   }

@@ -20,6 +20,7 @@
 #include "alpaca/fsdp/fsdp_llama.h"
 #include "alpaca/optim/grad_clip.h"
 #include "alpaca/util/host_sync.h"
+#include "alpaca/util/pinned.h"
 #include "fsdp_test_env.h"
 #include "model_test_util.h"
 
@@ -101,6 +102,25 @@ double update_err(const at::Tensor& a, const at::Tensor& b, const at::Tensor& in
   const double ref = (b - init).norm().item<double>();
   const double diff = (a - b).norm().item<double>();
   return ref > 0 ? diff / ref : diff;
+}
+
+// The offload buffers (util/pinned.h): page-locked, exactly their size (LibTorch's caching host
+// allocator would round 3 MiB + 4 B up to 4 MiB), usable by asynchronous copies both ways.
+TEST(FsdpGpu, OffloadBuffersArePinnedAtTheirExactSize) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t n = (3 << 20) / 4 + 1;
+  at::Tensor host = util::empty_pinned({n}, at::kFloat);
+  EXPECT_TRUE(host.is_pinned());
+  EXPECT_EQ(host.storage().nbytes(), static_cast<size_t>(n) * 4);
+  host.copy_(at::arange(n, at::kFloat));
+  const at::Tensor dev = host.to(at::kCUDA, /*non_blocking=*/true);
+  at::Tensor back = util::empty_pinned({n}, at::kFloat);
+  back.copy_(dev * 2, /*non_blocking=*/true);
+  torch::cuda::synchronize();
+  EXPECT_TRUE(at::equal(back, at::arange(n, at::kFloat) * 2));
+  const at::Tensor none = util::empty_pinned({0, 7}, at::kBFloat16);
+  EXPECT_EQ(none.numel(), 0);
+  EXPECT_EQ(none.scalar_type(), at::kBFloat16);
 }
 
 TEST(FsdpGpu, ForcedCollectivesOnCudaMatchTheCpuReference) {
