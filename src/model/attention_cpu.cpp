@@ -18,7 +18,12 @@
 // GEMM (bf16_gemm.h). The softmax rows are our loops,
 // compiled per instruction set like fused_ops.cpp's, in chunks of 32 keys over rows padded to whole
 // chunks.
+// fp32 training takes the same blocks (causal_attention_fp32): one task per (batch, query head)
+// forward, per (batch, KV head) backward, the products through LibTorch's BLAS sgemm on the tensors
+// as they are (no packing), P and dS in fp32. ATen's fp32 flash kernel took 1.40 s of a 15.5 s
+// small-model step here; this 0.77 s (docs/profile_bf16.md).
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -27,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "alpaca/model/fused_ops.h"
@@ -115,8 +121,19 @@ ALPACA_INLINE float scaled_max(const float* __restrict s, int64_t lim, Mask m, f
 
 // e = exp(s[j] * scale - mx), 0 for keys not counted, for j < round_chunk(lim): p[j] = bf16(e);
 // returns the sum of the e (fp32, kChunk partial sums folded: the same order in every variant).
-template <bool kMasked>
-ALPACA_INLINE float exp_round_sum(const float* __restrict s, int64_t lim, Mask m, float scale, float mx, Out p) {
+// P's element: bf16 (the bf16 route, rounded) or fp32 (the fp32 route, as computed).
+template <typename PT>
+ALPACA_INLINE PT p_value(float e) {
+  if constexpr (std::is_same_v<PT, float>) {
+    return e;
+  } else {
+    return bf16(e);
+  }
+}
+
+template <bool kMasked, typename PT>
+ALPACA_INLINE float exp_round_sum(const float* __restrict s, int64_t lim, Mask m, float scale, float mx,
+                                  PT* __restrict p) {
   float acc[kChunk] = {};
   for (int64_t j = 0; j < lim; j += kChunk) {
     const int keys = chunk_keys(j, lim);
@@ -124,7 +141,7 @@ ALPACA_INLINE float exp_round_sum(const float* __restrict s, int64_t lim, Mask m
       bool ok = l < keys;
       if constexpr (kMasked) ok = ok & (m[j + l] != 0);
       const float e = ok ? exp_f(s[j + l] * scale - mx) : 0.0f;
-      p[j + l] = bf16(e);
+      p[j + l] = p_value<PT>(e);
       acc[l] += e;
     }
   }
@@ -137,28 +154,29 @@ ALPACA_INLINE float exp_round_sum(const float* __restrict s, int64_t lim, Mask m
 // not yet divided by the row's sum (0 beyond the allowed keys): O = (P V) * inv, inv[r] = 1 / sum,
 // so the division is one multiply per output, not per key. lse[r] = the row's logsumexp of s * scale
 // (+inf for a row with no allowed key, whose p is all 0 and inv 0).
-template <bool kMasked>
-ALPACA_INLINE void softmax_row(const float* s, int64_t lim, int64_t n, Mask m, float scale, Out p, float& lse,
-                               float& inv) {
+template <bool kMasked, typename PT>
+ALPACA_INLINE void softmax_row(const float* s, int64_t lim, int64_t n, Mask m, float scale, PT* __restrict p,
+                               float& lse, float& inv) {
   const float mx = scaled_max<kMasked>(s, lim, m, scale);
   int64_t j = 0;
   if (mx == -kInf) {
     lse = kInf, inv = 0.0f;
   } else {
-    const float sum = exp_round_sum<kMasked>(s, lim, m, scale, mx, p);
+    const float sum = exp_round_sum<kMasked, PT>(s, lim, m, scale, mx, p);
     lse = mx + std::log(sum), inv = 1.0f / sum, j = round_chunk(lim);
   }
   for (; j < n; ++j) p[j] = 0;
 }
 
+template <typename PT>
 ALPACA_INLINE void softmax_rows_impl(const float* s, int64_t rows, int64_t n, int64_t i0, Mask mask, float scale,
-                                     u16* p, float* lse, float* inv) {
+                                     PT* p, float* lse, float* inv) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t lim = std::min(i0 + r + 1, n);
     if (mask != nullptr) {
-      softmax_row<true>(s + r * n, lim, n, mask + r * n, scale, p + r * n, lse[r], inv[r]);
+      softmax_row<true, PT>(s + r * n, lim, n, mask + r * n, scale, p + r * n, lse[r], inv[r]);
     } else {
-      softmax_row<false>(s + r * n, lim, n, nullptr, scale, p + r * n, lse[r], inv[r]);
+      softmax_row<false, PT>(s + r * n, lim, n, nullptr, scale, p + r * n, lse[r], inv[r]);
     }
   }
 }
@@ -225,8 +243,57 @@ ALPACA_INLINE void softmax_grad_rows_impl(const float* s, const float* dp, int64
   }
 }
 
+// The fp32 route's backward of one score row, in place: s becomes p = exp(s * scale - lse) (the
+// forward's probabilities, recomputed) and dp becomes ds = p * (dp - d) * scale, both 0 for keys not
+// seen and for columns lim .. n - 1 (whose s and dp were never computed: selected, not multiplied).
+template <bool kMasked>
+ALPACA_INLINE void softmax_grad_row_f32(float* __restrict s, float* __restrict dp, int64_t lim, int64_t n, Mask m,
+                                        float scale, float lse, float d) {
+  int64_t j = 0;
+  if (lse != kInf) {
+    for (; j < lim; j += kChunk) {
+      const int keys = chunk_keys(j, lim);
+      for (int l = 0; l < kChunk; ++l) {
+        bool ok = l < keys;
+        if constexpr (kMasked) ok = ok & (m[j + l] != 0);
+        const float p = exp_f(s[j + l] * scale - lse);
+        const float g = p * (dp[j + l] - d) * scale;
+        s[j + l] = ok ? p : 0.0f;
+        dp[j + l] = ok ? g : 0.0f;
+      }
+    }
+  }
+  for (; j < n; ++j) s[j] = 0.0f, dp[j] = 0.0f;
+}
+
+ALPACA_INLINE void softmax_grad_rows_f32_impl(float* s, float* dp, int64_t rows, int64_t n, int64_t i0, Mask mask,
+                                              float scale, const float* lse, const float* d) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t lim = std::min(i0 + r + 1, n);
+    if (mask != nullptr) {
+      softmax_grad_row_f32<true>(s + r * n, dp + r * n, lim, n, mask + r * n, scale, lse[r], d[r]);
+    } else {
+      softmax_grad_row_f32<false>(s + r * n, dp + r * n, lim, n, nullptr, scale, lse[r], d[r]);
+    }
+  }
+}
+
+// rowsum(dO * O) of one fp32 row: kChunk partial sums (the remainder into lane 0), folded.
+ALPACA_INLINE float row_dot_f32(const float* __restrict a, const float* __restrict b, int64_t n) {
+  float acc[kChunk] = {};
+  int64_t j = 0;
+  for (; j + kChunk <= n; j += kChunk)
+    for (int l = 0; l < kChunk; ++l) acc[l] += a[j + l] * b[j + l];
+  for (; j < n; ++j) acc[0] += a[j] * b[j];
+  return fold_sum<kChunk>(acc);
+}
+
 struct AttnKernels {
   void (*softmax_rows)(const float*, int64_t, int64_t, int64_t, const uint8_t*, float, u16*, float*, float*);
+  void (*softmax_rows_f32)(const float*, int64_t, int64_t, int64_t, const uint8_t*, float, float*, float*, float*);
+  void (*softmax_grad_rows_f32)(float*, float*, int64_t, int64_t, int64_t, const uint8_t*, float, const float*,
+                                const float*);
+  float (*dot_f32)(const float*, const float*, int64_t);
   void (*softmax_grad_rows)(const float*, const float*, int64_t, int64_t, int64_t, const uint8_t*, float, const float*,
                             const float*, W*, W*, u16*);
   float (*dot)(const u16*, const u16*, int64_t);
@@ -237,8 +304,17 @@ struct AttnKernels {
   namespace NS {                                                                                                      \
   ATTR void softmax_rows(const float* s, int64_t rows, int64_t n, int64_t i0, const uint8_t* m, float scale, u16* p,  \
                          float* lse, float* inv) {                                                                    \
-    softmax_rows_impl(s, rows, n, i0, m, scale, p, lse, inv);                                                        \
+    softmax_rows_impl<u16>(s, rows, n, i0, m, scale, p, lse, inv);                                                   \
   }                                                                                                                   \
+  ATTR void softmax_rows_f32(const float* s, int64_t rows, int64_t n, int64_t i0, const uint8_t* m, float scale,      \
+                             float* p, float* lse, float* inv) {                                                      \
+    softmax_rows_impl<float>(s, rows, n, i0, m, scale, p, lse, inv);                                                 \
+  }                                                                                                                   \
+  ATTR void softmax_grad_rows_f32(float* s, float* dp, int64_t rows, int64_t n, int64_t i0, const uint8_t* m,         \
+                                  float scale, const float* lse, const float* d) {                                    \
+    softmax_grad_rows_f32_impl(s, dp, rows, n, i0, m, scale, lse, d);                                                \
+  }                                                                                                                   \
+  ATTR float dot_f32(const float* a, const float* b, int64_t n) { return row_dot_f32(a, b, n); }                      \
   ATTR void softmax_grad_rows(const float* s, const float* dp, int64_t rows, int64_t n, int64_t i0, const uint8_t* m, \
                               float scale, const float* lse, const float* d, W* pr, W* dsr, u16* ds) {                \
     softmax_grad_rows_impl(s, dp, rows, n, i0, m, scale, lse, d, pr, dsr, ds);                                       \
@@ -248,7 +324,8 @@ struct AttnKernels {
                        const float* row_scale) {                                                                      \
     store_rows_impl(src, lds, rows, cols, dst, ldd, row_scale);                                                      \
   }                                                                                                                   \
-  const AttnKernels kernels{softmax_rows, softmax_grad_rows, dot, store_rows};                                        \
+  const AttnKernels kernels{softmax_rows, softmax_rows_f32, softmax_grad_rows_f32, dot_f32, softmax_grad_rows, dot,    \
+                           store_rows};                                                                               \
   }
 
 ALPACA_FOR_EACH_CPU_ISA(ALPACA_ATTN_KERNELS)
@@ -326,15 +403,15 @@ struct Block {
 
 // The block's mask rows with row stride blk.n, 0 past the last key (so a softmax chunk reads no
 // further than its row), in w.mask; null without a mask.
-const uint8_t* block_mask(const Attn& a, int64_t bi, const Block& blk, Scratch& w) {
+const uint8_t* block_mask(const Attn& a, int64_t bi, const Block& blk, std::vector<uint8_t>& buf) {
   if (a.mask == nullptr) return nullptr;
   const int64_t keys = std::min(a.t, blk.n);
   for (int64_t r = 0; r < blk.rows; ++r) {
-    uint8_t* dst = w.mask.data() + r * blk.n;
+    uint8_t* dst = buf.data() + r * blk.n;
     std::memcpy(dst, a.mask + bi * a.mask_bstride + (blk.i0 + r) * a.t, static_cast<size_t>(keys));
     std::fill(dst + keys, dst + blk.n, uint8_t{0});
   }
-  return w.mask.data();
+  return buf.data();
 }
 
 void forward_head(const Attn& a, int64_t bi, int64_t hi, const u16* q, u16* out, float* lse, Scratch& w) {
@@ -344,7 +421,7 @@ void forward_head(const Attn& a, int64_t bi, int64_t hi, const u16* q, u16* out,
     const Block blk(a, i0);
     bf16gemm::gemm(blk.rows, blk.n, dp2, words(q + a.q_off(bi, i0, hi)), a.ldq() / 2, 1,
                    bf16gemm::panels_of(w.kc.data(), dp2), w.s.data(), blk.n, false, {Causal::kCols, i0});
-    K.softmax_rows(w.s.data(), blk.rows, blk.n, i0, block_mask(a, bi, blk, w), a.scale, w.p.data(),
+    K.softmax_rows(w.s.data(), blk.rows, blk.n, i0, block_mask(a, bi, blk, w.mask), a.scale, w.p.data(),
                    lse + (bi * a.h + hi) * a.t + i0, w.inv.data());
     bf16gemm::gemm(blk.rows, a.dh, blk.np / 2, words(w.p.data()), blk.n / 2, 1, bf16gemm::rows_of(w.vr.data(), a.dh),
                    w.o.data(), a.dh, false, {Causal::kDepthTo, i0});
@@ -387,7 +464,7 @@ void backward_head(const Attn& a, int64_t bi, int64_t hi, const Grads& gr, Scrat
                    w.s.data(), n, false, {Causal::kCols, i0});
     bf16gemm::gemm(blk.rows, n, dp2, words(dob + i0 * ldq), ldq / 2, 1, bf16gemm::panels_of(w.vc.data(), dp2),
                    w.dp.data(), n, false, {Causal::kCols, i0});
-    K.softmax_grad_rows(w.s.data(), w.dp.data(), blk.rows, n, i0, block_mask(a, bi, blk, w), a.scale, lse + i0,
+    K.softmax_grad_rows(w.s.data(), w.dp.data(), blk.rows, n, i0, block_mask(a, bi, blk, w.mask), a.scale, lse + i0,
                         w.dsum.data() + i0, w.pr.data(), w.dsr.data(), w.ds.data());
     bf16gemm::gemm(blk.rows, a.dh, np / 2, words(w.ds.data()), n / 2, 1, bf16gemm::rows_of(w.kr.data(), a.dh),
                    w.o.data(), a.dh, false, {Causal::kDepthTo, i0});
@@ -417,6 +494,117 @@ void attention_backward(const Attn& a, const Grads& gr) {
       store_bf16(w.dv.data(), a.dh, a.t, a.dh, gr.dv + a.k_off(bi, g), a.ldk());
     }
     bf16gemm::release();
+  });
+}
+
+// ---- The fp32 route: the same blocks, keys up to the block's last row, products through ATen's
+// cpublas fp32 GEMM (MKL's sgemm where LibTorch has it), P and dS kept in fp32 (issue 32) ----
+
+// The BLAS LibTorch carries (MKL on x86 wheels), called directly: ATen's cpublas::gemm for float is not
+// exported, and at::mm_out per block would add a tensor and a dispatch to each of ~20k products a step.
+// Looked up at run time (the Fortran symbol LibTorch exports, as ATen's own BLAS declarations spell it),
+// so a LibTorch without one leaves fp32 attention to SDPA (gemm_attention_fp32_applies) rather than
+// failing to link.
+using SgemmFn = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
+                         const int*, const float*, const int*, const float*, float*, const int*);
+SgemmFn blas_sgemm() {
+  static const SgemmFn fn = reinterpret_cast<SgemmFn>(dlsym(RTLD_DEFAULT, "sgemm_"));
+  return fn;
+}
+
+// Row-major C (m x n, row stride ldc) = op(A) op(B) + beta C; op(A) is (m x k): A as stored
+// (row stride lda), or with a_t A^T of a stored (k x m). Likewise B. (BLAS is column-major: C^T = op(B)^T op(A)^T.)
+void sgemm(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+           int64_t ldb, float beta, float* c, int64_t ldc) {
+  const char ta = b_t ? 'T' : 'N', tb = a_t ? 'T' : 'N';
+  const int im = static_cast<int>(n), in = static_cast<int>(m), ik = static_cast<int>(k), ila = static_cast<int>(ldb),
+            ilb = static_cast<int>(lda), ilc = static_cast<int>(ldc);
+  const float one = 1.0f;
+  blas_sgemm()(&ta, &tb, &im, &in, &ik, &one, b, &ila, a, &ilb, &beta, c, &ilc);
+}
+
+// One thread's buffers (grown, never shrunk, as Scratch): s, p (forward) or dp (backward) of a block,
+// rows x n fp32; the block's mask rows; the forward rows' 1 / sum; the backward's rowsum(dO * O).
+struct ScratchF32 {
+  std::vector<float> s, p, inv, dsum;
+  std::vector<uint8_t> mask;
+  static ScratchF32& of_this_thread(const Attn& a) {
+    thread_local ScratchF32 w;
+    const auto grow = [](auto& v, int64_t n) {
+      if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+    };
+    grow(w.s, kAttnBlock * a.tn());
+    grow(w.p, kAttnBlock * a.tn());
+    grow(w.inv, kAttnBlock);
+    grow(w.dsum, a.t);
+    if (a.mask != nullptr) grow(w.mask, kAttnBlock * a.tn());
+    return w;
+  }
+};
+
+// One task per (batch, query head): per block, S = Q_blk K[:keys]^T, the softmax rows (fp32 P, not
+// yet divided by the row sums), O_blk = P V[:keys] written in place, then scaled by 1 / sum.
+void attention_forward_f32(const Attn& a, const float* q, const float* k, const float* v, float* out, float* lse) {
+  const int64_t rep = a.h / a.hkv;
+  at::parallel_for(0, a.b * a.h, 1, [&](int64_t t0, int64_t t1) {
+    ScratchF32& w = ScratchF32::of_this_thread(a);
+    const AttnKernels& K = attn_kernels();
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t bi = task / a.h, hi = task % a.h;
+      const float *kb = k + a.k_off(bi, hi / rep), *vb = v + a.k_off(bi, hi / rep);
+      for (int64_t i0 = 0; i0 < a.t; i0 += kAttnBlock) {
+        const Block blk(a, i0);
+        const int64_t keys = i0 + blk.rows;
+        sgemm(false, true, blk.rows, keys, a.dh, q + a.q_off(bi, i0, hi), a.ldq(), kb, a.ldk(), 0.0f, w.s.data(), blk.n);
+        K.softmax_rows_f32(w.s.data(), blk.rows, blk.n, i0, block_mask(a, bi, blk, w.mask), a.scale, w.p.data(),
+                           lse + (bi * a.h + hi) * a.t + i0, w.inv.data());
+        float* o = out + a.q_off(bi, i0, hi);
+        sgemm(false, false, blk.rows, a.dh, keys, w.p.data(), blk.n, vb, a.ldk(), 0.0f, o, a.ldq());
+        for (int64_t r = 0; r < blk.rows; ++r)
+          for (int64_t c = 0; c < a.dh; ++c) o[r * a.ldq() + c] *= w.inv[r];
+      }
+    }
+  });
+}
+
+struct GradsF32 {
+  const float *q, *k, *v, *out, *dout, *lse;
+  float *dq, *dk, *dv;
+};
+
+// One task per (batch, KV head), its query heads in turn (dK, dV sum over them and over the blocks
+// in place, in fp32): per block, S = Q_blk K^T and dP = dO_blk V^T, the rows' P and dS (scale folded
+// in) over them, dQ_blk = dS K, dV += P^T dO_blk, dK += dS^T Q_blk.
+void attention_backward_f32(const Attn& a, const GradsF32& gr) {
+  const int64_t rep = a.h / a.hkv, ldq = a.ldq(), ldk = a.ldk();
+  at::parallel_for(0, a.b * a.hkv, 1, [&](int64_t t0, int64_t t1) {
+    ScratchF32& w = ScratchF32::of_this_thread(a);
+    const AttnKernels& K = attn_kernels();
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t bi = task / a.hkv, g = task % a.hkv;
+      const float *kb = gr.k + a.k_off(bi, g), *vb = gr.v + a.k_off(bi, g);
+      float *dkb = gr.dk + a.k_off(bi, g), *dvb = gr.dv + a.k_off(bi, g);
+      for (int64_t i = 0; i < a.t; ++i) {
+        std::fill_n(dkb + i * ldk, a.dh, 0.0f);
+        std::fill_n(dvb + i * ldk, a.dh, 0.0f);
+      }
+      for (int64_t hi = g * rep; hi < (g + 1) * rep; ++hi) {
+        const float *qb = gr.q + a.q_off(bi, 0, hi), *ob = gr.out + a.q_off(bi, 0, hi), *dob = gr.dout + a.q_off(bi, 0, hi);
+        const float* lse = gr.lse + (bi * a.h + hi) * a.t;
+        for (int64_t i = 0; i < a.t; ++i) w.dsum[i] = K.dot_f32(dob + i * ldq, ob + i * ldq, a.dh);
+        for (int64_t i0 = 0; i0 < a.t; i0 += kAttnBlock) {
+          const Block blk(a, i0);
+          const int64_t keys = i0 + blk.rows, n = blk.n;
+          sgemm(false, true, blk.rows, keys, a.dh, qb + i0 * ldq, ldq, kb, ldk, 0.0f, w.s.data(), n);
+          sgemm(false, true, blk.rows, keys, a.dh, dob + i0 * ldq, ldq, vb, ldk, 0.0f, w.p.data(), n);
+          K.softmax_grad_rows_f32(w.s.data(), w.p.data(), blk.rows, n, i0, block_mask(a, bi, blk, w.mask), a.scale,
+                                  lse + i0, w.dsum.data() + i0);
+          sgemm(false, false, blk.rows, a.dh, keys, w.p.data(), n, kb, ldk, 0.0f, gr.dq + a.q_off(bi, i0, hi), ldq);
+          sgemm(true, false, keys, a.dh, blk.rows, w.s.data(), n, dob + i0 * ldq, ldq, 1.0f, dvb, ldk);
+          sgemm(true, false, keys, a.dh, blk.rows, w.p.data(), n, qb + i0 * ldq, ldq, 1.0f, dkb, ldk);
+        }
+      }
+    }
   });
 }
 
@@ -463,12 +651,44 @@ struct GemmAttentionFn : public torch::autograd::Function<GemmAttentionFn> {
   }
 };
 
+// The fp32 route's autograd function: as GemmAttentionFn, fp32 throughout.
+struct GemmAttentionF32Fn : public torch::autograd::Function<GemmAttentionF32Fn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            double scale, const at::Tensor& mask) {
+    const Attn a = problem(q, k, scale, mask);
+    at::Tensor out = at::empty_like(q);
+    at::Tensor lse = at::empty({a.b, a.h, a.t}, q.options());
+    {
+      ALPACA_TRACE_BYTES("alpaca::gemm_attention_f32", util::nbytes_of({q, k, v, mask}));
+      attention_forward_f32(a, q.const_data_ptr<float>(), k.const_data_ptr<float>(), v.const_data_ptr<float>(),
+                            out.mutable_data_ptr<float>(), lse.mutable_data_ptr<float>());
+    }
+    ctx->save_for_backward({q, k, v, out, lse, mask});
+    ctx->saved_data["scale"] = scale;
+    return out;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4], &mask = saved[5];
+    const at::Tensor dout = grad_out[0].to(at::kFloat).contiguous();
+    at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+    const Attn a = problem(q, k, ctx->saved_data["scale"].toDouble(), mask);
+    const GradsF32 gr{q.const_data_ptr<float>(), k.const_data_ptr<float>(), v.const_data_ptr<float>(),
+                      out.const_data_ptr<float>(), dout.const_data_ptr<float>(), lse.const_data_ptr<float>(),
+                      dq.mutable_data_ptr<float>(), dk.mutable_data_ptr<float>(), dv.mutable_data_ptr<float>()};
+    ALPACA_TRACE_BYTES("alpaca::gemm_attention_f32_backward", util::nbytes_of({q, k, v, out, dout, lse, mask}));
+    attention_backward_f32(a, gr);
+    return {dq, dk, dv, at::Tensor(), at::Tensor()};
+  }
+};
+
 std::atomic<bool>& enabled_slot() {
   static std::atomic<bool> slot{[] {
     const char* env = std::getenv("ALPACA_CPU_ATTN");
     if (env == nullptr || *env == '\0') return true;
     ALPACA_CHECK(std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0,
-                 "ALPACA_CPU_ATTN=" << env << " is not understood; use 1 (GEMM attention for bf16 CPU training) or 0 "
+                 "ALPACA_CPU_ATTN=" << env << " is not understood; use 1 (GEMM attention for bf16 and fp32 CPU training) or 0 "
                                        "(ATen's scaled_dot_product_attention)");
     return env[0] == '1';
   }()};
@@ -503,31 +723,59 @@ bool cpu_attention_routes_on() { return enabled_slot().load(std::memory_order_re
 
 const char* cpu_bf16_gemm_backend() { return bf16gemm::name(bf16gemm::backend()); }
 
-at::Tensor causal_attention_bf16(const at::Tensor& q_bhtd, const at::Tensor& k_bhtd, const at::Tensor& v_bhtd,
-                                 double scale, const at::Tensor& allow_b1tt) {
+namespace {
+
+// The checks both routes share, then fn(q, k, v (B, T, heads, Dh) contiguous, mask (B or 1, T, T) or empty).
+template <typename Fn>
+at::Tensor causal_attention_cpu(const char* what, at::ScalarType dtype, bool even_dh, const at::Tensor& q_bhtd,
+                                const at::Tensor& k_bhtd, const at::Tensor& v_bhtd, const at::Tensor& allow_b1tt,
+                                Fn fn) {
   const bool ok = q_bhtd.dim() == 4 && k_bhtd.dim() == 4 && v_bhtd.sizes() == k_bhtd.sizes() &&
-                  q_bhtd.scalar_type() == at::kBFloat16 && k_bhtd.scalar_type() == at::kBFloat16 &&
-                  v_bhtd.scalar_type() == at::kBFloat16 && q_bhtd.is_cpu() && k_bhtd.is_cpu() && v_bhtd.is_cpu() &&
-                  k_bhtd.size(0) == q_bhtd.size(0) && k_bhtd.size(2) == q_bhtd.size(2) &&
-                  k_bhtd.size(3) == q_bhtd.size(3) && q_bhtd.size(3) % 2 == 0 && k_bhtd.size(1) > 0 &&
-                  q_bhtd.size(1) % k_bhtd.size(1) == 0;
-  ALPACA_CHECK(ok, "causal_attention_bf16: needs bf16 CPU q (B, H, T, Dh) and k, v (B, Hkv, T, Dh) with H a multiple "
-                   "of Hkv and Dh even, got q " << q_bhtd.sizes() << " " << q_bhtd.scalar_type() << ", k " << k_bhtd.sizes()
-                                    << ", v " << v_bhtd.sizes());
+                  q_bhtd.scalar_type() == dtype && k_bhtd.scalar_type() == dtype && v_bhtd.scalar_type() == dtype &&
+                  q_bhtd.is_cpu() && k_bhtd.is_cpu() && v_bhtd.is_cpu() && k_bhtd.size(0) == q_bhtd.size(0) &&
+                  k_bhtd.size(2) == q_bhtd.size(2) && k_bhtd.size(3) == q_bhtd.size(3) &&
+                  (!even_dh || q_bhtd.size(3) % 2 == 0) && k_bhtd.size(1) > 0 && q_bhtd.size(1) % k_bhtd.size(1) == 0;
+  ALPACA_CHECK(ok, what << ": needs " << dtype << " CPU q (B, H, T, Dh) and k, v (B, Hkv, T, Dh) with H a multiple of Hkv"
+                        << (even_dh ? " and Dh even" : "") << ", got q " << q_bhtd.sizes() << " " << q_bhtd.scalar_type()
+                        << ", k " << k_bhtd.sizes() << ", v " << v_bhtd.sizes());
   const int64_t b = q_bhtd.size(0), t = q_bhtd.size(2);
   at::Tensor mask = at::empty({0}, at::kBool);
   if (allow_b1tt.defined()) {
     ALPACA_CHECK(allow_b1tt.scalar_type() == at::kBool && allow_b1tt.dim() == 4 && allow_b1tt.size(1) == 1 &&
                      (allow_b1tt.size(0) == 1 || allow_b1tt.size(0) == b) && allow_b1tt.size(2) == t &&
                      allow_b1tt.size(3) == t && allow_b1tt.is_cpu(),
-                 "causal_attention_bf16: the mask must be a CPU bool (" << b << " or 1, 1, " << t << ", " << t
-                                                                        << "), got " << allow_b1tt.sizes() << " "
-                                                                        << allow_b1tt.scalar_type());
+                 what << ": the mask must be a CPU bool (" << b << " or 1, 1, " << t << ", " << t << "), got "
+                      << allow_b1tt.sizes() << " " << allow_b1tt.scalar_type());
     mask = allow_b1tt.select(1, 0).contiguous();
   }
   const at::Tensor q = q_bhtd.transpose(1, 2).contiguous(), k = k_bhtd.transpose(1, 2).contiguous(),
                    v = v_bhtd.transpose(1, 2).contiguous();
-  return GemmAttentionFn::apply(q, k, v, scale, mask).transpose(1, 2);
+  return fn(q, k, v, mask).transpose(1, 2);
+}
+
+}  // namespace
+
+at::Tensor causal_attention_bf16(const at::Tensor& q_bhtd, const at::Tensor& k_bhtd, const at::Tensor& v_bhtd,
+                                 double scale, const at::Tensor& allow_b1tt) {
+  return causal_attention_cpu("causal_attention_bf16", at::kBFloat16, /*even_dh=*/true, q_bhtd, k_bhtd, v_bhtd,
+                              allow_b1tt, [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                              const at::Tensor& mask) { return GemmAttentionFn::apply(q, k, v, scale, mask); });
+}
+
+at::Tensor causal_attention_fp32(const at::Tensor& q_bhtd, const at::Tensor& k_bhtd, const at::Tensor& v_bhtd,
+                                 double scale, const at::Tensor& allow_b1tt) {
+  ALPACA_CHECK(blas_sgemm() != nullptr, "causal_attention_fp32: this LibTorch exports no BLAS sgemm_; use SDPA");
+  ALPACA_CHECK(q_bhtd.numel() < (int64_t{1} << 31) && k_bhtd.numel() < (int64_t{1} << 31),
+               "causal_attention_fp32: tensors of 2^31 or more elements exceed the BLAS's 32-bit sizes");
+  return causal_attention_cpu("causal_attention_fp32", at::kFloat, /*even_dh=*/false, q_bhtd, k_bhtd, v_bhtd,
+                              allow_b1tt, [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                              const at::Tensor& mask) { return GemmAttentionF32Fn::apply(q, k, v, scale, mask); });
+}
+
+bool gemm_attention_fp32_applies(const at::Tensor& q) {
+  // Needs LibTorch's BLAS (every x86 wheel: MKL), found at run time (blas_sgemm).
+  return blas_sgemm() != nullptr && q.defined() && q.scalar_type() == at::kFloat && q.is_cpu() && fused_cpu_enabled() &&
+         cpu_attention_routes_on();
 }
 
 }  // namespace alpaca::model

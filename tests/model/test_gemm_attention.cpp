@@ -10,8 +10,9 @@
 //   measured and still fails a wrong mask, a missed block or a wrong scale (errors of 10-100%);
 // - and |ours - reference| <= 2x SDPA's own |sdpa - reference| + 1 bf16 ulp of the largest value:
 //   at least about as accurate as the kernel it replaces.
-// The instruction-set variants of the softmax rows agree bit for bit; bf16 training layers take
-// the new path (its autograd node is in the graph) and fp32 never does.
+// The fp32 route (causal_attention_fp32) is held to fp32 tolerances against the same float64 reference
+// and fp32 SDPA. The instruction-set variants of the softmax rows agree bit for bit; bf16 training
+// layers take their path (its autograd node is in the graph), fp32 training layers theirs.
 #include <gtest/gtest.h>
 
 #include <torch/csrc/autograd/autograd.h>
@@ -305,7 +306,7 @@ bool graph_has(const torch::autograd::Node* node, const std::string& what, std::
   return false;
 }
 
-TEST_F(GemmAttention, Bf16TrainingLayersTakeItAndFp32DoesNot) {
+TEST_F(GemmAttention, TrainingLayersTakeTheirDtypesRoute) {
   at::manual_seed(4);
   const LlamaConfig cfg = alpaca::testing::llama_config({32, 64, 160, 1, 4, 2, 16});
   for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
@@ -321,17 +322,84 @@ TEST_F(GemmAttention, Bf16TrainingLayersTakeItAndFp32DoesNot) {
     const bool taken = graph_has(attn->forward(x, ctx).grad_fn().get(), "GemmAttentionFn", seen);
     // Only where fast products run (ours, oneDNN's on AMX; elsewhere SDPA is as fast): try cpublas too.
     EXPECT_EQ(taken, dtype == at::kBFloat16 && bf16gemm::fast()) << dtype;
+    seen.clear();
+    EXPECT_EQ(graph_has(attn->forward(x, ctx).grad_fn().get(), "GemmAttentionF32Fn", seen), dtype == at::kFloat) << dtype;
     if (dtype == at::kBFloat16 && bf16gemm::fast()) {
       bf16gemm::set_backend(bf16gemm::Backend::kCpublas);
       seen.clear();
       EXPECT_FALSE(graph_has(attn->forward(x, ctx).grad_fn().get(), "GemmAttentionFn", seen));
       bf16gemm::set_backend(backend_);
     }
-    if (dtype != at::kBFloat16) continue;
     set_gemm_attention(false);  // ALPACA_CPU_ATTN=0: the SDPA path again
     seen.clear();
-    EXPECT_FALSE(graph_has(attn->forward(x, ctx).grad_fn().get(), "GemmAttentionFn", seen));
+    EXPECT_FALSE(graph_has(attn->forward(x, ctx).grad_fn().get(), "GemmAttention", seen));
     set_gemm_attention(true);
+    set_fused_cpu_bf16(false);  // ALPACA_CPU_FUSED=0: likewise
+    seen.clear();
+    EXPECT_FALSE(graph_has(attn->forward(x, ctx).grad_fn().get(), "GemmAttention", seen));
+    set_fused_cpu_bf16(true);
+  }
+}
+
+// The fp32 route (causal_attention_fp32) against the float64 reference from the same fp32 inputs and
+// against ATen's fp32 SDPA (flash): every output within 1e-5 of the reference's largest magnitude
+// (fp32 products and sums over <= 130 keys: ~1e-6 measured; a wrong mask, block or scale is off by
+// 10-100%) and within 4x SDPA's own error + 2e-6 of it.
+void check_case_f32(const Case& c, const at::Tensor& allow_b1tt, const std::string& what) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.dh));
+  const at::Tensor q = at::randn({c.b, c.h, c.t, c.dh}) * 2, k = at::randn({c.b, c.hkv, c.t, c.dh}),
+                   v = at::randn({c.b, c.hkv, c.t, c.dh}), g = at::randn({c.b, c.h, c.t, c.dh});
+  const auto ours = run([&](at::Tensor a, at::Tensor b, at::Tensor d) {
+    return causal_attention_fp32(a, b, d, scale, allow_b1tt);
+  }, q, k, v, g, at::kFloat);
+  const auto old = run([&](at::Tensor a, at::Tensor b, at::Tensor d) { return sdpa(a, b, d, scale, allow_b1tt); }, q,
+                       k, v, g, at::kFloat);
+  const auto ref = run([&](at::Tensor a, at::Tensor b, at::Tensor d) {
+    return math_attention(a, b, d, scale, allow_b1tt);
+  }, q, k, v, g, at::kDouble);
+  const std::vector<std::pair<const char*, std::array<at::Tensor, 3>>> parts = {
+      {"out", {ours.out, old.out, ref.out}}, {"dq", {ours.dq, old.dq, ref.dq}},
+      {"dk", {ours.dk, old.dk, ref.dk}},     {"dv", {ours.dv, old.dv, ref.dv}}};
+  for (const auto& [part, t] : parts) {
+    const double big = t[2].abs().max().item<double>();
+    const double err = max_err(t[0], t[2]), old_err = max_err(t[1], t[2]);
+    std::printf("fp32 %-23s %-3s max |ref| %.3g, error: ours %.3g, SDPA %.3g\n", what.c_str(), part, big, err, old_err);
+    EXPECT_LE(err, 1e-5 * big) << what << " " << part;
+    EXPECT_LE(err, 4 * old_err + 2e-6 * big) << what << " " << part << ": SDPA's " << old_err;
+  }
+}
+
+TEST_F(GemmAttention, Fp32RouteMatchesTheMathReference) {
+  at::manual_seed(5);
+  for (const Case& c : std::vector<Case>{{1, 2, 2, 1, 16}, {2, 4, 4, 64, 32}, {1, 4, 2, 130, 64}, {2, 6, 2, 37, 24},
+                                         {1, 2, 1, 65, 15}}) {
+    check_case_f32(c, {}, name(c));
+  }
+  const int64_t t = 90;
+  at::Tensor pad = at::ones({3, t}, at::kLong);
+  pad[0].narrow(0, 0, 17).zero_();
+  pad[1].narrow(0, 70, 20).zero_();
+  check_case_f32({3, 4, 2, t, 32}, context_mask(3, t, pad, {}), "padding");
+  at::Tensor seg = at::zeros({2, t}, at::kLong);
+  seg[0].narrow(0, 30, 60).fill_(1);
+  check_case_f32({2, 4, 4, t, 32}, context_mask(2, t, {}, seg), "packed segments");
+}
+
+TEST_F(GemmAttention, Fp32InstructionSetVariantsAgreeBitForBit) {
+  at::manual_seed(6);
+  const at::Tensor q = at::randn({2, 4, 75, 24}).requires_grad_(true), k = at::randn({2, 2, 75, 24}).requires_grad_(true),
+                   v = at::randn({2, 2, 75, 24}).requires_grad_(true), g = at::randn({2, 4, 75, 24});
+  at::Tensor pad = at::ones({2, 75}, at::kLong);
+  pad[1].narrow(0, 0, 9).zero_();
+  const at::Tensor mask = context_mask(2, 75, pad, {});
+  at::Tensor first;
+  for (int i = 0; i <= static_cast<int>(best_fused_cpu_isa()); ++i) {
+    set_fused_cpu_isa(static_cast<FusedCpuIsa>(i));
+    const at::Tensor y = causal_attention_fp32(q, k, v, 0.2, mask);
+    const auto grads = torch::autograd::grad({y}, {q, k, v}, {g});
+    const at::Tensor all = at::cat({y.flatten(), grads[0].flatten(), grads[1].flatten(), grads[2].flatten()});
+    if (!first.defined()) first = all;
+    EXPECT_TRUE(at::equal(all, first)) << "isa " << i;
   }
 }
 
@@ -342,6 +410,8 @@ TEST_F(GemmAttention, MasksReachingLaterKeysAndBadInputsAreRefused) {
   EXPECT_TRUE(mask_within_causal({}));
   const at::Tensor f = at::randn({1, 2, 5, 8});
   EXPECT_THROW(causal_attention_bf16(f, f, f, 0.3), std::exception);  // fp32
+  EXPECT_THROW(causal_attention_fp32(f.to(at::kBFloat16), f, f, 0.3), std::exception);
+  EXPECT_THROW(causal_attention_fp32(f, at::randn({1, 3, 5, 8}), at::randn({1, 3, 5, 8}), 0.3), std::exception);
   const at::Tensor q = f.to(at::kBFloat16), k3 = at::randn({1, 3, 5, 8}).to(at::kBFloat16);
   EXPECT_THROW(causal_attention_bf16(q, k3, k3, 0.3), std::exception);  // 2 heads over 3 KV heads
   EXPECT_THROW(causal_attention_bf16(q, q, q, 0.3, at::ones({1, 1, 4, 4}, at::kBool)), std::exception);

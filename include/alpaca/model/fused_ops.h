@@ -11,7 +11,7 @@
 // Only bf16 CPU tensors take them (fp32 keeps the module path, bit for bit); the row loops are
 // compiled for AVX-512 (F+BW), AVX2 and baseline x86-64 from one source, chosen at run time.
 // ALPACA_CPU_FUSED=0 (or set_fused_cpu_bf16(false)) turns them off: the module path everywhere,
-// for comparisons; ALPACA_CPU_ATTN=0 turns off only the bf16 attention routes (below, and matmul.h's).
+// for comparisons; ALPACA_CPU_ATTN=0 turns off only the attention routes (below, bf16 and fp32, and matmul.h's).
 #pragma once
 
 #include <ATen/ATen.h>  // defines: at::Tensor
@@ -76,6 +76,15 @@ at::Tensor causal_attention_bf16(const at::Tensor& q_bhtd, const at::Tensor& k_b
                                  double scale, const at::Tensor& allow_b1tt = {});
 // Whether `allow_b1tt` (as above) lets no query see a later key; true when undefined (pure causal).
 bool mask_within_causal(const at::Tensor& allow_b1tt);
+// The same for fp32 training (issue 32): q (B, H, T, Dh), k and v (B, Hkv, T, Dh) fp32 on the CPU (any
+// Dh), the same blocks and skipped key blocks, the products through ATen's cpublas fp32 GEMM (MKL's
+// sgemm), P and dS kept in fp32, dK and dV summed in fp32 in place: ATen's fp32 flash kernel's math
+// (within fp32 rounding of it and of a float64 reference). Returns (B, H, T, Dh) as causal_attention_bf16.
+at::Tensor causal_attention_fp32(const at::Tensor& q_bhtd, const at::Tensor& k_bhtd, const at::Tensor& v_bhtd,
+                                 double scale, const at::Tensor& allow_b1tt = {});
+// Whether fp32 training attention takes it: fp32 CPU q, a LibTorch built with a BLAS, the fused CPU
+// paths on (ALPACA_CPU_FUSED) and the routes not turned off (ALPACA_CPU_ATTN=0); else SDPA.
+bool gemm_attention_fp32_applies(const at::Tensor& q);
 // Whether bf16 training attention takes it: fused_cpu_bf16_applies(q), fast products (bf16gemm::fast():
 // our AVX512-BF16 kernel, or oneDNN's on AMX; on the cpublas fallback it is no faster than SDPA), and not
 // turned off with ALPACA_CPU_ATTN=0 (or set_gemm_attention(false)); else ATen's
