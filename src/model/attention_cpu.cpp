@@ -651,35 +651,41 @@ struct GemmAttentionFn : public torch::autograd::Function<GemmAttentionFn> {
   }
 };
 
-// The fp32 route's autograd function: as GemmAttentionFn, fp32 throughout.
+// The fp32 route's autograd function: as GemmAttentionFn, computed in fp32. bf16 q, k, v (an AVX2-only
+// CPU's bf16 training, matmul.h's kFp32 mode) are upcast for the kernels and saved as they came (upcast
+// again in backward); the output and the gradients are returned in the inputs' dtype, out and lse kept
+// in fp32 (the backward's rowsum(dO * O) on a rounded O would cost dQ and dK ~1% of their scale).
 struct GemmAttentionF32Fn : public torch::autograd::Function<GemmAttentionF32Fn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             double scale, const at::Tensor& mask) {
     const Attn a = problem(q, k, scale, mask);
-    at::Tensor out = at::empty_like(q);
-    at::Tensor lse = at::empty({a.b, a.h, a.t}, q.options());
+    const at::Tensor q32 = q.to(at::kFloat), k32 = k.to(at::kFloat), v32 = v.to(at::kFloat);
+    at::Tensor out = at::empty_like(q32);
+    at::Tensor lse = at::empty({a.b, a.h, a.t}, q32.options());
     {
       ALPACA_TRACE_BYTES("alpaca::gemm_attention_f32", util::nbytes_of({q, k, v, mask}));
-      attention_forward_f32(a, q.const_data_ptr<float>(), k.const_data_ptr<float>(), v.const_data_ptr<float>(),
+      attention_forward_f32(a, q32.const_data_ptr<float>(), k32.const_data_ptr<float>(), v32.const_data_ptr<float>(),
                             out.mutable_data_ptr<float>(), lse.mutable_data_ptr<float>());
     }
     ctx->save_for_backward({q, k, v, out, lse, mask});
     ctx->saved_data["scale"] = scale;
-    return out;
+    return out.to(q.scalar_type());
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grad_out) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4], &mask = saved[5];
+    const at::Tensor q32 = q.to(at::kFloat), k32 = k.to(at::kFloat), v32 = v.to(at::kFloat);
     const at::Tensor dout = grad_out[0].to(at::kFloat).contiguous();
-    at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+    at::Tensor dq = at::empty_like(q32), dk = at::empty_like(k32), dv = at::empty_like(v32);
     const Attn a = problem(q, k, ctx->saved_data["scale"].toDouble(), mask);
-    const GradsF32 gr{q.const_data_ptr<float>(), k.const_data_ptr<float>(), v.const_data_ptr<float>(),
+    const GradsF32 gr{q32.const_data_ptr<float>(), k32.const_data_ptr<float>(), v32.const_data_ptr<float>(),
                       out.const_data_ptr<float>(), dout.const_data_ptr<float>(), lse.const_data_ptr<float>(),
                       dq.mutable_data_ptr<float>(), dk.mutable_data_ptr<float>(), dv.mutable_data_ptr<float>()};
     ALPACA_TRACE_BYTES("alpaca::gemm_attention_f32_backward", util::nbytes_of({q, k, v, out, dout, lse, mask}));
     attention_backward_f32(a, gr);
-    return {dq, dk, dv, at::Tensor(), at::Tensor()};
+    const at::ScalarType t = q.scalar_type();
+    return {dq.to(t), dk.to(t), dv.to(t), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -767,15 +773,16 @@ at::Tensor causal_attention_fp32(const at::Tensor& q_bhtd, const at::Tensor& k_b
   ALPACA_CHECK(blas_sgemm() != nullptr, "causal_attention_fp32: this LibTorch exports no BLAS sgemm_; use SDPA");
   ALPACA_CHECK(q_bhtd.numel() < (int64_t{1} << 31) && k_bhtd.numel() < (int64_t{1} << 31),
                "causal_attention_fp32: tensors of 2^31 or more elements exceed the BLAS's 32-bit sizes");
-  return causal_attention_cpu("causal_attention_fp32", at::kFloat, /*even_dh=*/false, q_bhtd, k_bhtd, v_bhtd,
+  const at::ScalarType dtype = q_bhtd.scalar_type() == at::kBFloat16 ? at::kBFloat16 : at::kFloat;
+  return causal_attention_cpu("causal_attention_fp32", dtype, /*even_dh=*/false, q_bhtd, k_bhtd, v_bhtd,
                               allow_b1tt, [&](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                               const at::Tensor& mask) { return GemmAttentionF32Fn::apply(q, k, v, scale, mask); });
 }
 
 bool gemm_attention_fp32_applies(const at::Tensor& q) {
   // Needs LibTorch's BLAS (every x86 wheel: MKL), found at run time (blas_sgemm).
-  return blas_sgemm() != nullptr && q.defined() && q.scalar_type() == at::kFloat && q.is_cpu() && fused_cpu_enabled() &&
-         cpu_attention_routes_on();
+  return blas_sgemm() != nullptr && q.defined() && (q.scalar_type() == at::kFloat || q.scalar_type() == at::kBFloat16) &&
+         q.is_cpu() && fused_cpu_enabled() && cpu_attention_routes_on();
 }
 
 }  // namespace alpaca::model

@@ -116,9 +116,10 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x_btd, const LayerConte
     // bf16 CPU training: causal (and padding / packing) attention through GEMMs, GQA included. A mask
     // that lets a query see a later key (none of make_context's do) keeps SDPA below.
     out_bhtd = causal_attention_bf16(q_bhtd, k_bhtd, v_bhtd, scale, ctx.attn_mask);
-  } else if (at::GradMode::is_enabled() && gemm_attention_fp32_applies(q_bhtd) && ctx.kv_cache == nullptr &&
-             k_bhtd.size(2) == t && mask_within_causal(ctx.attn_mask)) {
-    // fp32 CPU training: the same through fp32 GEMMs.
+  } else if ((q_bhtd.scalar_type() == at::kFloat || bf16_attention_via_fp32(q_bhtd)) && at::GradMode::is_enabled() &&
+             gemm_attention_fp32_applies(q_bhtd) && ctx.kv_cache == nullptr && k_bhtd.size(2) == t &&
+             mask_within_causal(ctx.attn_mask)) {
+    // fp32 CPU training, and bf16 on a CPU without native bf16 products: the same through fp32 GEMMs.
     out_bhtd = causal_attention_fp32(q_bhtd, k_bhtd, v_bhtd, scale, ctx.attn_mask);
   } else if (bf16_attention_via_fp32(q_bhtd) && ctx.kv_cache == nullptr && (ctx.attn_mask.defined() || t > 1)) {
     // bf16 on a CPU without native bf16 products: ATen's flash kernel in fp32 (matmul.h).

@@ -26,6 +26,7 @@
 #include "alpaca/model/fused_ops.h"
 #include "alpaca/model/layers.h"
 #include "alpaca/model/llama.h"
+#include "alpaca/model/matmul.h"
 #include "alpaca/model/rope.h"
 #include "bf16_gemm.h"  // src/model/, internal: the GEMM backends
 #include "model_test_util.h"
@@ -323,7 +324,10 @@ TEST_F(GemmAttention, TrainingLayersTakeTheirDtypesRoute) {
     // Only where fast products run (ours, oneDNN's on AMX; elsewhere SDPA is as fast): try cpublas too.
     EXPECT_EQ(taken, dtype == at::kBFloat16 && bf16gemm::fast()) << dtype;
     seen.clear();
-    EXPECT_EQ(graph_has(attn->forward(x, ctx).grad_fn().get(), "GemmAttentionF32Fn", seen), dtype == at::kFloat) << dtype;
+    // fp32, and bf16 where its products go through fp32 (an AVX2-only CPU, or capped) and the bf16 route did not.
+    const bool via_fp32 = dtype == at::kBFloat16 && !taken && cpu_bf16_gemm() == CpuBf16Gemm::kFp32;
+    EXPECT_EQ(graph_has(attn->forward(x, ctx).grad_fn().get(), "GemmAttentionF32Fn", seen),
+              dtype == at::kFloat || via_fp32) << dtype;
     if (dtype == at::kBFloat16 && bf16gemm::fast()) {
       bf16gemm::set_backend(bf16gemm::Backend::kCpublas);
       seen.clear();
@@ -401,6 +405,54 @@ TEST_F(GemmAttention, Fp32InstructionSetVariantsAgreeBitForBit) {
     if (!first.defined()) first = all;
     EXPECT_TRUE(at::equal(all, first)) << "isa " << i;
   }
+}
+
+// bf16 training where bf16 products go through fp32 (matmul.h's kFp32: AVX2-only CPUs; chosen here):
+// causal_attention_fp32 on bf16 q, k, v replaces ATen's fp32 flash kernel on their upcasts
+// (attention_via_fp32). Both compute in fp32 and round once: within one bf16 ulp of the largest value
+// of each other, and within 1% of the float64 reference; the training layer takes the new route.
+TEST_F(GemmAttention, Bf16ViaFp32ReplacesTheFlashRoute) {
+  const CpuBf16Gemm was = cpu_bf16_gemm();
+  set_cpu_bf16_gemm(CpuBf16Gemm::kFp32);
+  at::manual_seed(8);
+  const int64_t t = 90;
+  at::Tensor pad = at::ones({2, t}, at::kLong);
+  pad[0].narrow(0, 0, 17).zero_();
+  for (const at::Tensor& mask : {at::Tensor(), context_mask(2, t, pad, {})}) {
+    const Case c{2, 4, 2, t, 32};
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.dh));
+    const at::Tensor q = (at::randn({c.b, c.h, c.t, c.dh}) * 2).to(at::kBFloat16);
+    const at::Tensor k = at::randn({c.b, c.hkv, c.t, c.dh}).to(at::kBFloat16);
+    const at::Tensor v = at::randn({c.b, c.hkv, c.t, c.dh}).to(at::kBFloat16);
+    const at::Tensor g = at::randn({c.b, c.h, c.t, c.dh}).to(at::kBFloat16);
+    const auto ours = run([&](at::Tensor a, at::Tensor b, at::Tensor d) {
+      return causal_attention_fp32(a, b, d, scale, mask);
+    }, q, k, v, g, at::kBFloat16);
+    const auto old = run([&](at::Tensor a, at::Tensor b, at::Tensor d) {
+      return attention_via_fp32(a, b, d, mask, /*is_causal=*/!mask.defined(), scale);
+    }, q, k, v, g, at::kBFloat16);
+    const auto ref = run([&](at::Tensor a, at::Tensor b, at::Tensor d) { return math_attention(a, b, d, scale, mask); },
+                         q, k, v, g, at::kDouble);
+    EXPECT_EQ(ours.out.scalar_type(), at::kBFloat16);
+    EXPECT_EQ(ours.dk.scalar_type(), at::kBFloat16);
+    const std::vector<std::pair<const char*, std::array<at::Tensor, 3>>> parts = {
+        {"out", {ours.out, old.out, ref.out}}, {"dq", {ours.dq, old.dq, ref.dq}},
+        {"dk", {ours.dk, old.dk, ref.dk}},     {"dv", {ours.dv, old.dv, ref.dv}}};
+    for (const auto& [part, tr] : parts) {
+      const double big = tr[2].abs().max().item<double>();
+      EXPECT_LE(max_err(tr[0], tr[1]), big / 128) << part << (mask.defined() ? " (mask)" : "");
+      EXPECT_LE(max_err(tr[0], tr[2]), 0.01 * big) << part << (mask.defined() ? " (mask)" : "");
+    }
+  }
+  const LlamaConfig cfg = alpaca::testing::llama_config({32, 64, 160, 1, 4, 2, 16});
+  LlamaAttention attn(cfg, at::TensorOptions().dtype(at::kBFloat16));
+  LayerContext ctx;
+  std::tie(ctx.cos, ctx.sin) = rope_cos_sin(cfg, at::arange(20).unsqueeze(0).expand({2, 20}), at::kBFloat16);
+  const at::Tensor x = at::randn({2, 20, 64}).to(at::kBFloat16);
+  std::set<const void*> seen;
+  const bool fast_bf16 = bf16gemm::fast();  // there the bf16 route comes first
+  EXPECT_EQ(graph_has(attn->forward(x, ctx).grad_fn().get(), "GemmAttentionF32Fn", seen), !fast_bf16);
+  set_cpu_bf16_gemm(was);
 }
 
 TEST_F(GemmAttention, MasksReachingLaterKeysAndBadInputsAreRefused) {

@@ -80,9 +80,12 @@ bool mask_within_causal(const at::Tensor& allow_b1tt);
 // Dh), the same blocks and skipped key blocks, the products through ATen's cpublas fp32 GEMM (MKL's
 // sgemm), P and dS kept in fp32, dK and dV summed in fp32 in place: ATen's fp32 flash kernel's math
 // (within fp32 rounding of it and of a float64 reference). Returns (B, H, T, Dh) as causal_attention_bf16.
+// bf16 q, k, v (all three) are computed in fp32 the same way, output and gradients rounded to bf16 once:
+// bf16 training on a CPU without native bf16 products (matmul.h's kFp32 mode, AVX2-only CPUs), in place
+// of ATen's fp32 flash kernel on upcasts (attention_via_fp32).
 at::Tensor causal_attention_fp32(const at::Tensor& q_bhtd, const at::Tensor& k_bhtd, const at::Tensor& v_bhtd,
                                  double scale, const at::Tensor& allow_b1tt = {});
-// Whether fp32 training attention takes it: fp32 CPU q, a LibTorch built with a BLAS, the fused CPU
+// Whether fp32 (or bf16 via fp32) training attention takes it: fp32 or bf16 CPU q, LibTorch's BLAS, the fused CPU
 // paths on (ALPACA_CPU_FUSED) and the routes not turned off (ALPACA_CPU_ATTN=0); else SDPA.
 bool gemm_attention_fp32_applies(const at::Tensor& q);
 // Whether bf16 training attention takes it: fused_cpu_bf16_applies(q), fast products (bf16gemm::fast():
