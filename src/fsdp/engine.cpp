@@ -420,6 +420,8 @@ at::Tensor FsdpEngine::Impl::checkpoint(int u, const at::Tensor& hidden,
   at::Tensor y;
   RngState rng = capture_rng(device);
   {
+    // Without grad, but on the training routes, as the recompute in backward will be (model/fused_ops.h).
+    model::TrainingForwardScope training;
     at::NoGradGuard no_grad;
     y = fn(hidden);
   }

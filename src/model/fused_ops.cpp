@@ -327,6 +327,15 @@ void set_fused_cpu_isa(FusedCpuIsa isa) {
 
 void set_fused_cpu_bf16(bool on) { enabled_slot().store(on, std::memory_order_relaxed); }
 
+namespace {
+thread_local bool t_training_forward = false;
+}  // namespace
+
+bool training_forward() { return t_training_forward || at::GradMode::is_enabled(); }
+
+TrainingForwardScope::TrainingForwardScope() : prev_(t_training_forward) { t_training_forward = true; }
+TrainingForwardScope::~TrainingForwardScope() { t_training_forward = prev_; }
+
 bool fused_cpu_enabled() { return enabled_slot().load(std::memory_order_relaxed); }
 
 bool fused_cpu_bf16_applies(const at::Tensor& x) {

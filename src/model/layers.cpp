@@ -17,7 +17,7 @@ namespace alpaca::model {
 namespace {
 // The fused bf16 CPU kernels serve training (autograd on); inference keeps the module path that the
 // decode step and the generation tests were checked against.
-bool fused_training(const at::Tensor& x) { return at::GradMode::is_enabled() && fused_cpu_bf16_applies(x); }
+bool fused_training(const at::Tensor& x) { return training_forward() && fused_cpu_bf16_applies(x); }
 
 at::Tensor make_param(at::IntArrayRef sizes, const at::TensorOptions& options, ParamInit init, double fill) {
   if (init == ParamInit::kUninitialized) return at::empty(sizes, options);
@@ -116,7 +116,7 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x_btd, const LayerConte
     // bf16 CPU training: causal (and padding / packing) attention through GEMMs, GQA included. A mask
     // that lets a query see a later key (none of make_context's do) keeps SDPA below.
     out_bhtd = causal_attention_bf16(q_bhtd, k_bhtd, v_bhtd, scale, ctx.attn_mask);
-  } else if ((q_bhtd.scalar_type() == at::kFloat || bf16_attention_via_fp32(q_bhtd)) && at::GradMode::is_enabled() &&
+  } else if ((q_bhtd.scalar_type() == at::kFloat || bf16_attention_via_fp32(q_bhtd)) && training_forward() &&
              gemm_attention_fp32_applies(q_bhtd) && ctx.kv_cache == nullptr && k_bhtd.size(2) == t &&
              mask_within_causal(ctx.attn_mask)) {
     // fp32 CPU training, and bf16 on a CPU without native bf16 products: the same through fp32 GEMMs.

@@ -18,6 +18,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/function.h>  // defines: torch::autograd::Node (graph_has walks it)
 
+#include <array>
 #include <cstdio>
 #include <functional>
 #include <set>
@@ -98,10 +99,17 @@ double max_err(const at::Tensor& got, const at::Tensor& ref) {
   return (got.to(at::kDouble) - ref.to(at::kDouble)).abs().max().item<double>();
 }
 
+// Each output's three versions side by side: (name, {ours, the path replaced, the reference}).
+std::vector<std::pair<const char*, std::array<at::Tensor, 3>>> parts_of(const Result& ours, const Result& old,
+                                                                        const Result& ref) {
+  return {{"out", {ours.out, old.out, ref.out}},
+          {"dq", {ours.dq, old.dq, ref.dq}},
+          {"dk", {ours.dk, old.dk, ref.dk}},
+          {"dv", {ours.dv, old.dv, ref.dv}}};
+}
+
 void expect_accurate(const Result& ours, const Result& old, const Result& ref, const std::string& what) {
-  const std::vector<std::pair<const char*, std::array<at::Tensor, 3>>> parts = {
-      {"out", {ours.out, old.out, ref.out}}, {"dq", {ours.dq, old.dq, ref.dq}},
-      {"dk", {ours.dk, old.dk, ref.dk}},     {"dv", {ours.dv, old.dv, ref.dv}}};
+  const auto parts = parts_of(ours, old, ref);
   for (const auto& [name, t] : parts) {
     const double scale = t[2].abs().max().item<double>();
     const double err = max_err(t[0], t[2]), old_err = max_err(t[1], t[2]);
@@ -279,24 +287,33 @@ TEST_F(GemmAttention, PaddingAndPackingMasksMatchTheMathReference) {
   check_case({2, 4, 4, t, 32}, packed, "packed segments");
 }
 
-TEST_F(GemmAttention, InstructionSetVariantsAgreeBitForBit) {
-  at::manual_seed(3);
-  const at::Tensor q = at::randn({2, 4, 75, 24}).to(at::kBFloat16).requires_grad_(true);
-  const at::Tensor k = at::randn({2, 2, 75, 24}).to(at::kBFloat16).requires_grad_(true);
-  const at::Tensor v = at::randn({2, 2, 75, 24}).to(at::kBFloat16).requires_grad_(true);
-  const at::Tensor g = at::randn({2, 4, 75, 24}).to(at::kBFloat16);
+// Output and gradients of `attn` on random (2, 4 / 2, 75, 24) inputs in `dtype` with a padding mask are
+// the same bits under every instruction set of the softmax rows.
+void expect_isa_variants_agree(at::ScalarType dtype, uint64_t seed,
+                               const std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                              const at::Tensor&)>& attn) {
+  at::manual_seed(seed);
+  const at::Tensor q = at::randn({2, 4, 75, 24}).to(dtype).requires_grad_(true);
+  const at::Tensor k = at::randn({2, 2, 75, 24}).to(dtype).requires_grad_(true);
+  const at::Tensor v = at::randn({2, 2, 75, 24}).to(dtype).requires_grad_(true);
+  const at::Tensor g = at::randn({2, 4, 75, 24}).to(dtype);
   at::Tensor pad = at::ones({2, 75}, at::kLong);
   pad[1].narrow(0, 0, 9).zero_();
   const at::Tensor mask = context_mask(2, 75, pad, {});
   at::Tensor first;
   for (int i = 0; i <= static_cast<int>(best_fused_cpu_isa()); ++i) {
     set_fused_cpu_isa(static_cast<FusedCpuIsa>(i));
-    const at::Tensor y = causal_attention_bf16(q, k, v, 0.2, mask);
+    const at::Tensor y = attn(q, k, v, mask);
     const auto grads = torch::autograd::grad({y}, {q, k, v}, {g});
     const at::Tensor all = at::cat({y.flatten(), grads[0].flatten(), grads[1].flatten(), grads[2].flatten()});
     if (!first.defined()) first = all;
     EXPECT_TRUE(at::equal(all, first)) << "isa " << i;
   }
+}
+
+TEST_F(GemmAttention, InstructionSetVariantsAgreeBitForBit) {
+  expect_isa_variants_agree(at::kBFloat16, 3, [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                 const at::Tensor& m) { return causal_attention_bf16(q, k, v, 0.2, m); });
 }
 
 bool graph_has(const torch::autograd::Node* node, const std::string& what, std::set<const void*>& seen) {
@@ -334,6 +351,14 @@ TEST_F(GemmAttention, TrainingLayersTakeTheirDtypesRoute) {
       EXPECT_FALSE(graph_has(attn->forward(x, ctx).grad_fn().get(), "GemmAttentionFn", seen));
       bf16gemm::set_backend(backend_);
     }
+    {
+      // An activation-checkpointed layer's first forward (no grad, in a TrainingForwardScope: the FSDP
+      // engine's checkpoint) takes the routes its recompute in backward takes: the same bits.
+      const at::Tensor with_grad = attn->forward(x, ctx).detach();
+      TrainingForwardScope training;
+      at::NoGradGuard no_grad;
+      EXPECT_TRUE(at::equal(attn->forward(x, ctx), with_grad)) << dtype;
+    }
     set_gemm_attention(false);  // ALPACA_CPU_ATTN=0: the SDPA path again
     seen.clear();
     EXPECT_FALSE(graph_has(attn->forward(x, ctx).grad_fn().get(), "GemmAttention", seen));
@@ -361,9 +386,7 @@ void check_case_f32(const Case& c, const at::Tensor& allow_b1tt, const std::stri
   const auto ref = run([&](at::Tensor a, at::Tensor b, at::Tensor d) {
     return math_attention(a, b, d, scale, allow_b1tt);
   }, q, k, v, g, at::kDouble);
-  const std::vector<std::pair<const char*, std::array<at::Tensor, 3>>> parts = {
-      {"out", {ours.out, old.out, ref.out}}, {"dq", {ours.dq, old.dq, ref.dq}},
-      {"dk", {ours.dk, old.dk, ref.dk}},     {"dv", {ours.dv, old.dv, ref.dv}}};
+  const auto parts = parts_of(ours, old, ref);
   for (const auto& [part, t] : parts) {
     const double big = t[2].abs().max().item<double>();
     const double err = max_err(t[0], t[2]), old_err = max_err(t[1], t[2]);
@@ -390,21 +413,8 @@ TEST_F(GemmAttention, Fp32RouteMatchesTheMathReference) {
 }
 
 TEST_F(GemmAttention, Fp32InstructionSetVariantsAgreeBitForBit) {
-  at::manual_seed(6);
-  const at::Tensor q = at::randn({2, 4, 75, 24}).requires_grad_(true), k = at::randn({2, 2, 75, 24}).requires_grad_(true),
-                   v = at::randn({2, 2, 75, 24}).requires_grad_(true), g = at::randn({2, 4, 75, 24});
-  at::Tensor pad = at::ones({2, 75}, at::kLong);
-  pad[1].narrow(0, 0, 9).zero_();
-  const at::Tensor mask = context_mask(2, 75, pad, {});
-  at::Tensor first;
-  for (int i = 0; i <= static_cast<int>(best_fused_cpu_isa()); ++i) {
-    set_fused_cpu_isa(static_cast<FusedCpuIsa>(i));
-    const at::Tensor y = causal_attention_fp32(q, k, v, 0.2, mask);
-    const auto grads = torch::autograd::grad({y}, {q, k, v}, {g});
-    const at::Tensor all = at::cat({y.flatten(), grads[0].flatten(), grads[1].flatten(), grads[2].flatten()});
-    if (!first.defined()) first = all;
-    EXPECT_TRUE(at::equal(all, first)) << "isa " << i;
-  }
+  expect_isa_variants_agree(at::kFloat, 6, [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                              const at::Tensor& m) { return causal_attention_fp32(q, k, v, 0.2, m); });
 }
 
 // bf16 training where bf16 products go through fp32 (matmul.h's kFp32: AVX2-only CPUs; chosen here):
@@ -435,9 +445,7 @@ TEST_F(GemmAttention, Bf16ViaFp32ReplacesTheFlashRoute) {
                          q, k, v, g, at::kDouble);
     EXPECT_EQ(ours.out.scalar_type(), at::kBFloat16);
     EXPECT_EQ(ours.dk.scalar_type(), at::kBFloat16);
-    const std::vector<std::pair<const char*, std::array<at::Tensor, 3>>> parts = {
-        {"out", {ours.out, old.out, ref.out}}, {"dq", {ours.dq, old.dq, ref.dq}},
-        {"dk", {ours.dk, old.dk, ref.dk}},     {"dv", {ours.dv, old.dv, ref.dv}}};
+    const auto parts = parts_of(ours, old, ref);
     for (const auto& [part, tr] : parts) {
       const double big = tr[2].abs().max().item<double>();
       EXPECT_LE(max_err(tr[0], tr[1]), big / 128) << part << (mask.defined() ? " (mask)" : "");

@@ -8,7 +8,8 @@
 //   run in another order than ATen's mean, so the rare value on a rounding boundary differs by one
 //   bf16 ulp. Backward saves x (bf16) and one fp32 scale per row, not the fp32 copies the module path
 //   keeps, so a bf16 layer's saved activations shrink (docs/memory.md).
-// Only bf16 CPU tensors take them (fp32 keeps the module path, bit for bit); the row loops are
+// Only bf16 CPU tensors take them (fp32 keeps the module path, bit for bit; fp32 training attention
+// has its own GEMM route below, within fp32 rounding of SDPA); the row loops are
 // compiled for AVX-512 (F+BW), AVX2 and baseline x86-64 from one source, chosen at run time.
 // ALPACA_CPU_FUSED=0 (or set_fused_cpu_bf16(false)) turns them off: the module path everywhere,
 // for comparisons; ALPACA_CPU_ATTN=0 turns off only the attention routes (below, bf16 and fp32, and matmul.h's).
@@ -24,6 +25,23 @@ enum class FusedCpuIsa { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
 FusedCpuIsa best_fused_cpu_isa();
 FusedCpuIsa fused_cpu_isa();
 void set_fused_cpu_isa(FusedCpuIsa isa);
+
+// Whether a forward takes the training routes (the fused kernels below, the GEMM attention routes):
+// where autograd records (GradMode), and inside a TrainingForwardScope: an activation-checkpointed
+// layer's first forward runs without grad and must compute what its recompute in backward computes
+// (the FSDP engine's checkpoint opens one), else its output came from SDPA and the module path while
+// its gradients came from these.
+bool training_forward();
+class TrainingForwardScope {
+ public:
+  TrainingForwardScope();
+  ~TrainingForwardScope();
+  TrainingForwardScope(const TrainingForwardScope&) = delete;
+  TrainingForwardScope& operator=(const TrainingForwardScope&) = delete;
+
+ private:
+  bool prev_;
+};
 
 // Whether `x` takes the fused kernels: bf16, on the CPU, and not turned off.
 bool fused_cpu_bf16_applies(const at::Tensor& x);
