@@ -23,7 +23,6 @@
 // as they are (no packing), P and dS in fp32. ATen's fp32 flash kernel took 1.40 s of a 15.5 s
 // small-model step here; this 0.77 s (docs/profile_bf16.md).
 #include <ATen/Parallel.h>
-#include <dlfcn.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -39,6 +38,7 @@
 #include "alpaca/util/error.h"
 #include "alpaca/util/trace.h"
 #include "bf16_gemm.h"
+#include "blas.h"
 #include "fused_math.h"
 
 namespace alpaca::model {
@@ -500,29 +500,6 @@ void attention_backward(const Attn& a, const Grads& gr) {
 // ---- The fp32 route: the same blocks, keys up to the block's last row, products through ATen's
 // cpublas fp32 GEMM (MKL's sgemm where LibTorch has it), P and dS kept in fp32 (issue 32) ----
 
-// The BLAS LibTorch carries (MKL on x86 wheels), called directly: ATen's cpublas::gemm for float is not
-// exported, and at::mm_out per block would add a tensor and a dispatch to each of ~20k products a step.
-// Looked up at run time (the Fortran symbol LibTorch exports, as ATen's own BLAS declarations spell it),
-// so a LibTorch without one leaves fp32 attention to SDPA (gemm_attention_fp32_applies) rather than
-// failing to link.
-using SgemmFn = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
-                         const int*, const float*, const int*, const float*, float*, const int*);
-SgemmFn blas_sgemm() {
-  static const SgemmFn fn = reinterpret_cast<SgemmFn>(dlsym(RTLD_DEFAULT, "sgemm_"));
-  return fn;
-}
-
-// Row-major C (m x n, row stride ldc) = op(A) op(B) + beta C; op(A) is (m x k): A as stored
-// (row stride lda), or with a_t A^T of a stored (k x m). Likewise B. (BLAS is column-major: C^T = op(B)^T op(A)^T.)
-void sgemm(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-           int64_t ldb, float beta, float* c, int64_t ldc) {
-  const char ta = b_t ? 'T' : 'N', tb = a_t ? 'T' : 'N';
-  const int im = static_cast<int>(n), in = static_cast<int>(m), ik = static_cast<int>(k), ila = static_cast<int>(ldb),
-            ilb = static_cast<int>(lda), ilc = static_cast<int>(ldc);
-  const float one = 1.0f;
-  blas_sgemm()(&ta, &tb, &im, &in, &ik, &one, b, &ila, a, &ilb, &beta, c, &ilc);
-}
-
 // One thread's buffers (grown, never shrunk, as Scratch): s, p (forward) or dp (backward) of a block,
 // rows x n fp32; the block's mask rows; the forward rows' 1 / sum; the backward's rowsum(dO * O).
 struct ScratchF32 {
@@ -555,11 +532,11 @@ void attention_forward_f32(const Attn& a, const float* q, const float* k, const 
       for (int64_t i0 = 0; i0 < a.t; i0 += kAttnBlock) {
         const Block blk(a, i0);
         const int64_t keys = i0 + blk.rows;
-        sgemm(false, true, blk.rows, keys, a.dh, q + a.q_off(bi, i0, hi), a.ldq(), kb, a.ldk(), 0.0f, w.s.data(), blk.n);
+        blas::sgemm(false, true, blk.rows, keys, a.dh, q + a.q_off(bi, i0, hi), a.ldq(), kb, a.ldk(), 0.0f, w.s.data(), blk.n);
         K.softmax_rows_f32(w.s.data(), blk.rows, blk.n, i0, block_mask(a, bi, blk, w.mask), a.scale, w.p.data(),
                            lse + (bi * a.h + hi) * a.t + i0, w.inv.data());
         float* o = out + a.q_off(bi, i0, hi);
-        sgemm(false, false, blk.rows, a.dh, keys, w.p.data(), blk.n, vb, a.ldk(), 0.0f, o, a.ldq());
+        blas::sgemm(false, false, blk.rows, a.dh, keys, w.p.data(), blk.n, vb, a.ldk(), 0.0f, o, a.ldq());
         for (int64_t r = 0; r < blk.rows; ++r)
           for (int64_t c = 0; c < a.dh; ++c) o[r * a.ldq() + c] *= w.inv[r];
       }
@@ -595,13 +572,13 @@ void attention_backward_f32(const Attn& a, const GradsF32& gr) {
         for (int64_t i0 = 0; i0 < a.t; i0 += kAttnBlock) {
           const Block blk(a, i0);
           const int64_t keys = i0 + blk.rows, n = blk.n;
-          sgemm(false, true, blk.rows, keys, a.dh, qb + i0 * ldq, ldq, kb, ldk, 0.0f, w.s.data(), n);
-          sgemm(false, true, blk.rows, keys, a.dh, dob + i0 * ldq, ldq, vb, ldk, 0.0f, w.p.data(), n);
+          blas::sgemm(false, true, blk.rows, keys, a.dh, qb + i0 * ldq, ldq, kb, ldk, 0.0f, w.s.data(), n);
+          blas::sgemm(false, true, blk.rows, keys, a.dh, dob + i0 * ldq, ldq, vb, ldk, 0.0f, w.p.data(), n);
           K.softmax_grad_rows_f32(w.s.data(), w.p.data(), blk.rows, n, i0, block_mask(a, bi, blk, w.mask), a.scale,
                                   lse + i0, w.dsum.data() + i0);
-          sgemm(false, false, blk.rows, a.dh, keys, w.p.data(), n, kb, ldk, 0.0f, gr.dq + a.q_off(bi, i0, hi), ldq);
-          sgemm(true, false, keys, a.dh, blk.rows, w.s.data(), n, dob + i0 * ldq, ldq, 1.0f, dvb, ldk);
-          sgemm(true, false, keys, a.dh, blk.rows, w.p.data(), n, qb + i0 * ldq, ldq, 1.0f, dkb, ldk);
+          blas::sgemm(false, false, blk.rows, a.dh, keys, w.p.data(), n, kb, ldk, 0.0f, gr.dq + a.q_off(bi, i0, hi), ldq);
+          blas::sgemm(true, false, keys, a.dh, blk.rows, w.s.data(), n, dob + i0 * ldq, ldq, 1.0f, dvb, ldk);
+          blas::sgemm(true, false, keys, a.dh, blk.rows, w.p.data(), n, qb + i0 * ldq, ldq, 1.0f, dkb, ldk);
         }
       }
     }
@@ -770,7 +747,7 @@ at::Tensor causal_attention_bf16(const at::Tensor& q_bhtd, const at::Tensor& k_b
 
 at::Tensor causal_attention_fp32(const at::Tensor& q_bhtd, const at::Tensor& k_bhtd, const at::Tensor& v_bhtd,
                                  double scale, const at::Tensor& allow_b1tt) {
-  ALPACA_CHECK(blas_sgemm() != nullptr, "causal_attention_fp32: this LibTorch exports no BLAS sgemm_; use SDPA");
+  ALPACA_CHECK(blas::sgemm_available(), "causal_attention_fp32: this LibTorch exports no BLAS sgemm_; use SDPA");
   ALPACA_CHECK(q_bhtd.numel() < (int64_t{1} << 31) && k_bhtd.numel() < (int64_t{1} << 31),
                "causal_attention_fp32: tensors of 2^31 or more elements exceed the BLAS's 32-bit sizes");
   const at::ScalarType dtype = q_bhtd.scalar_type() == at::kBFloat16 ? at::kBFloat16 : at::kFloat;
@@ -780,8 +757,8 @@ at::Tensor causal_attention_fp32(const at::Tensor& q_bhtd, const at::Tensor& k_b
 }
 
 bool gemm_attention_fp32_applies(const at::Tensor& q) {
-  // Needs LibTorch's BLAS (every x86 wheel: MKL), found at run time (blas_sgemm).
-  return blas_sgemm() != nullptr && q.defined() && (q.scalar_type() == at::kFloat || q.scalar_type() == at::kBFloat16) &&
+  // Needs LibTorch's BLAS (every x86 wheel: MKL), found at run time (blas.h).
+  return blas::sgemm_available() && q.defined() && (q.scalar_type() == at::kFloat || q.scalar_type() == at::kBFloat16) &&
          q.is_cpu() && fused_cpu_enabled() && cpu_attention_routes_on();
 }
 

@@ -11,6 +11,7 @@
 #include "alpaca/util/error.h"
 #include "alpaca/util/trace.h"
 #include "alpaca/util/host_sync.h"
+#include "blas.h"
 #include "loss_rows.h"
 
 namespace alpaca::model {
@@ -110,37 +111,55 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
       if (need_h) r_minus_w = r_c - w_c.index_select(0, row_index_k);
     }
     at::Tensor head_scratch;  // the lm_head gradient's per-chunk product where ATen's GEMM makes it (loss_rows.h)
-    // fp32 logits on the CPU: one buffer for every chunk, its rows padded (loss_rows.h).
+    // fp32 logits on the CPU: one buffer for every chunk, its rows padded (loss_rows.h); the products
+    // that write or read them go straight to the BLAS (blas.h: ATen's GEMMs copied a padded operand).
     const int64_t ld = n > 0 ? fp32_logits_row_stride(w_c) : 0;
     const at::Tensor z_buf = ld > 0 ? at::empty({std::min(chunk, n), ld}, w_c.options()) : at::Tensor();
+    const at::Tensor w_cc = ld > 0 ? w_c.contiguous() : at::Tensor();
     for (int64_t s = 0; s < n; s += chunk) {
       const at::Tensor idx = rows.narrow(0, s, std::min(chunk, n - s));
       at::Tensor h_c = h_nd.index_select(0, idx);
       if (f32) h_c = h_c.to(at::kFloat);
       at::Tensor z_c;
-      if (z_buf.defined()) {
-        z_c = z_buf.narrow(0, 0, idx.size(0)).narrow(1, 0, w_c.size(0));
-        at::mm_out(z_c, h_c, w_c.t());
+      if (ld > 0) {
+        h_c = h_c.contiguous();
+        z_c = z_buf.narrow(0, 0, h_c.size(0)).narrow(1, 0, w_cc.size(0));
+        blas::sgemm(false, true, h_c.size(0), w_cc.size(0), w_cc.size(1), h_c.const_data_ptr<float>(), h_c.size(1),
+                    w_cc.const_data_ptr<float>(), w_cc.size(1), 0.0f, z_c.mutable_data_ptr<float>(), ld);
       } else {
         z_c = at::mm(h_c, w_c.t());
       }
-      if (with_rows) z_c.index_copy_(1, row_index_k, at::mm(h_c, r_c.t()));
+      // The padded rows' whole width is contiguous: column selections there (index_copy_, index_select) do not copy them.
+      const at::Tensor z_rows = ld > 0 ? z_buf.narrow(0, 0, h_c.size(0)) : z_c;
+      if (with_rows) z_rows.index_copy_(1, row_index_k, at::mm(h_c, r_c.t()));
       const at::Tensor g = chunk_cross_entropy(z_c, labels_n.index_select(0, idx), loss, need_h || need_w || need_rows);
       if (!g.defined()) continue;
+      const bool padded = ld > 0 && g.scalar_type() == at::kFloat && g.stride(0) == ld;
+      const at::Tensor g_cols = padded ? z_rows : g;  // g, or its padded rows (the same values in its V columns)
       if (need_h) {
-        at::Tensor gh = at::mm(g, w_c);
-        if (with_rows) gh.addmm_(g.index_select(1, row_index_k), r_minus_w);
+        at::Tensor gh;
+        if (padded) {  // gh = g w
+          gh = at::empty({g.size(0), w_cc.size(1)}, g.options());
+          blas::sgemm(false, false, g.size(0), w_cc.size(1), w_cc.size(0), g.const_data_ptr<float>(), ld,
+                      w_cc.const_data_ptr<float>(), w_cc.size(1), 0.0f, gh.mutable_data_ptr<float>(), gh.size(1));
+        } else {
+          gh = at::mm(g, w_c);
+        }
+        if (with_rows) gh.addmm_(g_cols.index_select(1, row_index_k), r_minus_w);
         grad_h.index_copy_(0, idx, gh.to(h_nd.scalar_type()));
       }
       if (need_w) {
-        if (g.scalar_type() == at::kFloat) {
+        if (padded) {  // grad_w += g^T h_c
+          blas::sgemm(true, false, w_cc.size(0), h_c.size(1), g.size(0), g.const_data_ptr<float>(), ld,
+                      h_c.const_data_ptr<float>(), h_c.size(1), 1.0f, grad_w.mutable_data_ptr<float>(), grad_w.size(1));
+        } else if (g.scalar_type() == at::kFloat) {
           grad_w.addmm_(g.t(), h_c);
         } else {
           accumulate_head_weight_grad(grad_w, head_scratch, g, h_c);
         }
       }
       if (need_rows) {
-        const at::Tensor g_rows = g.index_select(1, row_index_k);
+        const at::Tensor g_rows = g_cols.index_select(1, row_index_k);
         if (g.scalar_type() == at::kFloat) {
           grad_r.addmm_(g_rows.t(), h_c);
         } else {

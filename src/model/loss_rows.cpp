@@ -18,6 +18,7 @@
 #include "alpaca/util/trace.h"
 
 #include "bf16_gemm.h"
+#include "blas.h"
 #include "fused_math.h"
 
 namespace alpaca::model {
@@ -143,7 +144,9 @@ constexpr int64_t kVocabBlock = 64;
 int64_t fp32_logits_row_stride(const at::Tensor& w) {
   constexpr int64_t kFloatsPer64Bytes = 16;
   const int64_t v = w.size(0);
-  if (!fused_cpu_enabled() || w.scalar_type() != at::kFloat || !w.is_cpu() || v % kFloatsPer64Bytes == 0) return 0;
+  if (!fused_cpu_enabled() || w.scalar_type() != at::kFloat || !w.is_cpu() || v % kFloatsPer64Bytes == 0 ||
+      !blas::sgemm_available() || w.numel() >= (int64_t{1} << 31))
+    return 0;
   return (v + kFloatsPer64Bytes - 1) / kFloatsPer64Bytes * kFloatsPer64Bytes;
 }
 

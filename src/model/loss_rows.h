@@ -17,7 +17,8 @@ double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool wr
 
 // The row stride for a chunk's fp32 logits (n, V) computed on the CPU with the lm_head weight w (V, D):
 // V rounded up to 16 floats (64 bytes) where V is not already a multiple, 0 where the logits keep
-// ATen's fresh contiguous tensor (V a multiple of 16; not fp32; not on the CPU; ALPACA_CPU_FUSED=0).
+// ATen's fresh contiguous tensor (V a multiple of 16; not fp32; not on the CPU; ALPACA_CPU_FUSED=0; no
+// BLAS sgemm_ in this LibTorch, blas.h, which computes each chunk straight into the padded rows).
 // MKL's sgemm writes unaligned output rows ~1.4x slower: Alpaca's 32001-word vocabulary (LLaMA's
 // 32000 plus the [PAD] its recipe adds) ran h w^T at 66 GFLOP/s a core where 32016-float rows run
 // at 89-94 (AMD EPYC, AVX-512; the bits are the same). The caller keeps one buffer of such rows
