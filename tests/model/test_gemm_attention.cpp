@@ -120,21 +120,30 @@ void expect_accurate(const Result& ours, const Result& old, const Result& ref, c
   }
 }
 
-void check_case(const Case& c, const at::Tensor& allow_b1tt, const std::string& what) {
+// The three runs every accuracy check compares, on random q, k, v and an output gradient in `dtype`:
+// `attn`, SDPA (the path it replaces) and the float64 math reference from the same inputs.
+struct Runs {
+  Result ours, old, ref;
+};
+Runs run_three(const Case& c, at::ScalarType dtype, const at::Tensor& allow_b1tt,
+               const std::function<at::Tensor(at::Tensor, at::Tensor, at::Tensor, double)>& attn) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.dh));
-  const at::Tensor q = (at::randn({c.b, c.h, c.t, c.dh}) * 2).to(at::kBFloat16);
-  const at::Tensor k = at::randn({c.b, c.hkv, c.t, c.dh}).to(at::kBFloat16);
-  const at::Tensor v = at::randn({c.b, c.hkv, c.t, c.dh}).to(at::kBFloat16);
-  const at::Tensor g = at::randn({c.b, c.h, c.t, c.dh}).to(at::kBFloat16);
-  const auto ours = run([&](at::Tensor a, at::Tensor b, at::Tensor d) {
+  const at::Tensor q = (at::randn({c.b, c.h, c.t, c.dh}) * 2).to(dtype);
+  const at::Tensor k = at::randn({c.b, c.hkv, c.t, c.dh}).to(dtype);
+  const at::Tensor v = at::randn({c.b, c.hkv, c.t, c.dh}).to(dtype);
+  const at::Tensor g = at::randn({c.b, c.h, c.t, c.dh}).to(dtype);
+  return {run([&](at::Tensor a, at::Tensor b, at::Tensor d) { return attn(a, b, d, scale); }, q, k, v, g, dtype),
+          run([&](at::Tensor a, at::Tensor b, at::Tensor d) { return sdpa(a, b, d, scale, allow_b1tt); }, q, k, v, g,
+              dtype),
+          run([&](at::Tensor a, at::Tensor b, at::Tensor d) { return math_attention(a, b, d, scale, allow_b1tt); }, q,
+              k, v, g, at::kDouble)};
+}
+
+void check_case(const Case& c, const at::Tensor& allow_b1tt, const std::string& what) {
+  const Runs r = run_three(c, at::kBFloat16, allow_b1tt, [&](at::Tensor a, at::Tensor b, at::Tensor d, double scale) {
     return causal_attention_bf16(a, b, d, scale, allow_b1tt);
-  }, q, k, v, g, at::kBFloat16);
-  const auto old = run([&](at::Tensor a, at::Tensor b, at::Tensor d) { return sdpa(a, b, d, scale, allow_b1tt); }, q,
-                       k, v, g, at::kBFloat16);
-  const auto ref = run([&](at::Tensor a, at::Tensor b, at::Tensor d) {
-    return math_attention(a, b, d, scale, allow_b1tt);
-  }, q, k, v, g, at::kDouble);
-  expect_accurate(ours, old, ref, what);
+  });
+  expect_accurate(r.ours, r.old, r.ref, what);
 }
 
 std::string name(const Case& c) {
@@ -375,19 +384,10 @@ TEST_F(GemmAttention, TrainingLayersTakeTheirDtypesRoute) {
 // (fp32 products and sums over <= 130 keys: ~1e-6 measured; a wrong mask, block or scale is off by
 // 10-100%) and within 4x SDPA's own error + 2e-6 of it.
 void check_case_f32(const Case& c, const at::Tensor& allow_b1tt, const std::string& what) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(c.dh));
-  const at::Tensor q = at::randn({c.b, c.h, c.t, c.dh}) * 2, k = at::randn({c.b, c.hkv, c.t, c.dh}),
-                   v = at::randn({c.b, c.hkv, c.t, c.dh}), g = at::randn({c.b, c.h, c.t, c.dh});
-  const auto ours = run([&](at::Tensor a, at::Tensor b, at::Tensor d) {
+  const Runs r = run_three(c, at::kFloat, allow_b1tt, [&](at::Tensor a, at::Tensor b, at::Tensor d, double scale) {
     return causal_attention_fp32(a, b, d, scale, allow_b1tt);
-  }, q, k, v, g, at::kFloat);
-  const auto old = run([&](at::Tensor a, at::Tensor b, at::Tensor d) { return sdpa(a, b, d, scale, allow_b1tt); }, q,
-                       k, v, g, at::kFloat);
-  const auto ref = run([&](at::Tensor a, at::Tensor b, at::Tensor d) {
-    return math_attention(a, b, d, scale, allow_b1tt);
-  }, q, k, v, g, at::kDouble);
-  const auto parts = parts_of(ours, old, ref);
-  for (const auto& [part, t] : parts) {
+  });
+  for (const auto& [part, t] : parts_of(r.ours, r.old, r.ref)) {
     const double big = t[2].abs().max().item<double>();
     const double err = max_err(t[0], t[2]), old_err = max_err(t[1], t[2]);
     std::printf("fp32 %-23s %-3s max |ref| %.3g, error: ours %.3g, SDPA %.3g\n", what.c_str(), part, big, err, old_err);
