@@ -3,6 +3,8 @@
 
 #include <dlfcn.h>
 
+#include "alpaca/util/error.h"
+
 namespace alpaca::model::blas {
 namespace {
 
@@ -26,6 +28,21 @@ void sgemm(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, const float* a, 
             ilb = static_cast<int>(lda), ilc = static_cast<int>(ldc);
   const float one = 1.0f;
   sgemm_fn()(&ta, &tb, &im, &in, &ik, &one, b, &ila, a, &ilb, &beta, c, &ilc);
+}
+
+void mm(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, float beta) {
+  const auto rows_of = [](const at::Tensor& t, bool& transposed) {  // the stride between rows of the stored matrix
+    transposed = t.size(1) > 1 && t.stride(1) != 1;
+    ALPACA_CHECK(t.dim() == 2 && t.scalar_type() == at::kFloat && t.is_cpu() && (transposed ? t.stride(0) == 1 : true),
+                 "blas::mm: needs 2-D fp32 CPU matrices with a unit stride, got " << t.sizes() << " " << t.strides());
+    return transposed ? t.stride(1) : std::max<int64_t>(t.stride(0), std::max<int64_t>(t.size(1), 1));
+  };
+  bool a_t = false, b_t = false, c_t = false;
+  const int64_t lda = rows_of(a, a_t), ldb = rows_of(b, b_t), ldc = rows_of(c, c_t);
+  ALPACA_CHECK(!c_t && a.size(1) == b.size(0) && c.size(0) == a.size(0) && c.size(1) == b.size(1),
+               "blas::mm: " << a.sizes() << " x " << b.sizes() << " into " << c.sizes());
+  sgemm(a_t, b_t, a.size(0), b.size(1), a.size(1), a.const_data_ptr<float>(), lda, b.const_data_ptr<float>(), ldb, beta,
+        c.mutable_data_ptr<float>(), ldc);
 }
 
 }  // namespace alpaca::model::blas

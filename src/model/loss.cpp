@@ -112,7 +112,7 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
     }
     at::Tensor head_scratch;  // the lm_head gradient's per-chunk product where ATen's GEMM makes it (loss_rows.h)
     // fp32 logits on the CPU: one buffer for every chunk, its rows padded (loss_rows.h); the products
-    // that write or read them go straight to the BLAS (blas.h: ATen's GEMMs copied a padded operand).
+    // that write or read them go straight to the BLAS (blas.h).
     const int64_t ld = n > 0 ? fp32_logits_row_stride(w_c) : 0;
     const at::Tensor z_buf = ld > 0 ? at::empty({std::min(chunk, n), ld}, w_c.options()) : at::Tensor();
     const at::Tensor w_cc = ld > 0 ? w_c.contiguous() : at::Tensor();
@@ -124,8 +124,7 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
       if (ld > 0) {
         h_c = h_c.contiguous();
         z_c = z_buf.narrow(0, 0, h_c.size(0)).narrow(1, 0, w_cc.size(0));
-        blas::sgemm(false, true, h_c.size(0), w_cc.size(0), w_cc.size(1), h_c.const_data_ptr<float>(), h_c.size(1),
-                    w_cc.const_data_ptr<float>(), w_cc.size(1), 0.0f, z_c.mutable_data_ptr<float>(), ld);
+        blas::mm(z_c, h_c, w_cc.t());
       } else {
         z_c = at::mm(h_c, w_c.t());
       }
@@ -134,14 +133,14 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
       if (with_rows) z_rows.index_copy_(1, row_index_k, at::mm(h_c, r_c.t()));
       const at::Tensor g = chunk_cross_entropy(z_c, labels_n.index_select(0, idx), loss, need_h || need_w || need_rows);
       if (!g.defined()) continue;
-      const bool padded = ld > 0 && g.scalar_type() == at::kFloat && g.stride(0) == ld;
-      const at::Tensor g_cols = padded ? z_rows : g;  // g, or its padded rows (the same values in its V columns)
+      // Padded (ld > 0: fp32 logits), g is the fp32 view of z_buf's rows, and g_cols those full-width rows
+      // (the same values in their V columns).
+      const at::Tensor g_cols = ld > 0 ? z_rows : g;
       if (need_h) {
         at::Tensor gh;
-        if (padded) {  // gh = g w
+        if (ld > 0) {
           gh = at::empty({g.size(0), w_cc.size(1)}, g.options());
-          blas::sgemm(false, false, g.size(0), w_cc.size(1), w_cc.size(0), g.const_data_ptr<float>(), ld,
-                      w_cc.const_data_ptr<float>(), w_cc.size(1), 0.0f, gh.mutable_data_ptr<float>(), gh.size(1));
+          blas::mm(gh, g, w_cc);
         } else {
           gh = at::mm(g, w_c);
         }
@@ -149,9 +148,8 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
         grad_h.index_copy_(0, idx, gh.to(h_nd.scalar_type()));
       }
       if (need_w) {
-        if (padded) {  // grad_w += g^T h_c
-          blas::sgemm(true, false, w_cc.size(0), h_c.size(1), g.size(0), g.const_data_ptr<float>(), ld,
-                      h_c.const_data_ptr<float>(), h_c.size(1), 1.0f, grad_w.mutable_data_ptr<float>(), grad_w.size(1));
+        if (ld > 0) {
+          blas::mm(grad_w, g.t(), h_c, /*beta=*/1.0f);  // grad_w += g^T h_c
         } else if (g.scalar_type() == at::kFloat) {
           grad_w.addmm_(g.t(), h_c);
         } else {
