@@ -7,7 +7,7 @@
 //      normalized=true are split out of it (matched in their normalized form);
 //   3. the pre-tokenizer splits the pieces further (pre_tokenizers.h); empty pieces are dropped
 //      after every step;
-//   4. the model (BPE, Unigram, WordPiece; tokenizer_model.h) turns each piece into ids;
+//   4. the model (BPE, Unigram, WordPiece, WordLevel; tokenizer_model.h) turns each piece into ids;
 //   5. with add_special_tokens the post-processor (processors.h) adds its template's special tokens.
 // decode runs the decoder chain (decoders.h).
 #include "hf_tokenizer.h"
@@ -31,16 +31,23 @@
 namespace alpaca::tokenizer::detail {
 namespace {
 
-// The tokenizer.json "model": BPE (bpe.cpp), Unigram (unigram.cpp), WordPiece (wordpiece.cpp). A
-// model without "type" (old files) is read as the library guesses it from its fields.
+// The tokenizer.json "model": BPE (bpe.cpp), Unigram (unigram.cpp), WordPiece (wordpiece.cpp),
+// WordLevel (wordlevel.cpp). A model without "type" (old files) is read as the crate's untagged
+// deserializer guesses it from its fields, in its order: BPE has merges, WordPiece its prefix and
+// length limit, WordLevel a {token: id} vocab, Unigram a [piece, score] list.
 std::unique_ptr<TokenizerModel> parse_model(const json& j, const JsonContext& ctx) {
   if (!j.is_object()) ctx.fail("model", "must be a JSON object");
   std::string t = j.contains("type") ? ctx.str(j, "type", "model") : "";
-  if (t.empty()) t = j.contains("merges") ? "BPE" : j.contains("max_input_chars_per_word") ? "WordPiece" : "Unigram";
+  if (t.empty())
+    t = j.contains("merges")                                      ? "BPE"
+        : j.contains("max_input_chars_per_word")                  ? "WordPiece"
+        : j.contains("vocab") && j.at("vocab").is_object()        ? "WordLevel"
+                                                                  : "Unigram";
   if (t == "BPE") return parse_bpe(j, ctx.file());
   if (t == "Unigram") return parse_unigram(j, ctx.file());
   if (t == "WordPiece") return parse_wordpiece(j, ctx.file());
-  ctx.unsupported("model", "model type", t, "BPE, Unigram, WordPiece");
+  if (t == "WordLevel") return parse_wordlevel(j, ctx.file());
+  ctx.unsupported("model", "model type", t, "BPE, Unigram, WordPiece, WordLevel");
 }
 
 }  // namespace
@@ -48,7 +55,7 @@ std::unique_ptr<TokenizerModel> parse_model(const json& j, const JsonContext& ct
 struct HfTokenizer::Impl {
   std::string source;
   json doc;  // the document as read; to_json() refreshes its added_tokens
-  std::unique_ptr<TokenizerModel> model;  // BPE, Unigram or WordPiece
+  std::unique_ptr<TokenizerModel> model;  // BPE, Unigram, WordPiece or WordLevel
   std::optional<Normalizer> normalizer;
   std::optional<PreTokenizer> pre_tokenizer;
   std::optional<PostProcessor> post_processor;

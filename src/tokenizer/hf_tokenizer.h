@@ -3,11 +3,13 @@
 // crate's module:
 //   model          BPE (bpe.cpp: merge ranks, byte_fallback, ignore_merges, unk_token, fuse_unk,
 //                  continuing_subword_prefix, end_of_word_suffix), Unigram (unigram.cpp: Viterbi,
-//                  unk_id, byte_fallback), WordPiece (wordpiece.cpp); see tokenizer_model.h
+//                  unk_id, byte_fallback), WordPiece (wordpiece.cpp), WordLevel (wordlevel.cpp);
+//                  see tokenizer_model.h
 //   normalizer     normalizers.h: Sequence, Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase,
-//                  Strip, StripAccents, BertNormalizer, Precompiled (precompiled.h)
+//                  Strip, StripAccents, BertNormalizer, Precompiled (precompiled.h), ByteLevel
 //   pre_tokenizer  pre_tokenizers.h: ByteLevel (with and without its regex), Split, Metaspace,
-//                  Digits, BertPreTokenizer, WhitespaceSplit, Sequence
+//                  Digits, BertPreTokenizer, WhitespaceSplit, Whitespace, Punctuation,
+//                  CharDelimiterSplit, UnicodeScripts (unicode_scripts.h), Sequence
 //   post_processor processors.h: TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel,
 //                  Sequence
 //   decoder        decoders.h: ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace,
@@ -50,7 +52,7 @@ class HfTokenizer {
 
   int64_t size() const;  // len(tokenizer): one past the largest id
   int64_t model_size() const;  // the model's vocabulary (one past its largest id)
-  const char* model_type() const;  // "BPE", "Unigram", "WordPiece"
+  const char* model_type() const;  // "BPE", "Unigram", "WordPiece", "WordLevel"
   std::optional<int64_t> token_to_id(const std::string& token) const;
   std::optional<std::string> id_to_token(int64_t id) const;
   bool is_special(int64_t id) const;

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "alpaca/util/error.h"
+#include "pre_tokenizers.h"
 #include "precompiled.h"
 #include "utf8.h"
 
@@ -21,7 +22,8 @@ const std::map<std::string, int> kUnicodeForms = {{"NFC", UTF8PROC_COMPOSE},
 }  // namespace
 
 struct Normalizer::Node {
-  enum Kind { kSequence, kPrepend, kReplace, kUnicode, kLowercase, kStrip, kBert, kPrecompiled, kStripAccents } kind;
+  enum Kind { kSequence, kPrepend, kReplace, kUnicode, kLowercase, kStrip, kBert, kPrecompiled, kStripAccents,
+              kByteLevel } kind;
   std::vector<Node> children;
   std::string text;  // Prepend: prepend; Replace: content
   Pattern pattern;
@@ -125,6 +127,14 @@ struct Normalizer::Node {
       case kPrecompiled:
         s = charsmap->normalize(s);
         break;
+      case kByteLevel: {  // every byte as ByteLevel's printable character (normalizers/byte_level.rs)
+        const auto& table = byte_to_char();
+        std::string out;
+        out.reserve(s.size() * 2);
+        for (unsigned char c : s) out += table[c];
+        s = std::move(out);
+        break;
+      }
       case kStripAccents: {  // the library drops every combining mark (Mn, Mc, Me)
         std::string out;
         for (size_t i = 0, len = 0; i < s.size(); i += len) {
@@ -182,13 +192,15 @@ struct Normalizer::Node {
       n.strip_accents = ctx.boolean(j, "strip_accents", n.lowercase, where);
     } else if (t == "StripAccents") {
       n.kind = kStripAccents;
+    } else if (t == "ByteLevel") {
+      n.kind = kByteLevel;
     } else if (t == "Precompiled") {
       n.kind = kPrecompiled;
       n.charsmap = std::make_shared<Precompiled>(ctx.str(j, "precompiled_charsmap", where), ctx.file() + ": " + where);
     } else {
       ctx.unsupported(where, "normalizer type", t,
                       "Sequence, Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase, Strip, StripAccents, "
-                      "BertNormalizer, Precompiled");
+                      "BertNormalizer, Precompiled, ByteLevel");
     }
     return n;
   }

@@ -1,6 +1,6 @@
 // Private to src/tokenizer: the `tokenizers` crate's normalizers (normalizers/*.rs): Sequence,
-// Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase, Strip, StripAccents, BertNormalizer and
-// Precompiled (precompiled.h). Unicode tables come from utf8proc, inside normalizers.cpp.
+// Prepend, Replace, NFC, NFKC, NFD, NFKD, Lowercase, Strip, StripAccents, BertNormalizer,
+// Precompiled (precompiled.h) and ByteLevel (the pre-tokenizer's byte alphabet, pre_tokenizers.h). Unicode tables come from utf8proc, inside normalizers.cpp.
 #pragma once
 
 #include <memory>

@@ -4,7 +4,9 @@
 #include <utf8proc.h>
 
 #include <cctype>
+#include <optional>
 
+#include "unicode_scripts.h"
 #include "utf8.h"
 
 namespace alpaca::tokenizer::detail {
@@ -48,6 +50,37 @@ const Regex& gpt2_regex() {
   return re;
 }
 
+// Whitespace's regex \w+|[^\w\s]+ with the regex crate's Unicode classes spelled out: \w is
+// Alphabetic (which has letters outside \p{L}, e.g. circled Ⓐ), marks, Nd, Pc and the joiners;
+// \s is White_Space. PCRE2's own \w under UCP is only \p{L}\p{N}_ (no marks), so it is not used.
+const std::shared_ptr<Regex>& whitespace_regex() {
+  static const auto re = std::make_shared<Regex>(
+      R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]+|[^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}\p{White_Space}]+)",
+      "Whitespace pre-tokenizer");
+  return re;
+}
+
+// The crate's Pattern for a char predicate (pattern.rs): every accepted character is a match of
+// its own (Contiguous merges neighbours later), with the text between them as non-matches.
+template <typename Pred>
+void find_char_matches(const std::string& s, Pred&& accept, std::vector<Match>* out) {
+  out->clear();
+  size_t last = 0;
+  for (size_t i = 0, len = 0; i < s.size(); i += len) {
+    if (!accept(decode_utf8(s, i, &len))) continue;
+    if (last < i) out->push_back({last, i, false});
+    out->push_back({i, i + len, true});
+    last = i + len;
+  }
+  if (last < s.size() || s.empty()) out->push_back({last, s.size(), false});
+}
+
+// The crate's is_punc (BertPreTokenizer, Punctuation): ASCII punctuation or a Unicode P* category.
+bool is_punctuation(uint32_t c) {
+  const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  return (c < 0x80 && std::ispunct(static_cast<int>(c))) || (cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO);
+}
+
 }  // namespace
 
 PrependScheme parse_prepend_scheme(const json& j, const JsonContext& ctx, const std::string& where) {
@@ -63,11 +96,14 @@ PrependScheme parse_prepend_scheme(const json& j, const JsonContext& ctx, const 
 }
 
 struct PreTokenizer::Node {
-  enum Kind { kSequence, kByteLevel, kSplit, kMetaspace, kDigits, kBert, kWhitespaceSplit } kind;
+  // Whitespace is a kSplit on whitespace_regex(); Punctuation and CharDelimiterSplit split at
+  // single characters (kCharSplit: is_punctuation, or `delimiter`).
+  enum Kind { kSequence, kByteLevel, kSplit, kMetaspace, kDigits, kBert, kWhitespaceSplit, kCharSplit, kScripts } kind;
   std::vector<Node> children;
   bool add_prefix_space = false, use_regex = true;  // ByteLevel
-  Pattern pattern;                                  // Split; Digits (\p{N} or \p{N}+)
-  Behavior behavior = Behavior::kIsolated;
+  Pattern pattern;                                  // Split; Digits (\p{N} or \p{N}+); Whitespace
+  Behavior behavior = Behavior::kIsolated;          // Split, Punctuation, CharDelimiterSplit
+  std::optional<uint32_t> delimiter;                // CharDelimiterSplit; none: Punctuation
   bool invert = false;
   std::string replacement;  // Metaspace
   PrependScheme scheme = PrependScheme::kAlways;
@@ -105,6 +141,19 @@ struct PreTokenizer::Node {
           pattern.find_matches(p.s, &m);
           slice_into(p, split_ranges(m, behavior, invert), sub);
         });
+        break;
+      case kCharSplit:
+        split_pieces(pieces, [&](Piece& p, std::vector<Piece>& sub) {
+          if (delimiter) {
+            find_char_matches(p.s, [&](uint32_t c) { return c == *delimiter; }, &m);
+          } else {
+            find_char_matches(p.s, is_punctuation, &m);
+          }
+          slice_into(p, split_ranges(m, behavior, false), sub);
+        });
+        break;
+      case kScripts:
+        split_pieces(pieces, [&](Piece& p, std::vector<Piece>& sub) { split_scripts(p, sub); });
         break;
       case kBert:  // whitespace removed, then each punctuation character isolated
       case kWhitespaceSplit:  // whitespace removed
@@ -146,10 +195,7 @@ struct PreTokenizer::Node {
         start = i + len;
         continue;
       }
-      const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-      const bool punct = punctuation && ((c < 0x80 && std::ispunct(static_cast<int>(c))) ||
-                         (cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO));
-      if (punct) {
+      if (punctuation && is_punctuation(c)) {
         flush(i);
         sub.push_back(Piece{s.substr(i, len), -1, p.at_origin && i == 0});
         start = i + len;
@@ -158,7 +204,28 @@ struct PreTokenizer::Node {
     flush(s.size());
   }
 
+  // UnicodeScripts (unicode_scripts/pre_tokenizer.rs): a cut before every character whose script
+  // differs from the last one seen. script_of() gives kAnyScript (never cuts, never "seen") to
+  // spaces and to the code points the crate's table leaves out; the first cut is at the first
+  // character of another script, so leading kAnyScript characters are dropped (as the crate does).
+  static void split_scripts(const Piece& p, std::vector<Piece>& sub) {
+    const std::string& s = p.s;
+    std::vector<size_t> cuts;
+    int last = -1;  // none seen yet
+    for (size_t i = 0, len = 0; i < s.size(); i += len) {
+      const int script = script_of(decode_utf8(s, i, &len));
+      if (script == kAnyScript) continue;
+      if (script != last) cuts.push_back(i);
+      last = script;
+    }
+    cuts.push_back(s.size());
+    std::vector<std::pair<size_t, size_t>> ranges;
+    for (size_t k = 0; k + 1 < cuts.size(); ++k) ranges.emplace_back(cuts[k], cuts[k + 1]);
+    slice_into(p, ranges, sub);
+  }
+
   static Behavior parse_behavior(const json& j, const JsonContext& ctx, const std::string& where) {
+    if (!j.contains("behavior") || j.at("behavior").is_null()) return Behavior::kIsolated;  // Punctuation's default
     std::string b = ctx.str(j, "behavior", where);
     if (b == "Removed") return Behavior::kRemoved;
     if (b == "Isolated") return Behavior::kIsolated;
@@ -194,9 +261,28 @@ struct PreTokenizer::Node {
       p.kind = kBert;
     } else if (t == "WhitespaceSplit") {
       p.kind = kWhitespaceSplit;
+    } else if (t == "Whitespace") {  // the regex's matches kept, the rest (whitespace) removed
+      p.kind = kSplit;
+      p.pattern.regex = whitespace_regex();
+      p.behavior = Behavior::kRemoved;
+      p.invert = true;
+    } else if (t == "Punctuation") {
+      p.kind = kCharSplit;
+      p.behavior = parse_behavior(j, ctx, where);
+    } else if (t == "CharDelimiterSplit") {
+      p.kind = kCharSplit;
+      p.behavior = Behavior::kRemoved;
+      const std::string d = ctx.str(j, "delimiter", where);
+      size_t len = 0;
+      if (d.empty() || (decode_utf8(d, 0, &len), len != d.size()))
+        ctx.fail(where, "\"delimiter\" must be a single character (the crate's CharDelimiterSplit takes a char)");
+      p.delimiter = decode_utf8(d, 0, &len);
+    } else if (t == "UnicodeScripts") {
+      p.kind = kScripts;
     } else {
       ctx.unsupported(where, "pre-tokenizer type", t,
-                      "ByteLevel, Split, Metaspace, Digits, BertPreTokenizer, WhitespaceSplit, Sequence");
+                      "ByteLevel, Split, Metaspace, Digits, BertPreTokenizer, WhitespaceSplit, Whitespace, "
+                      "Punctuation, CharDelimiterSplit, UnicodeScripts, Sequence");
     }
     return p;
   }

@@ -1,6 +1,7 @@
 // Private to src/tokenizer: the `tokenizers` crate's pre-tokenizers (pre_tokenizers/*.rs):
 // ByteLevel (with and without its regex), Split, Metaspace, Digits, BertPreTokenizer,
-// WhitespaceSplit, Sequence; and what the ByteLevel and Metaspace decoders share with them.
+// WhitespaceSplit, Whitespace, Punctuation, CharDelimiterSplit, UnicodeScripts, Sequence; and
+// what the ByteLevel normalizer and the ByteLevel and Metaspace decoders share with them.
 #pragma once
 
 #include <array>
@@ -15,8 +16,8 @@
 
 namespace alpaca::tokenizer::detail {
 
-// ByteLevel's alphabet (bytes_char in byte_level.rs): each byte as the printable character GPT-2
-// spells it with, and back.
+// ByteLevel's alphabet (bytes_char in byte_level.rs, also the ByteLevel normalizer's): each byte
+// as the printable character GPT-2 spells it with, and back.
 const std::array<std::string, 256>& byte_to_char();
 const std::unordered_map<uint32_t, unsigned char>& char_to_byte();
 

@@ -1,6 +1,7 @@
 // Private to src/tokenizer: the model step of a tokenizer.json pipeline (the `tokenizers` crate's
 // `Model` trait): one pre-tokenized piece in, ids out. Implementations, each in the file named
-// after the crate's module: BPE (bpe.cpp), Unigram (unigram.cpp), WordPiece (wordpiece.cpp). The
+// after the crate's module: BPE (bpe.cpp), Unigram (unigram.cpp), WordPiece (wordpiece.cpp),
+// WordLevel (wordlevel.cpp). The
 // normalizer a SentencePiece tokenizer.json carries (Precompiled) is in precompiled.h.
 #pragma once
 
@@ -23,11 +24,11 @@ class TokenizerModel {
   virtual std::optional<int64_t> lookup(const std::string& token) const = 0;
   // id -> token for every id below the vocabulary size ("" for a hole in the ids).
   virtual const std::vector<std::string>& id_to_token() const = 0;
-  virtual const char* type() const = 0;  // "BPE", "Unigram", "WordPiece"
+  virtual const char* type() const = 0;  // "BPE", "Unigram", "WordPiece", "WordLevel"
 };
 
-// A model over one token <-> id table (Unigram, WordPiece): lookup() and id_to_token() read the
-// table its constructor fills.
+// A model over one token <-> id table (Unigram, WordPiece, WordLevel): lookup() and id_to_token()
+// read the table its constructor fills.
 class VocabModel : public TokenizerModel {
  public:
   std::optional<int64_t> lookup(const std::string& token) const override {
@@ -37,6 +38,9 @@ class VocabModel : public TokenizerModel {
   const std::vector<std::string>& id_to_token() const override { return tokens_; }
 
  protected:
+  // Fills the table from a {token: id} object (WordPiece's and WordLevel's "vocab"; defined in
+  // wordpiece.cpp); errors name `file` and `model`.
+  void read_vocab(const nlohmann::json& vocab, const std::string& file, const char* model);
   std::unordered_map<std::string, int64_t> ids_;  // token -> id
   std::vector<std::string> tokens_;               // id -> token
 };
@@ -49,6 +53,7 @@ constexpr int64_t kMaxVocabHoles = 1 << 20;
 std::unique_ptr<TokenizerModel> parse_bpe(const nlohmann::json& model, const std::string& file);
 std::unique_ptr<TokenizerModel> parse_unigram(const nlohmann::json& model, const std::string& file);
 std::unique_ptr<TokenizerModel> parse_wordpiece(const nlohmann::json& model, const std::string& file);
+std::unique_ptr<TokenizerModel> parse_wordlevel(const nlohmann::json& model, const std::string& file);
 
 // decoders::WordPiece: every token but the first loses `prefix` or gets a leading space; with
 // `cleanup` the library's cleanup() (" ." -> ".", " n't" -> "n't", " do not" -> " don't", ...).

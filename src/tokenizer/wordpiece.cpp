@@ -33,19 +33,7 @@ class WordPiece final : public VocabModel {
     unk_ = j.at("unk_token").get<std::string>();
     prefix_ = j.at("continuing_subword_prefix").get<std::string>();
     max_chars_ = j.at("max_input_chars_per_word").get<size_t>();
-    const json& vocab = j.at("vocab");
-    ALPACA_CHECK(vocab.is_object(), file << ": model: WordPiece \"vocab\" must map token -> id");
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-      ALPACA_CHECK(it.value().is_number_integer() && it.value().get<int64_t>() >= 0 && it.value().get<int64_t>() < (1ll << 31),
-                   file << ": model: vocab id of " << json(it.key()).dump() << " must be a non-negative integer");
-      const auto id = it.value().get<int64_t>();
-      ALPACA_CHECK(id < static_cast<int64_t>(vocab.size()) + kMaxVocabHoles,
-                   file << ": model: vocab id " << id << " is far beyond the vocabulary's " << vocab.size()
-                        << " entries (a corrupt id?)");
-      ids_[it.key()] = id;
-      if (static_cast<size_t>(id) >= tokens_.size()) tokens_.resize(static_cast<size_t>(id) + 1);
-      tokens_[static_cast<size_t>(id)] = it.key();
-    }
+    read_vocab(j.at("vocab"), file, "WordPiece");
   }
 
   void tokenize(const std::string& s, std::vector<int64_t>* out) const override {
@@ -97,6 +85,21 @@ std::string clean_up(std::string text, bool do_not) {
 }
 
 }  // namespace
+
+void VocabModel::read_vocab(const json& vocab, const std::string& file, const char* model) {
+  ALPACA_CHECK(vocab.is_object(), file << ": model: " << model << " \"vocab\" must map token -> id");
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    ALPACA_CHECK(it.value().is_number_integer() && it.value().get<int64_t>() >= 0 && it.value().get<int64_t>() < (1ll << 31),
+                 file << ": model: vocab id of " << json(it.key()).dump() << " must be a non-negative integer");
+    const auto id = it.value().get<int64_t>();
+    ALPACA_CHECK(id < static_cast<int64_t>(vocab.size()) + kMaxVocabHoles,
+                 file << ": model: vocab id " << id << " is far beyond the vocabulary's " << vocab.size()
+                      << " entries (a corrupt id?)");
+    ids_[it.key()] = id;
+    if (static_cast<size_t>(id) >= tokens_.size()) tokens_.resize(static_cast<size_t>(id) + 1);
+    tokens_[static_cast<size_t>(id)] = it.key();
+  }
+}
 
 std::unique_ptr<TokenizerModel> parse_wordpiece(const json& model, const std::string& file) {
   return std::make_unique<WordPiece>(model, file);

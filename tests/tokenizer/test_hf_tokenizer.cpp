@@ -169,10 +169,15 @@ TEST(HfTokenizer, ErrorsNameTheFileAndTheSupportedComponents) {
     write(d / "tokenizer.json", j.dump());
     return d;
   };
-  expect_error(variant("pre", [](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }),
-               {"tokenizer.json", "pre_tokenizer", "\"Whitespace\"", "supported: ByteLevel, Split, Metaspace"});
+  expect_error(variant("pre", [](json& j) { j["pre_tokenizer"] = {{"type", "FixedLength"}}; }),
+               {"tokenizer.json", "pre_tokenizer", "\"FixedLength\"", "supported: ByteLevel, Split, Metaspace",
+                "Whitespace, Punctuation, CharDelimiterSplit, UnicodeScripts"});
+  expect_error(variant("delimiter", [](json& j) {
+                 j["pre_tokenizer"] = {{"type", "CharDelimiterSplit"}, {"delimiter", "ab"}};
+               }),
+               {"tokenizer.json", "pre_tokenizer", "\"delimiter\" must be a single character"});
   expect_error(variant("norm", [](json& j) { j["normalizer"] = {{"type", "Unicode"}}; }),
-               {"tokenizer.json", "\"Unicode\"", "supported: Sequence, Prepend, Replace, NFC, NFKC"});
+               {"tokenizer.json", "\"Unicode\"", "supported: Sequence, Prepend, Replace, NFC, NFKC", "ByteLevel"});
   expect_error(variant("charsmap", [](json& j) { j["normalizer"] = {{"type", "Precompiled"}}; }),
                {"tokenizer.json", "normalizer", "required field \"precompiled_charsmap\" is missing"});
   expect_error(variant("charsmap64", [](json& j) {
@@ -187,8 +192,10 @@ TEST(HfTokenizer, ErrorsNameTheFileAndTheSupportedComponents) {
                  j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "CTC"}}}}};
                }),
                {"tokenizer.json", "decoder.decoders[0]", "\"CTC\"", "supported: ByteLevel, Metaspace"});
-  expect_error(variant("model", [](json& j) { j["model"]["type"] = "WordLevel"; }),
-               {"tokenizer.json", "\"WordLevel\"", "supported: BPE, Unigram, WordPiece"});
+  expect_error(variant("model", [](json& j) { j["model"]["type"] = "NoSuchModel"; }),
+               {"tokenizer.json", "\"NoSuchModel\"", "supported: BPE, Unigram, WordPiece, WordLevel"});
+  expect_error(variant("wordlevel", [](json& j) { j["model"] = {{"type", "WordLevel"}, {"vocab", json::object()}}; }),
+               {"tokenizer.json", "a WordLevel model needs \"unk_token\""});
   expect_error(variant("unigram", [](json& j) { j["model"]["type"] = "Unigram"; }),
                {"tokenizer.json", "a Unigram model needs \"vocab\": [[piece, score], ...]"});
   expect_error(variant("wordpiece", [](json& j) { j["model"] = {{"type", "WordPiece"}, {"vocab", json::object()}}; }),

@@ -16,6 +16,7 @@
 #include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/util/error.h"
 #include "test_util.h"
+#include "tokenizer_parity.h"
 
 namespace alpaca::tokenizer {
 namespace {
@@ -24,6 +25,8 @@ namespace fs = std::filesystem;
 using ::alpaca::testing::binary_dir;
 using ::alpaca::testing::TempDir;
 using nlohmann::json;
+using parity::compare_texts;
+using parity::expect_roles;
 
 const fs::path& fixture() {
   static const fs::path p = binary_dir() / "fixtures/tokenizer_classes";
@@ -52,47 +55,6 @@ const std::set<std::string> kImplemented = {
     "DPRQuestionEncoderTokenizer", "DPRContextEncoderTokenizer", "DPRReaderTokenizer", "MPNetTokenizer",
     "FunnelTokenizer", "SplinterTokenizer", "FNetTokenizer", "ConvBertTokenizer", "NllbTokenizer",
     "MBart50Tokenizer", "SeamlessM4TTokenizer", "EsmcTokenizer", "MarkupLMTokenizer"};
-
-// Role ids as AutoTokenizer reports them (null when the role is None).
-void expect_roles(const Tokenizer& tok, const json& roles) {
-  auto id_of = [&](const json& r) { return r[1].is_null() ? std::optional<int64_t>() : r[1].get<int64_t>(); };
-  if (!roles["eos"][0].is_null()) {
-    EXPECT_EQ(tok.eos_token(), roles["eos"][0].get<std::string>());
-    EXPECT_EQ(tok.eos_id(), *id_of(roles["eos"]));
-  }
-  if (roles["bos"][0].is_null()) {
-    EXPECT_EQ(tok.bos_token(), "");
-  } else {
-    EXPECT_EQ(tok.bos_token(), roles["bos"][0].get<std::string>());
-    EXPECT_EQ(tok.bos_id(), *id_of(roles["bos"]));
-  }
-  EXPECT_EQ(tok.pad_id(), id_of(roles["pad"]));
-  for (const char* r : {"sep", "cls", "mask", "unk"})
-    if (!roles[r][0].is_null()) {
-      EXPECT_EQ(tok.token_to_id(roles[r][0].get<std::string>()), id_of(roles[r])) << r;
-    }
-}
-
-// Counts the texts whose ids or decodes differ from the reference, reporting the first few.
-size_t compare_texts(const Tokenizer& tok, const json& ref) {
-  const auto& texts = ref["texts"];
-  size_t bad = 0;
-  for (size_t i = 0; i < texts.size(); ++i) {
-    const std::string text = texts[i].get<std::string>();
-    const auto want = ref["ids"][i].get<std::vector<int64_t>>();
-    const auto got = tok.encode(text, true);
-    const auto got_plain = tok.encode(text, false);
-    const std::string dec = tok.decode(want, false), dec_skip = tok.decode(want, true);
-    const bool same = got == want && got_plain == ref["ids_plain"][i].get<std::vector<int64_t>>() &&
-                      dec == ref["decoded"][i].get<std::string>() && dec_skip == ref["decoded_skip"][i].get<std::string>();
-    if (!same && ++bad <= 3)
-      ADD_FAILURE() << "text " << i << " " << json(text.substr(0, 80)).dump() << ": ours " << json(got).dump()
-                    << " / " << json(got_plain).dump() << " " << json(dec).dump() << " " << json(dec_skip).dump()
-                    << "\nreference " << ref["ids"][i].dump() << " / " << ref["ids_plain"][i].dump() << " "
-                    << ref["decoded"][i].dump() << " " << ref["decoded_skip"][i].dump();
-  }
-  return bad;
-}
 
 TEST(TokenizerClasses, EveryCaseMatchesAutoTokenizer) {
   REQUIRE_FIXTURE();

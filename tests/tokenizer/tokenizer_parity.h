@@ -1,11 +1,13 @@
 // Shared by the token-exact tests of tests/tokenizer/ against a Python fixture: the edge-case list
-// (ids, and both decodes of the reference ids) and train.py's examples (input ids and labels).
+// (ids, and both decodes of the reference ids), a case_reference() case (roles; ids with and
+// without special tokens, both decodes) and train.py's examples (input ids and labels).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,53 @@ inline size_t count_edge_differences(const Tokenizer& tok, const nlohmann::json&
                     << " reference " << json(want).dump();
     EXPECT_EQ(tok.decode(want, false), e["decoded"].get<std::string>()) << label << " " << json(text).dump();
     EXPECT_EQ(tok.decode(want, true), e["decoded_skip"].get<std::string>()) << label << " " << json(text).dump();
+  }
+  return bad;
+}
+
+// Role ids as AutoTokenizer reports them (null when the role is None).
+inline void expect_roles(const Tokenizer& tok, const nlohmann::json& roles) {
+  using nlohmann::json;
+  auto id_of = [&](const json& r) { return r[1].is_null() ? std::optional<int64_t>() : r[1].get<int64_t>(); };
+  if (!roles["eos"][0].is_null()) {
+    EXPECT_EQ(tok.eos_token(), roles["eos"][0].get<std::string>());
+    EXPECT_EQ(tok.eos_id(), *id_of(roles["eos"]));
+  }
+  if (roles["bos"][0].is_null()) {
+    EXPECT_EQ(tok.bos_token(), "");
+  } else {
+    EXPECT_EQ(tok.bos_token(), roles["bos"][0].get<std::string>());
+    EXPECT_EQ(tok.bos_id(), *id_of(roles["bos"]));
+  }
+  EXPECT_EQ(tok.pad_id(), id_of(roles["pad"]));
+  for (const char* r : {"sep", "cls", "mask", "unk"})
+    if (!roles[r][0].is_null()) {
+      EXPECT_EQ(tok.token_to_id(roles[r][0].get<std::string>()), id_of(roles[r])) << r;
+    }
+}
+
+// A case of tokenizer_classes_reference.py's case_reference (ref: "texts", "ids", "ids_plain",
+// "decoded", "decoded_skip"): counts the texts whose ids with / without the special tokens or whose
+// decodes differ, reporting the first few.
+inline size_t compare_texts(const Tokenizer& tok, const nlohmann::json& ref) {
+  using nlohmann::json;
+  const auto& texts = ref["texts"];
+  size_t bad = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string text = texts[i].get<std::string>();
+    const auto want = ref["ids"][i].get<std::vector<int64_t>>();
+    const auto got = tok.encode(text, true);
+    const auto got_plain = tok.encode(text, false);
+    const std::string dec = tok.decode(want, false), dec_skip = tok.decode(want, true);
+    const bool same = got == want && got_plain == ref["ids_plain"][i].get<std::vector<int64_t>>() &&
+                      dec == ref["decoded"][i].get<std::string>() && dec_skip == ref["decoded_skip"][i].get<std::string>();
+    if (!same && ++bad <= 3)
+      ADD_FAILURE() << "text " << i << " "
+                    << json(text.substr(0, 80)).dump(-1, ' ', false, json::error_handler_t::replace)  // may cut a character
+                    << ": ours " << json(got).dump() << " / " << json(got_plain).dump() << " " << json(dec).dump()
+                    << " " << json(dec_skip).dump()
+                    << "\nreference " << ref["ids"][i].dump() << " / " << ref["ids_plain"][i].dump() << " "
+                    << ref["decoded"][i].dump() << " " << ref["decoded_skip"][i].dump();
   }
   return bad;
 }
