@@ -430,14 +430,29 @@ TokenizerJsonSpec SentencePieceBackend::tokenizer_json_spec() const {
 
 void SentencePieceBackend::save(const fs::path& dir) const {
   const json config = config_json();
-  json special_map = {{"bos_token", roles.bos}, {"eos_token", roles.eos}, {"unk_token", roles.unk}};
-  if (roles.pad) special_map["pad_token"] = *roles.pad;
+  // special_tokens_map.json as 4.28.1's save_pretrained writes it, which is what 4.28.1 reads back
+  // over the config: an AddedToken object for a token that keeps its own lstrip/rstrip (the roles
+  // LlamaTokenizer wraps), a plain string for one given as a string (train.py's "[PAD]"), around
+  // which the slow tokenizer strips whitespace. A plain "</s>" would make 4.28.1 strip the spaces
+  // before every "</s>" of the text when it loads this directory.
+  auto token_entry = [&](const std::string& content) -> json {
+    for (const auto& t : added) {
+      if (t.content != content) continue;
+      if (t.lstrip && t.rstrip) return content;  // add_plain: a string
+      return json{{"content", content}, {"lstrip", t.lstrip}, {"normalized", true}, {"rstrip", t.rstrip},
+                  {"single_word", false}};
+    }
+    return content;
+  };
+  json special_map = {{"bos_token", token_entry(roles.bos)}, {"eos_token", token_entry(roles.eos)},
+                      {"unk_token", token_entry(roles.unk)}};
+  if (roles.pad) special_map["pad_token"] = token_entry(*roles.pad);
   json extra = json::array();
   json added_beyond = json::object();  // added_tokens.json: the tokens beyond the model's pieces
   for (const auto& t : sorted_by_id(added)) {
     bool role = t.content == roles.bos || t.content == roles.eos || t.content == roles.unk ||
                 (roles.pad && t.content == *roles.pad);
-    if (t.special && !role) extra.push_back(t.content);
+    if (t.special && !role) extra.push_back(token_entry(t.content));
     if (t.id >= model_size()) added_beyond[t.content] = t.id;
   }
   if (!extra.empty()) special_map["additional_special_tokens"] = extra;

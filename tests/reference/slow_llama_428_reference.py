@@ -84,6 +84,17 @@ def main():
                   f, ensure_ascii=False, indent=1)
     for t, x in zip(EDGE, ids):
         print(repr(t)[:60], x[:24])
+    # train.py's Trainer(tokenizer=...).save_model: the output directory's tokenizer files, and what
+    # 4.28.1 encodes after reading them back (special_tokens_map.json decides which special tokens
+    # strip the whitespace beside them).
+    saved = os.path.join(args.out, "saved")
+    tok.save_pretrained(saved)
+    back = transformers.AutoTokenizer.from_pretrained(saved, use_fast=False)
+    with open(os.path.join(saved, "special_tokens_map.json")) as f:
+        special_map = json.load(f)
+    with open(os.path.join(args.out, "saved.json"), "w") as f:
+        json.dump({"special_tokens_map": special_map, "ids": [back(t)["input_ids"] for t in EDGE]}, f,
+                  ensure_ascii=False, indent=1)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,23 @@ TEST(Tokenizer428, EdgeCasesMatchTransformers4281) {
   }
 }
 
+// The tokenizer files of an output directory, as 4.28.1 reads them back: special_tokens_map.json as
+// train.py's save_model writes it (AddedToken objects for bos/eos/unk, the string "[PAD]"), so
+// 4.28.1 loading our output encodes as it encodes train.py's (no whitespace stripped before "</s>").
+TEST(Tokenizer428, SavedDirectoryReadsBackInTransformers4281AsTrainPysDoes) {
+  ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
+  ASSERT_TRUE(fs::exists(kFixture / "saved.json")) << "run the fixture first: ctest -R tokenizer_428";
+  const json ref = read_json(kFixture / "saved.json");
+  const json edge = read_json(kFixture / "edge.json");
+  TempDir tmp("tokenizer_428_saved");
+  alpaca_tokenizer().save(tmp.path().string());
+  EXPECT_EQ(read_json(tmp.path() / "special_tokens_map.json"), ref["special_tokens_map"]);
+  Tokenizer back = Tokenizer::load(tmp.path().string());
+  for (size_t i = 0; i < edge["texts"].size(); ++i)
+    EXPECT_EQ(back.encode(edge["texts"][i].get<std::string>()), ref["ids"][i].get<std::vector<int64_t>>())
+        << edge["texts"][i].dump();
+}
+
 TEST(Tokenizer428, AlpacaRecordsMatchTrainPyOnTransformers4281) {
   ALPACA_REQUIRE_SHARED("data/alpaca/alpaca_5000.json");
   ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
