@@ -12,6 +12,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <iterator>
 #include <regex>
 #include <nlohmann/json.hpp>
@@ -193,6 +194,34 @@ TEST(ConversationMasks, MatchTransformersWithASentencePieceTokenizer) {
     EXPECT_EQ(ex.input_ids, c["input_ids"].get<std::vector<int64_t>>()) << name;
     EXPECT_EQ(mask_of(ex), c["mask"].get<std::vector<int64_t>>()) << name;
   }
+}
+
+// Tokens that do not spell the text (an <unk>, an NFC normalizer on decomposed text, lowercasing) are
+// laid back where the following tokens spell it again: the masks transformers' offsets give.
+TEST(ConversationMasks, MatchTransformersWhereTokensRewriteTheText) {
+  SKIP_WITHOUT_FIXTURE();
+  const json fx = load_fixture();
+  std::ifstream in(fixture() / fx["trl_template"].get<std::string>());
+  const chat::ChatTemplate tmpl(std::string(std::istreambuf_iterator<char>(in), {}), "qwen2_5_training");
+  MaskOptions opt;
+  opt.assistant_only_loss = true;
+  std::map<std::string, Tokenizer> toks;
+  size_t with_unk = 0;
+  ASSERT_EQ(fx["rewriting_cases"].size(), 9u);
+  for (const auto& c : fx["rewriting_cases"]) {
+    const std::string name = c["tokenizer"].get<std::string>() + "/" + c["row"].get<std::string>();
+    const std::string dir = (fixture() / "rewriting" / c["tokenizer"].get<std::string>()).string();
+    const Tokenizer& tok = toks.try_emplace(dir, Tokenizer::load(dir)).first->second;
+    const Example ex = conversation_example(row_of(c, name), tok, &tmpl, opt);
+    EXPECT_EQ(ex.input_ids, c["input_ids"].get<std::vector<int64_t>>()) << name;
+    const std::vector<int64_t> got = mask_of(ex), want = c["mask"].get<std::vector<int64_t>>();
+    std::string where;
+    for (size_t i = 0; i < std::min(got.size(), want.size()); ++i)
+      if (got[i] != want[i]) where += " " + std::to_string(i) + " (" + tok.describe_ids({ex.input_ids[i]}) + ")";
+    EXPECT_EQ(got, want) << name << ": tokens differing:" << where;
+    with_unk += c["unk"].get<bool>() ? 1 : 0;
+  }
+  EXPECT_GE(with_unk, 2u) << "the Unigram rows must hold <unk> tokens";
 }
 
 // Segment ids of a TRL row: the k-th of its seq_lengths documents is segment k (one for unpacked rows).

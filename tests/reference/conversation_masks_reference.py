@@ -205,6 +205,58 @@ def sentencepiece_cases(src):
     return out
 
 
+REWRITE_ROWS = [
+    {"name": "unknown_characters", "messages": [
+        {"role": "user", "content": "Draw a snow \u2603 man and a \u2603\u2603 pair."},
+        {"role": "assistant", "content": "Here: \u2603 \u2603\u2603\u2603 done \u2603"}]},
+    {"name": "decomposed_accents", "messages": [
+        {"role": "user", "content": "Is the Cafe\u0301 open?"},
+        {"role": "assistant", "content": "The cafe\u0301 serves re\u0301sume\u0301s and cre\u0300me bru\u0302le\u0301e\u0301"}]},
+    {"name": "capitals", "messages": [
+        {"role": "user", "content": "HELLO There, World!"},
+        {"role": "assistant", "content": "Hello BACK, World. Bye"}]},
+]
+
+
+def rewriting_cases(tagged_src, out_dir):
+    """Tokenizers whose tokens do not spell the text: an <unk> (Unigram without byte fallback), an NFC
+    normalizer (Qwen2.5's, on decomposed text), lowercasing. transformers' assistant masks (offsets
+    through the normalizer) for each, trained here on the rows' own text. (Not BERT's pre-tokenizer: its
+    spans start at a newline no token holds, where transformers stops marking; docs/datasets.md.)"""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, decoders, trainers
+    from transformers import PreTrainedTokenizerFast
+    texts = [m["content"] for r in ROWS + REWRITE_ROWS for m in r["messages"]] * 4
+    texts += ["system user assistant the a of and to in is you that it for on was with as"] * 4
+    specials = ["<unk>", "<|im_start|>", "<|im_end|>", "<|endoftext|>"]
+    out = []
+
+    def build(name, tk, trainer):
+        tk.train_from_iterator(texts, trainer)
+        d = os.path.join(out_dir, "rewriting", name)
+        PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", eos_token="<|im_end|>",
+                                pad_token="<|endoftext|>").save_pretrained(d)
+        tok = PreTrainedTokenizerFast.from_pretrained(d)
+        for row in REWRITE_ROWS:
+            ids, mask = generation_case(tok, tagged_src, row)
+            out.append({"tokenizer": name, "row": row["name"], "messages": row["messages"], "input_ids": ids,
+                        "mask": mask, "unk": tok.unk_token_id in ids})
+
+    alphabet = sorted(set("".join(texts)) - {"\u2603"})  # the snowman stays outside the vocabulary
+    tk = Tokenizer(models.Unigram())
+    tk.pre_tokenizer = pre_tokenizers.Metaspace()
+    tk.decoder = decoders.Metaspace()
+    build("unigram_unk", tk, trainers.UnigramTrainer(vocab_size=300, special_tokens=specials, unk_token="<unk>",
+                                                      initial_alphabet=alphabet))
+    for name, normalizer in (("bytelevel_nfc", normalizers.NFC()), ("bytelevel_lowercase", normalizers.Lowercase())):
+        tk = Tokenizer(models.BPE())
+        tk.normalizer = normalizer
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tk.decoder = decoders.ByteLevel()
+        build(name, tk, trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
+                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return out
+
+
 def collated(collator, ex):
     """One packed (or plain) row through TRL's collator: its ids, labels and position ids."""
     batch = collator([ex])
@@ -361,7 +413,8 @@ def main():
     fx = {"model_dir": MODEL, "templates": templates, "cases": cases, "rows": {r["name"]: r for r in ROWS},
           "trl_template": "qwen2_5_training.jinja", "sentencepiece_cases": sentencepiece_cases(tagged_src),
           "trl": trl_sets(tok, tagged_src, args.out), "pack_dataset": pack_dataset_case(),
-          "special_tokens": special_tokens_case(args.out)}
+          "special_tokens": special_tokens_case(args.out),
+          "rewriting_cases": rewriting_cases(tagged_src, args.out)}
     alpaca_conversations(args.out)
     with open(os.path.join(args.out, "masks.json"), "w", encoding="utf-8") as f:
         json.dump(fx, f, ensure_ascii=False)

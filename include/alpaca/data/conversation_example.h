@@ -112,8 +112,9 @@ std::string describe_mask_stats(const MaskStats& stats, int64_t model_max_length
 
 // The byte range [begin, end) of `text` each of `ids` covers (ids = the text's tokens, no special
 // tokens added). Whitespace an lstrip/rstrip token swallowed joins that token; a space the
-// tokenizer inserted (SentencePiece's prefix "▁") covers nothing. Throws when the tokens do not
-// spell the text (a normalizer rewrote it).
+// tokenizer inserted (SentencePiece's prefix "▁") covers nothing. A token that does not spell the
+// text (an <unk>, a normalizer's rewrite) holds the text up to where the following tokens spell it
+// again (token_ranges.cpp); throws when they never do within 1 KB.
 std::vector<std::pair<size_t, size_t>> token_byte_ranges(const tokenizer::Tokenizer& tokenizer, const std::string& text,
                                                          const std::vector<int64_t>& ids);
 
