@@ -2,6 +2,7 @@
 #include "alpaca/data/alpaca_example.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "alpaca/util/error.h"
 #include "parallel_for.h"
@@ -37,6 +38,7 @@ std::vector<Example> tokenize_alpaca(const std::vector<AlpacaRecord>& records,
   std::vector<Example> examples(records.size());
   std::vector<char> truncated(records.size(), 0);
   const std::string eos = tokenizer.eos_token();
+  const std::optional<int64_t> pad = tokenizer.pad_id();
 
   auto work = [&](int64_t i) {
     const AlpacaRecord& r = records[i];
@@ -46,8 +48,13 @@ std::vector<Example> tokenize_alpaca(const std::vector<AlpacaRecord>& records,
     std::vector<int64_t> full = tokenizer.encode_truncated(source + r.output + eos, model_max_length, &cut);
     truncated[i] = cut ? 1 : 0;
     // The source is tokenized on its own and its (truncated) length masks the labels; the two
-    // tokenizations are not checked against each other, as in train.py.
-    int64_t source_len = static_cast<int64_t>(tokenizer.encode_truncated(source, model_max_length).size());
+    // tokenizations are not checked against each other, as in train.py. Its length is train.py's
+    // input_ids.ne(pad_token_id).sum(): a pad token inside the source is not counted (pad = bos: every
+    // row's BOS; a "[PAD]" typed in an instruction), so as many more of the last prompt tokens train.
+    const std::vector<int64_t> source_ids = tokenizer.encode_truncated(source, model_max_length);
+    const int64_t source_len = pad ? std::count_if(source_ids.begin(), source_ids.end(),
+                                                   [&](int64_t id) { return id != *pad; })
+                                   : static_cast<int64_t>(source_ids.size());
     Example& ex = examples[i];
     ex.labels = full;
     std::fill(ex.labels.begin(),

@@ -193,6 +193,18 @@ def make_writers(args, model, work):
         out = os.path.join(work, name)
         write_5(model, out, legacy)
         writers[name] = out
+    # pad = bos (4.28.1's files with pad_token "<s>" in the config): train.py adds no [PAD], and its
+    # source length input_ids.ne(pad_token_id).sum() leaves out every row's BOS, so the last prompt
+    # token trains.
+    out = os.path.join(work, "tf428_pad_bos")
+    shutil.copytree(writers["tf428"], out)
+    cfg_path = os.path.join(out, "tokenizer_config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg["pad_token"] = "<s>"
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f, indent=2)
+    writers["tf428_pad_bos"] = out
     return writers
 
 
