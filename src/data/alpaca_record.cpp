@@ -14,7 +14,7 @@ AlpacaRecord alpaca_record_from_row(const Row& v, const std::string& name, int64
                                    << ", expected an object with instruction/input/output");
   auto field = [&](const char* key, bool required) -> std::string {
     auto it = v.find(key);
-    if (it == v.end()) {
+    if (it == v.end() || it->is_null()) {  // null is absent, as in a Parquet or Arrow row (dataset_rows.h)
       ALPACA_CHECK(!required, name << ": record " << index << " has no \"" << key
                                    << "\" field; every record needs instruction and output");
       return "";

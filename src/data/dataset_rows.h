@@ -26,7 +26,8 @@ void for_each_json_row(const std::string& text, const std::string& name,
                        const std::function<void(Row&&, int64_t)>& on_row);
 
 // stanford_alpaca's record from one row: instruction and output required, input "" when absent.
-// Strict as it always was: a null or non-string field is an error.
+// A null member is an absent one (the same row read from Parquet has no such member); any other
+// non-string value is an error.
 AlpacaRecord alpaca_record_from_row(const Row& v, const std::string& name, int64_t index);
 
 // Every row of a Parquet file / an Arrow IPC file or stream (save_to_disk's data-*.arrow), one

@@ -80,8 +80,14 @@ TEST(AlpacaRecords, BadRecordsNameTheRecordIndex) {
   expect_contains(msg, "record 0");
   expect_contains(msg, "\"input\"");
   expect_contains(msg, "expected a string");
-  msg = load_error(R"([{"instruction": "a", "input": null, "output": "b"}])");
-  expect_contains(msg, "\"input\"");
+  // null is absent (as the same row read from Parquet): a null input is the no-input prompt, a null
+  // output a missing one.
+  const auto null_input = parse_alpaca_records(R"([{"instruction": "a", "input": null, "output": "b"}])", "d.json");
+  ASSERT_EQ(null_input.size(), 1u);
+  EXPECT_EQ(null_input[0].input, "");
+  msg = load_error(R"([{"instruction": "a", "output": null}])");
+  expect_contains(msg, "\"output\"");
+  expect_contains(msg, "record 0");
   msg = load_error(ok + "\n" + R"({"instruction": ["a"], "output": "b"})", "data.jsonl");
   expect_contains(msg, "record 1");
   expect_contains(msg, "\"instruction\"");
