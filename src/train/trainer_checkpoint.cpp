@@ -169,7 +169,7 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
   epoch = rs.epoch;
   step_in_epoch = rs.steps_in_epoch;
   scheduler_step = rs.scheduler_step;
-  losses.restore(state.global_step, rs.total_loss_sum);
+  losses.restore(state.global_step);
 
   if (opt.lora && sharded) {
     load_sharded_weights(dir, [this](const std::string& name) { return is_adapter_param(name); });

@@ -74,6 +74,18 @@ TEST(TrainerResume, BitwiseTenStraightVersusFivePlusFive) {
   const auto state = nlohmann::json::parse(st);
   EXPECT_EQ(state["global_step"], 10);
   EXPECT_GE(state["log_history"].size(), 10u);
+  // train_loss (train_results.json): each session's own losses over its own steps, as HF's train().
+  auto train_loss = [](const fs::path& dir) {
+    std::ifstream f(dir / "train_results.json");
+    return nlohmann::json::parse(f).at("train_loss").get<double>();
+  };
+  auto mean_loss = [](const std::vector<StepLog>& logs, size_t from) {
+    double s = 0;
+    for (size_t i = from; i < logs.size(); ++i) s += logs[i].loss;
+    return s / static_cast<double>(logs.size() - from);
+  };
+  EXPECT_NEAR(train_loss(a.path()), mean_loss(la, 0), 1e-3 * mean_loss(la, 0));
+  EXPECT_NEAR(train_loss(b.path()), mean_loss(lb, 0), 1e-3 * mean_loss(lb, 0)) << "the resumed session's steps only";
 }
 
 TEST(TrainerResume, TwoRanksToThreeMatchesWithinFp32Tolerance) {

@@ -26,8 +26,16 @@ TEST(Metrics, LossIsAveragedSinceLastLogLikeHF) {
   EXPECT_EQ(logged, (std::vector<double>{1.5, 3.5, 5.5}));
   // HF: (_total_loss_scalar + the unlogged tr_loss) / steps trained.
   EXPECT_DOUBLE_EQ(acc.train_loss(7, 0), 28.0 / 7);
-  EXPECT_DOUBLE_EQ(acc.train_loss(7, 4), 28.0 / 3) << "a resumed session divides by its own steps, as HF";
   EXPECT_THROW(acc.take_log_average(6), alpaca::Error);
+  // A session resumed at step 4 (HF: _total_loss_scalar starts at 0, divided by the steps this
+  // train() ran): its own losses over its own steps, never the earlier sessions' sum.
+  LossAccumulator resumed;
+  resumed.restore(4);
+  resumed.add_step(5.0);
+  resumed.add_step(6.0);
+  EXPECT_DOUBLE_EQ(resumed.take_log_average(6), (5.0 + 6.0) / 2) << "the window starts at the checkpoint's step";
+  resumed.add_step(7.0);
+  EXPECT_DOUBLE_EQ(resumed.train_loss(7, 4), (5.0 + 6.0 + 7.0) / 3);
 }
 
 TEST(Metrics, SpeedMetricsMatchTransformers) {

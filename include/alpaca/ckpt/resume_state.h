@@ -35,7 +35,8 @@ struct ResumeState {
   int64_t global_batch_size = 0;  // samples per optimizer step; must match on resume
   int64_t scheduler_step = 0;
   int64_t num_input_tokens_seen = 0;
-  double total_loss_sum = 0;      // sum of logged step losses so far (HF's _total_loss_scalar)
+  double total_loss_sum = 0;      // this session's logged step losses summed (informational: a
+                                  // resumed session's train_loss counts its own steps only, as HF's)
   std::optional<LossScalerState> loss_scaler;
   std::string cpu_rng_state;                 // hex of at::Generator::get_state()
   std::vector<std::string> cuda_rng_states;  // one per visible device, hex

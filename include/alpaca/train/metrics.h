@@ -30,9 +30,13 @@ class LossAccumulator {
   // HF's train_loss at the end of train(); `initial_step` is where this session started.
   double train_loss(int64_t global_step, int64_t initial_step) const;
   int64_t last_logged_step() const { return last_logged_step_; }
-  void restore(int64_t last_logged_step, double total_logged) {
+  // A resumed session: logging windows continue from the checkpoint's step, and train_loss sums
+  // this session's losses only (HF's train() starts _total_loss_scalar at 0 and divides by
+  // global_step - _initial_global_step).
+  void restore(int64_t last_logged_step) {
     last_logged_step_ = last_logged_step;
-    total_logged_ = total_logged;
+    since_log_ = 0;
+    total_logged_ = 0;
   }
   double total_logged() const { return total_logged_; }
 
