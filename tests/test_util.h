@@ -21,6 +21,12 @@ std::string fixture_skip_reason(const std::filesystem::path& dir);
 // Runs a shell command, returns its exit status and (optionally) its combined output.
 int run_command(const std::string& cmd, std::string* output = nullptr);
 
+// A config.json the CLI accepts (a tiny LLaMA, 32000 words) for a model directory whose run is
+// meant to fail later (no weights) or never reach the model.
+inline constexpr const char* kTinyLlamaConfigJson =
+    R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 1, "num_attention_heads": 4})";
+
 // The whole text of a file ("" when it cannot be read).
 std::string read_text(const std::filesystem::path& path);
 

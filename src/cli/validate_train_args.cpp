@@ -372,11 +372,16 @@ void check_input_paths(const TrainArgs& a) {
   ALPACA_USAGE_CHECK(fs::is_regular_file(model / "tokenizer.model") || fs::is_regular_file(model / "tokenizer.json"),
                      "--model_name_or_path " << model.string() << " has no tokenizer (tokenizer.model or tokenizer.json); "
                      "copy the base model's tokenizer files into it");
+  // config.json read as the trainer reads it: an architecture or option the modules do not implement
+  // is refused here, before output_dir is written.
+  const std::string cfg = (model / "config.json").string();
+  const model::LlamaConfig config = model::LlamaConfig::from_json_file(cfg);
   // A wrap class of another model type (accelerate: "could not find the transformer layer class").
-  if (!a.fsdp_policy.wrap_classes.empty()) {
-    const std::string cfg = (model / "config.json").string();
-    fsdp::check_wrap_classes(a.fsdp_policy, model::LlamaConfig::from_json_file(cfg).model_type, cfg);
-  }
+  if (!a.fsdp_policy.wrap_classes.empty()) fsdp::check_wrap_classes(a.fsdp_policy, config.model_type, cfg);
+  ALPACA_USAGE_CHECK(!config.sliding_window || a.model_max_length <= *config.sliding_window,
+                     "--model_max_length " << a.model_max_length << " is longer than the sliding_window ("
+                     << *config.sliding_window << ") of " << cfg << "; sliding-window attention is not implemented, "
+                     "so sequences must fit the window: use --model_max_length <= " << *config.sliding_window);
   ALPACA_USAGE_CHECK(a.chat_template.empty() || fs::is_regular_file(a.chat_template),
                      "--chat_template " << a.chat_template << " is not a file (a Jinja chat template is needed)");
   for (const auto& [flag, paths] : {std::pair<const char*, std::string>{"data_path", a.data_path},

@@ -49,35 +49,38 @@ Quant4Reader bnb4bit_reader(std::shared_ptr<io::CheckpointReader> ckpt) {
 
 }  // namespace
 
-ParamRangeReader checkpoint_range_reader(std::shared_ptr<io::CheckpointReader> ckpt, bool grow_vocab) {
-  auto means = std::make_shared<std::map<std::string, at::Tensor>>();  // (1, D) fp32 per grown tensor
-  return [ckpt, grow_vocab, means](const std::string& name, const std::vector<int64_t>& shape, int64_t begin,
-                                   int64_t end, at::Tensor out) {
+ParamRangeReader checkpoint_range_reader(std::shared_ptr<io::CheckpointReader> ckpt, int64_t vocab_mean_from) {
+  auto means = std::make_shared<std::map<std::string, at::Tensor>>();  // (1, D) fp32 per filled tensor
+  return [ckpt, vocab_mean_from, means](const std::string& name, const std::vector<int64_t>& shape, int64_t begin,
+                                        int64_t end, at::Tensor out) {
     ALPACA_CHECK(ckpt->contains(name), "checkpoint " << ckpt->dir() << " has no tensor " << name
                  << "; is it a checkpoint of this model architecture?");
     ALPACA_CHECK(io::bnb4bit_state_key(*ckpt, name).empty(), "checkpoint " << ckpt->dir() << " stores " << name
                  << " 4-bit (bitsandbytes) but this run holds it in full precision; train such a checkpoint with "
                     "--use_peft True --load_in_4bit True");
     const io::TensorInfo info = ckpt->info(name);
-    const bool grows = grow_vocab && is_vocab_tensor(name) && shape.size() == 2 && info.shape.size() == 2 &&
-                       info.shape[1] == shape[1] && info.shape[0] < shape[0];
-    ALPACA_CHECK(info.shape == shape || grows, "tensor " << name << " in " << info.file << " has shape "
+    // Rows vocab_mean_from.. of a vocabulary tensor as large as the model's, or grown to it, are the mean.
+    const bool fills = vocab_mean_from >= 0 && is_vocab_tensor(name) && shape.size() == 2 && info.shape.size() == 2 &&
+                       info.shape[1] == shape[1] && info.shape[0] <= shape[0] && vocab_mean_from < shape[0] &&
+                       vocab_mean_from <= info.shape[0] && vocab_mean_from > 0;
+    ALPACA_CHECK(info.shape == shape || fills, "tensor " << name << " in " << info.file << " has shape "
                  << at::IntArrayRef(info.shape) << " but the model expects " << at::IntArrayRef(shape)
                  << "; build the model with the checkpoint's shapes (vocabulary growth is only done for "
-                    "embed_tokens/lm_head with grow_vocab)");
-    if (!grows) {
+                    "embed_tokens/lm_head, with vocab_mean_from)");
+    if (!fills) {
       out.copy_(ckpt->read_range(name, begin, end - begin));
       ckpt->release(name);  // each rank reads each tensor's range once: drop the mapped pages now
       return;
     }
-    const int64_t stored = info.shape[0] * info.shape[1];
-    const int64_t stored_end = std::min(end, stored);
-    if (begin < stored_end) out.narrow(0, 0, stored_end - begin).copy_(ckpt->read_range(name, begin, stored_end - begin));
-    if (end > stored) {
+    const int64_t d = shape[1];
+    const int64_t kept = vocab_mean_from * d;  // elements read as stored
+    const int64_t kept_end = std::min(end, kept);
+    if (begin < kept_end) out.narrow(0, 0, kept_end - begin).copy_(ckpt->read_range(name, begin, kept_end - begin));
+    if (end > kept) {
       auto it = means->find(name);
-      if (it == means->end()) it = means->emplace(name, ckpt->read(name, at::kFloat).mean(0, true)).first;
-      const int64_t from = std::max(begin, stored);
-      const int64_t d = shape[1];
+      if (it == means->end())
+        it = means->emplace(name, ckpt->read(name, at::kFloat).narrow(0, 0, vocab_mean_from).mean(0, true)).first;
+      const int64_t from = std::max(begin, kept);
       // Element i of the flattened (V, D) tensor is column i % D of its row.
       at::Tensor cols = at::arange(from, end, at::kLong).remainder(d);
       out.narrow(0, from - begin, end - from).copy_(it->second.reshape({-1}).index_select(0, cols));
@@ -86,7 +89,7 @@ ParamRangeReader checkpoint_range_reader(std::shared_ptr<io::CheckpointReader> c
   };
 }
 
-void load_checkpoint(FsdpEngine& engine, const std::string& dir, bool rank0_only, bool grow_vocab,
+void load_checkpoint(FsdpEngine& engine, const std::string& dir, bool rank0_only, int64_t vocab_mean_from,
                      const std::function<bool(const std::string&)>& include) {
   // A pre-quantized checkpoint: checked against the run on every rank before anything is read,
   // and opened on every rank (each copies its own shard's 4-bit bytes).
@@ -96,7 +99,7 @@ void load_checkpoint(FsdpEngine& engine, const std::string& dir, bool rank0_only
   if (!rank0_only || engine.comm().rank() == 0 || bnb)
     ckpt = std::make_shared<io::CheckpointReader>(io::CheckpointReader::open(dir));
   ParamRangeReader reader;
-  if (ckpt && (!rank0_only || engine.comm().rank() == 0)) reader = checkpoint_range_reader(ckpt, grow_vocab);
+  if (ckpt && (!rank0_only || engine.comm().rank() == 0)) reader = checkpoint_range_reader(ckpt, vocab_mean_from);
   engine.load_parameters(reader, rank0_only, include, bnb ? bnb4bit_reader(ckpt) : Quant4Reader());
 }
 

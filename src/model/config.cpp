@@ -107,7 +107,7 @@ json parse_config_json(const std::string& text, const std::string& source) {
   return j;
 }
 
-// The model type, after refusing what our modules do not implement (sliding windows, other
+// The model type, after refusing what our modules do not implement (Qwen2's sliding windows, other
 // activations, attention dropout).
 std::string supported_model_type(const json& j, Fields& f, const std::string& source) {
   ALPACA_CHECK(f.has("model_type"),
@@ -116,11 +116,8 @@ std::string supported_model_type(const json& j, Fields& f, const std::string& so
   ALPACA_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2",
                source << ": field \"model_type\" is \"" << model_type
                       << "\"; supported model types: llama (LLaMA 1, 2, 3, 3.1, 3.2), mistral, qwen2");
-  // Mistral's modules are LLaMA's; its sliding-window attention is not implemented.
-  ALPACA_CHECK(!(model_type == "mistral" && f.has("sliding_window")),
-               source << ": field \"sliding_window\" is " << j.at("sliding_window").dump()
-                      << "; sliding-window attention is not supported (set it to null: with "
-                         "model_max_length <= the window it changes nothing)");
+  // Mistral's modules are LLaMA's; a sliding_window is kept (LlamaConfig::sliding_window): the model
+  // runs only sequences it does not cut, where the window changes nothing.
   // Qwen2Config: sliding_window and max_window_layers only matter when use_sliding_window is true
   // (transformers then nulls sliding_window), so with it false they are ignored, as there.
   if (model_type == "qwen2") {
@@ -135,8 +132,10 @@ std::string supported_model_type(const json& j, Fields& f, const std::string& so
                                                    << "; only \"full_attention\" layers are supported");
     }
   }
+  // transformers' ACT2CLS maps "swish" to the same nn.SiLU.
   std::string act = f.get_string("hidden_act", "silu");
-  ALPACA_CHECK(act == "silu", source << ": field \"hidden_act\" is \"" << act << "\"; only silu is supported");
+  ALPACA_CHECK(act == "silu" || act == "swish",
+               source << ": field \"hidden_act\" is \"" << act << "\"; only silu (swish) is supported");
   ALPACA_CHECK(f.get_double("attention_dropout", 0.0) == 0.0,
                source << ": field \"attention_dropout\" must be 0 (attention dropout is unsupported)");
   return model_type;
@@ -159,7 +158,14 @@ void read_shapes(Fields& f, const std::string& source, LlamaConfig& c) {
   c.attention_bias = f.get_bool("attention_bias", false);
   c.mlp_bias = f.get_bool("mlp_bias", false);
   c.o_proj_bias = c.attention_bias;  // LlamaConfig.attention_bias covers q, k, v and o
-  if (c.model_type == "mistral") c.attention_bias = c.o_proj_bias = c.mlp_bias = false;  // MistralConfig has none
+  if (c.model_type == "mistral") {
+    c.attention_bias = c.o_proj_bias = c.mlp_bias = false;  // MistralConfig has none
+    if (f.has("sliding_window")) {
+      c.sliding_window = f.get_int("sliding_window", 0);
+      ALPACA_CHECK(*c.sliding_window > 0, source << ": field \"sliding_window\" must be positive or null, got "
+                                                 << *c.sliding_window);
+    }
+  }
   if (c.model_type == "qwen2") {  // Qwen2Attention: q/k/v with bias, o_proj without; Qwen2MLP without
     c.attention_bias = true;
     c.o_proj_bias = c.mlp_bias = false;
@@ -251,7 +257,7 @@ std::string LlamaConfig::to_json() const {
   const bool qwen2 = model_type == "qwen2";
   j["architectures"] = json::array({mistral ? "MistralForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"});
   j["model_type"] = mistral ? "mistral" : qwen2 ? "qwen2" : "llama";
-  if (mistral || qwen2) j["sliding_window"] = nullptr;
+  if (mistral || qwen2) j["sliding_window"] = mistral && sliding_window ? json(*sliding_window) : json(nullptr);
   if (qwen2) {
     j["use_sliding_window"] = false;
     j["max_window_layers"] = num_hidden_layers;

@@ -45,10 +45,19 @@ at::Tensor LlamaForCausalLMImpl::embed(const at::Tensor& input_ids_bt) const {
   return model->embed_tokens->forward(input_ids_bt);
 }
 
+void LlamaForCausalLMImpl::check_within_window(int64_t positions, const char* what) const {
+  ALPACA_CHECK(!cfg_.sliding_window || positions <= *cfg_.sliding_window,
+               what << " of " << positions << " positions is longer than the model's sliding_window ("
+                    << *cfg_.sliding_window << ", config.json); sliding-window attention is not implemented, so "
+                    "sequences must fit the window: use --model_max_length <= " << *cfg_.sliding_window
+                    << " (generate: a shorter prompt or --max_new_tokens)");
+}
+
 LayerContext LlamaForCausalLMImpl::make_context(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt,
                                                 const at::Tensor& position_ids_bt, const at::Tensor& segment_ids_bt,
                                                 at::ScalarType dtype) const {
   const int64_t b = input_ids_bt.size(0), t = input_ids_bt.size(1);
+  check_within_window(t, "a sequence");
   const at::Device device = input_ids_bt.device();
   at::Tensor pos = position_ids_bt;
   if (!pos.defined()) pos = at::arange(t, at::TensorOptions().dtype(at::kLong).device(device)).unsqueeze(0);
@@ -99,6 +108,7 @@ LayerContext LlamaForCausalLMImpl::make_cached_context(int64_t b, int64_t t, int
                                                        const at::Tensor& position_ids_bt, const at::Device& device,
                                                        at::ScalarType dtype) const {
   const int64_t k = cached + t;
+  check_within_window(k, "generation");
   auto lopts = at::TensorOptions().dtype(at::kLong).device(device);
   at::Tensor pos = position_ids_bt;
   if (!pos.defined()) pos = at::arange(cached, k, lopts).unsqueeze(0);
@@ -197,8 +207,6 @@ void LlamaForCausalLMImpl::resize_token_embeddings(int64_t new_vocab_size) {
     at::Tensor out = at::empty({new_vocab_size, w.size(1)}, w.options());
     const int64_t keep = std::min(old, new_vocab_size);
     out.narrow(0, 0, keep).copy_(w.narrow(0, 0, keep));
-    if (new_vocab_size > old)  // mean in fp32 so bf16 weights get an accurate mean
-      out.narrow(0, old, new_vocab_size - old).copy_(w.to(at::kFloat).mean(0, true).expand({new_vocab_size - old, w.size(1)}));
     return out;
   };
   auto& emb = model->embed_tokens->weight;
@@ -208,6 +216,19 @@ void LlamaForCausalLMImpl::resize_token_embeddings(int64_t new_vocab_size) {
   // transformers keeps padding_idx unless the row is cut off.
   if (cfg_.embedding_padding_idx >= new_vocab_size) cfg_.embedding_padding_idx = -1;
   model->embed_tokens->padding_idx = cfg_.embedding_padding_idx;
+  if (new_vocab_size > old) fill_rows_with_mean(old);
+}
+
+void LlamaForCausalLMImpl::fill_rows_with_mean(int64_t from) {
+  const int64_t v = cfg_.vocab_size;
+  ALPACA_CHECK(from > 0 && from <= v, "fill_rows_with_mean: row " << from << " is outside 1.." << v);
+  if (from == v) return;
+  at::NoGradGuard no_grad;
+  auto fill = [&](const at::Tensor& w) {  // the mean in fp32, so bf16 weights get an accurate mean
+    w.narrow(0, from, v - from).copy_(w.narrow(0, 0, from).to(at::kFloat).mean(0, true).expand({v - from, w.size(1)}));
+  };
+  fill(model->embed_tokens->weight);
+  if (lm_head) fill(lm_head->weight);
 }
 
 int64_t num_parameters(LlamaForCausalLM& m) {

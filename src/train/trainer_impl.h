@@ -78,7 +78,9 @@ struct Trainer::Impl {
   // Where the weights come from and how: the model is built on the meta device and each rank
   // reads only its own shards after apply_fsdp (setup_engine), unless weights_loaded.
   std::filesystem::path weights_dir;
-  bool grow_vocab = false;
+  // Rows of embed_tokens / lm_head from this one on are the fp32 mean of the stored rows before it
+  // (train.py's smart_tokenizer_and_embedding_resize; -1: all rows as stored).
+  int64_t vocab_mean_from = -1;
   bool weights_loaded = false;
   // LoRA (--use_peft; trainer_lora.cpp): the adapters attached, and the vocabulary rows train.py
   // added to the base ([PAD]) that the adapter must carry for a peft user.

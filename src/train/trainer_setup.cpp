@@ -105,7 +105,7 @@ void Trainer::Impl::setup_tokenizer_and_model() {
   tokenizer.emplace(tokenizer::Tokenizer::load(base.string(), opt.use_fast_tokenizer));
   // train.py: add the missing special tokens (pad [PAD], eos </s>, bos <s>, unk <unk>), then always
   // resize to len(tokenizer); the new rows get the mean of the stored ones.
-  tokenizer->add_missing_special_tokens();
+  const int64_t num_new_tokens = tokenizer->add_missing_special_tokens();
   tokenizer->set_model_max_length(opt.model_max_length);
   if (rank == 0) tokenizer_files = saved_tokenizer_files(*tokenizer, base, opt.chat_template);
 
@@ -146,18 +146,33 @@ void Trainer::Impl::setup_tokenizer_and_model() {
   // from the checkpoint, filling [PAD] rows with the mean of the stored rows as train.py does.
   // A checkpoint to resume from already has len(tokenizer) rows (its fingerprint was checked above).
   const int64_t stored_vocab = resume_dir && !opt.lora.has_value() ? resized.vocab_size : base_cfg.vocab_size;
-  if (stored_vocab <= tokenizer->vocab_size()) {
-    grow_vocab = stored_vocab < tokenizer->vocab_size();
-    if (grow_vocab)
-      ALPACA_INFO("resizing the embeddings from " << stored_vocab << " to " << tokenizer->vocab_size()
-                                                  << " rows (mean-initialised, as train.py)");
+  const int64_t vocab = tokenizer->vocab_size();
+  // train.py's smart_tokenizer_and_embedding_resize: resize_token_embeddings(len(tokenizer)), then the
+  // last num_new_tokens rows (input and output embeddings) := the mean of the rows before them, whether
+  // the resize grew the table, kept it (a checkpoint saved with len(tokenizer) rows, e.g. 32001) or
+  // shrank it. Rows past the stored ones are always that mean (transformers 4.28 would draw them at
+  // random where the tokenizer already held more words than the checkpoint). A LoRA run overwrites no
+  // stored row: its adapter carries only the rows past the base's (trainer_lora.cpp), and the base is
+  // the user's again when peft loads the adapter.
+  const bool fill_stored_rows = !resume_dir && !opt.lora && num_new_tokens > 0;
+  int64_t mean_from = stored_vocab;
+  if (fill_stored_rows) mean_from = std::min(stored_vocab, vocab - num_new_tokens);
+  if (stored_vocab <= vocab) {
+    if (mean_from < vocab) {
+      vocab_mean_from = mean_from;
+      ALPACA_INFO((stored_vocab < vocab ? "embeddings resized from " + std::to_string(stored_vocab) + " to " +
+                                              std::to_string(vocab) + " rows; "
+                                        : std::string("embeddings of ") + std::to_string(vocab) + " rows; ")
+                  << "rows " << mean_from << ".." << vocab - 1 << " set to the mean of the rows before them (as train.py)");
+    }
     model = model::LlamaForCausalLM(resized, at::TensorOptions().device(at::kMeta).dtype(at::kFloat));
   } else {
     // Shrinking to len(tokenizer) (train.py always resizes) is rare: load whole, then resize.
     ALPACA_WARN("the checkpoint has " << stored_vocab << " embedding rows but the tokenizer only "
-                                      << tokenizer->vocab_size() << "; loading it whole on every rank to shrink it");
+                                      << vocab << "; loading it whole on every rank to shrink it");
     model = io::load_hf_model(weights_dir.string(), at::kFloat);
-    model->resize_token_embeddings(tokenizer->vocab_size());
+    model->resize_token_embeddings(vocab);
+    if (fill_stored_rows) model->fill_rows_with_mean(mean_from);
     weights_loaded = true;
   }
   if (opt.lora) setup_lora(base_cfg.vocab_size);
@@ -222,7 +237,7 @@ void Trainer::Impl::setup_engine() {
     if (resume_dir && !opt.lora && sharded_layout(*resume_dir))
       load_sharded_weights(*resume_dir);  // each rank reads its own ranges, whoever wrote them
     else
-      fsdp::load_checkpoint(*engine, weights_dir.string(), /*rank0_only=*/policy.cpu_ram_efficient_loading, grow_vocab,
+      fsdp::load_checkpoint(*engine, weights_dir.string(), /*rank0_only=*/policy.cpu_ram_efficient_loading, vocab_mean_from,
                             base_only);
     weights_loaded = true;
     if (opt.lora && !resume_dir) init_trainable_token_rows();

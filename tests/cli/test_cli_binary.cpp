@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "alpaca/cli/flag_table.h"
+#include "alpaca/io/safetensors.h"
 #include "cli_test_util.h"
 #include "test_util.h"
 
@@ -27,12 +28,12 @@ size_t count(const std::string& hay, const std::string& needle) {
   return n;
 }
 
-// Inputs that pass the CLI's checks (a directory with config.json and a working tokenizer, which
-// the CLI self-checks before writing output_dir, and a data file) but whose model the trainer
-// cannot load: the run fails after the CLI has done its part.
+// Inputs that pass the CLI's checks (a directory with a valid config.json and a working tokenizer,
+// which the CLI checks before writing output_dir, and a data file) but whose model the trainer
+// cannot load (no weights): the run fails after the CLI has done its part.
 std::string unloadable_inputs(const fs::path& dir) {
   fs::create_directories(dir / "model");
-  std::ofstream(dir / "model" / "config.json") << "{}";
+  std::ofstream(dir / "model" / "config.json") << testing::kTinyLlamaConfigJson;
   fs::copy_file(testing::source_dir() / "data" / "tokenizer" / "tokenizer.model", dir / "model" / "tokenizer.model",
                 fs::copy_options::overwrite_existing);
   std::ofstream(dir / "d.json") << "[]";
@@ -95,6 +96,78 @@ TEST(CliBinary, WrapClassMustBeTheModelTypesDecoderLayer) {
     r = run(args + cls + " --output_dir " + good.string() + " 2>&1");
     EXPECT_EQ(r.rc, 0) << r.out;
     EXPECT_TRUE(fs::exists(good / "model.safetensors") || fs::exists(good / "config.json")) << r.out;
+  }
+}
+
+// A config.json the modules do not implement (an activation, a window longer runs would cut) is
+// refused before output_dir is written; a Mistral window the sequences fit trains.
+TEST(CliBinary, UnsupportedModelConfigsAreRefusedBeforeWriting) {
+  ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
+  testing::TempDir dir("cli_bad_config");
+  std::ofstream(dir.path() / "d.json") << R"([{"instruction": "Say it.", "input": "", "output": "the quick brown fox"},
+      {"instruction": "Again.", "input": "", "output": "jumps over the lazy dog"}])";
+  const std::string sizes = R"("vocab_size": 32000, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "max_position_embeddings": 128)";
+  for (const auto& [tag, config, flags, rc, needles] :
+       std::vector<std::tuple<std::string, std::string, std::string, int, std::vector<std::string>>>{
+           {"gelu", R"({"model_type": "llama", "hidden_act": "gelu", )" + sizes + "}", "", 1, {"hidden_act", "gelu"}},
+           {"window", R"({"model_type": "mistral", "sliding_window": 16, )" + sizes + "}", "--model_max_length 32", 2,
+            {"sliding_window", "16", "--model_max_length"}},
+           {"fits", R"({"model_type": "mistral", "sliding_window": 16, )" + sizes + "}", "--model_max_length 16", 0, {}}}) {
+    SCOPED_TRACE(tag);
+    const fs::path model = dir.path() / tag, out = dir.path() / ("out_" + tag), cfg = dir.path() / (tag + ".json");
+    std::ofstream(cfg) << config;
+    if (rc == 0) {  // weights to train
+      Result init = run("init-model --config " + cfg.string() + " --output_dir " + model.string());
+      ASSERT_EQ(init.rc, 0) << init.out;
+    } else {
+      fs::create_directories(model);
+      fs::copy_file(cfg, model / "config.json");
+    }
+    fs::copy_file(testing::shared_dir() / "data" / "llama2-tokenizer" / "tokenizer.model", model / "tokenizer.model");
+    const Result r = run("train --model_name_or_path " + model.string() + " --data_path " + (dir.path() / "d.json").string() +
+                         " --max_steps 1 --per_device_train_batch_size 2 --save_strategy no --report_to none " +
+                         "--disable_tqdm True --output_dir " + out.string() + " " + flags + " 2>&1");
+    EXPECT_EQ(r.rc, rc) << r.out;
+    for (const auto& needle : needles) EXPECT_NE(r.out.find(needle), std::string::npos) << needle << " not in:\n" << r.out;
+    EXPECT_EQ(fs::exists(out / "training_args.json"), rc == 0) << r.out;
+  }
+}
+
+// train.py's smart_tokenizer_and_embedding_resize: after resize_token_embeddings(len(tokenizer)) the
+// last num_new_tokens rows of both embeddings are the mean of the rows before them, whether the
+// checkpoint had fewer rows (32000: grown), as many (32001: saved after an earlier resize) or more
+// (32003: shrunk). One step at learning rate 0 exports the rows as set up.
+TEST(CliBinary, PadRowsAreTheMeanOfTheRowsBeforeThemAsTrainPy) {
+  ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
+  testing::TempDir dir("cli_pad_rows");
+  std::ofstream(dir.path() / "d.json") << R"([{"instruction": "Say it.", "input": "", "output": "the quick brown fox"},
+      {"instruction": "Again.", "input": "", "output": "jumps over the lazy dog"}])";
+  auto tensors = [](const fs::path& d) {
+    auto f = io::SafetensorsFile::open((d / "model.safetensors").string());
+    return std::make_pair(f->tensor("model.embed_tokens.weight").clone(), f->tensor("lm_head.weight").clone());
+  };
+  for (int64_t stored : {32000, 32001, 32003}) {
+    SCOPED_TRACE(stored);
+    const std::string tag = std::to_string(stored);
+    const fs::path cfg = dir.path() / (tag + ".json"), model = dir.path() / tag, out = dir.path() / ("out_" + tag);
+    std::ofstream(cfg) << R"({"model_type": "llama", "vocab_size": )" << stored << R"(, "hidden_size": 16,
+        "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "tie_word_embeddings": false})";
+    Result r = run("init-model --config " + cfg.string() + " --output_dir " + model.string());
+    ASSERT_EQ(r.rc, 0) << r.out;
+    fs::copy_file(testing::shared_dir() / "data" / "llama2-tokenizer" / "tokenizer.model", model / "tokenizer.model");
+    r = run("train --model_name_or_path " + model.string() + " --data_path " + (dir.path() / "d.json").string() +
+            " --max_steps 1 --per_device_train_batch_size 2 --learning_rate 0 --save_strategy no --report_to none "
+            "--disable_tqdm True --model_max_length 32 --output_dir " + out.string() + " 2>&1");
+    ASSERT_EQ(r.rc, 0) << r.out;
+    const auto [base_in, base_out] = tensors(model);
+    const auto [in, out_w] = tensors(out);
+    for (const auto& [got, base] : {std::make_pair(in, base_in), std::make_pair(out_w, base_out)}) {
+      ASSERT_EQ(got.size(0), 32001);  // LLaMA-2's 32000 words + [PAD]
+      EXPECT_TRUE(at::equal(got.narrow(0, 0, 32000), base.narrow(0, 0, 32000)));
+      EXPECT_TRUE(at::allclose(got[32000], base.narrow(0, 0, 32000).mean(0), 1e-5, 1e-7))
+          << "the [PAD] row is not the mean of the 32000 rows before it";
+    }
   }
 }
 

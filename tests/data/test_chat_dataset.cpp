@@ -199,7 +199,7 @@ TEST(ChatDataset, ConversationsWithoutAChatTemplateAreRefusedBeforeWriting) {
   EXPECT_FALSE(fs::exists(out));
 
   fs::create_directories(dir.path() / "model");
-  std::ofstream(dir.path() / "model" / "config.json") << "{}";
+  std::ofstream(dir.path() / "model" / "config.json") << ::alpaca::testing::kTinyLlamaConfigJson;
   fs::copy_file(tok / "tokenizer.model", dir.path() / "model" / "tokenizer.model");
   const auto run_dir = dir.path() / "run";
   rc = ::alpaca::testing::run_command(::alpaca::testing::train_bin() + " train --model_name_or_path " +

@@ -259,18 +259,29 @@ TEST(FsdpLlama, LoadsHfCheckpointIntoShards) {
     for (const auto& p : f->model()->parameters()) EXPECT_FALSE(p.is_meta());
   }
   // Alpaca's [PAD]: a meta model with 3 more rows loads the stored rows and mean-initialises the
-  // new ones exactly as resize_token_embeddings does after a full load.
+  // new ones exactly as resize_token_embeddings does after a full load; train.py's fill of its last
+  // rows from stored ones (a checkpoint that already has len(tokenizer) rows, or one row short of it)
+  // exactly as fill_rows_with_mean.
   {
-    model::LlamaForCausalLM full = io::load_hf_model(shared_path);
-    full->resize_token_embeddings(40);
-    model::LlamaConfig grown = tiny(false);
-    grown.vocab_size = 40;
-    for (bool rank0_only : {false, true}) {
-      auto f = fsdp::apply_fsdp(model::LlamaForCausalLM(grown, at::TensorOptions().device(at::kMeta)), job_comm(), FsdpPolicy{});
-      fsdp::load_checkpoint(f->engine(), shared_path, rank0_only, /*grow_vocab=*/true);
-      ParamMap got = exported(f->engine());
-      for (const auto& p : full->named_parameters())
-        EXPECT_TRUE(at::equal(got.at(p.key()), p.value())) << "grown " << p.key() << " rank0_only=" << rank0_only;
+    const int64_t stored = tiny(false).vocab_size;
+    for (const auto& [vocab, mean_from] : std::vector<std::pair<int64_t, int64_t>>{
+             {40, stored}, {stored, stored - 1}, {40, stored - 2}}) {
+      model::LlamaForCausalLM full = io::load_hf_model(shared_path);
+      full->resize_token_embeddings(vocab);
+      full->fill_rows_with_mean(mean_from);
+      model::LlamaConfig grown = tiny(false);
+      grown.vocab_size = vocab;
+      for (bool rank0_only : {false, true}) {
+        auto f = fsdp::apply_fsdp(model::LlamaForCausalLM(grown, at::TensorOptions().device(at::kMeta)), job_comm(), FsdpPolicy{});
+        fsdp::load_checkpoint(f->engine(), shared_path, rank0_only, mean_from);
+        ParamMap got = exported(f->engine());
+        for (const auto& p : full->named_parameters())
+          EXPECT_TRUE(at::equal(got.at(p.key()), p.value()))
+              << p.key() << " vocab " << vocab << " mean_from " << mean_from << " rank0_only=" << rank0_only;
+      }
+      // The filled rows are the mean of the rows before them, and differ from what was stored there.
+      const at::Tensor w = full->model->embed_tokens->weight;
+      EXPECT_TRUE(at::allclose(w[vocab - 1], w.narrow(0, 0, mean_from).mean(0), 1e-6, 1e-7));
     }
   }
   // A model whose vocabulary differs from the checkpoint's.

@@ -58,7 +58,7 @@ std::unique_ptr<fsdp::FsdpLlama> load(const fs::path& dir, const std::string& qu
   p.quant4_nested = nested;
   p.sync_module_states = false;
   auto f = fsdp::apply_fsdp(std::move(m), job_comm(), p);
-  fsdp::load_checkpoint(f->engine(), dir.string(), rank0_only, /*grow_vocab=*/false,
+  fsdp::load_checkpoint(f->engine(), dir.string(), rank0_only, /*vocab_mean_from=*/-1,
                         [](const std::string& n) { return !model::is_lora_param(n); });
   return f;
 }

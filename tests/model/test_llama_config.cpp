@@ -148,14 +148,29 @@ TEST(LlamaConfig, Qwen2SlidingWindowIsRefused) {
   EXPECT_EQ(LlamaConfig::from_json_string(full, "qwen2.json").model_type, "qwen2");
 }
 
+// Mistral-7B-v0.1's sliding_window is kept and written back (the model runs sequences that fit it,
+// where it cuts nothing; test_llama_forward checks the refusal of longer ones); "swish" is SiLU.
+TEST(LlamaConfig, MistralSlidingWindowAndSwishAreKept) {
+  const std::string tail = R"("vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2)";
+  const LlamaConfig c = LlamaConfig::from_json_string(R"({"model_type":"mistral","sliding_window":4096,)" + tail + "}", "m.json");
+  ASSERT_TRUE(c.sliding_window.has_value());
+  EXPECT_EQ(*c.sliding_window, 4096);
+  EXPECT_EQ(LlamaConfig::from_json_string(c.to_json(), "back.json").sliding_window, c.sliding_window);
+  EXPECT_FALSE(LlamaConfig::from_json_string(R"({"model_type":"mistral","sliding_window":null,)" + tail + "}", "m.json")
+                   .sliding_window.has_value());
+  // A LLaMA config has no window whatever it says (LlamaConfig has no such field).
+  EXPECT_FALSE(LlamaConfig::from_json_string(R"({"model_type":"llama","sliding_window":16,)" + tail + "}", "l.json")
+                   .sliding_window.has_value());
+  EXPECT_NO_THROW(LlamaConfig::from_json_string(R"({"model_type":"llama","hidden_act":"swish",)" + tail + "}", "s.json"));
+}
+
 TEST(LlamaConfig, BadConfigsNameFileAndField) {
   const std::string ok_tail = R"("vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1)";
   expect_error("{not json", {"bad/config.json", "not valid JSON"});
   expect_error(R"({"model_type":"gpt2",)" + ok_tail + R"(,"num_attention_heads":2})",
                {"bad/config.json", "model_type", "gpt2", "supported model types: llama", "mistral", "qwen2"});
-  // Mistral: the same modules as LLaMA; sliding-window attention is refused.
-  expect_error(R"({"model_type":"mistral",)" + ok_tail + R"(,"num_attention_heads":2,"sliding_window":4096})",
-               {"bad/config.json", "sliding_window", "4096", "not supported"});
+  expect_error(R"({"model_type":"mistral",)" + ok_tail + R"(,"num_attention_heads":2,"sliding_window":0})",
+               {"bad/config.json", "sliding_window", "positive"});
   expect_error(R"({)" + ok_tail + R"(,"num_attention_heads":2})", {"bad/config.json", "model_type"});
   expect_error(R"({"model_type":"llama",)" + ok_tail + "}", {"bad/config.json", "num_attention_heads", "missing"});
   expect_error(R"({"model_type":"llama",)" + ok_tail + R"(,"num_attention_heads":"two"})",

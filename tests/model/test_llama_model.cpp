@@ -4,8 +4,10 @@
 
 #include <set>
 
+#include "alpaca/model/kv_cache.h"
 #include "alpaca/model/llama.h"
 #include "alpaca/model/rope.h"
+#include "alpaca/util/error.h"
 #include "model_test_util.h"
 
 using namespace alpaca::model;
@@ -110,6 +112,48 @@ TEST(LlamaModel, ResizeTokenEmbeddingsUsesMeanRows) {
     EXPECT_TRUE(at::allclose(m->lm_head_weight()[64], old_out.mean(0)));
     EXPECT_EQ(m->forward(at::full({1, 3}, 65, at::kLong)).size(-1), 66);
   }
+}
+
+// train.py's last num_new_tokens rows after its resize: the mean of the rows before them, including
+// rows the checkpoint stored (a vocabulary saved with len(tokenizer) rows, or one shrunk to it).
+TEST(LlamaModel, FillRowsWithMeanOverwritesTheLastRows) {
+  for (bool tied : {false, true}) {
+    LlamaForCausalLM m(tiny(tied));
+    init_weights(m, 7);
+    const at::Tensor old_in = m->model->embed_tokens->weight.detach().clone();
+    const at::Tensor old_out = m->lm_head_weight().detach().clone();
+    m->fill_rows_with_mean(62);
+    const at::Tensor in = m->model->embed_tokens->weight;
+    EXPECT_TRUE(at::equal(in.narrow(0, 0, 62), old_in.narrow(0, 0, 62)));
+    for (int64_t r : {62, 63}) {
+      EXPECT_TRUE(at::allclose(in[r], old_in.narrow(0, 0, 62).mean(0)));
+      EXPECT_TRUE(at::allclose(m->lm_head_weight()[r], old_out.narrow(0, 0, 62).mean(0)));
+    }
+    EXPECT_THROW(m->fill_rows_with_mean(0), alpaca::Error);
+    EXPECT_THROW(m->fill_rows_with_mean(65), alpaca::Error);
+  }
+}
+
+// Mistral's sliding_window: sequences that fit it run (the window cuts nothing), longer ones are an
+// error naming the window and the flag, in training and in generation (the KV cache's positions).
+TEST(LlamaModel, SequencesLongerThanTheSlidingWindowAreRefused) {
+  LlamaConfig c = tiny(false);
+  c.model_type = "mistral";
+  c.sliding_window = 8;
+  LlamaForCausalLM m(c);
+  init_weights(m, 8);
+  EXPECT_EQ(m->forward(at::zeros({1, 8}, at::kLong)).size(1), 8);
+  try {
+    m->forward(at::zeros({1, 9}, at::kLong));
+    FAIL() << "9 positions ran past a window of 8";
+  } catch (const alpaca::Error& e) {
+    for (const char* needle : {"sliding_window", "8", "--model_max_length"})
+      EXPECT_NE(e.message().find(needle), std::string::npos) << needle << " not in: " << e.message();
+  }
+  at::NoGradGuard no_grad;
+  KvCache cache(c, 1, 16, at::kFloat);
+  m->forward_cached(at::zeros({1, 8}, at::kLong), cache);
+  EXPECT_THROW(m->forward_cached(at::zeros({1, 1}, at::kLong), cache), alpaca::Error);
 }
 
 TEST(LlamaModel, InitWeightsFollowsTransformers) {

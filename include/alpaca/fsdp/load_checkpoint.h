@@ -17,17 +17,18 @@
 namespace alpaca::fsdp {
 
 // A ParamRangeReader over `ckpt` that checks each tensor's shape against the model's and
-// releases the mapped pages once a range has been copied. With grow_vocab, an embedding or
-// lm_head whose model shape has more rows than the checkpoint's (Stanford Alpaca adds [PAD])
-// reads the stored rows and fills the new ones with the fp32 mean of the stored rows, exactly
-// as model::LlamaForCausalLM::resize_token_embeddings (the mean costs one full read of that tensor).
-ParamRangeReader checkpoint_range_reader(std::shared_ptr<io::CheckpointReader> ckpt, bool grow_vocab = false);
+// releases the mapped pages once a range has been copied. With vocab_mean_from = F >= 1, an
+// embedding or lm_head whose model shape has as many rows as the checkpoint's or more (Stanford
+// Alpaca adds [PAD]) reads the stored rows 0..F-1 and makes rows F.. the fp32 mean of those, exactly
+// as model::LlamaForCausalLM's resize_token_embeddings (F = the stored rows) and fill_rows_with_mean
+// (the mean costs one full read of that tensor). -1: every tensor as stored.
+ParamRangeReader checkpoint_range_reader(std::shared_ptr<io::CheckpointReader> ckpt, int64_t vocab_mean_from = -1);
 
 // Collective. Throws alpaca::Error naming the tensor and file when a parameter is missing or has
-// another shape (other than vocabulary growth when grow_vocab). The low-memory way to start: build
+// another shape (other than vocabulary growth with vocab_mean_from). The low-memory way to start: build
 // the model on the meta device with the final vocabulary, apply_fsdp, then load_checkpoint.
 // `include` (empty = all) picks the parameters read from `dir` (LoRA: the base tensors only).
-void load_checkpoint(FsdpEngine& engine, const std::string& dir, bool rank0_only, bool grow_vocab = false,
+void load_checkpoint(FsdpEngine& engine, const std::string& dir, bool rank0_only, int64_t vocab_mean_from = -1,
                      const std::function<bool(const std::string&)>& include = {});
 
 }  // namespace alpaca::fsdp

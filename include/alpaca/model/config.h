@@ -19,7 +19,7 @@ struct RopeScaling {
 };
 
 struct LlamaConfig {
-  // "llama", "mistral" (the same modules; sliding_window must be null) or "qwen2" (the same
+  // "llama", "mistral" (the same modules; see sliding_window) or "qwen2" (the same
   // modules with q/k/v bias and no o_proj bias; use_sliding_window must be false). Written back
   // as read.
   std::string model_type = "llama";
@@ -46,6 +46,11 @@ struct LlamaConfig {
   // end, vocab_size - 1); that row gets no gradient. -1: none. Kept by resize_token_embeddings.
   int64_t embedding_padding_idx = -1;
   std::string torch_dtype;            // "float32", "bfloat16", "float16" or "" when absent
+  // Mistral's sliding_window W (Mistral-7B-v0.1: 4096; null = none): a query sees only the last W
+  // positions. Sliding-window attention is not implemented: the model runs sequences of at most W
+  // positions, where the window cuts nothing and the attention is plain causal (longer ones are an
+  // error; the trainer refuses --model_max_length > W before it starts).
+  std::optional<int64_t> sliding_window;
 
   // Parses HF config.json text. `source` names the file in error messages.
   static LlamaConfig from_json_string(const std::string& text, const std::string& source);

@@ -83,8 +83,15 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // Grows (or shrinks) the vocabulary; new rows are the mean of the old rows in the input and
   // output embeddings (Stanford Alpaca's smart_tokenizer_and_embedding_resize).
   void resize_token_embeddings(int64_t new_vocab_size);
+  // Rows from..V-1 of the input and output embeddings := the fp32 mean of rows 0..from-1 (train.py's
+  // last num_new_tokens rows after its resize). 0 < from <= V.
+  void fill_rows_with_mean(int64_t from);
 
   const LlamaConfig& config() const { return cfg_; }
+  // Throws when `positions` (a sequence's, or a generation's cached + new) exceed the config's
+  // sliding_window: the plain causal attention is the window's only up to there. make_context and
+  // make_cached_context check; a caller running the layers another way (CpuDecoder) checks here.
+  void check_within_window(int64_t positions, const char* what) const;
   // The output projection (V, D): lm_head.weight, or embed_tokens.weight when tied.
   at::Tensor lm_head_weight() const;
   // The head's trainable token rows (peft trainable_token_indices; tied: the embedding's), or null.
