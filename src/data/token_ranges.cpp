@@ -13,6 +13,8 @@ namespace {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
+bool is_continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }  // of a UTF-8 character
+
 bool matches_at(const std::string& text, size_t pos, const std::string& bytes) {
   return pos + bytes.size() <= text.size() && text.compare(pos, bytes.size(), bytes) == 0;
 }
@@ -32,7 +34,7 @@ bool place(const std::string& text, size_t pos, const std::string& b, size_t* en
     *end = *next = pos + b.size() - 1;
     if (b.size() == 1 && pos < text.size()) {
       *end = pos + 1;
-      while (*end < text.size() && (static_cast<unsigned char>(text[*end]) & 0xC0) == 0x80) ++*end;
+      while (*end < text.size() && is_continuation(text[*end])) ++*end;
     }
     return true;
   }
@@ -77,9 +79,9 @@ bool places_from(const std::string& text, const std::vector<std::string>& bytes,
 
 std::optional<Resync> resync(const std::string& text, const std::vector<std::string>& bytes, size_t k, size_t pos) {
   const size_t last_at = std::min(text.size(), pos + kMaxRewrittenBytes);
+  const size_t last_token = std::min(bytes.size(), k + kMaxSkippedTokens);
   for (size_t q = pos; q <= last_at; ++q) {
-    if (q < text.size() && (static_cast<unsigned char>(text[q]) & 0xC0) == 0x80) continue;  // inside a character
-    const size_t last_token = std::min(bytes.size(), k + kMaxSkippedTokens);
+    if (q < text.size() && is_continuation(text[q])) continue;  // inside a character
     for (size_t j = k; j <= last_token; ++j) {
       if (j == k && q - pos > kMaxDroppedBytes) continue;  // token k itself, after text nothing covers
       if (places_from(text, bytes, j, q)) return Resync{j, q};
@@ -98,12 +100,11 @@ std::vector<std::pair<size_t, size_t>> token_byte_ranges(const tokenizer::Tokeni
   std::vector<std::pair<size_t, size_t>> out;
   out.reserve(ids.size());
   size_t pos = 0;
-  for (size_t k = 0; k < ids.size();) {
+  for (size_t k = 0; k < ids.size(); ++k) {
     size_t end = 0, next = 0;
     if (place(text, pos, bytes[k], &end, &next)) {
       out.emplace_back(pos, end);
       pos = next;
-      ++k;
       continue;
     }
     const std::optional<Resync> r = resync(text, bytes, k, pos);
@@ -112,18 +113,17 @@ std::vector<std::pair<size_t, size_t>> token_byte_ranges(const tokenizer::Tokeni
                              << " bytes; the tokenizer (" << tokenizer.source()
                              << ") rewrites the text (a normalizer), so its tokens cannot be matched to the "
                                 "assistant spans of the chat template");
-    if (r->token == k) {  // text nothing covers: it joins the token after it
+    if (r->token == k) {  // text nothing covers: token k, placed after it, takes it along
       place(text, r->at, bytes[k], &end, &next);
       out.emplace_back(pos, end);
       pos = next;
-      ++k;
       continue;
     }
     // Tokens k .. r->token - 1 stand for text [pos, r->at): the first holds it, the others nothing.
     out.emplace_back(pos, r->at);
     for (size_t t = k + 1; t < r->token; ++t) out.emplace_back(r->at, r->at);
     pos = r->at;
-    k = r->token;
+    k = r->token - 1;  // the loop's ++k moves on to r->token
   }
   // Trailing whitespace a final rstrip token swallowed belongs to it.
   size_t rest = pos;
