@@ -7,8 +7,6 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "alpaca/cli/flag_table.h"
 #include "alpaca/cli/train_args.h"
@@ -280,12 +278,8 @@ void apply_deepspeed_config(const std::string& path_or_json, TrainArgs& args, in
   std::string source = "(inline JSON)";
   size_t first = path_or_json.find_first_not_of(" \t\n");
   if (first == std::string::npos || path_or_json[first] != '{') {
-    std::ifstream in(path_or_json);
-    ALPACA_USAGE_CHECK(in.good(), "--deepspeed " << path_or_json << ": cannot open the file; give a DeepSpeed JSON config, "
-                                  "e.g. configs/default_offload_opt_param.json");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
+    text = read_flag_file("deepspeed", path_or_json,
+                          "a DeepSpeed JSON config, e.g. configs/default_offload_opt_param.json");
     source = path_or_json;
   }
   json root;

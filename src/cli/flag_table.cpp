@@ -8,7 +8,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <variant>
 
 #include "alpaca/cli/usage_error.h"
@@ -206,6 +209,27 @@ void set_flag_from_text(TrainArgs& args, const std::string& name, const std::str
 std::string flag_value_text(const TrainArgs& args, const std::string& name) {
   // The accessor takes a non-const TrainArgs; reading through it does not modify.
   return field_text(entry(name).field(const_cast<TrainArgs&>(args)));
+}
+
+std::string read_flag_file(const std::string& flag, const std::string& path, const std::string& what) {
+  std::error_code ec;
+  ALPACA_USAGE_CHECK(!std::filesystem::is_directory(path, ec),
+                     "--" << flag << " " << path << " is a directory; give " << what << " (a file)");
+  std::ifstream in(path);
+  ALPACA_USAGE_CHECK(in.good(), "--" << flag << " " << path << ": cannot open the file; give " << what);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  ALPACA_USAGE_CHECK(!in.bad(), "--" << flag << " " << path << ": cannot read the file");
+  return ss.str();
+}
+
+std::string underscore_flag_spelling(const std::string& arg) {
+  if (arg.size() <= 2 || arg.compare(0, 2, "--") != 0 || arg[2] == '-') return arg;
+  std::string out = arg;
+  const size_t end = std::min(out.find('='), out.size());
+  for (size_t i = 2; i < end; ++i)
+    if (out[i] == '-') out[i] = '_';
+  return out;
 }
 
 std::string closest_name(const std::string& unknown, const std::vector<std::string>& known) {

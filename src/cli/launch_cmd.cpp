@@ -8,6 +8,8 @@
 #include <string>
 
 #include "alpaca/cli/commands.h"
+#include "alpaca/cli/usage_error.h"
+#include "alpaca/dist/launch.h"
 #include "alpaca/dist/launcher.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/text.h"
@@ -17,7 +19,7 @@ namespace {
 
 int parse_count(const std::string& flag, const std::string& value) {
   const std::optional<long> v = text::parse_whole_long(value);
-  ALPACA_CHECK(v && *v >= 0 && *v <= INT_MAX, flag << " expects a non-negative integer, got '" << value << "'");
+  ALPACA_USAGE_CHECK(v && *v >= 0 && *v <= INT_MAX, flag << " expects a non-negative integer, got '" << value << "'");
   return static_cast<int>(*v);
 }
 
@@ -26,6 +28,23 @@ std::string self_exe() {
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   ALPACA_CHECK(n > 0, "launcher: cannot find this program's path (/proc/self/exe)");
   return std::string(buf, static_cast<size_t>(n));
+}
+
+// mpirun/mpiexec may start the launcher once per node (--nnodes of them); more copies than nodes
+// would each start --nproc_per_node workers as a separate job, all writing one output_dir.
+void check_not_nested(const dist::LauncherOptions& o) {
+  const dist::EnvMap env = dist::process_env();
+  for (const char* size_var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    const auto it = env.find(size_var);
+    if (it == env.end()) continue;
+    const std::optional<long> copies = text::parse_whole_long(it->second);
+    ALPACA_USAGE_CHECK(!copies || *copies <= o.nnodes,
+                       "--nproc_per_node starts the ranks itself, but an MPI launcher started " << *copies
+                           << " copies of it (" << size_var << "=" << it->second << ") for --nnodes " << o.nnodes
+                           << ": drop mpirun and run alpaca-train --nproc_per_node " << o.nproc_per_node
+                           << " once per node, or drop --nproc_per_node and use mpirun -np "
+                           << static_cast<long>(o.nproc_per_node) * *copies);
+  }
 }
 
 }  // namespace
@@ -56,13 +75,13 @@ int run_launcher(const std::vector<std::string>& args) {
     }
     if (key == "__standalone") continue;  // single node on a free port: our default
     if (!has_value) {
-      ALPACA_CHECK(i + 1 < args.size(), a << " needs a value");
+      ALPACA_USAGE_CHECK(i + 1 < args.size(), a << " needs a value");
       value = args[++i];
     }
     if (key == "__nproc_per_node") {
       opts.nproc_per_node = parse_count(a, value);
     } else if (key == "__nnodes") {
-      ALPACA_CHECK(value.find(':') == std::string::npos,
+      ALPACA_USAGE_CHECK(value.find(':') == std::string::npos,
                    "--nnodes " << value << ": elastic node ranges are not supported; give a fixed node count");
       opts.nnodes = parse_count(a, value);
     } else if (key == "__node_rank") {
@@ -74,8 +93,14 @@ int run_launcher(const std::vector<std::string>& args) {
       opts.master_port = parse_count(a, value);
     }
   }
-  ALPACA_CHECK(opts.nnodes == 1 || master_addr_given,
-               "--nnodes " << opts.nnodes << " needs --master_addr: the host of node 0, reachable from every node");
+  ALPACA_USAGE_CHECK(opts.nproc_per_node >= 1, "--nproc_per_node must be at least 1, got " << opts.nproc_per_node);
+  ALPACA_USAGE_CHECK(opts.nnodes >= 1, "--nnodes must be at least 1, got " << opts.nnodes);
+  ALPACA_USAGE_CHECK(opts.node_rank < opts.nnodes,
+                     "--node_rank " << opts.node_rank << " is outside the " << opts.nnodes << " nodes (--nnodes)");
+  ALPACA_USAGE_CHECK(opts.master_port < 65536, "--master_port " << opts.master_port << " is not a TCP port");
+  ALPACA_USAGE_CHECK(opts.nnodes == 1 || master_addr_given,
+                     "--nnodes " << opts.nnodes << " needs --master_addr: the host of node 0, reachable from every node");
+  check_not_nested(opts);
   return dist::run_workers(opts);
 }
 

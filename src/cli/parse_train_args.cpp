@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -40,7 +39,11 @@ std::string unknown_flag_message(const std::string& what, const std::string& nam
   std::ostringstream os;
   const std::string close = quote == "--" ? "" : quote;
   os << what << " " << quote << name << close;
-  std::string guess = closest_name(name, known_spellings());
+  // TRL's SFTConfig names of what is ours under Alpaca's name (edit distance would not find them).
+  static const std::map<std::string, std::string> kTrlNames = {{"max_length", "model_max_length"},
+                                                               {"max_seq_length", "model_max_length"}};
+  const auto trl = kTrlNames.find(name);
+  std::string guess = trl != kTrlNames.end() ? trl->second : closest_name(name, known_spellings());
   if (!guess.empty()) os << "; did you mean " << quote << guess << close << "?";
   else os << "; run 'alpaca-train --help' for the list of flags";
   return os.str();
@@ -76,11 +79,10 @@ std::string json_value_text(const std::string& file, const std::string& key, con
 
 // Reads --config: a JSON object whose keys are flag names (without --).
 std::map<std::string, std::string> read_config_file(const std::string& path) {
-  std::ifstream in(path);
-  ALPACA_USAGE_CHECK(in.good(), "--config " << path << ": cannot open the file; check the path");
+  const std::string text = read_flag_file("config", path, "a JSON file of {\"flag_name\": value, ...}");
   json doc;
   try {
-    doc = json::parse(in, nullptr, true, /*ignore_comments=*/true);
+    doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
   } catch (const json::exception& e) {
     ALPACA_USAGE_FAIL("--config " << path << " is not valid JSON: " << e.what());
   }
@@ -129,7 +131,13 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
   std::string config_path;
   app.add_option("--config", config_path);
 
-  std::vector<std::string> reversed(argv.rbegin(), argv.rend());  // CLI11 consumes from the back
+  // HfArgumentParser also takes every flag spelled with '-' (--learning-rate, --no-save-safetensors).
+  std::vector<std::string> reversed;  // CLI11 consumes from the back
+  // CLI11 reports a bare flag (--bf16) as an empty result, so an empty argument ("" from a
+  // script's unset variable) travels as a marker and becomes "" again below.
+  static const std::string kEmptyValue = "\x01(empty)";
+  for (auto it = argv.rbegin(); it != argv.rend(); ++it)
+    reversed.push_back(it->empty() ? kEmptyValue : underscore_flag_spelling(*it));
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
@@ -147,7 +155,7 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
       name = name.substr(0, name.find('='));
       ALPACA_USAGE_FAIL(unknown_flag_message("unknown flag", name, "--"));
     }
-    ALPACA_USAGE_FAIL("unexpected argument '" << extra << "': every value belongs to a --flag; quote values "
+    ALPACA_USAGE_FAIL("unexpected argument '" << (extra == kEmptyValue ? std::string() : extra) << "': every value belongs to a --flag; quote values "
                       "that hold spaces, e.g. --fsdp \"full_shard auto_wrap\"");
   }
 
@@ -164,7 +172,11 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
       ALPACA_USAGE_CHECK(r.rfind("--", 0) != 0, "--" << spelling << " needs a value, but the next argument is the flag "
                                                      << r << "; give --" << spelling << " VALUE");
     }
-    cl.values[flag] = results.empty() || results.back().empty() ? "true" : results.back();
+    // A bare flag (--bf16, --fsdp) means true; an empty value ("" from a script's unset variable)
+    // stays empty, as in HfArgumentParser: --resume_from_checkpoint "" does not resume.
+    cl.values[flag] = results.empty() || results.back().empty() ? "true"
+                      : results.back() == kEmptyValue               ? std::string()
+                                                                    : results.back();
   }
   for (const auto& [flag, opt] : negations) {
     if (opt->count() == 0) continue;

@@ -3,6 +3,9 @@
 // only parser sources) must not pull in what trainer_options() needs (LoRA, metrics, TensorBoard).
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 
+#include <set>
+#include <string>
+
 #include "alpaca/cli/train_args.h"
 #include "alpaca/cli/usage_error.h"
 #include "alpaca/util/error.h"
@@ -18,7 +21,23 @@ optim::LrSchedule schedule_from_flags(const TrainArgs& a) {
   }
   s.base_lr = a.learning_rate;
   const auto kw = nlohmann::json::parse(a.lr_scheduler_kwargs_json.empty() ? "{}" : a.lr_scheduler_kwargs_json);
+  // The keyword arguments of each transformers.optimization schedule function; another key is a
+  // TypeError there ("unexpected keyword argument"), and an error here rather than ignored.
+  using T = optim::ScheduleType;
+  const std::set<std::string> accepted =
+      s.type == T::kCosine || s.type == T::kCosineWithRestarts ? std::set<std::string>{"num_cycles"}
+      : s.type == T::kPolynomial                               ? std::set<std::string>{"lr_end", "power"}
+      : s.type == T::kInverseSqrt                              ? std::set<std::string>{"timescale"}
+      : s.type == T::kCosineWithMinLr ? std::set<std::string>{"num_cycles", "min_lr", "min_lr_rate"}
+                                      : std::set<std::string>{};
   for (const auto& [k, v] : kw.items()) {
+    if (!accepted.count(k)) {
+      std::string list;
+      for (const auto& name : accepted) list += (list.empty() ? "" : ", ") + name;
+      ALPACA_USAGE_FAIL("--lr_scheduler_kwargs key '" << k << "' is not an argument of the " << a.lr_scheduler_type
+                        << " schedule (transformers would raise TypeError); "
+                        << (list.empty() ? std::string("it takes none") : "it takes " + list));
+    }
     const bool number = v.is_number();
     ALPACA_USAGE_CHECK(number, "--lr_scheduler_kwargs " << k << " must be a number, got " << v.dump());
     if (k == "num_cycles") s.num_cycles = v.get<double>();

@@ -76,7 +76,7 @@ const SubFlag* find(const Subcommand& cmd, const std::string& name) {
 ParsedFlags parse_subcommand_flags(const Subcommand& cmd, const std::vector<std::string>& args, bool pass_through) {
   ParsedFlags out;
   for (size_t i = 0; i < args.size(); ++i) {
-    std::string name = args[i], value;
+    std::string name = underscore_flag_spelling(args[i]), value;
     const size_t eq = name.find('=');
     const bool inline_value = name.rfind("--", 0) == 0 && eq != std::string::npos;
     if (inline_value) {

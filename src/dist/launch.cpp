@@ -54,6 +54,19 @@ int get_int_or(const EnvMap& env, const char* name, const char* launcher, int fa
   return has(env, name) ? get_int(env, name, launcher) : fallback;
 }
 
+// A count of processes or nodes (WORLD_SIZE, LOCAL_WORLD_SIZE, PMI_SIZE, ...): at least 1. A
+// script's $((NNODES * NPROC)) over an unset variable gives 0, which would divide by zero later.
+int get_count(const EnvMap& env, const char* name, const char* launcher) {
+  const int v = get_int(env, name, launcher);
+  ALPACA_CHECK(v >= 1, launcher << " launch: " << name << "=" << v << " must be at least 1 (a count of processes or "
+                                   "nodes); launch variables: " << show_vars(env));
+  return v;
+}
+
+int get_count_or(const EnvMap& env, const char* name, const char* launcher, int fallback) {
+  return has(env, name) ? get_count(env, name, launcher) : fallback;
+}
+
 // Slurm's compressed per-node task counts, e.g. "4(x2),3" = {4, 4, 3}.
 std::vector<int> parse_slurm_tasks_per_node(const std::string& s, const EnvMap& env) {
   std::vector<int> out;
@@ -108,12 +121,12 @@ LaunchInfo from_torchrun(const EnvMap& env) {
   LaunchInfo li;
   li.source = LaunchSource::kTorchrun;
   li.rank = get_int(env, "RANK", who);
-  li.world_size = get_int(env, "WORLD_SIZE", who);
-  li.local_world_size = get_int_or(env, "LOCAL_WORLD_SIZE", who, li.world_size);
+  li.world_size = get_count(env, "WORLD_SIZE", who);
+  li.local_world_size = get_count_or(env, "LOCAL_WORLD_SIZE", who, li.world_size);
   li.local_rank = get_int_or(env, "LOCAL_RANK", who, li.rank % std::max(1, li.local_world_size));
   derive_nodes(li);
   li.node_rank = get_int_or(env, "GROUP_RANK", who, li.node_rank);
-  li.num_nodes = get_int_or(env, "GROUP_WORLD_SIZE", who, std::max(li.num_nodes, li.node_rank + 1));
+  li.num_nodes = get_count_or(env, "GROUP_WORLD_SIZE", who, std::max(li.num_nodes, li.node_rank + 1));
   if (has(env, "MASTER_ADDR")) li.master_addr = env.at("MASTER_ADDR");
   li.master_port = get_int_or(env, "MASTER_PORT", who, 0);
   ALPACA_CHECK(li.world_size == 1 || (!li.master_addr.empty() && li.master_port > 0 && li.master_port < 65536),
@@ -141,10 +154,10 @@ LaunchInfo from_mpi(const EnvMap& env, const MpiVars& v) {
   LaunchInfo li;
   li.source = v.source;
   li.rank = get_int(env, v.rank, v.who);
-  li.world_size = get_int(env, v.size, v.who);
+  li.world_size = get_count(env, v.size, v.who);
   li.local_rank = v.local_optional ? get_int_or(env, v.local_rank, v.who, li.rank) : get_int(env, v.local_rank, v.who);
   li.local_world_size =
-      v.local_optional ? get_int_or(env, v.local_size, v.who, li.world_size) : get_int(env, v.local_size, v.who);
+      v.local_optional ? get_count_or(env, v.local_size, v.who, li.world_size) : get_count(env, v.local_size, v.who);
   derive_nodes(li);
   return li;
 }
@@ -155,8 +168,8 @@ LaunchInfo from_slurm(const EnvMap& env) {
   li.source = LaunchSource::kSlurm;
   li.rank = get_int(env, "SLURM_PROCID", who);
   // The step's task count (srun) wins over the allocation's (sbatch --ntasks).
-  li.world_size = has(env, "SLURM_STEP_NUM_TASKS") ? get_int(env, "SLURM_STEP_NUM_TASKS", who)
-                                                   : get_int(env, "SLURM_NTASKS", who);
+  li.world_size = has(env, "SLURM_STEP_NUM_TASKS") ? get_count(env, "SLURM_STEP_NUM_TASKS", who)
+                                                   : get_count(env, "SLURM_NTASKS", who);
   li.local_rank = get_int(env, "SLURM_LOCALID", who);
   li.node_rank = get_int_or(env, "SLURM_NODEID", who, 0);
   const char* per_node_var = has(env, "SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE"
@@ -183,8 +196,8 @@ LaunchInfo from_slurm(const EnvMap& env) {
     li.local_world_size = li.world_size;
     li.num_nodes = 1;
   }
-  li.num_nodes = has(env, "SLURM_STEP_NUM_NODES") ? get_int(env, "SLURM_STEP_NUM_NODES", who)
-                 : has(env, "SLURM_NNODES")        ? get_int(env, "SLURM_NNODES", who)
+  li.num_nodes = has(env, "SLURM_STEP_NUM_NODES") ? get_count(env, "SLURM_STEP_NUM_NODES", who)
+                 : has(env, "SLURM_NNODES")        ? get_count(env, "SLURM_NNODES", who)
                                                    : li.num_nodes;
   return li;
 }
@@ -202,10 +215,29 @@ const char* to_string(LaunchSource source) {
   return "unknown";
 }
 
+// torchrun-style variables next to an MPI launcher's: a wrapper that maps OMPI_COMM_WORLD_RANK to
+// RANK (the same world, the same rank), or a launcher started by mpirun once per node (torchrun,
+// --nproc_per_node: a larger world). A smaller world is neither: stale RANK=0 WORLD_SIZE=1 left in
+// the shell would make every mpirun rank a world of its own, all writing one output_dir.
+static void check_agrees_with_mpi(const LaunchInfo& li, const EnvMap& env) {
+  for (const MpiVars* v : {&kOpenMpiVars, &kMpichVars}) {
+    if (!has(env, v->rank) || !has(env, v->size)) continue;
+    const int mpi_rank = get_int(env, v->rank, v->who), mpi_size = get_count(env, v->size, v->who);
+    const bool same = mpi_size == li.world_size && mpi_rank == li.rank;
+    ALPACA_CHECK(same || li.world_size > mpi_size,
+                 "torchrun-style RANK=" << li.rank << " WORLD_SIZE=" << li.world_size << " contradict " << v->who
+                                        << "'s " << v->rank << "=" << mpi_rank << " " << v->size << "=" << mpi_size
+                                        << ": unset RANK and WORLD_SIZE (left over from another launch?) when "
+                                           "starting with mpirun, or start without mpirun; launch variables: "
+                                        << show_vars(env));
+  }
+}
+
 LaunchInfo discover_launch(const EnvMap& env) {
   LaunchInfo li;
   if (has(env, "RANK") || has(env, "WORLD_SIZE")) {
     li = from_torchrun(env);
+    check_agrees_with_mpi(li, env);
   } else if (has(env, "OMPI_COMM_WORLD_RANK") || has(env, "OMPI_COMM_WORLD_SIZE")) {
     li = from_mpi(env, kOpenMpiVars);
   } else if (has(env, "PMI_RANK") || has(env, "PMI_SIZE")) {
@@ -213,6 +245,13 @@ LaunchInfo discover_launch(const EnvMap& env) {
   } else if (has(env, "SLURM_PROCID") && (has(env, "SLURM_STEP_NUM_TASKS") || has(env, "SLURM_NTASKS"))) {
     li = from_slurm(env);
   } else {
+    // LOCAL_RANK alone (a process started by hand per GPU, or by a launcher we do not know)
+    // would train a world of one in each process, all into one output_dir.
+    ALPACA_CHECK(!has(env, "LOCAL_RANK") && !has(env, "LOCAL_WORLD_SIZE"),
+                 "LOCAL_RANK / LOCAL_WORLD_SIZE are set but RANK and WORLD_SIZE are not: a torchrun-style launch "
+                 "needs RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT too (or use mpirun, srun or alpaca-train "
+                 "--nproc_per_node); unset LOCAL_RANK for a single process; launch variables: "
+                     << show_vars(env));
     return li;  // a single process
   }
   check_consistent(li, env);

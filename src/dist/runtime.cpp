@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -390,6 +391,49 @@ void check_mpi_thread(const char* op) {
 
 namespace {
 
+std::function<int()> g_startup_interrupt;  // set_startup_interrupt; read by the watchdog thread
+
+// Bounds a start-up phase that c10d cannot bound itself (a TCPStore client blocks in recv forever
+// when MASTER_PORT is held by a program that accepts and never answers) and ends it early on a
+// scheduler's signal, when there is nothing to save yet. A thread checks every 50 ms; on expiry
+// or a signal it writes one line and ends the process with _exit (the main thread may be stuck
+// in a system call no exception can leave).
+class StartupWatchdog {
+ public:
+  StartupWatchdog(std::string what, std::string fix, std::chrono::milliseconds limit)
+      : what_(std::move(what)), fix_(std::move(fix)), deadline_(std::chrono::steady_clock::now() + limit),
+        limit_s_(std::chrono::duration_cast<std::chrono::seconds>(limit).count()), thread_([this] { watch(); }) {}
+  ~StartupWatchdog() {
+    done_ = true;
+    thread_.join();
+  }
+  StartupWatchdog(const StartupWatchdog&) = delete;
+  StartupWatchdog& operator=(const StartupWatchdog&) = delete;
+
+ private:
+  void watch() {
+    while (!done_) {
+      const int code = g_startup_interrupt ? g_startup_interrupt() : 0;
+      if (code != 0) leave(std::string(g_rank_prefix) + ": stopping on a signal during " + what_ +
+                           " (nothing to save yet); exit code " + std::to_string(code) + "\n", code);
+      if (std::chrono::steady_clock::now() >= deadline_)
+        leave(std::string(g_rank_prefix) + ": error: " + what_ + " did not finish within " + std::to_string(limit_s_) +
+                  " s (--ddp_timeout and a margin); " + fix_ + "\n", 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  [[noreturn]] static void leave(const std::string& line, int code) {
+    [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+    ::_exit(code);
+  }
+
+  std::string what_, fix_;
+  std::chrono::steady_clock::time_point deadline_;
+  long long limit_s_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
 // Every rank announces itself; rank 0 waits for all of them until the timeout (--ddp_timeout) and
 // publishes either "all here" or the list of ranks that never came, which every rank then reports.
 void wait_for_every_rank(c10d::Store& store, const LaunchInfo& li, std::chrono::milliseconds timeout) {
@@ -460,9 +504,11 @@ c10::intrusive_ptr<c10d::Store> torchrun_store(std::chrono::milliseconds timeout
                "a store-based communicator needs MASTER_ADDR and MASTER_PORT (torchrun-style launch); this process was "
                "launched by "
                    << to_string(li.source));
-  // c10d logs every socket hiccup as a warning with a backtrace; our errors name the collective
-  // and the cause already. TORCH_CPP_LOG_LEVEL=INFO/WARNING brings them back for debugging.
-  if (!std::getenv("TORCH_CPP_LOG_LEVEL")) FLAGS_caffe2_log_level = 2;  // errors only
+  // c10d logs every socket hiccup as a warning, and a failed connection as errors with a C++
+  // backtrace; our errors name the cause already. TORCH_CPP_LOG_LEVEL=INFO/WARNING brings them
+  // back for debugging.
+  const bool quiet = !std::getenv("TORCH_CPP_LOG_LEVEL");
+  if (quiet) FLAGS_caffe2_log_level = 3;  // only fatal ones while connecting; errors afterwards
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(li.master_port);
   opts.isServer = li.rank == 0;
@@ -470,14 +516,25 @@ c10::intrusive_ptr<c10d::Store> torchrun_store(std::chrono::milliseconds timeout
   // Arrival is checked below, rank by rank, so a rank that never comes is named.
   opts.waitWorkers = false;
   opts.timeout = timeout;
+  const std::string where = li.master_addr + ":" + std::to_string(li.master_port);
+  StartupWatchdog watchdog(
+      "the start-up rendezvous with the store at " + where,
+      opts.isServer ? "start every rank of WORLD_SIZE=" + std::to_string(li.world_size)
+                    : "check that rank 0 runs (it hosts the store), MASTER_ADDR/MASTER_PORT, and that no other program "
+                      "holds that port on rank 0's host",
+      // c10d's own connect retries end within two timeouts, the roll call below within one more
+      // plus its grace; the watchdog only catches what never ends.
+      3 * timeout + std::chrono::seconds(10));
   try {
     s.store = c10::make_intrusive<c10d::TCPStore>(li.master_addr, opts);
   } catch (const std::exception& e) {
+    if (quiet) FLAGS_caffe2_log_level = 2;
     ALPACA_FAIL("cannot " << (opts.isServer ? "host" : "reach") << " the rendezvous store at " << li.master_addr << ":"
                           << li.master_port << " (" << detail::short_what(e)
                           << "); check MASTER_ADDR/MASTER_PORT, that the port is free on rank 0's host, and that every "
                              "rank was started");
   }
+  if (quiet) FLAGS_caffe2_log_level = 2;  // errors only
   wait_for_every_rank(*s.store, li, timeout);
   return s.store;
 }
@@ -558,6 +615,10 @@ std::shared_ptr<Communicator> make_communicator(const CommOptions& options) {
     case Backend::kAuto: break;
   }
   ALPACA_FAIL("unreachable backend " << to_string(b));
+}
+
+void set_startup_interrupt(std::function<int()> exit_code_if_interrupted) {
+  detail::g_startup_interrupt = std::move(exit_code_if_interrupted);
 }
 
 }  // namespace alpaca::dist

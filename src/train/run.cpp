@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "alpaca/ckpt/preemption.h"
 #include "alpaca/dist/runtime.h"
 #include "alpaca/train/trainer.h"
 
@@ -13,6 +14,11 @@ namespace alpaca::train {
 int run_training(const TrainerOptions& options, const dist::LaunchInfo& launch) {
   // The runtime outlives the trainer (its communicator is gone before MPI is finalized); on an
   // exception it finalizes uncleanly so the launcher ends the other ranks.
+  // A scheduler's SIGTERM while a torchrun-style rank still waits for its peers ends it at once.
+  dist::set_startup_interrupt([] {
+    const int sig = ckpt::stop_signal();
+    return sig == 0 ? 0 : ckpt::exit_code_for_stop(sig);
+  });
   dist::Runtime runtime(launch);
   int rc = 0;
   {

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "alpaca/dist/launch.h"
 #include "alpaca/util/error.h"
@@ -52,11 +55,48 @@ TEST(Launch, Torchrun) {
   EXPECT_FALSE(li.mpi_launched());
 }
 
-TEST(Launch, TorchrunWinsOverMpiVariables) {
-  auto li = discover_launch(EnvMap{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"OMPI_COMM_WORLD_RANK", "3"},
-                                   {"OMPI_COMM_WORLD_SIZE", "4"}});
+// torchrun-style variables win over an MPI launcher's when they describe the same process (a
+// wrapper mapping OMPI_COMM_WORLD_RANK to RANK) or a larger world (mpirun starting torchrun or
+// --nproc_per_node once per node). A smaller world is stale RANK/WORLD_SIZE under mpirun, which
+// would make each MPI rank a job of its own: an error showing both.
+TEST(Launch, TorchrunWinsOverMpiVariablesThatAgree) {
+  auto li = discover_launch(EnvMap{{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"MASTER_ADDR", "n0"}, {"MASTER_PORT", "29500"},
+                                   {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}});
   EXPECT_EQ(li.source, LaunchSource::kTorchrun);
-  EXPECT_EQ(li.world_size, 1);
+  EXPECT_EQ(li.world_size, 8);
+  li = discover_launch(EnvMap{{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "n0"}, {"MASTER_PORT", "29500"},
+                              {"PMI_RANK", "3"}, {"PMI_SIZE", "4"}});
+  EXPECT_EQ(li.source, LaunchSource::kTorchrun);
+  for (const auto& [rank, size] : std::vector<std::pair<std::string, std::string>>{{"3", "4"}, {"1", "2"}}) {
+    const std::string e = error_of({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"OMPI_COMM_WORLD_RANK", rank},
+                                    {"OMPI_COMM_WORLD_SIZE", size}, {"OMPI_COMM_WORLD_LOCAL_RANK", rank},
+                                    {"OMPI_COMM_WORLD_LOCAL_SIZE", size}});
+    EXPECT_NE(e.find("RANK=0 WORLD_SIZE=1 contradict Open MPI's OMPI_COMM_WORLD_RANK=" + rank), std::string::npos) << e;
+    EXPECT_NE(e.find("unset RANK and WORLD_SIZE"), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "n0"}, {"MASTER_PORT", "1"}, {"PMI_RANK", "1"},
+                      {"PMI_SIZE", "4"}}).find("contradict MPICH/Hydra's PMI_RANK=1 PMI_SIZE=4"), std::string::npos);
+}
+
+// A count of 0 (a script's $((NNODES * NPROC)) over an unset variable) is an error naming the
+// variable, not a division by zero; LOCAL_RANK without RANK would make each process a job of its own.
+TEST(Launch, ZeroCountsAndLocalRankAloneAreErrors) {
+  for (const EnvMap& env : std::vector<EnvMap>{
+           {{"RANK", "0"}, {"WORLD_SIZE", "0"}},
+           {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "0"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}},
+           {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+            {"OMPI_COMM_WORLD_LOCAL_SIZE", "0"}},
+           {{"PMI_RANK", "0"}, {"PMI_SIZE", "0"}},
+           {{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}, {"MPI_LOCALNRANKS", "0"}},
+           {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "0"}, {"SLURM_LOCALID", "0"}}}) {
+    const std::string e = error_of(env);
+    EXPECT_NE(e.find("must be at least 1"), std::string::npos) << e;
+  }
+  for (const char* var : {"LOCAL_RANK", "LOCAL_WORLD_SIZE"}) {
+    const std::string e = error_of({{var, "1"}});
+    EXPECT_NE(e.find("RANK and WORLD_SIZE are not"), std::string::npos) << e;
+    EXPECT_NE(e.find(std::string(var) + "=1"), std::string::npos) << e;
+  }
 }
 
 TEST(Launch, OpenMpi) {

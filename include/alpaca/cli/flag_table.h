@@ -42,6 +42,14 @@ std::string flag_value_text(const TrainArgs& args, const std::string& name);
 // Parses the boolean forms the CLI accepts; nullopt when `text` is none of them.
 std::optional<bool> parse_bool_text(const std::string& text);
 
+// The text of the file a flag names (--config, --deepspeed, --fsdp_config); a usage error naming
+// the flag when it is missing, unreadable or a directory. `what` says what it should be.
+std::string read_flag_file(const std::string& flag, const std::string& path, const std::string& what);
+
+// A command-line argument with a flag's '-' turned into '_' ("--learning-rate=1" ->
+// "--learning_rate=1"), as HfArgumentParser accepts both; anything else (values, "--") unchanged.
+std::string underscore_flag_spelling(const std::string& arg);
+
 // The known name closest to `unknown` by edit distance, or "" if none is plausibly meant.
 std::string closest_name(const std::string& unknown, const std::vector<std::string>& known);
 

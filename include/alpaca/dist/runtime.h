@@ -34,6 +34,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -68,6 +69,11 @@ const LaunchInfo& launch_info();
 // With `clean == false` (an error is unwinding) it skips every synchronisation so a failing rank
 // never waits on healthy ones: the launcher (mpirun, our launcher) then ends the job.
 void finalize(bool clean = true);
+
+// Asked every 50 ms while a torchrun-style rank waits in the start-up rendezvous: a non-zero result
+// is the exit code to leave with at once (the caller's signal handling says a scheduler's notice
+// came; before the rendezvous ends there is nothing to save). Set before init / make_communicator.
+void set_startup_interrupt(std::function<int()> exit_code_if_interrupted);
 
 // RAII: init() now, finalize() at scope exit (clean unless an exception is unwinding).
 class Runtime {
