@@ -99,6 +99,9 @@ MergeStats merge_lora_adapter(const std::string& base_dir, const std::string& ad
     ++stats.num_tensors;
     peak = std::max(peak, sys::rss_bytes());
   }
+  // A tied base: the shared table peft also stores under lm_head (ensure_weight_tying) was merged as embed_tokens.
+  if (mcfg.tie_word_embeddings && !base.contains("lm_head.weight") && !unused.count(kPrefix + std::string("model.embed_tokens.weight")))
+    unused.erase(kPrefix + std::string("lm_head.weight"));
   ALPACA_CHECK(unused.empty(), adapter->path() << " has " << *unused.begin() << ", which matches no tensor of the base "
                                << base_dir << "; is it the base model the adapter was trained on?");
   mcfg.vocab_size = vocab;

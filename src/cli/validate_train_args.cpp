@@ -6,7 +6,6 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "alpaca/cli/deepspeed_config.h"
@@ -64,11 +63,7 @@ json read_json_flag(const std::string& flag, const std::string& value, std::stri
   std::string text = value;
   std::string where = "--" + flag;
   if (value.find_first_not_of(" \t\n") != std::string::npos && value[value.find_first_not_of(" \t\n")] != '{') {
-    std::ifstream in(value);
-    ALPACA_USAGE_CHECK(in.good(), "--" << flag << " " << value << ": no such file; give a JSON file or an inline JSON object");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
+    text = read_flag_file(flag, value, "a JSON file or an inline JSON object");
     where += " file " + value;
   }
   json j;
@@ -303,6 +298,16 @@ void validate_lora(TrainArgs& a) {
   ALPACA_USAGE_CHECK(a.lora_r > 0, "--lora_r must be > 0 (the LoRA rank), got " << a.lora_r);
   ALPACA_USAGE_CHECK(a.lora_dropout >= 0 && a.lora_dropout < 1, "--lora_dropout must be in [0, 1), got " << a.lora_dropout);
   ALPACA_USAGE_CHECK(std::isfinite(a.lora_alpha) && a.lora_alpha != 0, "--lora_alpha must be a non-zero number, got " << a.lora_alpha);
+  bool lm_head_targeted = false;  // "lm_head" as a whole name in the list (model::split_module_list's forms)
+  const std::string& t = a.lora_target_modules;
+  auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t at = t.find("lm_head"); at != std::string::npos; at = t.find("lm_head", at + 1))
+    lm_head_targeted = lm_head_targeted || ((at == 0 || !word_char(t[at - 1])) &&
+                                            (at + 7 == t.size() || !word_char(t[at + 7])));
+  ALPACA_USAGE_CHECK(!lm_head_targeted || a.lora_dropout == 0,
+                     "--lora_target_modules lm_head with --lora_dropout " << a.lora_dropout
+                         << ": dropout on lm_head's LoRA branch is not supported (the fused loss takes one weight); "
+                            "use --lora_dropout 0 or leave lm_head out");
 }
 
 // QLoRA flags (transformers' BitsAndBytesConfig names): a 4-bit base is frozen, so only a LoRA run
@@ -333,6 +338,11 @@ void validate_quant(TrainArgs& a) {
   ALPACA_USAGE_CHECK(same, "--bnb_4bit_compute_dtype " << c << " differs from the run's dtype " << run_name
                            << ": the weights are dequantized into the dtype the layers compute in; drop the flag, "
                               "or choose the run's dtype with --bf16 / --fp16");
+  // The 4-bit base is held per FSDP unit, one per decoder layer; a whole-model unit would train the
+  // full-precision weights without a word.
+  ALPACA_USAGE_CHECK(a.fsdp_policy.auto_wrap, "--load_in_4bit holds each decoder layer 4-bit, which needs one FSDP unit per "
+                                              "decoder layer: add auto_wrap to --fsdp (e.g. --fsdp \"" << a.fsdp
+                                              << " auto_wrap\") or drop --fsdp");
   a.fsdp_policy.quant4_type = a.bnb_4bit_quant_type;
   a.fsdp_policy.quant4_nested = a.use_bnb_nested_quant;
 }

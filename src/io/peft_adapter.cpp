@@ -26,7 +26,7 @@ std::string peft_adapter_config_json(const PeftLoraConfig& c) {
       {"r", c.r}, {"lora_alpha", c.alpha}, {"lora_dropout", c.dropout}, {"use_rslora", c.use_rslora},
       {"target_modules", c.target_modules},
       {"modules_to_save", c.modules_to_save.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.modules_to_save)},
-      {"trainable_token_indices", tokens},
+      {"trainable_token_indices", tokens}, {"ensure_weight_tying", c.ensure_weight_tying},
       {"bias", "none"}, {"fan_in_fan_out", false}, {"init_lora_weights", true}, {"inference_mode", true},
       {"use_dora", false}, {"lora_bias", false}, {"layers_to_transform", nullptr}, {"layers_pattern", nullptr},
       {"rank_pattern", nlohmann::json::object()}, {"alpha_pattern", nlohmann::json::object()},
@@ -38,6 +38,11 @@ int64_t LoraAdapter::vocab_size(int64_t base_vocab) const {
   int64_t v = base_vocab;
   for (const auto& [name, ids] : token_rows)
     for (int64_t id : ids) v = std::max(v, id + 1);
+  // Tables saved in full (modules_to_save embed_tokens / lm_head) hold the run's vocabulary.
+  for (const char* table : {"model.embed_tokens.weight", "lm_head.weight"}) {
+    const std::string key = std::string(kPeftKeyPrefix) + table;
+    if (file && file->contains(key) && !file->info(key).shape.empty()) v = std::max(v, file->info(key).shape[0]);
+  }
   return v;
 }
 
@@ -202,6 +207,9 @@ int64_t attach_lora_adapter(model::LlamaForCausalLMImpl& m, const LoraAdapter& a
     load_branch(*dynamic_cast<model::LinearImpl*>(modules.at(name).get()), name, adapter, t, base_dir);
   for (auto& item : m.named_parameters(/*recurse=*/true))
     if (!model::is_lora_param(item.key())) load_saved_rows(item.key(), item.value(), adapter, t, base_dir);
+  // A tied base with modules_to_save embed_tokens: peft (ensure_weight_tying) stores the shared
+  // table under lm_head too; the embedding's copy above is the one both use.
+  if (!m.lm_head && t.contains("lm_head.weight") && t.contains("model.embed_tokens.weight")) t.take("lm_head.weight");
   t.check_all_used(base_dir);
   return static_cast<int64_t>(names.size());
 }

@@ -117,6 +117,7 @@ std::string CpuDecoder::unsupported(LlamaForCausalLMImpl& m, int64_t batch) {
       if (L->lora_A->bias.defined() || L->lora_B->bias.defined()) return "a LoRA branch with a bias";
       if (L->lora_dropout > 0 && L->is_training()) return "LoRA dropout in training mode (call eval())";
     }
+  if (m.lm_head && m.lm_head->lora_A) return "a LoRA branch on lm_head";
   const LlamaConfig& c = m.config();
   if (c.head_dim % 2 != 0 || c.head_dim > kMaxHeadDim) return "head_dim " + std::to_string(c.head_dim);
   return "";

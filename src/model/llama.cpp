@@ -160,6 +160,9 @@ at::Tensor LlamaForCausalLMImpl::forward_cached(const at::Tensor& input_ids_bt, 
 }
 
 at::Tensor LlamaForCausalLMImpl::head(const at::Tensor& hidden_btd) const {
+  // A LoRA branch on lm_head (peft: lora.Linear, dropout included); apply_lora refuses it next to
+  // trainable token rows.
+  if (lm_head && lm_head->lora_A) return lm_head->forward(model->norm->forward(hidden_btd));
   const at::Tensor w = lm_head_weight();
   const TrainableTokensImpl* tok = lm_head_token_adapter();
   if (!tok) return model::linear(model->norm->forward(hidden_btd), w);
@@ -191,7 +194,16 @@ LossSum LlamaForCausalLMImpl::forward_loss_sum(const at::Tensor& input_ids_bt, c
                                                const at::Tensor& attention_mask_bt, const at::Tensor& position_ids_bt,
                                                const at::Tensor& segment_ids_bt, int64_t chunk_tokens) {
   const at::Tensor h_btd = decoder(input_ids_bt, attention_mask_bt, position_ids_bt, segment_ids_bt);
-  const at::Tensor w = lm_head_weight();
+  at::Tensor w = lm_head_weight();
+  if (lm_head && lm_head->lora_A) {
+    // The fused loss takes one weight: W + scaling * B A, the same logits as peft's
+    // x W^T + scaling * (x A^T) B^T up to rounding, and the same gradients for A and B. peft's
+    // dropout acts on the branch's input only, which one weight cannot express.
+    ALPACA_CHECK(!(is_training() && lm_head->lora_dropout > 0),
+                 "LoRA dropout on lm_head is not supported in training (the fused loss takes one weight); use "
+                 "--lora_dropout 0 or leave lm_head out of --lora_target_modules");
+    w = w + at::matmul(lm_head->lora_B->weight, lm_head->lora_A->weight).to(w.scalar_type()) * lm_head->lora_scaling;
+  }
   const TrainableTokensImpl* tok = lm_head_token_adapter();
   if (!tok) return causal_lm_head_loss_sum(model->norm->forward(h_btd), w, labels_bt, chunk_tokens);
   return causal_lm_head_loss_sum(model->norm->forward(h_btd), w, labels_bt, chunk_tokens, tok->trainable_tokens_delta,

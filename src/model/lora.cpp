@@ -133,9 +133,12 @@ std::vector<torch::nn::Module*> saved_modules(const LoraOptions& opt, const Modu
   std::vector<torch::nn::Module*> saved;
   for (const auto& t : opt.modules_to_save) {
     bool matched = false;
+    // peft's _set_trainable: any module whose name ends with the text, not only at a dot
+    // ("norm" is every input_layernorm, post_attention_layernorm and the final norm).
     for (const auto& [name, mod] : idx.modules) {
-      if (!name_matches(name, t)) continue;
+      if (name.empty() || !name.ends_with(t)) continue;
       matched = true;
+      if (std::find(saved.begin(), saved.end(), mod.get()) != saved.end()) continue;
       saved.push_back(mod.get());
       plan.saved_modules.push_back(name);
     }
@@ -197,6 +200,15 @@ LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t se
   plan.target_modules = resolve_targets(opt, idx);
   const auto chosen = chosen_linears(plan.target_modules, idx);
   const std::vector<torch::nn::Module*> saved = saved_modules(opt, idx, plan);
+  for (const auto& [name, lin] : chosen) {
+    // peft refuses both (NoMatchingPeftModuleError; TypeError for trainable tokens on a LoRA layer).
+    ALPACA_CHECK(std::find(saved.begin(), saved.end(), static_cast<torch::nn::Module*>(lin)) == saved.end(),
+                 "LoRA target " << name << " is also a module to save; peft trains a module one way or the other: "
+                 "drop it from --lora_target_modules or from --lora_modules_to_save");
+    ALPACA_CHECK(!m.lm_head || lin != m.lm_head.get() || opt.trainable_token_indices.empty(),
+                 "LoRA on lm_head cannot be combined with trainable token rows on it (the new tokens of this run's "
+                 "tokenizer; peft raises TypeError on that adapter): leave lm_head out of --lora_target_modules");
+  }
 
   at::NoGradGuard no_grad;
   for (auto& p : m.parameters(/*recurse=*/true)) p.requires_grad_(false);

@@ -5,6 +5,7 @@
 // added to the vocabulary ([PAD]) are trained as peft trainable tokens (trainable_token_indices:
 // one (rows, D) trainable delta per table, tied tables share one) unless the whole table is in
 // modules_to_save.
+#include <algorithm>
 #include <sstream>
 
 #include "alpaca/ckpt/checkpoint_dir.h"
@@ -122,8 +123,14 @@ void Trainer::Impl::export_adapter(const fs::path& dir) {
   // CPU tensor bytes (the counting allocator, util/tensor_memory.h): what gathering and writing
   // the adapter holds at its worst, which must stay about the adapter's size, never the base's.
   const int64_t tensors_before = util::begin_cpu_tensor_watch();
+  // A tied model trains one table for the embedding and the output layer: peft keeps them one with
+  // ensure_weight_tying=True, and its adapter holds the table under lm_head as well.
+  const bool tied_table = fsdp_model->model()->config().tie_word_embeddings &&
+                          std::find(lora_plan.saved_modules.begin(), lora_plan.saved_modules.end(), "model.embed_tokens") !=
+                              lora_plan.saved_modules.end();
   engine->export_trainable_state([&](const std::string& name, const at::Tensor& value) {
     writer->add(io::peft_key(name), value);
+    if (tied_table && name == "model.embed_tokens.weight") writer->add(io::peft_key("lm_head.weight"), value);
     rss_peak = std::max(rss_peak, sys::rss_bytes());
   });
   if (rank != 0) return;
@@ -137,6 +144,7 @@ void Trainer::Impl::export_adapter(const fs::path& dir) {
   cfg.use_rslora = o.use_rslora;
   cfg.target_modules = lora_plan.target_modules;
   cfg.modules_to_save = o.modules_to_save;
+  cfg.ensure_weight_tying = tied_table;
   // Added vocabulary rows: their trained deltas were exported above with the adapters (peft's
   // key "<table>.token_adapter.trainable_tokens_delta"); the config names their ids per table.
   for (const auto& [key, module] : lora_plan.token_tables) cfg.trainable_token_indices[key] = added_token_ids;

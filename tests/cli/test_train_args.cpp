@@ -172,6 +172,24 @@ TEST(TrainArgs, NumbersAndOptionals) {
   });
 }
 
+// HfArgumentParser: every flag also spelled with '-'; an empty value ("" from a script's unset
+// variable) is the empty string, never the bare flag's True.
+TEST(TrainArgs, DashSpellingsAndEmptyValuesAsHfArgumentParser) {
+  TrainArgs a = parse_train_args(shell_split(kRequired + "--learning-rate 3e-4 --per-device-train-batch-size=2 "
+                                                         "--fsdp '' --resume_from_checkpoint '' --bf16"));
+  EXPECT_DOUBLE_EQ(a.learning_rate, 3e-4);
+  EXPECT_EQ(a.per_device_train_batch_size, 2);
+  EXPECT_EQ(a.fsdp_words, "");
+  EXPECT_EQ(trainer_options(a).resume.kind, train::ResumeFrom::Kind::kNone);
+  EXPECT_TRUE(a.bf16);
+  expect_usage_errors({
+      {"--output_dir ''", "--output_dir must not be empty"},
+      {"--learning_rate ''", "--learning_rate expects a number, got ''"},
+      {"--learning-rat 1e-4", "did you mean --learning_rate?"},
+      {"--no-save-safetensors", "--save_safetensors False is not supported"},
+  });
+}
+
 TEST(TrainArgs, UnknownFlagsSuggestTheClosestName) {
   expect_usage_errors({
       {"--learning_rat 1e-4", "unknown flag --learning_rat; did you mean --learning_rate?"},
@@ -209,7 +227,10 @@ TEST(TrainArgs, ContradictionsSayWhatToChange) {
       {"--eval_data_path eval.json", "--eval_data_path is given but --eval_strategy is 'no'"},
       // Refused when parsing, not after the communicators start (they used to be trainer checks).
       {"--eval_strategy epoch", "--eval_strategy epoch needs --eval_data_path"},
-      {"--lr_scheduler_kwargs '{\"num_cycle\": 2}'", "--lr_scheduler_kwargs key 'num_cycle' is not used by linear"},
+      {"--lr_scheduler_kwargs '{\"num_cycle\": 2}'", "--lr_scheduler_kwargs key 'num_cycle' is not an argument of the linear schedule"},
+      // A key another schedule takes is a TypeError in transformers, not ignored.
+      {"--lr_scheduler_type cosine --lr_scheduler_kwargs '{\"min_lr\": 1e-4}'", "'min_lr' is not an argument of the cosine schedule (transformers would raise TypeError); it takes num_cycles"},
+      {"--lr_scheduler_type constant --lr_scheduler_kwargs '{\"power\": 2}'", "it takes none"},
       {"--lr_scheduler_type cosine_with_min_lr", "one of min_lr or min_lr_rate must be set"},
       {"--do_eval True", "would never evaluate"},
       {"--packing --group_by_length", "--packing and --group_by_length contradict"},
@@ -251,13 +272,19 @@ TEST(TrainArgs, LoraFlagsHaveTrlNamesAndDefaults) {
       {"--use_peft --lora_r -4", "--lora_r must be > 0"},
       {"--use_peft --lora_dropout 1", "--lora_dropout must be in [0, 1)"},
       {"--lora_r 8", "--lora_r only acts on a LoRA run; add --use_peft True"},
+      {"--use_peft --lora_target_modules 'q_proj lm_head' --lora_dropout 0.1", "dropout on lm_head's LoRA branch is not supported"},
+      // A 4-bit base is held per decoder-layer unit; a whole-model unit would silently stay full precision.
+      {"--use_peft --load_in_4bit --fsdp full_shard", "needs one FSDP unit per decoder layer: add auto_wrap to --fsdp (e.g. --fsdp \"full_shard auto_wrap\")"},
+      {"--use_peft --load_in_4bit --fsdp no_shard", "add auto_wrap to --fsdp"},
   });
+  EXPECT_TRUE(parse_train_args(shell_split(kRequired + "--use_peft --lora_target_modules 'q_proj,lm_head' --lora_dropout 0")).use_peft);
+  EXPECT_TRUE(parse_train_args(shell_split(kRequired + "--use_peft --load_in_4bit --fsdp 'full_shard auto_wrap'")).load_in_4bit);
 }
 
 TEST(TrainArgs, DerivedValues) {
   TrainArgs a = parse_train_args(shell_split(kRequired + "--fsdp --eval_strategy steps --logging_steps 10 --eval_data_path e.json "
                                                          "--save_max_shard_size 500MiB --resume_from_checkpoint true "
-                                                         "--lr_scheduler_kwargs '{\"num_cycles\": 2}' --output_dir o"));
+                                                         "--lr_scheduler_type cosine --lr_scheduler_kwargs '{\"num_cycles\": 2}' --output_dir o"));
   EXPECT_EQ(a.fsdp_words, "full_shard");  // bare --fsdp = full_shard, as HF
   EXPECT_EQ(a.fsdp_policy.strategy, fsdp::ShardingStrategy::kFullShard);
   ASSERT_TRUE(a.eval_steps.has_value());

@@ -19,14 +19,19 @@ LlamaConfig tiny() { return alpaca::testing::llama_config({64, 32, 48, 2, 4, 2, 
 
 using alpaca::testing::error_of;
 
+LoraOptions rank_alpha(int64_t r, double alpha) {
+  LoraOptions o;
+  o.r = r;
+  o.alpha = alpha;
+  return o;
+}
+
 }  // namespace
 
 TEST(Lora, DefaultTargetsAreQAndVWithPeftInitAndNames) {
   LlamaForCausalLM m(tiny());
   init_weights(m, 1);
-  LoraOptions o;
-  o.r = 4;
-  o.alpha = 8;
+  LoraOptions o = rank_alpha(4, 8);
   const LoraPlan plan = apply_lora(*m, o, 7);
   EXPECT_EQ(plan.lora_modules, (std::vector<std::string>{"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.v_proj",
                                                          "model.layers.1.self_attn.q_proj", "model.layers.1.self_attn.v_proj"}));
@@ -192,4 +197,59 @@ TEST(Lora, TrainableTokenRowsAreRowsReplacedAsPeftDoes) {
     EXPECT_GT(g_emb.abs().max().item<double>(), 1e-3);
     EXPECT_GT(g_head.abs().max().item<double>(), 1e-3);
   }
+}
+
+// LoRA on lm_head (peft targets it like any linear): the fused training loss takes W + s B A, so its
+// loss and A/B gradients must equal peft's unmerged x W^T + s (x A^T) B^T through the logits, and
+// B must get a gradient at all. Dropout there is refused in training, not silently dropped.
+TEST(Lora, LmHeadBranchTrainsThroughTheFusedLossAsPeftsUnmergedMath) {
+  LlamaForCausalLM m(tiny());
+  init_weights(m, 5);
+  LoraOptions o = rank_alpha(4, 8);
+  o.dropout = 0;
+  o.target_modules = {"q_proj", "lm_head"};
+  const LoraPlan plan = apply_lora(*m, o, 11);
+  EXPECT_EQ(plan.lora_modules, (std::vector<std::string>{"model.layers.0.self_attn.q_proj", "model.layers.1.self_attn.q_proj", "lm_head"}));
+  Linear& head = m->lm_head;
+  {
+    at::NoGradGuard ng;
+    head->lora_B->weight.normal_(0, 0.1);  // off its zero init, so a path ignoring the branch shows
+  }
+  at::Tensor ids = at::tensor({1, 9, 5, 33, 12, 7, 2, 40}, at::kLong).view({2, 4});
+  at::Tensor labels = at::tensor({-100, 33, 5, 9, 12, -100, 40, 2}, at::kLong).view({2, 4});
+  LossSum fused = m->forward_loss_sum(ids, labels);
+  fused.sum.backward();
+  const at::Tensor ga = head->lora_A->weight.grad().clone(), gb = head->lora_B->weight.grad().clone();
+  head->lora_A->weight.mutable_grad().zero_();
+  head->lora_B->weight.mutable_grad().zero_();
+  // peft's path: the logits through lm_head's own forward (base + scaled branch).
+  at::Tensor ref = causal_lm_loss_sum(m->forward(ids), labels).sum;
+  ref.backward();
+  EXPECT_NEAR(fused.sum.item<double>(), ref.item<double>(), 1e-4);
+  EXPECT_TRUE(at::allclose(ga, head->lora_A->weight.grad(), 1e-4, 1e-6)) << ga << head->lora_A->weight.grad();
+  EXPECT_TRUE(at::allclose(gb, head->lora_B->weight.grad(), 1e-4, 1e-6));
+  EXPECT_GT(gb.abs().max().item<double>(), 1e-3);
+  head->lora_dropout = 0.1;
+  const std::string e = error_of([&] { m->forward_loss_sum(ids, labels); });
+  EXPECT_NE(e.find("LoRA dropout on lm_head is not supported in training"), std::string::npos) << e;
+}
+
+// modules_to_save matches as peft's _set_trainable does: any module whose name ends with the text
+// ("norm" is every norm), and a module cannot be both a LoRA target and saved in full (peft raises).
+TEST(Lora, ModulesToSaveMatchNameEndingsAndExcludeLoraTargets) {
+  LlamaForCausalLM m(tiny(), at::TensorOptions().device(at::kMeta));
+  LoraOptions o;
+  o.r = 2;
+  o.modules_to_save = {"norm"};
+  const LoraPlan plan = apply_lora(*m, o, 1);
+  EXPECT_EQ(plan.saved_modules,
+            (std::vector<std::string>{"model.layers.0.input_layernorm", "model.layers.0.post_attention_layernorm",
+                                      "model.layers.1.input_layernorm", "model.layers.1.post_attention_layernorm",
+                                      "model.norm"}));
+  EXPECT_TRUE(m->named_parameters(true)["model.layers.1.input_layernorm.weight"].requires_grad());
+  LlamaForCausalLM m2(tiny(), at::TensorOptions().device(at::kMeta));
+  o.modules_to_save = {"q_proj"};
+  o.target_modules = {"q_proj"};
+  const std::string e = error_of([&] { apply_lora(*m2, o, 1); });
+  EXPECT_NE(e.find("is also a module to save"), std::string::npos) << e;
 }

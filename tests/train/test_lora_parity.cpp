@@ -250,7 +250,7 @@ TEST(LoraParity, AdapterSaveHoldsAboutTheAdapterNotTheBase) {
   const fs::path f = kFixture;
   ASSERT_EQ(run_trainer("--model_name_or_path " + model_dir.string() + " --data_path " + (f / "data.json").string() +
                         " --output_dir " + out.string() + " --max_steps 1 --per_device_train_batch_size 1"
-                        " --model_max_length 32 --save_strategy no --report_to none --use_peft True --lora_r 16"
+                        " --model_max_length 128 --save_strategy no --report_to none --use_peft True --lora_r 16"
                         " --fsdp 'full_shard auto_wrap' --fsdp_transformer_layer_cls_to_wrap LlamaDecoderLayer",
                         2, &log), 0) << log;
   int64_t adapter_bytes = 0;

@@ -39,6 +39,9 @@ struct PeftLoraConfig {
   std::vector<std::string> modules_to_save;  // empty: null
   // Table key ("embed_tokens", "lm_head") -> the vocabulary rows trained as trainable tokens; empty: null.
   std::map<std::string, std::vector<int64_t>> trainable_token_indices;
+  // A tied model whose embed_tokens is saved in full: the one table serves the embedding and the
+  // output layer (peft's ensure_weight_tying=True; the adapter then holds it under both names).
+  bool ensure_weight_tying = false;
 };
 // adapter_config.json's text (2-space indent, newline at the end) for `c`.
 std::string peft_adapter_config_json(const PeftLoraConfig& c);
