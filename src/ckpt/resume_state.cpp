@@ -44,6 +44,7 @@ std::string ResumeState::to_json() const {
       {"model", model},
       {"tokenizer", tokenizer},
   };
+  if (learning_rate) j["learning_rate"] = *learning_rate;
   if (loss_scaler) j["loss_scaler"] = {{"scale", loss_scaler->scale}, {"growth_tracker", loss_scaler->growth_tracker}};
   else j["loss_scaler"] = nullptr;
   return j.dump(2) + "\n";
@@ -71,6 +72,7 @@ ResumeState ResumeState::from_json(const std::string& text, const std::string& w
     s.cuda_rng_states = j.at("cuda_rng_states").get<std::vector<std::string>>();
     s.model = j.at("model").get<Fingerprint>();
     s.tokenizer = j.at("tokenizer").get<Fingerprint>();
+    if (j.contains("learning_rate") && !j["learning_rate"].is_null()) s.learning_rate = j["learning_rate"].get<double>();
     if (!j.at("loss_scaler").is_null())
       s.loss_scaler = LossScalerState{j["loss_scaler"].at("scale").get<double>(),
                                       int_field(j["loss_scaler"], "growth_tracker", what)};

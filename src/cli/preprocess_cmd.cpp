@@ -120,8 +120,12 @@ int run_preprocess(const std::vector<std::string>& args) {
   sys::Timer timer;
   const std::string tok_source = model_dir.empty() ? tokenizer_path : model_dir;
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tok_source, use_fast_tokenizer);
-  // As train.py: missing special tokens are added ([PAD] etc.; they can appear in the text).
-  tok.add_missing_special_tokens();
+  // As train.py for Alpaca records (missing special tokens are added: [PAD] etc., they can appear
+  // in the text), as TRL for conversation data (nothing added; pad = eos).
+  if (data::follows_train_py_tokens(data_path, "", data::parse_dataset_format(dataset_format)))
+    tok.add_missing_special_tokens();
+  else
+    tok.use_eos_as_missing_pad();
   const double load_s = timer.seconds();
   timer.reset();
   data::MaskStats ms;

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <thread>
 
@@ -109,20 +110,25 @@ int run_train(const std::vector<std::string>& argv) {
   // output_dir is written; the trainer loads the same files the same way.
   {
     tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(args.model_name_or_path, args.use_fast_tokenizer);
-    tok.add_missing_special_tokens();
+    if (data::follows_train_py_tokens(args.data_path, args.eval_data_path, data::parse_dataset_format(args.dataset_format)))
+      tok.add_missing_special_tokens();
+    else
+      tok.use_eos_as_missing_pad();
     tok.check_special_tokens();
     check_conversation_data(args, tok);
   }
-  if (rank <= 0) {
-    write_args_json(args);
-    ALPACA_INFO("wrote " << (fs::path(args.output_dir) / "training_args.json").string());
-  }
   sys::keep_host_heap();  // before the first large allocation; see sys.h
   train::TrainerOptions options = trainer_options(args);
-  options.on_batch_size_found = [args](int64_t micro, int64_t accum) mutable {
-    args.per_device_train_batch_size = micro;  // --auto_find_batch_size's choice, for reruns and resumes
-    args.gradient_accumulation_steps = accum;
-    write_args_json(args);
+  // training_args.json once set-up has succeeded (nothing is left behind by a run refused during
+  // it), with --auto_find_batch_size's choice when it made one (for reruns and resumes).
+  auto written = std::make_shared<TrainArgs>(args);
+  options.on_batch_size_found = [written](int64_t micro, int64_t accum) {
+    written->per_device_train_batch_size = micro;
+    written->gradient_accumulation_steps = accum;
+  };
+  options.on_ready = [written] {
+    write_args_json(*written);
+    ALPACA_INFO("wrote " << (fs::path(written->output_dir) / "training_args.json").string());
   };
   return train::run_training(options, launch);
 }

@@ -11,10 +11,12 @@
 namespace alpaca::data {
 namespace {
 
-constexpr const char* kRoles = "system, user, assistant, tool";
+// transformers passes any role to the template; these are the ones real templates render
+// (developer: gpt-oss / OpenAI; ipython: Llama-3.1's tool output). Others are likely typos.
+constexpr const char* kRoles = "system, developer, user, assistant, tool, ipython";
 
 bool is_known_role(const std::string& r) {
-  return r == "system" || r == "user" || r == "assistant" || r == "tool";
+  return r == "system" || r == "user" || r == "assistant" || r == "tool" || r == "developer" || r == "ipython";
 }
 
 // Object members that are null are dropped at every level: Arrow and Parquet cannot say "absent"

@@ -18,7 +18,7 @@
 namespace alpaca::data {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // rows keep their keys in file order, as transformers renders them
 using Ranges = std::vector<std::pair<size_t, size_t>>;
 
 struct Span {
@@ -303,7 +303,19 @@ Example conversation_example(const ConversationRow& row, const tokenizer::Tokeni
                    static_cast<int64_t>(ex.input_ids.size()) > opt.model_max_length;
   if (truncated) *truncated = cut;
   if (cut) {
-    if (row.is_conversational()) naming_row(row, [&] { with_spans(r, *tmpl, tok, row); });
+    if (row.is_conversational() && (opt.assistant_only_loss || any_untrained_message(row))) {
+      naming_row(row, [&] { with_spans(r, *tmpl, tok, row); });
+    } else if (row.is_conversational()) {
+      // The spans only refine where a fully trained row's labels end (no partial header trained).
+      // A template they cannot be found in (not prefix-stable: Phi-3 multi-turn, Mistral v0.3 with
+      // a system message) takes TRL's plain keep_start cut instead of stopping the run.
+      try {
+        with_spans(r, *tmpl, tok, row);
+      } catch (const Error&) {
+        r.spans.clear();
+        r.ranges.clear();
+      }
+    }
     truncate(ex, r, opt.model_max_length);
   }
   return ex;
@@ -359,6 +371,12 @@ std::vector<Example> load_examples(const std::string& paths, DatasetFormat forma
                                    const std::filesystem::path& model_dir, const std::filesystem::path& chat_template,
                                    const MaskOptions& opt, int num_threads, MaskStats* stats) {
   const Dataset dataset = load_dataset(paths, format);
+  // TRL's SFTTrainer raises here too ("the dataset is not conversational"): the flag would do nothing.
+  ALPACA_USER_CHECK(!opt.assistant_only_loss || needs_chat_template(dataset.rows),
+                    paths << ": --assistant_only_loss True needs conversation rows (messages, sharegpt conversations, "
+                             "or prompt/completion message lists), but every row is plain text or an Alpaca record; "
+                             "drop the flag (prompt-completion rows train only the completion already, Alpaca rows "
+                             "only the response)");
   std::optional<chat::ChatTemplate> tmpl;
   if (needs_chat_template(dataset.rows)) tmpl.emplace(chat::ChatTemplate::load(model_dir, chat_template));
   return tokenize_rows(dataset.rows, tok, tmpl ? &*tmpl : nullptr, opt, num_threads, stats);

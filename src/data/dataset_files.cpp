@@ -179,4 +179,13 @@ FileFormats peek_dataset_formats(const std::string& paths, DatasetFormat format)
   return out;
 }
 
+bool follows_train_py_tokens(const std::string& paths, const std::string& eval_paths, DatasetFormat format) {
+  for (const std::string* list : {&paths, &eval_paths}) {
+    if (list->empty()) continue;
+    for (const auto& [path, found] : peek_dataset_formats(*list, format))
+      if (found == DatasetFormat::kAlpaca || found == DatasetFormat::kAuto) return true;
+  }
+  return false;
+}
+
 }  // namespace alpaca::data

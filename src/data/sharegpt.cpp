@@ -15,7 +15,7 @@
 namespace alpaca::data {
 namespace {
 
-constexpr const char* kTags = "human, gpt, system, observation, function_call";
+constexpr const char* kTags = "human (or user), gpt (or assistant), system, observation, function_call";
 
 // function_call's value -> tool_calls.
 Row tool_calls_from(const Row& value, const std::string& where) {
@@ -42,7 +42,9 @@ Row tool_calls_from(const Row& value, const std::string& where) {
 }
 
 // One non-system message; `turn` is its position after the system message (alternation rule).
-Row sharegpt_message(const Row& src, const std::string& tag, size_t turn, const std::string& mw, char* train) {
+Row sharegpt_message(const Row& src, const std::string& from, size_t turn, const std::string& mw, char* train) {
+  // TRL's maybe_convert_to_chatml example writes the roles themselves ("user", "assistant").
+  const std::string tag = from == "user" ? "human" : from == "assistant" ? "gpt" : from;
   const Row* value = member(src, "value");
   const bool even = turn % 2 == 0;
   if (tag == "human" || tag == "observation") {

@@ -362,6 +362,14 @@ int64_t Tokenizer::add_missing_special_tokens() {
   return vocab_size() - before;
 }
 
+int64_t Tokenizer::use_eos_as_missing_pad() {
+  detail::Backend& b = *impl_->backend;
+  ALPACA_CHECK(!b.roles.eos.empty(), source() << " has no eos token, which conversation data needs (TRL pads with it and "
+                                              "chat templates end turns with it); set eos_token in tokenizer_config.json");
+  if (!b.roles.pad) set_pad_token(b.roles.eos);
+  return 0;
+}
+
 void Tokenizer::save(const std::string& dir_str) const {
   fs::path dir(dir_str);
   std::error_code ec;

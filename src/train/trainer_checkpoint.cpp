@@ -69,6 +69,7 @@ ckpt::ResumeState Trainer::Impl::capture_resume_state() const {
   rs.world_size = world;
   rs.global_batch_size = length.global_batch_size;
   rs.scheduler_step = scheduler_step;
+  rs.learning_rate = schedule.base_lr;
   rs.num_input_tokens_seen = state.num_input_tokens_seen;
   rs.total_loss_sum = losses.total_logged();
   if (scaler) rs.loss_scaler = ckpt::LossScalerState{scaler->scale(), scaler->growth_tracker()};
@@ -169,6 +170,14 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
   epoch = rs.epoch;
   step_in_epoch = rs.steps_in_epoch;
   scheduler_step = rs.scheduler_step;
+  if (rs.learning_rate && *rs.learning_rate != schedule.base_lr) {
+    // transformers' resume loads the scheduler's state, base_lrs included: the run continues the
+    // checkpoint's schedule. Same numbers as HF, and said out loud.
+    ALPACA_WARN("resuming from " << dir.string() << " continues its learning rate " << *rs.learning_rate
+                << " (the scheduler state transformers restores); --learning_rate " << schedule.base_lr
+                << " applies to a run that starts fresh");
+    schedule.base_lr = *rs.learning_rate;
+  }
   losses.restore(state.global_step);
 
   if (opt.lora && sharded) {

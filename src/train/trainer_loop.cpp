@@ -93,7 +93,11 @@ double Trainer::Impl::evaluate_loss() {
   const int64_t per_round = b * world;
   const int64_t rounds = (n + per_round - 1) / per_round;
   const int64_t pad = *tokenizer->pad_id();
-  double loss_sum = 0, tokens = 0;
+  // transformers' evaluation_loop: each batch's loss is the mean over its label tokens, repeated
+  // once per example, and eval_loss the mean of those (a batch without label tokens is NaN there
+  // and dropped by logging_nan_inf_filter). So it is a per-example weighting of batch means, and
+  // depends on per_device_eval_batch_size as HF's does.
+  double weighted = 0, examples = 0;
   for (int64_t r = 0; r < rounds; ++r) {
     std::vector<int64_t> idx;
     for (int64_t i = r * per_round + rank * b; i < std::min(n, r * per_round + (rank + 1) * b); ++i) idx.push_back(i);
@@ -104,16 +108,17 @@ double Trainer::Impl::evaluate_loss() {
     util::fault_pause_ms("train.pause_in_eval");  // signal-during-evaluation tests (util/fault.h)
     const DeviceBatch db = to_device(collate_indices(eval_examples, idx, pad), device);
     const model::LossSum ls = fsdp_model->forward_loss_sum(db.input_ids, db.labels, db.attention_mask, db.position_ids, db.segment_ids);
-    if (real) {
-      loss_sum += ls.sum.item<double>();
-      tokens += static_cast<double>(ls.num_tokens);
+    if (real && ls.num_tokens > 0) {
+      const double n_b = static_cast<double>(idx.size());
+      weighted += n_b * (ls.sum.item<double>() / static_cast<double>(ls.num_tokens));
+      examples += n_b;
     }
   }
-  at::Tensor red = at::tensor({loss_sum, tokens}, at::kFloat).to(device);
+  at::Tensor red = at::tensor({weighted, examples}, at::kDouble).to(device);
   comm->all_reduce(red, dist::ReduceOp::kSum)->wait();
   red = red.cpu();
-  const double t = red[1].item<double>();
-  return t > 0 ? red[0].item<double>() / t : std::numeric_limits<double>::quiet_NaN();
+  const double e = red[1].item<double>();
+  return e > 0 ? red[0].item<double>() / e : std::numeric_limits<double>::quiet_NaN();
 }
 
 // ---- One optimizer step, in the order train() runs them.
@@ -252,12 +257,14 @@ void Trainer::Impl::advance(const StepBatches& sb, const StepOutcome& out, RunWi
 void Trainer::Impl::log_eval_save(RunWindow& w, bool stop) {
   poll_pending_save();  // a background checkpoint write: sealed once every rank finished, or its error stops the run
   const bool last = state.global_step >= length.max_steps;
-  const bool epoch_end = step_in_epoch >= length.steps_per_epoch;
+  // HF's inner loop ends at max_steps too, and on_epoch_end then fires: the epoch strategies log,
+  // evaluate and save after a last epoch cut short (--num_train_epochs 1.5, --max_steps).
+  const bool epoch_end = step_in_epoch >= length.steps_per_epoch || last;
   auto due = [&](Interval when, int64_t every) {
     return (when == Interval::kSteps && state.global_step % every == 0) || (when == Interval::kEpoch && epoch_end);
   };
-  if (due(opt.logging_strategy, logging_steps) ||
-      (opt.logging_strategy == Interval::kSteps && opt.logging_first_step && state.global_step == 1))
+  // HF's DefaultFlowCallback logs the first step whatever the logging strategy.
+  if (due(opt.logging_strategy, logging_steps) || (opt.logging_first_step && state.global_step == 1))
     log_window(w);
   // HF also evaluates and saves after the last step under the steps strategy.
   if (due(opt.eval_strategy, eval_steps) || (opt.eval_strategy == Interval::kSteps && last))

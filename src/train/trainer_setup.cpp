@@ -7,6 +7,9 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <set>
+#include <string>
+#include <vector>
 #include <unistd.h>
 
 #include "alpaca/ckpt/checkpoint_dir.h"
@@ -18,6 +21,7 @@
 #include "alpaca/dist/runtime.h"
 #include "alpaca/fsdp/policy.h"
 #include "alpaca/fsdp/load_checkpoint.h"
+#include "alpaca/io/checkpoint.h"
 #include "alpaca/io/hf_model.h"
 #include "alpaca/train/throughput.h"
 #include "alpaca/util/error.h"
@@ -103,15 +107,20 @@ Trainer::Impl::Impl(const TrainerOptions& o) : opt(o) {}
 void Trainer::Impl::setup_tokenizer_and_model() {
   const fs::path base = opt.model_name_or_path;  // checked by cli::check_input_paths
   tokenizer.emplace(tokenizer::Tokenizer::load(base.string(), opt.use_fast_tokenizer));
-  // train.py: add the missing special tokens (pad [PAD], eos </s>, bos <s>, unk <unk>), then always
-  // resize to len(tokenizer); the new rows get the mean of the stored ones.
-  const int64_t num_new_tokens = tokenizer->add_missing_special_tokens();
+  // train.py (Alpaca records): add the missing special tokens (pad [PAD], eos </s>, bos <s>, unk
+  // <unk>), then always resize to len(tokenizer); the new rows get the mean of the stored ones.
+  // TRL (conversation / prompt-completion data only): add nothing, pad with eos, keep the stored
+  // embeddings (grown only for a tokenizer that holds more tokens than they have rows).
+  const bool train_py_tokens = data::follows_train_py_tokens(opt.data_path, opt.eval_strategy != Interval::kNo ? opt.eval_data_path : "",
+                                                             data::parse_dataset_format(opt.dataset_format));
+  const int64_t num_new_tokens =
+      train_py_tokens ? tokenizer->add_missing_special_tokens() : tokenizer->use_eos_as_missing_pad();
   tokenizer->set_model_max_length(opt.model_max_length);
   if (rank == 0) tokenizer_files = saved_tokenizer_files(*tokenizer, base, opt.chat_template);
 
   model::LlamaConfig base_cfg = model::LlamaConfig::from_json_file((base / "config.json").string());
   model::LlamaConfig resized = base_cfg;
-  resized.vocab_size = tokenizer->vocab_size();
+  resized.vocab_size = train_py_tokens ? tokenizer->vocab_size() : std::max(tokenizer->vocab_size(), base_cfg.vocab_size);
   model_fingerprint = model_fingerprint_of(resized);
   if (opt.lora)
     for (const auto& kv : lora_fingerprint()) model_fingerprint.insert(kv);
@@ -146,7 +155,7 @@ void Trainer::Impl::setup_tokenizer_and_model() {
   // from the checkpoint, filling [PAD] rows with the mean of the stored rows as train.py does.
   // A checkpoint to resume from already has len(tokenizer) rows (its fingerprint was checked above).
   const int64_t stored_vocab = resume_dir && !opt.lora.has_value() ? resized.vocab_size : base_cfg.vocab_size;
-  const int64_t vocab = tokenizer->vocab_size();
+  const int64_t vocab = resized.vocab_size;
   // train.py's smart_tokenizer_and_embedding_resize: resize_token_embeddings(len(tokenizer)), then the
   // last num_new_tokens rows (input and output embeddings) := the mean of the rows before them, whether
   // the resize grew the table, kept it (a checkpoint saved with len(tokenizer) rows, e.g. 32001) or
@@ -168,8 +177,9 @@ void Trainer::Impl::setup_tokenizer_and_model() {
     model = model::LlamaForCausalLM(resized, at::TensorOptions().device(at::kMeta).dtype(at::kFloat));
   } else {
     // Shrinking to len(tokenizer) (train.py always resizes) is rare: load whole, then resize.
-    ALPACA_WARN("the checkpoint has " << stored_vocab << " embedding rows but the tokenizer only "
-                                      << vocab << "; loading it whole on every rank to shrink it");
+    ALPACA_WARN("the model has " << stored_vocab << " embedding rows (config.json vocab_size) but the tokenizer only "
+                                  << vocab << " tokens; loading it whole on every rank to shrink it to len(tokenizer), "
+                                              "as train.py's resize does");
     model = io::load_hf_model(weights_dir.string(), at::kFloat);
     model->resize_token_embeddings(vocab);
     if (fill_stored_rows) model->fill_rows_with_mean(mean_from);
@@ -189,6 +199,12 @@ void Trainer::Impl::setup_data() {
   train_examples = data::load_examples(opt.data_path, format, *tokenizer, opt.model_name_or_path, opt.chat_template,
                                        masks, 0, &stats);
   ALPACA_INFO("tokenized " << opt.data_path << ": " << data::describe_mask_stats(stats, opt.model_max_length));
+  // Every step would log loss 0 (HF: nan) and train nothing; say why instead.
+  ALPACA_USER_CHECK(stats.num_trained > 0,
+                    "--data_path " << opt.data_path << ": no token of any example is trained ("
+                                   << data::describe_mask_stats(stats, opt.model_max_length)
+                                   << "); the responses are cut off by --model_max_length " << opt.model_max_length
+                                   << " or masked out: raise --model_max_length, or check the data and the loss flags");
   if (opt.packing) {
     data::PackingStats ps;
     const auto strategy = data::parse_packing_strategy(opt.packing_strategy);
@@ -226,6 +242,36 @@ void Trainer::Impl::build_sampler() {
                               opt.num_train_epochs);
 }
 
+namespace {
+
+// transformers' load report names the checkpoint tensors no parameter takes ("UNEXPECTED"): a
+// config.json with one layer fewer than the weights would otherwise train a truncated model
+// without a hint. Safetensors checkpoints only (their names come from the headers; a .bin would
+// be unpickled a second time). The names HF itself ignores are left out: rotary inv_freq buffers,
+// a tied model's stored lm_head.weight, and bitsandbytes' quant-state tensors of a 4-bit weight.
+void warn_unused_checkpoint_tensors(const fs::path& dir, const model::LlamaForCausalLM& m) {
+  if (!fs::exists(dir / "model.safetensors") && !fs::exists(dir / "model.safetensors.index.json")) return;
+  std::set<std::string> expected;
+  for (const auto& p : m->named_parameters(/*recurse=*/true)) expected.insert(p.key());
+  std::vector<std::string> unused;
+  for (const std::string& name : io::CheckpointReader::open(dir.string()).names()) {
+    if (expected.count(name) || name.ends_with("rotary_emb.inv_freq")) continue;
+    if (name == "lm_head.weight" && m->config().tie_word_embeddings) continue;
+    const auto dot = name.find(".weight.");  // model.layers.0.mlp.up_proj.weight.absmax, ...quant_state...
+    if (dot != std::string::npos && expected.count(name.substr(0, dot + 7))) continue;
+    unused.push_back(name);
+  }
+  if (unused.empty()) return;
+  std::string shown;
+  for (size_t i = 0; i < unused.size() && i < 8; ++i) shown += (i ? ", " : "") + unused[i];
+  if (unused.size() > 8) shown += ", ... (" + std::to_string(unused.size()) + " in all)";
+  ALPACA_WARN(dir.string() << " holds " << unused.size() << " tensor(s) this model does not use, as transformers "
+              << "reports them UNEXPECTED: " << shown << "; check config.json (num_hidden_layers, tie_word_embeddings, "
+              << "model_type) against the checkpoint");
+}
+
+}  // namespace
+
 void Trainer::Impl::setup_engine() {
   const fsdp::FsdpPolicy& policy = opt.fsdp_policy;  // validated once, at parse time
   fsdp_model = fsdp::apply_fsdp(model, comm, policy);
@@ -236,9 +282,11 @@ void Trainer::Impl::setup_engine() {
     if (opt.lora) base_only = [](const std::string& n) { return !model::is_lora_param(n); };
     if (resume_dir && !opt.lora && sharded_layout(*resume_dir))
       load_sharded_weights(*resume_dir);  // each rank reads its own ranges, whoever wrote them
-    else
+    else {
+      if (rank == 0) warn_unused_checkpoint_tensors(weights_dir, model);
       fsdp::load_checkpoint(*engine, weights_dir.string(), /*rank0_only=*/policy.cpu_ram_efficient_loading, vocab_mean_from,
                             base_only);
+    }
     weights_loaded = true;
     if (opt.lora && !resume_dir) init_trainable_token_rows();
   }
@@ -329,6 +377,7 @@ Trainer::Trainer(const TrainerOptions& opt, std::shared_ptr<dist::Communicator> 
   if (s.resume_dir) s.load_checkpoint(*s.resume_dir);
   if (opt.auto_find_batch_size) s.find_micro_batch();  // after resume: a checkpoint's choice is kept
   s.prepare_async_saves();  // the --save_async staging buffer, resident before the first step
+  if (s.rank == 0 && opt.on_ready) opt.on_ready();
 
   if (s.rank == 0 && opt.report_jsonl) s.metrics = MetricsJsonl(opt.logging_dir, /*append=*/s.resume_dir.has_value());
   if (s.rank == 0 && opt.report_tensorboard) s.open_tensorboard();

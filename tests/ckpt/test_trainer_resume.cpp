@@ -55,9 +55,12 @@ TEST(TrainerResume, BitwiseTenStraightVersusFivePlusFive) {
   ASSERT_EQ(run_trainer(run_args(kFixture / "model", a.path(), 10, 2, 2) + " --save_steps 5", 2, &log), 0) << log;
   ASSERT_TRUE(fs::exists(a.path() / "checkpoint-5"));
   // "Stop after 5": a fresh output_dir holding only checkpoint-5; resume it for the last 5 steps.
+  // Another --learning_rate changes nothing: the checkpoint's schedule continues, as transformers
+  // restores the scheduler's base_lrs, and a warning says so.
   fs::copy(a.path() / "checkpoint-5", b.path() / "checkpoint-5", fs::copy_options::recursive);
   ASSERT_EQ(run_trainer(run_args(kFixture / "model", b.path(), 10, 2, 2) +
-                            " --save_steps 5 --resume_from_checkpoint True", 2, &log), 0) << log;
+                            " --save_steps 5 --resume_from_checkpoint True --learning_rate 5e-4", 2, &log), 0) << log;
+  EXPECT_NE(log.find("continues its learning rate 0.001"), std::string::npos) << log;
   const auto la = read_step_logs(a.path()), lb = read_step_logs(b.path());
   ASSERT_EQ(la.size(), 10u);
   ASSERT_EQ(lb.size(), 5u) << log;
@@ -140,6 +143,22 @@ TEST(TrainerResume, RotationKeepsSaveTotalLimit) {
   EXPECT_EQ(checkpoints_in(out.path()), (std::set<std::string>{"checkpoint-8", "checkpoint-10"}));
 }
 
+// HF's epoch strategies also fire when the run ends inside an epoch (max_steps, fractional
+// num_train_epochs): the last epoch, cut short, is evaluated and saved like the others.
+TEST(TrainerResume, EpochStrategiesEvaluateAndSaveAnEpochCutShort) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir out("epoch_cut");
+  std::string log;
+  // 40 examples in batches of 4: 10 steps an epoch, the run ends at step 15.
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", out.path(), 15, 4, 1) + " --save_strategy epoch --eval_strategy epoch "
+                        "--eval_data_path " + (kFixture / "data.json").string() + " --per_device_eval_batch_size 8", 1, &log),
+            0) << log;
+  EXPECT_EQ(checkpoints_in(out.path()), (std::set<std::string>{"checkpoint-10", "checkpoint-15"}));
+  size_t evals = 0;
+  for (size_t at = log.find("'eval_loss'"); at != std::string::npos; at = log.find("'eval_loss'", at + 1)) ++evals;
+  EXPECT_EQ(evals, 2u) << log;
+}
+
 TEST(TrainerResume, SigtermSavesAndExits75) {
   SKIP_WITHOUT_FIXTURE();
   TempDir out("sigterm");
@@ -155,16 +174,15 @@ TEST(TrainerResume, SigtermSavesAndExits75) {
   EXPECT_GE(*alpaca::ckpt::parse_checkpoint_step(latest->filename().string()), 3);
 }
 
-// A preemption notice that arrives during set-up (here: as soon as training_args.json is
-// written, before the model is loaded) is not fatal: the run does its first step, saves
-// checkpoint-1 and exits 75.
+// A preemption notice that arrives during set-up (here: as soon as the data is tokenized, before
+// the engine is built; training_args.json is written only once set-up succeeds) is not fatal: the
+// run does its first step, saves checkpoint-1 and exits 75.
 TEST(TrainerResume, Sigusr1DuringSetupSavesAfterTheFirstStep) {
   SKIP_WITHOUT_FIXTURE();
   TempDir out("usr1_setup");
   BackgroundRun run =
       launch_trainer(run_args(kFixture / "model", out.path(), 100000, 4, 1) + " --save_strategy no", 1, out.path() / "run.log");
-  ASSERT_TRUE(run.wait_until([&] { return fs::exists(out.path() / "training_args.json"); }))
-      << "training_args.json never appeared";
+  ASSERT_TRUE(run.wait_for_log("tokenized ")) << "the data was never tokenized";
   run.signal(SIGUSR1);
   const int status = run.wait();
   const std::string log = run.log();

@@ -40,6 +40,20 @@ std::string unloadable_inputs(const fs::path& dir) {
   return "--model_name_or_path " + (dir / "model").string() + " --data_path " + (dir / "d.json").string();
 }
 
+// A tiny random model (init-model) with the test tokenizer and two Alpaca records: a run that trains.
+std::string trainable_inputs(const fs::path& dir) {
+  fs::create_directories(dir);
+  std::ofstream(dir / "tiny.json") << testing::kTinyLlamaConfigJson;
+  const Result init = run("init-model --config " + (dir / "tiny.json").string() + " --output_dir " + (dir / "tiny").string());
+  EXPECT_EQ(init.rc, 0) << init.out;
+  fs::copy_file(testing::source_dir() / "data" / "tokenizer" / "tokenizer.model", dir / "tiny" / "tokenizer.model",
+                fs::copy_options::overwrite_existing);
+  std::ofstream(dir / "two.json") << R"([{"instruction": "Say it.", "input": "", "output": "the quick brown fox"},
+      {"instruction": "Again.", "input": "", "output": "jumps over the lazy dog"}])";
+  return "--model_name_or_path " + (dir / "tiny").string() + " --data_path " + (dir / "two.json").string() +
+         " --max_steps 1 --per_device_train_batch_size 2 --save_strategy no --report_to none --disable_tqdm True";
+}
+
 TEST(CliBinary, HelpListsEveryFlagInGroups) {
   for (const char* form : {"--help", "-h", "train --help", "help"}) {
     Result r = run(form);
@@ -84,7 +98,7 @@ TEST(CliBinary, WrapClassMustBeTheModelTypesDecoderLayer) {
     fs::copy_file(testing::shared_dir() / "data" / "llama2-tokenizer" / "tokenizer.model", model / "tokenizer.model");
     const std::string args = "train --model_name_or_path " + model.string() + " --data_path " +
                              (dir.path() / "d.json").string() + " --max_steps 1 --per_device_train_batch_size 2 "
-                             "--model_max_length 32 --save_strategy no --report_to none --disable_tqdm True "
+                             "--model_max_length 64 --save_strategy no --report_to none --disable_tqdm True "
                              "--fsdp 'full_shard auto_wrap' --fsdp_transformer_layer_cls_to_wrap ";
     const fs::path bad = dir.path() / ("bad_" + type);
     r = run(args + wrong + " --output_dir " + bad.string() + " 2>&1");
@@ -104,8 +118,10 @@ TEST(CliBinary, WrapClassMustBeTheModelTypesDecoderLayer) {
 TEST(CliBinary, UnsupportedModelConfigsAreRefusedBeforeWriting) {
   ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
   testing::TempDir dir("cli_bad_config");
-  std::ofstream(dir.path() / "d.json") << R"([{"instruction": "Say it.", "input": "", "output": "the quick brown fox"},
-      {"instruction": "Again.", "input": "", "output": "jumps over the lazy dog"}])";
+  // Prompt-completion rows: short enough to train inside a 16-token window (stanford_alpaca's
+  // prompt alone is longer).
+  std::ofstream(dir.path() / "d.json") << R"([{"prompt": "Say it.", "completion": " the quick brown fox"},
+      {"prompt": "Again.", "completion": " jumps over the lazy dog"}])";
   const std::string sizes = R"("vocab_size": 32000, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
       "num_attention_heads": 4, "max_position_embeddings": 128)";
   for (const auto& [tag, config, flags, rc, needles] :
@@ -158,7 +174,7 @@ TEST(CliBinary, PadRowsAreTheMeanOfTheRowsBeforeThemAsTrainPy) {
     fs::copy_file(testing::shared_dir() / "data" / "llama2-tokenizer" / "tokenizer.model", model / "tokenizer.model");
     r = run("train --model_name_or_path " + model.string() + " --data_path " + (dir.path() / "d.json").string() +
             " --max_steps 1 --per_device_train_batch_size 2 --learning_rate 0 --save_strategy no --report_to none "
-            "--disable_tqdm True --model_max_length 32 --output_dir " + out.string() + " 2>&1");
+            "--disable_tqdm True --model_max_length 64 --output_dir " + out.string() + " 2>&1");
     ASSERT_EQ(r.rc, 0) << r.out;
     const auto [base_in, base_out] = tensors(model);
     const auto [in, out_w] = tensors(out);
@@ -174,12 +190,17 @@ TEST(CliBinary, PadRowsAreTheMeanOfTheRowsBeforeThemAsTrainPy) {
 TEST(CliBinary, PrintsEffectiveArgsOnceAndWritesThemToOutputDir) {
   testing::TempDir dir("cli_binary");
   fs::path out = dir.path() / "run";
-  // The model cannot be loaded: whatever the trainer does next, it fails after the CLI has done its part.
+  // The model cannot be loaded: the trainer fails after the CLI has done its part, and leaves
+  // nothing in output_dir (training_args.json is written once set-up has succeeded).
   Result r = run("train " + unloadable_inputs(dir.path()) + " --output_dir " + out.string() + " --learning_rate 2e-5 --bf16");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.rc, 2) << "a valid command line is not a usage error:\n" << r.out;
   EXPECT_EQ(count(r.out, "effective arguments"), 1u) << r.out;
   EXPECT_NE(r.out.find("* learning_rate = 2e-05"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out / "training_args.json")) << r.out;
+  // A run that trains writes them.
+  r = run("train " + trainable_inputs(dir.path() / "in") + " --output_dir " + out.string() + " --learning_rate 2e-5 --bf16");
+  EXPECT_EQ(r.rc, 0) << r.out;
   ASSERT_TRUE(fs::exists(out / "training_args.json")) << r.out;
   std::stringstream json;
   json << std::ifstream(out / "training_args.json").rdbuf();
@@ -192,6 +213,40 @@ TEST(CliBinary, PrintsEffectiveArgsOnceAndWritesThemToOutputDir) {
   r = run("--config " + (out / "training_args.json").string() + " --output_dir " + out2.string());
   EXPECT_NE(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("* learning_rate = 2e-05"), std::string::npos) << r.out;
+}
+
+// A dataset whose every response is cut off by --model_max_length trains nothing: an error saying
+// so (HF would log loss nan), before anything is written.
+TEST(CliBinary, NothingToTrainIsAnErrorNamingTheLength) {
+  testing::TempDir dir("cli_nothing");
+  const fs::path out = dir.path() / "out";
+  const Result r = run("train " + trainable_inputs(dir.path() / "in") + " --model_max_length 8 --output_dir " + out.string() + " 2>&1");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("no token of any example is trained"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--model_max_length 8"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out)) << r.out;
+}
+
+// Checkpoint tensors no parameter takes (config.json with fewer layers than the weights) are
+// named in a warning, as transformers' load report lists them UNEXPECTED.
+TEST(CliBinary, CheckpointTensorsTheModelDoesNotUseAreNamed) {
+  testing::TempDir dir("cli_unused");
+  const std::string flags = trainable_inputs(dir.path() / "in");
+  const fs::path model = dir.path() / "in" / "tiny";
+  // Two layers in the weights, one in the config; the test tokenizer's 512 words + [PAD] rows, so
+  // the model is built from its config and loaded shard by shard (a vocabulary to shrink would be
+  // loaded whole, whose reader names each tensor it ignores too).
+  const std::string sizes = R"("model_type": "llama", "vocab_size": 513, "hidden_size": 32, "intermediate_size": 64,
+      "num_attention_heads": 4)";
+  std::ofstream(model / "config.json") << "{" << sizes << R"(, "num_hidden_layers": 1})";
+  std::ofstream(dir.path() / "two.json") << "{" << sizes << R"(, "num_hidden_layers": 2})";
+  const fs::path two = dir.path() / "two";
+  ASSERT_EQ(run("init-model --config " + (dir.path() / "two.json").string() + " --output_dir " + two.string()).rc, 0);
+  fs::copy_file(two / "model.safetensors", model / "model.safetensors", fs::copy_options::overwrite_existing);
+  const Result r = run("train " + flags + " --output_dir " + (dir.path() / "out").string() + " 2>&1");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("tensor(s) this model does not use"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model.layers.1.input_layernorm.weight"), std::string::npos) << r.out;
 }
 
 TEST(CliBinary, OnlyRankZeroLogsInfoByDefault) {
@@ -214,7 +269,8 @@ TEST(CliBinary, OnlyRankZeroLogsInfoByDefault) {
   EXPECT_EQ(rank0.out.find(".cpp:"), std::string::npos) << "a user's error shows no source location: " << rank0.out;
   EXPECT_FALSE(fs::exists(dir.path() / "out")) << "inputs are checked before anything is written to output_dir";
 
-  Result quiet = run(unloadable_inputs(dir.path()) + " --output_dir " + (dir.path() / "out").string() + " --log_level warning");
+  Result quiet = run(trainable_inputs(dir.path() / "in") + " --output_dir " + (dir.path() / "out").string() + " --log_level warning");
+  EXPECT_EQ(quiet.rc, 0) << quiet.out;
   EXPECT_EQ(quiet.out.find("effective arguments"), std::string::npos) << quiet.out;
   EXPECT_TRUE(fs::exists(dir.path() / "out" / "training_args.json"));
 }

@@ -122,7 +122,7 @@ TEST(ChatDataset, BadRowsAreErrorsNamingTheRow) {
   m = load_error(ok + "\n" + R"({"messages": [{"role": "user"}]})");
   EXPECT_HAS(m, "row 1, messages[0]: message has no \"content\"");
   m = load_error(R"({"messages": [{"role": "robot", "content": "x"}]})");
-  EXPECT_HAS(m, "row 0, messages[0]: unknown role \"robot\"; known roles: system, user, assistant, tool");
+  EXPECT_HAS(m, "row 0, messages[0]: unknown role \"robot\"; known roles: system, developer, user, assistant, tool, ipython");
   m = load_error(ok + "\n" + ok + "\n" + R"({"messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": null}]})");
   EXPECT_HAS(m, "row 2, messages[1]: an assistant turn with no content");
   m = load_error(R"({"messages": [{"role": "user", "content": "u", "train": "no"}]})");

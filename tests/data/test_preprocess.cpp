@@ -91,5 +91,53 @@ TEST(Preprocess, BadInputFailsWithoutWriting) {
   EXPECT_NE(out.find("--model_name_or_path"), std::string::npos) << out;
 }
 
+// Conversation data follows TRL's SFTTrainer rather than train.py: no special token is added (the
+// tokenizer's eos pads), rows keep their keys in file order when the template prints them (tool
+// arguments, schemas), ShareGPT may name the roles user/assistant, a template that is not
+// prefix-stable still truncates (TRL's plain cut) without --assistant_only_loss, and
+// --assistant_only_loss on data without conversations is an error (TRL raises too).
+TEST(Preprocess, ConversationDataFollowsTrl) {
+  TempDir dir("preprocess_trl");
+  const auto tok_dir = source_dir() / "data/tokenizer";
+  Tokenizer tok = Tokenizer::load(tok_dir.string());
+  const int64_t vocab = tok.vocab_size();
+  const auto tmpl = dir.path() / "t.jinja";
+  std::ofstream(tmpl) << "{% for m in messages %}{{ m.role }}: {{ m.content }}{% if m.tool_calls %} "
+                         "{{ m.tool_calls[0].function.arguments | tojson }}{% endif %}\n{% endfor %}";
+  std::ofstream(dir.path() / "m.jsonl")
+      << R"({"messages": [{"role": "user", "content": "weather"}, {"role": "assistant", "content": "ok", )"
+      << R"("tool_calls": [{"type": "function", "function": {"name": "w", "arguments": {"unit": "c", "city": "paris"}}}]}]})" << "\n";
+  std::ofstream(dir.path() / "s.jsonl")
+      << R"({"conversations": [{"from": "user", "value": "weather"}, {"from": "assistant", "value": "ok"}]})" << "\n";
+  std::string out;
+  auto preprocess = [&](const std::string& data, const std::string& extra, const std::filesystem::path& to) {
+    return run_command(train_bin() + " preprocess --data_path " + (dir.path() / data).string() + " --tokenizer " +
+                           tok_dir.string() + " --chat_template " + tmpl.string() + " --output " + to.string() + " " +
+                           extra + " 2>&1", &out);
+  };
+  ASSERT_EQ(preprocess("m.jsonl", "", dir.path() / "m.out"), 0) << out;
+  EXPECT_NE(out.find("vocab " + std::to_string(vocab) + ", pad id " + std::to_string(tok.eos_id())), std::string::npos)
+      << "no [PAD] added; the eos pads, as TRL:\n" << out;
+  const auto ids = read_lines(dir.path() / "m.out").at(0)["input_ids"].get<std::vector<int64_t>>();
+  // (trim_blocks, as transformers renders: the newline after {% endif %} goes.)
+  EXPECT_EQ(ids, tok.encode("user: weatherassistant: ok {\"unit\": \"c\", \"city\": \"paris\"}", false))
+      << "the arguments' keys in the file's order";
+  ASSERT_EQ(preprocess("s.jsonl", "", dir.path() / "s.out"), 0) << out;
+  EXPECT_EQ(read_lines(dir.path() / "s.out").at(0)["input_ids"].get<std::vector<int64_t>>(),
+            tok.encode("user: weatherassistant: ok", false));
+  // Not prefix-stable: the last message renders differently, so no assistant span can be found by
+  // prefix rendering; a fully trained row still cuts at --model_max_length as TRL does.
+  std::ofstream(tmpl) << "{% for m in messages %}{% if loop.last %}LAST {% endif %}{{ m.role }}: {{ m.content }}\n{% endfor %}";
+  ASSERT_EQ(preprocess("s.jsonl", "--model_max_length 4", dir.path() / "cut.out"), 0) << out;
+  const auto cut = read_lines(dir.path() / "cut.out").at(0);
+  EXPECT_EQ(cut["input_ids"].size(), 4u);
+  EXPECT_EQ(cut["labels"], cut["input_ids"]);
+  // --assistant_only_loss on Alpaca records: nothing it could act on.
+  std::ofstream(dir.path() / "a.json") << R"([{"instruction": "a", "input": "", "output": "b"}])";
+  EXPECT_NE(preprocess("a.json", "--assistant_only_loss True", dir.path() / "a.out"), 0);
+  EXPECT_NE(out.find("--assistant_only_loss True needs conversation rows"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "a.out"));
+}
+
 }  // namespace
 }  // namespace alpaca::data

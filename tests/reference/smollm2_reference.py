@@ -34,18 +34,28 @@ def examples(tok, records, max_len=512):
     return out
 
 
+EVAL_BATCH = 4  # test_smollm2.cpp's --per_device_eval_batch_size
+
+
 @torch.no_grad()
 def eval_loss(model_dir, records):
+    """transformers' eval_loss (Trainer.evaluation_loop): each batch of EVAL_BATCH consecutive
+    records has the mean loss over its label tokens, repeated once per record; eval_loss is the
+    mean of those. Padding changes no token's loss, so each record runs alone here."""
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    total, count, ids = 0.0, 0, []
+    sums, counts, ids = [], [], []
     for full, labels in examples(tok, records):
         logits = model(torch.tensor([full])).logits[0, :-1].float()
         target = torch.tensor(labels[1:])
-        total += torch.nn.functional.cross_entropy(logits, target, ignore_index=-100, reduction="sum").item()
-        count += int((target != -100).sum())
+        sums.append(torch.nn.functional.cross_entropy(logits, target, ignore_index=-100, reduction="sum").item())
+        counts.append(int((target != -100).sum()))
         ids.append(full)
-    return total / count, ids, len(tok)
+    per_record = []
+    for b in range(0, len(sums), EVAL_BATCH):
+        mean = sum(sums[b:b + EVAL_BATCH]) / sum(counts[b:b + EVAL_BATCH])
+        per_record += [mean] * len(sums[b:b + EVAL_BATCH])
+    return sum(per_record) / len(per_record), ids, len(tok)
 
 
 def main():

@@ -37,6 +37,10 @@ struct ResumeState {
   int64_t num_input_tokens_seen = 0;
   double total_loss_sum = 0;      // this session's logged step losses summed (informational: a
                                   // resumed session's train_loss counts its own steps only, as HF's)
+  // The schedule's base learning rate. transformers restores it with the scheduler's state
+  // (LambdaLR.base_lrs), so a resume continues the checkpoint's schedule whatever
+  // --learning_rate says; absent in checkpoints written before it was kept.
+  std::optional<double> learning_rate;
   std::optional<LossScalerState> loss_scaler;
   std::string cpu_rng_state;                 // hex of at::Generator::get_state()
   std::vector<std::string> cuda_rng_states;  // one per visible device, hex

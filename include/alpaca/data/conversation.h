@@ -81,4 +81,11 @@ std::vector<std::string> split_data_paths(const std::string& paths);
 // cannot be read gets kAuto; its error comes when load_dataset reads it.
 FileFormats peek_dataset_formats(const std::string& paths, DatasetFormat format = DatasetFormat::kAuto);
 
+// Whose special-token rule a run follows: stanford_alpaca's train.py (add the missing pad [PAD],
+// eos, bos, unk and resize the embeddings to len(tokenizer)) when any file of `paths` (and
+// `eval_paths`) holds Alpaca records or cannot be read yet; TRL's SFTTrainer (add nothing: pad =
+// eos when the tokenizer has none, the embeddings as stored) when every file is conversations or
+// prompt-completion rows.
+bool follows_train_py_tokens(const std::string& paths, const std::string& eval_paths, DatasetFormat format);
+
 }  // namespace alpaca::data

@@ -110,6 +110,10 @@ class Tokenizer {
   // `tokenizer.add_special_tokens(dict)` does. Returns how many tokens are new to the vocabulary
   // (train.py's num_new_tokens: those embedding rows are mean-initialised).
   int64_t add_missing_special_tokens();
+  // TRL SFTTrainer's rule instead (conversation and prompt-completion data): nothing is added; a
+  // tokenizer without a pad token pads with its eos. Returns 0 (no new vocabulary rows); throws
+  // naming the tokenizer when it has no eos either.
+  int64_t use_eos_as_missing_pad();
   // Sets model_max_length written to tokenizer_config.json by save().
   void set_model_max_length(int64_t n);
 

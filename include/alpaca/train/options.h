@@ -56,6 +56,9 @@ struct TrainerOptions {
   // training_args.json with it.
   bool auto_find_batch_size = false;
   std::function<void(int64_t per_device_train_batch_size, int64_t gradient_accumulation_steps)> on_batch_size_found;
+  // on_ready (rank 0): set-up succeeded (data, model, checkpoint, batch size), training starts
+  // next; cli writes training_args.json here, so a run refused during set-up leaves nothing.
+  std::function<void()> on_ready;
 
   // ---- Optimizer and schedule.
   optim::AdamWOptions adamw;
