@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "alpaca/cli/flag_table.h"
@@ -136,8 +137,19 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
   // CLI11 reports a bare flag (--bf16) as an empty result, so an empty argument ("" from a
   // script's unset variable) travels as a marker and becomes "" again below.
   static const std::string kEmptyValue = "\x01(empty)";
-  for (auto it = argv.rbegin(); it != argv.rend(); ++it)
-    reversed.push_back(it->empty() ? kEmptyValue : underscore_flag_spelling(*it));
+  // The list-typed flags (HfArgumentParser/TRL: nargs="+") take every word up to the next flag:
+  // `--lora_target_modules q_proj v_proj` is the list "q_proj v_proj", as a quoted value is.
+  static const std::set<std::string> kListFlags = {"--lora_target_modules", "--lora_modules_to_save", "--report_to"};
+  std::vector<std::string> args;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    args.push_back(argv[i].empty() ? kEmptyValue : underscore_flag_spelling(argv[i]));
+    if (!kListFlags.count(args.back())) continue;
+    std::string words;
+    for (; i + 1 < argv.size() && !argv[i + 1].empty() && argv[i + 1][0] != '-'; ++i)
+      words += (words.empty() ? "" : " ") + argv[i + 1];
+    if (!words.empty()) args.push_back(words);
+  }
+  for (auto it = args.rbegin(); it != args.rend(); ++it) reversed.push_back(*it);
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {

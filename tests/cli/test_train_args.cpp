@@ -182,6 +182,12 @@ TEST(TrainArgs, DashSpellingsAndEmptyValuesAsHfArgumentParser) {
   EXPECT_EQ(a.fsdp_words, "");
   EXPECT_EQ(trainer_options(a).resume.kind, train::ResumeFrom::Kind::kNone);
   EXPECT_TRUE(a.bf16);
+  // List flags (nargs="+" in HfArgumentParser / TRL) take every word up to the next flag.
+  a = parse_train_args(shell_split(kRequired + "--use_peft --lora_target_modules q_proj k_proj v_proj --lora_modules_to_save "
+                                               "lm_head --report_to jsonl tensorboard --bf16"));
+  EXPECT_EQ(a.lora_target_modules, "q_proj k_proj v_proj");
+  EXPECT_EQ(a.lora_modules_to_save, "lm_head");
+  EXPECT_TRUE(a.bf16);
   expect_usage_errors({
       {"--output_dir ''", "--output_dir must not be empty"},
       {"--learning_rate ''", "--learning_rate expects a number, got ''"},
