@@ -177,7 +177,15 @@ std::string CheckpointWriter::abandon() {
 std::string checkpoint_problem(const fs::path& dir, int rank, int world) {
   if (!fs::is_directory(dir)) return "it is not a directory";
   const fs::path marker_path = dir / kCompleteMarker;
-  if (!fs::exists(marker_path)) return std::string("it has no ") + kCompleteMarker + " (the save did not finish)";
+  if (!fs::exists(marker_path)) {
+    // A transformers Trainer checkpoint (someone moving a run over): say what it is, not "unfinished".
+    for (const char* hf_file : {"optimizer.pt", "scheduler.pt", "training_args.bin"})
+      if (fs::exists(dir / hf_file))
+        return std::string("it is a Hugging Face Trainer checkpoint (") + hf_file +
+               "), whose optimizer and scheduler states are torch pickles alpaca-train does not resume; start a "
+               "run from its weights with --model_name_or_path " + dir.string();
+    return std::string("it has no ") + kCompleteMarker + " (the save did not finish)";
+  }
   nlohmann::json marker;
   try {
     marker = nlohmann::json::parse(read_text(marker_path));

@@ -91,6 +91,14 @@ TEST(CheckpointDir, SkipsIncompleteAndCorruptNewest) {
   fs::remove(c20 / kCompleteMarker);
   EXPECT_NE(checkpoint_problem(c20).find("did not finish"), std::string::npos);
   EXPECT_EQ(*find_latest_complete_checkpoint(tmp.path()), tmp.path() / "checkpoint-10");
+  // A transformers Trainer checkpoint is named as one, with the way to start from its weights.
+  const fs::path hf = tmp.path() / "hf-checkpoint-5";
+  fs::create_directories(hf);
+  std::ofstream(hf / "trainer_state.json") << "{}";
+  std::ofstream(hf / "optimizer.pt") << "pickle";
+  EXPECT_NE(checkpoint_problem(hf).find("Hugging Face Trainer checkpoint (optimizer.pt)"), std::string::npos)
+      << checkpoint_problem(hf);
+  EXPECT_NE(checkpoint_problem(hf).find("--model_name_or_path " + hf.string()), std::string::npos);
   // A missing file and a marker for another step are corrupt too.
   const fs::path c40 = save_checkpoint(tmp.path(), 40);
   fs::remove(c40 / "optimizer" / "rank_independent.bin");
