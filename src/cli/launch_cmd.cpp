@@ -32,8 +32,7 @@ std::string self_exe() {
 
 // mpirun/mpiexec may start the launcher once per node (--nnodes of them); more copies than nodes
 // would each start --nproc_per_node workers as a separate job, all writing one output_dir.
-void check_not_nested(const dist::LauncherOptions& o) {
-  const dist::EnvMap env = dist::process_env();
+void check_not_nested(const dist::LauncherOptions& o, const dist::EnvMap& env) {
   for (const char* size_var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
     const auto it = env.find(size_var);
     if (it == env.end()) continue;
@@ -51,7 +50,8 @@ void check_not_nested(const dist::LauncherOptions& o) {
 
 int run_launcher(const std::vector<std::string>& args) {
   // A Kubeflow pod's variables (PyTorchJob, TrainJob torch runtime) first; explicit flags win.
-  const auto pod = dist::pod_launcher_options(dist::process_env());
+  const dist::EnvMap env = dist::process_env();
+  const auto pod = dist::pod_launcher_options(env);
   dist::LauncherOptions opts = pod.value_or(dist::LauncherOptions{});
   opts.program = self_exe();
   bool master_addr_given = pod.has_value() && !opts.master_addr.empty();
@@ -100,7 +100,7 @@ int run_launcher(const std::vector<std::string>& args) {
   ALPACA_USAGE_CHECK(opts.master_port < 65536, "--master_port " << opts.master_port << " is not a TCP port");
   ALPACA_USAGE_CHECK(opts.nnodes == 1 || master_addr_given,
                      "--nnodes " << opts.nnodes << " needs --master_addr: the host of node 0, reachable from every node");
-  check_not_nested(opts);
+  check_not_nested(opts, env);
   return dist::run_workers(opts);
 }
 
