@@ -1,4 +1,4 @@
-// Right-padding collator (train.py's DataCollatorForSupervisedDataset), plus packed ids.
+// Right-padding collator (train.py's DataCollatorForSupervisedDataset, TRL's for its rows), plus packed ids.
 #include "alpaca/data/collate.h"
 
 #include <algorithm>
@@ -13,7 +13,7 @@ int64_t count_label_tokens(const Example& ex) {
   return n;
 }
 
-Batch collate(const std::vector<const Example*>& examples, int64_t pad_id) {
+Batch collate(const std::vector<const Example*>& examples, int64_t pad_id, AttentionMask rule) {
   ALPACA_CHECK(!examples.empty(), "collate: empty micro-batch");
   const int64_t b = static_cast<int64_t>(examples.size());
   int64_t t_max = 0;
@@ -51,8 +51,8 @@ Batch collate(const std::vector<const Example*>& examples, int64_t pad_id) {
       ids[i][t] = ex.input_ids[t];
       labels[i][t] = ex.labels[t];
       // train.py: attention_mask = input_ids.ne(pad_token_id), so even a "[PAD]" string
-      // inside the text is masked; kept for parity.
-      mask[i][t] = ex.input_ids[t] != pad_id;
+      // inside the text is masked; kept for parity. TRL: every token of the example.
+      mask[i][t] = rule == AttentionMask::kExampleTokens || ex.input_ids[t] != pad_id;
     }
     batch.num_label_tokens += count_label_tokens(ex);
     if (packed) {

