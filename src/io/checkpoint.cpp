@@ -13,6 +13,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>     // defines: torch::jit::pickle_load
 
 #include "alpaca/util/error.h"
+#include "alpaca/util/user_error.h"
 
 namespace alpaca::io {
 namespace fs = std::filesystem;
@@ -132,6 +133,11 @@ CheckpointReader CheckpointReader::open(const std::string& dir) {
     im.format = "bin-sharded";
     im.file_of = read_index(d / "pytorch_model.bin.index.json");
   } else {
+    // A training checkpoint of ours keeps each rank's ranges under sharded/ (torch DCP's HF layout).
+    ALPACA_USER_CHECK(!fs::is_directory(d / "sharded"),
+                      dir << " is an alpaca-train training checkpoint (its weights are split by rank under sharded/); "
+                             "write it as a model directory with `alpaca-train consolidate " << dir
+                          << " OUT` and pass OUT");
     ALPACA_FAIL(dir << ": no weights found (expected model.safetensors, model.safetensors.index.json, "
                        "pytorch_model.bin or pytorch_model.bin.index.json)");
   }

@@ -143,6 +143,31 @@ TEST(TrainerResume, RotationKeepsSaveTotalLimit) {
   EXPECT_EQ(checkpoints_in(out.path()), (std::set<std::string>{"checkpoint-8", "checkpoint-10"}));
 }
 
+// --save_only_model checkpoints hold weights only (transformers: "prevents resuming training"): a
+// resume, explicit or `auto`, says so and names the way to their weights (consolidate, then
+// --model_name_or_path), which trains; a checkpoint given as the model is pointed to consolidate.
+TEST(TrainerResume, SaveOnlyModelCheckpointsAreWeightsToConsolidateNotResume) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir out("save_only_model");
+  std::string log;
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", out.path(), 2, 4, 1) + " --save_steps 2 --save_only_model True", 1, &log),
+            0) << log;
+  const fs::path ckpt = out.path() / "checkpoint-2";
+  ASSERT_EQ(alpaca::ckpt::checkpoint_problem(ckpt), "") << log;
+  for (const std::string& resume : {ckpt.string(), std::string("auto")}) {
+    EXPECT_NE(run_trainer(run_args(kFixture / "model", out.path(), 4, 4, 1) + " --resume_from_checkpoint " + resume, 1, &log), 0);
+    EXPECT_NE(log.find(ckpt.string() + " was saved with --save_only_model"), std::string::npos) << log;
+    EXPECT_NE(log.find("alpaca-train consolidate " + ckpt.string()), std::string::npos) << log;
+    EXPECT_EQ(log.find(".cpp:"), std::string::npos) << "a user's error shows no source location:\n" << log;
+  }
+  EXPECT_NE(run_trainer(run_args(ckpt, out.path() / "from_ckpt", 1, 4, 1), 1, &log), 0);
+  EXPECT_NE(log.find("is an alpaca-train training checkpoint"), std::string::npos) << log;
+  EXPECT_NE(log.find("alpaca-train consolidate " + ckpt.string() + " OUT"), std::string::npos) << log;
+  ASSERT_EQ(std::system((train_bin() + " consolidate " + ckpt.string() + " " + (out.path() / "weights").string() +
+                         " > /dev/null 2>&1").c_str()), 0);
+  ASSERT_EQ(run_trainer(run_args(out.path() / "weights", out.path() / "from_weights", 1, 4, 1), 1, &log), 0) << log;
+}
+
 // HF's epoch strategies also fire when the run ends inside an epoch (max_steps, fractional
 // num_train_epochs): the last epoch, cut short, is evaluated and saved like the others.
 TEST(TrainerResume, EpochStrategiesEvaluateAndSaveAnEpochCutShort) {
