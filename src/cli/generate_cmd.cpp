@@ -185,7 +185,7 @@ Subcommand generate_command(GenerateFlags& f) {
         "Jinja chat template file used instead of the model's (chat_template.jinja / tokenizer_config.json); "
         "implies --chat"},
        {"--max_new_tokens", &f.max_new_tokens,
-        "New tokens at most (default: generation_config.json's max_new_tokens, or max_length minus the longest "
+        "New tokens at most (default: generation_config.json's max_new_tokens, or max_length minus each batch's longest "
         "prompt, else 256)"},
        {"--do_sample", &f.do_sample, "Sample instead of greedy decoding (default: generation_config.json's)"},
        {"--temperature", &f.temperature, "Sampling temperature (> 0)"},
@@ -278,7 +278,7 @@ int run_generate(const std::vector<std::string>& args) {
   const model::LlamaConfig cfg = model::LlamaConfig::from_json_file((fs::path(f.model_dir) / "config.json").string());
   generate::GenerateOptions opts;
   opts.sampling = sampling_options(f, parsed, gc);
-  opts.eos_token_ids = !gc.eos_token_id.empty() ? gc.eos_token_id : cfg.eos_token_id;
+  opts.eos_token_ids = gc.from_file ? gc.eos_token_id : cfg.eos_token_id;
   opts.padding_side = f.padding_side == "left" ? generate::PaddingSide::kLeft : generate::PaddingSide::kRight;
 
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tok_dir);
@@ -294,6 +294,8 @@ int run_generate(const std::vector<std::string>& args) {
                         : gc.max_new_tokens                  ? *gc.max_new_tokens
                         : gc.max_length ? std::max<int64_t>(1, *gc.max_length - static_cast<int64_t>(longest))
                                         : 256;
+  // max_length alone: each batch's own budget (transformers: max_length - input_ids.shape[1]).
+  if (!parsed.was_given("--max_new_tokens") && !gc.max_new_tokens && gc.max_length) opts.max_length = gc.max_length;
 
   const at::Device device = pick_device(f.device);
   const auto t_load = std::chrono::steady_clock::now();

@@ -73,7 +73,9 @@ GenerationConfig read_generation_config(const std::string& model_dir) {
   ALPACA_CHECK(f, "cannot read " << path.string());
   std::stringstream ss;
   ss << f.rdbuf();
-  return parse_generation_config(ss.str(), path.string());
+  GenerationConfig c = parse_generation_config(ss.str(), path.string());
+  c.from_file = true;
+  return c;
 }
 
 }  // namespace alpaca::generate

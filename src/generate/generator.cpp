@@ -7,6 +7,7 @@
 #include "alpaca/model/cpu_decode.h"
 #include "alpaca/model/kv_cache.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/user_error.h"
 
 namespace alpaca::generate {
 
@@ -96,7 +97,12 @@ std::vector<Generation> generate_batch(model::LlamaForCausalLM& m, const std::ve
   const int64_t b = in.b, t = in.t;
   const bool left = opts.padding_side == PaddingSide::kLeft;
 
-  const int64_t capacity = t + opts.max_new_tokens;
+  if (opts.max_length)
+    ALPACA_USER_CHECK(*opts.max_length > t, "a prompt of " << t << " tokens leaves no room under max_length "
+                      << *opts.max_length << " (generation_config.json, which counts the prompt, as transformers "
+                      "does); pass --max_new_tokens N to generate N tokens after it");
+  const int64_t max_new_tokens = opts.max_length ? *opts.max_length - t : opts.max_new_tokens;
+  const int64_t capacity = t + max_new_tokens;
   model::KvCache cache(m->config(), b, capacity, w.options());
   // The growing attention mask, on the device; only needed when some row is padded.
   at::Tensor mask_full;
@@ -115,11 +121,11 @@ std::vector<Generation> generate_batch(model::LlamaForCausalLM& m, const std::ve
   std::vector<bool> done(b, false);
   int64_t num_done = 0;
   at::Tensor next_pos_dev = in.next_pos_b1.to(device);
-  for (int64_t step = 0; step < opts.max_new_tokens; ++step) {
+  for (int64_t step = 0; step < max_new_tokens; ++step) {
     at::Tensor scores = process_logits(logits_bv.to(at::kFloat), seen_bv, opts.sampling);
     at::Tensor next_b = select_next_tokens(scores, opts.sampling, gen);  // CPU int64
     num_done += take_tokens(next_b, opts, out, done, on_token);
-    if (num_done == b || step + 1 == opts.max_new_tokens) break;
+    if (num_done == b || step + 1 == max_new_tokens) break;
     at::Tensor next_dev = next_b.to(device).view({b, 1});
     if (seen_bv.defined()) seen_bv.scatter_(1, next_dev, true);
     const int64_t len = cache.length();

@@ -168,4 +168,55 @@ TEST_F(GenerateCli, BadInputFailsClearlyAndWritesNothing) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// generation_config.json as transformers reads it: a file without eos_token_id means no early stop
+// (config.json's eos is used only without the file), and max_length (which counts the prompt)
+// gives each batch max_length minus its own padded prompt length; no room left is an error.
+TEST_F(GenerateCli, GenerationConfigEosAndMaxLengthAsTransformers) {
+  const fs::path m2 = path("gc_model");
+  fs::create_directories(m2);
+  for (const auto& e : fs::directory_iterator(model_)) fs::copy_file(e.path(), m2 / e.path().filename());
+  write(path("gc.json"), R"([{"instruction": "Hi"},
+                             {"instruction": "Write a long list of every animal in the Andes, with notes on each one"}])");
+  auto answers = [&](const std::string& flags, int* rc = nullptr) {
+    fs::remove(path("gc.jsonl"));
+    Result r;
+    r.rc = run_command(alpaca::testing::train_bin() + " generate --model_name_or_path " + m2.string() + " --prompts " +
+                           path("gc.json").string() + " --output " + path("gc.jsonl").string() + " " + flags,
+                       &r.out);
+    if (rc) *rc = r.rc;
+    else EXPECT_EQ(r.rc, 0) << flags << "\n" << r.out;
+    std::vector<json> out;
+    if (r.rc == 0)
+      for (const json& l : read_jsonl(path("gc.jsonl"))) out.push_back(l["generation_ids"]);
+    return out;
+  };
+  // Make the first greedy token the eos of config.json.
+  fs::remove(m2 / "generation_config.json");
+  const std::vector<json> free_run = answers("--max_new_tokens 8 --batch_size 1");
+  ASSERT_EQ(free_run.size(), 2u);
+  json cfg = json::parse(std::ifstream(m2 / "config.json"));
+  cfg["eos_token_id"] = free_run[0][0];
+  write(m2 / "config.json", cfg.dump());
+  EXPECT_EQ(answers("--max_new_tokens 8 --batch_size 1")[0].size(), 1u) << "no generation_config.json: config.json's eos";
+  write(m2 / "generation_config.json", R"({"bos_token_id": 1})");
+  EXPECT_EQ(answers("--max_new_tokens 8 --batch_size 1")[0].size(), free_run[0].size()) << "the file has no eos: no stop";
+
+  write(m2 / "generation_config.json", R"({"max_length": 90, "pad_token_id": 0})");
+  const std::vector<json> one = answers("--batch_size 1"), two = answers("--batch_size 2");
+  ASSERT_EQ(one.size(), 2u);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_GT(one[0].size(), one[1].size()) << "each prompt's own budget at batch 1";
+  EXPECT_EQ(two[0].size(), one[1].size()) << "the batch's padded length at batch 2";
+  EXPECT_EQ(two[1].size(), one[1].size());
+  write(m2 / "generation_config.json", R"({"max_length": 3})");
+  int rc = 0;
+  EXPECT_TRUE(answers("--batch_size 1", &rc).empty());
+  EXPECT_EQ(rc, 1);
+  EXPECT_FALSE(fs::exists(path("gc.jsonl")));
+  std::string msg;
+  run_command(alpaca::testing::train_bin() + " generate --model_name_or_path " + m2.string() + " --instruction Hi", &msg);
+  EXPECT_NE(msg.find("leaves no room under max_length 3"), std::string::npos) << msg;
+  EXPECT_EQ(answers("--batch_size 1 --max_new_tokens 2")[0].size(), 2u) << "--max_new_tokens wins over max_length";
+}
+
 }  // namespace

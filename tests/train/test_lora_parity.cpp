@@ -211,6 +211,24 @@ TEST(LoraParity, SavedAdapterLoadsInPeftWithOurLogits) {
     for (const auto& n : x->names()) EXPECT_TRUE(at::equal(x->tensor(n), y->tensor(n))) << n;
     EXPECT_EQ(y->tensor("model.embed_tokens.weight").size(0), 32001);
   }
+  // The merged directory carries the tokenizer and chat template the adapter directory has; an
+  // adapter saved without them (peft's save_pretrained) gets the base's.
+  const char* const tokenizer_files[] = {"tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+                                         "tokenizer.json", "chat_template.jinja"};
+  for (const char* f : tokenizer_files) {
+    EXPECT_EQ(fs::exists(dir / f), fs::exists(merged / f)) << f;
+    EXPECT_EQ(fs::exists(dir / f), fs::exists(dir / "merged" / f)) << f << " (--merge_adapter)";
+  }
+  {
+    const fs::path bare = dir / "bare_adapter", bare_merged = dir / "bare_merged";
+    fs::create_directories(bare);
+    for (const char* f : {"adapter_config.json", "adapter_model.safetensors"}) fs::copy_file(dir / f, bare / f);
+    ASSERT_EQ(run_command(train_bin() + " merge --model_name_or_path " + (kFixture / "model").string() + " --adapter " +
+                              bare.string() + " --output_dir " + bare_merged.string() + " 2>&1", &log), 0) << log;
+    for (const char* f : tokenizer_files)
+      EXPECT_EQ(fs::exists(kFixture / "model" / f), fs::exists(bare_merged / f)) << f << " (from the base)";
+    EXPECT_TRUE(fs::exists(bare_merged / "tokenizer.model"));
+  }
   std::string out_text;
   const int rc = run_command(python() + " " + (source_dir() / "tests/reference/lora_peft_load_check.py").string() +
                                  " --base " + (kFixture / "model").string() + " --adapter " + dir.string() +

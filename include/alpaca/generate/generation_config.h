@@ -21,6 +21,9 @@ struct GenerationConfig {
   std::vector<int64_t> eos_token_id;  // an int or a list in the file
   std::optional<int64_t> pad_token_id;
   std::optional<int64_t> bos_token_id;
+  // The model directory has the file. transformers then takes eos_token_id from it alone (absent:
+  // no early stop); without the file it builds one from config.json.
+  bool from_file = false;
 };
 
 // Reads `model_dir`/generation_config.json; a missing file gives an empty config. A malformed file

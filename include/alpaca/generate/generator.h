@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include <ATen/ATen.h>  // defines: at::Generator
@@ -22,6 +23,9 @@ enum class PaddingSide { kLeft, kRight };
 
 struct GenerateOptions {
   int64_t max_new_tokens = 128;
+  // transformers' max_length (counts the prompt), used when set: each batch gets max_length minus
+  // its padded prompt length as new tokens, and a prompt that long or longer is an error.
+  std::optional<int64_t> max_length;
   SamplingParams sampling;
   std::vector<int64_t> eos_token_ids;  // stop at any of them; empty = never stop early
   int64_t pad_token_id = 0;            // fills padding and rows that have stopped
