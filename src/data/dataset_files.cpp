@@ -7,6 +7,7 @@
 
 #include "alpaca/data/conversation.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/user_error.h"
 #include "alpaca/util/file.h"
 #include "conversation_rows.h"
 
@@ -45,6 +46,25 @@ std::string lower_ext(const fs::path& p) {
 // The data-*.arrow files of a save_to_disk directory, in state.json's order when it lists them
 // (`_data_files`), else by name (data-00000-of-00002.arrow, ...).
 std::vector<std::string> save_to_disk_files(const fs::path& dir) {
+  // A DatasetDict saved with save_to_disk: one save_to_disk directory per split, named in dataset_dict.json.
+  if (fs::is_regular_file(dir / "dataset_dict.json") && !fs::is_regular_file(dir / "state.json")) {
+    std::vector<std::string> splits;
+    try {
+      const Row d = Row::parse(read_file((dir / "dataset_dict.json").string()));
+      if (d.is_object() && d.contains("splits") && d["splits"].is_array())
+        for (const Row& sp : d["splits"])
+          if (sp.is_string()) splits.push_back(sp.get<std::string>());
+    } catch (const Row::exception&) {
+    }
+    std::string names, pick = splits.empty() ? "<split>" : splits.front();
+    for (const auto& sp : splits) {
+      names += (names.empty() ? "" : ", ") + sp;
+      if (sp == "train") pick = sp;
+    }
+    ALPACA_USER_FAIL(dir.string() << " is a datasets DatasetDict (save_to_disk of several splits"
+                                  << (names.empty() ? "" : ": " + names) << "); give one split's directory, e.g. "
+                                  << (dir / pick).string());
+  }
   ALPACA_CHECK(fs::is_regular_file(dir / "dataset_info.json") || fs::is_regular_file(dir / "state.json"),
                dir.string() << " is a directory without dataset_info.json or state.json, so not a "
                                "datasets.save_to_disk directory; give a data file or such a directory");

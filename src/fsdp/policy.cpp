@@ -103,7 +103,8 @@ void apply_words(const std::string& text, const std::vector<std::string>& words,
   p.auto_wrap = std::count(words.begin(), words.end(), "auto_wrap") > 0;
 }
 
-void apply_config(const json& cfg, const std::string& origin, FsdpPolicy& p, bool& wrap_cls_given) {
+// `strategy_word`: --fsdp named a sharding strategy itself (else auto_wrap alone gave full_shard).
+void apply_config(const json& cfg, const std::string& origin, FsdpPolicy& p, bool& wrap_cls_given, bool strategy_word) {
   ALPACA_CHECK(cfg.is_object(), origin << " must be a JSON object of fsdp_config keys");
   std::set<std::string> keys;
   for (auto it = cfg.begin(); it != cfg.end(); ++it) {
@@ -145,16 +146,25 @@ void apply_config(const json& cfg, const std::string& origin, FsdpPolicy& p, boo
       p.offload = as_bool(v, key, origin) || p.offload;
     } else if (key == "sharding_strategy") {
       ALPACA_CHECK(v.is_string(), origin << ": sharding_strategy must be a string");
+      const ShardingStrategy from_words = p.strategy;
       const std::string s = lower(v.get<std::string>());
       if (s == "full_shard" || s == "1") p.strategy = ShardingStrategy::kFullShard;
       else if (s == "shard_grad_op" || s == "2") p.strategy = ShardingStrategy::kShardGradOp;
       else if (s == "no_shard" || s == "3") p.strategy = ShardingStrategy::kNoShard;
       else if (s == "hybrid_shard" || s == "4") p.strategy = ShardingStrategy::kHybridShard;
       else ALPACA_FAIL(origin << ": sharding_strategy '" << s << "' unsupported");
+      // Two places naming two strategies is the contradiction --fsdp "full_shard shard_grad_op" is.
+      ALPACA_CHECK(!strategy_word || p.strategy == from_words,
+                   origin << ": sharding_strategy " << v.get<std::string>() << " contradicts --fsdp, which names "
+                          << to_string(from_words) << "; name the strategy in one place");
     } else if (key == "state_dict_type") {
-      ALPACA_CHECK(v.is_string() && v.get<std::string>() == "FULL_STATE_DICT",
-                   origin << ": state_dict_type " << v.dump() << " is not supported; checkpoints are "
-                             "written as full HF directories (FULL_STATE_DICT)");
+      // Checkpoints are always written sharded (each rank its ranges, torch DCP's HF layout: what
+      // SHARDED_STATE_DICT asks for) and the final output_dir as one HF directory (FULL_STATE_DICT's
+      // final save); `alpaca-train consolidate` makes a checkpoint one. So both values mean this.
+      ALPACA_CHECK(v.is_string() && (v.get<std::string>() == "FULL_STATE_DICT" || v.get<std::string>() == "SHARDED_STATE_DICT"),
+                   origin << ": state_dict_type " << v.dump() << " is not supported; use SHARDED_STATE_DICT or "
+                             "FULL_STATE_DICT (checkpoints are sharded by rank, `alpaca-train consolidate` turns one into "
+                             "an HF directory, and the final output_dir is one)");
     } else if (key == "reduce_dtype") {  // alpaca-train extension: HF reduces in param_dtype
       ALPACA_CHECK(v.is_string(), origin << ": reduce_dtype must be a string");
       p.reduce_dtype = dtype_word(v.get<std::string>(), origin + ": reduce_dtype");
@@ -251,7 +261,8 @@ FsdpPolicy build_fsdp_policy(const FsdpPolicyInputs& in) {
     }
     ALPACA_CHECK(words.size() > 0 || (cfg.is_object() && cfg.empty()),
                  in.fsdp_config_origin << " has no effect without --fsdp; add --fsdp \"full_shard auto_wrap\" or drop it");
-    apply_config(cfg, in.fsdp_config_origin, p, wrap_cls_given);
+    apply_config(cfg, in.fsdp_config_origin, p, wrap_cls_given,
+                 std::any_of(words.begin(), words.end(), [](const std::string& w) { return is_strategy(w); }));
     config_classes = p.wrap_classes;
   }
   if (!in.transformer_layer_cls_to_wrap.empty()) {

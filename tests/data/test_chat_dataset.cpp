@@ -175,6 +175,17 @@ TEST(ChatDataset, FilesThatAreNotWhatTheirNameSaysAreErrors) {
   } catch (const Error& e) {
     EXPECT_HAS(e.message(), "not a datasets.save_to_disk directory");
   }
+  // DatasetDict.save_to_disk: dataset_dict.json and one directory per split.
+  fs::create_directories(dir.path() / "dd" / "train");
+  fs::create_directories(dir.path() / "dd" / "test");
+  std::ofstream(dir.path() / "dd" / "dataset_dict.json") << R"({"splits": ["test", "train"]})";
+  try {
+    load_dataset((dir.path() / "dd").string());
+    ADD_FAILURE() << "a DatasetDict loaded";
+  } catch (const Error& e) {
+    EXPECT_HAS(e.message(), "is a datasets DatasetDict (save_to_disk of several splits: test, train); give one split's "
+                            "directory, e.g. " + (dir.path() / "dd" / "train").string());
+  }
   EXPECT_THROW(parse_dataset_format("chatml"), Error);
 }
 

@@ -222,12 +222,29 @@ TEST(Policy, ExplicitPrefetchValuesAreHonoured) {
   EXPECT_THROW(build("full_shard auto_wrap", R"({"force_collectives": "sometimes"})"), Error);
 }
 
+// state_dict_type: checkpoints are sharded by rank and the final output_dir is one HF directory,
+// which is what both accelerate values ask for. sharding_strategy decides only when --fsdp names none.
+TEST(Policy, StateDictTypesAndAStrategyNamedOnce) {
+  for (const char* v : {"FULL_STATE_DICT", "SHARDED_STATE_DICT"})
+    EXPECT_NO_THROW(build("full_shard auto_wrap", std::string(R"({"state_dict_type": ")") + v + "\"}")) << v;
+  EXPECT_EQ(build("auto_wrap", R"({"sharding_strategy": "SHARD_GRAD_OP"})").strategy, ShardingStrategy::kShardGradOp);
+  EXPECT_EQ(build("full_shard auto_wrap", R"({"fsdp_sharding_strategy": "FULL_SHARD"})").strategy,
+            ShardingStrategy::kFullShard);
+  try {
+    build("full_shard auto_wrap", R"({"sharding_strategy": "NO_SHARD"})");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("contradicts --fsdp, which names FULL_SHARD"), std::string::npos) << e.message();
+  }
+}
+
 TEST(Policy, KeysNotActedOnAreErrors) {
   for (const char* bad : {R"({"xla": true})", R"({"fsdp_version": 2})", R"({"min_num_params": 1000})",
                           R"({"use_orig_params": false})", R"({"transformer_layer_cls_to_wrap": "GPT2Block"})",
                           R"({"backward_prefetch": "sometimes"})", R"({"limit_all_gathers": "maybe"})",
                           R"({"sync_module_states": false, "cpu_ram_efficient_loading": true})",
-                          R"({"state_dict_type": "SHARDED_STATE_DICT"})", R"([1, 2])", R"({not json)",
+                          R"({"state_dict_type": "LOCAL_STATE_DICT"})", R"({"sharding_strategy": "SHARD_GRAD_OP"})",
+                          R"([1, 2])", R"({not json)",
                           R"({"backward_prefetch": "backward_pre", "fsdp_backward_prefetch": "backward_pre"})"}) {
     EXPECT_THROW(build("full_shard auto_wrap", bad), Error) << bad;
   }
