@@ -49,6 +49,7 @@ MergeStats merge_lora_adapter(const std::string& base_dir, const std::string& ad
   };
 
   model::LlamaConfig mcfg = model::LlamaConfig::from_json_file((fs::path(base_dir) / "config.json").string());
+  io::check_tied_tables(la, mcfg.tie_word_embeddings);
   // New vocabulary rows from trainable tokens: the merged tables have max(index) + 1 rows.
   const std::map<std::string, std::vector<int64_t>>& token_rows = la.token_rows;
   const int64_t vocab = la.vocab_size(mcfg.vocab_size);
@@ -66,6 +67,13 @@ MergeStats merge_lora_adapter(const std::string& base_dir, const std::string& ad
     const std::string a_key = kPrefix + module + ".lora_A.weight", b_key = kPrefix + module + ".lora_B.weight";
     if (!module.empty() && adapter->contains(a_key)) {
       ALPACA_CHECK(adapter->contains(b_key), adapter->path() << " has " << a_key << " but no " << b_key);
+      // peft's save_embedding_layers ("auto" when lm_head is a target) stores the base weight too.
+      if (adapter->contains(kPrefix + module + ".base_layer.weight")) {
+        const at::Tensor base_w = take(kPrefix + module + ".base_layer.weight");
+        ALPACA_CHECK(base_w.sizes() == w.sizes(), adapter->path() << ": " << kPrefix << module << ".base_layer.weight has shape "
+                     << base_w.sizes() << ", the base has " << w.sizes());
+        w = base_w;
+      }
       const at::Tensor a = take(a_key), b = take(b_key);  // (r, in), (out, r)
       ALPACA_CHECK(a.dim() == 2 && b.dim() == 2 && b.size(0) == w.size(0) && a.size(1) == w.size(1) && a.size(0) == b.size(1),
                    "LoRA " << module << ": A " << a.sizes() << " and B " << b.sizes() << " do not fit the base weight "

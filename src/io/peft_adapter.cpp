@@ -69,6 +69,7 @@ LoraAdapter read_lora_adapter(const std::string& adapter_dir) {
                                                      << "; only LORA adapters are supported");
   ALPACA_CHECK(!cfg.value("use_dora", false) && cfg.value("bias", "none") == "none" && !cfg.value("fan_in_fan_out", false),
                cfg_path.string() << ": DoRA, LoRA biases and fan_in_fan_out are not supported");
+  ALPACA_CHECK(!cfg.value("lora_bias", false), cfg_path.string() << ": lora_bias (a bias on lora_B) is not supported");
   ALPACA_CHECK(cfg.value("rank_pattern", nlohmann::json::object()).empty() &&
                    cfg.value("alpha_pattern", nlohmann::json::object()).empty(),
                cfg_path.string() << ": rank_pattern / alpha_pattern are not supported");
@@ -92,8 +93,23 @@ LoraAdapter read_lora_adapter(const std::string& adapter_dir) {
       a.token_rows[name] = ids.get<std::vector<int64_t>>();
     }
   }
+  a.ensure_weight_tying = cfg.value("ensure_weight_tying", false);
   a.file = SafetensorsFile::open((fs::path(adapter_dir) / kAdapterWeightsFile).string());
+  for (const auto& n : a.file->names())
+    ALPACA_CHECK(n.find(".lora_embedding_A") == std::string::npos && n.find(".lora_embedding_B") == std::string::npos,
+                 a.file->path() << " has " << n << ": LoRA on an embedding layer (target_modules embed_tokens) is not "
+                                   "supported; merge it with peft's merge_and_unload");
   return a;
+}
+
+void check_tied_tables(const LoraAdapter& adapter, bool base_tied) {
+  if (!base_tied || adapter.ensure_weight_tying) return;
+  for (const char* table : {"model.embed_tokens.weight", "lm_head.weight"})
+    ALPACA_CHECK(!adapter.file->contains(kPeftKeyPrefix + std::string(table)),
+                 adapter.file->path() << " saves " << table << " (modules_to_save) for a base with tied embeddings, "
+                 "without ensure_weight_tying: peft applies that table to its side only and unties the embeddings, "
+                 "which alpaca-train does not reproduce; merge it with peft's merge_and_unload, or save the adapter "
+                 "with ensure_weight_tying=True (what alpaca-train --use_peft writes)");
 }
 
 namespace {
@@ -164,6 +180,13 @@ void load_branch(model::LinearImpl& lin, const std::string& name, const LoraAdap
                "LoRA " << name << ": A " << a.sizes() << " and B " << b.sizes() << " (r " << adapter.r
                        << ") do not fit the base weight " << w.sizes() << " of " << base_dir
                        << "; the adapter was trained on another base");
+  // peft's save_embedding_layers ("auto" when lm_head is a target) stores the base weight too.
+  if (t.contains(name + ".base_layer.weight")) {
+    const at::Tensor base_w = t.take(name + ".base_layer.weight");
+    ALPACA_CHECK(base_w.sizes() == w.sizes(), t.file().path() << ": " << kPeftKeyPrefix << name << ".base_layer.weight has shape "
+                 << base_w.sizes() << ", the base " << base_dir << " has " << w.sizes());
+    lin.weight.copy_(base_w);
+  }
   lin.lora_A->weight.set_data(a.to(w.options()).contiguous());
   lin.lora_B->weight.set_data(b.to(w.options()).contiguous());
   lin.lora_scaling = adapter.scaling;  // exactly peft's, not recomputed through alpha
@@ -196,6 +219,7 @@ void load_saved_rows(const std::string& pname, at::Tensor& p, const LoraAdapter&
 }  // namespace
 
 int64_t attach_lora_adapter(model::LlamaForCausalLMImpl& m, const LoraAdapter& adapter, const std::string& base_dir) {
+  check_tied_tables(adapter, !m.lm_head);
   AdapterTensors t(*adapter.file);
   std::map<std::string, std::shared_ptr<torch::nn::Module>> modules;
   for (const auto& item : m.named_modules("", /*include_self=*/false)) modules[item.key()] = item.value();

@@ -18,6 +18,7 @@
 #include "alpaca/io/peft_adapter.h"
 #include "alpaca/generate/generator.h"
 #include "alpaca/io/hf_model.h"
+#include "alpaca/io/safetensors.h"
 #include "alpaca/model/cpu_decode.h"
 #include "alpaca/util/error.h"
 #include "test_util.h"
@@ -136,6 +137,61 @@ TEST_F(GenerateAdapter, AdapterOfAnotherBaseFailsNamingTheModule) {
     EXPECT_EQ(rc, 1) << log;
     EXPECT_NE(log.find(c.message), std::string::npos) << log;
     EXPECT_FALSE(fs::exists(out));
+  }
+}
+
+// peft's save_embedding_layers ("auto" when lm_head is a target) also stores
+// lm_head.base_layer.weight: attach and merge read it as the base weight. A whole table saved for a
+// tied base without ensure_weight_tying is refused: peft applies it to one side and unties.
+TEST_F(GenerateAdapter, LmHeadBaseLayerWeightIsReadAndOneSidedTiedTablesAreRefused) {
+  alpaca::testing::TempDir tmp("adapter_base_layer");
+  const at::Tensor w = io::SafetensorsFile::open((dir_ / "model" / "model.safetensors").string())->tensor("lm_head.weight");
+  at::manual_seed(3);
+  const at::Tensor a = at::randn({2, w.size(1)}) * 0.1, b = at::randn({w.size(0), 2}) * 0.1;
+  const fs::path d = tmp.path() / "adapter";
+  fs::create_directories(d);
+  std::ofstream(d / "adapter_config.json")
+      << R"({"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["lm_head"]})";
+  {
+    io::SafetensorsWriter st((d / "adapter_model.safetensors").string());
+    st.add("base_model.model.lm_head.lora_A.weight", a);
+    st.add("base_model.model.lm_head.lora_B.weight", b);
+    st.add("base_model.model.lm_head.base_layer.weight", w * 2);
+    st.finish();
+  }
+  model::LlamaForCausalLM m = load("");
+  io::attach_lora_adapter(*m, io::read_lora_adapter(d.string()), (dir_ / "model").string());
+  EXPECT_TRUE(at::equal(m->lm_head->weight, w * 2));
+  std::string log;
+  ASSERT_EQ(run_command(alpaca::testing::train_bin() + " merge --model_name_or_path " + (dir_ / "model").string() +
+                            " --adapter " + d.string() + " --output_dir " + (tmp.path() / "merged").string(), &log), 0)
+      << log;
+  const at::Tensor merged =
+      io::SafetensorsFile::open((tmp.path() / "merged" / "model.safetensors").string())->tensor("lm_head.weight");
+  EXPECT_TRUE(at::allclose(merged, w * 2 + at::matmul(b, a) * 2.0, 1e-6, 1e-6));
+
+  const fs::path tied = tmp.path() / "tied";
+  fs::create_directories(tied);
+  {
+    io::SafetensorsWriter st((tied / "adapter_model.safetensors").string());
+    st.add("base_model.model.model.embed_tokens.weight", at::zeros({4, 2}));
+    st.finish();
+  }
+  for (const bool ensure : {false, true}) {
+    std::ofstream(tied / "adapter_config.json") << R"({"peft_type": "LORA", "r": 2, "lora_alpha": 4, "ensure_weight_tying": )"
+                                                << (ensure ? "true" : "false") << "}";
+    const io::LoraAdapter la = io::read_lora_adapter(tied.string());
+    EXPECT_NO_THROW(io::check_tied_tables(la, /*base_tied=*/false));
+    if (ensure) {
+      EXPECT_NO_THROW(io::check_tied_tables(la, true));
+    } else {
+      try {
+        io::check_tied_tables(la, true);
+        ADD_FAILURE() << "a one-sided table on a tied base was accepted";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("without ensure_weight_tying"), std::string::npos) << e.what();
+      }
+    }
   }
 }
 

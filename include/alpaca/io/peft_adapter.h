@@ -54,6 +54,9 @@ struct LoraAdapter {
   // trainable_tokens_delta replaces, in delta order.
   std::map<std::string, std::vector<int64_t>> token_rows;
   std::shared_ptr<io::SafetensorsFile> file;  // adapter_model.safetensors
+  // adapter_config.json's ensure_weight_tying: a saved embed_tokens / lm_head table serves both
+  // sides of a tied base. Without it peft applies the table to its own side only and unties.
+  bool ensure_weight_tying = false;
 
   // The vocabulary after the trainable tokens: max(base_vocab, largest row + 1).
   int64_t vocab_size(int64_t base_vocab) const;
@@ -74,5 +77,10 @@ LoraAdapter read_lora_adapter(const std::string& adapter_dir);
 // the key and the base when the adapter does not fit (a module it adapts is missing, or a shape
 // differs): it was trained on another base. Returns the number of adapted linears.
 int64_t attach_lora_adapter(model::LlamaForCausalLMImpl& m, const LoraAdapter& adapter, const std::string& base_dir);
+
+// Throws naming the adapter when it saves a whole embed_tokens / lm_head table for a base with tied
+// embeddings without ensure_weight_tying: peft then applies the table to one side only and unties
+// the model, which neither attach nor merge reproduces (they would apply it to both).
+void check_tied_tables(const LoraAdapter& adapter, bool base_tied);
 
 }  // namespace alpaca::io
