@@ -82,11 +82,17 @@ class DeepSpeedMapper {
       if (root_["bf16"].contains("enabled")) match_bool(root_["bf16"]["enabled"], "bf16.enabled", "bf16", args_.bf16);
     }
     if (root_.contains("fp16")) {
-      // Dynamic loss scaling is the trainer's; DeepSpeed's scaler tuning keys have no equivalent.
-      check_keys(root_["fp16"], "fp16", {"enabled", "loss_scale"});
+      // Dynamic loss scaling is the trainer's (torch's GradScaler, as HF's fp16); DeepSpeed's scaler
+      // tuning keys have no equivalent when fp16 trains. Without --fp16 the section is off, as it is in
+      // DeepSpeed, and the tuning keys the HF docs' ZeRO configs carry ("enabled": "auto") do nothing.
+      if (args_.fp16)
+        check_keys(root_["fp16"], "fp16", {"enabled", "loss_scale"});
+      else
+        check_keys(root_["fp16"], "fp16", {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window",
+                                           "hysteresis", "consecutive_hysteresis", "min_loss_scale", "auto_cast"});
       const json& fp16 = root_["fp16"];
       if (fp16.contains("enabled")) match_bool(fp16["enabled"], "fp16.enabled", "fp16", args_.fp16);
-      if (fp16.contains("loss_scale") && !(fp16["loss_scale"].is_number() && fp16["loss_scale"].get<double>() == 0)) {
+      if (args_.fp16 && fp16.contains("loss_scale") && !(fp16["loss_scale"].is_number() && fp16["loss_scale"].get<double>() == 0)) {
         fail("fp16.loss_scale", "must be 0 (dynamic loss scaling); a static loss scale is not supported");
       }
     }

@@ -133,8 +133,9 @@ CheckpointReader CheckpointReader::open(const std::string& dir) {
     im.format = "bin-sharded";
     im.file_of = read_index(d / "pytorch_model.bin.index.json");
   } else {
-    // A training checkpoint of ours keeps each rank's ranges under sharded/ (torch DCP's HF layout).
-    ALPACA_USER_CHECK(!fs::is_directory(d / "sharded"),
+    // A training checkpoint of ours keeps each rank's ranges under sharded/ (torch DCP's HF layout),
+    // sealed by checkpoint_complete.json (ckpt/checkpoint_dir.h).
+    ALPACA_USER_CHECK(!(fs::is_directory(d / "sharded") && fs::exists(d / "checkpoint_complete.json")),
                       dir << " is an alpaca-train training checkpoint (its weights are split by rank under sharded/); "
                              "write it as a model directory with `alpaca-train consolidate " << dir
                           << " OUT` and pass OUT");

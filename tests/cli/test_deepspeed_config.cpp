@@ -113,8 +113,14 @@ TEST(DeepSpeedConfig, UnsupportedKeysAndValuesAreErrors) {
   EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3, "round_robin_gradients": true}})", "",
                   "zero_optimization.round_robin_gradients is not supported");
   EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "optimizer": {"type": "Lamb"}})", "", "optimizer.type 'Lamb' is not supported");
-  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "fp16": {"enabled": "auto", "initial_scale_power": 12}})", "",
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "fp16": {"enabled": "auto", "initial_scale_power": 12}})", "--fp16 True",
                   "fp16.initial_scale_power is not supported");
+  // The HF docs' ZeRO configs carry DeepSpeed's fp16 scaler keys under "enabled": "auto": off without
+  // --fp16 (as in DeepSpeed), so they are accepted and do nothing.
+  const std::string hf_docs_fp16 = R"("fp16": {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 1000,
+      "initial_scale_power": 16, "hysteresis": 2, "min_loss_scale": 1})";
+  EXPECT_EQ(ds_error(R"({"zero_optimization": {"stage": 3}, )" + hf_docs_fp16 + "}", "--bf16 True"), "");
+  EXPECT_EQ(ds_error(R"({"zero_optimization": {"stage": 2}, )" + hf_docs_fp16 + "}"), "");
   EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "wall_clock_breakdown": true})", "", "wall_clock_breakdown must be false");
   EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}})", "--fsdp_config x.json", "do not combine with --deepspeed");
   EXPECT_DS_ERROR("/no/such/ds.json", "", "--deepspeed /no/such/ds.json: cannot open the file");
