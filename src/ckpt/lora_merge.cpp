@@ -118,9 +118,7 @@ MergeStats merge_lora_adapter(const std::string& base_dir, const std::string& ad
   // one; a peft save_pretrained directory does not, and then the base's is the adapter's.
   const char* const tokenizer_files[] = {"tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
                                          "added_tokens.json", "tokenizer.json", "chat_template.jinja", "chat_template.json"};
-  bool adapter_has_tokenizer = false;
-  for (const char* f : {"tokenizer.model", "tokenizer.json"}) adapter_has_tokenizer |= fs::is_regular_file(fs::path(adapter_dir) / f);
-  const fs::path tokenizer_src = adapter_has_tokenizer ? fs::path(adapter_dir) : fs::path(base_dir);
+  const fs::path tokenizer_src = io::adapter_tokenizer_dir(adapter_dir, base_dir);
   for (const char* f : tokenizer_files) {
     const fs::path src = tokenizer_src / f;
     if (fs::is_regular_file(src)) fs::copy_file(src, fs::path(out_dir) / f, fs::copy_options::overwrite_existing);

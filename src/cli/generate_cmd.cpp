@@ -257,10 +257,7 @@ int run_generate(const std::vector<std::string>& args) {
   // one it was trained with (train.py may have added [PAD]).
   std::optional<io::LoraAdapter> adapter;
   if (!f.adapter.empty()) adapter = io::read_lora_adapter(f.adapter);
-  const std::string tok_dir = adapter && (fs::is_regular_file(fs::path(f.adapter) / "tokenizer.json") ||
-                                          fs::is_regular_file(fs::path(f.adapter) / "tokenizer.model"))
-                                  ? f.adapter
-                                  : f.model_dir;
+  const std::string tok_dir = adapter ? io::adapter_tokenizer_dir(f.adapter, f.model_dir) : f.model_dir;
 
   // Prompts (cheap, and their errors should not wait for the model to load).
   if (!f.chat_template.empty()) f.chat = true;

@@ -102,6 +102,12 @@ LoraAdapter read_lora_adapter(const std::string& adapter_dir) {
   return a;
 }
 
+std::string adapter_tokenizer_dir(const std::string& adapter_dir, const std::string& base_dir) {
+  for (const char* f : {"tokenizer.json", "tokenizer.model"})
+    if (fs::is_regular_file(fs::path(adapter_dir) / f)) return adapter_dir;
+  return base_dir;
+}
+
 void check_tied_tables(const LoraAdapter& adapter, bool base_tied) {
   if (!base_tied || adapter.ensure_weight_tying) return;
   for (const char* table : {"model.embed_tokens.weight", "lm_head.weight"})

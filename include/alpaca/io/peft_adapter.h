@@ -83,4 +83,8 @@ int64_t attach_lora_adapter(model::LlamaForCausalLMImpl& m, const LoraAdapter& a
 // the model, which neither attach nor merge reproduces (they would apply it to both).
 void check_tied_tables(const LoraAdapter& adapter, bool base_tied);
 
+// Where the tokenizer an adapter was trained with lives: the adapter directory when it has one
+// (an --use_peft output_dir, maybe with train.py's [PAD]), else the base's (peft's save_pretrained).
+std::string adapter_tokenizer_dir(const std::string& adapter_dir, const std::string& base_dir);
+
 }  // namespace alpaca::io
