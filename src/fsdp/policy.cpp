@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -107,14 +108,59 @@ void apply_words(const std::string& text, const std::vector<std::string>& words,
 void apply_config(const json& cfg, const std::string& origin, FsdpPolicy& p, bool& wrap_cls_given, bool strategy_word) {
   ALPACA_CHECK(cfg.is_object(), origin << " must be a JSON object of fsdp_config keys");
   std::set<std::string> keys;
+  // sharding_strategy (FSDP1) and reshard_after_forward (FSDP2) both name the strategy.
+  std::optional<ShardingStrategy> config_strategy;
+  auto config_names = [&](ShardingStrategy s) {
+    ALPACA_CHECK(!config_strategy || *config_strategy == s,
+                 origin << ": sharding_strategy and reshard_after_forward name different strategies (" << to_string(*config_strategy)
+                        << ", " << to_string(s) << "); keep one");
+    config_strategy = s;
+  };
   for (auto it = cfg.begin(); it != cfg.end(); ++it) {
     std::string key = it.key();
     if (key.rfind("fsdp_", 0) == 0) key = key.substr(5);  // HF strips the optional prefix
     ALPACA_CHECK(keys.insert(key).second, origin << ": key '" << key << "' given twice (with and without fsdp_)");
     const json& v = it.value();
     if (key == "version") {
-      ALPACA_CHECK(v.is_number_integer() && v.get<int>() == 1,
-                   origin << ": fsdp_version " << v.dump() << " is not supported; alpaca-train implements FSDP1 semantics (1)");
+      // transformers 5 defaults to 2 (FSDP2: per-parameter sharding) and still takes 1 (flat
+      // parameters, what this engine is). The training is the same; the version decides only how
+      // reshard_after_forward is spelled (below).
+      ALPACA_CHECK(v.is_number_integer() && (v.get<int>() == 1 || v.get<int>() == 2),
+                   origin << ": version " << v.dump() << " is not supported; use 2 (transformers' default) or 1");
+    } else if (key == "reshard_after_forward") {
+      // FSDP2 (version 2): true = full_shard, false = shard_grad_op; FSDP1: a strategy name.
+      ShardingStrategy s = p.strategy;
+      if (v.is_boolean()) {
+        s = v.get<bool>() ? ShardingStrategy::kFullShard : ShardingStrategy::kShardGradOp;
+      } else if (v.is_string()) {
+        const std::string w = lower(v.get<std::string>());
+        if (w == "true" || w == "false") s = w == "true" ? ShardingStrategy::kFullShard : ShardingStrategy::kShardGradOp;
+        else if (w == "full_shard") s = ShardingStrategy::kFullShard;
+        else if (w == "shard_grad_op") s = ShardingStrategy::kShardGradOp;
+        else if (w == "no_shard") s = ShardingStrategy::kNoShard;
+        else if (w == "hybrid_shard") s = ShardingStrategy::kHybridShard;
+        else ALPACA_FAIL(origin << ": reshard_after_forward '" << w << "' unknown; use true (full_shard) or false (shard_grad_op)");
+      } else {
+        ALPACA_FAIL(origin << ": reshard_after_forward must be true or false");
+      }
+      ALPACA_CHECK(!strategy_word || s == p.strategy,
+                   origin << ": reshard_after_forward " << v.dump() << " (" << to_string(s) << ") contradicts --fsdp, which names "
+                          << to_string(p.strategy) << "; name the strategy in one place");
+      config_names(s);
+      p.strategy = s;
+    } else if (key == "cpu_offload") {  // transformers 5's spelling of --fsdp offload
+      p.offload = as_bool(v, key, origin) || p.offload;
+    } else if (key == "auto_wrap_policy") {
+      ALPACA_CHECK(v.is_string(), origin << ": auto_wrap_policy must be a string");
+      const std::string w = v.get<std::string>();
+      if (w == "TRANSFORMER_BASED_WRAP") p.auto_wrap = true;
+      else if (w == "NO_WRAP") p.auto_wrap = false;
+      else if (w == "SIZE_BASED_WRAP") ALPACA_FAIL(origin << ": auto_wrap_policy SIZE_BASED_WRAP (size-based wrapping) is not "
+                                                         "supported; use TRANSFORMER_BASED_WRAP (one unit per decoder layer)");
+      else ALPACA_FAIL(origin << ": auto_wrap_policy '" << w << "' unknown; use TRANSFORMER_BASED_WRAP or NO_WRAP");
+    } else if (key == "xla" || key == "xla_fsdp_v2" || key == "xla_fsdp_grad_ckpt") {
+      ALPACA_CHECK(!as_bool(v, key, origin), origin << ": " << key << " is for PyTorch/XLA (TPU); alpaca-train runs CUDA and CPU, "
+                                                   "set it to false or drop it");
     } else if (key == "min_num_params") {
       ALPACA_CHECK(v.is_number_integer() && v.get<int64_t>() == 0,
                    origin << ": min_num_params (size-based wrapping) is not supported; wrap by "
@@ -157,6 +203,7 @@ void apply_config(const json& cfg, const std::string& origin, FsdpPolicy& p, boo
       ALPACA_CHECK(!strategy_word || p.strategy == from_words,
                    origin << ": sharding_strategy " << v.get<std::string>() << " contradicts --fsdp, which names "
                           << to_string(from_words) << "; name the strategy in one place");
+      config_names(p.strategy);
     } else if (key == "state_dict_type") {
       // Checkpoints are always written sharded (each rank its ranges, torch DCP's HF layout: what
       // SHARDED_STATE_DICT asks for) and the final output_dir as one HF directory (FULL_STATE_DICT's
@@ -175,7 +222,8 @@ void apply_config(const json& cfg, const std::string& origin, FsdpPolicy& p, boo
       p.force_collectives = as_bool(v, key, origin);
     } else {
       ALPACA_FAIL(origin << ": key '" << it.key() << "' is not supported by alpaca-train (accepted: "
-                  "version, min_num_params=0, transformer_layer_cls_to_wrap, backward_prefetch, forward_prefetch, "
+                  "version, min_num_params=0, transformer_layer_cls_to_wrap, auto_wrap_policy, reshard_after_forward, cpu_offload, "
+                  "backward_prefetch, forward_prefetch, "
                   "limit_all_gathers, use_orig_params, sync_module_states, cpu_ram_efficient_loading, "
                   "activation_checkpointing, offload_params, sharding_strategy, state_dict_type, reduce_dtype, "
                   "hybrid_shard_size, force_collectives)");

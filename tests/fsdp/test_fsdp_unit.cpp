@@ -2,6 +2,8 @@
 // weight-decay rule, and --fsdp / --fsdp_config parsing.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <cstring>
 #include <limits>
 
@@ -238,8 +240,35 @@ TEST(Policy, StateDictTypesAndAStrategyNamedOnce) {
   }
 }
 
+// transformers 5's fsdp_config (FSDP2 by default): version 2, reshard_after_forward true/false for
+// full_shard/shard_grad_op, cpu_offload, auto_wrap_policy, xla false. The same training as FSDP1's words.
+TEST(Policy, TransformersFiveKeys) {
+  const FsdpPolicy a = build("auto_wrap", R"({"version": 2, "reshard_after_forward": false, "cpu_offload": true,
+                                              "auto_wrap_policy": "TRANSFORMER_BASED_WRAP", "xla": false, "xla_fsdp_v2": false})");
+  EXPECT_EQ(a.strategy, ShardingStrategy::kShardGradOp);
+  EXPECT_TRUE(a.offload);
+  EXPECT_TRUE(a.auto_wrap);
+  EXPECT_EQ(build("auto_wrap", R"({"fsdp_reshard_after_forward": true})").strategy, ShardingStrategy::kFullShard);
+  EXPECT_EQ(build("auto_wrap", R"({"version": 1, "reshard_after_forward": "hybrid_shard"})").strategy, ShardingStrategy::kHybridShard);
+  EXPECT_FALSE(build("full_shard auto_wrap", R"({"auto_wrap_policy": "NO_WRAP"})").auto_wrap);
+  EXPECT_EQ(build("full_shard auto_wrap", R"({"reshard_after_forward": true})").strategy, ShardingStrategy::kFullShard);
+  for (const auto& [words, cfg, needle] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"full_shard auto_wrap", R"({"reshard_after_forward": false})", "contradicts --fsdp, which names FULL_SHARD"},
+           {"auto_wrap", R"({"reshard_after_forward": false, "sharding_strategy": "FULL_SHARD"})", "name different strategies"},
+           {"auto_wrap", R"({"xla": true})", "PyTorch/XLA"},
+           {"auto_wrap", R"({"version": 3})", "version 3 is not supported"}}) {
+    try {
+      build(words, cfg);
+      ADD_FAILURE() << cfg;
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find(needle), std::string::npos) << e.message();
+    }
+  }
+}
+
 TEST(Policy, KeysNotActedOnAreErrors) {
-  for (const char* bad : {R"({"xla": true})", R"({"fsdp_version": 2})", R"({"min_num_params": 1000})",
+  for (const char* bad : {R"({"xla": true})", R"({"fsdp_version": 3})",
+                          R"({"auto_wrap_policy": "SIZE_BASED_WRAP"})", R"({"reshard_after_forward": "sometimes"})", R"({"min_num_params": 1000})",
                           R"({"use_orig_params": false})", R"({"transformer_layer_cls_to_wrap": "GPT2Block"})",
                           R"({"backward_prefetch": "sometimes"})", R"({"limit_all_gathers": "maybe"})",
                           R"({"sync_module_states": false, "cpu_ram_efficient_loading": true})",
