@@ -11,6 +11,7 @@
 #include "alpaca/cli/flag_table.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/cli/usage_error.h"
+#include "alpaca/optim/lr_schedule.h"
 
 namespace alpaca::cli {
 namespace {
@@ -118,49 +119,121 @@ class DeepSpeedMapper {
     }
   }
 
+  // A scheduler block makes HF Trainer run DeepSpeed's own class instead of --lr_scheduler_type;
+  // so does alpaca-train (optim::ScheduleType::kDeepSpeed*), with HF's "auto" fills: warmup_min_lr 0,
+  // warmup_max_lr --learning_rate, warmup_num_steps max(1, the flags' warmup), total_num_steps the
+  // run's step count. An absent key takes DeepSpeed's default, as there.
   void map_scheduler() {
     if (!root_.contains("scheduler")) return;  // HF then uses --lr_scheduler_type
     const json& sch = root_["scheduler"];
     check_keys(sch, "scheduler", {"type", "params"});
-    std::string type = sch.value("type", "");
-    std::string mapped;
-    if (type == "WarmupDecayLR") mapped = "linear";
-    else if (type == "WarmupLR") mapped = "constant_with_warmup";
-    else fail("scheduler.type", "'" + type + "' is not supported; use WarmupDecayLR or WarmupLR (or remove the scheduler block)");
-    if (args_.is_set("lr_scheduler_type") && args_.lr_scheduler_type != mapped) {
-      fail("scheduler.type", type + " (= " + mapped + ") contradicts --lr_scheduler_type " + args_.lr_scheduler_type +
-                                 "; drop one of them");
+    if (!sch.contains("type") || !sch["type"].is_string()) fail("scheduler.type", "must name the scheduler, e.g. \"WarmupDecayLR\"");
+    const std::string type = sch["type"].get<std::string>();
+    optim::LrSchedule s;
+    std::vector<std::string> keys = {"warmup_num_steps", "warmup_type", "last_batch_iteration"};
+    const bool cosine = type == "WarmupCosineLR";
+    if (type == "WarmupLR") {
+      s.type = optim::ScheduleType::kDeepSpeedWarmupLR;
+    } else if (type == "WarmupDecayLR") {
+      s.type = optim::ScheduleType::kDeepSpeedWarmupDecayLR;
+      keys.push_back("total_num_steps");
+    } else if (cosine) {
+      s.type = optim::ScheduleType::kDeepSpeedWarmupCosineLR;
+      keys.insert(keys.end(), {"total_num_steps", "warmup_min_ratio", "cos_min_ratio"});
+    } else {
+      fail("scheduler.type", "'" + type + "' is not supported; use WarmupLR, WarmupDecayLR or WarmupCosineLR (or remove the "
+                                          "scheduler block and choose --lr_scheduler_type)");
     }
-    args_.lr_scheduler_type = mapped;
-    json p = sch.contains("params") ? sch["params"] : json::object();
-    std::vector<std::string> keys = {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type"};
-    if (type == "WarmupDecayLR") keys.push_back("total_num_steps");
+    if (!cosine) keys.insert(keys.end(), {"warmup_min_lr", "warmup_max_lr"});
+    if (args_.is_set("lr_scheduler_type")) {
+      fail("scheduler", "decides the schedule (DeepSpeed's " + type + "), so --lr_scheduler_type " + args_.lr_scheduler_type +
+                            " would not be used; drop one of them");
+    }
+    if (args_.is_set("lr_scheduler_kwargs")) {
+      fail("scheduler", "decides the schedule, so --lr_scheduler_kwargs would not be used; give the schedule's arguments as "
+                        "scheduler.params");
+    }
+    const json p = sch.contains("params") ? sch["params"] : json::object();
     check_keys(p, "scheduler.params", keys);
-    if (p.contains("total_num_steps") && !is_auto(p["total_num_steps"])) {
-      fail("scheduler.params.total_num_steps", "must be \"auto\" (the trainer computes it); use --max_steps to fix the length");
+    optim::DeepSpeedScheduleParams& d = s.deepspeed;
+
+    if (p.contains("last_batch_iteration") && !(p["last_batch_iteration"].is_number_integer() &&
+                                                p["last_batch_iteration"].get<int64_t>() == -1)) {
+      fail("scheduler.params.last_batch_iteration", "must be -1 (a resumed run restores its step from the checkpoint)");
     }
-    if (p.contains("warmup_min_lr") && !is_auto(p["warmup_min_lr"]) &&
-        !(p["warmup_min_lr"].is_number() && p["warmup_min_lr"].get<double>() == 0)) {
-      fail("scheduler.params.warmup_min_lr", "must be 0 or \"auto\": HF schedules warm up from 0");
+    if (p.contains("warmup_min_lr") && !is_auto(p["warmup_min_lr"])) {
+      d.warmup_min_lr = nonnegative(p["warmup_min_lr"], "scheduler.params.warmup_min_lr");
     }
-    if (p.contains("warmup_max_lr")) match_number(p["warmup_max_lr"], "scheduler.params.warmup_max_lr", "learning_rate", args_.learning_rate);
-    if (p.contains("warmup_num_steps") && !is_auto(p["warmup_num_steps"])) {
+    if (p.contains("warmup_max_lr")) {
+      match_number(p["warmup_max_lr"], "scheduler.params.warmup_max_lr", "learning_rate", args_.learning_rate);
+      d.warmup_max_lr = args_.learning_rate;  // "auto" or the same value
+    } else if (s.type == optim::ScheduleType::kDeepSpeedWarmupDecayLR && args_.learning_rate != 0.001) {
+      fail("scheduler.params.warmup_max_lr", "is absent, so DeepSpeed's WarmupDecayLR would peak at its default 0.001, not "
+                                             "--learning_rate " + flag_value_text(args_, "learning_rate") +
+                                             "; set it to \"auto\"");
+    }
+    if (cosine) {
+      for (const char* key : {"warmup_min_ratio", "cos_min_ratio"}) {
+        if (!p.contains(key)) continue;
+        const double v = nonnegative(p[key], std::string("scheduler.params.") + key);
+        if (v > 1) fail(std::string("scheduler.params.") + key, "must be in [0, 1] (a fraction of --learning_rate)");
+        (std::string(key) == "warmup_min_ratio" ? d.warmup_min_ratio : d.cos_min_ratio) = v;
+      }
+    }
+
+    std::string warmup_type = "log";
+    if (p.contains("warmup_type")) {
+      if (!p["warmup_type"].is_string()) fail("scheduler.params.warmup_type", "must be \"log\" or \"linear\"");
+      warmup_type = p["warmup_type"].get<std::string>();
+      if (warmup_type != "log" && warmup_type != "linear") fail("scheduler.params.warmup_type", "'" + warmup_type + "' is not supported; use \"log\" or \"linear\"");
+    }
+    d.log_warmup = warmup_type == "log";
+
+    std::string warmup_text = "max(2, max(1, the warmup of --warmup_steps/--warmup_ratio))";
+    if (!p.contains("warmup_num_steps")) {
+      if (args_.is_set("warmup_steps") || args_.is_set("warmup_ratio")) {
+        fail("scheduler.params.warmup_num_steps", "is absent, so DeepSpeed warms up over its default 1000 steps and --" +
+                                                      std::string(args_.is_set("warmup_steps") ? "warmup_steps" : "warmup_ratio") +
+                                                      " would not be used; set it to \"auto\"");
+      }
+      args_.warmup_steps = 1000;  // DeepSpeed's default
+      warmup_text = "1000 (DeepSpeed's default: the config does not set warmup_num_steps)";
+    } else if (!is_auto(p["warmup_num_steps"])) {
       const json& w = p["warmup_num_steps"];
-      if (!w.is_number_integer() || w.get<int64_t>() < 0) fail("scheduler.params.warmup_num_steps", "must be a step count >= 0 or \"auto\"");
+      if (!w.is_number_integer() || w.get<int64_t>() <= 0) {
+        fail("scheduler.params.warmup_num_steps", "must be a positive step count or \"auto\" (DeepSpeed refuses " + w.dump() + ")");
+      }
       if (args_.warmup_ratio > 0) {
         fail("scheduler.params.warmup_num_steps", "and --warmup_ratio both set the warmup; set it to \"auto\" or drop --warmup_ratio");
       }
       match_number(w, "scheduler.params.warmup_num_steps", "warmup_steps",
                    args_.is_set("warmup_steps") ? args_.warmup_steps : w.get<double>());
       args_.warmup_steps = static_cast<double>(w.get<int64_t>());
+      warmup_text = "max(2, " + w.dump() + ")";
     }
-    std::string warmup_type = p.value("warmup_type", "");
-    if (warmup_type.empty()) {
-      note("scheduler.params.warmup_type", "absent; DeepSpeed's own default warmup is logarithmic, alpaca-train warms up "
-                                           "linearly as HF's " + mapped + " schedule (add \"warmup_type\": \"linear\" to say so)");
-    } else if (warmup_type != "linear") {
-      fail("scheduler.params.warmup_type", "'" + warmup_type + "' is not supported; use \"linear\"");
+
+    if (s.type != optim::ScheduleType::kDeepSpeedWarmupLR) {
+      if (!p.contains("total_num_steps")) {
+        fail("scheduler.params.total_num_steps", "is missing (DeepSpeed's " + type + " requires it); set it to \"auto\"");
+      }
+      const json& t = p["total_num_steps"];
+      if (!is_auto(t)) {
+        if (!t.is_number_integer() || t.get<int64_t>() <= 0) fail("scheduler.params.total_num_steps", "must be a positive step count or \"auto\"");
+        d.total_num_steps = t.get<int64_t>();  // the trainer checks it against the run's length
+      }
     }
+    args_.deepspeed_schedule = s;
+    note("scheduler", "DeepSpeed's " + type + " decides the learning rate (not --lr_scheduler_type): " + warmup_type +
+                          " warmup over " + warmup_text + " steps" +
+                          (s.type == optim::ScheduleType::kDeepSpeedWarmupDecayLR   ? ", then linear decay to 0"
+                           : s.type == optim::ScheduleType::kDeepSpeedWarmupCosineLR ? ", then cosine decay"
+                                                                                     : ", then constant") +
+                          "; stepped as DeepSpeedEngine steps it, one iteration behind the optimizer step");
+  }
+
+  double nonnegative(const json& v, const std::string& key) {
+    if (!v.is_number() || v.get<double>() < 0) fail(key, "must be a number >= 0, got " + v.dump());
+    return v.get<double>();
   }
 
   void map_zero() {
@@ -246,6 +319,10 @@ class DeepSpeedMapper {
     }
     if (root_.contains("gradient_clipping")) {
       match_number(root_["gradient_clipping"], "gradient_clipping", "max_grad_norm", args_.max_grad_norm);
+    } else if (args_.max_grad_norm != 1.0) {
+      // HF leaves clipping to the engine, and DeepSpeed's default gradient_clipping is 1.0.
+      fail("gradient_clipping", "is absent, so DeepSpeed clips at its default 1.0 and --max_grad_norm " +
+                                    flag_value_text(args_, "max_grad_norm") + " would not be used; add \"gradient_clipping\": \"auto\"");
     }
     if (root_.contains("train_micro_batch_size_per_gpu")) {
       match_number(root_["train_micro_batch_size_per_gpu"], "train_micro_batch_size_per_gpu", "per_device_train_batch_size",

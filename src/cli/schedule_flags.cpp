@@ -13,6 +13,11 @@
 namespace alpaca::cli {
 
 optim::LrSchedule schedule_from_flags(const TrainArgs& a) {
+  if (a.deepspeed_schedule) {  // the --deepspeed config's scheduler block (deepspeed_config.cpp checked it)
+    optim::LrSchedule s = *a.deepspeed_schedule;
+    s.base_lr = a.learning_rate;
+    return s;
+  }
   optim::LrSchedule s;
   try {
     s.type = optim::parse_schedule_type(a.lr_scheduler_type);

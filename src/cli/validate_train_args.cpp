@@ -133,7 +133,9 @@ void validate_optimizer(TrainArgs& a) {
                {"linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
                 "inverse_sqrt", "cosine_with_min_lr"});
   a.lr_scheduler_kwargs_json = a.lr_scheduler_kwargs.empty() ? "{}" : read_json_flag("lr_scheduler_kwargs", a.lr_scheduler_kwargs).dump();
-  schedule_from_flags(a);  // unknown kwargs and invalid schedules are refused here, not at step 0
+  // Unknown kwargs and invalid schedules are refused here, not at step 0 (with --deepspeed once its
+  // config is mapped: a scheduler block replaces the flags' schedule).
+  if (a.deepspeed.empty()) schedule_from_flags(a);
   ALPACA_USAGE_CHECK(a.warmup_ratio >= 0 && a.warmup_ratio <= 1, "--warmup_ratio must be in [0, 1], got " << a.warmup_ratio);
   ALPACA_USAGE_CHECK(a.warmup_steps >= 0, "--warmup_steps must be >= 0, got " << a.warmup_steps);
   ALPACA_USAGE_CHECK(a.warmup_steps < 1 || a.warmup_steps == std::floor(a.warmup_steps),
@@ -353,6 +355,7 @@ void validate_train_args(TrainArgs& a, const dist::LaunchInfo& launch) {
   a.fsdp_words.clear();
   a.notes.clear();
   a.deepspeed_zero_stage = 0;
+  a.deepspeed_schedule.reset();
   validate_required(a);
   validate_sizes(a);
   if (!a.deepspeed.empty()) {
@@ -365,7 +368,10 @@ void validate_train_args(TrainArgs& a, const dist::LaunchInfo& launch) {
   validate_strategies(a);
   validate_logging(a);
   validate_data(a, launch);
-  if (!a.deepspeed.empty()) apply_deepspeed_config(a.deepspeed, a, launch.world_size);
+  if (!a.deepspeed.empty()) {
+    apply_deepspeed_config(a.deepspeed, a, launch.world_size);
+    schedule_from_flags(a);
+  }
   validate_fsdp(a, launch);
   validate_lora(a);
   validate_quant(a);

@@ -1,5 +1,6 @@
-// HF schedules, transcribed from transformers/optimization.py (v5): the same float arithmetic
-// in the same order so results agree to the last bits.
+// HF schedules, transcribed from transformers/optimization.py (v5), and DeepSpeed's, from
+// deepspeed/runtime/lr_schedules.py (0.19.8): the same float arithmetic in the same order so
+// results agree to the last bits.
 #include "alpaca/optim/lr_schedule.h"
 
 #include <algorithm>
@@ -26,7 +27,55 @@ double min_lr_rate_of(const LrSchedule& s) {
   return *s.min_lr_rate;
 }
 
+// DeepSpeed's WarmupLR._get_gamma / WarmupCosineLR's warmup ratio during warmup (iteration < W,
+// W = max(2, warmup_num_steps)).
+double deepspeed_warmup_gamma(const LrSchedule& s, int64_t iteration, int64_t floor_warmup) {
+  if (s.deepspeed.log_warmup) {
+    const double inverse_log_warm_up = 1.0 / std::log(static_cast<double>(floor_warmup));
+    return inverse_log_warm_up * std::log(static_cast<double>(iteration + 1));
+  }
+  return static_cast<double>(iteration) / static_cast<double>(floor_warmup);
+}
+
+// The value of DeepSpeed's class after `iteration` scheduler steps have been counted
+// (last_batch_iteration; -1 = as constructed).
+double deepspeed_lr(const LrSchedule& s, int64_t iteration) {
+  const int64_t w = std::max<int64_t>(2, s.num_warmup_steps);
+  const int64_t t = s.num_training_steps;
+  const DeepSpeedScheduleParams& p = s.deepspeed;
+  if (s.type == ScheduleType::kDeepSpeedWarmupCosineLR) {
+    double ratio = 0.0;  // get_lr_ratio before the scheduler has started
+    if (iteration >= 0 && iteration < w) {
+      ratio = p.warmup_min_ratio + deepspeed_warmup_gamma(s, iteration, w) * (1.0 - p.warmup_min_ratio);
+    } else if (iteration >= w) {
+      const double real_last_step = static_cast<double>(iteration - w + 1);
+      const double real_total_steps = static_cast<double>(std::max<int64_t>(1, t - w));
+      const double cosine_progress = std::min(1.0, real_last_step / real_total_steps);
+      ratio = (1.0 + std::cos(kPi * cosine_progress)) / 2.0;
+      ratio = std::max(0.0, p.cos_min_ratio + (1.0 - p.cos_min_ratio) * ratio);
+    }
+    return s.base_lr * ratio;
+  }
+  const double min_lr = p.warmup_min_lr;
+  const double max_lr =
+      p.warmup_max_lr.value_or(s.type == ScheduleType::kDeepSpeedWarmupDecayLR ? 0.001 : s.base_lr);
+  const double delta_lr = max_lr - min_lr;
+  if (iteration < 0) return min_lr;  // get_lr before the scheduler has started: the min lrs
+  double gamma = 1.0;
+  if (iteration < w) {
+    gamma = deepspeed_warmup_gamma(s, iteration, w);
+  } else if (s.type == ScheduleType::kDeepSpeedWarmupDecayLR) {
+    gamma = std::max(0.0, static_cast<double>(t - iteration) / std::max(1.0, static_cast<double>(t - w)));
+  }
+  return min_lr + (delta_lr * gamma);
+}
+
 }  // namespace
+
+bool is_deepspeed(ScheduleType type) {
+  return type == ScheduleType::kDeepSpeedWarmupLR || type == ScheduleType::kDeepSpeedWarmupDecayLR ||
+         type == ScheduleType::kDeepSpeedWarmupCosineLR;
+}
 
 ScheduleType parse_schedule_type(const std::string& word) {
   if (word == "linear") return ScheduleType::kLinear;
@@ -44,6 +93,9 @@ ScheduleType parse_schedule_type(const std::string& word) {
 
 void validate(const LrSchedule& s) {
   ALPACA_CHECK(s.num_warmup_steps >= 0, "lr schedule: negative warmup steps " << s.num_warmup_steps);
+  if (is_deepspeed(s.type))
+    ALPACA_CHECK(s.num_warmup_steps > 0, "DeepSpeed scheduler: warmup_num_steps must be a positive integer, got "
+                 << s.num_warmup_steps);
   if (s.type == ScheduleType::kPolynomial)
     ALPACA_CHECK(s.base_lr > s.lr_end, "lr schedule polynomial: lr_end (" << s.lr_end
                  << ") must be smaller than initial lr (" << s.base_lr << ")");
@@ -97,6 +149,10 @@ double lr_multiplier(const LrSchedule& s, int64_t step) {
       const int64_t shift = timescale - w;
       return 1.0 / std::sqrt(static_cast<double>(step + shift) / static_cast<double>(timescale));
     }
+    case ScheduleType::kDeepSpeedWarmupLR:
+    case ScheduleType::kDeepSpeedWarmupDecayLR:
+    case ScheduleType::kDeepSpeedWarmupCosineLR:
+      return s.base_lr != 0 ? deepspeed_lr(s, step - 1) / s.base_lr : 0.0;
     case ScheduleType::kCosineWithMinLr: {
       if (step < w) return warmup_factor(step, w);
       const double cycles = s.num_cycles.value_or(0.5);
@@ -109,6 +165,14 @@ double lr_multiplier(const LrSchedule& s, int64_t step) {
   ALPACA_FAIL("lr schedule: unknown type");
 }
 
-double learning_rate(const LrSchedule& s, int64_t step) { return s.base_lr * lr_multiplier(s, step); }
+double learning_rate(const LrSchedule& s, int64_t step) {
+  if (is_deepspeed(s.type)) return deepspeed_lr(s, step - 1);
+  return s.base_lr * lr_multiplier(s, step);
+}
+
+double logged_learning_rate(const LrSchedule& s, int64_t applied, bool step_applied) {
+  if (is_deepspeed(s.type)) return learning_rate(s, applied);
+  return learning_rate(s, step_applied ? applied - 1 : applied);
+}
 
 }  // namespace alpaca::optim

@@ -49,7 +49,8 @@ struct StepBatches {
 struct StepOutcome {
   double loss = 0;  // the global mean token loss of the step
   double grad_norm = std::numeric_limits<double>::quiet_NaN();  // NaN when the update was skipped
-  double lr = 0;
+  double lr = 0;         // the rate the optimizer step used
+  double logged_lr = 0;  // the rate HF Trainer logs for it (optim::logged_learning_rate)
   bool stop = false;  // a rank was asked to save and stop (SIGTERM / SIGINT)
 };
 

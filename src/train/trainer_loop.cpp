@@ -232,7 +232,9 @@ StepOutcome Trainer::Impl::optimizer_step(const at::Tensor& red, StepBatches& sb
   if (do_step) {
     optimizer->step(out.lr);
     ++scheduler_step;
-  } else {
+  }
+  out.logged_lr = optim::logged_learning_rate(schedule, scheduler_step, do_step);
+  if (!do_step) {
     ALPACA_WARN("step " << step_no << ": fp16 overflow, optimizer step skipped (loss scale now " << scaler->scale() << ")");
   }
   engine->zero_grad();
@@ -247,7 +249,7 @@ void Trainer::Impl::advance(const StepBatches& sb, const StepOutcome& out, RunWi
   state.num_input_tokens_seen += sb.global_tokens;
   if (std::isfinite(out.loss)) losses.add_step(out.loss);
   w.last_grad_norm = out.grad_norm;
-  w.last_lr = out.lr;
+  w.last_lr = out.logged_lr;
   ++w.steps;
   w.tokens += sb.global_tokens;
   w.local_tokens += sb.local_tokens;

@@ -302,6 +302,14 @@ void Trainer::Impl::setup_schedule() {
   schedule = opt.schedule;  // type, base lr and kwargs, checked at parse time
   schedule.num_training_steps = length.max_steps;
   schedule.num_warmup_steps = warmup_steps_for(opt.warmup_steps, opt.warmup_ratio, length.max_steps);
+  if (optim::is_deepspeed(schedule.type)) {
+    // HF's "auto" fill for DeepSpeed's warmup_num_steps: max(1, the flags' warmup).
+    schedule.num_warmup_steps = std::max<int64_t>(1, schedule.num_warmup_steps);
+    const auto& total = schedule.deepspeed.total_num_steps;
+    ALPACA_USER_CHECK(!total || *total == length.max_steps,
+                      "--deepspeed scheduler.params.total_num_steps is " << total.value_or(0) << " but this run makes "
+                      << length.max_steps << " optimizer steps; set it to \"auto\" (HF Trainer refuses the mismatch too)");
+  }
   optim::validate(schedule);
 
   logging_steps = resolve_interval_steps(opt.logging_steps, length.max_steps);

@@ -3,6 +3,8 @@
 // rank-aware logging driven by the launcher's environment.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -213,6 +215,66 @@ TEST(CliBinary, PrintsEffectiveArgsOnceAndWritesThemToOutputDir) {
   r = run("--config " + (out / "training_args.json").string() + " --output_dir " + out2.string());
   EXPECT_NE(r.rc, 2) << r.out;
   EXPECT_NE(r.out.find("* learning_rate = 2e-05"), std::string::npos) << r.out;
+}
+
+// A --deepspeed scheduler block runs DeepSpeed's class as DeepSpeedEngine steps it: WarmupDecayLR with
+// HF's auto fills (warmup max(1, 0) = 1, raised to DeepSpeed's floor of 2; total = max_steps) runs the
+// first two optimizer steps at warmup_min_lr 0, so a 2-step run leaves the weights as they were, and
+// logs what HF Trainer + DeepSpeed log (get_last_lr after the engine's step: the next step's rate).
+TEST(CliBinary, DeepSpeedSchedulerBlockRunsDeepSpeedsClass) {
+  testing::TempDir dir("cli_ds_sched");
+  const std::string in = trainable_inputs(dir.path() / "in");
+  const std::string ds = R"('{"zero_optimization": {"stage": 0}, "gradient_clipping": "auto", "scheduler": {"type": "WarmupDecayLR",
+      "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto", "total_num_steps": "auto",
+      "warmup_type": "linear"}}}')";
+  auto lrs = [](const fs::path& out) {
+    std::vector<double> v;
+    std::ifstream f(out / "metrics.jsonl");
+    for (std::string line; std::getline(f, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("loss") && j.contains("learning_rate")) v.push_back(j["learning_rate"].get<double>());
+    }
+    return v;
+  };
+  const fs::path two = dir.path() / "two", four = dir.path() / "four";
+  Result r = run("train " + in + " --max_steps 2 --learning_rate 3e-3 --logging_steps 1 --report_to jsonl --deepspeed " + ds + " --output_dir " +
+                 two.string() + " 2>&1");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("DeepSpeed's WarmupDecayLR decides the learning rate"), std::string::npos) << r.out;
+  auto base = io::SafetensorsFile::open((dir.path() / "in" / "tiny" / "model.safetensors").string());
+  auto trained = io::SafetensorsFile::open((two / "model.safetensors").string());
+  int compared = 0;
+  for (const auto& name : base->names()) {
+    // train.py's resize shrinks the embedding tables to the tokenizer's 512 words + [PAD] (a new row,
+    // the mean of the others); the 512 rows kept are compared.
+    at::Tensor after = trained->tensor(name), before = base->tensor(name);
+    if (after.size(0) != before.size(0)) {
+      after = after.narrow(0, 0, after.size(0) - 1);
+      before = before.narrow(0, 0, after.size(0));
+    }
+    EXPECT_TRUE(at::equal(before, after)) << name << " moved at learning rate 0";
+    ++compared;
+  }
+  EXPECT_GT(compared, 3);
+  const auto logged_two = lrs(two);  // f(0) = 0, f(1) = 3e-3 * 1/2
+  ASSERT_EQ(logged_two.size(), 2u) << r.out;
+  EXPECT_EQ(logged_two[0], 0.0);
+  EXPECT_NEAR(logged_two[1], 1.5e-3, 1e-15);
+  r = run("train " + in + " --max_steps 4 --learning_rate 3e-3 --logging_steps 1 --report_to jsonl --deepspeed " + ds + " --output_dir " +
+          four.string() + " 2>&1");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  // DeepSpeed 0.19.8's get_last_lr after each step (tests/fixtures/deepspeed_lr: W = 2, total 4).
+  const auto got = lrs(four);
+  ASSERT_EQ(got.size(), 4u) << r.out;
+  const std::vector<double> want = {0.0, 1.5e-3, 3e-3, 1.5e-3};
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(got[i], want[i], 1e-15) << "step " << i + 1;
+  // An explicit total_num_steps must be the run's length (HF's mismatch check).
+  const std::string wrong = R"('{"zero_optimization": {"stage": 0}, "scheduler": {"type": "WarmupDecayLR",
+      "params": {"warmup_max_lr": "auto", "total_num_steps": 10}}}')";
+  r = run("train " + in + " --max_steps 4 --learning_rate 3e-3 --deepspeed " + wrong + " --output_dir " +
+          (dir.path() / "wrong").string() + " 2>&1");
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_NE(r.out.find("total_num_steps is 10 but this run makes 4 optimizer steps"), std::string::npos) << r.out;
 }
 
 // A dataset whose every response is cut off by --model_max_length trains nothing: an error saying

@@ -47,7 +47,11 @@ TEST(DeepSpeedConfig, AlpacaOffloadConfigMapsToFullShardWithOffload) {
   EXPECT_TRUE(a.fsdp_policy.auto_wrap);
   EXPECT_TRUE(a.fsdp_policy.offload);
   EXPECT_EQ(a.fsdp_policy.param_dtype, at::kBFloat16);
-  EXPECT_EQ(a.lr_scheduler_type, "linear");
+  ASSERT_TRUE(a.deepspeed_schedule);  // its WarmupDecayLR runs as DeepSpeed's class, log warmup
+  EXPECT_EQ(a.deepspeed_schedule->type, optim::ScheduleType::kDeepSpeedWarmupDecayLR);
+  EXPECT_TRUE(a.deepspeed_schedule->deepspeed.log_warmup);
+  EXPECT_EQ(schedule_from_flags(a).type, optim::ScheduleType::kDeepSpeedWarmupDecayLR);
+  EXPECT_DOUBLE_EQ(schedule_from_flags(a).base_lr, 2e-5);
   EXPECT_TRUE(a.bf16);
   // Its tuning knobs are reported, not silently dropped.
   std::string notes;
@@ -86,22 +90,66 @@ TEST(DeepSpeedConfig, AutoTakesTheFlagsAndExplicitValuesMustAgree) {
   EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "train_batch_size": 999})", "", "train_batch_size is 999");
 }
 
-TEST(DeepSpeedConfig, SchedulerMapping) {
-  TrainArgs a = with_ds(R"({"zero_optimization": {"stage": 3}, "scheduler": {"type": "WarmupDecayLR",
-                           "params": {"warmup_num_steps": 10, "warmup_type": "linear", "total_num_steps": "auto"}}})");
-  EXPECT_EQ(a.lr_scheduler_type, "linear");
+// A scheduler block runs DeepSpeed's own class (as HF Trainer does), "auto" filled from the flags and
+// DeepSpeed's defaults for absent keys; the values the classes give are tested in test_optim.
+TEST(DeepSpeedConfig, SchedulerBlockRunsDeepSpeedsClass) {
+  using optim::ScheduleType;
+  const std::string z3 = R"("zero_optimization": {"stage": 3}, )";
+  TrainArgs a = with_ds("{" + z3 + R"("scheduler": {"type": "WarmupDecayLR",
+                           "params": {"warmup_num_steps": 10, "warmup_type": "linear", "total_num_steps": "auto",
+                                      "warmup_min_lr": 1e-6, "warmup_max_lr": "auto"}}})");
+  ASSERT_TRUE(a.deepspeed_schedule);
+  EXPECT_EQ(a.deepspeed_schedule->type, ScheduleType::kDeepSpeedWarmupDecayLR);
+  EXPECT_FALSE(a.deepspeed_schedule->deepspeed.log_warmup);
+  EXPECT_DOUBLE_EQ(a.deepspeed_schedule->deepspeed.warmup_min_lr, 1e-6);
+  EXPECT_DOUBLE_EQ(a.deepspeed_schedule->deepspeed.warmup_max_lr.value_or(0), 5e-5);  // "auto": --learning_rate
+  EXPECT_FALSE(a.deepspeed_schedule->deepspeed.total_num_steps);  // "auto": the run's length
   EXPECT_DOUBLE_EQ(a.warmup_steps, 10);
-  EXPECT_TRUE(a.notes.empty() || a.notes.front().find("warmup_type") == std::string::npos);
-  EXPECT_EQ(with_ds(R"({"zero_optimization": {"stage": 3}, "scheduler": {"type": "WarmupLR"}})").lr_scheduler_type,
-            "constant_with_warmup");
-  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "scheduler": {"type": "WarmupCosineLR"}})", "",
-                  "scheduler.type 'WarmupCosineLR' is not supported");
-  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_type": "log"}}})",
-                  "", "warmup_type 'log' is not supported");
-  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "scheduler": {"type": "WarmupDecayLR"}})", "--lr_scheduler_type cosine",
-                  "contradicts --lr_scheduler_type cosine");
-  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 100}}})",
-                  "", "total_num_steps must be \"auto\"");
+  std::string notes;
+  for (const auto& n : a.notes) notes += n + "\n";
+  EXPECT_NE(notes.find("DeepSpeed's WarmupDecayLR decides the learning rate"), std::string::npos) << notes;
+
+  // Absent keys take DeepSpeed's defaults: WarmupLR warms up over 1000 steps (log) to --learning_rate.
+  TrainArgs w = with_ds("{" + z3 + R"("scheduler": {"type": "WarmupLR"}})");
+  ASSERT_TRUE(w.deepspeed_schedule);
+  EXPECT_EQ(w.deepspeed_schedule->type, ScheduleType::kDeepSpeedWarmupLR);
+  EXPECT_TRUE(w.deepspeed_schedule->deepspeed.log_warmup);
+  EXPECT_DOUBLE_EQ(w.warmup_steps, 1000);
+  EXPECT_DS_ERROR("{" + z3 + R"("scheduler": {"type": "WarmupLR"}})", "--warmup_ratio 0.03",
+                  "warmup_num_steps is absent, so DeepSpeed warms up over its default 1000 steps and --warmup_ratio would not be used");
+  EXPECT_DS_ERROR("{" + z3 + R"("scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": "auto"}}})", "--learning_rate 2e-5",
+                  "warmup_max_lr is absent, so DeepSpeed's WarmupDecayLR would peak at its default 0.001");
+  EXPECT_DS_ERROR("{" + z3 + R"("scheduler": {"type": "WarmupDecayLR", "params": {"warmup_max_lr": "auto"}}})", "",
+                  "total_num_steps is missing (DeepSpeed's WarmupDecayLR requires it)");
+  TrainArgs t = with_ds("{" + z3 + R"("scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 100,
+                           "warmup_max_lr": "auto", "warmup_num_steps": "auto"}}})", "--warmup_ratio 0.1");
+  ASSERT_TRUE(t.deepspeed_schedule);
+  EXPECT_EQ(t.deepspeed_schedule->deepspeed.total_num_steps.value_or(0), 100);  // checked against the run by the trainer
+
+  TrainArgs c = with_ds("{" + z3 + R"("scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": "auto",
+                           "warmup_num_steps": "auto", "warmup_min_ratio": 0.1, "cos_min_ratio": 0.05}}})", "--warmup_steps 3");
+  ASSERT_TRUE(c.deepspeed_schedule);
+  EXPECT_EQ(c.deepspeed_schedule->type, ScheduleType::kDeepSpeedWarmupCosineLR);
+  EXPECT_DOUBLE_EQ(c.deepspeed_schedule->deepspeed.warmup_min_ratio, 0.1);
+  EXPECT_DOUBLE_EQ(c.deepspeed_schedule->deepspeed.cos_min_ratio, 0.05);
+  EXPECT_DS_ERROR("{" + z3 + R"("scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": "auto", "warmup_min_lr": 0}}})",
+                  "", "scheduler.params.warmup_min_lr is not supported");
+
+  EXPECT_DS_ERROR("{" + z3 + R"("scheduler": {"type": "WarmupDecayLR", "params": {"warmup_type": "exp", "warmup_max_lr": "auto"}}})",
+                  "", "warmup_type 'exp' is not supported");
+  EXPECT_DS_ERROR("{" + z3 + R"("scheduler": {"type": "OneCycle"}})", "", "scheduler.type 'OneCycle' is not supported");
+  EXPECT_DS_ERROR("{" + z3 + R"("scheduler": {"type": "WarmupLR"}})", "--lr_scheduler_type cosine",
+                  "so --lr_scheduler_type cosine would not be used");
+  EXPECT_DS_ERROR("{" + z3 + R"("scheduler": {"type": "WarmupLR"}})", "--lr_scheduler_kwargs '{\"num_cycles\": 1}'",
+                  "so --lr_scheduler_kwargs would not be used");
+  EXPECT_DS_ERROR("{" + z3 + R"("scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}})", "",
+                  "warmup_num_steps must be a positive step count");
+  // No scheduler block: --lr_scheduler_type decides, as in HF.
+  EXPECT_FALSE(with_ds("{" + z3 + R"("gradient_clipping": "auto"})", "--lr_scheduler_type cosine").deepspeed_schedule);
+  // gradient_clipping absent: DeepSpeed clips at its default 1.0 (HF leaves clipping to the engine).
+  EXPECT_DS_ERROR("{" + z3.substr(0, z3.size() - 2) + "}", "--max_grad_norm 0.5",
+                  "gradient_clipping is absent, so DeepSpeed clips at its default 1.0 and --max_grad_norm 0.5 would not be used");
+  EXPECT_EQ(ds_error("{" + z3.substr(0, z3.size() - 2) + "}"), "");
 }
 
 TEST(DeepSpeedConfig, UnsupportedKeysAndValuesAreErrors) {

@@ -125,11 +125,15 @@ TEST_F(FromRepoRoot, AlpacaDeepSpeedCommandParsesVerbatim) {
   EXPECT_EQ(a.deepspeed_zero_stage, 3);
   EXPECT_EQ(a.fsdp_words, "full_shard auto_wrap offload");
   EXPECT_TRUE(a.fsdp_policy.offload);
-  // WarmupDecayLR: linear warmup, then linear decay (no cosine in the DeepSpeed run).
-  EXPECT_EQ(a.lr_scheduler_type, "linear");
-  bool noted_warmup = false;
-  for (const auto& n : a.notes) noted_warmup = noted_warmup || n.find("warmup_type") != std::string::npos;
-  EXPECT_TRUE(noted_warmup) << "the log-vs-linear warmup difference must be reported";
+  // WarmupDecayLR runs as DeepSpeed's class: logarithmic warmup (DeepSpeed's default warmup_type; the
+  // config does not set one) over ceil(0.03 x steps), then linear decay; no cosine in the DeepSpeed run.
+  ASSERT_TRUE(a.deepspeed_schedule);
+  EXPECT_EQ(a.deepspeed_schedule->type, optim::ScheduleType::kDeepSpeedWarmupDecayLR);
+  EXPECT_TRUE(a.deepspeed_schedule->deepspeed.log_warmup);
+  EXPECT_DOUBLE_EQ(a.warmup_ratio, 0.03);
+  bool noted = false;
+  for (const auto& n : a.notes) noted = noted || n.find("DeepSpeed's WarmupDecayLR decides the learning rate") != std::string::npos;
+  EXPECT_TRUE(noted) << "the schedule DeepSpeed runs must be reported";
 }
 
 TEST(TrainArgs, BooleanForms) {

@@ -1,4 +1,5 @@
-// optim/: HF LR schedules against transformers.get_scheduler (python fixture), sharded AdamW
+// optim/: HF LR schedules against transformers.get_scheduler (python fixture), DeepSpeed's
+// scheduler classes against DeepSpeed (committed fixture), sharded AdamW
 // against torch::optim::AdamW (decay mask inside one flat buffer), global-norm clipping against
 // torch::nn::utils::clip_grad_norm_, and the dynamic loss scaler.
 #include <gtest/gtest.h>
@@ -49,6 +50,59 @@ TEST(LrSchedule, MatchesTransformersGetScheduler) {
     }
   }
   EXPECT_GT(checked, 200);
+}
+
+// DeepSpeed's WarmupLR / WarmupDecayLR / WarmupCosineLR against the classes themselves (DeepSpeed
+// 0.19.8, stepped as DeepSpeedEngine under HF Trainer; tests/reference/deepspeed_lr_schedules.py
+// wrote the committed fixture): log and linear warmup, warmup 1 (DeepSpeed's floor of 2), 2, 3 and
+// longer than the run, non-zero warmup_min_lr, cosine ratios, and DeepSpeed's defaults for absent keys.
+TEST(LrSchedule, MatchesDeepSpeedSchedulerClasses) {
+  const auto path = testing::source_dir() / "tests" / "fixtures" / "deepspeed_lr" / "deepspeed_lr_schedules.json";
+  std::ifstream f(path);
+  ASSERT_TRUE(f) << path;
+  const auto fixture = nlohmann::json::parse(f);
+  const auto& cases = fixture["cases"];
+  ASSERT_GE(cases.size(), 90u);
+  int checked = 0;
+  for (const auto& c : cases) {
+    const std::string name = c["type"].get<std::string>();
+    const auto& p = c["params"];
+    LrSchedule s;
+    s.type = name == "WarmupLR"         ? ScheduleType::kDeepSpeedWarmupLR
+             : name == "WarmupDecayLR"  ? ScheduleType::kDeepSpeedWarmupDecayLR
+                                        : ScheduleType::kDeepSpeedWarmupCosineLR;
+    ASSERT_TRUE(is_deepspeed(s.type));
+    s.base_lr = c["base_lr"].get<double>();
+    s.num_warmup_steps = p.value("warmup_num_steps", int64_t{1000});
+    s.num_training_steps = p.value("total_num_steps", int64_t{0});
+    s.deepspeed.log_warmup = p.value("warmup_type", std::string("log")) == "log";
+    s.deepspeed.warmup_min_lr = p.value("warmup_min_lr", 0.0);
+    if (p.contains("warmup_max_lr")) s.deepspeed.warmup_max_lr = p["warmup_max_lr"].get<double>();
+    s.deepspeed.warmup_min_ratio = p.value("warmup_min_ratio", 0.0);
+    s.deepspeed.cos_min_ratio = p.value("cos_min_ratio", 0.0001);
+    validate(s);
+    const auto& used = c["used"];
+    const auto& logged = c["logged"];
+    for (size_t k = 0; k < used.size(); ++k) {
+      const double want = used[k].get<double>(), want_log = logged[k].get<double>();
+      EXPECT_NEAR(learning_rate(s, static_cast<int64_t>(k)), want, 1e-18 + 1e-13 * std::abs(want)) << p.dump() << " step " << k;
+      EXPECT_NEAR(logged_learning_rate(s, static_cast<int64_t>(k) + 1, true), want_log, 1e-18 + 1e-13 * std::abs(want_log))
+          << name << p.dump() << " logged after step " << k;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 1500);
+  // HF's own schedules log the rate the step used; a skipped (fp16 overflow) step logs the current one.
+  LrSchedule hf;
+  hf.type = ScheduleType::kLinear;
+  hf.base_lr = 1.0;
+  hf.num_training_steps = 4;
+  EXPECT_DOUBLE_EQ(logged_learning_rate(hf, 1, true), 1.0);
+  EXPECT_DOUBLE_EQ(logged_learning_rate(hf, 1, false), 0.75);
+  LrSchedule ds;
+  ds.type = ScheduleType::kDeepSpeedWarmupLR;
+  ds.num_warmup_steps = 0;
+  EXPECT_THROW(validate(ds), Error);  // DeepSpeed 0.19.8 refuses a non-positive warmup_num_steps
 }
 
 TEST(LrSchedule, RejectsUnknownAndInvalid) {

@@ -46,6 +46,10 @@ struct TrainArgs {
   int64_t save_max_shard_bytes = 0;
   // The ZeRO stage of the --deepspeed config that was mapped onto fsdp_words (0 = none).
   int deepspeed_zero_stage = 0;
+  // The --deepspeed config's "scheduler" block as DeepSpeed's own class (ScheduleType::kDeepSpeed*,
+  // its parameters; the step counts are resolved by the trainer). Unset: --lr_scheduler_type decides,
+  // as in HF Trainer when the config has no scheduler block.
+  std::optional<optim::LrSchedule> deepspeed_schedule;
   // Things the user should know about how their settings were mapped (e.g. DeepSpeed tuning keys
   // that have no equivalent in the FSDP engine); run_train logs them once at start.
   std::vector<std::string> notes;

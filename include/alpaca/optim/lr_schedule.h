@@ -1,6 +1,8 @@
-// Hugging Face learning-rate schedules as pure functions of the optimizer step, matching
-// transformers.get_scheduler (LambdaLR multipliers) exactly. The trainer multiplies the base
-// learning rate by lr_multiplier(schedule, step) before every optimizer step.
+// Learning-rate schedules as pure functions of the optimizer step: Hugging Face's, matching
+// transformers.get_scheduler (LambdaLR multipliers) exactly, and DeepSpeed's own classes
+// (WarmupLR, WarmupDecayLR, WarmupCosineLR of deepspeed/runtime/lr_schedules.py), which HF Trainer
+// runs instead when a --deepspeed config has a "scheduler" block. The trainer asks for
+// learning_rate(schedule, step) before every optimizer step.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,26 @@ enum class ScheduleType {
   kConstantWithWarmup,
   kInverseSqrt,
   kCosineWithMinLr,
+  // DeepSpeed's classes, stepped as DeepSpeedEngine steps them: constructed before the first
+  // optimizer step (which therefore runs at the value for iteration -1) and stepped after each one,
+  // so step k runs at the class's value for iteration k - 1.
+  kDeepSpeedWarmupLR,
+  kDeepSpeedWarmupDecayLR,
+  kDeepSpeedWarmupCosineLR,
+};
+
+// The parameters of DeepSpeed's schedule classes, with DeepSpeed's defaults. num_warmup_steps and
+// num_training_steps of LrSchedule are the classes' warmup_num_steps (before DeepSpeed's floor of 2)
+// and total_num_steps.
+struct DeepSpeedScheduleParams {
+  double warmup_min_lr = 0.0;            // WarmupLR, WarmupDecayLR
+  std::optional<double> warmup_max_lr;   // unset: WarmupLR the optimizer's lr, WarmupDecayLR 0.001
+  bool log_warmup = true;                // warmup_type "log" (DeepSpeed's default) or "linear"
+  double warmup_min_ratio = 0.0;         // WarmupCosineLR
+  double cos_min_ratio = 0.0001;         // WarmupCosineLR
+  // total_num_steps given as a number (not "auto"): the run's optimizer step count must equal it, as
+  // HF's mismatch check demands.
+  std::optional<int64_t> total_num_steps;
 };
 
 struct LrSchedule {
@@ -31,7 +53,10 @@ struct LrSchedule {
   std::optional<int64_t> timescale;      // inverse_sqrt (default: warmup or 10000)
   std::optional<double> min_lr;          // cosine_with_min_lr: exactly one of min_lr, min_lr_rate
   std::optional<double> min_lr_rate;
+  DeepSpeedScheduleParams deepspeed;     // the kDeepSpeed* types only
 };
+
+bool is_deepspeed(ScheduleType type);
 
 // Parses HF's --lr_scheduler_type words (linear, cosine, ...). Throws alpaca::Error naming the
 // supported words for anything else (reduce_lr_on_plateau and warmup_stable_decay are not supported).
@@ -44,7 +69,15 @@ void validate(const LrSchedule& schedule);
 // LambdaLR's factor at `step` (0 = before the first optimizer step).
 double lr_multiplier(const LrSchedule& schedule, int64_t step);
 
-// base_lr * lr_multiplier(schedule, step).
+// The learning rate of the optimizer step that follows `step` applied steps: base_lr *
+// lr_multiplier(schedule, step) for HF's schedules, the class's value at iteration step - 1 for
+// DeepSpeed's.
 double learning_rate(const LrSchedule& schedule, int64_t step);
+
+// The learning rate HF Trainer logs for the optimizer step that made `applied` applied steps
+// (counting it when it was applied): HF reads its own schedules before scheduler.step(), the rate
+// the step used; DeepSpeedEngine steps DeepSpeed's classes inside backward, before HF reads
+// get_last_lr(), so the log shows the rate of the next step.
+double logged_learning_rate(const LrSchedule& schedule, int64_t applied, bool step_applied);
 
 }  // namespace alpaca::optim
