@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 
@@ -103,11 +104,23 @@ class DeepSpeedMapper {
     if (!root_.contains("optimizer")) return;  // HF then builds AdamW from the flags
     const json& opt = root_["optimizer"];
     check_keys(opt, "optimizer", {"type", "params"});
-    std::string type = opt.value("type", "");
-    if (type != "AdamW" && type != "adamw") fail("optimizer.type", "'" + type + "' is not supported; use AdamW (or remove the optimizer block)");
+    if (!opt.contains("type") || !opt["type"].is_string()) fail("optimizer.type", "must name the optimizer, e.g. \"AdamW\"");
+    const std::string type = opt["type"].get<std::string>();
+    // DeepSpeed lower-cases the name; "Adam" runs AdamW too unless adam_w_mode is false.
+    std::string lowered = type;
+    for (auto& ch : lowered) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (lowered != "adamw" && lowered != "adam") fail("optimizer.type", "'" + type + "' is not supported; use AdamW (or remove the optimizer block)");
     if (!opt.contains("params")) return;
     const json& p = opt["params"];
-    check_keys(p, "optimizer.params", {"lr", "betas", "eps", "weight_decay"});
+    check_keys(p, "optimizer.params", {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "torch_adam", "bias_correction"});
+    if (p.contains("adam_w_mode") && !(p["adam_w_mode"].is_boolean() && (p["adam_w_mode"].get<bool>() || lowered == "adamw"))) {
+      fail("optimizer.params.adam_w_mode", "must be true: Adam with L2 weight decay (adam_w_mode false) is not supported, only "
+                                           "AdamW's decoupled decay");
+    }
+    if (p.contains("torch_adam") && !p["torch_adam"].is_boolean()) fail("optimizer.params.torch_adam", "must be true or false");
+    if (p.contains("bias_correction") && !(p["bias_correction"].is_boolean() && p["bias_correction"].get<bool>())) {
+      fail("optimizer.params.bias_correction", "must be true (AdamW's bias correction is always applied)");
+    }
     if (p.contains("lr")) match_number(p["lr"], "optimizer.params.lr", "learning_rate", args_.learning_rate);
     if (p.contains("eps")) match_number(p["eps"], "optimizer.params.eps", "adam_epsilon", args_.adam_epsilon);
     if (p.contains("weight_decay")) match_number(p["weight_decay"], "optimizer.params.weight_decay", "weight_decay", args_.weight_decay);

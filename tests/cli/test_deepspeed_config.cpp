@@ -161,6 +161,10 @@ TEST(DeepSpeedConfig, UnsupportedKeysAndValuesAreErrors) {
   EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3, "round_robin_gradients": true}})", "",
                   "zero_optimization.round_robin_gradients is not supported");
   EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "optimizer": {"type": "Lamb"}})", "", "optimizer.type 'Lamb' is not supported");
+  // DeepSpeed's "Adam" is AdamW unless adam_w_mode is false (engine._configure_basic_optimizer).
+  EXPECT_EQ(ds_error(R"({"zero_optimization": {"stage": 3}, "optimizer": {"type": "Adam", "params": {"lr": "auto", "torch_adam": true}}})"), "");
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}})", "",
+                  "adam_w_mode must be true");
   EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "fp16": {"enabled": "auto", "initial_scale_power": 12}})", "--fp16 True",
                   "fp16.initial_scale_power is not supported");
   // The HF docs' ZeRO configs carry DeepSpeed's fp16 scaler keys under "enabled": "auto": off without
