@@ -91,7 +91,7 @@ int run_preprocess(const std::vector<std::string>& args) {
       {{"--data_path", &data_path,
         "Dataset: JSON array, JSON Lines, Parquet or a datasets.save_to_disk directory; several "
         "comma-separated paths are concatenated", true},
-       {"--dataset_format", &dataset_format, "auto (detect per file) / alpaca / messages / sharegpt / prompt_completion"},
+       {"--dataset_format", &dataset_format, "auto (detect per file) / alpaca / messages / sharegpt / prompt_completion / text"},
        {"--model_name_or_path", &model_dir,
         "Model directory holding tokenizer.model or tokenizer.json (+ tokenizer_config.json, chat template ...)"},
        {"--tokenizer", &tokenizer_path,
@@ -111,7 +111,7 @@ int run_preprocess(const std::vector<std::string>& args) {
                      "preprocess: give exactly one of --model_name_or_path and --tokenizer");
   ALPACA_USAGE_CHECK(model_max_length > 0, "--model_max_length must be positive, got " << model_max_length);
   ALPACA_USAGE_CHECK(dataset_format == "auto" || dataset_format == "alpaca" || dataset_format == "messages" ||
-                         dataset_format == "sharegpt" || dataset_format == "prompt_completion",
+                         dataset_format == "sharegpt" || dataset_format == "prompt_completion" || dataset_format == "text",
                      "--dataset_format '" << dataset_format << "' is not a dataset format; give auto or one of "
                                           << data::dataset_format_names());
   ALPACA_USAGE_CHECK(chat_template.empty() || std::filesystem::is_regular_file(chat_template),

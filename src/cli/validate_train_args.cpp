@@ -95,9 +95,9 @@ void validate_required(TrainArgs& a) {
                      "(create a small one with `alpaca-train init-model`)");
   ALPACA_USAGE_CHECK(!a.data_path.empty(), "--data_path is required: an Alpaca JSON file of {instruction, input, output} records");
   ALPACA_USAGE_CHECK(a.dataset_format == "auto" || a.dataset_format == "alpaca" || a.dataset_format == "messages" ||
-                         a.dataset_format == "sharegpt" || a.dataset_format == "prompt_completion",
+                         a.dataset_format == "sharegpt" || a.dataset_format == "prompt_completion" || a.dataset_format == "text",
                      "--dataset_format '" << a.dataset_format << "' is not a dataset format; give auto or one of "
-                                          "alpaca, messages, sharegpt, prompt_completion");
+                                          "alpaca, messages, sharegpt, prompt_completion, text");
   ALPACA_USAGE_CHECK(!a.output_dir.empty(), "--output_dir must not be empty");
 }
 

@@ -166,6 +166,18 @@ ConversationRow prompt_completion_row(const Row& row, const std::string& name, i
   return r;
 }
 
+// TRL's language-modelling row: {"text": "..."}.
+ConversationRow text_row(const Row& row, const std::string& name, int64_t index) {
+  const std::string where = row_where(name, index);
+  const Row* text = member(row, "text");
+  ALPACA_CHECK(text, where << " has no \"text\" field; every row of a text dataset needs one");
+  ALPACA_CHECK(text->is_string(), where << ": \"text\" is a " << text->type_name() << ", expected a string");
+  ConversationRow r;
+  r.format = DatasetFormat::kText;
+  r.completion = text->get<std::string>();
+  return r;
+}
+
 ConversationRow alpaca_row(const Row& row, const std::string& name, int64_t index) {
   ConversationRow r;
   r.format = DatasetFormat::kAlpaca;
@@ -183,6 +195,8 @@ DatasetFormat detect_format(const Row& first, const std::string& name) {
   if (member(first, "conversations")) return DatasetFormat::kShareGpt;
   if (member(first, "prompt") || member(first, "completion")) return DatasetFormat::kPromptCompletion;
   if (first.contains("instruction") || first.contains("output")) return DatasetFormat::kAlpaca;
+  // After Alpaca: the hub's tatsu-lab/alpaca rows carry a formatted "text" beside their fields.
+  if (member(first, "text")) return DatasetFormat::kText;
   std::ostringstream seen;
   for (auto it = first.begin(); it != first.end(); ++it)
     seen << (it == first.begin() ? "" : ", ") << it.key();
@@ -202,6 +216,7 @@ ConversationRow normalise_row(const Row& row, DatasetFormat format, const std::s
     case DatasetFormat::kMessages: r = messages_row(row, name, index); break;
     case DatasetFormat::kShareGpt: r = sharegpt_row(row, name, index); break;
     case DatasetFormat::kPromptCompletion: r = prompt_completion_row(row, name, index); break;
+    case DatasetFormat::kText: r = text_row(row, name, index); break;
     case DatasetFormat::kAuto: ALPACA_FAIL("normalise_row needs a detected format");
   }
   r.source = row_where(name, index);
@@ -224,6 +239,7 @@ DatasetFormat parse_dataset_format(const std::string& name) {
   if (name == "messages") return DatasetFormat::kMessages;
   if (name == "sharegpt") return DatasetFormat::kShareGpt;
   if (name == "prompt_completion") return DatasetFormat::kPromptCompletion;
+  if (name == "text") return DatasetFormat::kText;
   ALPACA_FAIL("unknown dataset format \"" << name << "\"; give auto (detect from the fields) or one of "
                                           << dataset_format_names());
 }
@@ -235,10 +251,11 @@ const char* dataset_format_name(DatasetFormat format) {
     case DatasetFormat::kMessages: return "messages";
     case DatasetFormat::kShareGpt: return "sharegpt";
     case DatasetFormat::kPromptCompletion: return "prompt_completion";
+    case DatasetFormat::kText: return "text";
   }
   return "?";
 }
 
-const char* dataset_format_names() { return "alpaca, messages, sharegpt, prompt_completion"; }
+const char* dataset_format_names() { return "alpaca, messages, sharegpt, prompt_completion, text"; }
 
 }  // namespace alpaca::data

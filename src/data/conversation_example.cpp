@@ -177,7 +177,8 @@ void check_not_empty(const Example& ex, const ConversationRow& row, const MaskOp
                                     << "); fix or drop the row");
 }
 
-// prompt_completion with strings: tokenizer(prompt), tokenizer(prompt + completion + EOS).
+// prompt_completion with strings: tokenizer(prompt), tokenizer(prompt + completion + EOS). A text
+// row is one with an empty prompt, trained whole (TRL: tokenizer(text + EOS), labels = input_ids).
 Example string_prompt_completion(const ConversationRow& row, const tokenizer::Tokenizer& tok, bool completion_only) {
   std::string completion = row.completion;
   if (!ends_with(completion, tok.eos_token())) completion += tok.eos_token();

@@ -12,7 +12,7 @@ namespace alpaca::data {
 
 inline constexpr const char* kFormatFields =
     "alpaca {instruction, input, output}, messages {messages: [{role, content}]}, "
-    "sharegpt {conversations: [{from, value}]}, prompt_completion {prompt, completion}";
+    "sharegpt {conversations: [{from, value}]}, prompt_completion {prompt, completion}, text {text}";
 
 // obj[key] unless absent or null.
 inline const Row* member(const Row& obj, const char* key) {

@@ -109,6 +109,25 @@ std::string load_error(const std::string& text, const std::string& name = "d.jso
 
 #define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << "'" << (part) << "' not in: " << (msg)
 
+// TRL's language-modelling rows {"text"}: detected after Alpaca (the hub's tatsu-lab/alpaca rows carry
+// a formatted "text" beside instruction/output and stay Alpaca records).
+TEST(ChatDataset, TextRowsAreLanguageModellingRowsAfterAlpaca) {
+  TempDir dir("chat_text");
+  const auto text = dir.path() / "t.jsonl", alpaca = dir.path() / "a.jsonl";
+  std::ofstream(text) << R"({"text": "one"})" << "\n" << R"({"text": "two", "source": "x"})" << "\n";
+  std::ofstream(alpaca) << R"({"instruction": "i", "input": "", "output": "o", "text": "### Instruction: i"})" << "\n";
+  const Dataset d = load_dataset(text.string() + "," + alpaca.string());
+  ASSERT_EQ(d.rows.size(), 3u);
+  EXPECT_EQ(d.rows[0].format, DatasetFormat::kText);
+  EXPECT_EQ(d.rows[1].completion, "two");
+  EXPECT_TRUE(d.rows[1].prompt.empty());
+  EXPECT_FALSE(d.rows[1].is_conversational());
+  EXPECT_EQ(d.rows[2].format, DatasetFormat::kAlpaca);
+  EXPECT_EQ(parse_dataset_format("text"), DatasetFormat::kText);
+  EXPECT_HAS(load_error(R"({"text": ["a"]})"), "row 0: \"text\" is a array, expected a string");
+  EXPECT_HAS(load_error(R"({"text": "a"})" "\n" R"({"body": "b"})"), "row 1 has no \"text\" field");
+}
+
 TEST(ChatDataset, BadRowsAreErrorsNamingTheRow) {
   std::string m = load_error(R"({"question": "q", "answer": "a"})");
   EXPECT_HAS(m, "match no dataset format");

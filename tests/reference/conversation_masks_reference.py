@@ -89,6 +89,11 @@ VARIED_ROWS = [{"messages": [{"role": "user", "content": f"Question {i}: " + "wh
 PC_VARIED_ROWS = [{"prompt": [{"role": "user", "content": f"Prompt {i}: " + "tell me more " * (i * 3 % 17)}],
                    "completion": [{"role": "assistant", "content": f"Reply {i}: " + "more. " * (i * 4 % 11)}]}
                   for i in range(14)]
+# TRL's language-modelling rows: text + EOS (not doubled when the text ends with it), every token trained.
+TEXT_ROWS = [{"text": "Alpacas hum when they are content."},
+             {"text": "Llamas and alpacas are camelids<|im_end|>"},
+             {"text": "  leading spaces, a tab\tand a newline\nstay"}]
+TEXT_VARIED_ROWS = [{"text": f"Row {i}: " + "alpaca wool is warm " * (i * 5 % 11)} for i in range(14)]
 PC_VARIED_TEXT_ROWS = [{"prompt": f"Prompt {i}: " + "count on " * (i * 3 % 13), "completion": " done" * (1 + i % 6)}
                        for i in range(12)]
 PC_MSG_ROWS = [
@@ -420,6 +425,8 @@ def trl_sets(tok, tagged_src, out_dir):
         ("pc_varied_completion_only", PC_VARIED_ROWS, tagged_src, False, None, 80, True),
         ("pc_varied_text_completion_only", PC_VARIED_TEXT_ROWS, tagged_src, False, None, 30, False),
         ("pc_varied_assistant_and_completion", PC_VARIED_ROWS, tagged_src, True, True, 72, False),
+        ("text_language_modelling", TEXT_ROWS, tagged_src, False, None, 1024, False),
+        ("text_varied_truncated", TEXT_VARIED_ROWS, tagged_src, False, None, 24, True),
     ]
     for name, rows, tmpl, aol, col, max_len, wrapped in specs:
         path = os.path.join(out_dir, f"trl_{name}.jsonl")

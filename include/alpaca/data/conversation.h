@@ -23,9 +23,9 @@
 
 namespace alpaca::data {
 
-enum class DatasetFormat { kAuto, kAlpaca, kMessages, kShareGpt, kPromptCompletion };
+enum class DatasetFormat { kAuto, kAlpaca, kMessages, kShareGpt, kPromptCompletion, kText };
 
-// "auto" (or "") / alpaca / messages / sharegpt / prompt_completion; anything else is an error
+// "auto" (or "") / alpaca / messages / sharegpt / prompt_completion / text; anything else is an error
 // listing the names.
 DatasetFormat parse_dataset_format(const std::string& name);
 const char* dataset_format_name(DatasetFormat format);
@@ -41,6 +41,8 @@ const char* dataset_format_names();
 //    per-message "train" key are dropped (its value is in `train_message`). For prompt-completion,
 //    messages[0, num_prompt_messages) are the prompt and the rest the completion.
 //  - kPromptCompletion with strings: `prompt` and `completion`, `conversation_json` empty.
+//  - kText (TRL's language-modelling rows, {"text": ...}): the text in `completion`, `prompt`
+//    empty: TRL tokenizes text + EOS and trains every token, what an empty prompt gives.
 struct ConversationRow {
   DatasetFormat format = DatasetFormat::kAlpaca;
   std::string source;  // "<file>: row <i>", for errors about this row later (template, mask)
