@@ -95,6 +95,7 @@ void set_logging_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.overwrite_output_dir = a.overwrite_output_dir;
   o.logging_strategy = interval_of(a.logging_strategy, "logging_strategy");
   o.eval_strategy = interval_of(a.eval_strategy, "eval_strategy");
+  o.eval_on_start = a.eval_on_start;
   o.save_strategy = interval_of(a.save_strategy, "save_strategy");
   o.logging_steps = a.logging_steps;
   o.save_steps = a.save_steps;

@@ -181,9 +181,9 @@ void validate_strategies(TrainArgs& a) {
   if (a.eval_strategy != "no") a.do_eval = true;  // HF sets do_eval when evaluation is scheduled
   ALPACA_USAGE_CHECK(!(a.is_set("do_eval") && a.do_eval && a.eval_strategy == "no"),
                      "--do_eval True with --eval_strategy no would never evaluate; set --eval_strategy steps or epoch");
-  ALPACA_USAGE_CHECK(a.eval_data_path.empty() || a.eval_strategy != "no",
+  ALPACA_USAGE_CHECK(a.eval_data_path.empty() || a.eval_strategy != "no" || a.eval_on_start,
                      "--eval_data_path is given but --eval_strategy is 'no', so it would never be read; "
-                     "set --eval_strategy steps or epoch, or drop --eval_data_path");
+                     "set --eval_strategy steps or epoch (or --eval_on_start True), or drop --eval_data_path");
 
   if (a.load_best_model_at_end) {
     ALPACA_USAGE_CHECK(a.eval_strategy == a.save_strategy,
@@ -201,6 +201,8 @@ void validate_strategies(TrainArgs& a) {
   ALPACA_USAGE_CHECK(a.eval_strategy == "no" || !a.eval_data_path.empty(),
                      "--eval_strategy " << a.eval_strategy << " needs --eval_data_path, an Alpaca JSON file to "
                      "evaluate on (alpaca-train does not split the training data)");
+  ALPACA_USAGE_CHECK(!a.eval_on_start || !a.eval_data_path.empty(),
+                     "--eval_on_start True needs --eval_data_path, the data to evaluate on");
 }
 
 void validate_logging(TrainArgs& a) {

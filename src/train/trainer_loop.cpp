@@ -352,6 +352,12 @@ int Trainer::Impl::train() {
   RunWindow w;
   w.syncs_at_start = util::host_sync_count();  // setup's reads are not a step's
   reset_memory_window(device);  // the first log's peaks cover training only, not setup
+  if (opt.eval_on_start) {  // HF: before the epoch loop, also when resuming (at the resumed step)
+    w.last_eval_loss = evaluate_and_log();
+    w.syncs_at_start = util::host_sync_count();
+    w.window_timer.reset();  // the first log's step time is the steps'
+    reset_memory_window(device);
+  }
   while (state.global_step < length.max_steps) {
     if (step_in_epoch >= length.steps_per_epoch) {
       ++epoch;

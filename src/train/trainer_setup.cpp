@@ -111,7 +111,7 @@ void Trainer::Impl::setup_tokenizer_and_model() {
   // <unk>), then always resize to len(tokenizer); the new rows get the mean of the stored ones.
   // TRL (conversation / prompt-completion data only): add nothing, pad with eos, keep the stored
   // embeddings (grown only for a tokenizer that holds more tokens than they have rows).
-  const bool train_py_tokens = data::follows_train_py_tokens(opt.data_path, opt.eval_strategy != Interval::kNo ? opt.eval_data_path : "",
+  const bool train_py_tokens = data::follows_train_py_tokens(opt.data_path, opt.evaluates() ? opt.eval_data_path : "",
                                                              data::parse_dataset_format(opt.dataset_format));
   const int64_t num_new_tokens =
       train_py_tokens ? tokenizer->add_missing_special_tokens() : tokenizer->use_eos_as_missing_pad();
@@ -214,7 +214,7 @@ void Trainer::Impl::setup_data() {
                            << " sequences of up to " << opt.model_max_length << " tokens ("
                            << static_cast<int>(ps.fill_ratio * 100) << "% filled)");
   }
-  if (opt.eval_strategy != Interval::kNo) {
+  if (opt.evaluates()) {
     ALPACA_CHECK(!opt.eval_data_path.empty(), "evaluation is scheduled but no --eval_data_path was given");
     const auto eval_masks = data::run_mask_options(opt.assistant_only_loss, opt.completion_only_loss,
                                                    opt.model_max_length, false, opt.packing_strategy);

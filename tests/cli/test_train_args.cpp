@@ -237,6 +237,7 @@ TEST(TrainArgs, ContradictionsSayWhatToChange) {
       {"--eval_data_path eval.json", "--eval_data_path is given but --eval_strategy is 'no'"},
       // Refused when parsing, not after the communicators start (they used to be trainer checks).
       {"--eval_strategy epoch", "--eval_strategy epoch needs --eval_data_path"},
+      {"--eval_on_start True", "--eval_on_start True needs --eval_data_path"},
       {"--lr_scheduler_kwargs '{\"num_cycle\": 2}'", "--lr_scheduler_kwargs key 'num_cycle' is not an argument of the linear schedule"},
       // A key another schedule takes is a TypeError in transformers, not ignored.
       {"--lr_scheduler_type cosine --lr_scheduler_kwargs '{\"min_lr\": 1e-4}'", "'min_lr' is not an argument of the cosine schedule (transformers would raise TypeError); it takes num_cycles"},

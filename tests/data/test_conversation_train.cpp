@@ -32,19 +32,25 @@ std::string args(const fs::path& out) {
       .set(kFullShard);
 }
 
-double last_eval_loss(const fs::path& out) {
-  double loss = -1;
+// The eval_loss entries of a run's metrics.jsonl: {step, loss}.
+std::vector<std::pair<double, double>> eval_losses(const fs::path& out) {
+  std::vector<std::pair<double, double>> v;
   for (const auto& m : read_metrics(out))
-    if (m.count("eval_loss")) loss = m.at("eval_loss");
-  return loss;
+    if (m.count("eval_loss")) v.emplace_back(m.at("step"), m.at("eval_loss"));
+  return v;
 }
 
 TEST(ConversationTrain, TwoRankAssistantOnlyFineTuneLowersHeldOutAssistantLoss) {
   ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
   if (!fs::exists(kFixture / "chat_train.jsonl")) GTEST_SKIP() << "no shared Alpaca data";
-  TempDir before_dir("conv_before"), after_dir("conv_after");
+  TempDir after_dir("conv_after");
   std::string log;
-  ASSERT_EQ(run_trainer(args(before_dir.path()) + " --max_steps 1 --eval_steps 1 --learning_rate 0", 2, &log), 0) << log;
+  // One run: --eval_on_start evaluates before the first step (HF's sanity check), then after step 6.
+  ASSERT_EQ(run_trainer(args(after_dir.path()) + " --max_steps 6 --eval_steps 6 --learning_rate 1e-4 --warmup_steps 1"
+                                                 " --lr_scheduler_type constant_with_warmup --eval_on_start True",
+                        2, &log),
+            0)
+      << log;
   std::smatch m;  // the log states the share of tokens the masks train
   ASSERT_TRUE(std::regex_search(log, m, std::regex("trained ([0-9]+) of ([0-9]+) tokens"))) << log;
   EXPECT_LT(std::stoll(m[1]), std::stoll(m[2]));
@@ -52,13 +58,11 @@ TEST(ConversationTrain, TwoRankAssistantOnlyFineTuneLowersHeldOutAssistantLoss) 
   // ... and of the eval data (--eval_data_path) too
   ASSERT_TRUE(std::regex_search(log, m, std::regex("tokenized eval [^\n]*: trained ([0-9]+) of ([0-9]+) tokens"))) << log;
   EXPECT_GT(std::stoll(m[1]), 0);
-  const double before = last_eval_loss(before_dir.path());
-  ASSERT_EQ(run_trainer(args(after_dir.path()) + " --max_steps 6 --eval_steps 6 --learning_rate 1e-4 --warmup_steps 1"
-                                                 " --lr_scheduler_type constant_with_warmup",
-                        2, &log),
-            0)
-      << log;
-  const double after = last_eval_loss(after_dir.path());
+  const auto evals = eval_losses(after_dir.path());
+  ASSERT_EQ(evals.size(), 2u) << log;
+  EXPECT_EQ(evals[0].first, 0);  // logged at the starting step
+  EXPECT_EQ(evals[1].first, 6);
+  const double before = evals[0].second, after = evals[1].second;
   std::cout << "[conversation_train] held-out assistant-token loss before " << before << ", after 6 steps on 2 ranks "
             << after << "\n";
   ASSERT_GT(before, 0);

@@ -81,6 +81,8 @@ struct TrainerOptions {
   bool overwrite_output_dir = false;
   Interval logging_strategy = Interval::kSteps;
   Interval eval_strategy = Interval::kNo;
+  bool eval_on_start = false;  // HF's: one evaluation before the first step
+  bool evaluates() const { return eval_strategy != Interval::kNo || eval_on_start; }
   Interval save_strategy = Interval::kSteps;
   double logging_steps = 500;               // steps or a ratio of the total (resolve_interval_steps)
   double save_steps = 500;
