@@ -8,14 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace alpaca::optim {
+#include "alpaca/optim/adamw_options.h"
 
-struct AdamWOptions {
-  double beta1 = 0.9;  // HF defaults (adam_beta1, adam_beta2, adam_epsilon)
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;
-};
+namespace alpaca::optim {
 
 // A contiguous element range of a shard and whether weight decay applies to it. Ranges not
 // covered by any segment (padding) are never updated.

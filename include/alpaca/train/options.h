@@ -12,7 +12,7 @@
 
 #include "alpaca/fsdp/policy.h"
 #include "alpaca/model/lora.h"
-#include "alpaca/optim/adamw.h"
+#include "alpaca/optim/adamw_options.h"
 #include "alpaca/optim/lr_schedule.h"
 
 namespace alpaca::train {

@@ -1,0 +1,14 @@
+// AdamW's hyperparameters, without the optimizer (adamw.h): train/options.h carries them, and what
+// includes that (the CLI, its tests) must not compile ATen for four doubles.
+#pragma once
+
+namespace alpaca::optim {
+
+struct AdamWOptions {
+  double beta1 = 0.9;  // HF defaults (adam_beta1, adam_beta2, adam_epsilon)
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+}  // namespace alpaca::optim
