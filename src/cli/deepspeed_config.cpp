@@ -158,11 +158,13 @@ class DeepSpeedMapper {
                                           "scheduler block and choose --lr_scheduler_type)");
     }
     if (!cosine) keys.insert(keys.end(), {"warmup_min_lr", "warmup_max_lr"});
-    if (args_.is_set("lr_scheduler_type")) {
+    // Values, not whether a flag was given: a run's training_args.json (every flag, defaults
+    // included) replays as --config.
+    if (args_.lr_scheduler_type != "linear") {
       fail("scheduler", "decides the schedule (DeepSpeed's " + type + "), so --lr_scheduler_type " + args_.lr_scheduler_type +
                             " would not be used; drop one of them");
     }
-    if (args_.is_set("lr_scheduler_kwargs")) {
+    if (args_.lr_scheduler_kwargs_json != "{}") {
       fail("scheduler", "decides the schedule, so --lr_scheduler_kwargs would not be used; give the schedule's arguments as "
                         "scheduler.params");
     }
@@ -204,9 +206,9 @@ class DeepSpeedMapper {
 
     std::string warmup_text = "max(2, max(1, the warmup of --warmup_steps/--warmup_ratio))";
     if (!p.contains("warmup_num_steps")) {
-      if (args_.is_set("warmup_steps") || args_.is_set("warmup_ratio")) {
+      if ((args_.warmup_steps != 0 && args_.warmup_steps != 1000) || args_.warmup_ratio != 0) {
         fail("scheduler.params.warmup_num_steps", "is absent, so DeepSpeed warms up over its default 1000 steps and --" +
-                                                      std::string(args_.is_set("warmup_steps") ? "warmup_steps" : "warmup_ratio") +
+                                                      std::string(args_.warmup_ratio != 0 ? "warmup_ratio" : "warmup_steps") +
                                                       " would not be used; set it to \"auto\"");
       }
       args_.warmup_steps = 1000;  // DeepSpeed's default

@@ -144,6 +144,18 @@ TEST(DeepSpeedConfig, SchedulerBlockRunsDeepSpeedsClass) {
                   "so --lr_scheduler_kwargs would not be used");
   EXPECT_DS_ERROR("{" + z3 + R"("scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}})", "",
                   "warmup_num_steps must be a positive step count");
+  // A run's training_args.json (every flag, defaults included) replays as --config.
+  for (const std::string& sched : {std::string(R"({"type": "WarmupLR"})"),
+                                   std::string(R"({"type": "WarmupDecayLR", "params": {"total_num_steps": "auto",
+                                       "warmup_max_lr": "auto", "warmup_num_steps": 5}})")}) {
+    testing::TempDir dir("ds_replay");
+    const std::string ds = "{" + z3 + R"("scheduler": )" + sched + "}";
+    std::ofstream(dir.path() / "args.json") << train_args_to_json(with_ds(ds));
+    const TrainArgs replay = parse_train_args({"--config", (dir.path() / "args.json").string()});
+    ASSERT_TRUE(replay.deepspeed_schedule) << sched;
+    EXPECT_EQ(replay.deepspeed_schedule->type, with_ds(ds).deepspeed_schedule->type);
+    EXPECT_DOUBLE_EQ(replay.warmup_steps, with_ds(ds).warmup_steps);
+  }
   // No scheduler block: --lr_scheduler_type decides, as in HF.
   EXPECT_FALSE(with_ds("{" + z3 + R"("gradient_clipping": "auto"})", "--lr_scheduler_type cosine").deepspeed_schedule);
   // gradient_clipping absent: DeepSpeed clips at its default 1.0 (HF leaves clipping to the engine).
