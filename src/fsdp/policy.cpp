@@ -74,6 +74,15 @@ std::string join(const std::vector<std::string>& v, const std::string& sep) {
   return out;
 }
 
+// A strategy's word (lower case), as --fsdp, sharding_strategy and FSDP1's reshard_after_forward name it.
+std::optional<ShardingStrategy> strategy_of_word(const std::string& w) {
+  if (w == "full_shard") return ShardingStrategy::kFullShard;
+  if (w == "shard_grad_op") return ShardingStrategy::kShardGradOp;
+  if (w == "no_shard") return ShardingStrategy::kNoShard;
+  if (w == "hybrid_shard") return ShardingStrategy::kHybridShard;
+  return std::nullopt;
+}
+
 // The words of --fsdp as the builder reads them; `text` is the original flag value for messages.
 void apply_words(const std::string& text, const std::vector<std::string>& words, FsdpPolicy& p) {
   if (words.empty()) {
@@ -95,10 +104,7 @@ void apply_words(const std::string& text, const std::vector<std::string>& words,
   if (strategy == "no_shard" && offload)
     ALPACA_FAIL("--fsdp \"no_shard offload\" is not supported (nothing is sharded to offload); use "
                 "\"full_shard auto_wrap offload\"");
-  if (strategy == "full_shard") p.strategy = ShardingStrategy::kFullShard;
-  else if (strategy == "shard_grad_op") p.strategy = ShardingStrategy::kShardGradOp;
-  else if (strategy == "no_shard") p.strategy = ShardingStrategy::kNoShard;
-  else p.strategy = ShardingStrategy::kHybridShard;
+  p.strategy = *strategy_of_word(strategy);  // is_strategy() chose it
   p.offload = offload;
   // Without auto_wrap HF wraps the whole model as one unit.
   p.auto_wrap = std::count(words.begin(), words.end(), "auto_wrap") > 0;
@@ -135,10 +141,7 @@ void apply_config(const json& cfg, const std::string& origin, FsdpPolicy& p, boo
       } else if (v.is_string()) {
         const std::string w = lower(v.get<std::string>());
         if (w == "true" || w == "false") s = w == "true" ? ShardingStrategy::kFullShard : ShardingStrategy::kShardGradOp;
-        else if (w == "full_shard") s = ShardingStrategy::kFullShard;
-        else if (w == "shard_grad_op") s = ShardingStrategy::kShardGradOp;
-        else if (w == "no_shard") s = ShardingStrategy::kNoShard;
-        else if (w == "hybrid_shard") s = ShardingStrategy::kHybridShard;
+        else if (const auto named = strategy_of_word(w)) s = *named;
         else ALPACA_FAIL(origin << ": reshard_after_forward '" << w << "' unknown; use true (full_shard) or false (shard_grad_op)");
       } else {
         ALPACA_FAIL(origin << ": reshard_after_forward must be true or false");
@@ -194,11 +197,12 @@ void apply_config(const json& cfg, const std::string& origin, FsdpPolicy& p, boo
       ALPACA_CHECK(v.is_string(), origin << ": sharding_strategy must be a string");
       const ShardingStrategy from_words = p.strategy;
       const std::string s = lower(v.get<std::string>());
-      if (s == "full_shard" || s == "1") p.strategy = ShardingStrategy::kFullShard;
-      else if (s == "shard_grad_op" || s == "2") p.strategy = ShardingStrategy::kShardGradOp;
-      else if (s == "no_shard" || s == "3") p.strategy = ShardingStrategy::kNoShard;
-      else if (s == "hybrid_shard" || s == "4") p.strategy = ShardingStrategy::kHybridShard;
-      else ALPACA_FAIL(origin << ": sharding_strategy '" << s << "' unsupported");
+      // torch's ShardingStrategy enum values 1-4 are accepted as HF accepts them.
+      static const char* const kByNumber[] = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard"};
+      const bool number = s.size() == 1 && s[0] >= '1' && s[0] <= '4';
+      const auto named = strategy_of_word(number ? kByNumber[s[0] - '1'] : s);
+      ALPACA_CHECK(named, origin << ": sharding_strategy '" << s << "' unsupported");
+      p.strategy = *named;
       // Two places naming two strategies is the contradiction --fsdp "full_shard shard_grad_op" is.
       ALPACA_CHECK(!strategy_word || p.strategy == from_words,
                    origin << ": sharding_strategy " << v.get<std::string>() << " contradicts --fsdp, which names "
