@@ -21,6 +21,7 @@ APT_PACKAGES=(
   # TensorBoard event files (issue 20): protoc + libprotobuf; Boost.CRC (header-only) for CRC32C
   protobuf-compiler libprotobuf-dev libboost-dev
   clang-14 libclang-rt-14-dev  # scripts/fuzz.sh, scripts/sanitize.sh: libFuzzer, ASan, UBSan
+  lld  # the linker (CMakeLists.txt ALPACA_LLD): 8x faster than GNU ld on our LibTorch executables
 )
 # Test extra for tests/slurm (a real one-node Slurm the test starts itself, no systemd): Debian's
 # Slurm 22.05 controller, node daemon and client, munge, and libpmix-dev, whose libpmix Slurm's
