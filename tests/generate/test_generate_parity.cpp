@@ -1,7 +1,7 @@
 // Greedy generation token for token equal to transformers' generate(do_sample=False) in fp32
-// (tests/reference/generate_reference.py): 20 prompts x 32 new tokens for a tiny random LLaMA from
-// `alpaca-train init-model` (GQA, two EOS ids) and for SmolLM2-135M-Instruct (Alpaca prompts
-// tokenized by its own tokenizer), as one left-padded batch of 20 and one prompt at a time (the
+// (tests/reference/generate_reference.py): 32 new tokens for 20 prompts of a tiny random LLaMA from
+// `alpaca-train init-model` (GQA, two EOS ids) and 12 of SmolLM2-135M-Instruct (Alpaca prompts
+// tokenized by its own tokenizer), as one left-padded batch and one prompt at a time (the
 // fused CPU decode step where this CPU runs it; the module path too, on 5 prompts). Also:
 // right padding gives the unpadded answers, any batch size gives the same answers, and a seed
 // reproduces sampled answers.
@@ -113,7 +113,7 @@ TEST_P(GenerateParity, GreedyBatchedAndOneByOneEqualTransformers) {
                              ref_.opts.eos_token_ids.end();
   }
   std::cout << "  " << ref_.prompts.size() << " prompts, " << tokens << " new tokens (" << eos
-            << " stop at EOS); batch of 20 " << std::chrono::duration<double>(t1 - t0).count() << " s, one by one "
+            << " stop at EOS); one batch " << std::chrono::duration<double>(t1 - t0).count() << " s, one by one "
             << std::chrono::duration<double>(t2 - t1).count() << " s\n";
   EXPECT_EQ(count_mismatches(batched, ref_.batched, "batched"), 0);
   const std::string why = model::CpuDecoder::unsupported(*m_, 1);

