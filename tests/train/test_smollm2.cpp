@@ -67,7 +67,7 @@ TEST(SmolLM2, TwoRankBf16FullShardFineTuneLowersLossAndExports) {
   const double before = ref["eval_loss"].get<double>();
   TempDir out("smollm2_ft");
   std::string log;
-  ASSERT_EQ(run_trainer(args(out.path()) + " --max_steps 6 --eval_steps 6 --learning_rate 1e-4"
+  ASSERT_EQ(run_trainer(args(out.path()) + " --max_steps 3 --eval_steps 3 --learning_rate 1e-4"
                                            " --warmup_steps 1 --lr_scheduler_type constant_with_warmup"
                                            " --per_device_train_batch_size 2 --bf16 True"
                                            " --fsdp \"full_shard auto_wrap\"",
@@ -75,7 +75,7 @@ TEST(SmolLM2, TwoRankBf16FullShardFineTuneLowersLossAndExports) {
             0)
       << log;
   const double after = last_eval_loss(out.path());
-  std::cout << "[smollm2] eval loss before " << before << ", after 6 bf16 full_shard steps on 2 ranks " << after
+  std::cout << "[smollm2] eval loss before " << before << ", after 3 bf16 full_shard steps on 2 ranks " << after
             << "\n";
   EXPECT_LT(after, before - 0.02);
 
