@@ -230,7 +230,7 @@ def main():
                 ctx = {"messages": messages, "add_generation_prompt": agp, **special, **extra}
                 out["cases"].append({"template": ti, "case": f"{cname}/agp={int(agp)}", "context": ctx, **res})
     with open(os.path.join(args.out, "chat_templates.json"), "w", encoding="utf-8") as f:
-        f.write(json.dumps(out, ensure_ascii=False))  # dumps: the C encoder (dump is pure Python)
+        json.dump(out, f, ensure_ascii=False)
     n_err = sum(1 for c in out["cases"] if "error" in c)
     n_prefix = sum(1 for c in out["cases"] if "prefix_spans" in c)
     print(f"[chat_template_reference] prefix-render oracle: {n_prefix} cases with spans, "

@@ -480,7 +480,7 @@ def main():
           "rewriting_cases": rewriting_cases(tagged_src, args.out), "trl_loss": trl_loss_case(tok, args.out)}
     alpaca_conversations(args.out)
     with open(os.path.join(args.out, "masks.json"), "w", encoding="utf-8") as f:
-        f.write(json.dumps(fx, ensure_ascii=False))  # dumps: the C encoder (dump is pure Python)
+        json.dump(fx, f, ensure_ascii=False)
     ok = sum("mask" in c for c in cases)
     print(f"[conversation_masks_reference] {len(templates)} templates, {ok}/{len(cases)} mask cases, "
           f"{len(fx['trl'])} TRL sets -> {args.out}")

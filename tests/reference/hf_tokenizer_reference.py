@@ -230,7 +230,7 @@ def main():
         }
         print(f"{name}: len {len(tok)}, added {special} ({num_new} new), {seconds:.1f} s, roundtrip {roundtrip}")
     with open(os.path.join(args.out, "reference.json"), "w") as f:
-        f.write(json.dumps(reference, ensure_ascii=False))  # dumps: the C encoder (dump is pure Python)
+        json.dump(reference, f, ensure_ascii=False, indent=1)
 
 
 if __name__ == "__main__":

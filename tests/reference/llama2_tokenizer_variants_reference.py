@@ -260,11 +260,11 @@ def main():
             print(f"{wname}_{kind}: {ref['class']}, len {ref['len']}, Hello world</s> -> raw library "
                   f"{ref['raw_library_hello_eos']}, AutoTokenizer {ref['auto_hello_eos']}, {ref['records_file']}")
     with open(os.path.join(args.out, "reference.json"), "w") as f:
-        f.write(json.dumps(reference, ensure_ascii=False))  # dumps: the C encoder (dump is pure Python)
+        json.dump(reference, f, ensure_ascii=False, indent=1)
     rebuilt, as_is = class_lists()
     pipelines = class_pipelines(os.path.join(args.out, "class_cases"))
     with open(os.path.join(args.out, "classes.json"), "w") as f:
-        f.write(json.dumps({"rebuilt": rebuilt, "as_is": as_is, "pipelines": pipelines}, ensure_ascii=False))  # dumps: the C encoder (dump is pure Python)
+        json.dump({"rebuilt": rebuilt, "as_is": as_is, "pipelines": pipelines}, f, ensure_ascii=False, indent=1)
     print(f"{len(rebuilt)} classes rebuilt from the class, {len(pipelines)} pipeline cases")
 
 

@@ -301,7 +301,7 @@ def small_bpe(src, dst):
     model["merges"] = [m for m in pairs if m[0] in model["vocab"] and m[1] in model["vocab"] and m[0] + m[1] in model["vocab"]]
     doc["added_tokens"] = [t for t in doc["added_tokens"] if t["id"] < SMALL_BPE]
     with open(dst, "w") as f:
-        f.write(json.dumps(doc, ensure_ascii=False))  # dumps: the C encoder (dump is pure Python)
+        json.dump(doc, f, ensure_ascii=False)
     return dst
 
 
@@ -490,12 +490,12 @@ def main():
         texts, ref = case_reference(d, case_texts)
         ref.update({"base": base, "config": config, "texts": texts})
         with open(os.path.join(args.out, "cases", name + ".json"), "w") as f:
-            f.write(json.dumps(ref, ensure_ascii=False))  # dumps: the C encoder (dump is pure Python)
+            json.dump(ref, f, ensure_ascii=False)
         reference["cases"][name] = {"class": ref["class"], "base": base}
         print(f"{name}: {ref['class']} on {base}, len {ref['len']}, eos {ref['roles']['eos']}, "
               f"first record ends {ref['ids'][len(edge)][-3:]}")
     with open(os.path.join(args.out, "reference.json"), "w") as f:
-        f.write(json.dumps(reference, ensure_ascii=False))  # dumps: the C encoder (dump is pure Python)
+        json.dump(reference, f, ensure_ascii=False, indent=1)
     with open(os.path.join(args.out, "classes.json"), "w") as f:
         json.dump(class_models(), f, indent=1)
     with open(os.path.join(args.out, "inherited.json"), "w") as f:

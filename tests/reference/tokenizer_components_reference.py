@@ -127,7 +127,7 @@ def scripts_probe(out, chunk=8192):
     texts += ["".join(p + chr(c) for c in cps[i:i + chunk]) for p in ("a", "\u4eac") for i in range(0, len(cps), chunk)]
     ids = [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
     with open(os.path.join(out, "scripts_probe.json"), "w") as f:
-        f.write(json.dumps({"tokenizer": path, "texts": texts, "ids": ids}, ensure_ascii=False))  # dumps: the C encoder (dump is pure Python)
+        json.dump({"tokenizer": path, "texts": texts, "ids": ids}, f, ensure_ascii=False)
     return len(texts)
 
 
@@ -167,13 +167,13 @@ def main():
         texts, ref = case_reference(d, texts_for)
         ref.update({"config": CONFIG, "texts": texts})
         with open(os.path.join(out, "cases", name + ".json"), "w") as f:
-            f.write(json.dumps(ref, ensure_ascii=False))  # dumps: the C encoder (dump is pure Python)
+            json.dump(ref, f, ensure_ascii=False)
         reference["cases"][name] = {"class": ref["class"]}
         print(f"{name}: len {ref['len']}, first record {len(ref['ids'][len(edge)])} ids, "
               f"edge 'Hello world' -> {ref['ids'][edge.index('Hello world')]}")
     reference["scripts_probe_texts"] = scripts_probe(out)
     with open(os.path.join(out, "reference.json"), "w") as f:
-        f.write(json.dumps(reference, ensure_ascii=False))  # dumps: the C encoder (dump is pure Python)
+        json.dump(reference, f, ensure_ascii=False, indent=1)
     print(f"{len(reference['cases'])} cases x ({len(edge)} edge texts + {len(records)} records); "
           f"{reference['scripts_probe_texts']} UnicodeScripts probe texts")
 

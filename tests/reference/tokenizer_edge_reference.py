@@ -97,7 +97,7 @@ def main():
                                                         normalized=False)})
         result[name] = {"texts": TEXTS, "ids": [tok(t)["input_ids"] for t in TEXTS]}
     with open(os.path.join(args.out, "edge_cases.json"), "w") as f:
-        f.write(json.dumps(result, ensure_ascii=False))  # dumps: the C encoder (dump is pure Python)
+        json.dump(result, f, ensure_ascii=False, indent=1)
     for name in result:
         for t, ids in zip(TEXTS, result[name]["ids"]):
             print(name, repr(t), ids)
