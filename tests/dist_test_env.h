@@ -2,11 +2,15 @@
 // environment before the first test (dist::init + make_communicator) and torn down after the last
 // (reset + dist::finalize). A test file registers it once at namespace scope:
 //   const auto* g_env = alpaca::testing::register_job_comm(options);
-// and reaches it with job_comm().
+// and reaches it with job_comm(). A module's test files share one executable (tests/CMakeLists.txt),
+// so several files register: the first registration makes the environment and the others reuse it
+// (they must ask for the same options).
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <utility>
 
@@ -38,7 +42,14 @@ class JobCommEnvironment : public ::testing::Environment {
 };
 
 inline ::testing::Environment* register_job_comm(dist::CommOptions options) {
-  return ::testing::AddGlobalTestEnvironment(new JobCommEnvironment(std::move(options)));
+  static const dist::CommOptions first = options;
+  static ::testing::Environment* const env = ::testing::AddGlobalTestEnvironment(new JobCommEnvironment(options));
+  if (options.backend != first.backend || options.cuda != first.cuda || options.timeout != first.timeout) {
+    std::fprintf(stderr, "register_job_comm: two test files of one executable ask for different communicator "
+                         "options; give them the same, or OWN_EXECUTABLE in tests/CMakeLists.txt\n");
+    std::abort();
+  }
+  return env;
 }
 
 }  // namespace alpaca::testing

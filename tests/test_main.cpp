@@ -4,6 +4,7 @@
 
 #include <ATen/Parallel.h>  // defines: at::set_num_threads
 
+#include <cstdio>
 #include <cstdlib>
 
 int main(int argc, char** argv) {
@@ -12,5 +13,13 @@ int main(int argc, char** argv) {
     int n = std::atoi(t);
     if (n > 0) at::set_num_threads(n);
   }
-  return RUN_ALL_TESTS();
+  const int rc = RUN_ALL_TESTS();
+  // A module's test files share one executable and ctest selects each file's suites with
+  // --gtest_filter (tests/CMakeLists.txt): a filter that matches nothing must fail, not pass.
+  if (::testing::UnitTest::GetInstance()->test_to_run_count() == 0) {
+    std::fprintf(stderr, "no test matched the filter (%s): a suite was renamed or moved; see alpaca_add_test\n",
+                 ::testing::GTEST_FLAG(filter).c_str());
+    return 1;
+  }
+  return rc;
 }

@@ -8,6 +8,8 @@
 #include "alpaca/chat/chat_template.h"
 #include "test_util.h"
 
+namespace test_chat_engine {
+
 namespace fs = std::filesystem;
 using alpaca::chat::ChatTemplate;
 using alpaca::chat::RenderOptions;
@@ -128,3 +130,5 @@ TEST(ChatEngine, StrftimeNowReadsThePinnedClock) {
   setenv("TZ", "UTC", 1);
   EXPECT_EQ(render("{{ strftime_now('%Y-%m-%d %H') }}", "{}", o), "1970-01-01 00");
 }
+
+}  // namespace test_chat_engine

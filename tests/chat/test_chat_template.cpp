@@ -14,6 +14,8 @@
 #include "alpaca/chat/chat_template.h"
 #include "test_util.h"
 
+namespace test_chat_template {
+
 namespace fs = std::filesystem;
 using alpaca::chat::ChatTemplate;
 using alpaca::chat::RenderOptions;
@@ -226,3 +228,5 @@ TEST(ChatTemplate, PrefixRenderSpansMatchTheOracleAndAgreeWithGenerationSpans) {
   EXPECT_LE(num_known, 2u);
   EXPECT_GT(num_both, 100u);
 }
+
+}  // namespace test_chat_template

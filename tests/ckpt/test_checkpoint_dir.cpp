@@ -19,6 +19,8 @@
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
+namespace test_checkpoint_dir {
+
 namespace fs = std::filesystem;
 using namespace alpaca::ckpt;
 using alpaca::testing::BackgroundRun;
@@ -244,3 +246,5 @@ TEST(CheckpointDir, RotationByMtimeKeepsNewestWritten) {
   rotate_checkpoints(tmp.path(), 2, "", /*use_mtime=*/true);
   EXPECT_EQ(names_in(tmp.path()), (std::set<std::string>{"checkpoint-1", "checkpoint-4"}));
 }
+
+}  // namespace test_checkpoint_dir

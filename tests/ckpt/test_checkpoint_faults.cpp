@@ -22,6 +22,8 @@
 #include "test_util.h"
 #include "train_test_util.h"
 
+namespace test_checkpoint_faults {
+
 namespace fs = std::filesystem;
 using namespace alpaca::testing;
 
@@ -430,3 +432,9 @@ TEST(CheckpointFaults, MpiRankZeroThatDiesBeforeTheFirstCollectiveIsNamedByTheOt
       "[rank 1]: error: rank 0 did not answer the start-up roll call within 5 s (--ddp_timeout) + 5 s",
       "MPI rank 0 dead before the first collective, launcher not aborting");
 }
+
+}  // namespace test_checkpoint_faults
+
+// A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
+#undef SKIP_WITHOUT_FIXTURE
+#undef SKIP_WITHOUT_MOUNT

@@ -15,6 +15,8 @@
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
+namespace test_ckpt_state {
+
 namespace fs = std::filesystem;
 using namespace alpaca::ckpt;
 using alpaca::testing::BackgroundRun;
@@ -143,3 +145,5 @@ TEST(Preemption, SecondSigintStopsAtOnce) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), kExitInterrupted);
 }
+
+}  // namespace test_ckpt_state

@@ -21,6 +21,8 @@
 #include "test_util.h"
 #include "train_test_util.h"
 
+namespace test_sharded_resume {
+
 namespace fs = std::filesystem;
 using namespace alpaca::testing;
 
@@ -280,3 +282,8 @@ TEST_F(ShardedResume, KillNineOfOneRankDuringTheBackgroundWrite) {
   expect_no_staging(out);
   EXPECT_EQ(alpaca::ckpt::checkpoint_problem(out / "checkpoint-9"), "");
 }
+
+}  // namespace test_sharded_resume
+
+// A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
+#undef SKIP_WITHOUT_FIXTURE

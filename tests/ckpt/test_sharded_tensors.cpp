@@ -16,6 +16,8 @@
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
+namespace test_sharded_tensors {
+
 namespace fs = std::filesystem;
 using namespace alpaca::ckpt;
 using alpaca::testing::TempDir;
@@ -124,3 +126,5 @@ TEST(Digest, Xxh3IsFasterThanTheOldSha256) {
   EXPECT_EQ(s.size(), 64u);
   EXPECT_LT(xxh3_s * 3, sha_s) << "XXH3 must be several times faster than the scalar SHA-256";
 }
+
+}  // namespace test_sharded_tensors

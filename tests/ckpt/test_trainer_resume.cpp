@@ -18,6 +18,8 @@
 #include "test_util.h"
 #include "train_test_util.h"
 
+namespace test_trainer_resume {
+
 namespace fs = std::filesystem;
 using namespace alpaca::testing;
 
@@ -271,3 +273,8 @@ TEST(TrainerResume, DifferentModelOrTokenizerIsAnErrorThatSaysWhich) {
   EXPECT_NE(log.find("different tokenizer"), std::string::npos) << log;
   EXPECT_NE(log.find("pad_token is [PAD] in the checkpoint, <unk> here"), std::string::npos) << log;
 }
+
+}  // namespace test_trainer_resume
+
+// A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
+#undef SKIP_WITHOUT_FIXTURE

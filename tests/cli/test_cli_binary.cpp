@@ -15,7 +15,7 @@
 #include "cli_test_util.h"
 #include "test_util.h"
 
-namespace alpaca::cli {
+namespace alpaca::cli::test_cli_binary {
 namespace {
 
 namespace fs = std::filesystem;
@@ -356,4 +356,4 @@ TEST(Repo, CiRunsTheReadmeTestCommand) {
 }
 
 }  // namespace
-}  // namespace alpaca::cli
+}  // namespace alpaca::cli::test_cli_binary

@@ -9,7 +9,7 @@
 #include "cli_test_util.h"
 #include "test_util.h"
 
-namespace alpaca::cli {
+namespace alpaca::cli::test_deepspeed_config {
 namespace {
 
 using test::kRequired;
@@ -192,4 +192,7 @@ TEST(DeepSpeedConfig, UnsupportedKeysAndValuesAreErrors) {
 }
 
 }  // namespace
-}  // namespace alpaca::cli
+}  // namespace alpaca::cli::test_deepspeed_config
+
+// A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
+#undef EXPECT_DS_ERROR

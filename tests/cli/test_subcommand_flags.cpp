@@ -8,6 +8,8 @@
 
 #include "cli_test_util.h"
 
+namespace test_subcommand_flags {
+
 namespace {
 
 using Result = alpaca::cli::test::BinaryRun;
@@ -63,3 +65,5 @@ TEST(SubcommandFlags, VersionPrintsVersionCommitAndLibTorch) {
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nLibTorch \d+\.\d+\.\d+\n)"))) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(\nCPU .+\n)"))) << r.out;
 }
+
+}  // namespace test_subcommand_flags

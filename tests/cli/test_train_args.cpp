@@ -12,7 +12,7 @@
 #include "cli_test_util.h"
 #include "test_util.h"
 
-namespace alpaca::cli {
+namespace alpaca::cli::test_train_args {
 namespace {
 
 using test::kRequired;
@@ -446,9 +446,9 @@ TEST(TrainArgs, ReportToTensorboardAndAll) {
 }
 
 }  // namespace
-}  // namespace alpaca::cli
+}  // namespace alpaca::cli::test_train_args
 
-namespace alpaca::cli {
+namespace alpaca::cli::test_train_args {
 namespace {
 
 // One parser for the FSDP flags: the same --fsdp value gives the same verdict (and, when accepted,
@@ -538,4 +538,4 @@ TEST(FsdpFlags, SameVerdictAndPolicyThroughCliAndEngine) {
 }
 
 }  // namespace
-}  // namespace alpaca::cli
+}  // namespace alpaca::cli::test_train_args

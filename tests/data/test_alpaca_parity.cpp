@@ -14,7 +14,7 @@
 #include "alpaca/util/sys.h"
 #include "test_util.h"
 
-namespace alpaca::data {
+namespace alpaca::data::test_alpaca_parity {
 using tokenizer::Tokenizer;
 namespace {
 
@@ -85,4 +85,4 @@ TEST(AlpacaParity, MatchesTrainPyOnAlpaca5000) {
 }
 
 }  // namespace
-}  // namespace alpaca::data
+}  // namespace alpaca::data::test_alpaca_parity

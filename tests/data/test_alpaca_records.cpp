@@ -9,7 +9,7 @@
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
-namespace alpaca::data {
+namespace alpaca::data::test_alpaca_records {
 using tokenizer::Tokenizer;
 namespace {
 
@@ -157,4 +157,4 @@ TEST(AlpacaPrompt, LabelsMaskThePromptAndTruncateRight) {
 }
 
 }  // namespace
-}  // namespace alpaca::data
+}  // namespace alpaca::data::test_alpaca_records

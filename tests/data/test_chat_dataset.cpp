@@ -13,7 +13,7 @@
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
-namespace alpaca::data {
+namespace alpaca::data::test_chat_dataset {
 namespace {
 
 namespace fs = std::filesystem;
@@ -241,4 +241,7 @@ TEST(ChatDataset, ConversationsWithoutAChatTemplateAreRefusedBeforeWriting) {
 }
 
 }  // namespace
-}  // namespace alpaca::data
+}  // namespace alpaca::data::test_chat_dataset
+
+// A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
+#undef EXPECT_HAS

@@ -4,7 +4,7 @@
 #include "alpaca/data/collate.h"
 #include "alpaca/util/error.h"
 
-namespace alpaca::data {
+namespace alpaca::data::test_collate {
 namespace {
 
 TEST(Collate, RightPadsToLongest) {
@@ -62,4 +62,4 @@ TEST(Collate, RejectsBadInput) {
 }
 
 }  // namespace
-}  // namespace alpaca::data
+}  // namespace alpaca::data::test_collate

@@ -24,7 +24,7 @@
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
-namespace alpaca::data {
+namespace alpaca::data::test_conversation_masks {
 using tokenizer::Tokenizer;
 namespace {
 
@@ -444,4 +444,7 @@ TEST(ConversationMasks, BadInputIsAClearErrorAndWritesNothing) {
 }
 
 }  // namespace
-}  // namespace alpaca::data
+}  // namespace alpaca::data::test_conversation_masks
+
+// A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
+#undef SKIP_WITHOUT_FIXTURE

@@ -17,6 +17,8 @@
 #include "test_util.h"
 #include "train_test_util.h"
 
+namespace test_conversation_train {
+
 namespace fs = std::filesystem;
 using namespace alpaca::testing;
 
@@ -127,3 +129,5 @@ TEST(ConversationTrain, AttentionCoversThePadTokenInsideTheTextAsTrl) {
 }
 
 }  // namespace
+
+}  // namespace test_conversation_train

@@ -12,7 +12,7 @@
 #include "alpaca/tokenizer/tokenizer.h"
 #include "test_util.h"
 
-namespace alpaca::data {
+namespace alpaca::data::test_default_data {
 using tokenizer::Tokenizer;
 namespace {
 
@@ -108,4 +108,4 @@ TEST(DefaultData, IsReproducibleByTheScript) {
 }
 
 }  // namespace
-}  // namespace alpaca::data
+}  // namespace alpaca::data::test_default_data

@@ -11,7 +11,7 @@
 #include "alpaca/util/error.h"
 #include "model_test_util.h"
 
-namespace alpaca::data {
+namespace alpaca::data::test_packing {
 namespace {
 
 // Random examples shaped like Alpaca ones: BOS, a masked prompt, then answer labels.
@@ -126,4 +126,4 @@ TEST(Packing, Fp32LossOfPackedEqualsUnpacked) {
 }
 
 }  // namespace
-}  // namespace alpaca::data
+}  // namespace alpaca::data::test_packing

@@ -8,7 +8,7 @@
 #include "alpaca/data/alpaca_example.h"
 #include "test_util.h"
 
-namespace alpaca::data {
+namespace alpaca::data::test_preprocess {
 using tokenizer::Tokenizer;
 namespace {
 
@@ -140,4 +140,4 @@ TEST(Preprocess, ConversationDataFollowsTrl) {
 }
 
 }  // namespace
-}  // namespace alpaca::data
+}  // namespace alpaca::data::test_preprocess

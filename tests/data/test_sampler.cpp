@@ -11,7 +11,7 @@
 #include "alpaca/data/sampler.h"
 #include "alpaca/util/error.h"
 
-namespace alpaca::data {
+namespace alpaca::data::test_sampler {
 namespace {
 
 // Every rank's micro-batches of one step, concatenated, as a sorted multiset.
@@ -157,4 +157,4 @@ TEST(Sampler, RejectsBadOptions) {
 }
 
 }  // namespace
-}  // namespace alpaca::data
+}  // namespace alpaca::data::test_sampler

@@ -16,6 +16,8 @@
 #include "alpaca/util/error.h"
 #include "dist_test_env.h"
 
+namespace test_collectives {
+
 namespace dist = alpaca::dist;
 using alpaca::testing::job_comm;
 using alpaca::testing::register_job_comm;
@@ -366,3 +368,5 @@ TEST(Collectives, GlooOnOneHostMapsSharedMemoryUnlessTurnedOff) {
   EXPECT_EQ(mapped, want) << job_comm()->backend() << " at world " << job_comm()->world_size();
   EXPECT_TRUE(unlinked) << "a shared-memory segment is still linked in /dev/shm";
 }
+
+}  // namespace test_collectives

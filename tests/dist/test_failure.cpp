@@ -9,6 +9,8 @@
 #include "alpaca/dist/launcher.h"
 #include "dist_test_helpers.h"
 
+namespace test_failure {
+
 using namespace alpaca::testing::dist;
 
 class DeadOrStuck : public ::testing::TestWithParam<std::string> {};
@@ -46,3 +48,4 @@ TEST_P(DeadOrStuck, OthersExitNonZeroInTimeNamingTheCollective) {
 INSTANTIATE_TEST_SUITE_P(Failure, DeadOrStuck,
                          ::testing::Values("mpirun_die", "mpirun_stuck", "launcher_die", "launcher_stuck"));
 
+}  // namespace test_failure

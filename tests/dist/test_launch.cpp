@@ -10,6 +10,8 @@
 #include "alpaca/dist/launch.h"
 #include "alpaca/util/error.h"
 
+namespace test_launch {
+
 using alpaca::dist::discover_launch;
 using alpaca::dist::EnvMap;
 using alpaca::dist::LaunchSource;
@@ -155,3 +157,5 @@ TEST(Launch, InconsistentVariablesAreErrorsThatShowThem) {
                         {"SLURM_STEP_TASKS_PER_NODE", "2(y2)"}});
   EXPECT_NE(msg.find("cannot read tasks per node '2(y2)'"), std::string::npos) << msg;
 }
+
+}  // namespace test_launch

@@ -11,6 +11,8 @@
 #include "alpaca/dist/launcher.h"
 #include "dist_test_helpers.h"
 
+namespace test_launcher {
+
 using namespace alpaca::testing::dist;
 using alpaca::testing::BackgroundRun;
 
@@ -193,3 +195,5 @@ TEST(Nccl, ALocalRankBeyondTheGpusIsAnErrorWithAHint) {
                        r.output.find("start at most one rank per GPU") != std::string::npos;
   EXPECT_TRUE(no_gpu || too_few) << r.output;
 }
+
+}  // namespace test_launcher

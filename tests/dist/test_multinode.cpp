@@ -30,6 +30,8 @@
 #include "memory_test_util.h"
 #include "train_test_util.h"
 
+namespace test_multinode {
+
 namespace fs = std::filesystem;
 using namespace alpaca::testing;
 using namespace alpaca::testing::dist;
@@ -450,3 +452,8 @@ TEST_P(SaveFault, SurvivorsEndInTimeAndTheLastSealedCheckpointResumes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MultiNode, SaveFault, ::testing::Values("link_down", "kill_node"));
+
+}  // namespace test_multinode
+
+// A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
+#undef SKIP_WITHOUT_TESTBED

@@ -14,6 +14,8 @@
 #include "test_util.h"
 #include "train_test_util.h"
 
+namespace test_alpaca_readme {
+
 namespace fs = std::filesystem;
 using namespace alpaca::testing;
 
@@ -150,3 +152,5 @@ TEST(AlpacaReadme, OffloadCheckpointingAndAccumulationMatchTheBaseRun) {
               << worst << "\n";
   }
 }
+
+}  // namespace test_alpaca_readme

@@ -16,7 +16,7 @@
 #include "fsdp_test_env.h"
 #include "tiny_lm.h"
 
-namespace alpaca::testing {
+namespace alpaca::testing::test_fsdp_collective_path {
 namespace {
 
 const auto* g_env = register_job_comm(fsdp_job_options());
@@ -204,4 +204,4 @@ TEST(FsdpCollectivePath, ShardWritersMoveTheVersionCounterTheOffloadStagingReads
 }
 
 }  // namespace
-}  // namespace alpaca::testing
+}  // namespace alpaca::testing::test_fsdp_collective_path

@@ -21,7 +21,7 @@
 #include "fsdp_test_env.h"
 #include "tiny_lm.h"
 
-namespace alpaca::testing {
+namespace alpaca::testing::test_fsdp_dist {
 
 namespace {
 const auto* g_env = register_job_comm(fsdp_job_options());
@@ -337,4 +337,4 @@ TEST(FsdpDist, Fp16WithLossScaler) {
 }
 
 }  // namespace
-}  // namespace alpaca::testing
+}  // namespace alpaca::testing::test_fsdp_dist

@@ -24,7 +24,7 @@
 #include "fsdp_test_env.h"
 #include "model_test_util.h"
 
-namespace alpaca::testing {
+namespace alpaca::testing::test_fsdp_gpu {
 namespace {
 
 model::LlamaConfig tiny() {
@@ -196,4 +196,4 @@ TEST(FsdpGpu, ForcedCollectivesOnCudaMatchTheCpuReference) {
 }
 
 }  // namespace
-}  // namespace alpaca::testing
+}  // namespace alpaca::testing::test_fsdp_gpu

@@ -25,7 +25,7 @@
 #include "llama_reference.h"
 #include "model_test_util.h"
 
-namespace alpaca::testing {
+namespace alpaca::testing::test_fsdp_llama {
 namespace {
 
 const auto* g_env = register_job_comm(fsdp_job_options());
@@ -338,4 +338,4 @@ TEST(FsdpLlama, LoadingPeakMemoryIsAShardNotAModel) {
 }
 
 }  // namespace
-}  // namespace alpaca::testing
+}  // namespace alpaca::testing::test_fsdp_llama

@@ -20,7 +20,7 @@
 #include "llama_reference.h"
 #include "model_test_util.h"
 
-namespace alpaca::testing {
+namespace alpaca::testing::test_fsdp_lora {
 namespace {
 
 const auto* g_env = register_job_comm(fsdp_job_options());
@@ -195,4 +195,4 @@ TEST(FsdpLora, GatherRowsAndPartialLoads) {
 }
 
 }  // namespace
-}  // namespace alpaca::testing
+}  // namespace alpaca::testing::test_fsdp_lora

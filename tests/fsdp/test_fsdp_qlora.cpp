@@ -22,7 +22,7 @@
 #include "llama_reference.h"
 #include "model_test_util.h"
 
-namespace alpaca::testing {
+namespace alpaca::testing::test_fsdp_qlora {
 namespace {
 
 const auto* g_env = register_job_comm(fsdp_job_options());
@@ -188,4 +188,4 @@ TEST(FsdpQlora, PerRankFrozenBytesAreTheFourBitFormulaOverN) {
   }
 }
 
-}  // namespace alpaca::testing
+}  // namespace alpaca::testing::test_fsdp_qlora

@@ -22,7 +22,7 @@
 
 namespace fs = std::filesystem;
 
-namespace alpaca::testing {
+namespace alpaca::testing::test_fsdp_qlora_load {
 namespace {
 
 const auto* g_env = register_job_comm(fsdp_job_options());
@@ -125,4 +125,7 @@ TEST(FsdpQloraLoad, BadCheckpointsAndMismatchedFlagsAreRefusedByName) {
   EXPECT_NE(e.find("--load_in_4bit True"), std::string::npos) << e;
 }
 
-}  // namespace alpaca::testing
+}  // namespace alpaca::testing::test_fsdp_qlora_load
+
+// A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
+#undef SKIP_WITHOUT_FIXTURE

@@ -14,7 +14,7 @@
 #include "alpaca/fsdp/shard_info.h"
 #include "alpaca/util/error.h"
 
-namespace alpaca::fsdp {
+namespace alpaca::fsdp::test_fsdp_unit {
 namespace {
 
 TEST(ShardInfo, PadsToMultipleOfWorldAndCoversEveryElementOnce) {
@@ -300,7 +300,9 @@ TEST(Policy, KeysNotActedOnAreErrors) {
 }
 
 }  // namespace
-}  // namespace alpaca::fsdp
+}  // namespace alpaca::fsdp::test_fsdp_unit
+
+namespace test_fsdp_unit {
 
 // The fused bf16 -> fp32 gradient add: ATen's add_ bit for bit (upcast, one fp32 add), over lengths
 // around the vector widths and the parallel grain, with signed zeros, infinities and NaNs; other
@@ -327,3 +329,5 @@ TEST(AddGradient, MatchesAtenAddBitForBit) {
   alpaca::fsdp::add_gradient(view, src);
   EXPECT_TRUE(at::equal(grad.t(), src.to(at::kFloat)));
 }
+
+}  // namespace test_fsdp_unit

@@ -23,6 +23,8 @@
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
+namespace test_generate_adapter {
+
 namespace fs = std::filesystem;
 using namespace alpaca;
 using nlohmann::json;
@@ -196,3 +198,5 @@ TEST_F(GenerateAdapter, LmHeadBaseLayerWeightIsReadAndOneSidedTiedTablesAreRefus
 }
 
 }  // namespace
+
+}  // namespace test_generate_adapter

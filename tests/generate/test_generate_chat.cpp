@@ -17,6 +17,8 @@
 #include "alpaca/generate/chat_prompt.h"
 #include "test_util.h"
 
+namespace test_generate_chat {
+
 namespace fs = std::filesystem;
 using alpaca::testing::run_command;
 using nlohmann::json;
@@ -115,3 +117,5 @@ TEST_F(GenerateChat, ModelWithoutATemplateIsAClearError) {
 }
 
 }  // namespace
+
+}  // namespace test_generate_chat

@@ -10,6 +10,8 @@
 
 #include "test_util.h"
 
+namespace test_generate_cli {
+
 namespace fs = std::filesystem;
 using alpaca::testing::run_command;
 using nlohmann::json;
@@ -220,3 +222,5 @@ TEST_F(GenerateCli, GenerationConfigEosAndMaxLengthAsTransformers) {
 }
 
 }  // namespace
+
+}  // namespace test_generate_cli

@@ -14,6 +14,8 @@
 #include "alpaca/model/llama.h"
 #include "model_test_util.h"
 
+namespace test_generate_gpu {
+
 using namespace alpaca;
 using namespace alpaca::model;
 
@@ -113,3 +115,5 @@ TEST_F(GenerateGpu, GreedyTokensEqualTheCpus) {
 }
 
 }  // namespace
+
+}  // namespace test_generate_gpu

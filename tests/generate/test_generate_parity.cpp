@@ -21,6 +21,8 @@
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
+namespace test_generate_parity {
+
 namespace fs = std::filesystem;
 using namespace alpaca;
 using namespace alpaca::generate;
@@ -177,3 +179,5 @@ TEST(GenerationConfigFile, ReadsTransformersFields) {
 }
 
 }  // namespace
+
+}  // namespace test_generate_parity

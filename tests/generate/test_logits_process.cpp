@@ -11,6 +11,8 @@
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
+namespace test_logits_process {
+
 namespace fs = std::filesystem;
 using namespace alpaca;
 using namespace alpaca::generate;
@@ -109,3 +111,5 @@ TEST(SamplingParamsCheck, RejectsOutOfRangeValues) {
 }
 
 }  // namespace
+
+}  // namespace test_logits_process

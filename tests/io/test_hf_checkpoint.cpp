@@ -17,6 +17,8 @@
 #include "model_test_util.h"
 #include "test_util.h"
 
+namespace test_hf_checkpoint {
+
 using namespace alpaca;
 using alpaca::testing::error_of;
 using alpaca::testing::llama_config;
@@ -255,3 +257,5 @@ TEST(HfCheckpoint, InitModelCommandWritesALoadableRandomModel) {
 }
 
 }  // namespace
+
+}  // namespace test_hf_checkpoint

@@ -11,6 +11,8 @@
 #include "alpaca/model/llama.h"
 #include "test_util.h"
 
+namespace test_hf_roundtrip {
+
 using namespace alpaca;
 namespace fs = std::filesystem;
 
@@ -102,3 +104,5 @@ TEST(HfRoundTrip, Bf16ExportAndInitModelLoadInTransformers) {
 }
 
 }  // namespace
+
+}  // namespace test_hf_roundtrip

@@ -9,6 +9,8 @@
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
+namespace test_safetensors {
+
 using namespace alpaca;
 namespace fs = std::filesystem;
 
@@ -166,3 +168,5 @@ TEST(Safetensors, StreamingWriterRemovesPartialFileWhenAbandoned) {
 }
 
 }  // namespace
+
+}  // namespace test_safetensors

@@ -9,6 +9,8 @@
 
 #include "alpaca/model/matmul.h"
 
+namespace test_bf16_gemv {
+
 using namespace alpaca::model;
 
 namespace {
@@ -83,3 +85,5 @@ TEST_F(Bf16GemvTest, ThreadCountChangesNoBit) {
 }
 
 }  // namespace
+
+}  // namespace test_bf16_gemv

@@ -18,6 +18,8 @@
 #include "alpaca/model/matmul.h"
 #include "model_test_util.h"
 
+namespace test_cpu_decode {
+
 using namespace alpaca::model;
 
 namespace {
@@ -264,3 +266,5 @@ TEST(CpuDecode, BadStepInputsAreClearErrors) {
 }
 
 }  // namespace
+
+}  // namespace test_cpu_decode

@@ -16,6 +16,8 @@
 
 #include "cpu_kernels.h"
 
+namespace test_decode_kernels {
+
 using namespace alpaca::model;
 using c10::BFloat16;
 
@@ -173,3 +175,5 @@ TEST_F(DecodeKernels, SiluMulF32) { check_silu_mul<float>(); }
 TEST_F(DecodeKernels, SiluMulBf16) { check_silu_mul<BFloat16>(); }
 
 }  // namespace
+
+}  // namespace test_decode_kernels

@@ -15,6 +15,8 @@
 #include "bf16_gemm.h"  // src/model/, internal: the GEMM backends
 #include "loss_rows.h"  // src/model/, internal: the lm_head gradient's accumulation
 
+namespace test_fused_loss {
+
 using namespace alpaca::model;
 
 namespace {
@@ -273,3 +275,4 @@ TEST(FusedLoss, Bf16HeadGradientThroughAtenGemmIsThePlainFormBitForBit) {
   bf16gemm::set_backend(was);
 }
 
+}  // namespace test_fused_loss

@@ -8,6 +8,8 @@
 #include "alpaca/model/loss.h"
 #include "alpaca/model/matmul.h"
 
+namespace test_fused_loss_gpu {
+
 using namespace alpaca::model;
 
 namespace {
@@ -54,3 +56,5 @@ TEST(FusedLossGpu, MatchesLogitsPathOnCuda) {
     EXPECT_LE(rel_max(got.gw, cpu.gw), tol_grad);
   }
 }
+
+}  // namespace test_fused_loss_gpu

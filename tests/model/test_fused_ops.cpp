@@ -27,6 +27,8 @@
 #include "alpaca/util/cpu_features.h"
 #include "model_test_util.h"
 
+namespace test_fused_ops {
+
 using namespace alpaca::model;
 
 namespace {
@@ -332,3 +334,5 @@ TEST_F(FusedOps, Fp32KeepsTheModulePath) {
 }
 
 }  // namespace
+
+}  // namespace test_fused_ops

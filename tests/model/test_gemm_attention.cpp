@@ -32,6 +32,8 @@
 #include "bf16_gemm.h"  // src/model/, internal: the GEMM backends
 #include "model_test_util.h"
 
+namespace test_gemm_attention {
+
 using namespace alpaca::model;
 
 namespace {
@@ -478,3 +480,5 @@ TEST_F(GemmAttention, MasksReachingLaterKeysAndBadInputsAreRefused) {
 }
 
 }  // namespace
+
+}  // namespace test_gemm_attention

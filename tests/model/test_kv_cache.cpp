@@ -8,6 +8,8 @@
 #include "alpaca/model/llama.h"
 #include "model_test_util.h"
 
+namespace test_kv_cache {
+
 using namespace alpaca::model;
 
 namespace {
@@ -129,3 +131,5 @@ INSTANTIATE_TEST_SUITE_P(Heads, KvCacheTest, ::testing::Values(4, 2), [](const a
 });
 
 }  // namespace
+
+}  // namespace test_kv_cache

@@ -6,6 +6,8 @@
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
+namespace test_llama_config {
+
 using alpaca::model::LlamaConfig;
 
 namespace {
@@ -192,3 +194,5 @@ TEST(LlamaConfig, BadConfigsNameFileAndField) {
 }
 
 }  // namespace
+
+}  // namespace test_llama_config

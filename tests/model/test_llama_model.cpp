@@ -10,6 +10,8 @@
 #include "alpaca/util/error.h"
 #include "model_test_util.h"
 
+namespace test_llama_model {
+
 using namespace alpaca::model;
 
 namespace {
@@ -204,3 +206,5 @@ TEST(Rope, Llama3LeavesHighFrequenciesAndScalesLowOnes) {
 }
 
 }  // namespace
+
+}  // namespace test_llama_model

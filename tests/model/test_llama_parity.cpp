@@ -16,6 +16,8 @@
 #include "alpaca/model/rope.h"
 #include "test_util.h"
 
+namespace test_llama_parity {
+
 namespace fs = std::filesystem;
 using namespace alpaca;
 
@@ -186,3 +188,5 @@ INSTANTIATE_TEST_SUITE_P(Configs, LlamaParity,
                                            "tiny_llama2_gqa", "tiny_llama3", "tiny_llama32"));
 
 }  // namespace
+
+}  // namespace test_llama_parity

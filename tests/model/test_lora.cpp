@@ -11,6 +11,8 @@
 #include "model_test_util.h"
 #include "test_util.h"
 
+namespace test_lora {
+
 using namespace alpaca::model;
 
 namespace {
@@ -253,3 +255,5 @@ TEST(Lora, ModulesToSaveMatchNameEndingsAndExcludeLoraTargets) {
   const std::string e = error_of([&] { apply_lora(*m2, o, 1); });
   EXPECT_NE(e.find("is also a module to save"), std::string::npos) << e;
 }
+
+}  // namespace test_lora

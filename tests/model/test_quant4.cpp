@@ -15,6 +15,8 @@
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
+namespace test_quant4 {
+
 using namespace alpaca::model;
 using alpaca::io::SafetensorsFile;
 
@@ -156,3 +158,5 @@ TEST(Quant4, SixteenBitDequantizationIsTheFp32ValuesRounded) {
     }
   }
 }
+
+}  // namespace test_quant4

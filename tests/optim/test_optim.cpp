@@ -17,7 +17,7 @@
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
-namespace alpaca::optim {
+namespace alpaca::optim::test_optim {
 namespace {
 
 TEST(LrSchedule, MatchesTransformersGetScheduler) {
@@ -219,4 +219,4 @@ TEST(LossScaler, SkipsOnOverflowAndGrows) {
 }
 
 }  // namespace
-}  // namespace alpaca::optim
+}  // namespace alpaca::optim::test_optim

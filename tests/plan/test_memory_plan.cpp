@@ -12,6 +12,8 @@
 #include "test_util.h"
 #include "model_test_util.h"
 
+namespace test_memory_plan {
+
 using namespace alpaca;
 using namespace alpaca::testing;
 
@@ -383,3 +385,5 @@ TEST(EstimateMemoryCommand, JsonHasTheContractFieldsAndErrorsNameTheFix) {
             0);
   EXPECT_NE(out.find("--num_gpus needs an integer"), std::string::npos) << out;
 }
+
+}  // namespace test_memory_plan

@@ -15,6 +15,8 @@
 #include "dist_test_env.h"
 #include "model_test_util.h"
 
+namespace test_plan_matches_engine {
+
 using namespace alpaca;
 using namespace alpaca::testing;
 
@@ -178,3 +180,5 @@ TEST(PlanMatchesEngine, QloraFrozenBytesEqualTheEnginesFourBitShards) {
   });
   EXPECT_EQ(checked, 64);
 }
+
+}  // namespace test_plan_matches_engine

@@ -15,7 +15,7 @@
 #include "tokenizer_parity.h"
 #include "tokenizer_test_util.h"
 
-namespace alpaca::tokenizer {
+namespace alpaca::tokenizer::test_hf_tokenizer {
 namespace {
 
 using namespace test;
@@ -218,4 +218,7 @@ TEST(HfTokenizer, ErrorsNameTheFileAndTheSupportedComponents) {
 }
 
 }  // namespace
-}  // namespace alpaca::tokenizer
+}  // namespace alpaca::tokenizer::test_hf_tokenizer
+
+// A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
+#undef REQUIRE_FIXTURE

@@ -18,7 +18,7 @@
 #include "tokenizer_parity.h"
 #include "tokenizer_test_util.h"
 
-namespace alpaca::tokenizer {
+namespace alpaca::tokenizer::test_llama2_variants {
 namespace {
 
 using namespace test;
@@ -258,4 +258,7 @@ TEST(Llama2Variants, TrainRefusesASplitEosBeforeWritingOutput) {
 }
 
 }  // namespace
-}  // namespace alpaca::tokenizer
+}  // namespace alpaca::tokenizer::test_llama2_variants
+
+// A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
+#undef REQUIRE_FIXTURE

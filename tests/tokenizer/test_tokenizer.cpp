@@ -9,7 +9,7 @@
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
-namespace alpaca::tokenizer {
+namespace alpaca::tokenizer::test_tokenizer {
 namespace {
 
 using ::alpaca::testing::shared_dir;
@@ -142,4 +142,4 @@ TEST(Tokenizer, AddedTokenFlagsMustBeBooleans) {
 }
 
 }  // namespace
-}  // namespace alpaca::tokenizer
+}  // namespace alpaca::tokenizer::test_tokenizer

@@ -12,7 +12,7 @@
 #include "tokenizer_parity.h"
 #include "tokenizer_test_util.h"
 
-namespace alpaca::tokenizer {
+namespace alpaca::tokenizer::test_tokenizer_428 {
 namespace {
 
 using namespace test;
@@ -76,4 +76,4 @@ TEST(Tokenizer428, AlpacaRecordsMatchTrainPyOnTransformers4281) {
 }
 
 }  // namespace
-}  // namespace alpaca::tokenizer
+}  // namespace alpaca::tokenizer::test_tokenizer_428

@@ -18,7 +18,7 @@
 #include "test_util.h"
 #include "tokenizer_parity.h"
 
-namespace alpaca::tokenizer {
+namespace alpaca::tokenizer::test_tokenizer_classes {
 namespace {
 
 namespace fs = std::filesystem;
@@ -190,4 +190,7 @@ TEST(TokenizerClasses, UnsupportedClassesSayWhy) {
 }
 
 }  // namespace
-}  // namespace alpaca::tokenizer
+}  // namespace alpaca::tokenizer::test_tokenizer_classes
+
+// A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
+#undef REQUIRE_FIXTURE

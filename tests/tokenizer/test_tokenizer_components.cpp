@@ -12,7 +12,7 @@
 #include "tokenizer_parity.h"
 #include "tokenizer_test_util.h"
 
-namespace alpaca::tokenizer {
+namespace alpaca::tokenizer::test_tokenizer_components {
 namespace {
 
 using namespace test;  // fixture_dir, read_json, json, fs
@@ -65,4 +65,4 @@ TEST(TokenizerComponents, UnicodeScriptsCutsLikeTheLibraryOnEveryCodePoint) {
 }
 
 }  // namespace
-}  // namespace alpaca::tokenizer
+}  // namespace alpaca::tokenizer::test_tokenizer_components

@@ -9,7 +9,7 @@
 #include "alpaca/tokenizer/tokenizer.h"
 #include "test_util.h"
 
-namespace alpaca::tokenizer {
+namespace alpaca::tokenizer::test_tokenizer_edge {
 namespace {
 
 using ::alpaca::testing::binary_dir;
@@ -52,4 +52,4 @@ TEST(TokenizerEdge, MatchesSlowLlamaTokenizerLegacyAndNonLegacy) {
 }
 
 }  // namespace
-}  // namespace alpaca::tokenizer
+}  // namespace alpaca::tokenizer::test_tokenizer_edge

@@ -13,6 +13,8 @@
 #include "test_util.h"
 #include "train_test_util.h"
 
+namespace test_auto_batch {
+
 namespace fs = std::filesystem;
 using namespace alpaca::testing;
 
@@ -130,3 +132,5 @@ TEST(AutoFindBatchSize, EveryShardingStrategySettles) {
         << fsdp << ": " << log;
   }
 }
+
+}  // namespace test_auto_batch

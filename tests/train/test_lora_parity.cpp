@@ -20,6 +20,8 @@
 #include "test_util.h"
 #include "train_test_util.h"
 
+namespace test_lora_parity {
+
 namespace fs = std::filesystem;
 using namespace alpaca;
 using namespace alpaca::testing;
@@ -415,3 +417,8 @@ TEST(LoraParity, TiedEmbeddingsShareOneTrainableTokenDeltaThatPeftLoads) {
   std::cout << "[lora tied] PeftModel.from_pretrained (tied embeddings): no warnings; max |logits - ours| = "
             << j["max_abs_diff"] << "\n";
 }
+
+}  // namespace test_lora_parity
+
+// A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
+#undef SKIP_WITHOUT_FIXTURE

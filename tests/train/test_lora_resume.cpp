@@ -19,6 +19,8 @@
 #include "test_util.h"
 #include "train_test_util.h"
 
+namespace test_lora_resume {
+
 namespace fs = std::filesystem;
 using namespace alpaca;
 using namespace alpaca::testing;
@@ -154,3 +156,8 @@ TEST(LoraResume, KillNineDuringAnAdapterSaveLeavesThePreviousCheckpoint) {
   EXPECT_TRUE(fs::exists(out.path() / "checkpoint-6" / "adapter_model.safetensors"));
   EXPECT_TRUE(fs::exists(out.path() / "adapter_config.json"));
 }
+
+}  // namespace test_lora_resume
+
+// A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
+#undef SKIP_WITHOUT_FIXTURE

@@ -20,6 +20,8 @@
 #include "test_util.h"
 #include "train_test_util.h"
 
+namespace test_memory_measured {
+
 namespace fs = std::filesystem;
 using namespace alpaca::testing;
 
@@ -120,3 +122,5 @@ TEST(MemoryMeasured, EstimateWithin15PercentOfTheCountingAllocatorsPeak) {
     EXPECT_LE(std::abs(err), 0.15) << c.extra << " at world " << c.world;
   }
 }
+
+}  // namespace test_memory_measured

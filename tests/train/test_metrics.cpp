@@ -13,6 +13,8 @@
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
+namespace test_metrics {
+
 using namespace alpaca::train;
 using alpaca::testing::TempDir;
 
@@ -144,3 +146,5 @@ TEST(Progress, BarOnTerminalPlainLinesOtherwise) {
   o.log("x");
   EXPECT_EQ(off.str(), "");
 }
+
+}  // namespace test_metrics

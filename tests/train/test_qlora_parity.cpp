@@ -18,6 +18,8 @@
 #include "test_util.h"
 #include "train_test_util.h"
 
+namespace test_qlora_parity {
+
 namespace fs = std::filesystem;
 using namespace alpaca::testing;
 
@@ -201,3 +203,8 @@ TEST(QloraParity, MergeAndGenerateOnA4bitBaseMatchPeft) {
             << "; generate --adapter vs transformers+bitsandbytes+peft greedy: " << ours.size() << " x 8 tokens equal "
             << "(smallest top-2 logit margin " << ref["min_margin"] << ")\n";
 }
+
+}  // namespace test_qlora_parity
+
+// A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
+#undef SKIP_WITHOUT_FIXTURE

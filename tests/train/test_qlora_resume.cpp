@@ -15,6 +15,8 @@
 #include "test_util.h"
 #include "train_test_util.h"
 
+namespace test_qlora_resume {
+
 namespace fs = std::filesystem;
 using namespace alpaca;
 using namespace alpaca::testing;
@@ -106,3 +108,8 @@ TEST(QloraResume, KillNineOfBothRanksDuringTheSaveKeepsThePreviousCheckpoint) {
     EXPECT_EQ(by_step[s][0], by_step[s][1]) << "step " << s << " after resuming from checkpoint-3";
   }
 }
+
+}  // namespace test_qlora_resume
+
+// A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
+#undef SKIP_WITHOUT_FIXTURE

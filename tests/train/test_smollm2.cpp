@@ -13,6 +13,8 @@
 #include "test_util.h"
 #include "train_test_util.h"
 
+namespace test_smollm2 {
+
 namespace fs = std::filesystem;
 using namespace alpaca::testing;
 
@@ -93,3 +95,5 @@ TEST(SmolLM2, TwoRankBf16FullShardFineTuneLowersLossAndExports) {
   EXPECT_EQ(hf["input_ids"], ref["input_ids"]);  // AutoTokenizer on the export: the same ids
   EXPECT_EQ(hf["len"], ref["len"]);
 }
+
+}  // namespace test_smollm2

@@ -14,6 +14,8 @@
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
+namespace test_tensorboard {
+
 namespace fs = std::filesystem;
 using namespace alpaca::testing;
 using alpaca::train::TensorBoardWriter;
@@ -169,3 +171,5 @@ TEST(PlotMetrics, DrawsAPngAndNamesTheFixWhenThereIsNoMetricsFile) {
   EXPECT_NE(out.find("--report_to jsonl"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(empty / "metrics.png"));
 }
+
+}  // namespace test_tensorboard

@@ -17,6 +17,8 @@
 #include "test_util.h"
 #include "train_test_util.h"
 
+namespace test_tensorboard_run {
+
 namespace fs = std::filesystem;
 using namespace alpaca::testing;
 
@@ -122,3 +124,8 @@ TEST(TensorBoardRun, SigkillMidRunLeavesEveryLoggedStepReadable) {
   std::cout << "[tensorboard] killed after step " << r["steps"].back() << "; every one of " << r["log_lines"]
             << " logged steps is in the event file\n";
 }
+
+}  // namespace test_tensorboard_run
+
+// A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
+#undef SKIP_WITHOUT_FIXTURE

@@ -11,6 +11,8 @@
 #include "test_util.h"
 #include "train_test_util.h"
 
+namespace test_train_parity {
+
 namespace fs = std::filesystem;
 using namespace alpaca::testing;
 
@@ -64,3 +66,5 @@ TEST(TrainParity, World2FsdpMatchesWorld1) {
   expect_one_host_sync_per_step(w2.path());
   std::cout << "[parity] world 2 FSDP vs world 1: worst relative loss difference " << worst << "\n";
 }
+
+}  // namespace test_train_parity

@@ -3,7 +3,7 @@
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
 
-namespace alpaca {
+namespace alpaca::test_error {
 
 TEST(Error, CarriesFileLineAndMessage) {
   try {
@@ -31,4 +31,4 @@ TEST(Log, ParsesHfLevelsAndRejectsOthers) {
   EXPECT_THROW(log::parse_level("verbose"), Error);
 }
 
-}  // namespace alpaca
+}  // namespace alpaca::test_error

@@ -12,7 +12,7 @@
 #include "alpaca/optim/grad_clip.h"
 #include "alpaca/util/host_sync.h"
 
-namespace alpaca::util {
+namespace alpaca::util::test_host_sync {
 namespace {
 
 TEST(HostSync, CountsEveryCallFromEveryThread) {
@@ -73,4 +73,4 @@ TEST(HostSync, FusedLossWithHostLabelsReadsNothingFromTheDevice) {
 }
 
 }  // namespace
-}  // namespace alpaca::util
+}  // namespace alpaca::util::test_host_sync

@@ -8,7 +8,7 @@
 #include "alpaca/util/sys.h"
 #include "alpaca/util/tensor_memory.h"
 
-namespace alpaca::util {
+namespace alpaca::util::test_tensor_memory {
 namespace {
 
 class TensorMemory : public ::testing::Test {
@@ -123,4 +123,4 @@ TEST(PeakRssWindow, WatchKeepsItsPeakAcrossOtherResets) {
 }
 
 }  // namespace
-}  // namespace alpaca::util
+}  // namespace alpaca::util::test_tensor_memory
