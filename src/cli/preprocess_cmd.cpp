@@ -81,8 +81,8 @@ void print_report(const std::vector<data::Example>& examples, const data::MaskSt
 }  // namespace
 
 int run_preprocess(const std::vector<std::string>& args) {
-  std::string data_path, model_dir, tokenizer_path, output, dataset_format = "auto", chat_template,
-      packing_strategy = "bfd";
+  std::string data_path, model_dir, tokenizer_path, output, dataset_format = "auto", dataset_text_field = "text",
+      chat_template, packing_strategy = "bfd";
   int64_t model_max_length = 512;
   int num_threads = 0;
   bool packing = false, use_fast_tokenizer = false, assistant_only_loss = false, completion_only_loss = true;
@@ -92,6 +92,7 @@ int run_preprocess(const std::vector<std::string>& args) {
         "Dataset: JSON array, JSON Lines, Parquet or a datasets.save_to_disk directory; several "
         "comma-separated paths are concatenated", true},
        {"--dataset_format", &dataset_format, "auto (detect per file) / alpaca / messages / sharegpt / prompt_completion / text"},
+       {"--dataset_text_field", &dataset_text_field, "The field holding a text row's text (TRL's dataset_text_field)"},
        {"--model_name_or_path", &model_dir,
         "Model directory holding tokenizer.model or tokenizer.json (+ tokenizer_config.json, chat template ...)"},
        {"--tokenizer", &tokenizer_path,
@@ -114,6 +115,9 @@ int run_preprocess(const std::vector<std::string>& args) {
                          dataset_format == "sharegpt" || dataset_format == "prompt_completion" || dataset_format == "text",
                      "--dataset_format '" << dataset_format << "' is not a dataset format; give auto or one of "
                                           << data::dataset_format_names());
+  ALPACA_USAGE_CHECK(!dataset_text_field.empty(), "--dataset_text_field is empty; give the field that holds each "
+                                                  "row's text (TRL's default: text)");
+  const data::RowFormat row_format = data::parse_row_format(dataset_format, dataset_text_field);
   ALPACA_USAGE_CHECK(chat_template.empty() || std::filesystem::is_regular_file(chat_template),
                      "--chat_template " << chat_template << " is not a file (a Jinja chat template is needed)");
 
@@ -122,7 +126,7 @@ int run_preprocess(const std::vector<std::string>& args) {
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tok_source, use_fast_tokenizer);
   // As train.py for Alpaca records (missing special tokens are added: [PAD] etc., they can appear
   // in the text), as TRL for conversation data (nothing added; pad = eos).
-  if (data::follows_train_py_tokens(data_path, "", data::parse_dataset_format(dataset_format)))
+  if (data::follows_train_py_tokens(data_path, "", row_format))
     tok.add_missing_special_tokens();
   else
     tok.use_eos_as_missing_pad();
@@ -134,7 +138,7 @@ int run_preprocess(const std::vector<std::string>& args) {
                                              : std::filesystem::path(tok_source).parent_path();
   const auto strategy = data::parse_packing_strategy(packing_strategy);
   auto examples = data::load_examples(
-      data_path, data::parse_dataset_format(dataset_format), tok, tmpl_dir, chat_template,
+      data_path, row_format, tok, tmpl_dir, chat_template,
       data::run_mask_options(assistant_only_loss, completion_only_loss, model_max_length, packing, packing_strategy),
       num_threads, &ms);
   const double tok_s = timer.seconds();

@@ -62,7 +62,7 @@ void write_args_json(const TrainArgs& args) {
 // anything is written to output_dir. Other data (alpaca, or a file whose first row cannot be read)
 // is checked by the trainer as before.
 void check_conversation_data(const TrainArgs& args, const tokenizer::Tokenizer& tok) {
-  const auto format = data::parse_dataset_format(args.dataset_format);
+  const auto format = data::parse_row_format(args.dataset_format, args.dataset_text_field);
   for (const std::string& paths : {args.data_path, args.eval_data_path}) {
     if (paths.empty()) continue;
     const bool packed = args.packing && paths == args.data_path;  // eval data is not packed
@@ -110,7 +110,8 @@ int run_train(const std::vector<std::string>& argv) {
   // output_dir is written; the trainer loads the same files the same way.
   {
     tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(args.model_name_or_path, args.use_fast_tokenizer);
-    if (data::follows_train_py_tokens(args.data_path, args.eval_data_path, data::parse_dataset_format(args.dataset_format)))
+    if (data::follows_train_py_tokens(args.data_path, args.eval_data_path,
+                                      data::parse_row_format(args.dataset_format, args.dataset_text_field)))
       tok.add_missing_special_tokens();
     else
       tok.use_eos_as_missing_pad();

@@ -53,6 +53,7 @@ void set_data_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.data_path = a.data_path;
   o.eval_data_path = a.eval_data_path;
   o.dataset_format = a.dataset_format;
+  o.dataset_text_field = a.dataset_text_field;
   o.chat_template = a.chat_template;
   o.assistant_only_loss = a.assistant_only_loss;
   o.completion_only_loss = a.completion_only_loss;

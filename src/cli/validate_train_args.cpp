@@ -98,6 +98,8 @@ void validate_required(TrainArgs& a) {
                          a.dataset_format == "sharegpt" || a.dataset_format == "prompt_completion" || a.dataset_format == "text",
                      "--dataset_format '" << a.dataset_format << "' is not a dataset format; give auto or one of "
                                           "alpaca, messages, sharegpt, prompt_completion, text");
+  ALPACA_USAGE_CHECK(!a.dataset_text_field.empty(), "--dataset_text_field is empty; give the field that holds each "
+                                                    "row's text (TRL's default: text)");
   ALPACA_USAGE_CHECK(!a.output_dir.empty(), "--output_dir must not be empty");
 }
 

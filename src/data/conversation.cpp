@@ -166,12 +166,13 @@ ConversationRow prompt_completion_row(const Row& row, const std::string& name, i
   return r;
 }
 
-// TRL's language-modelling row: {"text": "..."}.
-ConversationRow text_row(const Row& row, const std::string& name, int64_t index) {
+// TRL's language-modelling row: {"text": "..."}, or the field --dataset_text_field names.
+ConversationRow text_row(const Row& row, const std::string& field, const std::string& name, int64_t index) {
   const std::string where = row_where(name, index);
-  const Row* text = member(row, "text");
-  ALPACA_CHECK(text, where << " has no \"text\" field; every row of a text dataset needs one");
-  ALPACA_CHECK(text->is_string(), where << ": \"text\" is a " << text->type_name() << ", expected a string");
+  const Row* text = member(row, field.c_str());
+  ALPACA_CHECK(text, where << " has no \"" << field << "\" field; every row of a text dataset needs one"
+                           << (field == "text" ? "" : " (--dataset_text_field)"));
+  ALPACA_CHECK(text->is_string(), where << ": \"" << field << "\" is a " << text->type_name() << ", expected a string");
   ConversationRow r;
   r.format = DatasetFormat::kText;
   r.completion = text->get<std::string>();
@@ -187,7 +188,7 @@ ConversationRow alpaca_row(const Row& row, const std::string& name, int64_t inde
 
 }  // namespace
 
-DatasetFormat detect_format(const Row& first, const std::string& name) {
+DatasetFormat detect_format(const Row& first, const std::string& name, const std::string& text_field) {
   ALPACA_CHECK(first.is_object(), name << ": record 0 is a " << first.type_name()
                                        << ", expected an object (a dataset row); known formats: "
                                        << kFormatFields);
@@ -196,17 +197,19 @@ DatasetFormat detect_format(const Row& first, const std::string& name) {
   if (member(first, "prompt") || member(first, "completion")) return DatasetFormat::kPromptCompletion;
   if (first.contains("instruction") || first.contains("output")) return DatasetFormat::kAlpaca;
   // After Alpaca: the hub's tatsu-lab/alpaca rows carry a formatted "text" beside their fields.
-  if (member(first, "text")) return DatasetFormat::kText;
+  if (member(first, text_field.c_str())) return DatasetFormat::kText;
   std::ostringstream seen;
   for (auto it = first.begin(); it != first.end(); ++it)
     seen << (it == first.begin() ? "" : ", ") << it.key();
   ALPACA_FAIL(name << ": its rows match no dataset format: row 0 has the fields [" << seen.str()
                    << "]; known formats: " << kFormatFields
-                   << " (or name one with --dataset_format)");
+                   << (text_field == "text" ? "" : " (text rows here: {" + text_field + "})")
+                   << " (or name one with --dataset_format; text in another field: --dataset_text_field)");
 }
 
-ConversationRow normalise_row(const Row& row, DatasetFormat format, const std::string& name,
+ConversationRow normalise_row(const Row& row, const RowFormat& row_format, const std::string& name,
                               int64_t index) {
+  const DatasetFormat format = row_format.format;
   if (format != DatasetFormat::kAlpaca)
     ALPACA_CHECK(row.is_object(), row_where(name, index) << " is a " << row.type_name()
                                                          << ", expected an object");
@@ -216,7 +219,7 @@ ConversationRow normalise_row(const Row& row, DatasetFormat format, const std::s
     case DatasetFormat::kMessages: r = messages_row(row, name, index); break;
     case DatasetFormat::kShareGpt: r = sharegpt_row(row, name, index); break;
     case DatasetFormat::kPromptCompletion: r = prompt_completion_row(row, name, index); break;
-    case DatasetFormat::kText: r = text_row(row, name, index); break;
+    case DatasetFormat::kText: r = text_row(row, row_format.text_field, name, index); break;
     case DatasetFormat::kAuto: ALPACA_FAIL("normalise_row needs a detected format");
   }
   r.source = row_where(name, index);
@@ -224,10 +227,11 @@ ConversationRow normalise_row(const Row& row, DatasetFormat format, const std::s
 }
 
 std::vector<ConversationRow> parse_dataset_rows(const std::string& text, const std::string& name,
-                                                DatasetFormat format) {
+                                                const RowFormat& requested) {
   std::vector<ConversationRow> out;
+  RowFormat format = requested;
   for_each_json_row(text, name, [&](Row&& row, int64_t index) {
-    if (format == DatasetFormat::kAuto) format = detect_format(row, name);
+    if (format.format == DatasetFormat::kAuto) format.format = detect_format(row, name, format.text_field);
     out.push_back(normalise_row(row, format, name, index));
   });
   return out;
@@ -242,6 +246,12 @@ DatasetFormat parse_dataset_format(const std::string& name) {
   if (name == "text") return DatasetFormat::kText;
   ALPACA_FAIL("unknown dataset format \"" << name << "\"; give auto (detect from the fields) or one of "
                                           << dataset_format_names());
+}
+
+RowFormat parse_row_format(const std::string& format_name, const std::string& text_field) {
+  ALPACA_CHECK(!text_field.empty(), "--dataset_text_field is empty; give the field that holds each row's text "
+                                    "(TRL's default: text)");
+  return RowFormat(parse_dataset_format(format_name), text_field);
 }
 
 const char* dataset_format_name(DatasetFormat format) {

@@ -368,9 +368,9 @@ std::vector<Example> tokenize_rows(const std::vector<ConversationRow>& rows, con
   return out;
 }
 
-std::vector<Example> load_examples(const std::string& paths, DatasetFormat format, const tokenizer::Tokenizer& tok,
-                                   const std::filesystem::path& model_dir, const std::filesystem::path& chat_template,
-                                   const MaskOptions& opt, int num_threads, MaskStats* stats) {
+std::vector<Example> load_examples(const std::string& paths, const RowFormat& format,
+                                   const tokenizer::Tokenizer& tok, const std::filesystem::path& model_dir,
+                                   const std::filesystem::path& chat_template, const MaskOptions& opt, int num_threads, MaskStats* stats) {
   const Dataset dataset = load_dataset(paths, format);
   // TRL's SFTTrainer raises here too ("the dataset is not conversational"): the flag would do nothing.
   ALPACA_USER_CHECK(!opt.assistant_only_loss || needs_chat_template(dataset.rows),

@@ -36,10 +36,11 @@ Row normalise_tools(const Row& tools, const std::string& where);
 ConversationRow sharegpt_row(const Row& row, const std::string& name, int64_t index);
 
 // The format of a file from its first row; an error listing row 0's fields when none matches.
-DatasetFormat detect_format(const Row& first, const std::string& name);
+// `text_field`: the field of a language-modelling row (RowFormat::text_field).
+DatasetFormat detect_format(const Row& first, const std::string& name, const std::string& text_field);
 
-// Row `index` of file `name` in `format` (not kAuto).
-ConversationRow normalise_row(const Row& row, DatasetFormat format, const std::string& name,
+// Row `index` of file `name` in `format` (its format not kAuto).
+ConversationRow normalise_row(const Row& row, const RowFormat& format, const std::string& name,
                               int64_t index);
 
 }  // namespace alpaca::data

@@ -118,11 +118,11 @@ void file_rows(const std::string& path, const std::function<void(Row&&, int64_t)
 }
 
 // The rows of one --data_path item, normalised; returns the format used.
-DatasetFormat load_one(const std::string& path, DatasetFormat requested, std::vector<ConversationRow>& out) {
+DatasetFormat load_one(const std::string& path, const RowFormat& requested, std::vector<ConversationRow>& out) {
   ALPACA_CHECK(fs::exists(path), "--data_path " << path << ": no such file or directory");
-  DatasetFormat format = requested;
+  RowFormat format = requested;
   auto on_row = [&](Row&& row, int64_t index) {
-    if (format == DatasetFormat::kAuto) format = detect_format(row, path);
+    if (format.format == DatasetFormat::kAuto) format.format = detect_format(row, path, format.text_field);
     out.push_back(normalise_row(row, format, path, index));
   };
   if (fs::is_directory(path)) {
@@ -139,7 +139,7 @@ DatasetFormat load_one(const std::string& path, DatasetFormat requested, std::ve
   } else {
     file_rows(path, on_row);
   }
-  return format;
+  return format.format;
 }
 
 }  // namespace
@@ -158,7 +158,7 @@ std::vector<std::string> split_data_paths(const std::string& paths) {
   return out;
 }
 
-Dataset load_dataset(const std::string& paths, DatasetFormat format) {
+Dataset load_dataset(const std::string& paths, const RowFormat& format) {
   Dataset d;
   for (const std::string& p : split_data_paths(paths)) d.files.emplace_back(p, load_one(p, format, d.rows));
   return d;
@@ -177,16 +177,16 @@ std::vector<AlpacaRecord> Dataset::alpaca_records() const {
   return out;
 }
 
-FileFormats peek_dataset_formats(const std::string& paths, DatasetFormat format) {
+FileFormats peek_dataset_formats(const std::string& paths, const RowFormat& format) {
   struct Stop {};  // thrown after the first row: the rest need not be normalised
   FileFormats out;
   for (const std::string& p : split_data_paths(paths)) {
-    DatasetFormat found = format;
-    if (format == DatasetFormat::kAuto) {
+    DatasetFormat found = format.format;
+    if (format.format == DatasetFormat::kAuto) {
       try {
         const std::string file = fs::is_directory(p) ? save_to_disk_files(p).front() : p;
         file_rows(file, [&](Row&& row, int64_t) {
-          found = detect_format(row, p);
+          found = detect_format(row, p, format.text_field);
           throw Stop{};
         });
       } catch (const Stop&) {
@@ -199,7 +199,7 @@ FileFormats peek_dataset_formats(const std::string& paths, DatasetFormat format)
   return out;
 }
 
-bool follows_train_py_tokens(const std::string& paths, const std::string& eval_paths, DatasetFormat format) {
+bool follows_train_py_tokens(const std::string& paths, const std::string& eval_paths, const RowFormat& format) {
   for (const std::string* list : {&paths, &eval_paths}) {
     if (list->empty()) continue;
     for (const auto& [path, found] : peek_dataset_formats(*list, format))

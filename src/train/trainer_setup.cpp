@@ -111,8 +111,9 @@ void Trainer::Impl::setup_tokenizer_and_model() {
   // <unk>), then always resize to len(tokenizer); the new rows get the mean of the stored ones.
   // TRL (conversation / prompt-completion data only): add nothing, pad with eos, keep the stored
   // embeddings (grown only for a tokenizer that holds more tokens than they have rows).
-  const bool train_py_tokens = data::follows_train_py_tokens(opt.data_path, opt.evaluates() ? opt.eval_data_path : "",
-                                                             data::parse_dataset_format(opt.dataset_format));
+  const bool train_py_tokens =
+      data::follows_train_py_tokens(opt.data_path, opt.evaluates() ? opt.eval_data_path : "",
+                                    data::parse_row_format(opt.dataset_format, opt.dataset_text_field));
   const int64_t num_new_tokens =
       train_py_tokens ? tokenizer->add_missing_special_tokens() : tokenizer->use_eos_as_missing_pad();
   attention_rule = train_py_tokens ? data::AttentionMask::kNotPadId : data::AttentionMask::kExampleTokens;
@@ -193,7 +194,7 @@ void Trainer::Impl::setup_tokenizer_and_model() {
 }
 
 void Trainer::Impl::setup_data() {
-  const auto format = data::parse_dataset_format(opt.dataset_format);
+  const auto format = data::parse_row_format(opt.dataset_format, opt.dataset_text_field);
   const auto masks = data::run_mask_options(opt.assistant_only_loss, opt.completion_only_loss, opt.model_max_length,
                                             opt.packing, opt.packing_strategy);
   data::MaskStats stats;

@@ -160,6 +160,14 @@ TEST(TrainArgs, BooleanForms) {
   });
 }
 
+// TRL's dataset_text_field: "text" unless given, passed to the trainer; an empty name is refused.
+TEST(TrainArgs, DatasetTextField) {
+  EXPECT_EQ(trainer_options(parse_train_args(shell_split(kRequired))).dataset_text_field, "text");
+  EXPECT_EQ(trainer_options(parse_train_args(shell_split(kRequired + "--dataset_text_field body"))).dataset_text_field,
+            "body");
+  expect_usage_errors({{"--dataset_text_field ''", "--dataset_text_field is empty"}});
+}
+
 TEST(TrainArgs, NumbersAndOptionals) {
   TrainArgs a = parse_train_args(shell_split(kRequired + "--max_steps -1 --save_total_limit None --learning_rate 3e-4 "
                                                          "--data_seed 7 --max_steps=20"));

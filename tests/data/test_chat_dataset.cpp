@@ -93,8 +93,7 @@ TEST(ChatDataset, PeekNamesEachFilesFormat) {
 }
 
 // The error of loading `text` written to a file named `name` (with `format`), or "" if it loaded.
-std::string load_error(const std::string& text, const std::string& name = "d.jsonl",
-                       DatasetFormat format = DatasetFormat::kAuto) {
+std::string load_error(const std::string& text, const std::string& name = "d.jsonl", const RowFormat& format = {}) {
   TempDir dir("chat_bad");
   const auto path = dir.path() / name;
   std::ofstream(path, std::ios::binary) << text;
@@ -126,6 +125,38 @@ TEST(ChatDataset, TextRowsAreLanguageModellingRowsAfterAlpaca) {
   EXPECT_EQ(parse_dataset_format("text"), DatasetFormat::kText);
   EXPECT_HAS(load_error(R"({"text": ["a"]})"), "row 0: \"text\" is a array, expected a string");
   EXPECT_HAS(load_error(R"({"text": "a"})" "\n" R"({"body": "b"})"), "row 1 has no \"text\" field");
+}
+
+// TRL's dataset_text_field (--dataset_text_field): the text of a language-modelling row in another
+// field, detected by that field, a "text" beside it ignored; errors name the field and the flag.
+TEST(ChatDataset, TextFieldNamesTheColumnOfTextRows) {
+  TempDir dir("chat_text_field");
+  const auto body = dir.path() / "b.jsonl";
+  std::ofstream(body) << R"({"body": "one", "text": "not this"})" << "\n" << R"({"body": "two"})" << "\n";
+  const RowFormat field = parse_row_format("auto", "body");
+  const Dataset d = load_dataset(body.string(), field);
+  ASSERT_EQ(d.rows.size(), 2u);
+  EXPECT_EQ(d.rows[0].format, DatasetFormat::kText);
+  EXPECT_EQ(d.rows[0].completion, "one");
+  EXPECT_EQ(d.rows[1].completion, "two");
+  EXPECT_EQ(peek_dataset_formats(body.string(), field).at(0).second, DatasetFormat::kText);
+  EXPECT_FALSE(follows_train_py_tokens(body.string(), "", field));  // TRL's token rule, as for "text"
+  // The same rows under the default field: "text" is read, and row 1 has none.
+  EXPECT_HAS(load_error(R"({"body": "one", "text": "t"})" "\n" R"({"body": "two"})"), "row 1 has no \"text\" field");
+  // Named format, field missing: the error names the field and the flag.
+  EXPECT_HAS(load_error(R"({"text": "a"})", "d.jsonl", parse_row_format("text", "body")),
+             "row 0 has no \"body\" field; every row of a text dataset needs one (--dataset_text_field)");
+  // Detection: rows of neither kind list the field that was looked for.
+  const std::string m = load_error(R"({"text": "a"})", "d.jsonl", field);
+  EXPECT_HAS(m, "match no dataset format");
+  EXPECT_HAS(m, "text rows here: {body}");
+  EXPECT_HAS(m, "--dataset_text_field");
+  // Other formats are detected first, as TRL checks messages / prompt-completion first.
+  EXPECT_EQ(parse_dataset_rows(R"({"messages": [{"role": "user", "content": "hi"}], "body": "b"})", "m", field)
+                .at(0)
+                .format,
+            DatasetFormat::kMessages);
+  EXPECT_THROW(parse_row_format("auto", ""), Error);
 }
 
 TEST(ChatDataset, BadRowsAreErrorsNamingTheRow) {

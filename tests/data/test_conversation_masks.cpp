@@ -262,7 +262,9 @@ TEST(ConversationMasks, MatchTrlSftTrainerLabels) {
     const int64_t max_len = s["max_length"].get<int64_t>();
     const MaskOptions opt = run_mask_options(s["assistant_only_loss"].get<bool>(), col, max_len, packing, strategy);
     MaskStats st;
-    auto examples = load_examples((fixture() / s["data"].get<std::string>()).string(), DatasetFormat::kAuto, tok,
+    // SFTConfig's dataset_text_field (text rows in another field: --dataset_text_field).
+    const RowFormat format(DatasetFormat::kAuto, s.value("dataset_text_field", std::string("text")));
+    auto examples = load_examples((fixture() / s["data"].get<std::string>()).string(), format, tok,
                                   fx["model_dir"].get<std::string>(), fixture() / fx["trl_template"].get<std::string>(),
                                   opt, 1, &st);
     if (packing) {

@@ -71,6 +71,39 @@ TEST(Preprocess, WritesTheTrainingExamplesAndReports) {
   EXPECT_FALSE(std::filesystem::exists(split_path));
 }
 
+// --dataset_text_field (TRL's dataset_text_field): text rows read from the named field give the
+// examples the same texts give under "text"; an empty name is a usage error before anything is written.
+TEST(Preprocess, TextFieldFlagReadsTheNamedField) {
+  TempDir dir("preprocess_text_field");
+  const auto text = dir.path() / "text.jsonl", body = dir.path() / "body.jsonl";
+  {
+    std::ofstream t(text), b(body);
+    for (const char* s : {"Alpacas hum.", "Llamas and alpacas are camelids.", "  spaces\tand a tab"}) {
+      t << nlohmann::json{{"text", s}}.dump() << "\n";
+      b << nlohmann::json{{"body", s}, {"text", "not this one"}}.dump() << "\n";
+    }
+  }
+  const auto tok_dir = source_dir() / "data/tokenizer";
+  auto preprocess = [&](const std::filesystem::path& data, const std::string& extra, const std::filesystem::path& out_path,
+                        std::string* out) {
+    return run_command(train_bin() + " preprocess --data_path " + data.string() + " --tokenizer " + tok_dir.string() +
+                           " --output " + out_path.string() + extra + " 2>&1",
+                       out);
+  };
+  std::string out;
+  ASSERT_EQ(preprocess(text, "", dir.path() / "a.jsonl", &out), 0) << out;
+  ASSERT_EQ(preprocess(body, " --dataset_text_field body", dir.path() / "b.jsonl", &out), 0) << out;
+  const auto a = read_lines(dir.path() / "a.jsonl"), b = read_lines(dir.path() / "b.jsonl");
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a, b);
+  // Without the flag the "text" decoy is read: different tokens.
+  ASSERT_EQ(preprocess(body, "", dir.path() / "c.jsonl", &out), 0) << out;
+  EXPECT_NE(read_lines(dir.path() / "c.jsonl"), a);
+  EXPECT_NE(preprocess(body, " --dataset_text_field ''", dir.path() / "d.jsonl", &out), 0) << out;
+  EXPECT_NE(out.find("--dataset_text_field is empty"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "d.jsonl"));
+}
+
 TEST(Preprocess, BadInputFailsWithoutWriting) {
   TempDir dir("preprocess_bad");
   const auto bad = dir.path() / "bad.json";

@@ -94,6 +94,8 @@ TEXT_ROWS = [{"text": "Alpacas hum when they are content."},
              {"text": "Llamas and alpacas are camelids<|im_end|>"},
              {"text": "  leading spaces, a tab\tand a newline\nstay"}]
 TEXT_VARIED_ROWS = [{"text": f"Row {i}: " + "alpaca wool is warm " * (i * 5 % 11)} for i in range(14)]
+# The same with the text in another field (SFTConfig dataset_text_field="body"); "text" is a decoy.
+BODY_ROWS = [{"body": r["text"], "text": "not this"} for r in TEXT_ROWS]
 PC_VARIED_TEXT_ROWS = [{"prompt": f"Prompt {i}: " + "count on " * (i * 3 % 13), "completion": " done" * (1 + i % 6)}
                        for i in range(12)]
 PC_MSG_ROWS = [
@@ -273,12 +275,15 @@ def collated(collator, ex):
             "position_ids": pos, "seq_lengths": ex.get("seq_lengths", [n])}
 
 
-def trl_labels(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_length, packing, strategy="bfd"):
-    ds, collator = trl_prepared(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_length, packing, strategy)
+def trl_labels(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_length, packing, strategy="bfd",
+               text_field="text"):
+    ds, collator = trl_prepared(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_length, packing, strategy,
+                                text_field)
     return [collated(collator, ex) for ex in ds]
 
 
-def trl_prepared(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_length, packing, strategy="bfd"):
+def trl_prepared(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_length, packing, strategy="bfd",
+                 text_field="text"):
     """SFTTrainer's prepared dataset and its collator for `rows`."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
@@ -288,7 +293,8 @@ def trl_prepared(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max
     with tempfile.TemporaryDirectory() as tmp:
         args = SFTConfig(output_dir=tmp, assistant_only_loss=assistant_only_loss,
                          completion_only_loss=completion_only_loss, max_length=max_length, packing=packing,
-                         packing_strategy=strategy, report_to=[], dataset_num_proc=None, bf16=False, use_cpu=True)
+                         packing_strategy=strategy, report_to=[], dataset_num_proc=None, bf16=False, use_cpu=True,
+                         dataset_text_field=text_field)
     rows = chatml_roles(rows)
     ds = Dataset.from_list(copy.deepcopy(rows))
     first = rows[0]
@@ -413,7 +419,7 @@ def special_tokens_case(out_dir):
 
 def trl_sets(tok, tagged_src, out_dir):
     sets = []
-    specs = [  # name, rows, template, assistant_only_loss, completion_only_loss, max_length, also "wrapped"
+    specs = [  # name, rows, template, assistant_only_loss, completion_only_loss, max_length, also "wrapped"[, text field]
         ("messages_assistant_only", MSG_ROWS, tagged_src, True, None, 96, False),
         ("messages_all_tokens", MSG_ROWS[:4], tagged_src, False, None, 1024, False),
         ("sharegpt_assistant_only", SHAREGPT_ROWS, tagged_src, True, None, 1024, False),
@@ -427,8 +433,10 @@ def trl_sets(tok, tagged_src, out_dir):
         ("pc_varied_assistant_and_completion", PC_VARIED_ROWS, tagged_src, True, True, 72, False),
         ("text_language_modelling", TEXT_ROWS, tagged_src, False, None, 1024, False),
         ("text_varied_truncated", TEXT_VARIED_ROWS, tagged_src, False, None, 24, True),
+        ("text_in_body_field", BODY_ROWS, tagged_src, False, None, 1024, False, "body"),
     ]
-    for name, rows, tmpl, aol, col, max_len, wrapped in specs:
+    for name, rows, tmpl, aol, col, max_len, wrapped, *field in specs:
+        text_field = field[0] if field else "text"
         path = os.path.join(out_dir, f"trl_{name}.jsonl")
         with open(path, "w", encoding="utf-8") as f:
             for r in rows:
@@ -436,8 +444,9 @@ def trl_sets(tok, tagged_src, out_dir):
         for packing, strategy in [(False, None), (True, "bfd")] + ([(True, "wrapped")] if wrapped else []):
             sets.append({"name": name, "data": os.path.basename(path), "assistant_only_loss": aol,
                          "completion_only_loss": col, "max_length": max_len, "packing": packing,
-                         "packing_strategy": strategy or "bfd",
-                         "examples": trl_labels(tok, tmpl, rows, aol, col, max_len, packing, strategy or "bfd")})
+                         "packing_strategy": strategy or "bfd", "dataset_text_field": text_field,
+                         "examples": trl_labels(tok, tmpl, rows, aol, col, max_len, packing, strategy or "bfd",
+                                                text_field)})
     return sets
 
 

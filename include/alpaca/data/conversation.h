@@ -6,10 +6,11 @@
 //   messages           {messages: [{role, content, ...}], tools?}   (OpenAI / TRL conversational)
 //   sharegpt           {conversations: [{from, value}], system?, tools?}  (LLaMA-Factory)
 //   prompt_completion  {prompt, completion}: both strings, or both message lists
+//   text               {text}: language modelling (--dataset_text_field names another field)
 //
 // The format is chosen per file from its first row's fields (messages, conversations,
-// prompt+completion, instruction+output, in that order, as TRL checks `messages` first), unless
-// --dataset_format names one. Files: JSON array or JSON Lines (.json, .jsonl, any other name),
+// prompt+completion, instruction+output, then the text field, in that order, as TRL checks
+// `messages` first), unless --dataset_format names one. Files: JSON array or JSON Lines (.json, .jsonl, any other name),
 // Parquet (.parquet), Arrow IPC (.arrow), and a `datasets.save_to_disk` directory; several
 // comma-separated paths are concatenated in order. Every error names the file and the row.
 #pragma once
@@ -29,8 +30,22 @@ enum class DatasetFormat { kAuto, kAlpaca, kMessages, kShareGpt, kPromptCompleti
 // listing the names.
 DatasetFormat parse_dataset_format(const std::string& name);
 const char* dataset_format_name(DatasetFormat format);
-// "alpaca, messages, sharegpt, prompt_completion": for help texts and errors.
+// "alpaca, messages, sharegpt, prompt_completion, text": for help texts and errors.
 const char* dataset_format_names();
+
+// How to read rows: the format (kAuto: detected per file) and the field that holds a language-
+// modelling row's text (TRL SFTConfig's dataset_text_field, "text" by default; --dataset_text_field).
+// Built from a DatasetFormat alone where the text field is the default.
+struct RowFormat {
+  DatasetFormat format = DatasetFormat::kAuto;
+  std::string text_field = "text";
+
+  RowFormat() = default;
+  RowFormat(DatasetFormat f) : format(f) {}  // NOLINT(google-explicit-constructor): the common case
+  RowFormat(DatasetFormat f, std::string field) : format(f), text_field(std::move(field)) {}
+};
+// --dataset_format and --dataset_text_field together; errors name the flag (an empty field too).
+RowFormat parse_row_format(const std::string& format_name, const std::string& text_field);
 
 // One dataset row after normalisation.
 //  - kAlpaca: `alpaca` only.
@@ -41,8 +56,9 @@ const char* dataset_format_names();
 //    per-message "train" key are dropped (its value is in `train_message`). For prompt-completion,
 //    messages[0, num_prompt_messages) are the prompt and the rest the completion.
 //  - kPromptCompletion with strings: `prompt` and `completion`, `conversation_json` empty.
-//  - kText (TRL's language-modelling rows, {"text": ...}): the text in `completion`, `prompt`
-//    empty: TRL tokenizes text + EOS and trains every token, what an empty prompt gives.
+//  - kText (TRL's language-modelling rows, {"text": ...}, or the field RowFormat::text_field names):
+//    the text in `completion`, `prompt` empty: TRL tokenizes text + EOS and trains every token,
+//    what an empty prompt gives.
 struct ConversationRow {
   DatasetFormat format = DatasetFormat::kAlpaca;
   std::string source;  // "<file>: row <i>", for errors about this row later (template, mask)
@@ -69,11 +85,11 @@ struct Dataset {
 // Loads `paths` (one path or several separated by commas). `format` kAuto detects per file.
 // Errors: a missing or unreadable path, a file that is not the format its extension says, rows
 // that match no format (listing the fields seen and the formats known), and any bad row.
-Dataset load_dataset(const std::string& paths, DatasetFormat format = DatasetFormat::kAuto);
+Dataset load_dataset(const std::string& paths, const RowFormat& format = {});
 
 // The rows of JSON text (an array or JSON Lines) normalised; `name` stands for the file in errors.
 std::vector<ConversationRow> parse_dataset_rows(const std::string& text, const std::string& name,
-                                                DatasetFormat format = DatasetFormat::kAuto);
+                                                const RowFormat& format = {});
 
 // The paths of a comma-separated --data_path (empty items are an error).
 std::vector<std::string> split_data_paths(const std::string& paths);
@@ -81,13 +97,13 @@ std::vector<std::string> split_data_paths(const std::string& paths);
 // Each file of `paths` with its format (`format` when given, else detected from its first row),
 // without normalising the rows: for checks before a run writes anything. A file whose first row
 // cannot be read gets kAuto; its error comes when load_dataset reads it.
-FileFormats peek_dataset_formats(const std::string& paths, DatasetFormat format = DatasetFormat::kAuto);
+FileFormats peek_dataset_formats(const std::string& paths, const RowFormat& format = {});
 
 // Whose special-token rule a run follows: stanford_alpaca's train.py (add the missing pad [PAD],
 // eos, bos, unk and resize the embeddings to len(tokenizer)) when any file of `paths` (and
 // `eval_paths`) holds Alpaca records or cannot be read yet; TRL's SFTTrainer (add nothing: pad =
 // eos when the tokenizer has none, the embeddings as stored) when every file is conversations or
 // prompt-completion rows.
-bool follows_train_py_tokens(const std::string& paths, const std::string& eval_paths, DatasetFormat format);
+bool follows_train_py_tokens(const std::string& paths, const std::string& eval_paths, const RowFormat& format);
 
 }  // namespace alpaca::data

@@ -91,9 +91,9 @@ std::vector<Example> tokenize_rows(const std::vector<ConversationRow>& rows, con
 // A dataset as training reads it: load_dataset(paths, format), the chat template when a row needs
 // one (chat::ChatTemplate::load(model_dir, chat_template): `chat_template` overrides the model's),
 // then tokenize_rows. Used by train (data and eval), its pre-flight check, and preprocess.
-std::vector<Example> load_examples(const std::string& paths, DatasetFormat format, const tokenizer::Tokenizer& tokenizer,
-                                   const std::filesystem::path& model_dir, const std::filesystem::path& chat_template,
-                                   const MaskOptions& opt, int num_threads = 0, MaskStats* stats = nullptr);
+std::vector<Example> load_examples(const std::string& paths, const RowFormat& format,
+                                   const tokenizer::Tokenizer& tokenizer, const std::filesystem::path& model_dir,
+                                   const std::filesystem::path& chat_template, const MaskOptions& opt, int num_threads = 0, MaskStats* stats = nullptr);
 
 // The named special tokens transformers 5 passes to every chat template (apply_chat_template:
 // `{**tokenizer.special_tokens_map, **kwargs}`), as a JSON object: bos_token, eos_token, unk_token,

@@ -35,7 +35,8 @@ struct TrainerOptions {
   bool use_fast_tokenizer = false;  // tokenizer.json over tokenizer.model when both exist
   std::string data_path;
   std::string eval_data_path;  // "" = none
-  std::string dataset_format = "auto";  // data::parse_dataset_format
+  std::string dataset_format = "auto";  // data::parse_row_format, with dataset_text_field
+  std::string dataset_text_field = "text";
   std::filesystem::path chat_template;  // "" = the model's (conversation rows)
   bool assistant_only_loss = false;     // data::MaskOptions, TRL SFTConfig semantics
   std::optional<bool> completion_only_loss;
