@@ -1,4 +1,4 @@
-// Dataset rows in every JSON format (messages, sharegpt, prompt_completion, alpaca), detected from
+// Dataset rows in every JSON format (messages, sharegpt, prompt_completion, alpaca, text, tokenized), detected from
 // the first row as --data_path does: accepted, or an alpaca::Error naming the file and row.
 #include "alpaca/data/conversation.h"
 #include "fuzz_common.h"

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "alpaca/cli/commands.h"
 #include "alpaca/cli/subcommand_flags.h"
@@ -91,7 +92,7 @@ int run_preprocess(const std::vector<std::string>& args) {
       {{"--data_path", &data_path,
         "Dataset: JSON array, JSON Lines, Parquet or a datasets.save_to_disk directory; several "
         "comma-separated paths are concatenated", true},
-       {"--dataset_format", &dataset_format, "auto (detect per file) / alpaca / messages / sharegpt / prompt_completion / text"},
+       {"--dataset_format", &dataset_format, "auto (detect per file) / alpaca / messages / sharegpt / prompt_completion / text / tokenized"},
        {"--dataset_text_field", &dataset_text_field, "The field holding a text row's text (TRL's dataset_text_field)"},
        {"--model_name_or_path", &model_dir,
         "Model directory holding tokenizer.model or tokenizer.json (+ tokenizer_config.json, chat template ...)"},
@@ -99,7 +100,9 @@ int run_preprocess(const std::vector<std::string>& args) {
         "Tokenizer directory, tokenizer.model or tokenizer.json file (instead of --model_name_or_path)"},
        {"--chat_template", &chat_template, "Jinja chat template file for conversation rows (instead of the model's)"},
        {"--assistant_only_loss", &assistant_only_loss, "Conversation rows: label only the assistant tokens (TRL)"},
-       {"--completion_only_loss", &completion_only_loss, "Prompt-completion rows: label only the completion (TRL)"},
+       {"--completion_only_loss", &completion_only_loss,
+        "Prompt-completion rows: label only the completion (TRL; unset = True for them, False for tokenized rows' "
+        "completion_mask)"},
        {"--output", &output, "Where to write the tokenized examples (JSON Lines)", true},
        {"--model_max_length", &model_max_length, "Maximum sequence length; longer examples are truncated on the right"},
        {"--packing", &packing, "Pack examples into --model_max_length blocks as TRL does (position/segment ids)"},
@@ -107,12 +110,16 @@ int run_preprocess(const std::vector<std::string>& args) {
        {"--use_fast_tokenizer", &use_fast_tokenizer,
         "Use tokenizer.json when the directory also has tokenizer.model (default: tokenizer.model)"},
        {"--num_threads", &num_threads, "Tokenizer threads (0 = every core)"}}};
-  if (parse_subcommand_flags(cmd, args).help) return 0;
+  const ParsedFlags parsed = parse_subcommand_flags(cmd, args);
+  if (parsed.help) return 0;
+  // Unset is TRL's None, as for train: prompt-completion rows train the completion, a tokenized
+  // row's completion_mask is applied only when the flag says True.
+  const std::optional<bool> completion_only =
+      parsed.was_given("--completion_only_loss") ? std::optional<bool>(completion_only_loss) : std::nullopt;
   ALPACA_USAGE_CHECK(model_dir.empty() != tokenizer_path.empty(),
                      "preprocess: give exactly one of --model_name_or_path and --tokenizer");
   ALPACA_USAGE_CHECK(model_max_length > 0, "--model_max_length must be positive, got " << model_max_length);
-  ALPACA_USAGE_CHECK(dataset_format == "auto" || dataset_format == "alpaca" || dataset_format == "messages" ||
-                         dataset_format == "sharegpt" || dataset_format == "prompt_completion" || dataset_format == "text",
+  ALPACA_USAGE_CHECK(data::is_dataset_format_name(dataset_format),
                      "--dataset_format '" << dataset_format << "' is not a dataset format; give auto or one of "
                                           << data::dataset_format_names());
   ALPACA_USAGE_CHECK(!dataset_text_field.empty(), "--dataset_text_field is empty; give the field that holds each "
@@ -139,7 +146,7 @@ int run_preprocess(const std::vector<std::string>& args) {
   const auto strategy = data::parse_packing_strategy(packing_strategy);
   auto examples = data::load_examples(
       data_path, row_format, tok, tmpl_dir, chat_template,
-      data::run_mask_options(assistant_only_loss, completion_only_loss, model_max_length, packing, packing_strategy),
+      data::run_mask_options(assistant_only_loss, completion_only, model_max_length, packing, packing_strategy),
       num_threads, &ms);
   const double tok_s = timer.seconds();
   print_report(examples, ms, tok, model_max_length);

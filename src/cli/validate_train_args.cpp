@@ -12,6 +12,7 @@
 #include "alpaca/cli/flag_table.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/cli/usage_error.h"
+#include "alpaca/data/conversation.h"
 #include "alpaca/fsdp/policy.h"
 #include "alpaca/model/config.h"
 #include "alpaca/util/error.h"
@@ -94,10 +95,9 @@ void validate_required(TrainArgs& a) {
                      "--model_name_or_path is required: a local Hugging Face LLaMA directory "
                      "(create a small one with `alpaca-train init-model`)");
   ALPACA_USAGE_CHECK(!a.data_path.empty(), "--data_path is required: an Alpaca JSON file of {instruction, input, output} records");
-  ALPACA_USAGE_CHECK(a.dataset_format == "auto" || a.dataset_format == "alpaca" || a.dataset_format == "messages" ||
-                         a.dataset_format == "sharegpt" || a.dataset_format == "prompt_completion" || a.dataset_format == "text",
+  ALPACA_USAGE_CHECK(data::is_dataset_format_name(a.dataset_format),
                      "--dataset_format '" << a.dataset_format << "' is not a dataset format; give auto or one of "
-                                          "alpaca, messages, sharegpt, prompt_completion, text");
+                                          << data::dataset_format_names());
   ALPACA_USAGE_CHECK(!a.dataset_text_field.empty(), "--dataset_text_field is empty; give the field that holds each "
                                                     "row's text (TRL's default: text)");
   ALPACA_USAGE_CHECK(!a.output_dir.empty(), "--output_dir must not be empty");

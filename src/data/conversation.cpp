@@ -179,6 +179,58 @@ ConversationRow text_row(const Row& row, const std::string& field, const std::st
   return r;
 }
 
+// A list of integers (ids, labels) or of 0/1 flags (masks; true/false too) of a tokenized row.
+std::vector<int64_t> int_list(const Row& row, const char* key, const std::string& where) {
+  const Row* v = member(row, key);
+  ALPACA_CHECK(v && v->is_array(), where << ": \"" << key << "\" is " << (v ? std::string("a ") + v->type_name() : "missing")
+                                         << ", expected a list of integers");
+  std::vector<int64_t> out;
+  out.reserve(v->size());
+  for (const Row& x : *v) {
+    ALPACA_CHECK(x.is_number_integer() || x.is_boolean(),
+                 where << ": \"" << key << "\"[" << out.size() << "] is a " << x.type_name() << ", expected an integer");
+    out.push_back(x.is_boolean() ? (x.get<bool>() ? 1 : 0) : x.get<int64_t>());
+  }
+  return out;
+}
+
+// A row already tokenized (TRL: "input_ids" in the dataset's columns, tokenization skipped):
+// {input_ids, labels?, completion_mask?, assistant_masks?}. Ids are checked against the
+// tokenizer's vocabulary later, where it is known (conversation_example).
+ConversationRow tokenized_row(const Row& row, const std::string& name, int64_t index) {
+  const std::string where = row_where(name, index);
+  for (const char* packed : {"seq_lengths", "position_ids"})
+    ALPACA_CHECK(!member(row, packed), where << " has \"" << packed << "\": rows packed beforehand are not read; "
+                                             "give the unpacked rows and --packing True");
+  ConversationRow r;
+  r.format = DatasetFormat::kTokenized;
+  r.token_ids = int_list(row, "input_ids", where);
+  ALPACA_CHECK(!r.token_ids.empty(), where << ": \"input_ids\" is empty");
+  const auto n = r.token_ids.size();
+  for (size_t i = 0; i < n; ++i)
+    ALPACA_CHECK(r.token_ids[i] >= 0, where << ": \"input_ids\"[" << i << "] is " << r.token_ids[i] << ", a negative id");
+  if (member(row, "labels")) {
+    r.token_labels = int_list(row, "labels", where);
+    ALPACA_CHECK(r.token_labels.size() == n, where << ": \"labels\" has " << r.token_labels.size()
+                                                   << " entries and \"input_ids\" " << n << "; give one per token");
+    for (size_t i = 0; i < n; ++i)
+      ALPACA_CHECK(r.token_labels[i] >= 0 || r.token_labels[i] == -100,
+                   where << ": \"labels\"[" << i << "] is " << r.token_labels[i] << "; a label is an id or -100");
+  }
+  for (auto [key, mask] : {std::pair{"completion_mask", &r.completion_mask}, {"assistant_masks", &r.assistant_masks}}) {
+    if (!member(row, key)) continue;
+    const std::vector<int64_t> bits = int_list(row, key, where);
+    ALPACA_CHECK(bits.size() == n, where << ": \"" << key << "\" has " << bits.size() << " entries and \"input_ids\" "
+                                         << n << "; give one per token");
+    for (size_t i = 0; i < n; ++i) {
+      ALPACA_CHECK(bits[i] == 0 || bits[i] == 1, where << ": \"" << key << "\"[" << i << "] is " << bits[i]
+                                                       << ", expected 0 or 1");
+      mask->push_back(static_cast<char>(bits[i]));
+    }
+  }
+  return r;
+}
+
 ConversationRow alpaca_row(const Row& row, const std::string& name, int64_t index) {
   ConversationRow r;
   r.format = DatasetFormat::kAlpaca;
@@ -192,6 +244,8 @@ DatasetFormat detect_format(const Row& first, const std::string& name, const std
   ALPACA_CHECK(first.is_object(), name << ": record 0 is a " << first.type_name()
                                        << ", expected an object (a dataset row); known formats: "
                                        << kFormatFields);
+  // TRL's SFTTrainer: a dataset with an input_ids column is already processed; its other fields are not read.
+  if (member(first, "input_ids")) return DatasetFormat::kTokenized;
   if (member(first, "messages")) return DatasetFormat::kMessages;
   if (member(first, "conversations")) return DatasetFormat::kShareGpt;
   if (member(first, "prompt") || member(first, "completion")) return DatasetFormat::kPromptCompletion;
@@ -220,6 +274,7 @@ ConversationRow normalise_row(const Row& row, const RowFormat& row_format, const
     case DatasetFormat::kShareGpt: r = sharegpt_row(row, name, index); break;
     case DatasetFormat::kPromptCompletion: r = prompt_completion_row(row, name, index); break;
     case DatasetFormat::kText: r = text_row(row, row_format.text_field, name, index); break;
+    case DatasetFormat::kTokenized: r = tokenized_row(row, name, index); break;
     case DatasetFormat::kAuto: ALPACA_FAIL("normalise_row needs a detected format");
   }
   r.source = row_where(name, index);
@@ -244,8 +299,16 @@ DatasetFormat parse_dataset_format(const std::string& name) {
   if (name == "sharegpt") return DatasetFormat::kShareGpt;
   if (name == "prompt_completion") return DatasetFormat::kPromptCompletion;
   if (name == "text") return DatasetFormat::kText;
+  if (name == "tokenized") return DatasetFormat::kTokenized;
   ALPACA_FAIL("unknown dataset format \"" << name << "\"; give auto (detect from the fields) or one of "
                                           << dataset_format_names());
+}
+
+bool is_dataset_format_name(const std::string& name) {
+  if (name.empty() || name == "auto") return true;
+  for (int f = static_cast<int>(DatasetFormat::kAlpaca); f <= static_cast<int>(DatasetFormat::kTokenized); ++f)
+    if (name == dataset_format_name(static_cast<DatasetFormat>(f))) return true;
+  return false;
 }
 
 RowFormat parse_row_format(const std::string& format_name, const std::string& text_field) {
@@ -262,10 +325,11 @@ const char* dataset_format_name(DatasetFormat format) {
     case DatasetFormat::kShareGpt: return "sharegpt";
     case DatasetFormat::kPromptCompletion: return "prompt_completion";
     case DatasetFormat::kText: return "text";
+    case DatasetFormat::kTokenized: return "tokenized";
   }
   return "?";
 }
 
-const char* dataset_format_names() { return "alpaca, messages, sharegpt, prompt_completion, text"; }
+const char* dataset_format_names() { return "alpaca, messages, sharegpt, prompt_completion, text, tokenized"; }
 
 }  // namespace alpaca::data

@@ -286,11 +286,45 @@ auto naming_row(const ConversationRow& row, Fn&& fn) -> decltype(fn()) {
   }
 }
 
+// A tokenized row as SFTTrainer prepares a processed dataset: the ids as given (no EOS added), the
+// labels as given or input_ids masked where assistant_masks is 0 and, with completion_only_loss
+// (None counts as False: the rows have no prompt/completion fields), where completion_mask is 0;
+// then the start kept up to max_length. A row left with nothing to train is dropped by the caller,
+// as TRL's filter drops it, not refused.
+Example tokenized_example(const ConversationRow& row, const tokenizer::Tokenizer& tok, const MaskOptions& opt,
+                          bool* truncated) {
+  const int64_t vocab = tok.vocab_size();
+  for (size_t i = 0; i < row.token_ids.size(); ++i)
+    ALPACA_USER_CHECK(row.token_ids[i] < vocab, row.source << ": \"input_ids\"[" << i << "] is " << row.token_ids[i]
+                                                           << ", outside the tokenizer's " << vocab
+                                                           << " ids; were the rows tokenized with another tokenizer?");
+  Example ex;
+  ex.input_ids = row.token_ids;
+  if (!row.token_labels.empty()) {
+    ex.labels = row.token_labels;
+  } else {
+    ex.labels = ex.input_ids;
+    const bool completion_only = opt.completion_only_loss.value_or(false) && !row.completion_mask.empty();
+    for (size_t i = 0; i < ex.labels.size(); ++i)
+      if ((completion_only && !row.completion_mask[i]) || (!row.assistant_masks.empty() && !row.assistant_masks[i]))
+        ex.labels[i] = kIgnoreIndex;
+  }
+  const bool cut = opt.model_max_length > 0 && opt.truncate_conversations &&
+                   static_cast<int64_t>(ex.input_ids.size()) > opt.model_max_length;
+  if (truncated) *truncated = cut;
+  if (cut) {
+    ex.input_ids.resize(static_cast<size_t>(opt.model_max_length));
+    ex.labels.resize(static_cast<size_t>(opt.model_max_length));
+  }
+  return ex;
+}
+
 }  // namespace
 
 Example conversation_example(const ConversationRow& row, const tokenizer::Tokenizer& tok, const chat::ChatTemplate* tmpl,
                              const MaskOptions& opt, bool* truncated) {
   ALPACA_CHECK(row.format != DatasetFormat::kAlpaca, row.source << ": alpaca rows go through tokenize_alpaca");
+  if (row.format == DatasetFormat::kTokenized) return tokenized_example(row, tok, opt, truncated);
   ALPACA_USER_CHECK(tmpl || !row.is_conversational(), row.source << ": a conversation row needs the model's chat template "
                                                                    "(chat_template.jinja, or give --chat_template FILE)");
   const bool completion_only = row.format == DatasetFormat::kPromptCompletion && opt.completion_only_loss.value_or(true);
@@ -373,7 +407,11 @@ std::vector<Example> load_examples(const std::string& paths, const RowFormat& fo
                                    const std::filesystem::path& chat_template, const MaskOptions& opt, int num_threads, MaskStats* stats) {
   const Dataset dataset = load_dataset(paths, format);
   // TRL's SFTTrainer raises here too ("the dataset is not conversational"): the flag would do nothing.
-  ALPACA_USER_CHECK(!opt.assistant_only_loss || needs_chat_template(dataset.rows),
+  // Tokenized rows carry their own masks (assistant_masks), as in TRL, which does not check them.
+  const bool any_tokenized = std::any_of(dataset.rows.begin(), dataset.rows.end(), [](const ConversationRow& r) {
+    return r.format == DatasetFormat::kTokenized;
+  });
+  ALPACA_USER_CHECK(!opt.assistant_only_loss || needs_chat_template(dataset.rows) || any_tokenized,
                     paths << ": --assistant_only_loss True needs conversation rows (messages, sharegpt conversations, "
                              "or prompt/completion message lists), but every row is plain text or an Alpaca record; "
                              "drop the flag (prompt-completion rows train only the completion already, Alpaca rows "

@@ -12,7 +12,8 @@ namespace alpaca::data {
 
 inline constexpr const char* kFormatFields =
     "alpaca {instruction, input, output}, messages {messages: [{role, content}]}, "
-    "sharegpt {conversations: [{from, value}]}, prompt_completion {prompt, completion}, text {text}";
+    "sharegpt {conversations: [{from, value}]}, prompt_completion {prompt, completion}, text {text}, "
+    "tokenized {input_ids, labels?}";
 
 // obj[key] unless absent or null.
 inline const Row* member(const Row& obj, const char* key) {

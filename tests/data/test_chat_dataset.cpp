@@ -159,6 +159,37 @@ TEST(ChatDataset, TextFieldNamesTheColumnOfTextRows) {
   EXPECT_THROW(parse_row_format("auto", ""), Error);
 }
 
+// Rows already tokenized (TRL: an input_ids column skips tokenization), detected before every other
+// format; labels and masks one per token, masks 0/1 (or booleans); pre-packed rows refused.
+TEST(ChatDataset, TokenizedRowsAreReadAsGiven) {
+  const auto rows = parse_dataset_rows(
+      R"({"input_ids": [5, 6, 7], "completion_mask": [0, 1, 1], "messages": "ignored", "text": "ignored"})" "\n"
+      R"({"input_ids": [8], "completion_mask": [true]})",
+      "t.jsonl");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].format, DatasetFormat::kTokenized);
+  EXPECT_EQ(rows[0].token_ids, (std::vector<int64_t>{5, 6, 7}));
+  EXPECT_EQ(rows[0].completion_mask, (std::vector<char>{0, 1, 1}));
+  EXPECT_TRUE(rows[0].assistant_masks.empty());
+  EXPECT_TRUE(rows[0].token_labels.empty());
+  EXPECT_EQ(rows[1].completion_mask, (std::vector<char>{1}));
+  const auto labelled = parse_dataset_rows(R"({"input_ids": [1, 2], "labels": [-100, 2]})", "l.jsonl");
+  EXPECT_EQ(labelled.at(0).token_labels, (std::vector<int64_t>{-100, 2}));
+  EXPECT_EQ(parse_dataset_format("tokenized"), DatasetFormat::kTokenized);
+  EXPECT_TRUE(is_dataset_format_name("tokenized"));
+  EXPECT_FALSE(is_dataset_format_name("tokenised"));
+  EXPECT_HAS(load_error(R"({"input_ids": []})"), "row 0: \"input_ids\" is empty");
+  EXPECT_HAS(load_error(R"({"input_ids": "1 2"})"), "\"input_ids\" is a string, expected a list of integers");
+  EXPECT_HAS(load_error(R"({"input_ids": [1, 2.5]})"), "\"input_ids\"[1] is a number, expected an integer");
+  EXPECT_HAS(load_error(R"({"input_ids": [1, -3]})"), "\"input_ids\"[1] is -3, a negative id");
+  EXPECT_HAS(load_error(R"({"input_ids": [1, 2], "labels": [1]})"), "\"labels\" has 1 entries and \"input_ids\" 2");
+  EXPECT_HAS(load_error(R"({"input_ids": [1, 2], "labels": [1, -1]})"), "\"labels\"[1] is -1; a label is an id or -100");
+  EXPECT_HAS(load_error(R"({"input_ids": [1, 2], "assistant_masks": [1, 2]})"), "\"assistant_masks\"[1] is 2, expected 0 or 1");
+  EXPECT_HAS(load_error(R"({"input_ids": [1, 2], "completion_mask": [1]})"), "\"completion_mask\" has 1 entries");
+  EXPECT_HAS(load_error(R"({"input_ids": [1, 2], "seq_lengths": [2]})"), "rows packed beforehand are not read");
+  EXPECT_HAS(load_error(R"({"input_ids": [1]})" "\n" R"({"messages": []})"), "row 1: \"input_ids\" is missing");
+}
+
 TEST(ChatDataset, BadRowsAreErrorsNamingTheRow) {
   std::string m = load_error(R"({"question": "q", "answer": "a"})");
   EXPECT_HAS(m, "match no dataset format");

@@ -104,6 +104,36 @@ TEST(Preprocess, TextFieldFlagReadsTheNamedField) {
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "d.jsonl"));
 }
 
+// Tokenized rows (TRL's processed datasets) are written as given, no EOS added, cut at
+// --model_max_length; an id outside the tokenizer is an error naming the row, before anything is written.
+TEST(Preprocess, TokenizedRowsPassThrough) {
+  TempDir dir("preprocess_tokenized");
+  const auto data = dir.path() / "ids.jsonl", bad = dir.path() / "bad.jsonl";
+  std::ofstream(data) << R"({"input_ids": [10, 11, 12, 13, 14, 15], "labels": [-100, -100, 12, 13, 14, 15]})" << "\n"
+                      << R"({"input_ids": [20, 21], "labels": [20, 21]})" << "\n";
+  std::ofstream(bad) << R"({"input_ids": [10, 11]})" << "\n" << R"({"input_ids": [10, 99999]})" << "\n";
+  const auto tok_dir = source_dir() / "data/tokenizer";
+  std::string out;
+  const auto out_path = dir.path() / "out.jsonl";
+  ASSERT_EQ(run_command(train_bin() + " preprocess --data_path " + data.string() + " --tokenizer " + tok_dir.string() +
+                            " --output " + out_path.string() + " --model_max_length 4 2>&1",
+                        &out),
+            0)
+      << out;
+  const auto lines = read_lines(out_path);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["input_ids"].get<std::vector<int64_t>>(), (std::vector<int64_t>{10, 11, 12, 13}));
+  EXPECT_EQ(lines[0]["labels"].get<std::vector<int64_t>>(), (std::vector<int64_t>{-100, -100, 12, 13}));
+  EXPECT_EQ(lines[1]["input_ids"].get<std::vector<int64_t>>(), (std::vector<int64_t>{20, 21}));
+  const auto bad_out = dir.path() / "bad_out.jsonl";
+  EXPECT_NE(run_command(train_bin() + " preprocess --data_path " + bad.string() + " --tokenizer " + tok_dir.string() +
+                            " --output " + bad_out.string() + " 2>&1",
+                        &out),
+            0);
+  EXPECT_NE(out.find("row 1: \"input_ids\"[1] is 99999, outside the tokenizer's"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(bad_out));
+}
+
 TEST(Preprocess, BadInputFailsWithoutWriting) {
   TempDir dir("preprocess_bad");
   const auto bad = dir.path() / "bad.json";

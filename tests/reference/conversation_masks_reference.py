@@ -417,8 +417,24 @@ def special_tokens_case(out_dir):
     return out
 
 
+def tokenized_rows(tok):
+    """Rows already tokenized (TRL skips tokenization when input_ids is a column), one set per kind of
+    mask: completion_mask (applied with completion_only_loss), assistant_masks (always), labels (as
+    given). The last row's prompt outlasts max_length 12: its completion is cut away."""
+    texts = [("Question: what do alpacas eat?", " Grass and hay."), ("Count: 1 2 3", " 4 5 6 7 8 9 10 11 12"),
+             ("Hi", "!"), ("A long prompt " * 6, " end")]
+    cm, am, lab = [], [], []
+    for p, c in texts:
+        k, ids = len(tok(p)["input_ids"]), tok(p + c)["input_ids"]
+        cm.append({"input_ids": ids, "completion_mask": [0] * k + [1] * (len(ids) - k)})
+        am.append({"input_ids": ids, "assistant_masks": [1 if i % 3 else 0 for i in range(len(ids))]})
+        lab.append({"input_ids": ids, "labels": [-100] * k + ids[k:]})
+    return cm, am, lab
+
+
 def trl_sets(tok, tagged_src, out_dir):
     sets = []
+    tok_cm, tok_am, tok_lab = tokenized_rows(tok)
     specs = [  # name, rows, template, assistant_only_loss, completion_only_loss, max_length, also "wrapped"[, text field]
         ("messages_assistant_only", MSG_ROWS, tagged_src, True, None, 96, False),
         ("messages_all_tokens", MSG_ROWS[:4], tagged_src, False, None, 1024, False),
@@ -434,6 +450,10 @@ def trl_sets(tok, tagged_src, out_dir):
         ("text_language_modelling", TEXT_ROWS, tagged_src, False, None, 1024, False),
         ("text_varied_truncated", TEXT_VARIED_ROWS, tagged_src, False, None, 24, True),
         ("text_in_body_field", BODY_ROWS, tagged_src, False, None, 1024, False, "body"),
+        ("tokenized_completion_mask", tok_cm, tagged_src, False, True, 12, False),
+        ("tokenized_completion_mask_unused", tok_cm, tagged_src, False, None, 12, False),
+        ("tokenized_assistant_masks", tok_am, tagged_src, False, None, 12, True),
+        ("tokenized_labels", tok_lab, tagged_src, False, None, 12, False),
     ]
     for name, rows, tmpl, aol, col, max_len, wrapped, *field in specs:
         text_field = field[0] if field else "text"

@@ -7,10 +7,12 @@
 //   sharegpt           {conversations: [{from, value}], system?, tools?}  (LLaMA-Factory)
 //   prompt_completion  {prompt, completion}: both strings, or both message lists
 //   text               {text}: language modelling (--dataset_text_field names another field)
+//   tokenized          {input_ids, labels?, completion_mask?, assistant_masks?}: already tokenized
+//                      (TRL's "processed" datasets: used as given, no template, no EOS added)
 //
-// The format is chosen per file from its first row's fields (messages, conversations,
-// prompt+completion, instruction+output, then the text field, in that order, as TRL checks
-// `messages` first), unless --dataset_format names one. Files: JSON array or JSON Lines (.json, .jsonl, any other name),
+// The format is chosen per file from its first row's fields (input_ids, then messages,
+// conversations, prompt+completion, instruction+output, then the text field, in that order, as TRL
+// checks for a processed dataset, then `messages`), unless --dataset_format names one. Files: JSON array or JSON Lines (.json, .jsonl, any other name),
 // Parquet (.parquet), Arrow IPC (.arrow), and a `datasets.save_to_disk` directory; several
 // comma-separated paths are concatenated in order. Every error names the file and the row.
 #pragma once
@@ -24,13 +26,15 @@
 
 namespace alpaca::data {
 
-enum class DatasetFormat { kAuto, kAlpaca, kMessages, kShareGpt, kPromptCompletion, kText };
+enum class DatasetFormat { kAuto, kAlpaca, kMessages, kShareGpt, kPromptCompletion, kText, kTokenized };
 
-// "auto" (or "") / alpaca / messages / sharegpt / prompt_completion / text; anything else is an error
-// listing the names.
+// "auto" (or "") / alpaca / messages / sharegpt / prompt_completion / text / tokenized; anything else
+// is an error listing the names.
 DatasetFormat parse_dataset_format(const std::string& name);
+// Whether parse_dataset_format accepts `name` (for the flags' usage checks).
+bool is_dataset_format_name(const std::string& name);
 const char* dataset_format_name(DatasetFormat format);
-// "alpaca, messages, sharegpt, prompt_completion, text": for help texts and errors.
+// "alpaca, messages, sharegpt, prompt_completion, text, tokenized": for help texts and errors.
 const char* dataset_format_names();
 
 // How to read rows: the format (kAuto: detected per file) and the field that holds a language-
@@ -59,6 +63,9 @@ RowFormat parse_row_format(const std::string& format_name, const std::string& te
 //  - kText (TRL's language-modelling rows, {"text": ...}, or the field RowFormat::text_field names):
 //    the text in `completion`, `prompt` empty: TRL tokenizes text + EOS and trains every token,
 //    what an empty prompt gives.
+//  - kTokenized: `token_ids` and, when the row has them, `token_labels` (as given) or the masks
+//    (0/1 per token) that SFTTrainer folds into the labels: assistant_masks always,
+//    completion_mask with completion_only_loss (conversation_example.h).
 struct ConversationRow {
   DatasetFormat format = DatasetFormat::kAlpaca;
   std::string source;  // "<file>: row <i>", for errors about this row later (template, mask)
@@ -67,6 +74,8 @@ struct ConversationRow {
   std::vector<char> train_message;  // per message: 0 where the row says "train": false
   int64_t num_prompt_messages = 0;   // prompt-completion message lists only
   std::string prompt, completion;    // prompt-completion strings only
+  std::vector<int64_t> token_ids, token_labels;         // tokenized rows only (labels may be absent)
+  std::vector<char> completion_mask, assistant_masks;  // tokenized rows only, empty when absent
 
   bool is_conversational() const { return !conversation_json.empty(); }
 };
