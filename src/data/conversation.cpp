@@ -56,6 +56,44 @@ Row normalise_tools(const Row& tools, const std::string& where) {
   return out;
 }
 
+namespace {
+
+// apply_chat_template's own parameters and the variables the trainer sets: a row's
+// chat_template_kwargs cannot set them (transformers would take them as arguments, not variables).
+bool is_reserved_template_kwarg(const std::string& key) {
+  for (const char* k : {"messages", "conversation", "add_generation_prompt", "continue_final_message", "chat_template",
+                        "tokenize", "return_dict", "return_assistant_tokens_mask", "padding", "truncation",
+                        "max_length", "return_tensors", "tokenizer_kwargs"})
+    if (key == k) return true;
+  return false;
+}
+
+}  // namespace
+
+void add_template_variables(const Row& row, Row& ctx, const std::string& where) {
+  if (const Row* tools = member(row, "tools")) ctx["tools"] = normalise_tools(*tools, where);
+  const Row* kwargs = member(row, "chat_template_kwargs");
+  if (!kwargs) return;
+  ALPACA_CHECK(kwargs->is_object(), where << ": \"chat_template_kwargs\" is a " << kwargs->type_name()
+                                          << ", expected an object of template variables (e.g. {\"enable_thinking\": "
+                                             "false})");
+  for (const auto& [key, value] : kwargs->items()) {
+    if (value.is_null()) continue;  // absent, as a null member is everywhere (Arrow structs)
+    ALPACA_CHECK(!is_reserved_template_kwarg(key),
+                 where << ": \"chat_template_kwargs\" sets \"" << key
+                       << "\", which is not a template variable: the trainer sets it (the messages from the row, "
+                          "add_generation_prompt where a prompt ends, the template from the model or "
+                          "--chat_template); remove it from the row");
+    if (key == "tools") {
+      ctx["tools"] = normalise_tools(value, where);
+    } else {
+      Row v = value;
+      drop_nulls(v);
+      ctx[key] = std::move(v);
+    }
+  }
+}
+
 Row make_message(const std::string& role, const Row* content, const Row& src,
                  std::initializer_list<const char*> skip, const std::string& where, char* train) {
   ALPACA_CHECK(is_known_role(role), where << ": unknown role \"" << role << "\"; known roles: "
@@ -132,7 +170,7 @@ ConversationRow messages_row(const Row& row, const std::string& name, int64_t in
   ctx["messages"] = Row::array();
   append_openai_messages(*list, where, "messages", ctx["messages"], r.train_message);
   ALPACA_CHECK(!ctx["messages"].empty(), where << ": \"messages\" is empty");
-  if (const Row* tools = member(row, "tools")) ctx["tools"] = normalise_tools(*tools, where);
+  add_template_variables(row, ctx, where);
   r.conversation_json = ctx.dump();
   return r;
 }
@@ -161,7 +199,7 @@ ConversationRow prompt_completion_row(const Row& row, const std::string& name, i
   append_openai_messages(*completion, where, "completion", ctx["messages"], r.train_message);
   ALPACA_CHECK(static_cast<int64_t>(ctx["messages"].size()) > r.num_prompt_messages,
                where << ": \"completion\" is an empty list; it needs the assistant's message");
-  if (const Row* tools = member(row, "tools")) ctx["tools"] = normalise_tools(*tools, where);
+  add_template_variables(row, ctx, where);
   r.conversation_json = ctx.dump();
   return r;
 }

@@ -50,7 +50,8 @@ int64_t common_prefix_length(const std::vector<int64_t>& a, const std::vector<in
 json template_special_tokens(const tokenizer::Tokenizer& tok);
 
 // The template context of `row` with its first `num_messages` messages (all when < 0), as
-// transformers passes it: the special tokens, add_generation_prompt, the row's tools.
+// transformers passes it: the special tokens, add_generation_prompt, the row's tools and
+// chat_template_kwargs.
 std::string context(const ConversationRow& row, int64_t num_messages, bool add_generation_prompt,
                     const tokenizer::Tokenizer& tok) {
   json ctx = json::parse(row.conversation_json);
@@ -60,7 +61,10 @@ std::string context(const ConversationRow& row, int64_t num_messages, bool add_g
   }
   ctx["add_generation_prompt"] = add_generation_prompt;
   const json special = template_special_tokens(tok);  // a named local: items() refers to it
-  for (const auto& [name, token] : special.items()) ctx[name] = token;
+  // The row's chat_template_kwargs win over the special tokens (transformers:
+  // {**special_tokens_map, **kwargs}).
+  for (const auto& [name, token] : special.items())
+    if (!ctx.contains(name)) ctx[name] = token;
   return ctx.dump();
 }
 

@@ -34,6 +34,13 @@ Row make_message(const std::string& role, const Row* content, const Row& src,
 // `tools` as a list (a JSON string is parsed), nulls dropped.
 Row normalise_tools(const Row& tools, const std::string& where);
 
+// The template variables a conversation row brings beside its messages, added to `ctx`: `tools`
+// (normalised), then each member of `chat_template_kwargs` (TRL passes the row's dict to
+// apply_chat_template, so it overrides `tools` and the tokenizer's special tokens; e.g.
+// {"enable_thinking": false} for Qwen3's template). Null members are absent; an argument of
+// apply_chat_template (messages, add_generation_prompt, chat_template, ...) is an error.
+void add_template_variables(const Row& row, Row& ctx, const std::string& where);
+
 ConversationRow sharegpt_row(const Row& row, const std::string& name, int64_t index);
 
 // The format of a file from its first row; an error listing row 0's fields when none matches.

@@ -107,7 +107,7 @@ ConversationRow sharegpt_row(const Row& row, const std::string& name, int64_t in
   }
   Row ctx = Row::object();
   ctx["messages"] = std::move(messages);
-  if (const Row* tools = member(row, "tools")) ctx["tools"] = normalise_tools(*tools, where);
+  add_template_variables(row, ctx, where);
   r.conversation_json = ctx.dump();
   return r;
 }

@@ -190,6 +190,33 @@ TEST(ChatDataset, TokenizedRowsAreReadAsGiven) {
   EXPECT_HAS(load_error(R"({"input_ids": [1]})" "\n" R"({"messages": []})"), "row 1: \"input_ids\" is missing");
 }
 
+// TRL passes a row's chat_template_kwargs to apply_chat_template: they join the template context
+// (over the row's tools), nulls left out as everywhere; apply_chat_template's own arguments are
+// refused. The rendering itself is checked against SFTTrainer in test_conversation_masks.
+TEST(ChatDataset, ChatTemplateKwargsBecomeTemplateVariables) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}])";
+  std::vector<ConversationRow> rows;  // one format per file: one parse per row
+  for (const std::string& row :
+       {"{" + msgs + R"(, "tools": [{"name": "a"}], "chat_template_kwargs": {"enable_thinking": false, "tools": "[{\"name\": \"b\"}]", "x": {"y": null, "z": 1}, "gone": null}})",
+        std::string(R"({"prompt": [{"role": "user", "content": "p"}], "completion": [{"role": "assistant", "content": "c"}], "chat_template_kwargs": {"reasoning_effort": "low"}})"),
+        std::string(R"({"prompt": "p", "completion": "c", "chat_template_kwargs": {"enable_thinking": false}})")})
+    rows.push_back(parse_dataset_rows(row, "k.jsonl").at(0));
+  const auto ctx = nlohmann::json::parse(rows[0].conversation_json);
+  EXPECT_EQ(ctx["enable_thinking"], false);
+  EXPECT_EQ(ctx["tools"], nlohmann::json::parse(R"([{"name": "b"}])"));  // the kwargs' tools win, parsed
+  EXPECT_EQ(ctx["x"], nlohmann::json::parse(R"({"z": 1})"));
+  EXPECT_FALSE(ctx.contains("gone"));
+  EXPECT_EQ(nlohmann::json::parse(rows[1].conversation_json)["reasoning_effort"], "low");
+  EXPECT_TRUE(rows[2].conversation_json.empty());  // string prompts: no template, as in TRL
+
+  EXPECT_HAS(load_error("{" + msgs + R"(, "chat_template_kwargs": "enable_thinking=False"})"),
+             "row 0: \"chat_template_kwargs\" is a string, expected an object of template variables");
+  for (const char* key : {"add_generation_prompt", "messages", "chat_template", "continue_final_message"})
+    EXPECT_HAS(load_error("{" + msgs + R"(, "chat_template_kwargs": {")" + key + R"(": true}})"),
+               std::string("\"chat_template_kwargs\" sets \"") + key + "\", which is not a template variable");
+  EXPECT_HAS(load_error("{" + msgs + R"(, "chat_template_kwargs": {"tools": 3}})"), "\"tools\" is a number");
+}
+
 TEST(ChatDataset, BadRowsAreErrorsNamingTheRow) {
   std::string m = load_error(R"({"question": "q", "answer": "a"})");
   EXPECT_HAS(m, "match no dataset format");

@@ -265,7 +265,7 @@ TEST(ConversationMasks, MatchTrlSftTrainerLabels) {
     // SFTConfig's dataset_text_field (text rows in another field: --dataset_text_field).
     const RowFormat format(DatasetFormat::kAuto, s.value("dataset_text_field", std::string("text")));
     auto examples = load_examples((fixture() / s["data"].get<std::string>()).string(), format, tok,
-                                  fx["model_dir"].get<std::string>(), fixture() / fx["trl_template"].get<std::string>(),
+                                  fx["model_dir"].get<std::string>(), fixture() / s.value("template", fx["trl_template"].get<std::string>()),
                                   opt, 1, &st);
     if (packing) {
       examples = pack_examples(examples, max_len, nullptr, parse_packing_strategy(strategy));

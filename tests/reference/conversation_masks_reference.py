@@ -432,9 +432,39 @@ def tokenized_rows(tok):
     return cm, am, lab
 
 
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city"}},
+                   "required": ["city"]}}}
+# Rows with per-row chat_template_kwargs, which SFTTrainer passes to apply_chat_template. Qwen3's
+# enable_thinking=False writes an empty think block into the generation prompt, so the prompt's
+# tokens (and where the completion starts) change; {} becomes {"enable_thinking": None} in the
+# Arrow struct, as absent. `tools` given there replaces the row's own.
+THINK_ROWS = [
+    {"prompt": [{"role": "user", "content": "What is 2+2?"}],
+     "completion": [{"role": "assistant", "content": "4."}], "chat_template_kwargs": {"enable_thinking": False}},
+    {"prompt": [{"role": "user", "content": "Name a camelid."}],
+     "completion": [{"role": "assistant", "content": "The alpaca."}], "chat_template_kwargs": {"enable_thinking": True}},
+    {"prompt": [{"role": "user", "content": "Say hi."}],
+     "completion": [{"role": "assistant", "content": "Hi!"}], "chat_template_kwargs": {}},
+]
+TOOLS_KWARGS_ROWS = [
+    {"messages": [{"role": "user", "content": "Weather in Lima?"}, {"role": "assistant", "content": "Sunny, 24 C."}],
+     "chat_template_kwargs": {"tools": [WEATHER_TOOL], "enable_thinking": False}},
+    {"messages": [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": "Hello!"}],
+     "chat_template_kwargs": {"tools": None, "enable_thinking": True}},
+]
+
+
 def trl_sets(tok, tagged_src, out_dir):
     sets = []
     tok_cm, tok_am, tok_lab = tokenized_rows(tok)
+    import trl
+    qwen3_name = "qwen3_training.jinja"
+    qwen3_src = open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", qwen3_name), encoding="utf-8").read()
+    with open(os.path.join(out_dir, qwen3_name), "w", encoding="utf-8") as f:
+        f.write(qwen3_src)
+    template_files = {tagged_src: "qwen2_5_training.jinja", qwen3_src: qwen3_name}
     specs = [  # name, rows, template, assistant_only_loss, completion_only_loss, max_length, also "wrapped"[, text field]
         ("messages_assistant_only", MSG_ROWS, tagged_src, True, None, 96, False),
         ("messages_all_tokens", MSG_ROWS[:4], tagged_src, False, None, 1024, False),
@@ -454,6 +484,8 @@ def trl_sets(tok, tagged_src, out_dir):
         ("tokenized_completion_mask_unused", tok_cm, tagged_src, False, None, 12, False),
         ("tokenized_assistant_masks", tok_am, tagged_src, False, None, 12, True),
         ("tokenized_labels", tok_lab, tagged_src, False, None, 12, False),
+        ("kwargs_enable_thinking", THINK_ROWS, qwen3_src, False, None, 1024, False),
+        ("kwargs_tools_assistant_only", TOOLS_KWARGS_ROWS, qwen3_src, True, None, 1024, False),
     ]
     for name, rows, tmpl, aol, col, max_len, wrapped, *field in specs:
         text_field = field[0] if field else "text"
@@ -465,6 +497,7 @@ def trl_sets(tok, tagged_src, out_dir):
             sets.append({"name": name, "data": os.path.basename(path), "assistant_only_loss": aol,
                          "completion_only_loss": col, "max_length": max_len, "packing": packing,
                          "packing_strategy": strategy or "bfd", "dataset_text_field": text_field,
+                         "template": template_files[tmpl],
                          "examples": trl_labels(tok, tmpl, rows, aol, col, max_len, packing, strategy or "bfd",
                                                 text_field)})
     return sets

@@ -10,6 +10,9 @@
 //   tokenized          {input_ids, labels?, completion_mask?, assistant_masks?}: already tokenized
 //                      (TRL's "processed" datasets: used as given, no template, no EOS added)
 //
+// Rows rendered by a chat template may carry `chat_template_kwargs` (an object), whose members join
+// the template's variables as TRL passes them to apply_chat_template (e.g. enable_thinking).
+//
 // The format is chosen per file from its first row's fields (input_ids, then messages,
 // conversations, prompt+completion, instruction+output, then the text field, in that order, as TRL
 // checks for a processed dataset, then `messages`), unless --dataset_format names one. Files: JSON array or JSON Lines (.json, .jsonl, any other name),
@@ -54,7 +57,8 @@ RowFormat parse_row_format(const std::string& format_name, const std::string& te
 // One dataset row after normalisation.
 //  - kAlpaca: `alpaca` only.
 //  - kMessages / kShareGpt / kPromptCompletion with message lists: `conversation_json` is the
-//    template context `{"messages": [...], "tools": [...]}` ("tools" only when the row has it),
+//    template context `{"messages": [...], "tools": [...], <chat_template_kwargs' members>}`
+//    ("tools" only when the row has it),
 //    every message {"role", "content"?, other keys in the row's order}: roles are system, user,
 //    assistant, tool; ShareGPT roles are mapped (conversation.cpp says how); null members and the
 //    per-message "train" key are dropped (its value is in `train_message`). For prompt-completion,
