@@ -173,11 +173,18 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
 
   CommandLine cl;
   cl.config_path = config_path;
+  // One flag given under two names (an alias and its flag, or two aliases): name them, aliases first.
+  std::map<std::string, std::vector<std::string>> spellings;
+  for (const auto& [spelling, opt] : options)
+    if (opt->count() != 0) spellings[canonical_name(spelling)].push_back(spelling);
+  for (auto& [flag, names] : spellings) {
+    std::stable_partition(names.begin(), names.end(), [&, f = flag](const std::string& n) { return n != f; });
+    ALPACA_USAGE_CHECK(names.size() == 1, "--" << names[0] << " and --" << names[1]
+                                                << " are the same flag; give only --" << flag);
+  }
   for (const auto& [spelling, opt] : options) {
     if (opt->count() == 0) continue;
     std::string flag = canonical_name(spelling);
-    ALPACA_USAGE_CHECK(!cl.values.count(flag), "--" << spelling << " and --" << flag
-                                                    << " are the same flag; give only --" << flag);
     const auto& results = opt->results();
     // CLI11 hands a following "--flag" to an option that takes a value; never take a flag as a value.
     for (const auto& r : results) {

@@ -68,9 +68,11 @@ std::string train_help() {
       if (f.group != g) continue;
       os << "  --" << f.name << " " << type_name(f.type) << "  (default: " << shown_default(f) << ")\n";
       std::string help = f.help;
-      for (const auto& [alias, target] : train_flag_aliases()) {
-        if (target == f.name && help.find(alias) == std::string::npos) help += " Alias: --" + alias + ".";
-      }
+      std::string aliases;
+      for (const auto& [alias, target] : train_flag_aliases())
+        if (target == f.name && help.find("--" + alias) == std::string::npos)
+          aliases += (aliases.empty() ? "--" : ", --") + alias;
+      if (!aliases.empty()) help += (aliases.find(',') == std::string::npos ? " Alias: " : " Aliases: ") + aliases + ".";
       wrap(os, help, "      ");
     }
   }

@@ -417,6 +417,22 @@ TEST(TrainArgs, HelpListsEveryFlagUnderItsGroup) {
   }
   EXPECT_NE(help.find("--config FILE"), std::string::npos);
   EXPECT_NE(help.find("Alias: --evaluation_strategy"), std::string::npos);
+  EXPECT_NE(help.find("Aliases:"), std::string::npos);
+  EXPECT_NE(help.find("--max_seq_length."), std::string::npos);
+}
+
+// TRL's names of the sequence length (SFTConfig.max_length; max_seq_length before TRL 0.20), on
+// the command line, set --model_max_length.
+TEST(TrainArgs, TrlSequenceLengthNamesAreAliases) {
+  TrainArgs a = parse_train_args(shell_split(kRequired + "--max_length 1024"));
+  EXPECT_EQ(a.model_max_length, 1024);
+  EXPECT_TRUE(a.is_set("model_max_length"));
+  EXPECT_EQ(parse_train_args(shell_split(kRequired + "--max-seq-length 256")).model_max_length, 256);
+  EXPECT_EQ(parse_train_args(shell_split(kRequired)).model_max_length, 512);  // train.py's default, not TRL's 1024
+  expect_usage_errors(
+      {{"--max_length 64 --model_max_length 128",
+        "--max_length and --model_max_length are the same flag; give only --model_max_length"},
+       {"--max_seq_length 64 --max_length 128", "--max_length and --max_seq_length are the same flag"}});
 }
 
 TEST(TrainArgs, EffectiveArgsListingMarksWhatWasSet) {
