@@ -57,7 +57,13 @@ if [ ! -f "$BUILD/build.ninja" ]; then
   CXX="$CXX_BIN" cmake -S "$ROOT/fuzz" -B "$BUILD" -G Ninja \
     ${CCACHE:+-DCMAKE_CXX_COMPILER_LAUNCHER=ccache} >/dev/null
 fi
-ninja -C "$BUILD" -j"${ALPACA_FUZZ_JOBS:-2}" >/dev/null
+# Quiet when it builds; the whole log when it does not (ninja prints its errors on stdout, and a
+# silent exit here once ended CI with no word of why).
+if ! ninja -C "$BUILD" -j"${ALPACA_FUZZ_JOBS:-2}" >"$BUILD/ninja.log" 2>&1; then
+  echo "[fuzz] building $BUILD failed:"
+  tail -60 "$BUILD/ninja.log"
+  exit 1
+fi
 # The targets run side by side, one per core (each libFuzzer process is single-threaded): 13 targets
 # at 10 s took 130 s one after another on CI's two cores, 70 s two at a time. Each target's report is
 # printed whole, in name order, once all have run.
