@@ -18,6 +18,7 @@
 #include "alpaca/cli/commands.h"
 #include "alpaca/cli/subcommand_flags.h"
 #include "alpaca/cli/usage_error.h"
+#include "alpaca/data/conversation.h"
 #include "alpaca/data/conversation_example.h"
 #include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/generate/generation_config.h"
@@ -36,7 +37,7 @@ namespace {
 
 struct GenerateFlags {
   std::string model_dir, adapter, instruction, input, prompts, output, expected_field, device = "auto";
-  std::string padding_side = "left", chat_template;
+  std::string padding_side = "left", chat_template, chat_template_kwargs;
   bool chat = false, raw_prompt = false, bf16 = false, do_sample = false;
   int64_t max_new_tokens = 0, top_k = 50, batch_size = 1;
   double temperature = 1.0, top_p = 1.0, repetition_penalty = 1.0;
@@ -91,8 +92,9 @@ void check_flags(const GenerateFlags& f, const ParsedFlags& parsed) {
   ALPACA_USAGE_CHECK(f.output.empty() || !f.prompts.empty(), "--output goes with --prompts");
   ALPACA_USAGE_CHECK(f.expected_field.empty() || !f.prompts.empty(), "--expected_field goes with --prompts");
   ALPACA_USAGE_CHECK(!(f.raw_prompt && !f.input.empty()), "--raw_prompt sends --instruction as is; drop --input");
-  ALPACA_USAGE_CHECK(!(f.raw_prompt && f.chat), "--raw_prompt sends the text as is, --chat through the chat template; "
-                                                "give one of them");
+  ALPACA_USAGE_CHECK(!(f.raw_prompt && (f.chat || !f.chat_template.empty() || !f.chat_template_kwargs.empty())),
+                     "--raw_prompt sends the text as is, --chat (--chat_template, --chat_template_kwargs) through the "
+                     "chat template; give one of them");
   ALPACA_USAGE_CHECK(f.chat_template.empty() || fs::is_regular_file(f.chat_template),
                      "--chat_template " << f.chat_template << " is not a file (a Jinja chat template is needed)");
   ALPACA_USAGE_CHECK(f.padding_side == "left" || f.padding_side == "right",
@@ -184,6 +186,9 @@ Subcommand generate_command(GenerateFlags& f) {
        {"--chat_template", &f.chat_template,
         "Jinja chat template file used instead of the model's (chat_template.jinja / tokenizer_config.json); "
         "implies --chat"},
+       {"--chat_template_kwargs", &f.chat_template_kwargs,
+        "JSON object of chat template variables for every conversation, e.g. '{\"enable_thinking\": false}' "
+        "(apply_chat_template's kwargs; a --prompts record's own chat_template_kwargs win); implies --chat"},
        {"--max_new_tokens", &f.max_new_tokens,
         "New tokens at most (default: generation_config.json's max_new_tokens, or max_length minus each batch's longest "
         "prompt, else 256)"},
@@ -217,6 +222,26 @@ generate::SamplingParams sampling_options(const GenerateFlags& f, const ParsedFl
   return o;
 }
 
+// --chat_template_kwargs as template variables (checked as a row's chat_template_kwargs are).
+std::string flag_variables_json(const GenerateFlags& f) {
+  if (f.chat_template_kwargs.empty()) return "{}";
+  nlohmann::json kwargs;
+  try {
+    kwargs = nlohmann::json::parse(f.chat_template_kwargs);
+  } catch (const nlohmann::json::parse_error& e) {
+    ALPACA_USAGE_FAIL("--chat_template_kwargs is not JSON (" << e.what() << "); give an object, e.g. "
+                      "'{\"enable_thinking\": false}'");
+  }
+  ALPACA_USAGE_CHECK(kwargs.is_object(), "--chat_template_kwargs is a JSON " << kwargs.type_name()
+                                             << "; give an object of template variables, e.g. '{\"enable_thinking\": false}'");
+  try {
+    return data::row_template_variables_json(nlohmann::json{{"chat_template_kwargs", kwargs}}.dump(),
+                                             "--chat_template_kwargs");
+  } catch (const Error& e) {
+    ALPACA_USAGE_FAIL(e.message());
+  }
+}
+
 // Token ids of every prompt: Alpaca/raw text with the tokenizer's special tokens, a conversation
 // through the chat template (loaded only when a record has one) and without them, as transformers'
 // apply_chat_template(tokenize=True) does.
@@ -240,7 +265,10 @@ std::vector<std::vector<int64_t>> encode_prompts(const GenerateFlags& f,
       ALPACA_INFO("generate: chat template of " << (f.chat_template.empty() ? tok_dir : f.chat_template)
                   << ", with add_generation_prompt");
     }
-    out.push_back(tok.encode(generate::chat_prompt(*tmpl, *r.messages, data::template_special_tokens_json(tok)),
+    // --chat_template_kwargs for every conversation, the record's own variables over them.
+    nlohmann::ordered_json vars = nlohmann::ordered_json::parse(flag_variables_json(f));  // key order kept
+    vars.update(nlohmann::ordered_json::parse(r.template_variables));
+    out.push_back(tok.encode(generate::chat_prompt(*tmpl, *r.messages, data::template_special_tokens_json(tok), vars.dump()),
                              /*add_special_tokens=*/false));
   }
   return out;
@@ -260,7 +288,8 @@ int run_generate(const std::vector<std::string>& args) {
   const std::string tok_dir = adapter ? io::adapter_tokenizer_dir(f.adapter, f.model_dir) : f.model_dir;
 
   // Prompts (cheap, and their errors should not wait for the model to load).
-  if (!f.chat_template.empty()) f.chat = true;
+  if (!f.chat_template.empty() || !f.chat_template_kwargs.empty()) f.chat = true;
+  (void)flag_variables_json(f);  // a bad --chat_template_kwargs fails here, before the model loads
   generate::PromptOptions popts{f.raw_prompt, f.expected_field, f.chat};
   std::vector<generate::PromptRecord> records;
   if (!f.prompts.empty()) {

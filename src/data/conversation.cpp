@@ -78,7 +78,12 @@ void add_template_variables(const Row& row, Row& ctx, const std::string& where) 
                                           << ", expected an object of template variables (e.g. {\"enable_thinking\": "
                                              "false})");
   for (const auto& [key, value] : kwargs->items()) {
-    if (value.is_null()) continue;  // absent, as a null member is everywhere (Arrow structs)
+    // A null member is absent, as everywhere (Arrow structs), except that TRL's merge
+    // {"tools": row tools, **chat_template_kwargs} lets a null "tools" there take the row's away.
+    if (value.is_null()) {
+      if (key == "tools") ctx.erase("tools");
+      continue;
+    }
     ALPACA_CHECK(!is_reserved_template_kwarg(key),
                  where << ": \"chat_template_kwargs\" sets \"" << key
                        << "\", which is not a template variable: the trainer sets it (the messages from the row, "
@@ -92,6 +97,14 @@ void add_template_variables(const Row& row, Row& ctx, const std::string& where) 
       ctx[key] = std::move(v);
     }
   }
+}
+
+std::string row_template_variables_json(const std::string& row_json, const std::string& where) {
+  const Row row = Row::parse(row_json);
+  ALPACA_CHECK(row.is_object(), where << " is a " << row.type_name() << ", expected an object");
+  Row vars = Row::object();
+  add_template_variables(row, vars, where);
+  return vars.dump();
 }
 
 Row make_message(const std::string& role, const Row* content, const Row& src,

@@ -37,7 +37,8 @@ Row normalise_tools(const Row& tools, const std::string& where);
 // The template variables a conversation row brings beside its messages, added to `ctx`: `tools`
 // (normalised), then each member of `chat_template_kwargs` (TRL passes the row's dict to
 // apply_chat_template, so it overrides `tools` and the tokenizer's special tokens; e.g.
-// {"enable_thinking": false} for Qwen3's template). Null members are absent; an argument of
+// {"enable_thinking": false} for Qwen3's template). Null members are absent (a null "tools" takes
+// the row's tools away, as TRL's dict merge does); an argument of
 // apply_chat_template (messages, add_generation_prompt, chat_template, ...) is an error.
 void add_template_variables(const Row& row, Row& ctx, const std::string& where);
 

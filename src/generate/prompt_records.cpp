@@ -3,15 +3,19 @@
 #include <fstream>
 #include <sstream>
 
-#include <nlohmann/json.hpp>  // defines: nlohmann::json
+#include <nlohmann/json.hpp>  // defines: nlohmann::ordered_json
 
 #include "alpaca/data/alpaca_example.h"
+#include "alpaca/data/conversation.h"
 #include "alpaca/util/error.h"
 
 namespace alpaca::generate {
 namespace {
 
-using nlohmann::json;
+// Objects keep the file's key order, as Python dicts do: a template that writes messages or tools
+// as JSON text (tool schemas, tool-call arguments) gives transformers' text, and output lines
+// repeat each record's fields in its order.
+using json = nlohmann::ordered_json;
 
 // An OpenAI-style conversation: a non-empty list of objects, each with a string "role" (the
 // template decides what it accepts beyond that, as transformers leaves it to the template).
@@ -54,6 +58,7 @@ PromptRecord to_prompt(const json& v, const std::string& name, int64_t index, co
       r.prompt = opts.raw_prompt ? instruction : alpaca_prompt(instruction, input);
     }
   }
+  if (r.messages) r.template_variables = data::row_template_variables_json(v.dump(), name + ": record " + std::to_string(index));
   if (!opts.expected_field.empty()) {
     auto it = v.find(opts.expected_field);
     ALPACA_CHECK(it != v.end(), name << ": record " << index << " has no \"" << opts.expected_field

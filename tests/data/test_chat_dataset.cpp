@@ -208,6 +208,13 @@ TEST(ChatDataset, ChatTemplateKwargsBecomeTemplateVariables) {
   EXPECT_FALSE(ctx.contains("gone"));
   EXPECT_EQ(nlohmann::json::parse(rows[1].conversation_json)["reasoning_effort"], "low");
   EXPECT_TRUE(rows[2].conversation_json.empty());  // string prompts: no template, as in TRL
+  // TRL merges {"tools": row's, **chat_template_kwargs}: a null "tools" there takes the row's away.
+  EXPECT_FALSE(nlohmann::json::parse(
+                   parse_dataset_rows("{" + msgs + R"(, "tools": [{"name": "a"}], "chat_template_kwargs": {"tools": null}})",
+                                      "k.jsonl")
+                       .at(0)
+                       .conversation_json)
+                   .contains("tools"));
 
   EXPECT_HAS(load_error("{" + msgs + R"(, "chat_template_kwargs": "enable_thinking=False"})"),
              "row 0: \"chat_template_kwargs\" is a string, expected an object of template variables");

@@ -2,7 +2,8 @@
 // on SmolLM2-135M-Instruct, message-list prompts rendered by its chat template with
 // add_generation_prompt and tokenized without added special tokens give apply_chat_template's
 // ids exactly, the CLI's greedy answers are token-exact with model.generate on them (also for
-// --instruction with --chat_template: one user message). A model
+// --instruction with --chat_template: one user message), template variables (records' tools and
+// chat_template_kwargs, --chat_template_kwargs) as apply_chat_template's kwargs. A model
 // without a chat template under --chat is a clear error.
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 #include "alpaca/data/conversation_example.h"
 #include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/generate/chat_prompt.h"
+#include "alpaca/generate/prompt_records.h"
 #include "test_util.h"
 
 namespace test_generate_chat {
@@ -95,6 +97,47 @@ TEST_F(GenerateChat, InstructionWithChatTemplateIsOneUserMessage) {
             0)
       << out;
   EXPECT_EQ(out, want + "\n");
+}
+
+// Template variables: records with tools / chat_template_kwargs rendered by Qwen3's template give
+// apply_chat_template(..., tools=..., **chat_template_kwargs)'s text and ids (enable_thinking=False
+// writes an empty think block into the generation prompt; a null tools there takes the record's away).
+TEST_F(GenerateChat, RecordTemplateVariablesEqualApplyChatTemplateKwargs) {
+  const auto tmpl = alpaca::chat::ChatTemplate::load(model_, dir_ / "qwen3.jinja");
+  const auto tok = alpaca::tokenizer::Tokenizer::load(model_.string());
+  const auto records = alpaca::generate::load_prompt_records((dir_ / "kwargs_prompts.jsonl").string(), {});
+  ASSERT_EQ(records.size(), ref_["kwargs_texts"].size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    const std::string text = alpaca::generate::chat_prompt(tmpl, *records[i].messages,
+                                                           alpaca::data::template_special_tokens_json(tok),
+                                                           records[i].template_variables);
+    EXPECT_EQ(text, ref_["kwargs_texts"][i].get<std::string>()) << "record " << i;
+    EXPECT_EQ(tok.encode(text, /*add_special_tokens=*/false), ref_["kwargs_ids"][i].get<std::vector<int64_t>>())
+        << "record " << i;
+  }
+}
+
+// --chat_template_kwargs for every conversation: the greedy answer to the instruction asked with
+// enable_thinking=False through Qwen3's template is transformers'. Bad values are usage errors.
+TEST_F(GenerateChat, ChatTemplateKwargsFlagReachesTheTemplate) {
+  const auto tok = alpaca::tokenizer::Tokenizer::load(model_.string());
+  const std::string want = tok.decode(ref_["kwargs_new_ids"].get<std::vector<int64_t>>(), /*skip_special=*/true);
+  const std::string cmd = alpaca::testing::train_bin() + " generate --model_name_or_path " + model_.string() +
+                          " --chat_template " + (dir_ / "qwen3.jinja").string() +
+                          " --instruction 'What is the capital of France?' --max_new_tokens " +
+                          std::to_string(ref_["max_new_tokens"].get<int64_t>());
+  std::string out;
+  ASSERT_EQ(run_command("(" + cmd + " --chat_template_kwargs '{\"enable_thinking\": false}' 2>/dev/null)", &out), 0)
+      << out;
+  EXPECT_EQ(out, want + "\n");
+  for (const auto& [flag, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"'enable_thinking=False'", "--chat_template_kwargs is not JSON"},
+           {"'[1]'", "--chat_template_kwargs is a JSON array; give an object"},
+           {"'{\"add_generation_prompt\": false}'", "sets \"add_generation_prompt\", which is not a template variable"}}) {
+    std::string log;
+    EXPECT_EQ(run_command(cmd + " --chat_template_kwargs " + flag, &log), 2) << log;
+    EXPECT_NE(log.find(needle), std::string::npos) << log;
+  }
 }
 
 TEST_F(GenerateChat, ModelWithoutATemplateIsAClearError) {

@@ -439,7 +439,7 @@ WEATHER_TOOL = {"type": "function", "function": {
 # Rows with per-row chat_template_kwargs, which SFTTrainer passes to apply_chat_template. Qwen3's
 # enable_thinking=False writes an empty think block into the generation prompt, so the prompt's
 # tokens (and where the completion starts) change; {} becomes {"enable_thinking": None} in the
-# Arrow struct, as absent. `tools` given there replaces the row's own.
+# Arrow struct, as absent. `tools` given there replaces the row's own, a None there too.
 THINK_ROWS = [
     {"prompt": [{"role": "user", "content": "What is 2+2?"}],
      "completion": [{"role": "assistant", "content": "4."}], "chat_template_kwargs": {"enable_thinking": False}},
@@ -450,9 +450,9 @@ THINK_ROWS = [
 ]
 TOOLS_KWARGS_ROWS = [
     {"messages": [{"role": "user", "content": "Weather in Lima?"}, {"role": "assistant", "content": "Sunny, 24 C."}],
-     "chat_template_kwargs": {"tools": [WEATHER_TOOL], "enable_thinking": False}},
+     "tools": None, "chat_template_kwargs": {"tools": [WEATHER_TOOL], "enable_thinking": False}},
     {"messages": [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": "Hello!"}],
-     "chat_template_kwargs": {"tools": None, "enable_thinking": True}},
+     "tools": [WEATHER_TOOL], "chat_template_kwargs": {"tools": None, "enable_thinking": True}},
 ]
 
 

@@ -104,6 +104,12 @@ Dataset load_dataset(const std::string& paths, const RowFormat& format = {});
 std::vector<ConversationRow> parse_dataset_rows(const std::string& text, const std::string& name,
                                                 const RowFormat& format = {});
 
+// The chat-template variables a row (one JSON object, as text) brings beside its messages: its
+// `tools` and the members of its `chat_template_kwargs`, normalised as for training (nulls absent,
+// apply_chat_template's own arguments an error prefixed by `where`), as a JSON object text ("{}"
+// when none). For `generate`, whose prompt records and --chat_template_kwargs carry the same.
+std::string row_template_variables_json(const std::string& row_json, const std::string& where);
+
 // The paths of a comma-separated --data_path (empty items are an error).
 std::vector<std::string> split_data_paths(const std::string& paths);
 

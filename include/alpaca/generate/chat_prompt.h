@@ -13,7 +13,10 @@ namespace alpaca::generate {
 
 // `messages_json`: a JSON array of messages. `special_tokens_json`: the tokenizer's named special
 // tokens as transformers passes them to the template (data::template_special_tokens_json).
+// `variables_json`: a JSON object of further template variables (tools, chat_template_kwargs:
+// data::row_template_variables_json), which win over the special tokens as apply_chat_template's
+// kwargs do.
 std::string chat_prompt(const chat::ChatTemplate& tmpl, const std::string& messages_json,
-                        const std::string& special_tokens_json);
+                        const std::string& special_tokens_json, const std::string& variables_json = "{}");
 
 }  // namespace alpaca::generate

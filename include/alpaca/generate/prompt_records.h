@@ -16,6 +16,9 @@ struct PromptRecord {
   // "messages", or (PromptOptions::chat) its instruction as one user message. The chat template
   // renders it with add_generation_prompt (generate::chat_prompt).
   std::optional<std::string> messages;
+  // A chat record's template variables beside its messages, a JSON object: the record's `tools` and
+  // `chat_template_kwargs` members (data::row_template_variables_json), as training reads them.
+  std::string template_variables = "{}";
   std::optional<std::string> expected;  // the --expected_field value, when asked for
 };
 
