@@ -148,7 +148,12 @@ if [ "${SLURM_TEST_WAIT_REQUEUE:-0}" != 1 ]; then
     sleep 0.5
   done
   if [ "$(field "$id_pre" JobState)" = PENDING ]; then
-    echo "[slurm-test] job $id_pre requeued ($(field "$id_pre" Reason), eligible $(field "$id_pre" EligibleTime)); starting it now"
+    # Not at once: slurmd refuses a credential made in the same second as its revocation of the
+    # job's old one ("Killing non-startable batch JobId=2: Job credential revoked", a fresh-clone CI
+    # run on 2026-12-05: the job restarted 0.5 s after the requeue and ended FAILED). The 120 s
+    # Slurm waits covers that; 2 s does too (time_t seconds are compared).
+    echo "[slurm-test] job $id_pre requeued ($(field "$id_pre" Reason), eligible $(field "$id_pre" EligibleTime)); starting it in 2 s"
+    sleep 2
     scontrol update JobId="$id_pre" StartTime=now
   fi
 fi
