@@ -244,10 +244,12 @@ std::string flag_variables_json(const GenerateFlags& f) {
 
 // Token ids of every prompt: Alpaca/raw text with the tokenizer's special tokens, a conversation
 // through the chat template (loaded only when a record has one) and without them, as transformers'
-// apply_chat_template(tokenize=True) does.
+// apply_chat_template(tokenize=True) does, with `flag_variables` (--chat_template_kwargs) under
+// each record's own template variables.
 std::vector<std::vector<int64_t>> encode_prompts(const GenerateFlags& f,
                                                  const std::vector<generate::PromptRecord>& records,
-                                                 const tokenizer::Tokenizer& tok, const std::string& tok_dir) {
+                                                 const tokenizer::Tokenizer& tok, const std::string& tok_dir,
+                                                 const std::string& flag_variables) {
   std::optional<chat::ChatTemplate> tmpl;
   std::vector<std::vector<int64_t>> out;
   for (const auto& r : records) {
@@ -266,7 +268,7 @@ std::vector<std::vector<int64_t>> encode_prompts(const GenerateFlags& f,
                   << ", with add_generation_prompt");
     }
     // --chat_template_kwargs for every conversation, the record's own variables over them.
-    nlohmann::ordered_json vars = nlohmann::ordered_json::parse(flag_variables_json(f));  // key order kept
+    nlohmann::ordered_json vars = nlohmann::ordered_json::parse(flag_variables);  // key order kept
     vars.update(nlohmann::ordered_json::parse(r.template_variables));
     out.push_back(tok.encode(generate::chat_prompt(*tmpl, *r.messages, data::template_special_tokens_json(tok), vars.dump()),
                              /*add_special_tokens=*/false));
@@ -289,7 +291,7 @@ int run_generate(const std::vector<std::string>& args) {
 
   // Prompts (cheap, and their errors should not wait for the model to load).
   if (!f.chat_template.empty() || !f.chat_template_kwargs.empty()) f.chat = true;
-  (void)flag_variables_json(f);  // a bad --chat_template_kwargs fails here, before the model loads
+  const std::string flag_variables = flag_variables_json(f);  // a bad one fails before the model loads
   generate::PromptOptions popts{f.raw_prompt, f.expected_field, f.chat};
   std::vector<generate::PromptRecord> records;
   if (!f.prompts.empty()) {
@@ -308,7 +310,7 @@ int run_generate(const std::vector<std::string>& args) {
   opts.padding_side = f.padding_side == "left" ? generate::PaddingSide::kLeft : generate::PaddingSide::kRight;
 
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tok_dir);
-  const std::vector<std::vector<int64_t>> prompt_ids = encode_prompts(f, records, tok, tok_dir);
+  const std::vector<std::vector<int64_t>> prompt_ids = encode_prompts(f, records, tok, tok_dir, flag_variables);
   size_t longest = 0;
   for (const auto& p : prompt_ids) longest = std::max(longest, p.size());
   ALPACA_CHECK(longest > 0, "a prompt encodes to no tokens; give a non-empty instruction");
