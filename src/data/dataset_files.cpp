@@ -160,7 +160,15 @@ std::vector<std::string> split_data_paths(const std::string& paths) {
 
 Dataset load_dataset(const std::string& paths, const RowFormat& format) {
   Dataset d;
-  for (const std::string& p : split_data_paths(paths)) d.files.emplace_back(p, load_one(p, format, d.rows));
+  try {
+    for (const std::string& p : split_data_paths(paths)) d.files.emplace_back(p, load_one(p, format, d.rows));
+  } catch (const UserError&) {
+    throw;
+  } catch (const Error& e) {
+    // Whatever is wrong here is in the user's files, and every rank reads the same ones: a user
+    // error, printed once with its message (which names the file and row), no source location.
+    ALPACA_USER_FAIL(e.message());
+  }
   return d;
 }
 

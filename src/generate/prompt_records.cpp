@@ -8,6 +8,7 @@
 #include "alpaca/data/alpaca_example.h"
 #include "alpaca/data/conversation.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/user_error.h"
 
 namespace alpaca::generate {
 namespace {
@@ -121,10 +122,16 @@ std::vector<PromptRecord> parse_prompt_records(const std::string& raw, const std
 
 std::vector<PromptRecord> load_prompt_records(const std::string& path, const PromptOptions& opts) {
   std::ifstream f(path, std::ios::binary);
-  ALPACA_CHECK(f, "cannot read the prompts file " << path << "; check the --prompts path");
+  ALPACA_USER_CHECK(f, "cannot read the prompts file " << path << "; check the --prompts path");
   std::stringstream ss;
   ss << f.rdbuf();
-  return parse_prompt_records(ss.str(), path, opts);
+  try {
+    return parse_prompt_records(ss.str(), path, opts);
+  } catch (const UserError&) {
+    throw;
+  } catch (const Error& e) {  // the user's file: its message (file and record), no source location
+    ALPACA_USER_FAIL(e.message());
+  }
 }
 
 std::string output_line(const PromptRecord& rec, const std::string& generation, const std::vector<int64_t>& ids,

@@ -144,8 +144,10 @@ TEST(Preprocess, BadInputFailsWithoutWriting) {
                            (source_dir() / "data/tokenizer").string() + " --output " +
                            out_path.string() + " 2>&1",
                        &out);
-  EXPECT_NE(rc, 0);
-  EXPECT_NE(out.find("record 1"), std::string::npos) << out;
+  EXPECT_EQ(rc, 1) << out;  // a user error: the message alone, no source file:line
+  EXPECT_NE(out.find("alpaca-train: error: " + bad.string() + ": field \"instruction\" of record 1"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find(".cpp:"), std::string::npos) << out;
   EXPECT_FALSE(std::filesystem::exists(out_path));
   rc = run_command(train_bin() + " preprocess --data_path " + bad.string() + " --output " +
                        out_path.string() + " 2>&1",
