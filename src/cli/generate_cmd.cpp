@@ -252,6 +252,7 @@ std::vector<std::vector<int64_t>> encode_prompts(const GenerateFlags& f,
                                                  const std::string& flag_variables) {
   std::optional<chat::ChatTemplate> tmpl;
   std::vector<std::vector<int64_t>> out;
+  const auto flag_vars = nlohmann::ordered_json::parse(flag_variables);  // key order kept
   for (const auto& r : records) {
     if (!r.messages) {
       out.push_back(tok.encode(r.prompt, /*add_special_tokens=*/true));
@@ -268,7 +269,7 @@ std::vector<std::vector<int64_t>> encode_prompts(const GenerateFlags& f,
                   << ", with add_generation_prompt");
     }
     // --chat_template_kwargs for every conversation, the record's own variables over them.
-    nlohmann::ordered_json vars = nlohmann::ordered_json::parse(flag_variables);  // key order kept
+    nlohmann::ordered_json vars = flag_vars;
     vars.update(nlohmann::ordered_json::parse(r.template_variables));
     out.push_back(tok.encode(generate::chat_prompt(*tmpl, *r.messages, data::template_special_tokens_json(tok), vars.dump()),
                              /*add_special_tokens=*/false));

@@ -119,12 +119,12 @@ int run_preprocess(const std::vector<std::string>& args) {
   ALPACA_USAGE_CHECK(model_dir.empty() != tokenizer_path.empty(),
                      "preprocess: give exactly one of --model_name_or_path and --tokenizer");
   ALPACA_USAGE_CHECK(model_max_length > 0, "--model_max_length must be positive, got " << model_max_length);
-  ALPACA_USAGE_CHECK(data::is_dataset_format_name(dataset_format),
-                     "--dataset_format '" << dataset_format << "' is not a dataset format; give auto or one of "
-                                          << data::dataset_format_names());
-  ALPACA_USAGE_CHECK(!dataset_text_field.empty(), "--dataset_text_field is empty; give the field that holds each "
-                                                  "row's text (TRL's default: text)");
-  const data::RowFormat row_format = data::parse_row_format(dataset_format, dataset_text_field);
+  data::RowFormat row_format;
+  try {
+    row_format = data::parse_row_format(dataset_format, dataset_text_field);  // its errors name the flags
+  } catch (const Error& e) {
+    ALPACA_USAGE_FAIL(e.message());
+  }
   ALPACA_USAGE_CHECK(chat_template.empty() || std::filesystem::is_regular_file(chat_template),
                      "--chat_template " << chat_template << " is not a file (a Jinja chat template is needed)");
 

@@ -95,11 +95,11 @@ void validate_required(TrainArgs& a) {
                      "--model_name_or_path is required: a local Hugging Face LLaMA directory "
                      "(create a small one with `alpaca-train init-model`)");
   ALPACA_USAGE_CHECK(!a.data_path.empty(), "--data_path is required: an Alpaca JSON file of {instruction, input, output} records");
-  ALPACA_USAGE_CHECK(data::is_dataset_format_name(a.dataset_format),
-                     "--dataset_format '" << a.dataset_format << "' is not a dataset format; give auto or one of "
-                                          << data::dataset_format_names());
-  ALPACA_USAGE_CHECK(!a.dataset_text_field.empty(), "--dataset_text_field is empty; give the field that holds each "
-                                                    "row's text (TRL's default: text)");
+  try {
+    (void)data::parse_row_format(a.dataset_format, a.dataset_text_field);  // its errors name the flags
+  } catch (const Error& e) {
+    ALPACA_USAGE_FAIL(e.message());
+  }
   ALPACA_USAGE_CHECK(!a.output_dir.empty(), "--output_dir must not be empty");
 }
 

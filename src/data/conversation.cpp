@@ -3,6 +3,7 @@
 #include "alpaca/data/conversation.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include "alpaca/util/error.h"
@@ -343,29 +344,34 @@ std::vector<ConversationRow> parse_dataset_rows(const std::string& text, const s
   return out;
 }
 
-DatasetFormat parse_dataset_format(const std::string& name) {
-  if (name.empty() || name == "auto") return DatasetFormat::kAuto;
-  if (name == "alpaca") return DatasetFormat::kAlpaca;
-  if (name == "messages") return DatasetFormat::kMessages;
-  if (name == "sharegpt") return DatasetFormat::kShareGpt;
-  if (name == "prompt_completion") return DatasetFormat::kPromptCompletion;
-  if (name == "text") return DatasetFormat::kText;
-  if (name == "tokenized") return DatasetFormat::kTokenized;
-  ALPACA_FAIL("unknown dataset format \"" << name << "\"; give auto (detect from the fields) or one of "
-                                          << dataset_format_names());
+namespace {
+
+// The format `name` stands for ("" and "auto": kAuto), from dataset_format_name's list.
+std::optional<DatasetFormat> format_named(const std::string& name) {
+  if (name.empty()) return DatasetFormat::kAuto;
+  for (int f = static_cast<int>(DatasetFormat::kAuto); f <= static_cast<int>(DatasetFormat::kTokenized); ++f)
+    if (name == dataset_format_name(static_cast<DatasetFormat>(f))) return static_cast<DatasetFormat>(f);
+  return std::nullopt;
 }
 
-bool is_dataset_format_name(const std::string& name) {
-  if (name.empty() || name == "auto") return true;
-  for (int f = static_cast<int>(DatasetFormat::kAlpaca); f <= static_cast<int>(DatasetFormat::kTokenized); ++f)
-    if (name == dataset_format_name(static_cast<DatasetFormat>(f))) return true;
-  return false;
+}  // namespace
+
+DatasetFormat parse_dataset_format(const std::string& name) {
+  const auto format = format_named(name);
+  ALPACA_CHECK(format, "unknown dataset format \"" << name << "\"; give auto (detect from the fields) or one of "
+                                                   << dataset_format_names());
+  return *format;
 }
+
+bool is_dataset_format_name(const std::string& name) { return format_named(name).has_value(); }
 
 RowFormat parse_row_format(const std::string& format_name, const std::string& text_field) {
+  const auto format = format_named(format_name);
+  ALPACA_CHECK(format, "--dataset_format '" << format_name << "' is not a dataset format; give auto or one of "
+                                            << dataset_format_names());
   ALPACA_CHECK(!text_field.empty(), "--dataset_text_field is empty; give the field that holds each row's text "
                                     "(TRL's default: text)");
-  return RowFormat(parse_dataset_format(format_name), text_field);
+  return RowFormat(*format, text_field);
 }
 
 const char* dataset_format_name(DatasetFormat format) {

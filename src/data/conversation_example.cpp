@@ -293,10 +293,9 @@ auto naming_row(const ConversationRow& row, Fn&& fn) -> decltype(fn()) {
 // A tokenized row as SFTTrainer prepares a processed dataset: the ids as given (no EOS added), the
 // labels as given or input_ids masked where assistant_masks is 0 and, with completion_only_loss
 // (None counts as False: the rows have no prompt/completion fields), where completion_mask is 0;
-// then the start kept up to max_length. A row left with nothing to train is dropped by the caller,
-// as TRL's filter drops it, not refused.
-Example tokenized_example(const ConversationRow& row, const tokenizer::Tokenizer& tok, const MaskOptions& opt,
-                          bool* truncated) {
+// then (conversation_example) the start kept up to max_length. A row left with nothing to train is
+// dropped by the caller, as TRL's filter drops it, not refused.
+Example tokenized_example(const ConversationRow& row, const tokenizer::Tokenizer& tok, const MaskOptions& opt) {
   const int64_t vocab = tok.vocab_size();
   for (size_t i = 0; i < row.token_ids.size(); ++i)
     ALPACA_USER_CHECK(row.token_ids[i] < vocab, row.source << ": \"input_ids\"[" << i << "] is " << row.token_ids[i]
@@ -313,13 +312,6 @@ Example tokenized_example(const ConversationRow& row, const tokenizer::Tokenizer
       if ((completion_only && !row.completion_mask[i]) || (!row.assistant_masks.empty() && !row.assistant_masks[i]))
         ex.labels[i] = kIgnoreIndex;
   }
-  const bool cut = opt.model_max_length > 0 && opt.truncate_conversations &&
-                   static_cast<int64_t>(ex.input_ids.size()) > opt.model_max_length;
-  if (truncated) *truncated = cut;
-  if (cut) {
-    ex.input_ids.resize(static_cast<size_t>(opt.model_max_length));
-    ex.labels.resize(static_cast<size_t>(opt.model_max_length));
-  }
   return ex;
 }
 
@@ -328,16 +320,22 @@ Example tokenized_example(const ConversationRow& row, const tokenizer::Tokenizer
 Example conversation_example(const ConversationRow& row, const tokenizer::Tokenizer& tok, const chat::ChatTemplate* tmpl,
                              const MaskOptions& opt, bool* truncated) {
   ALPACA_CHECK(row.format != DatasetFormat::kAlpaca, row.source << ": alpaca rows go through tokenize_alpaca");
-  if (row.format == DatasetFormat::kTokenized) return tokenized_example(row, tok, opt, truncated);
-  ALPACA_USER_CHECK(tmpl || !row.is_conversational(), row.source << ": a conversation row needs the model's chat template "
-                                                                   "(chat_template.jinja, or give --chat_template FILE)");
-  const bool completion_only = row.format == DatasetFormat::kPromptCompletion && opt.completion_only_loss.value_or(true);
   Rendered r;
-  Example ex = naming_row(row, [&] {
-    return row.is_conversational() ? conversation_rows_example(row, tok, *tmpl, opt, completion_only, r)
-                                   : string_prompt_completion(row, tok, completion_only);
-  });
-  check_not_empty(ex, row, opt);
+  Example ex;
+  if (row.format == DatasetFormat::kTokenized) {
+    ex = tokenized_example(row, tok, opt);  // nothing left to train is not an error there (TRL drops it)
+  } else {
+    ALPACA_USER_CHECK(tmpl || !row.is_conversational(), row.source << ": a conversation row needs the model's chat "
+                                                                     "template (chat_template.jinja, or give "
+                                                                     "--chat_template FILE)");
+    const bool completion_only =
+        row.format == DatasetFormat::kPromptCompletion && opt.completion_only_loss.value_or(true);
+    ex = naming_row(row, [&] {
+      return row.is_conversational() ? conversation_rows_example(row, tok, *tmpl, opt, completion_only, r)
+                                     : string_prompt_completion(row, tok, completion_only);
+    });
+    check_not_empty(ex, row, opt);
+  }
   const bool cut = opt.model_max_length > 0 && opt.truncate_conversations &&
                    static_cast<int64_t>(ex.input_ids.size()) > opt.model_max_length;
   if (truncated) *truncated = cut;
