@@ -256,6 +256,7 @@ ConversationRow tokenized_row(const Row& row, const std::string& name, int64_t i
                                              "give the unpacked rows and --packing True");
   ConversationRow r;
   r.format = DatasetFormat::kTokenized;
+  r.own_columns = (member(row, "prompt") ? 1 : 0) | (member(row, "completion") ? 2 : 0);
   r.token_ids = int_list(row, "input_ids", where);
   ALPACA_CHECK(!r.token_ids.empty(), where << ": \"input_ids\" is empty");
   const auto n = r.token_ids.size();
@@ -333,6 +334,12 @@ ConversationRow normalise_row(const Row& row, const RowFormat& row_format, const
   return r;
 }
 
+void settle_tokenized_columns(std::vector<ConversationRow>& rows, size_t first) {
+  unsigned char columns = 0;
+  for (size_t i = first; i < rows.size(); ++i) columns |= rows[i].own_columns;
+  for (size_t i = first; i < rows.size(); ++i) rows[i].prompt_completion_columns = columns == 3;
+}
+
 std::vector<ConversationRow> parse_dataset_rows(const std::string& text, const std::string& name,
                                                 const RowFormat& requested) {
   std::vector<ConversationRow> out;
@@ -341,6 +348,7 @@ std::vector<ConversationRow> parse_dataset_rows(const std::string& text, const s
     if (format.format == DatasetFormat::kAuto) format.format = detect_format(row, name, format.text_field);
     out.push_back(normalise_row(row, format, name, index));
   });
+  settle_tokenized_columns(out, 0);
   return out;
 }
 

@@ -292,7 +292,8 @@ auto naming_row(const ConversationRow& row, Fn&& fn) -> decltype(fn()) {
 
 // A tokenized row as SFTTrainer prepares a processed dataset: the ids as given (no EOS added), the
 // labels as given or input_ids masked where assistant_masks is 0 and, with completion_only_loss
-// (None counts as False: the rows have no prompt/completion fields), where completion_mask is 0;
+// (None: True when the file has `prompt` and `completion` columns, SFTTrainer's test on its
+// first row), where completion_mask is 0;
 // then (conversation_example) the start kept up to max_length. A row left with nothing to train is
 // dropped by the caller, as TRL's filter drops it, not refused.
 Example tokenized_example(const ConversationRow& row, const tokenizer::Tokenizer& tok, const MaskOptions& opt) {
@@ -307,7 +308,7 @@ Example tokenized_example(const ConversationRow& row, const tokenizer::Tokenizer
     ex.labels = row.token_labels;
   } else {
     ex.labels = ex.input_ids;
-    const bool completion_only = opt.completion_only_loss.value_or(false) && !row.completion_mask.empty();
+    const bool completion_only = opt.completion_only_loss.value_or(row.prompt_completion_columns) && !row.completion_mask.empty();
     for (size_t i = 0; i < ex.labels.size(); ++i)
       if ((completion_only && !row.completion_mask[i]) || (!row.assistant_masks.empty() && !row.assistant_masks[i]))
         ex.labels[i] = kIgnoreIndex;

@@ -52,4 +52,8 @@ DatasetFormat detect_format(const Row& first, const std::string& name, const std
 ConversationRow normalise_row(const Row& row, const RowFormat& format, const std::string& name,
                               int64_t index);
 
+// Tokenized rows rows[first..] of one file: prompt_completion_columns from the union of the rows'
+// own_columns, as datasets gives a file the union of its rows' keys as columns.
+void settle_tokenized_columns(std::vector<ConversationRow>& rows, size_t first);
+
 }  // namespace alpaca::data

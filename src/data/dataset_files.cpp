@@ -121,6 +121,7 @@ void file_rows(const std::string& path, const std::function<void(Row&&, int64_t)
 DatasetFormat load_one(const std::string& path, const RowFormat& requested, std::vector<ConversationRow>& out) {
   ALPACA_CHECK(fs::exists(path), "--data_path " << path << ": no such file or directory");
   RowFormat format = requested;
+  const size_t first = out.size();
   auto on_row = [&](Row&& row, int64_t index) {
     if (format.format == DatasetFormat::kAuto) format.format = detect_format(row, path, format.text_field);
     out.push_back(normalise_row(row, format, path, index));
@@ -139,6 +140,7 @@ DatasetFormat load_one(const std::string& path, const RowFormat& requested, std:
   } else {
     file_rows(path, on_row);
   }
+  settle_tokenized_columns(out, first);
   return format.format;
 }
 

@@ -423,13 +423,16 @@ def tokenized_rows(tok):
     given). The last row's prompt outlasts max_length 12: its completion is cut away."""
     texts = [("Question: what do alpacas eat?", " Grass and hay."), ("Count: 1 2 3", " 4 5 6 7 8 9 10 11 12"),
              ("Hi", "!"), ("A long prompt " * 6, " end")]
-    cm, am, lab = [], [], []
+    cm, am, lab, cm_pc = [], [], [], []
     for p, c in texts:
         k, ids = len(tok(p)["input_ids"]), tok(p + c)["input_ids"]
         cm.append({"input_ids": ids, "completion_mask": [0] * k + [1] * (len(ids) - k)})
         am.append({"input_ids": ids, "assistant_masks": [1 if i % 3 else 0 for i in range(len(ids))]})
         lab.append({"input_ids": ids, "labels": [-100] * k + ids[k:]})
-    return cm, am, lab
+        # A prompt-completion dataset tokenized by the user's own map keeps its text columns:
+        # SFTTrainer's completion_only_loss None is then True and completion_mask applies.
+        cm_pc.append({"prompt": p, "completion": c, **cm[-1]})
+    return cm, am, lab, cm_pc
 
 
 WEATHER_TOOL = {"type": "function", "function": {
@@ -458,7 +461,7 @@ TOOLS_KWARGS_ROWS = [
 
 def trl_sets(tok, tagged_src, out_dir):
     sets = []
-    tok_cm, tok_am, tok_lab = tokenized_rows(tok)
+    tok_cm, tok_am, tok_lab, tok_cm_pc = tokenized_rows(tok)
     import trl
     qwen3_name = "qwen3_training.jinja"
     qwen3_src = open(os.path.join(os.path.dirname(trl.__file__), "chat_templates", qwen3_name), encoding="utf-8").read()
@@ -484,6 +487,7 @@ def trl_sets(tok, tagged_src, out_dir):
         ("tokenized_completion_mask_unused", tok_cm, tagged_src, False, None, 12, False),
         ("tokenized_assistant_masks", tok_am, tagged_src, False, None, 12, True),
         ("tokenized_labels", tok_lab, tagged_src, False, None, 12, False),
+        ("tokenized_prompt_completion_columns", tok_cm_pc, tagged_src, False, None, 12, False),
         ("kwargs_enable_thinking", THINK_ROWS, qwen3_src, False, None, 1024, False),
         ("kwargs_tools_assistant_only", TOOLS_KWARGS_ROWS, qwen3_src, True, None, 1024, False),
     ]

@@ -80,6 +80,11 @@ struct ConversationRow {
   std::string prompt, completion;    // prompt-completion strings only
   std::vector<int64_t> token_ids, token_labels;         // tokenized rows only (labels may be absent)
   std::vector<char> completion_mask, assistant_masks;  // tokenized rows only, empty when absent
+  // Tokenized rows only: the row's file has a `prompt` and a `completion` column (in some row; a
+  // datasets table has the union of its rows' keys). SFTTrainer then takes completion_only_loss
+  // None as True, so completion_mask applies (settle_tokenized_columns).
+  bool prompt_completion_columns = false;
+  unsigned char own_columns = 0;  // tokenized rows only: 1 = this row has `prompt`, 2 = `completion`
 
   bool is_conversational() const { return !conversation_json.empty(); }
 };
