@@ -101,10 +101,11 @@ int run_preprocess(const std::vector<std::string>& args) {
        {"--chat_template", &chat_template, "Jinja chat template file for conversation rows (instead of the model's)"},
        {"--assistant_only_loss", &assistant_only_loss, "Conversation rows: label only the assistant tokens (TRL)"},
        {"--completion_only_loss", &completion_only_loss,
-        "Prompt-completion rows: label only the completion (TRL; unset = True for them, False for tokenized rows' "
-        "completion_mask)"},
+        "Prompt-completion rows: label only the completion (TRL; unset = True for them, and for tokenized rows' "
+        "completion_mask only when their file has prompt and completion columns)"},
        {"--output", &output, "Where to write the tokenized examples (JSON Lines)", true},
-       {"--model_max_length", &model_max_length, "Maximum sequence length; longer examples are truncated on the right"},
+       {"--model_max_length", &model_max_length, "Maximum sequence length; longer examples are truncated on the right",
+        false, {"--max_length", "--max_seq_length"}},
        {"--packing", &packing, "Pack examples into --model_max_length blocks as TRL does (position/segment ids)"},
        {"--packing_strategy", &packing_strategy, "With --packing: bfd (TRL's default) or wrapped"},
        {"--use_fast_tokenizer", &use_fast_tokenizer,

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "alpaca/cli/flag_table.h"
@@ -66,8 +67,11 @@ void assign(const Subcommand& cmd, const SubFlag& flag, const std::string& text)
 }
 
 const SubFlag* find(const Subcommand& cmd, const std::string& name) {
-  for (const auto& f : cmd.flags)
+  for (const auto& f : cmd.flags) {
     if (f.name == name) return &f;
+    for (const auto& a : f.aliases)
+      if (a == name) return &f;
+  }
   return nullptr;
 }
 
@@ -75,6 +79,7 @@ const SubFlag* find(const Subcommand& cmd, const std::string& name) {
 
 ParsedFlags parse_subcommand_flags(const Subcommand& cmd, const std::vector<std::string>& args, bool pass_through) {
   ParsedFlags out;
+  std::map<std::string, std::string> spelled;  // flag -> the name it was given under
   for (size_t i = 0; i < args.size(); ++i) {
     std::string name = underscore_flag_spelling(args[i]), value;
     const size_t eq = name.find('=');
@@ -95,7 +100,10 @@ ParsedFlags parse_subcommand_flags(const Subcommand& cmd, const std::vector<std:
         continue;
       }
       std::vector<std::string> names;
-      for (const auto& f : cmd.flags) names.push_back(f.name);
+      for (const auto& f : cmd.flags) {
+        names.push_back(f.name);
+        names.insert(names.end(), f.aliases.begin(), f.aliases.end());
+      }
       const std::string guess = name.rfind("--", 0) == 0 ? closest_name(name, names) : std::string();
       ALPACA_USAGE_FAIL(cmd.name << ": " << (name.rfind("-", 0) == 0 ? "unknown flag " : "unexpected argument ")
                         << args[i] << (guess.empty() ? "" : "; did you mean " + guess + "?")
@@ -110,6 +118,13 @@ ParsedFlags parse_subcommand_flags(const Subcommand& cmd, const std::vector<std:
                            cmd.name << ": " << name << " needs a value (see alpaca-train " << cmd.name << " --help)");
         value = args[++i];
       }
+    }
+    // One flag under two of its names: say which, aliases first (as train does).
+    const auto [it, first_time] = spelled.emplace(flag->name, name);
+    if (!first_time && it->second != name) {
+      const std::string& a = it->second == flag->name ? name : it->second;
+      const std::string& b = it->second == flag->name ? it->second : name;
+      ALPACA_USAGE_FAIL(cmd.name << ": " << a << " and " << b << " are the same flag; give only " << flag->name);
     }
     assign(cmd, *flag, value);
     out.given.insert(flag->name);
@@ -130,7 +145,11 @@ std::string subcommand_help(const Subcommand& cmd) {
     os << "  " << f.name << " " << type_of(f.target);
     if (f.required) os << "  (required)";
     else os << "  (default: " << default_of(f.target) << ")";
-    os << "\n      " << f.help << "\n";
+    os << "\n      " << f.help;
+    for (size_t i = 0; i < f.aliases.size(); ++i)
+      os << (i ? ", " : (f.help.empty() || f.help.back() == '.' ? " " : ". ")) << (i ? "" : f.aliases.size() == 1 ? "Alias: " : "Aliases: ")
+         << f.aliases[i];
+    os << (f.aliases.empty() ? "" : ".") << "\n";
   }
   os << "  -h, --help\n      Show this help.\n";
   return os.str();

@@ -34,6 +34,12 @@ TEST(SubcommandFlags, ABadFlagIsAUsageErrorInEverySubcommand) {
       {"preprocess --data_path d.json --output o.jsonl --packing maybe", ""},
       {"consolidate only_one_argument", "consolidate: expected CHECKPOINT and OUT"},
       {"generate --model_name_or_path m --top_k", "--top_k needs a value"},
+      // TRL's names of the sequence length are preprocess's too; one flag under two names is named.
+      {"preprocess --data_path d.json --output o.jsonl --model_max_length 8 --max_length 4",
+       "preprocess: --max_length and --model_max_length are the same flag; give only --model_max_length"},
+      {"preprocess --data_path d.json --output o.jsonl --max_seq_length 8 --max_length 4",
+       "preprocess: --max_seq_length and --max_length are the same flag"},
+      {"preprocess --data_path d.json --output o.jsonl --max_lenght 4", "did you mean --max_length?"},
   });
 }
 
@@ -55,6 +61,8 @@ TEST(SubcommandFlags, HelpListsEverySubcommandAndEachSubcommandsFlags) {
     EXPECT_NE(r.out.find("Usage: alpaca-train " + sub), std::string::npos) << r.out;
     for (const auto& n : names) EXPECT_NE(r.out.find("  " + n + " "), std::string::npos) << sub << ": " << n << "\n" << r.out;
   }
+  r = run("preprocess --help");
+  EXPECT_NE(r.out.find("Aliases: --max_length, --max_seq_length."), std::string::npos) << r.out;
 }
 
 TEST(SubcommandFlags, VersionPrintsVersionCommitAndLibTorch) {

@@ -125,6 +125,14 @@ TEST(Preprocess, TokenizedRowsPassThrough) {
   EXPECT_EQ(lines[0]["input_ids"].get<std::vector<int64_t>>(), (std::vector<int64_t>{10, 11, 12, 13}));
   EXPECT_EQ(lines[0]["labels"].get<std::vector<int64_t>>(), (std::vector<int64_t>{-100, -100, 12, 13}));
   EXPECT_EQ(lines[1]["input_ids"].get<std::vector<int64_t>>(), (std::vector<int64_t>{20, 21}));
+  // TRL's --max_length is the same flag.
+  const auto alias_path = dir.path() / "alias.jsonl";
+  ASSERT_EQ(run_command(train_bin() + " preprocess --data_path " + data.string() + " --tokenizer " + tok_dir.string() +
+                            " --output " + alias_path.string() + " --max_length 4 2>&1",
+                        &out),
+            0)
+      << out;
+  EXPECT_EQ(read_lines(alias_path), lines);
   const auto bad_out = dir.path() / "bad_out.jsonl";
   EXPECT_NE(run_command(train_bin() + " preprocess --data_path " + bad.string() + " --tokenizer " + tok_dir.string() +
                             " --output " + bad_out.string() + " 2>&1",

@@ -1,8 +1,8 @@
 // The flags of the subcommands besides train (init-model, preprocess, merge, generate,
 // estimate-memory), each declared once in a table: one parser reads it (--flag VALUE, --flag=VALUE,
 // bare or True/False booleans), prints --help from it, and turns every mistake (unknown flag, with
-// a did-you-mean; missing or bad value; missing required flag) into a cli::UsageError, exit 2, as
-// train's own table (train_flags.inc) does.
+// a did-you-mean; missing or bad value; missing required flag; one flag under two of its names)
+// into a cli::UsageError, exit 2, as train's own table (train_flags.inc) does.
 #pragma once
 
 #include <cstdint>
@@ -16,12 +16,15 @@ namespace alpaca::cli {
 
 struct SubFlag {
   using Target = std::variant<std::string*, int64_t*, int*, uint64_t*, double*, bool*>;
-  SubFlag(std::string name_, Target target_, std::string help_, bool required_ = false)
-      : name(std::move(name_)), target(target_), help(std::move(help_)), required(required_) {}
+  SubFlag(std::string name_, Target target_, std::string help_, bool required_ = false,
+          std::vector<std::string> aliases_ = {})
+      : name(std::move(name_)), target(target_), help(std::move(help_)), required(required_),
+        aliases(std::move(aliases_)) {}
   std::string name;   // with its dashes: "--config"
   Target target;      // where the value goes; it holds the default before parsing
   std::string help;
   bool required = false;
+  std::vector<std::string> aliases;  // other spellings, with their dashes (TRL's "--max_length")
 };
 
 struct Subcommand {
