@@ -2,11 +2,13 @@
 #include "alpaca/generate/generator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 
 #include "alpaca/model/cpu_decode.h"
 #include "alpaca/model/kv_cache.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/log.h"
 #include "alpaca/util/user_error.h"
 
 namespace alpaca::generate {
@@ -83,6 +85,16 @@ int64_t take_tokens(at::Tensor& next_b, const GenerateOptions& opts, std::vector
   return stopped;
 }
 
+// transformers' MaxLengthCriteria: once per process, when a sequence still generating has passed
+// config.json's max_position_embeddings (RoPE goes on past it; the model may degrade, or not).
+void warn_past_max_positions(int64_t cur_len, int64_t max_positions) {
+  static std::atomic<bool> warned{false};
+  if (max_positions <= 0 || cur_len <= max_positions || warned.exchange(true)) return;
+  ALPACA_WARN("the sequence being generated has passed the model's max_position_embeddings (" << max_positions
+              << ", config.json): depending on the model, expect degraded output, or nothing at all "
+                 "(transformers warns alike); a shorter prompt or --max_new_tokens stays within it");
+}
+
 }  // namespace
 
 std::vector<Generation> generate_batch(model::LlamaForCausalLM& m, const std::vector<std::vector<int64_t>>& prompts,
@@ -126,6 +138,7 @@ std::vector<Generation> generate_batch(model::LlamaForCausalLM& m, const std::ve
     at::Tensor next_b = select_next_tokens(scores, opts.sampling, gen);  // CPU int64
     num_done += take_tokens(next_b, opts, out, done, on_token);
     if (num_done == b || step + 1 == max_new_tokens) break;
+    warn_past_max_positions(t + step + 1, m->config().max_position_embeddings);
     at::Tensor next_dev = next_b.to(device).view({b, 1});
     if (seen_bv.defined()) seen_bv.scatter_(1, next_dev, true);
     const int64_t len = cache.length();

@@ -221,6 +221,35 @@ TEST_F(GenerateCli, GenerationConfigEosAndMaxLengthAsTransformers) {
   EXPECT_EQ(answers("--batch_size 1 --max_new_tokens 2")[0].size(), 2u) << "--max_new_tokens wins over max_length";
 }
 
+// Past config.json's max_position_embeddings generation goes on with a warning, once, as
+// transformers' MaxLengthCriteria warns; within it, none.
+TEST_F(GenerateCli, WarnsOncePastMaxPositionEmbeddings) {
+  const fs::path m2 = path("short_model");
+  fs::create_directories(m2);
+  for (const auto& e : fs::directory_iterator(model_)) fs::copy_file(e.path(), m2 / e.path().filename());
+  json cfg = json::parse(std::ifstream(m2 / "config.json"));
+  cfg["max_position_embeddings"] = 40;  // the Alpaca prompt of "Hi" is under 40 tokens here
+  write(m2 / "config.json", cfg.dump());
+  write(m2 / "generation_config.json", R"({"bos_token_id": 1})");  // no eos: every run generates its budget
+  const std::string warning = "passed the model's max_position_embeddings (40, config.json)";
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  Result r;
+  r.rc = run_command(alpaca::testing::train_bin() + " generate --model_name_or_path " + m2.string() +
+                         " --instruction Hi --max_new_tokens 2",
+                     &r.out);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(count(r.out, warning), 0u) << r.out;
+  r.rc = run_command(alpaca::testing::train_bin() + " generate --model_name_or_path " + m2.string() +
+                         " --instruction Hi --max_new_tokens 60",
+                     &r.out);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(count(r.out, warning), 1u) << r.out;
+}
+
 }  // namespace
 
 }  // namespace test_generate_cli
