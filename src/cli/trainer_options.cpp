@@ -72,6 +72,7 @@ void set_loop_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.max_steps = a.max_steps;
   o.num_train_epochs = a.num_train_epochs;
   o.auto_find_batch_size = a.auto_find_batch_size;
+  o.neftune_noise_alpha = a.neftune_noise_alpha;
 
   o.adamw.beta1 = a.adam_beta1;
   o.adamw.beta2 = a.adam_beta2;

@@ -129,6 +129,9 @@ void validate_optimizer(TrainArgs& a) {
   ALPACA_USAGE_CHECK(a.adam_beta1 >= 0 && a.adam_beta1 < 1, "--adam_beta1 must be in [0, 1), got " << a.adam_beta1);
   ALPACA_USAGE_CHECK(a.adam_beta2 >= 0 && a.adam_beta2 < 1, "--adam_beta2 must be in [0, 1), got " << a.adam_beta2);
   ALPACA_USAGE_CHECK(a.adam_epsilon > 0, "--adam_epsilon must be > 0, got " << a.adam_epsilon);
+  ALPACA_USAGE_CHECK(!a.neftune_noise_alpha || *a.neftune_noise_alpha >= 0,
+                     "--neftune_noise_alpha must be >= 0 (the noise is uniform in [-a, a], a = alpha / sqrt(L * d)), got "
+                         << *a.neftune_noise_alpha);
   ALPACA_USAGE_CHECK(a.max_grad_norm >= 0, "--max_grad_norm must be >= 0 (0 disables clipping), got " << a.max_grad_norm);
 
   check_choice("lr_scheduler_type", a.lr_scheduler_type,

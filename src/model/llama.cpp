@@ -1,6 +1,8 @@
 // LlamaForCausalLM: embeddings -> decoder layers (through the layer runner) -> norm -> lm_head.
 #include "alpaca/model/llama.h"
 
+#include <cmath>
+
 #include <torch/nn/modules/container/modulelist.h>  // defines: torch::nn::ModuleList
 
 #include "alpaca/model/matmul.h"
@@ -42,7 +44,12 @@ TrainableTokensImpl* LlamaForCausalLMImpl::lm_head_token_adapter() const {
 void LlamaForCausalLMImpl::set_layer_runner(LayerRunner runner) { runner_ = std::move(runner); }
 
 at::Tensor LlamaForCausalLMImpl::embed(const at::Tensor& input_ids_bt) const {
-  return model->embed_tokens->forward(input_ids_bt);
+  at::Tensor h_btd = model->embed_tokens->forward(input_ids_bt);
+  if (!neftune_alpha_ || !is_training()) return h_btd;
+  // transformers' hook: mag = alpha / sqrt(T * D) (a float32 tensor there), noise drawn in the
+  // output's dtype and added.
+  const float mag = static_cast<float>(*neftune_alpha_) / std::sqrt(static_cast<float>(h_btd.size(1) * h_btd.size(2)));
+  return h_btd + at::empty_like(h_btd).uniform_(-mag, mag);
 }
 
 void LlamaForCausalLMImpl::check_within_window(int64_t positions, const char* what) const {

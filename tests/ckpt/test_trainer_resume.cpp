@@ -93,6 +93,48 @@ TEST(TrainerResume, BitwiseTenStraightVersusFivePlusFive) {
   EXPECT_NEAR(train_loss(b.path()), mean_loss(lb, 0), 1e-3 * mean_loss(lb, 0)) << "the resumed session's steps only";
 }
 
+// NEFTune (--neftune_noise_alpha, HF's neftune_post_forward_hook): the noise changes the training
+// forwards (step 1's loss differs from the same run without it) but not evaluation (eval_on_start
+// equal to the bit), and it is drawn from the default generator, which every rank's checkpoint
+// carries: 4 straight == 2 + resume 2, bitwise, at world 2.
+TEST(TrainerResume, NeftuneNoiseTrainsResumesBitwiseAndSparesEvaluation) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir a("neftune_a"), b("neftune_b"), plain("neftune_plain");
+  const std::string eval = " --save_steps 2 --eval_on_start True --per_device_eval_batch_size 4 --eval_data_path " +
+                           (kFixture / "data.json").string();
+  std::string log;
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", a.path(), 4, 2, 1) + eval + " --neftune_noise_alpha 5", 2, &log), 0)
+      << log;
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", plain.path(), 4, 2, 1) + eval, 2, &log), 0) << log;
+  auto eval_losses = [](const fs::path& dir) {
+    std::vector<double> out;
+    std::ifstream f(dir / "metrics.jsonl");
+    for (std::string line; std::getline(f, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("eval_loss")) out.push_back(j["eval_loss"].get<double>());
+    }
+    return out;
+  };
+  const auto ea = eval_losses(a.path()), ep = eval_losses(plain.path());
+  ASSERT_FALSE(ea.empty());
+  ASSERT_FALSE(ep.empty());
+  EXPECT_EQ(ea[0], ep[0]) << "evaluation before training saw NEFTune noise";
+  const auto la = read_step_logs(a.path()), lp = read_step_logs(plain.path());
+  ASSERT_EQ(la.size(), 4u);
+  ASSERT_EQ(lp.size(), 4u);
+  EXPECT_NE(la[0].loss, lp[0].loss) << "the first training forward saw no noise";
+  EXPECT_NEAR(la[0].loss, lp[0].loss, 0.05 * lp[0].loss) << "noise of alpha 5 over L * d elements is small";
+
+  fs::copy(a.path() / "checkpoint-2", b.path() / "checkpoint-2", fs::copy_options::recursive);
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", b.path(), 4, 2, 1) + " --save_steps 2 --neftune_noise_alpha 5 "
+                        "--resume_from_checkpoint True", 2, &log), 0) << log;
+  const auto lb = read_step_logs(b.path());
+  ASSERT_EQ(lb.size(), 2u) << log;
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(lb[i].loss, la[2 + i].loss) << "step " << lb[i].step << " is not bitwise equal";
+  const auto wa = weights(a.path()), wb = weights(b.path());
+  for (const auto& [name, t] : wa) EXPECT_TRUE(at::equal(t, wb.at(name))) << name << " differs after resume";
+}
+
 TEST(TrainerResume, TwoRanksToThreeMatchesWithinFp32Tolerance) {
   SKIP_WITHOUT_FIXTURE();
   TempDir a("reshard_a"), b("reshard_b");

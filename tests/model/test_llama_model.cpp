@@ -2,6 +2,7 @@
 // (segment ids), the layer runner hook, embedding resize, initialisation, meta construction.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 
 #include "alpaca/model/kv_cache.h"
@@ -47,6 +48,38 @@ TEST(LlamaModel, ParameterNamesAreHuggingFaces) {
   EXPECT_TRUE(tied->lm_head_weight().is_same(tied->model->embed_tokens->weight));
   EXPECT_EQ(tied->named_parameters(true)["model.layers.1.self_attn.k_proj.weight"].sizes(),
             (std::vector<int64_t>{16, 32}));  // 2 kv heads x 8
+}
+
+// NEFTune as transformers' hook: training-mode embeddings + U(-a, a), a = alpha / sqrt(T * D), in
+// the embedding's dtype; evaluation mode and an unset alpha add nothing; the draws come from the
+// default generator (the same seed, the same noise).
+TEST(LlamaModel, NeftuneNoiseIsUniformInTrainingOnly) {
+  LlamaForCausalLM m(tiny(false));
+  init_weights(m, 3);
+  at::NoGradGuard no_grad;
+  const at::Tensor ids = at::randint(1, 64, {4, 40}, at::kLong);
+  const at::Tensor clean = m->embed(ids);
+  m->set_neftune_noise_alpha(5.0);
+  const double a = 5.0 / std::sqrt(40.0 * 32.0);
+  at::manual_seed(7);
+  const at::Tensor noisy = m->embed(ids);
+  const at::Tensor d = (noisy - clean).to(at::kDouble);
+  EXPECT_LE(d.abs().max().item<double>(), a * (1 + 1e-5));
+  EXPECT_GE(d.abs().max().item<double>(), 0.95 * a);  // 5,120 draws reach near the bound
+  EXPECT_NEAR(d.abs().mean().item<double>(), a / 2, 0.05 * a);
+  EXPECT_NEAR(d.mean().item<double>(), 0.0, 0.05 * a);
+  at::manual_seed(7);
+  EXPECT_TRUE(at::equal(m->embed(ids), noisy)) << "the default generator draws the noise";
+  m->eval();
+  EXPECT_TRUE(at::equal(m->embed(ids), clean)) << "evaluation mode adds no noise";
+  m->train();
+  m->set_neftune_noise_alpha(std::nullopt);
+  EXPECT_TRUE(at::equal(m->embed(ids), clean));
+  LlamaForCausalLM bf(tiny(false));
+  init_weights(bf, 3);
+  bf->to(at::kBFloat16);
+  bf->set_neftune_noise_alpha(5.0);
+  EXPECT_EQ(bf->embed(ids).scalar_type(), at::kBFloat16);
 }
 
 TEST(LlamaModel, PackedSegmentsMatchSeparateSequences) {

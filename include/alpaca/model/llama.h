@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include <ATen/ATen.h>          // defines: at::Tensor
@@ -69,7 +70,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
                                    const at::Tensor& position_ids_bt, const at::Device& device,
                                    at::ScalarType dtype) const;
 
-  // The pieces of forward, for callers that run the root unit themselves.
+  // The pieces of forward, for callers that run the root unit themselves. In training mode with
+  // NEFTune set, embed adds its noise (set_neftune_noise_alpha).
   at::Tensor embed(const at::Tensor& input_ids_bt) const;  // (B, T, D)
   LayerContext make_context(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt,
                             const at::Tensor& position_ids_bt, const at::Tensor& segment_ids_bt,
@@ -78,6 +80,10 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
 
   std::vector<LlamaDecoderLayer>& layers() { return model->layers; }
   void set_layer_runner(LayerRunner runner);  // empty = default: layers()[i]->forward(h, ctx)
+  // NEFTune (transformers' neftune_post_forward_hook): in training mode, embed's output gets
+  // uniform noise in [-a, a], a = alpha / sqrt(T * D), drawn from the default generator (so a
+  // checkpoint's RNG state resumes it); nullopt = none. Evaluation mode adds nothing.
+  void set_neftune_noise_alpha(std::optional<double> alpha) { neftune_alpha_ = alpha; }
   bool has_layer_runner() const { return static_cast<bool>(runner_); }
 
   // Grows (or shrinks) the vocabulary; new rows are the mean of the old rows in the input and
@@ -103,6 +109,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
  private:
   LlamaConfig cfg_;
   LayerRunner runner_;
+  std::optional<double> neftune_alpha_;
   at::Tensor decoder(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt,
                      const at::Tensor& position_ids_bt, const at::Tensor& segment_ids_bt);  // before the final norm
 };

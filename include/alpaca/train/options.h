@@ -45,6 +45,7 @@ struct TrainerOptions {
   std::string packing_strategy = "bfd";  // data::parse_packing_strategy (TRL SFTConfig)
   bool group_by_length = false;
   bool dataloader_drop_last = false;
+  std::optional<double> neftune_noise_alpha;  // unset = no NEFTune noise
 
   // ---- Batch and run length.
   int64_t per_device_train_batch_size = 8;
