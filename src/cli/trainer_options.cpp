@@ -18,6 +18,7 @@ train::Interval interval_of(const std::string& word, const char* flag) {
   if (word == "no") return train::Interval::kNo;
   if (word == "steps") return train::Interval::kSteps;
   if (word == "epoch") return train::Interval::kEpoch;
+  if (word == "best" && std::string(flag) == "save_strategy") return train::Interval::kBest;
   ALPACA_USAGE_FAIL("--" << flag << " '" << word << "' is not a strategy; use no, steps or epoch");
 }
 
@@ -99,6 +100,12 @@ void set_logging_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.eval_strategy = interval_of(a.eval_strategy, "eval_strategy");
   o.eval_on_start = a.eval_on_start;
   o.save_strategy = interval_of(a.save_strategy, "save_strategy");
+  o.load_best_model_at_end = a.load_best_model_at_end;
+  if (!a.metric_for_best_model.empty()) {  // validate_train_args checked it names an eval_ key
+    const std::string& m = a.metric_for_best_model;
+    o.metric_for_best_model = m.rfind("eval_", 0) == 0 ? m : "eval_" + m;
+    o.greater_is_better = a.greater_is_better.value_or(false);
+  }
   o.logging_steps = a.logging_steps;
   o.save_steps = a.save_steps;
   o.eval_steps = a.eval_steps;

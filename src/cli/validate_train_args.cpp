@@ -3,6 +3,7 @@
 // fields (FSDP options, resolved JSON configs, defaults that depend on other flags) are filled.
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "alpaca/data/conversation.h"
 #include "alpaca/fsdp/policy.h"
 #include "alpaca/model/config.h"
+#include "alpaca/train/options.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
 #include "alpaca/util/text.h"
@@ -156,8 +158,7 @@ void validate_strategies(TrainArgs& a) {
   const std::vector<std::string> intervals = {"no", "steps", "epoch"};
   check_choice("logging_strategy", a.logging_strategy, intervals);
   check_choice("eval_strategy", a.eval_strategy, intervals);
-  ALPACA_USAGE_CHECK(a.save_strategy != "best", "--save_strategy best is not supported (it needs best-model tracking); use steps or epoch");
-  check_choice("save_strategy", a.save_strategy, intervals);
+  check_choice("save_strategy", a.save_strategy, {"no", "steps", "epoch", "best"});
   check_choice("save_checkpoint_layout", a.save_checkpoint_layout, {"sharded", "gathered"});
 
   // A *_steps flag the user set only acts under the matching "steps" strategy.
@@ -190,9 +191,33 @@ void validate_strategies(TrainArgs& a) {
                      "--eval_data_path is given but --eval_strategy is 'no', so it would never be read; "
                      "set --eval_strategy steps or epoch (or --eval_on_start True), or drop --eval_data_path");
 
-  if (a.load_best_model_at_end) {
+  // HF's best-model tracking (TrainingArguments.__post_init__, Trainer.__init__).
+  if (a.load_best_model_at_end && a.metric_for_best_model.empty()) a.metric_for_best_model = "loss";
+  ALPACA_USAGE_CHECK(a.save_strategy != "best" || !a.metric_for_best_model.empty(),
+                     "--save_strategy best needs --metric_for_best_model (or --load_best_model_at_end True, which "
+                     "tracks loss)");
+  if (!a.metric_for_best_model.empty()) {
+    if (!a.greater_is_better)
+      a.greater_is_better = a.metric_for_best_model.size() < 4 ||
+                            a.metric_for_best_model.compare(a.metric_for_best_model.size() - 4, 4, "loss") != 0;
+    const std::string key =
+        a.metric_for_best_model.rfind("eval_", 0) == 0 ? a.metric_for_best_model : "eval_" + a.metric_for_best_model;
+    const auto& names = train::eval_metric_names();
+    std::string known;
+    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n.substr(5);
+    ALPACA_USAGE_CHECK(std::find(names.begin(), names.end(), key) != names.end(),
+                       "--metric_for_best_model " << a.metric_for_best_model << ": evaluation logs no " << key
+                           << "; use one of " << known << " (eval_ prefix optional)");
+    ALPACA_USAGE_CHECK(a.eval_strategy != "no",
+                       "--metric_for_best_model is read from the evaluations of --eval_strategy steps or epoch, but "
+                       "--eval_strategy is no"
+                           << (a.load_best_model_at_end ? " (--load_best_model_at_end tracks loss)" : "")
+                           << "; set --eval_strategy and --eval_data_path");
+  }
+  if (a.load_best_model_at_end && a.save_strategy != "best") {
     ALPACA_USAGE_CHECK(a.eval_strategy == a.save_strategy,
-                       "--load_best_model_at_end requires the save and eval strategy to match, but found --eval_strategy "
+                       "--load_best_model_at_end requires the save and eval strategy to match (except with "
+                       "--save_strategy best), but found --eval_strategy "
                            << a.eval_strategy << " and --save_strategy " << a.save_strategy);
     if (a.eval_strategy == "steps") {
       double ratio = a.save_steps / *a.eval_steps;
@@ -200,8 +225,6 @@ void validate_strategies(TrainArgs& a) {
                          "--load_best_model_at_end requires --save_steps to be a round multiple of --eval_steps, but found "
                              << a.save_steps << " and " << *a.eval_steps);
     }
-    ALPACA_USAGE_FAIL("--load_best_model_at_end is not supported yet (the trainer does not track the best checkpoint); "
-                      "drop the flag and pick a checkpoint-<step> by its eval loss in trainer_state.json");
   }
   ALPACA_USAGE_CHECK(a.eval_strategy == "no" || !a.eval_data_path.empty(),
                      "--eval_strategy " << a.eval_strategy << " needs --eval_data_path, an Alpaca JSON file to "

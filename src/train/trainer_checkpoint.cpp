@@ -8,6 +8,7 @@
 
 #include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/ckpt/lora_merge.h"
+#include "alpaca/fsdp/load_checkpoint.h"
 #include "alpaca/io/hf_model.h"
 #include "alpaca/io/safetensors.h"
 #include "alpaca/util/error.h"
@@ -82,6 +83,7 @@ ckpt::ResumeState Trainer::Impl::capture_resume_state() const {
 
 void Trainer::Impl::save_checkpoint(bool allow_async) {
   if (opt.sharded_checkpoints) return save_sharded_checkpoint(allow_async);
+  note_best_checkpoint();
   ckpt::CheckpointWriter writer(output_dir, state.global_step);
   sys::Timer timer;
   sys::reset_peak_rss_window();
@@ -148,6 +150,34 @@ void Trainer::Impl::save_checkpoint_into(ckpt::CheckpointWriter& writer) {
   barrier();
 }
 
+void Trainer::Impl::note_best_checkpoint() {
+  if (opt.save_strategy == Interval::kNo || !state.best_global_step) return;
+  // Every earlier checkpoint is sealed by now (a pending save is finished before the next starts).
+  const fs::path best = output_dir / ("checkpoint-" + std::to_string(*state.best_global_step));
+  if (*state.best_global_step == state.global_step || fs::is_directory(best)) state.best_model_checkpoint = best.string();
+}
+
+void Trainer::Impl::load_best_model() {
+  finish_pending_save();  // the best checkpoint may be the one still being written
+  const fs::path dir = *state.best_model_checkpoint;
+  // Every rank reads its own ranges: all must see a complete checkpoint, or none loads it.
+  const std::string problem = checkpoint_problem_shared(dir);
+  if (!problem.empty()) {
+    ALPACA_WARN("not loading the best model from " << dir.string() << ": " << problem
+                << "; output_dir gets the last step's weights");
+    return;
+  }
+  ALPACA_INFO("Loading best model from " << dir.string() << " (score: " << *state.best_metric << ").");
+  if (opt.lora && sharded_layout(dir))
+    load_sharded_weights(dir, [this](const std::string& name) { return is_adapter_param(name); });
+  else if (opt.lora)
+    load_adapter(dir);
+  else if (sharded_layout(dir))
+    load_sharded_weights(dir);
+  else
+    fsdp::load_checkpoint(*engine, dir.string(), opt.fsdp_policy.cpu_ram_efficient_loading);
+}
+
 void Trainer::Impl::load_checkpoint(const fs::path& dir) {
   const auto rs = ckpt::ResumeState::load((dir / ckpt::kResumeStateName).string());
   const bool sharded = sharded_layout(dir);
@@ -167,6 +197,11 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
   state.best_metric = saved.best_metric;
   state.best_global_step = saved.best_global_step;
   state.best_model_checkpoint = saved.best_model_checkpoint;
+  if (state.best_model_checkpoint && !fs::is_directory(*state.best_model_checkpoint)) {
+    ALPACA_WARN("The best checkpoint " << *state.best_model_checkpoint << " recorded in the resumed state does not exist "
+                "anymore. Ignoring it for this run.");  // transformers' words
+    state.best_model_checkpoint.reset();
+  }
   epoch = rs.epoch;
   step_in_epoch = rs.steps_in_epoch;
   scheduler_step = rs.scheduler_step;

@@ -143,7 +143,15 @@ struct Trainer::Impl {
   void advance(const StepBatches& sb, const StepOutcome& out, RunWindow& w);
   void log_eval_save(RunWindow& w, bool stop);
   void log_window(RunWindow& w);
-  double evaluate_and_log();
+  LogEntry evaluate_and_log();  // the evaluation's log entry (eval_loss, ...), logged
+  // HF's _determine_best_metric: state.best_metric / best_global_step from an evaluation's entry
+  // (opt.metric_for_best_model); whether it is a new best.
+  bool determine_best_metric(const LogEntry& eval);
+  // HF's _save_checkpoint: state.best_model_checkpoint := checkpoint-<best_global_step> when that
+  // is the checkpoint being saved or exists (called before a save writes trainer_state.json).
+  void note_best_checkpoint();
+  // --load_best_model_at_end: the best checkpoint's weights (or adapter) into the shards (collective).
+  void load_best_model();
   void finish_run(const RunWindow& w);
   double evaluate_loss();
   void log_entry(LogEntry entry, bool to_history = true);

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 
+#include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/ckpt/preemption.h"
 #include "alpaca/data/collate.h"
 #include "alpaca/model/loss.h"
@@ -22,6 +23,8 @@
 #include "trainer_impl.h"
 
 namespace alpaca::train {
+
+namespace fs = std::filesystem;
 namespace {
 
 struct DeviceBatch {
@@ -269,10 +272,16 @@ void Trainer::Impl::log_eval_save(RunWindow& w, bool stop) {
   // HF's DefaultFlowCallback logs the first step whatever the logging strategy.
   if (due(opt.logging_strategy, logging_steps) || (opt.logging_first_step && state.global_step == 1))
     log_window(w);
-  // HF also evaluates and saves after the last step under the steps strategy.
-  if (due(opt.eval_strategy, eval_steps) || (opt.eval_strategy == Interval::kSteps && last))
-    w.last_eval_loss = evaluate_and_log();
-  if (due(opt.save_strategy, save_steps) || (opt.save_strategy == Interval::kSteps && last) || stop)
+  // HF also evaluates and saves after the last step under the steps strategy; save_strategy best
+  // saves after an evaluation that improved the tracked metric.
+  bool new_best = false;
+  if (due(opt.eval_strategy, eval_steps) || (opt.eval_strategy == Interval::kSteps && last)) {
+    const LogEntry e = evaluate_and_log();
+    w.last_eval_loss = ckpt::find_log_value(e, "eval_loss");
+    new_best = determine_best_metric(e);
+  }
+  if (due(opt.save_strategy, save_steps) || (opt.save_strategy == Interval::kSteps && last) ||
+      (opt.save_strategy == Interval::kBest && new_best) || stop)
     save_checkpoint(/*allow_async=*/!last && !stop);  // the run ends right after those: write them now
   w.syncs_at_start = util::host_sync_count();  // logging, evaluation and saving are not the steps' syncs
 }
@@ -300,7 +309,7 @@ void Trainer::Impl::log_window(RunWindow& w) {
   w.steps = w.tokens = w.local_tokens = 0;
 }
 
-double Trainer::Impl::evaluate_and_log() {
+LogEntry Trainer::Impl::evaluate_and_log() {
   sys::Timer t;
   const double loss = evaluate_loss();
   const auto n = static_cast<int64_t>(eval_examples.size());
@@ -309,8 +318,25 @@ double Trainer::Impl::evaluate_and_log() {
   for (const auto& kv : speed_metrics("eval", t.seconds(), static_cast<double>(n), (n + per_round - 1) / per_round))
     e.push_back(kv);
   e.emplace_back("epoch", state.epoch);
-  log_entry(std::move(e));
-  return loss;
+  log_entry(e);
+  return e;
+}
+
+bool Trainer::Impl::determine_best_metric(const LogEntry& eval) {
+  if (!opt.metric_for_best_model) return false;
+  const std::string& key = *opt.metric_for_best_model;
+  std::optional<double> value = ckpt::find_log_value(eval, key);
+  // eval_*_per_second are left out of an evaluation that took no measurable time.
+  ALPACA_CHECK(value, "--metric_for_best_model: this evaluation logged no " << key);
+  // rank 0's value on every rank (the speed metrics are each rank's own clock): one best step for all.
+  at::Tensor v = at::full({1}, rank == 0 ? *value : 0.0, at::TensorOptions().dtype(at::kDouble).device(device));
+  comm->all_reduce(v, dist::ReduceOp::kSum)->wait();
+  const double metric = v.item<double>();
+  const double best = state.best_metric.value_or(opt.greater_is_better ? -INFINITY : INFINITY);
+  if (!(opt.greater_is_better ? metric > best : metric < best)) return false;  // NaN is never better
+  state.best_metric = metric;
+  if (opt.save_strategy != Interval::kNo) state.best_global_step = state.global_step;
+  return true;
 }
 
 // The end of a completed run: HF's final metrics (with every rank's peak host memory), the final
@@ -333,6 +359,7 @@ void Trainer::Impl::finish_run(const RunWindow& w) {
   LogEntry with_rss = final_metrics;
   for (int r = 0; r < world; ++r) with_rss.emplace_back("x_peak_host_rss_bytes_rank" + std::to_string(r), all[r].item<int64_t>());
   log_entry(with_rss);
+  if (opt.load_best_model_at_end && state.best_model_checkpoint) load_best_model();
   if (rank == 0 && metrics.enabled()) {
     // One list for tools (bench.py reads it).
     std::string list = "[";
@@ -340,6 +367,13 @@ void Trainer::Impl::finish_run(const RunWindow& w) {
     ALPACA_INFO("peak host RSS per rank (bytes): " << list << "]");
   }
   save_final();
+  // HF: with save_total_limit 1 only the best checkpoint stays once the run is over.
+  if (rank == 0 && opt.save_total_limit == 1 && state.best_model_checkpoint)
+    for (const fs::path& c : ckpt::sort_checkpoints(output_dir, false, *state.best_model_checkpoint))
+      if (fs::exists(*state.best_model_checkpoint) && !fs::equivalent(c, *state.best_model_checkpoint)) {
+        ALPACA_INFO("Deleting older checkpoint [" << c.string() << "] due to args.save_total_limit");
+        fs::remove_all(c);
+      }
   if (rank == 0) save_metrics(output_dir, "train", final_metrics);
   if (w.last_eval_loss && rank == 0)
     save_metrics(output_dir, "eval", {{"eval_loss", *w.last_eval_loss}, {"eval_perplexity", std::exp(*w.last_eval_loss)},
@@ -352,8 +386,8 @@ int Trainer::Impl::train() {
   RunWindow w;
   w.syncs_at_start = util::host_sync_count();  // setup's reads are not a step's
   reset_memory_window(device);  // the first log's peaks cover training only, not setup
-  if (opt.eval_on_start) {  // HF: before the epoch loop, also when resuming (at the resumed step)
-    w.last_eval_loss = evaluate_and_log();
+  if (opt.eval_on_start) {  // HF: before the epoch loop, also when resuming (at the resumed step); never a best
+    w.last_eval_loss = ckpt::find_log_value(evaluate_and_log(), "eval_loss");
     w.syncs_at_start = util::host_sync_count();
     w.window_timer.reset();  // the first log's step time is the steps'
     reset_memory_window(device);

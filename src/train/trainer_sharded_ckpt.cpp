@@ -297,6 +297,7 @@ std::function<void(const fs::path&)> Trainer::Impl::small_checkpoint_files() con
 
 void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
   if (pending_save) finish_pending_save();
+  note_best_checkpoint();
   sys::Timer stall;
   ckpt::CheckpointWriter writer(output_dir, state.global_step);
   if (rank == 0) writer.begin();

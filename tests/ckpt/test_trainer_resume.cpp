@@ -187,6 +187,52 @@ TEST(TrainerResume, RotationKeepsSaveTotalLimit) {
   EXPECT_EQ(checkpoints_in(out.path()), (std::set<std::string>{"checkpoint-8", "checkpoint-10"}));
 }
 
+// HF's best-model tracking. The loss falls at every evaluation here, so --greater_is_better True
+// makes the first evaluated checkpoint the best and the last step's weights differ from it:
+// (a) world 2, sharded checkpoints, --load_best_model_at_end with --save_total_limit 1: the state
+//     names checkpoint-2 with the first in-training eval_loss, output_dir holds its weights (equal
+//     to consolidate's), and only it is left at the end; a run without the flag exports other weights;
+// (b) world 1, gathered checkpoints, --save_strategy best: only the improving evaluation saved one,
+//     and output_dir again holds its weights.
+TEST(TrainerResume, LoadBestModelAtEndExportsTheBestCheckpoint) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir a("best_sharded"), b("best_gathered"), last("best_off");
+  const std::string eval = " --eval_strategy steps --eval_steps 2 --per_device_eval_batch_size 4 --eval_data_path " +
+                           (kFixture / "data.json").string();
+  std::string log;
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", a.path(), 6, 2, 1) + eval +
+                            " --save_steps 2 --save_total_limit 1 --load_best_model_at_end True --greater_is_better True",
+                        2, &log), 0) << log;
+  EXPECT_NE(log.find("Loading best model from " + (a.path() / "checkpoint-2").string()), std::string::npos) << log;
+  const auto state = nlohmann::json::parse(std::ifstream(a.path() / "trainer_state.json"));
+  EXPECT_EQ(state["best_global_step"], 2);
+  EXPECT_EQ(state["best_model_checkpoint"], (a.path() / "checkpoint-2").string());
+  double first_eval = 0;
+  for (const auto& e : state["log_history"])
+    if (e.contains("eval_loss") && e["step"] == 2) first_eval = e["eval_loss"].get<double>();
+  EXPECT_EQ(state["best_metric"].get<double>(), first_eval);
+  EXPECT_EQ(checkpoints_in(a.path()), (std::set<std::string>{"checkpoint-2"}));
+  ASSERT_EQ(run_command(train_bin() + " consolidate " + (a.path() / "checkpoint-2").string() + " " +
+                            (a.path() / "best_weights").string(), &log), 0) << log;
+  const auto exported = weights(a.path()), best = weights(a.path() / "best_weights");
+  ASSERT_EQ(exported.size(), best.size());
+  for (const auto& [name, t] : best) EXPECT_TRUE(at::equal(t, exported.at(name))) << name << " is not the best checkpoint's";
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", last.path(), 6, 2, 1) + eval + " --save_steps 2", 2, &log), 0) << log;
+  const auto final_weights = weights(last.path());
+  bool differs = false;
+  for (const auto& [name, t] : best) differs = differs || !at::equal(t, final_weights.at(name));
+  EXPECT_TRUE(differs) << "the last step's weights equal checkpoint-2's: the test shows nothing";
+
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", b.path(), 6, 4, 1) + eval +
+                            " --save_strategy best --metric_for_best_model loss --greater_is_better True "
+                            "--save_checkpoint_layout gathered --load_best_model_at_end True",
+                        1, &log), 0) << log;
+  EXPECT_EQ(checkpoints_in(b.path()), (std::set<std::string>{"checkpoint-2"}));
+  const auto gathered_best = weights(b.path() / "checkpoint-2"), gathered_out = weights(b.path());
+  for (const auto& [name, t] : gathered_best)
+    EXPECT_TRUE(at::equal(t, gathered_out.at(name))) << name << " is not the best checkpoint's";
+}
+
 // --save_only_model checkpoints hold weights only (transformers: "prevents resuming training"): a
 // resume, explicit or `auto`, says so and names the way to their weights (consolidate, then
 // --model_name_or_path), which trains; a checkpoint given as the model is pointed to consolidate.

@@ -243,6 +243,12 @@ TEST(TrainArgs, ContradictionsSayWhatToChange) {
       {"--load_best_model_at_end --eval_strategy epoch --save_strategy steps", "--load_best_model_at_end requires the save and eval strategy to match"},
       {"--load_best_model_at_end --eval_strategy steps --eval_steps 30 --save_steps 50", "--save_steps to be a round multiple of --eval_steps"},
       {"--eval_data_path eval.json", "--eval_data_path is given but --eval_strategy is 'no'"},
+      {"--save_strategy best --eval_strategy steps --eval_steps 5", "--save_strategy best needs --metric_for_best_model"},
+      {"--metric_for_best_model accuracy --eval_strategy steps --eval_steps 5",
+       "--metric_for_best_model accuracy: evaluation logs no eval_accuracy; use one of loss, perplexity, runtime, "
+       "samples_per_second, steps_per_second (eval_ prefix optional)"},
+      {"--metric_for_best_model loss", "--metric_for_best_model is read from the evaluations of --eval_strategy steps or epoch"},
+      {"--load_best_model_at_end", "(--load_best_model_at_end tracks loss); set --eval_strategy"},
       // Refused when parsing, not after the communicators start (they used to be trainer checks).
       {"--eval_strategy epoch", "--eval_strategy epoch needs --eval_data_path"},
       {"--eval_on_start True", "--eval_on_start True needs --eval_data_path"},
@@ -259,14 +265,29 @@ TEST(TrainArgs, ContradictionsSayWhatToChange) {
   });
 }
 
+// HF's best-model tracking: load_best_model_at_end tracks loss unless told otherwise; the direction
+// follows the name (greater_is_better False for a *loss, True otherwise); save_strategy best is
+// accepted with a metric; the eval_ prefix is optional, as in HF.
+TEST(TrainArgs, BestModelTrackingDefaultsAsTransformers) {
+  const std::string eval = "--eval_strategy steps --eval_steps 10 --eval_data_path e.json ";
+  TrainArgs a = parse_train_args(shell_split(kRequired + eval + "--save_steps 20 --load_best_model_at_end"));
+  EXPECT_EQ(a.metric_for_best_model, "loss");
+  EXPECT_EQ(a.greater_is_better, std::optional<bool>(false));
+  a = parse_train_args(shell_split(kRequired + eval + "--save_strategy best --metric_for_best_model eval_perplexity"));
+  EXPECT_EQ(a.greater_is_better, std::optional<bool>(true));
+  a = parse_train_args(shell_split(kRequired + eval + "--metric_for_best_model eval_loss --greater_is_better True"));
+  EXPECT_EQ(a.greater_is_better, std::optional<bool>(true));
+  a = parse_train_args(shell_split(kRequired + "--save_steps 20"));
+  EXPECT_EQ(a.metric_for_best_model, "");
+  EXPECT_FALSE(a.greater_is_better);
+}
+
 TEST(TrainArgs, UnsupportedValuesAreRefusedNotIgnored) {
   expect_usage_errors({
       {"--optim sgd", "--optim 'sgd' is not one of: adamw_torch, adamw_torch_fused"},
       {"--report_to wandb", "--report_to 'wandb' is not available"},
       {"--dataloader_num_workers 4", "--dataloader_num_workers 4 is not supported"},
       {"--remove_unused_columns False", "--remove_unused_columns False is not supported"},
-      {"--save_strategy best", "--save_strategy best is not supported"},
-      {"--load_best_model_at_end --eval_strategy steps --eval_steps 10 --save_steps 10", "--load_best_model_at_end is not supported yet"},
       {"--log_level verbose", "--log_level 'verbose' is not a level"},
       {"--resume_from_checkpoint /no/such/checkpoint-5", "no such directory"},
   });

@@ -93,6 +93,28 @@ TEST(LoraResume, SixStepsStraightEqualThreePlusThreeBitwise) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(lg[i].loss, la[3 + i].loss) << "step " << lg[i].step << " after a gathered checkpoint";
 }
 
+// --load_best_model_at_end on a LoRA run (HF: model.load_adapter from the best checkpoint): the
+// adapter written to output_dir is checkpoint-3's, not the last step's (--greater_is_better True
+// makes the first evaluation's checkpoint the best while the loss falls).
+TEST(LoraResume, LoadBestModelAtEndWritesTheBestAdapter) {
+  SKIP_WITHOUT_FIXTURE();
+  const fs::path model = kFixture / "model";
+  TempDir a("lora_best");
+  std::string log;
+  ASSERT_EQ(run_trainer(args(model, a.path(), 6, 4, 2) + " --eval_strategy steps --eval_steps 3 --eval_data_path " +
+                            (kFixture / "data.json").string() + " --load_best_model_at_end True --greater_is_better True",
+                        2, &log), 0) << log;
+  EXPECT_NE(log.find("Loading best model from " + (a.path() / "checkpoint-3").string()), std::string::npos) << log;
+  const auto best = adapter(a.path() / "checkpoint-3"), last = adapter(a.path() / "checkpoint-6"), out = adapter(a.path());
+  ASSERT_EQ(best.size(), out.size());
+  bool differs = false;
+  for (const auto& [n, t] : best) {
+    EXPECT_TRUE(at::equal(t, out.at(n))) << n << " is not the best checkpoint's";
+    differs = differs || !at::equal(t, last.at(n));
+  }
+  EXPECT_TRUE(differs) << "checkpoint-3 and checkpoint-6 hold the same adapter: the test shows nothing";
+}
+
 TEST(LoraResume, ResumeOnAnotherWorldSizeWithoutDropoutMatches) {
   SKIP_WITHOUT_FIXTURE();
   const fs::path model = kFixture / "model";

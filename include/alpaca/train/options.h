@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "alpaca/fsdp/policy.h"
 #include "alpaca/model/lora.h"
@@ -17,8 +18,12 @@
 
 namespace alpaca::train {
 
-// HF IntervalStrategy (--logging_strategy, --eval_strategy, --save_strategy).
-enum class Interval { kNo, kSteps, kEpoch };
+// HF IntervalStrategy (--logging_strategy, --eval_strategy, --save_strategy); kBest only for
+// --save_strategy (HF's SaveStrategy.BEST: after an evaluation that improves the tracked metric).
+enum class Interval { kNo, kSteps, kEpoch, kBest };
+
+// The evaluation log's metrics a run can track (metric_for_best_model), with their eval_ prefix.
+const std::vector<std::string>& eval_metric_names();
 
 // Where training starts from (--resume_from_checkpoint).
 struct ResumeFrom {
@@ -86,6 +91,11 @@ struct TrainerOptions {
   bool eval_on_start = false;  // HF's: one evaluation before the first step
   bool evaluates() const { return eval_strategy != Interval::kNo || eval_on_start; }
   Interval save_strategy = Interval::kSteps;
+  // HF's best-model tracking: the evaluation log key (eval_loss, ...; unset = no tracking), its
+  // direction, and whether the end of the run loads state.best_model_checkpoint's weights.
+  std::optional<std::string> metric_for_best_model;
+  bool greater_is_better = false;
+  bool load_best_model_at_end = false;
   double logging_steps = 500;               // steps or a ratio of the total (resolve_interval_steps)
   double save_steps = 500;
   std::optional<double> eval_steps;         // unset = logging_steps
