@@ -147,10 +147,13 @@ const std::vector<std::pair<std::string, std::string>>& train_flag_aliases() {
   // evaluation_strategy: HF's name until v4.46, used verbatim by the Alpaca README. max_length:
   // TRL SFTConfig's name of the sequence length (max_seq_length until TRL 0.20), so TRL commands
   // and configs run as they are (the default stays train.py's 512, not SFTConfig's 1024).
+  // chat_template_path: SFTConfig's, a Jinja file (a tokenizer directory there clones its template
+  // and special tokens: refused, --chat_template must be a file).
   static const std::vector<std::pair<std::string, std::string>> aliases = {
       {"evaluation_strategy", "eval_strategy"},
       {"max_length", "model_max_length"},
-      {"max_seq_length", "model_max_length"}};
+      {"max_seq_length", "model_max_length"},
+      {"chat_template_path", "chat_template"}};  // TRL SFTConfig's name (a Jinja file)
   return aliases;
 }
 

@@ -35,10 +35,65 @@ std::string canonical_name(const std::string& name) {
   return name;
 }
 
+// Hugging Face TrainingArguments / TRL SFTConfig, ModelConfig and ScriptArguments fields that
+// alpaca-train does not take, each with the reason and what to do instead: a command written for
+// `trl sft` or an HF script says why it stops, not only that the flag is unknown.
+const std::map<std::string, std::string>& unsupported_hf_fields() {
+  static const std::string kHub = "alpaca-train never uploads (no network at run time); upload output_dir yourself";
+  static const std::string kData =
+      "alpaca-train reads local files only: write the dataset to disk (datasets' save_to_disk, to_json or to_parquet) "
+      "and give it as --data_path";
+  static const std::string kDtype =
+      "the trained weights are fp32 (FSDP master shards); --bf16 True or --fp16 True picks the compute dtype, in which "
+      "a LoRA run also holds its frozen base";
+  static const std::string kCompile = "the step is compiled C++ with its own fused kernels; there is no TorchDynamo";
+  static const std::string kDdp = "alpaca-train shards with its own FSDP engine and has no DDP";
+  static const std::string kLoader = "examples are tokenized in-process before training; there is no DataLoader";
+  static const std::map<std::string, std::string> fields = {
+      {"push_to_hub", kHub}, {"hub_model_id", kHub}, {"hub_strategy", kHub}, {"hub_token", kHub},
+      {"hub_private_repo", kHub}, {"hub_always_push", kHub}, {"hub_revision", kHub},
+      {"dataset_name", kData}, {"dataset_config", kData}, {"dataset_train_split", kData},
+      {"dataset_test_split", kData}, {"dataset_streaming", kData},
+      {"torch_dtype", kDtype}, {"dtype", kDtype},
+      {"attn_implementation", "attention is alpaca-train's own causal, packing-aware kernel on every device; drop the flag"},
+      {"torch_compile", kCompile}, {"torch_compile_backend", kCompile}, {"torch_compile_mode", kCompile},
+      {"use_liger_kernel", "alpaca-train's fused loss and elementwise kernels are always on; drop the flag"},
+      {"label_smoothing_factor", "label smoothing is not implemented (the fused loss is plain cross-entropy)"},
+      {"bf16_full_eval", "evaluation runs in the training's precision (--bf16 / --fp16)"},
+      {"fp16_full_eval", "evaluation runs in the training's precision (--bf16 / --fp16)"},
+      {"optim_args", "only AdamW is implemented (--optim adamw_torch / adamw_torch_fused); its settings are "
+                     "--adam_beta1, --adam_beta2, --adam_epsilon and --weight_decay"},
+      {"ddp_find_unused_parameters", kDdp}, {"ddp_bucket_cap_mb", kDdp}, {"ddp_broadcast_buffers", kDdp},
+      {"ddp_backend", "the backend is chosen per device: NCCL between GPUs, MPI or Gloo between CPU ranks"},
+      {"dataloader_pin_memory", kLoader}, {"dataloader_persistent_workers", kLoader},
+      {"dataloader_prefetch_factor", kLoader},
+      {"trust_remote_code", "the model code is alpaca-train's own (LLaMA, Mistral, Qwen2); nothing from the model "
+                            "directory runs; drop the flag"},
+      {"model_revision", "models load from local directories, which have no revisions"},
+      {"padding_free", "--packing True gives TRL's padding-free packed batches (each document attends to itself); "
+                       "without packing, batches are padded as TRL's default collator pads them"},
+      {"pad_to_multiple_of", "batches are padded to their longest example, as TRL's and train.py's collators do "
+                             "by default"},
+      {"activation_offloading", "not implemented; --gradient_checkpointing saves the activation memory instead"},
+      {"use_cpu", "each rank uses its GPU when it has one and the CPU otherwise (CUDA_VISIBLE_DEVICES= hides GPUs)"},
+      {"torch_empty_cache_steps", "not implemented"},
+      {"include_num_input_tokens_seen", "not implemented: trainer_state.json's num_input_tokens_seen counts the "
+                                        "non-padding tokens of every run, and each log line has x_tokens_per_second"},
+      {"eval_accumulation_steps", "evaluation computes losses only; no predictions accumulate"},
+  };
+  return fields;
+}
+
 // "unknown flag --learnig_rate; did you mean --learning_rate?" (`quote` spells names as in the source).
 std::string unknown_flag_message(const std::string& what, const std::string& name, const std::string& quote) {
   std::ostringstream os;
   const std::string close = quote == "--" ? "" : quote;
+  const auto unsupported = unsupported_hf_fields().find(name);
+  if (unsupported != unsupported_hf_fields().end()) {
+    os << what << " " << quote << name << close << ": transformers/TRL take it, alpaca-train does not: "
+       << unsupported->second;
+    return os.str();
+  }
   os << what << " " << quote << name << close;
   // TRL's SFTConfig names of what is ours under Alpaca's name (edit distance would not find them).
   static const std::map<std::string, std::string> kTrlNames = {{"max_length", "model_max_length"},

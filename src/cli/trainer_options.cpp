@@ -74,6 +74,7 @@ void set_loop_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.num_train_epochs = a.num_train_epochs;
   o.auto_find_batch_size = a.auto_find_batch_size;
   o.neftune_noise_alpha = a.neftune_noise_alpha;
+  o.tokenize_threads = static_cast<int>(a.dataset_num_proc.value_or(0));
 
   o.adamw.beta1 = a.adam_beta1;
   o.adamw.beta2 = a.adam_beta2;
@@ -99,6 +100,7 @@ void set_logging_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.logging_strategy = interval_of(a.logging_strategy, "logging_strategy");
   o.eval_strategy = interval_of(a.eval_strategy, "eval_strategy");
   o.eval_on_start = a.eval_on_start;
+  o.eval_delay = a.eval_delay;
   o.save_strategy = interval_of(a.save_strategy, "save_strategy");
   o.load_best_model_at_end = a.load_best_model_at_end;
   if (!a.metric_for_best_model.empty()) {  // validate_train_args checked it names an eval_ key

@@ -134,6 +134,32 @@ void validate_optimizer(TrainArgs& a) {
   ALPACA_USAGE_CHECK(!a.neftune_noise_alpha || *a.neftune_noise_alpha >= 0,
                      "--neftune_noise_alpha must be >= 0 (the noise is uniform in [-a, a], a = alpha / sqrt(L * d)), got "
                          << *a.neftune_noise_alpha);
+  ALPACA_USAGE_CHECK(!a.dataset_num_proc || *a.dataset_num_proc > 0,
+                     "--dataset_num_proc must be positive, got " << *a.dataset_num_proc);
+  ALPACA_USAGE_CHECK(a.average_tokens_across_devices,
+                     "--average_tokens_across_devices False (each rank's own token mean, then averaged) is not "
+                     "supported: the loss is always the mean over the step's label tokens on every rank, HF's default "
+                     "True, which keeps the result the same on any number of ranks");
+  if (!a.gradient_checkpointing_kwargs.empty()) {
+    ALPACA_USAGE_CHECK(a.gradient_checkpointing, "--gradient_checkpointing_kwargs has no effect without "
+                                                 "--gradient_checkpointing True");
+    nlohmann::json kw;
+    try {
+      kw = nlohmann::json::parse(a.gradient_checkpointing_kwargs);
+    } catch (const std::exception&) {
+      ALPACA_USAGE_FAIL("--gradient_checkpointing_kwargs is not JSON: " << a.gradient_checkpointing_kwargs
+                                                                        << " (e.g. '{\"use_reentrant\": false}')");
+    }
+    ALPACA_USAGE_CHECK(kw.is_object(), "--gradient_checkpointing_kwargs must be a JSON object, got "
+                                           << a.gradient_checkpointing_kwargs);
+    for (const auto& [key, value] : kw.items()) {
+      ALPACA_USAGE_CHECK(key == "use_reentrant",
+                         "--gradient_checkpointing_kwargs key '" << key << "' is not supported (only use_reentrant "
+                                                                 "is: the recompute is alpaca-train's own)");
+      ALPACA_USAGE_CHECK(value.is_boolean(), "--gradient_checkpointing_kwargs use_reentrant must be true or false, got "
+                                                 << value.dump());
+    }
+  }
   ALPACA_USAGE_CHECK(a.max_grad_norm >= 0, "--max_grad_norm must be >= 0 (0 disables clipping), got " << a.max_grad_norm);
 
   check_choice("lr_scheduler_type", a.lr_scheduler_type,
@@ -174,6 +200,10 @@ void validate_strategies(TrainArgs& a) {
                             << p.value << "; set --" << p.strategy << " steps, or drop --" << p.steps);
   }
   if (a.save_strategy == "steps") check_interval("save_steps", a.save_steps);
+  ALPACA_USAGE_CHECK(a.eval_delay >= 0, "--eval_delay must be >= 0, got " << a.eval_delay);
+  ALPACA_USAGE_CHECK(a.eval_delay == 0 || a.eval_strategy != "no",
+                     "--eval_delay " << a.eval_delay << " has no effect with --eval_strategy no; set --eval_strategy "
+                                        "steps or epoch, or drop --eval_delay");
   if (a.logging_strategy == "steps") check_interval("logging_steps", a.logging_steps);
   if (a.eval_strategy == "steps") {
     if (!a.eval_steps) {

@@ -275,7 +275,10 @@ void Trainer::Impl::log_eval_save(RunWindow& w, bool stop) {
   // HF also evaluates and saves after the last step under the steps strategy; save_strategy best
   // saves after an evaluation that improved the tracked metric.
   bool new_best = false;
-  if (due(opt.eval_strategy, eval_steps) || (opt.eval_strategy == Interval::kSteps && last)) {
+  // HF's eval_delay: the step (steps) or epoch (epoch) the scheduled evaluations start from.
+  const bool delayed = opt.eval_delay > (opt.eval_strategy == Interval::kEpoch ? state.epoch
+                                                                                : static_cast<double>(state.global_step));
+  if (!delayed && (due(opt.eval_strategy, eval_steps) || (opt.eval_strategy == Interval::kSteps && last))) {
     const LogEntry e = evaluate_and_log();
     w.last_eval_loss = ckpt::find_log_value(e, "eval_loss");
     new_best = determine_best_metric(e);

@@ -199,7 +199,7 @@ void Trainer::Impl::setup_data() {
                                             opt.packing, opt.packing_strategy);
   data::MaskStats stats;
   train_examples = data::load_examples(opt.data_path, format, *tokenizer, opt.model_name_or_path, opt.chat_template,
-                                       masks, 0, &stats);
+                                       masks, opt.tokenize_threads, &stats);
   ALPACA_INFO("tokenized " << opt.data_path << ": " << data::describe_mask_stats(stats, opt.model_max_length));
   // Every step would log loss 0 (HF: nan) and train nothing; say why instead.
   ALPACA_USER_CHECK(stats.num_trained > 0,
@@ -221,7 +221,7 @@ void Trainer::Impl::setup_data() {
                                                    opt.model_max_length, false, opt.packing_strategy);
     data::MaskStats eval_stats;
     eval_examples = data::load_examples(opt.eval_data_path, format, *tokenizer, opt.model_name_or_path,
-                                        opt.chat_template, eval_masks, 0, &eval_stats);
+                                        opt.chat_template, eval_masks, opt.tokenize_threads, &eval_stats);
     ALPACA_INFO("tokenized eval " << opt.eval_data_path << ": "
                                   << data::describe_mask_stats(eval_stats, opt.model_max_length));
   }

@@ -233,6 +233,24 @@ TEST(TrainerResume, LoadBestModelAtEndExportsTheBestCheckpoint) {
     EXPECT_TRUE(at::equal(t, gathered_out.at(name))) << name << " is not the best checkpoint's";
 }
 
+// HF's eval_delay: no scheduled evaluation before step 3 (steps strategy), so of every-step
+// evaluations over 4 steps only steps 3 and 4 evaluate.
+TEST(TrainerResume, EvalDelaySkipsTheEarlyEvaluations) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir out("eval_delay");
+  std::string log;
+  ASSERT_EQ(run_trainer(run_args(kFixture / "model", out.path(), 4, 4, 1) + " --save_strategy no --eval_strategy steps "
+                        "--eval_steps 1 --eval_delay 3 --per_device_eval_batch_size 8 --eval_data_path " +
+                            (kFixture / "data.json").string(), 1, &log), 0) << log;
+  std::vector<int64_t> eval_steps;
+  std::ifstream f(out.path() / "metrics.jsonl");
+  for (std::string line; std::getline(f, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("eval_loss")) eval_steps.push_back(j["step"].get<int64_t>());
+  }
+  EXPECT_EQ(eval_steps, (std::vector<int64_t>{3, 4}));
+}
+
 // --save_only_model checkpoints hold weights only (transformers: "prevents resuming training"): a
 // resume, explicit or `auto`, says so and names the way to their weights (consolidate, then
 // --model_name_or_path), which trains; a checkpoint given as the model is pointed to consolidate.

@@ -249,6 +249,13 @@ TEST(TrainArgs, ContradictionsSayWhatToChange) {
        "samples_per_second, steps_per_second (eval_ prefix optional)"},
       {"--metric_for_best_model loss", "--metric_for_best_model is read from the evaluations of --eval_strategy steps or epoch"},
       {"--load_best_model_at_end", "(--load_best_model_at_end tracks loss); set --eval_strategy"},
+      {"--eval_delay 3", "--eval_delay 3 has no effect with --eval_strategy no"},
+      {"--gradient_checkpointing_kwargs '{\"use_reentrant\": false}'", "has no effect without --gradient_checkpointing True"},
+      {"--gradient_checkpointing --gradient_checkpointing_kwargs '{\"preserve_rng_state\": false}'",
+       "key 'preserve_rng_state' is not supported"},
+      {"--gradient_checkpointing --gradient_checkpointing_kwargs '[1]'", "must be a JSON object"},
+      {"--average_tokens_across_devices False", "--average_tokens_across_devices False (each rank's own token mean"},
+      {"--dataset_num_proc 0", "--dataset_num_proc must be positive"},
       // Refused when parsing, not after the communicators start (they used to be trainer checks).
       {"--eval_strategy epoch", "--eval_strategy epoch needs --eval_data_path"},
       {"--eval_on_start True", "--eval_on_start True needs --eval_data_path"},
@@ -280,6 +287,27 @@ TEST(TrainArgs, BestModelTrackingDefaultsAsTransformers) {
   a = parse_train_args(shell_split(kRequired + "--save_steps 20"));
   EXPECT_EQ(a.metric_for_best_model, "");
   EXPECT_FALSE(a.greater_is_better);
+}
+
+// Fields of HF TrainingArguments / TRL's configs that alpaca-train does not take say why and what
+// to do instead (not only "unknown flag"), on the command line and in a --config file; TRL's
+// names that are ours are taken (chat_template_path, dataset_num_proc, gradient_checkpointing_kwargs).
+TEST(TrainArgs, HfAndTrlFieldsWeDoNotTakeSayWhy) {
+  expect_usage_errors({
+      {"--push_to_hub", "unknown flag --push_to_hub: transformers/TRL take it, alpaca-train does not: alpaca-train never uploads"},
+      {"--dataset_name trl-lib/Capybara", "reads local files only"},
+      {"--torch_dtype bfloat16", "--bf16 True or --fp16 True picks the compute dtype"},
+      {"--attn_implementation flash_attention_2", "attention is alpaca-train's own"},
+      {"--label_smoothing_factor 0.1", "label smoothing is not implemented"},
+      {"--learnig_rate 1", "did you mean --learning_rate?"},
+  });
+  TrainArgs a = parse_train_args(shell_split(kRequired + "--chat_template_path t.jinja --dataset_num_proc 3 "
+                                             "--gradient_checkpointing --gradient_checkpointing_kwargs "
+                                             "'{\"use_reentrant\": false}' --eval_strategy steps --eval_steps 5 "
+                                             "--eval_delay 10 --eval_data_path e.json"));
+  EXPECT_EQ(a.chat_template, "t.jinja");
+  EXPECT_EQ(a.dataset_num_proc, std::optional<int64_t>(3));
+  EXPECT_DOUBLE_EQ(a.eval_delay, 10);
 }
 
 TEST(TrainArgs, UnsupportedValuesAreRefusedNotIgnored) {
@@ -400,6 +428,9 @@ TEST_F(ConfigFile, CommandLineWinsOverFileAndFileOverDefaults) {
 TEST_F(ConfigFile, BadFilesNameTheFileAndKey) {
   std::string typo = write(R"({"model_name_or_path": "m", "data_path": "d", "learnig_rate": 1})");
   EXPECT_USAGE_ERROR("--config " + typo, "config file " + typo + ": unknown key 'learnig_rate'; did you mean 'learning_rate'?");
+  std::string hub = write(R"({"model_name_or_path": "m", "data_path": "d", "hub_model_id": "me/model"})");
+  EXPECT_USAGE_ERROR("--config " + hub, "config file " + hub + ": unknown key 'hub_model_id': transformers/TRL take it, "
+                                        "alpaca-train does not: alpaca-train never uploads");
   std::string bad_value = write(R"({"model_name_or_path": "m", "data_path": "d", "bf16": "sometimes"})");
   EXPECT_USAGE_ERROR("--config " + bad_value, "config file " + bad_value + ": --bf16 expects a boolean");
   std::string not_json = write("{\"bf16\": tru");

@@ -51,6 +51,7 @@ struct TrainerOptions {
   bool group_by_length = false;
   bool dataloader_drop_last = false;
   std::optional<double> neftune_noise_alpha;  // unset = no NEFTune noise
+  int tokenize_threads = 0;                   // --dataset_num_proc; 0 = every core
 
   // ---- Batch and run length.
   int64_t per_device_train_batch_size = 8;
@@ -89,6 +90,7 @@ struct TrainerOptions {
   Interval logging_strategy = Interval::kSteps;
   Interval eval_strategy = Interval::kNo;
   bool eval_on_start = false;  // HF's: one evaluation before the first step
+  double eval_delay = 0;       // HF's: no scheduled evaluation before this step (steps) or epoch (epoch)
   bool evaluates() const { return eval_strategy != Interval::kNo || eval_on_start; }
   Interval save_strategy = Interval::kSteps;
   // HF's best-model tracking: the evaluation log key (eval_loss, ...; unset = no tracking), its
