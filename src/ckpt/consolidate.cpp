@@ -35,7 +35,7 @@ ConsolidateStats consolidate_checkpoint(const fs::path& dir, const fs::path& out
     ++stats.num_tensors;
     writer.add(name, t);
   }
-  writer.finish(cfg);
+  writer.finish(cfg, io::generation_config_text(dir.string(), cfg));  // the run's, which the checkpoint carries
   // The tokenizer files: everything at the top level but our own bookkeeping and the weights.
   const std::set<std::string> ours = {kCompleteMarker, kResumeStateName, kTrainerStateName, "config.json",
                                       "generation_config.json"};

@@ -112,8 +112,10 @@ MergeStats merge_lora_adapter(const std::string& base_dir, const std::string& ad
     unused.erase(kPrefix + std::string("lm_head.weight"));
   ALPACA_CHECK(unused.empty(), adapter->path() << " has " << *unused.begin() << ", which matches no tensor of the base "
                                << base_dir << "; is it the base model the adapter was trained on?");
+  // peft's merge_and_unload keeps the base model's generation config, which save_pretrained writes.
+  const std::string generation_config = io::generation_config_text(base_dir, mcfg);
   mcfg.vocab_size = vocab;
-  writer.finish(mcfg);
+  writer.finish(mcfg, generation_config);
   // The tokenizer (and chat template) the adapter was trained with: an --use_peft output_dir carries
   // one; a peft save_pretrained directory does not, and then the base's is the adapter's.
   const char* const tokenizer_files[] = {"tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",

@@ -56,6 +56,8 @@ void set_data_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.dataset_format = a.dataset_format;
   o.dataset_text_field = a.dataset_text_field;
   o.chat_template = a.chat_template;
+  o.eos_token = a.eos_token;
+  o.pad_token = a.pad_token;
   o.assistant_only_loss = a.assistant_only_loss;
   o.completion_only_loss = a.completion_only_loss;
   o.model_max_length = a.model_max_length;

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 
@@ -165,7 +166,25 @@ void HfExportWriter::add(const std::string& name, const at::Tensor& t) {
   if (own) close_shard(own);
 }
 
-void HfExportWriter::finish(const model::LlamaConfig& cfg_in) {
+std::string generation_config_from_model_config(const model::LlamaConfig& cfg) {
+  json gen = {{"_from_model_config", true}, {"transformers_version", "5.23.0"}};
+  if (cfg.bos_token_id) gen["bos_token_id"] = *cfg.bos_token_id;
+  if (cfg.eos_token_id.size() == 1) gen["eos_token_id"] = cfg.eos_token_id.front();
+  else if (!cfg.eos_token_id.empty()) gen["eos_token_id"] = cfg.eos_token_id;
+  if (cfg.pad_token_id) gen["pad_token_id"] = *cfg.pad_token_id;
+  return gen.dump(2) + "\n";
+}
+
+std::string generation_config_text(const std::string& model_dir, const model::LlamaConfig& cfg) {
+  const fs::path p = fs::path(model_dir) / "generation_config.json";
+  if (!fs::is_regular_file(p)) return generation_config_from_model_config(cfg);
+  std::ifstream in(p, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ALPACA_CHECK(in.good() || in.eof(), "cannot read " << p.string());
+  return text;
+}
+
+void HfExportWriter::finish(const model::LlamaConfig& cfg_in, const std::string& generation_config_json) {
   ALPACA_CHECK(!finished_, "export to " << dir_ << ": finish() called twice");
   if (open_) close_shard(open_);
   ALPACA_CHECK(!closed_.empty(), "export to " << dir_ << ": no tensors were added");
@@ -188,12 +207,8 @@ void HfExportWriter::finish(const model::LlamaConfig& cfg_in) {
   model::LlamaConfig cfg = cfg_in;
   cfg.torch_dtype = dtype_name(dtype_ ? *dtype_ : seen_dtype_);
   write_text(tmp / "config.json", cfg.to_json());
-  json gen = {{"_from_model_config", true}, {"transformers_version", "5.23.0"}};
-  if (cfg.bos_token_id) gen["bos_token_id"] = *cfg.bos_token_id;
-  if (cfg.eos_token_id.size() == 1) gen["eos_token_id"] = cfg.eos_token_id.front();
-  else if (!cfg.eos_token_id.empty()) gen["eos_token_id"] = cfg.eos_token_id;
-  if (cfg.pad_token_id) gen["pad_token_id"] = *cfg.pad_token_id;
-  write_text(tmp / "generation_config.json", gen.dump(2) + "\n");
+  write_text(tmp / "generation_config.json",
+             generation_config_json.empty() ? generation_config_from_model_config(cfg) : generation_config_json);
 
   const fs::path dir(dir_);
   if (!fs::exists(dir)) {

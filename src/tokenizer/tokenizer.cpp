@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "alpaca/util/error.h"
+#include "alpaca/util/user_error.h"
 #include "alpaca/util/file.h"
 #include "backend.h"
 #include "tokenizer_class.h"
@@ -347,6 +348,12 @@ int64_t Tokenizer::add_special_token(const std::string& token) { return impl_->b
 void Tokenizer::set_pad_token(const std::string& token) {
   impl_->backend->add_plain(token, true);
   impl_->backend->roles.pad = token;
+}
+
+void Tokenizer::set_eos_token(const std::string& token) {
+  ALPACA_USER_CHECK(token_to_id(token), "the eos token '" << token << "' is not in the vocabulary of " << source()
+                                                          << "; give a token the tokenizer has");
+  impl_->backend->roles.eos = token;
 }
 
 void Tokenizer::set_model_max_length(int64_t n) { impl_->backend->model_max_length = n; }

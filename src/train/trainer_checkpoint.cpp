@@ -48,7 +48,7 @@ void Trainer::Impl::export_model(const fs::path& dir, bool write_tokenizer) {
     rss_peak = std::max(rss_peak, sys::rss_bytes());
   });
   if (rank == 0) {
-    writer->finish(model->config());
+    writer->finish(export_config(), generation_config_json);
     if (write_tokenizer) write_tokenizer_files(dir);
     // The engine gathers one unit at a time for the export; RSS growth is the measured evidence
     // (its unshard counters only see the training path).

@@ -78,6 +78,12 @@ struct Trainer::Impl {
   std::vector<std::pair<std::string, std::string>> tokenizer_files;
   void write_tokenizer_files(const std::filesystem::path& dir) const;
   model::LlamaForCausalLM model{nullptr};
+  // What exports write besides the weights: config.json is the model's with TRL's mirrored token
+  // ids (export_pad_id / export_eos_id, when set), generation_config.json the base's (or the one
+  // transformers derives from its config) with the same changes (setup_tokenizer_and_model).
+  std::optional<int64_t> export_pad_id, export_eos_id;
+  std::string generation_config_json;
+  model::LlamaConfig export_config() const;
   // Where the weights come from and how: the model is built on the meta device and each rank
   // reads only its own shards after apply_fsdp (setup_engine), unless weights_loaded.
   std::filesystem::path weights_dir;
@@ -124,6 +130,8 @@ struct Trainer::Impl {
   // setup (trainer_setup.cpp)
   explicit Impl(const TrainerOptions& o);
   void setup_tokenizer_and_model();
+  void mirror_tokens_onto_configs(bool train_py_tokens, const std::filesystem::path& base,
+                                  const model::LlamaConfig& base_cfg);
   void setup_data();
   void setup_engine();
   void setup_schedule();

@@ -12,6 +12,8 @@
 #include <vector>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>  // defines: nlohmann::json
+
 #include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/ckpt/preemption.h"
 #include "alpaca/data/alpaca_record.h"
@@ -104,9 +106,55 @@ std::vector<std::pair<std::string, std::string>> saved_tokenizer_files(const tok
 
 Trainer::Impl::Impl(const TrainerOptions& o) : opt(o) {}
 
+// SFTTrainer.__init__ mirrors its tokenizer onto the model: config.json's pad_token_id (always,
+// for TRL's data) and eos_token_id (with --eos_token), generation_config.json's pad_token_id and
+// the new eos put first in its eos list unless there. train.py (Alpaca records) changes neither,
+// unless --eos_token / --pad_token ask for it. The model's own config (its embedding's
+// padding_idx) stays as loaded, as the module built before TRL's change does.
+void Trainer::Impl::mirror_tokens_onto_configs(bool train_py_tokens, const fs::path& base,
+                                               const model::LlamaConfig& base_cfg) {
+  if (!train_py_tokens || !opt.pad_token.empty()) export_pad_id = tokenizer->pad_id();
+  if (!opt.eos_token.empty()) export_eos_id = tokenizer->eos_id();
+  generation_config_json = io::generation_config_text(base.string(), base_cfg);
+  if (!export_pad_id && !export_eos_id) return;
+  nlohmann::json gen;
+  try {
+    gen = nlohmann::json::parse(generation_config_json);
+  } catch (const std::exception& e) {
+    ALPACA_USER_FAIL((base / "generation_config.json").string() << " is not valid JSON: " << e.what());
+  }
+  if (export_pad_id) gen["pad_token_id"] = *export_pad_id;
+  if (export_eos_id) {
+    std::vector<int64_t> ids;
+    const auto& old = gen.contains("eos_token_id") ? gen["eos_token_id"] : nlohmann::json();
+    if (old.is_number_integer()) ids.push_back(old.get<int64_t>());
+    else if (old.is_array()) ids = old.get<std::vector<int64_t>>();
+    if (std::find(ids.begin(), ids.end(), *export_eos_id) == ids.end()) {
+      ids.insert(ids.begin(), *export_eos_id);
+      gen["eos_token_id"] = ids;
+    }
+  }
+  generation_config_json = gen.dump(2) + "\n";
+}
+
+model::LlamaConfig Trainer::Impl::export_config() const {
+  model::LlamaConfig cfg = model->config();
+  if (export_pad_id) cfg.pad_token_id = *export_pad_id;
+  if (export_eos_id) cfg.eos_token_id = {*export_eos_id};
+  return cfg;
+}
+
 void Trainer::Impl::setup_tokenizer_and_model() {
   const fs::path base = opt.model_name_or_path;  // checked by cli::check_input_paths
   tokenizer.emplace(tokenizer::Tokenizer::load(base.string(), opt.use_fast_tokenizer));
+  // TRL SFTConfig's eos_token / pad_token: tokens the vocabulary already has, set before the
+  // special-token rule below (so a tokenizer without a pad pads with the new eos, as in TRL).
+  for (const auto& [flag, token] : {std::pair{"--eos_token", &opt.eos_token}, {"--pad_token", &opt.pad_token}})
+    ALPACA_USER_CHECK(token->empty() || tokenizer->token_to_id(*token),
+                      flag << " '" << *token << "' is not in the vocabulary of " << tokenizer->source()
+                           << " (TRL refuses it too); give a token the tokenizer has");
+  if (!opt.eos_token.empty()) tokenizer->set_eos_token(opt.eos_token);
+  if (!opt.pad_token.empty()) tokenizer->set_pad_token(opt.pad_token);
   // train.py (Alpaca records): add the missing special tokens (pad [PAD], eos </s>, bos <s>, unk
   // <unk>), then always resize to len(tokenizer); the new rows get the mean of the stored ones.
   // TRL (conversation / prompt-completion data only): add nothing, pad with eos, keep the stored
@@ -121,6 +169,7 @@ void Trainer::Impl::setup_tokenizer_and_model() {
   if (rank == 0) tokenizer_files = saved_tokenizer_files(*tokenizer, base, opt.chat_template);
 
   model::LlamaConfig base_cfg = model::LlamaConfig::from_json_file((base / "config.json").string());
+  mirror_tokens_onto_configs(train_py_tokens, base, base_cfg);
   model::LlamaConfig resized = base_cfg;
   resized.vocab_size = train_py_tokens ? tokenizer->vocab_size() : std::max(tokenizer->vocab_size(), base_cfg.vocab_size);
   model_fingerprint = model_fingerprint_of(resized);

@@ -284,11 +284,14 @@ std::vector<ckpt::WrittenFile> Trainer::Impl::write_shards(const fs::path& dir, 
 // does not wait for the tokenizer's files either.
 std::function<void(const fs::path&)> Trainer::Impl::small_checkpoint_files() const {
   std::optional<std::string> config;
-  if (!opt.lora) config = model->config().to_json();
+  if (!opt.lora) config = export_config().to_json();
   std::optional<ckpt::ResumeState> resume;
   if (!opt.save_only_model) resume = capture_resume_state();
   return [this, config, saved = state, resume](const fs::path& dir) {
-    if (config) ckpt::write_file_durable(dir / "config.json", *config);
+    if (config) {
+      ckpt::write_file_durable(dir / "config.json", *config);
+      ckpt::write_file_durable(dir / "generation_config.json", generation_config_json);  // consolidate's
+    }
     write_tokenizer_files(dir);
     saved.save((dir / ckpt::kTrainerStateName).string());
     if (resume) resume->save((dir / ckpt::kResumeStateName).string());

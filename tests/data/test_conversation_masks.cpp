@@ -254,6 +254,9 @@ TEST(ConversationMasks, MatchTrlSftTrainerLabels) {
   tok.add_missing_special_tokens();  // as train and preprocess do
   size_t num_rows = 0, num_packed_sets = 0;
   for (const auto& s : fx["trl"]) {
+    Tokenizer set_tok = tok;
+    // SFTConfig.eos_token (--eos_token): the tokenizer's eos for the set.
+    if (s.contains("eos_token") && !s["eos_token"].is_null()) set_tok.set_eos_token(s["eos_token"].get<std::string>());
     const bool packing = s["packing"].get<bool>();
     const std::string strategy = s["packing_strategy"].get<std::string>();
     const std::string where = s["name"].get<std::string>() + (packing ? " (packing " + strategy + ")" : "");
@@ -264,7 +267,7 @@ TEST(ConversationMasks, MatchTrlSftTrainerLabels) {
     MaskStats st;
     // SFTConfig's dataset_text_field (text rows in another field: --dataset_text_field).
     const RowFormat format(DatasetFormat::kAuto, s.value("dataset_text_field", std::string("text")));
-    auto examples = load_examples((fixture() / s["data"].get<std::string>()).string(), format, tok,
+    auto examples = load_examples((fixture() / s["data"].get<std::string>()).string(), format, set_tok,
                                   fx["model_dir"].get<std::string>(), fixture() / s.value("template", fx["trl_template"].get<std::string>()),
                                   opt, 1, &st);
     if (packing) {

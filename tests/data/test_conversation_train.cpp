@@ -128,6 +128,37 @@ TEST(ConversationTrain, AttentionCoversThePadTokenInsideTheTextAsTrl) {
   }
 }
 
+// --eos_token / --pad_token (SFTConfig's): what TRL's SFTTrainer mirrors onto the saved model and
+// tokenizer (trl_token_configs_case: its save_model) is what our output_dir holds: config.json's and
+// generation_config.json's eos/pad/bos ids (the new eos first in the generation list) and the
+// tokenizer's roles.
+TEST(ConversationTrain, EosAndPadTokensReachTheSavedConfigsAsTrl) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
+  const nlohmann::json fx = nlohmann::json::parse(read_text(kFixture / "masks.json"))["trl_token_configs"];
+  const nlohmann::json loss_fx = nlohmann::json::parse(read_text(kFixture / "masks.json"))["trl_loss"];
+  for (const auto& [name, want] : fx.items()) {
+    TempDir out("trl_tokens_" + name);
+    TrainFlags flags(kFixture, out.path());
+    flags.model(kFixture / loss_fx["model_dir"].get<std::string>())
+        .set("--data_path", (kFixture / "trl_text_language_modelling.jsonl").string())
+        .batch(1, 1)
+        .steps(1)
+        .set("--save_strategy no");
+    for (const auto& [flag, value] : want["flags"].items()) flags.set("--" + flag, "'" + value.get<std::string>() + "'");
+    std::string log;
+    ASSERT_EQ(run_trainer(flags, 1, &log), 0) << log;
+    const auto config = nlohmann::json::parse(read_text(out.path() / "config.json"));
+    const auto gen = nlohmann::json::parse(read_text(out.path() / "generation_config.json"));
+    const auto tok = nlohmann::json::parse(read_text(out.path() / "tokenizer_config.json"));
+    for (const auto& [key, value] : want["config"].items())
+      EXPECT_EQ(config.value(key, nlohmann::json()), value) << name << ": config.json " << key;
+    for (const auto& [key, value] : want["generation_config"].items())
+      EXPECT_EQ(gen.value(key, nlohmann::json()), value) << name << ": generation_config.json " << key;
+    for (const auto& [key, value] : want["tokenizer"].items())
+      EXPECT_EQ(tok.value(key, nlohmann::json()), value) << name << ": tokenizer_config.json " << key;
+  }
+}
+
 }  // namespace
 
 }  // namespace test_conversation_train

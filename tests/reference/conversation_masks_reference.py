@@ -276,20 +276,24 @@ def collated(collator, ex):
 
 
 def trl_labels(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_length, packing, strategy="bfd",
-               text_field="text"):
+               text_field="text", eos_token=None):
     ds, collator = trl_prepared(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_length, packing, strategy,
-                                text_field)
+                                text_field, eos_token)
     return [collated(collator, ex) for ex in ds]
 
 
 def trl_prepared(tok, tmpl, rows, assistant_only_loss, completion_only_loss, max_length, packing, strategy="bfd",
-                 text_field="text"):
-    """SFTTrainer's prepared dataset and its collator for `rows`."""
+                 text_field="text", eos_token=None):
+    """SFTTrainer's prepared dataset and its collator for `rows` (SFTConfig.eos_token: set on the
+    tokenizer first, as SFTTrainer.__init__ does)."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
     tok = copy.deepcopy(tok)
     tok.chat_template = tmpl
+    if eos_token is not None:
+        assert eos_token in tok.get_vocab()
+        tok.eos_token = eos_token
     with tempfile.TemporaryDirectory() as tmp:
         args = SFTConfig(output_dir=tmp, assistant_only_loss=assistant_only_loss,
                          completion_only_loss=completion_only_loss, max_length=max_length, packing=packing,
@@ -354,6 +358,33 @@ def trl_loss_case(tok, out_dir):
         cases[name] = {"rows": len(ds), "loss": float(out.loss), "grad_norm": norm,
                        "pad_tokens_in_text": sum(int(t == tok.pad_token_id) for ex in ds for t in ex["input_ids"])}
     return {"model_dir": "tiny_smollm2", "data": "trl_loss_rows.jsonl", "max_length": 1024, **cases}
+
+
+def trl_token_configs_case(out_dir):
+    """What SFTTrainer.__init__ mirrors onto the model and tokenizer for SFTConfig's eos_token /
+    pad_token (and its pad default, the eos), read back from the trainer's save_model: config.json's and
+    generation_config.json's eos/pad ids and tokenizer_config.json's roles, on the tiny SmolLM2-tokenizer
+    model of trl_loss_case (pad <|im_end|> = its eos, id 2)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+    model_dir = os.path.join(out_dir, "tiny_smollm2")
+    cases = {}
+    for name, kw in (("eos", {"eos_token": "<|endoftext|>"}),
+                     ("eos_and_pad", {"eos_token": "<|endoftext|>", "pad_token": "<|im_start|>"})):
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        with tempfile.TemporaryDirectory() as tmp:
+            args = SFTConfig(output_dir=tmp, report_to=[], use_cpu=True, bf16=False, max_steps=1, **kw)
+            trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(TEXT_ROWS), processing_class=tok)
+            trainer.save_model(tmp)
+            config = json.load(open(os.path.join(tmp, "config.json")))
+            gen = json.load(open(os.path.join(tmp, "generation_config.json")))
+            tcfg = json.load(open(os.path.join(tmp, "tokenizer_config.json")))
+        cases[name] = {"flags": kw, "config": {k: config.get(k) for k in ("eos_token_id", "pad_token_id", "bos_token_id")},
+                       "generation_config": {k: gen.get(k) for k in ("eos_token_id", "pad_token_id", "bos_token_id")},
+                       "tokenizer": {k: tcfg.get(k) for k in ("eos_token", "pad_token")}}
+    return cases
 
 
 def pack_dataset_case():
@@ -488,11 +519,16 @@ def trl_sets(tok, tagged_src, out_dir):
         ("tokenized_assistant_masks", tok_am, tagged_src, False, None, 12, True),
         ("tokenized_labels", tok_lab, tagged_src, False, None, 12, False),
         ("tokenized_prompt_completion_columns", tok_cm_pc, tagged_src, False, None, 12, False),
+        # SFTConfig.eos_token: the appended eos of text and prompt-completion rows (a text that ends
+        # with the new eos gets no second one; one ending with the old gets the new one after it).
+        ("text_eos_token", TEXT_ROWS, tagged_src, False, None, 1024, False, "text", "<|endoftext|>"),
+        ("pc_text_eos_token", PC_TEXT_ROWS, tagged_src, False, None, 1024, False, "text", "<|endoftext|>"),
         ("kwargs_enable_thinking", THINK_ROWS, qwen3_src, False, None, 1024, False),
         ("kwargs_tools_assistant_only", TOOLS_KWARGS_ROWS, qwen3_src, True, None, 1024, False),
     ]
     for name, rows, tmpl, aol, col, max_len, wrapped, *field in specs:
         text_field = field[0] if field else "text"
+        eos_token = field[1] if len(field) > 1 else None
         path = os.path.join(out_dir, f"trl_{name}.jsonl")
         with open(path, "w", encoding="utf-8") as f:
             for r in rows:
@@ -501,9 +537,9 @@ def trl_sets(tok, tagged_src, out_dir):
             sets.append({"name": name, "data": os.path.basename(path), "assistant_only_loss": aol,
                          "completion_only_loss": col, "max_length": max_len, "packing": packing,
                          "packing_strategy": strategy or "bfd", "dataset_text_field": text_field,
-                         "template": template_files[tmpl],
+                         "template": template_files[tmpl], "eos_token": eos_token,
                          "examples": trl_labels(tok, tmpl, rows, aol, col, max_len, packing, strategy or "bfd",
-                                                text_field)})
+                                                text_field, eos_token)})
     return sets
 
 
@@ -543,7 +579,8 @@ def main():
           "trl_template": "qwen2_5_training.jinja", "sentencepiece_cases": sentencepiece_cases(tagged_src),
           "trl": trl_sets(tok, tagged_src, args.out), "pack_dataset": pack_dataset_case(),
           "special_tokens": special_tokens_case(args.out),
-          "rewriting_cases": rewriting_cases(tagged_src, args.out), "trl_loss": trl_loss_case(tok, args.out)}
+          "rewriting_cases": rewriting_cases(tagged_src, args.out), "trl_loss": trl_loss_case(tok, args.out),
+          "trl_token_configs": trl_token_configs_case(args.out)}
     alpaca_conversations(args.out)
     with open(os.path.join(args.out, "masks.json"), "w", encoding="utf-8") as f:
         json.dump(fx, f, ensure_ascii=False)

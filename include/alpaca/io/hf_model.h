@@ -53,7 +53,9 @@ class HfExportWriter {
   void add(const std::string& name, const at::Tensor& t);
   // Writes config.json (with architectures and dtype), generation_config.json and the index (when
   // sharded), then moves everything into `dir` (replacing any weights already there).
-  void finish(const model::LlamaConfig& cfg);
+  // generation_config.json is `generation_config_json` when given (the source model's, which
+  // transformers' save_pretrained writes back), else the one transformers derives from `cfg`.
+  void finish(const model::LlamaConfig& cfg, const std::string& generation_config_json = "");
 
  private:
   struct Shard;
@@ -69,6 +71,13 @@ class HfExportWriter {
   at::ScalarType seen_dtype_ = at::kFloat;
   bool finished_ = false;
 };
+
+// The generation_config.json text transformers saves with a model loaded from `model_dir`: that
+// directory's file as it is, or, when it has none, GenerationConfig.from_model_config(cfg)'s
+// ({"_from_model_config": true, bos/eos/pad from `cfg`}).
+std::string generation_config_text(const std::string& model_dir, const model::LlamaConfig& cfg);
+// The same from `cfg` alone (a model with no directory of its own: init-model).
+std::string generation_config_from_model_config(const model::LlamaConfig& cfg);
 
 // Writes `m` as an HF directory (tied lm_head omitted, as transformers does).
 void save_hf_directory(model::LlamaForCausalLM& m, const std::string& dir,

@@ -105,6 +105,9 @@ class Tokenizer {
   int64_t add_special_token(const std::string& token);
   // Makes `token` the pad token, adding it first when needed.
   void set_pad_token(const std::string& token);
+  // Makes `token`, which must already be in the vocabulary, the eos token (TRL SFTConfig's
+  // eos_token: `tokenizer.eos_token = token`); an error naming the token and file otherwise.
+  void set_eos_token(const std::string& token);
   // stanford_alpaca train.py's special-token rule: each missing role gets its default token
   // (pad "[PAD]", eos "</s>", bos "<s>", unk "<unk>", in that order), added as special tokens as
   // `tokenizer.add_special_tokens(dict)` does. Returns how many tokens are new to the vocabulary

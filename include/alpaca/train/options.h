@@ -43,6 +43,7 @@ struct TrainerOptions {
   std::string dataset_format = "auto";  // data::parse_row_format, with dataset_text_field
   std::string dataset_text_field = "text";
   std::filesystem::path chat_template;  // "" = the model's (conversation rows)
+  std::string eos_token, pad_token;     // TRL SFTConfig's overrides of the tokenizer's ("" = keep)
   bool assistant_only_loss = false;     // data::MaskOptions, TRL SFTConfig semantics
   std::optional<bool> completion_only_loss;
   int64_t model_max_length = 512;
