@@ -83,7 +83,7 @@ void print_report(const std::vector<data::Example>& examples, const data::MaskSt
 
 int run_preprocess(const std::vector<std::string>& args) {
   std::string data_path, model_dir, tokenizer_path, output, dataset_format = "auto", dataset_text_field = "text",
-      chat_template, packing_strategy = "bfd";
+      chat_template, packing_strategy = "bfd", eos_token, pad_token;
   int64_t model_max_length = 512;
   int num_threads = 0;
   bool packing = false, use_fast_tokenizer = false, assistant_only_loss = false, completion_only_loss = true;
@@ -98,7 +98,10 @@ int run_preprocess(const std::vector<std::string>& args) {
         "Model directory holding tokenizer.model or tokenizer.json (+ tokenizer_config.json, chat template ...)"},
        {"--tokenizer", &tokenizer_path,
         "Tokenizer directory, tokenizer.model or tokenizer.json file (instead of --model_name_or_path)"},
-       {"--chat_template", &chat_template, "Jinja chat template file for conversation rows (instead of the model's)"},
+       {"--chat_template", &chat_template, "Jinja chat template file for conversation rows (instead of the model's)",
+        false, {"--chat_template_path"}},
+       {"--eos_token", &eos_token, "TRL's eos_token: the tokenizer's eos for this run (a token in the vocabulary)"},
+       {"--pad_token", &pad_token, "TRL's pad_token: the pad token (a token in the vocabulary)"},
        {"--assistant_only_loss", &assistant_only_loss, "Conversation rows: label only the assistant tokens (TRL)"},
        {"--completion_only_loss", &completion_only_loss,
         "Prompt-completion rows: label only the completion (TRL; unset = True for them, and for tokenized rows' "
@@ -133,11 +136,8 @@ int run_preprocess(const std::vector<std::string>& args) {
   const std::string tok_source = model_dir.empty() ? tokenizer_path : model_dir;
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tok_source, use_fast_tokenizer);
   // As train.py for Alpaca records (missing special tokens are added: [PAD] etc., they can appear
-  // in the text), as TRL for conversation data (nothing added; pad = eos).
-  if (data::follows_train_py_tokens(data_path, "", row_format))
-    tok.add_missing_special_tokens();
-  else
-    tok.use_eos_as_missing_pad();
+  // in the text), as TRL for conversation data (nothing added; pad = eos), after --eos_token / --pad_token.
+  data::prepare_special_tokens(tok, data_path, "", row_format, eos_token, pad_token);
   const double load_s = timer.seconds();
   timer.reset();
   data::MaskStats ms;

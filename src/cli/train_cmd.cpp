@@ -110,11 +110,9 @@ int run_train(const std::vector<std::string>& argv) {
   // output_dir is written; the trainer loads the same files the same way.
   {
     tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(args.model_name_or_path, args.use_fast_tokenizer);
-    if (data::follows_train_py_tokens(args.data_path, args.eval_data_path,
-                                      data::parse_row_format(args.dataset_format, args.dataset_text_field)))
-      tok.add_missing_special_tokens();
-    else
-      tok.use_eos_as_missing_pad();
+    data::prepare_special_tokens(tok, args.data_path, args.eval_data_path,
+                                 data::parse_row_format(args.dataset_format, args.dataset_text_field), args.eos_token,
+                                 args.pad_token);
     tok.check_special_tokens();
     check_conversation_data(args, tok);
   }

@@ -16,7 +16,7 @@
 #include "alpaca/data/conversation.h"
 #include "alpaca/fsdp/policy.h"
 #include "alpaca/model/config.h"
-#include "alpaca/train/options.h"
+#include "alpaca/train/eval_metrics.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
 #include "alpaca/util/text.h"

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "alpaca/data/conversation.h"
+#include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/user_error.h"
 #include "alpaca/util/file.h"
@@ -206,6 +207,20 @@ FileFormats peek_dataset_formats(const std::string& paths, const RowFormat& form
     }
     out.emplace_back(p, found);
   }
+  return out;
+}
+
+SpecialTokens prepare_special_tokens(tokenizer::Tokenizer& tok, const std::string& paths, const std::string& eval_paths,
+                                     const RowFormat& format, const std::string& eos_token, const std::string& pad_token) {
+  for (const auto& [flag, token] : {std::pair{"--eos_token", &eos_token}, {"--pad_token", &pad_token}})
+    ALPACA_USER_CHECK(token->empty() || tok.token_to_id(*token),
+                      flag << " '" << *token << "' is not in the vocabulary of " << tok.source()
+                           << " (TRL refuses it too); give a token the tokenizer has");
+  if (!eos_token.empty()) tok.set_eos_token(eos_token);
+  if (!pad_token.empty()) tok.set_pad_token(pad_token);
+  SpecialTokens out;
+  out.train_py = follows_train_py_tokens(paths, eval_paths, format);
+  out.num_new_tokens = out.train_py ? tok.add_missing_special_tokens() : tok.use_eos_as_missing_pad();
   return out;
 }
 

@@ -5,13 +5,6 @@
 
 namespace alpaca::train {
 
-const std::vector<std::string>& eval_metric_names() {
-  // evaluate_and_log's entry: the loss, its perplexity and HF's speed_metrics("eval", ...).
-  static const std::vector<std::string> names = {"eval_loss", "eval_perplexity", "eval_runtime",
-                                                 "eval_samples_per_second", "eval_steps_per_second"};
-  return names;
-}
-
 int64_t resolve_interval_steps(double value, int64_t total_steps) {
   if (value <= 0) return 0;
   if (value < 1) return static_cast<int64_t>(std::ceil(value * static_cast<double>(total_steps)));

@@ -147,23 +147,16 @@ model::LlamaConfig Trainer::Impl::export_config() const {
 void Trainer::Impl::setup_tokenizer_and_model() {
   const fs::path base = opt.model_name_or_path;  // checked by cli::check_input_paths
   tokenizer.emplace(tokenizer::Tokenizer::load(base.string(), opt.use_fast_tokenizer));
-  // TRL SFTConfig's eos_token / pad_token: tokens the vocabulary already has, set before the
-  // special-token rule below (so a tokenizer without a pad pads with the new eos, as in TRL).
-  for (const auto& [flag, token] : {std::pair{"--eos_token", &opt.eos_token}, {"--pad_token", &opt.pad_token}})
-    ALPACA_USER_CHECK(token->empty() || tokenizer->token_to_id(*token),
-                      flag << " '" << *token << "' is not in the vocabulary of " << tokenizer->source()
-                           << " (TRL refuses it too); give a token the tokenizer has");
-  if (!opt.eos_token.empty()) tokenizer->set_eos_token(opt.eos_token);
-  if (!opt.pad_token.empty()) tokenizer->set_pad_token(opt.pad_token);
   // train.py (Alpaca records): add the missing special tokens (pad [PAD], eos </s>, bos <s>, unk
   // <unk>), then always resize to len(tokenizer); the new rows get the mean of the stored ones.
   // TRL (conversation / prompt-completion data only): add nothing, pad with eos, keep the stored
   // embeddings (grown only for a tokenizer that holds more tokens than they have rows).
-  const bool train_py_tokens =
-      data::follows_train_py_tokens(opt.data_path, opt.evaluates() ? opt.eval_data_path : "",
-                                    data::parse_row_format(opt.dataset_format, opt.dataset_text_field));
-  const int64_t num_new_tokens =
-      train_py_tokens ? tokenizer->add_missing_special_tokens() : tokenizer->use_eos_as_missing_pad();
+  // TRL's --eos_token / --pad_token first (a tokenizer without a pad then pads with the new eos).
+  const data::SpecialTokens special = data::prepare_special_tokens(
+      *tokenizer, opt.data_path, opt.evaluates() ? opt.eval_data_path : "",
+      data::parse_row_format(opt.dataset_format, opt.dataset_text_field), opt.eos_token, opt.pad_token);
+  const bool train_py_tokens = special.train_py;
+  const int64_t num_new_tokens = special.num_new_tokens;
   attention_rule = train_py_tokens ? data::AttentionMask::kNotPadId : data::AttentionMask::kExampleTokens;
   tokenizer->set_model_max_length(opt.model_max_length);
   if (rank == 0) tokenizer_files = saved_tokenizer_files(*tokenizer, base, opt.chat_template);

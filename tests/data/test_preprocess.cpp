@@ -210,6 +210,17 @@ TEST(Preprocess, ConversationDataFollowsTrl) {
   EXPECT_NE(preprocess("a.json", "--assistant_only_loss True", dir.path() / "a.out"), 0);
   EXPECT_NE(out.find("--assistant_only_loss True needs conversation rows"), std::string::npos) << out;
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "a.out"));
+  // TRL's --eos_token: text rows end with it (and the tokenizer, without a pad, pads with it); a
+  // token the vocabulary lacks is refused naming the flag, nothing written.
+  std::ofstream(dir.path() / "t.jsonl") << R"({"text": "hello"})" << "\n";
+  ASSERT_EQ(preprocess("t.jsonl", "--eos_token '<s>'", dir.path() / "t.out"), 0) << out;
+  EXPECT_EQ(read_lines(dir.path() / "t.out").at(0)["input_ids"].back(), tok.bos_id()) << "ends with the new eos <s>";
+  EXPECT_NE(out.find("pad id " + std::to_string(tok.bos_id())), std::string::npos) << out;
+  ASSERT_EQ(preprocess("t.jsonl", "", dir.path() / "t0.out"), 0) << out;
+  EXPECT_EQ(read_lines(dir.path() / "t0.out").at(0)["input_ids"].back(), tok.eos_id());
+  EXPECT_EQ(preprocess("t.jsonl", "--eos_token '<|nope|>'", dir.path() / "t1.out"), 1) << out;
+  EXPECT_NE(out.find("--eos_token '<|nope|>' is not in the vocabulary of"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "t1.out"));
 }
 
 }  // namespace

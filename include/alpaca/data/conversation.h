@@ -27,6 +27,10 @@
 
 #include "alpaca/data/alpaca_record.h"
 
+namespace alpaca::tokenizer {
+class Tokenizer;
+}
+
 namespace alpaca::data {
 
 enum class DatasetFormat { kAuto, kAlpaca, kMessages, kShareGpt, kPromptCompletion, kText, kTokenized };
@@ -129,5 +133,17 @@ FileFormats peek_dataset_formats(const std::string& paths, const RowFormat& form
 // eos when the tokenizer has none, the embeddings as stored) when every file is conversations or
 // prompt-completion rows.
 bool follows_train_py_tokens(const std::string& paths, const std::string& eval_paths, const RowFormat& format);
+
+// The special tokens of a run over `paths` (+ `eval_paths`), as train, its pre-check and
+// preprocess set them: TRL SFTConfig's --eos_token / --pad_token first (tokens the vocabulary
+// already has; a user error naming the flag otherwise), then follows_train_py_tokens' rule
+// (Tokenizer::add_missing_special_tokens or use_eos_as_missing_pad).
+struct SpecialTokens {
+  bool train_py = false;       // train.py's rule applied (Alpaca records)
+  int64_t num_new_tokens = 0;  // tokens it added (train.py's num_new_tokens)
+};
+SpecialTokens prepare_special_tokens(tokenizer::Tokenizer& tok, const std::string& paths, const std::string& eval_paths,
+                                     const RowFormat& format, const std::string& eos_token = "",
+                                     const std::string& pad_token = "");
 
 }  // namespace alpaca::data

@@ -9,7 +9,6 @@
 #include <functional>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "alpaca/fsdp/policy.h"
 #include "alpaca/model/lora.h"
@@ -22,8 +21,6 @@ namespace alpaca::train {
 // --save_strategy (HF's SaveStrategy.BEST: after an evaluation that improves the tracked metric).
 enum class Interval { kNo, kSteps, kEpoch, kBest };
 
-// The evaluation log's metrics a run can track (metric_for_best_model), with their eval_ prefix.
-const std::vector<std::string>& eval_metric_names();
 
 // Where training starts from (--resume_from_checkpoint).
 struct ResumeFrom {
