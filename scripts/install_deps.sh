@@ -15,6 +15,7 @@ APT_PACKAGES=(
   libsentencepiece-dev sentencepiece
   libpcre2-dev libutf8proc-dev
   libxxhash-dev  # XXH3 digests of checkpoint files (ckpt/digest.cpp)
+  libyaml-dev  # --config *.yaml (cli/yaml_config.cpp): libyaml, the parser PyYAML binds
   libgtest-dev libgmock-dev
   libopenmpi-dev openmpi-bin
   python3 python3-venv

@@ -26,7 +26,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
   libsentencepiece-dev libsentencepiece0 libgtest-dev libgmock-dev
   libprotobuf-dev libprotobuf32 libprotobuf-lite32 protobuf-compiler libprotoc32 libboost1.74-dev
-  libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2 libxxhash-dev libxxhash0
+  libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2 libxxhash-dev libxxhash0 libyaml-dev libyaml-0-2
   pkgconf pkgconf-bin libpkgconf3
   libopenmpi-dev libopenmpi3 openmpi-common openmpi-bin
   libpmix2 libhwloc15 libevent-2.1-7 libevent-core-2.1-7 libevent-pthreads-2.1-7

@@ -5,14 +5,18 @@
 #include <nlohmann/json.hpp>   // defines: nlohmann::json
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "alpaca/cli/flag_table.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/cli/usage_error.h"
+#include "alpaca/cli/yaml_config.h"
 
 namespace alpaca::cli {
 namespace {
@@ -36,9 +40,17 @@ std::string canonical_name(const std::string& name) {
 }
 
 // Hugging Face TrainingArguments / TRL SFTConfig, ModelConfig and ScriptArguments fields that
-// alpaca-train does not take, each with the reason and what to do instead: a command written for
-// `trl sft` or an HF script says why it stops, not only that the flag is unknown.
-const std::map<std::string, std::string>& unsupported_hf_fields() {
+// alpaca-train does not take, each with the reason and what to do instead: a command or config
+// written for `trl sft` or an HF script says why it stops, not only that the flag is unknown. A
+// field set to a value that asks for nothing (HF's default: push_to_hub false, dtype float32,
+// dataloader_pin_memory true, ...) is accepted and dropped, so TRL's recipe files, which list
+// them, run unchanged.
+struct UnsupportedField {
+  std::string reason;
+  std::vector<std::string> no_op;  // values (normalised by no_op_word) that ask for nothing
+};
+
+const std::map<std::string, UnsupportedField>& unsupported_hf_fields() {
   static const std::string kHub = "alpaca-train never uploads (no network at run time); upload output_dir yourself";
   static const std::string kData =
       "alpaca-train reads local files only: write the dataset to disk (datasets' save_to_disk, to_json or to_parquet) "
@@ -49,39 +61,65 @@ const std::map<std::string, std::string>& unsupported_hf_fields() {
   static const std::string kCompile = "the step is compiled C++ with its own fused kernels; there is no TorchDynamo";
   static const std::string kDdp = "alpaca-train shards with its own FSDP engine and has no DDP";
   static const std::string kLoader = "examples are tokenized in-process before training; there is no DataLoader";
-  static const std::map<std::string, std::string> fields = {
-      {"push_to_hub", kHub}, {"hub_model_id", kHub}, {"hub_strategy", kHub}, {"hub_token", kHub},
-      {"hub_private_repo", kHub}, {"hub_always_push", kHub}, {"hub_revision", kHub},
-      {"dataset_name", kData}, {"dataset_config", kData}, {"dataset_train_split", kData},
-      {"dataset_test_split", kData}, {"dataset_streaming", kData},
-      {"torch_dtype", kDtype}, {"dtype", kDtype},
-      {"attn_implementation", "attention is alpaca-train's own causal, packing-aware kernel on every device; drop the flag"},
-      {"torch_compile", kCompile}, {"torch_compile_backend", kCompile}, {"torch_compile_mode", kCompile},
-      {"use_liger_kernel", "alpaca-train's fused loss and elementwise kernels are always on; drop the flag"},
-      {"label_smoothing_factor", "label smoothing is not implemented (the fused loss is plain cross-entropy)"},
-      {"bf16_full_eval", "evaluation runs in the training's precision (--bf16 / --fp16)"},
-      {"fp16_full_eval", "evaluation runs in the training's precision (--bf16 / --fp16)"},
-      {"optim_args", "only AdamW is implemented (--optim adamw_torch / adamw_torch_fused); its settings are "
-                     "--adam_beta1, --adam_beta2, --adam_epsilon and --weight_decay"},
-      {"ddp_find_unused_parameters", kDdp}, {"ddp_bucket_cap_mb", kDdp}, {"ddp_broadcast_buffers", kDdp},
-      {"ddp_backend", "the backend is chosen per device: NCCL between GPUs, MPI or Gloo between CPU ranks"},
-      {"dataloader_pin_memory", kLoader}, {"dataloader_persistent_workers", kLoader},
-      {"dataloader_prefetch_factor", kLoader},
-      {"trust_remote_code", "the model code is alpaca-train's own (LLaMA, Mistral, Qwen2); nothing from the model "
-                            "directory runs; drop the flag"},
-      {"model_revision", "models load from local directories, which have no revisions"},
-      {"padding_free", "--packing True gives TRL's padding-free packed batches (each document attends to itself); "
-                       "without packing, batches are padded as TRL's default collator pads them"},
-      {"pad_to_multiple_of", "batches are padded to their longest example, as TRL's and train.py's collators do "
-                             "by default"},
-      {"activation_offloading", "not implemented; --gradient_checkpointing saves the activation memory instead"},
-      {"use_cpu", "each rank uses its GPU when it has one and the CPU otherwise (CUDA_VISIBLE_DEVICES= hides GPUs)"},
-      {"torch_empty_cache_steps", "not implemented"},
-      {"include_num_input_tokens_seen", "not implemented: trainer_state.json's num_input_tokens_seen counts the "
-                                        "non-padding tokens of every run, and each log line has x_tokens_per_second"},
-      {"eval_accumulation_steps", "evaluation computes losses only; no predictions accumulate"},
+  const std::vector<std::string> off = {"false"}, none = {"none"};
+  static const std::map<std::string, UnsupportedField> fields = {
+      {"push_to_hub", {kHub, off}}, {"hub_model_id", {kHub, none}}, {"hub_strategy", {kHub, {"every_save"}}},
+      {"hub_token", {kHub, none}}, {"hub_private_repo", {kHub, {"none", "false"}}}, {"hub_always_push", {kHub, off}},
+      {"hub_revision", {kHub, none}},
+      {"dataset_name", {kData, none}}, {"dataset_config", {kData, none}}, {"dataset_train_split", {kData, {"train"}}},
+      {"dataset_test_split", {kData, {"test"}}}, {"dataset_streaming", {kData, off}},
+      {"torch_dtype", {kDtype, {"none", "float32"}}}, {"dtype", {kDtype, {"none", "float32"}}},
+      {"attn_implementation", {"attention is alpaca-train's own causal, packing-aware kernel on every device; drop the flag", none}},
+      {"torch_compile", {kCompile, off}}, {"torch_compile_backend", {kCompile, none}}, {"torch_compile_mode", {kCompile, none}},
+      {"use_liger_kernel", {"alpaca-train's fused loss and elementwise kernels are always on; drop the flag", off}},
+      {"label_smoothing_factor", {"label smoothing is not implemented (the fused loss is plain cross-entropy)", {"0"}}},
+      {"bf16_full_eval", {"evaluation runs in the training's precision (--bf16 / --fp16)", off}},
+      {"fp16_full_eval", {"evaluation runs in the training's precision (--bf16 / --fp16)", off}},
+      {"optim_args", {"only AdamW is implemented (--optim adamw_torch / adamw_torch_fused); its settings are "
+                      "--adam_beta1, --adam_beta2, --adam_epsilon and --weight_decay", none}},
+      {"ddp_find_unused_parameters", {kDdp, {"none", "false"}}}, {"ddp_bucket_cap_mb", {kDdp, none}},
+      {"ddp_broadcast_buffers", {kDdp, none}},
+      {"ddp_backend", {"the backend is chosen per device: NCCL between GPUs, MPI or Gloo between CPU ranks", none}},
+      {"dataloader_pin_memory", {kLoader, {"true"}}}, {"dataloader_persistent_workers", {kLoader, off}},
+      {"dataloader_prefetch_factor", {kLoader, none}},
+      {"trust_remote_code", {"the model code is alpaca-train's own (LLaMA, Mistral, Qwen2); nothing from the model "
+                             "directory runs; drop the flag", off}},
+      {"model_revision", {"models load from local directories, which have no revisions", {"main"}}},
+      {"padding_free", {"--packing True gives TRL's padding-free packed batches (each document attends to itself); "
+                        "without packing, batches are padded as TRL's default collator pads them", off}},
+      {"pad_to_multiple_of", {"batches are padded to their longest example, as TRL's and train.py's collators do "
+                              "by default", none}},
+      {"activation_offloading", {"not implemented; --gradient_checkpointing saves the activation memory instead", off}},
+      {"use_cpu", {"each rank uses its GPU when it has one and the CPU otherwise (CUDA_VISIBLE_DEVICES= hides GPUs)", off}},
+      {"torch_empty_cache_steps", {"not implemented", none}},
+      {"include_num_input_tokens_seen", {"not implemented: trainer_state.json's num_input_tokens_seen counts the "
+                                         "non-padding tokens of every run, and each log line has x_tokens_per_second",
+                                         {"false", "no"}}},
+      {"eval_accumulation_steps", {"evaluation computes losses only; no predictions accumulate", none}},
   };
   return fields;
+}
+
+// A value as no_op compares it: none/null/~/"" -> "none", yes/true/on -> "true", no/false/off ->
+// "false", a number equal to 0 -> "0", anything else lower-cased.
+std::string no_op_word(const std::string& text) {
+  std::string t = text;
+  for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (t.empty() || t == "none" || t == "null" || t == "~") return "none";
+  if (t == "true" || t == "yes" || t == "on") return "true";
+  if (t == "false" || t == "no" || t == "off") return "false";
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (end != t.c_str() && *end == '\0' && v == 0) return "0";
+  return t;
+}
+
+// Whether `name` is an HF/TRL field we do not take, set to a value that asks for nothing.
+bool is_no_op_hf_field(const std::string& name, const std::string& value) {
+  const auto it = unsupported_hf_fields().find(name);
+  if (it == unsupported_hf_fields().end()) return false;
+  const auto& no_op = it->second.no_op;
+  return std::find(no_op.begin(), no_op.end(), no_op_word(value)) != no_op.end();
 }
 
 // "unknown flag --learnig_rate; did you mean --learning_rate?" (`quote` spells names as in the source).
@@ -91,7 +129,7 @@ std::string unknown_flag_message(const std::string& what, const std::string& nam
   const auto unsupported = unsupported_hf_fields().find(name);
   if (unsupported != unsupported_hf_fields().end()) {
     os << what << " " << quote << name << close << ": transformers/TRL take it, alpaca-train does not: "
-       << unsupported->second;
+       << unsupported->second.reason;
     return os.str();
   }
   os << what << " " << quote << name << close;
@@ -133,21 +171,32 @@ std::string json_value_text(const std::string& file, const std::string& key, con
   ALPACA_USAGE_FAIL("config file " << file << ": key '" << key << "' has an unsupported value " << v.dump());
 }
 
-// Reads --config: a JSON object whose keys are flag names (without --).
+// Reads --config: a JSON object whose keys are flag names (without --), or the same as YAML
+// (*.yaml, *.yml: TRL's `trl sft --config` recipes and HfArgumentParser.parse_yaml_file's files).
 std::map<std::string, std::string> read_config_file(const std::string& path) {
-  const std::string text = read_flag_file("config", path, "a JSON file of {\"flag_name\": value, ...}");
+  const std::string ext = std::filesystem::path(path).extension().string();
+  const bool yaml = ext == ".yaml" || ext == ".yml";
+  const std::string text = read_flag_file(
+      "config", path, yaml ? "a YAML file of flag_name: value lines" : "a JSON file of {\"flag_name\": value, ...}");
   json doc;
-  try {
-    doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::exception& e) {
-    ALPACA_USAGE_FAIL("--config " << path << " is not valid JSON: " << e.what());
+  if (yaml) {
+    doc = parse_yaml_config(text, path);
+  } else {
+    try {
+      doc = json::parse(text, nullptr, true, /*ignore_comments=*/true);
+    } catch (const json::exception& e) {
+      ALPACA_USAGE_FAIL("--config " << path << " is not valid JSON: " << e.what());
+    }
   }
-  ALPACA_USAGE_CHECK(doc.is_object(), "--config " << path << " must hold a JSON object {\"flag_name\": value, ...}");
+  ALPACA_USAGE_CHECK(doc.is_object(), "--config " << path << " must hold "
+                                                  << (yaml ? "a YAML mapping of flag_name: value"
+                                                           : "a JSON object {\"flag_name\": value, ...}"));
   std::map<std::string, std::string> values;
   for (const auto& [key, v] : doc.items()) {
     std::string name = key.rfind("--", 0) == 0 ? key.substr(2) : key;
     ALPACA_USAGE_CHECK(name != "config", "config file " << path << ": a config file cannot name another --config");
     std::string flag = canonical_name(name);
+    if (!find_train_flag(flag) && is_no_op_hf_field(name, json_value_text(path, name, v))) continue;
     ALPACA_USAGE_CHECK(find_train_flag(flag), unknown_flag_message("config file " + path + ": unknown key", name, "'"));
     ALPACA_USAGE_CHECK(!values.count(flag), "config file " << path << ": '" << flag << "' is given twice (once as an alias)");
     values[flag] = json_value_text(path, name, v);
@@ -216,10 +265,22 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
     ALPACA_USAGE_FAIL(what);
   }
 
-  for (const auto& extra : app.remaining()) {
+  const std::vector<std::string> extras = app.remaining();
+  for (size_t i = 0; i < extras.size(); ++i) {
+    const std::string& extra = extras[i];
     if (extra.rfind("-", 0) == 0) {
       std::string name = extra.substr(extra.find_first_not_of('-'));
-      name = name.substr(0, name.find('='));
+      const size_t eq = name.find('=');
+      // An HF/TRL field we do not take, given a value that asks for nothing: dropped with it.
+      const bool has_next = i + 1 < extras.size() && extras[i + 1].rfind("-", 0) != 0;
+      const std::string value = eq != std::string::npos ? name.substr(eq + 1)
+                                : has_next ? (extras[i + 1] == kEmptyValue ? std::string() : extras[i + 1])
+                                           : std::string("true");
+      name = name.substr(0, eq);
+      if (is_no_op_hf_field(name, value)) {
+        if (eq == std::string::npos && has_next) ++i;
+        continue;
+      }
       ALPACA_USAGE_FAIL(unknown_flag_message("unknown flag", name, "--"));
     }
     ALPACA_USAGE_FAIL("unexpected argument '" << (extra == kEmptyValue ? std::string() : extra) << "': every value belongs to a --flag; quote values "

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "alpaca/cli/flag_table.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/cli/usage_error.h"
@@ -386,8 +388,8 @@ TEST(TrainArgs, DerivedValues) {
 
 class ConfigFile : public ::testing::Test {
  protected:
-  std::string write(const std::string& text) {
-    auto p = dir_.path() / ("config" + std::to_string(n_++) + ".json");
+  std::string write(const std::string& text, const std::string& ext = ".json") {
+    auto p = dir_.path() / ("config" + std::to_string(n_++) + ext);
     std::ofstream(p) << text;
     return p.string();
   }
@@ -438,6 +440,63 @@ TEST_F(ConfigFile, BadFilesNameTheFileAndKey) {
   std::string a_list = write("[1, 2]");
   EXPECT_USAGE_ERROR("--config " + a_list, "must hold a JSON object");
   EXPECT_USAGE_ERROR("--config /no/such/config.json", "--config /no/such/config.json: cannot open the file");
+}
+
+// TRL's YAML recipes (`trl sft --config`), as PyYAML's safe_load reads them: YAML 1.1 booleans
+// (yes/on), ~ for None, quoted "no" a string, flow and block lists and mappings, anchors; a plain
+// 2e-5 (a string to PyYAML, converted by argparse) a number; HF/TRL keys set to what asks for
+// nothing (push_to_hub: false, dtype: float32) dropped, others refused with the reason.
+TEST_F(ConfigFile, YamlRecipesReadAsTrlDoes) {
+  const std::string cfg = write(R"(# a TRL recipe
+model_name_or_path: /models/smollm2
+data_path: data.jsonl
+learning_rate: 2e-5
+weight_decay: 1.0e-2
+num_train_epochs: 1
+packing: true
+per_device_train_batch_size: 2
+gradient_accumulation_steps: 0x8
+gradient_checkpointing: yes
+gradient_checkpointing_kwargs:
+  use_reentrant: false
+eos_token: <|im_end|>
+eval_strategy: "no"
+lr_scheduler_type: cosine_with_min_lr
+lr_scheduler_kwargs: {min_lr_rate: 0.1}
+fsdp: [full_shard, auto_wrap]
+lora_target_modules: &targets
+- q_proj
+- v_proj
+report_to: none
+push_to_hub: false
+dtype: float32
+trust_remote_code: off
+save_total_limit: ~
+output_dir: out
+)", ".yaml");
+  TrainArgs a = parse_train_args(shell_split("--config " + cfg + " --use_peft"));
+  EXPECT_EQ(a.model_name_or_path, "/models/smollm2");
+  EXPECT_DOUBLE_EQ(a.learning_rate, 2e-5);
+  EXPECT_DOUBLE_EQ(a.weight_decay, 0.01);
+  EXPECT_TRUE(a.packing);
+  EXPECT_EQ(a.gradient_accumulation_steps, 8);
+  EXPECT_TRUE(a.gradient_checkpointing);
+  EXPECT_EQ(nlohmann::json::parse(a.gradient_checkpointing_kwargs), nlohmann::json({{"use_reentrant", false}}));
+  EXPECT_EQ(a.eos_token, "<|im_end|>");
+  EXPECT_EQ(a.eval_strategy, "no");
+  EXPECT_EQ(nlohmann::json::parse(a.lr_scheduler_kwargs), nlohmann::json({{"min_lr_rate", 0.1}}));
+  EXPECT_EQ(a.fsdp_words, "full_shard auto_wrap");
+  EXPECT_EQ(a.lora_target_modules, "q_proj v_proj");
+  EXPECT_FALSE(a.save_total_limit.has_value());
+  EXPECT_EQ(a.output_dir, "out");
+
+  const std::string head = "model_name_or_path: m\ndata_path: d\n";
+  EXPECT_USAGE_ERROR("--config " + write(head + "dtype: bfloat16\n", ".yml"),
+                     "unknown key 'dtype': transformers/TRL take it, alpaca-train does not");
+  EXPECT_USAGE_ERROR("--config " + write(head + "learning_rate: [1\n", ".yaml"), "is not valid YAML: ");
+  EXPECT_USAGE_ERROR("--config " + write(head + "---\nmax_steps: 3\n", ".yaml"), "holds several YAML documents");
+  EXPECT_USAGE_ERROR("--config " + write(head + "max_steps: 3\nmax_steps: 4\n", ".yaml"), "key 'max_steps' is given twice");
+  EXPECT_USAGE_ERROR("--config " + write("- max_steps\n", ".yaml"), "must hold a YAML mapping of flag_name: value");
 }
 
 TEST_F(ConfigFile, JsonDumpReadsBackAsConfig) {
