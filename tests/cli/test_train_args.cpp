@@ -2,6 +2,7 @@
 // contradictory flags, --config precedence, the JSON dump reading back, the derived values.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -10,6 +11,7 @@
 #include "alpaca/cli/flag_table.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/cli/usage_error.h"
+#include "alpaca/cli/yaml_config.h"
 #include "alpaca/fsdp/policy.h"
 #include "cli_test_util.h"
 #include "test_util.h"
@@ -497,6 +499,43 @@ output_dir: out
   EXPECT_USAGE_ERROR("--config " + write(head + "---\nmax_steps: 3\n", ".yaml"), "holds several YAML documents");
   EXPECT_USAGE_ERROR("--config " + write(head + "max_steps: 3\nmax_steps: 4\n", ".yaml"), "key 'max_steps' is given twice");
   EXPECT_USAGE_ERROR("--config " + write("- max_steps\n", ".yaml"), "must hold a YAML mapping of flag_name: value");
+}
+
+// The YAML reader against PyYAML's safe_load (the .venv's, what TRL's parser calls) on YAML 1.1's
+// corners: every scalar kind the resolver knows, quoting, block and flow collections, anchors and
+// aliases, comments, multi-line strings. The one difference we make on purpose (a plain 2e-5 is a
+// number, not a string) is left out here and tested above.
+TEST_F(ConfigFile, YamlReaderMatchesPyYamlSafeLoad) {
+  const std::string yaml = R"(# comment
+bools: [yes, No, TRUE, off, On, y, n]
+nulls: [~, null, Null, "null"]
+empty:
+ints: [0, -7, +12, 1_000, 0x1F, 0b101, 017, 1:30, 09]
+floats: [1.5, -.5, 1.0e+3, 6.8523015e+5, 1:30.5, 1_0.5, 3.]
+strings: ['yes', "no", 2001-12-14, 1.2.3, x1, "0x10", +, ':']
+nested: {a: [1, {b: c}], d: {}}
+anchor: &a {k: v, n: 1}
+alias: *a
+block: |
+  line one
+  line two
+folded: >-
+  one
+  two
+key with spaces: value with spaces
+)";
+  const std::string path = write(yaml, ".yaml");
+  const nlohmann::json ours = alpaca::cli::parse_yaml_config(yaml, path);
+  std::string out;
+  ASSERT_EQ(testing::run_command(testing::python() + " -c \"import json, sys, yaml; print(json.dumps(yaml.safe_load("
+                                 "open(sys.argv[1])), default=str))\" " + path, &out), 0) << out;
+  const nlohmann::json want = nlohmann::json::parse(out);
+  for (const auto& [key, value] : want.items()) EXPECT_EQ(ours[key], value) << key;
+  EXPECT_EQ(ours.size(), want.size());
+  // Infinities (which JSON cannot carry back from Python): .inf, -.Inf.
+  const nlohmann::json inf = alpaca::cli::parse_yaml_config("a: [.inf, -.Inf]", path);
+  EXPECT_EQ(inf["a"][0].get<double>(), INFINITY);
+  EXPECT_EQ(inf["a"][1].get<double>(), -INFINITY);
 }
 
 TEST_F(ConfigFile, JsonDumpReadsBackAsConfig) {
