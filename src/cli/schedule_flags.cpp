@@ -3,6 +3,7 @@
 // only parser sources) must not pull in what trainer_options() needs (LoRA, metrics, TensorBoard).
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 
+#include <cmath>
 #include <set>
 #include <string>
 
@@ -34,7 +35,12 @@ optim::LrSchedule schedule_from_flags(const TrainArgs& a) {
       : s.type == T::kPolynomial                               ? std::set<std::string>{"lr_end", "power"}
       : s.type == T::kInverseSqrt                              ? std::set<std::string>{"timescale"}
       : s.type == T::kCosineWithMinLr ? std::set<std::string>{"num_cycles", "min_lr", "min_lr_rate"}
-                                      : std::set<std::string>{};
+      : s.type == T::kCosineWarmupWithMinLr
+          ? std::set<std::string>{"num_cycles", "min_lr", "min_lr_rate", "warmup_lr_rate"}
+      : s.type == T::kWarmupStableDecay
+          ? std::set<std::string>{"num_decay_steps", "num_stable_steps", "warmup_type", "decay_type", "min_lr_ratio",
+                                  "num_cycles"}
+          : std::set<std::string>{};
   for (const auto& [k, v] : kw.items()) {
     if (!accepted.count(k)) {
       std::string list;
@@ -43,16 +49,28 @@ optim::LrSchedule schedule_from_flags(const TrainArgs& a) {
                         << " schedule (transformers would raise TypeError); "
                         << (list.empty() ? std::string("it takes none") : "it takes " + list));
     }
+    if (k == "warmup_type" || k == "decay_type") {  // get_wsd_schedule's shapes: words
+      ALPACA_USAGE_CHECK(v.is_string(), "--lr_scheduler_kwargs " << k << " must be a string, got " << v.dump());
+      (k == "warmup_type" ? s.warmup_type : s.decay_type) = v.get<std::string>();
+      continue;
+    }
     const bool number = v.is_number();
     ALPACA_USAGE_CHECK(number, "--lr_scheduler_kwargs " << k << " must be a number, got " << v.dump());
-    if (k == "num_cycles") s.num_cycles = v.get<double>();
+    if (k == "num_decay_steps" || k == "num_stable_steps") {
+      ALPACA_USAGE_CHECK(v.get<double>() == std::floor(v.get<double>()),
+                         "--lr_scheduler_kwargs " << k << " is a step count, got " << v.dump());
+      (k == "num_decay_steps" ? s.num_decay_steps : s.num_stable_steps) = static_cast<int64_t>(v.get<double>());
+    } else if (k == "num_cycles") s.num_cycles = v.get<double>();
     else if (k == "lr_end") s.lr_end = v.get<double>();
     else if (k == "power") s.power = v.get<double>();
     else if (k == "timescale") s.timescale = v.get<int64_t>();
     else if (k == "min_lr") s.min_lr = v.get<double>();
     else if (k == "min_lr_rate") s.min_lr_rate = v.get<double>();
+    else if (k == "warmup_lr_rate") s.warmup_lr_rate = v.get<double>();
+    else if (k == "min_lr_ratio") s.min_lr_ratio = v.get<double>();
     else ALPACA_USAGE_FAIL("--lr_scheduler_kwargs key '" << k << "' is not used by " << a.lr_scheduler_type
-                           << "; accepted: num_cycles, lr_end, power, timescale, min_lr, min_lr_rate");
+                           << "; accepted: num_cycles, lr_end, power, timescale, min_lr, min_lr_rate, warmup_lr_rate, "
+                              "num_decay_steps, num_stable_steps, warmup_type, decay_type, min_lr_ratio");
   }
   try {
     optim::validate(s);

@@ -164,7 +164,7 @@ void validate_optimizer(TrainArgs& a) {
 
   check_choice("lr_scheduler_type", a.lr_scheduler_type,
                {"linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
-                "inverse_sqrt", "cosine_with_min_lr"});
+                "inverse_sqrt", "cosine_with_min_lr", "cosine_warmup_with_min_lr", "warmup_stable_decay"});
   a.lr_scheduler_kwargs_json = a.lr_scheduler_kwargs.empty() ? "{}" : read_json_flag("lr_scheduler_kwargs", a.lr_scheduler_kwargs).dump();
   // Unknown kwargs and invalid schedules are refused here, not at step 0 (with --deepspeed once its
   // config is mapped: a scheduler block replaces the flags' schedule).

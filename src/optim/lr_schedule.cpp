@@ -86,9 +86,12 @@ ScheduleType parse_schedule_type(const std::string& word) {
   if (word == "constant_with_warmup") return ScheduleType::kConstantWithWarmup;
   if (word == "inverse_sqrt") return ScheduleType::kInverseSqrt;
   if (word == "cosine_with_min_lr") return ScheduleType::kCosineWithMinLr;
+  if (word == "cosine_warmup_with_min_lr") return ScheduleType::kCosineWarmupWithMinLr;
+  if (word == "warmup_stable_decay") return ScheduleType::kWarmupStableDecay;
   ALPACA_FAIL("--lr_scheduler_type '" << word
               << "' is not supported; use one of linear, cosine, cosine_with_restarts, polynomial, "
-                 "constant, constant_with_warmup, inverse_sqrt, cosine_with_min_lr");
+                 "constant, constant_with_warmup, inverse_sqrt, cosine_with_min_lr, cosine_warmup_with_min_lr, "
+                 "warmup_stable_decay");
 }
 
 void validate(const LrSchedule& s) {
@@ -99,12 +102,24 @@ void validate(const LrSchedule& s) {
   if (s.type == ScheduleType::kPolynomial)
     ALPACA_CHECK(s.base_lr > s.lr_end, "lr schedule polynomial: lr_end (" << s.lr_end
                  << ") must be smaller than initial lr (" << s.base_lr << ")");
-  if (s.type == ScheduleType::kCosineWithMinLr) {
+  if (s.type == ScheduleType::kCosineWithMinLr || s.type == ScheduleType::kCosineWarmupWithMinLr) {
+    const char* name = s.type == ScheduleType::kCosineWithMinLr ? "cosine_with_min_lr" : "cosine_warmup_with_min_lr";
     ALPACA_CHECK(!(s.min_lr && s.min_lr_rate),
-                 "lr schedule cosine_with_min_lr: only one of min_lr or min_lr_rate should be set");
+                 "lr schedule " << name << ": only one of min_lr or min_lr_rate should be set");
     ALPACA_CHECK(s.min_lr || s.min_lr_rate,
-                 "lr schedule cosine_with_min_lr: one of min_lr or min_lr_rate must be set "
-                 "through --lr_scheduler_kwargs");
+                 "lr schedule " << name << ": one of min_lr or min_lr_rate must be set through --lr_scheduler_kwargs");
+  }
+  if (s.type == ScheduleType::kWarmupStableDecay) {
+    ALPACA_CHECK(s.num_decay_steps, "lr schedule warmup_stable_decay needs num_decay_steps in --lr_scheduler_kwargs "
+                                    "(transformers' get_wsd_schedule requires it), e.g. '{\"num_decay_steps\": 100}'");
+    ALPACA_CHECK(*s.num_decay_steps >= 0, "lr schedule warmup_stable_decay: num_decay_steps must be >= 0, got "
+                                              << *s.num_decay_steps);
+    ALPACA_CHECK(!s.num_stable_steps || *s.num_stable_steps >= 0,
+                 "lr schedule warmup_stable_decay: num_stable_steps must be >= 0, got " << *s.num_stable_steps);
+    for (const std::string* t : {&s.warmup_type, &s.decay_type})
+      ALPACA_CHECK(*t == "linear" || *t == "cosine" || *t == "1-sqrt",
+                   "lr schedule warmup_stable_decay: unknown " << (t == &s.warmup_type ? "warmup" : "decay") << " type '"
+                                                               << *t << "', expected 'linear', 'cosine' or '1-sqrt'");
   }
 }
 
@@ -160,6 +175,40 @@ double lr_multiplier(const LrSchedule& s, int64_t step) {
       double factor = 0.5 * (1.0 + std::cos(kPi * cycles * 2.0 * progress(s, step)));
       factor = factor * (1 - rate) + rate;
       return std::max(0.0, factor);
+    }
+    case ScheduleType::kCosineWarmupWithMinLr: {
+      // _get_cosine_with_min_lr_schedule_with_warmup_lr_rate_lambda: the warmup reaches 1 at its
+      // last step, and the cosine counts from the step after it.
+      const double cur = static_cast<double>(step), wd = static_cast<double>(w);
+      if (cur < wd) {
+        if (!s.warmup_lr_rate) return (cur + 1.0) / std::max(1.0, wd);
+        return *s.warmup_lr_rate + (1.0 - *s.warmup_lr_rate) * cur / static_cast<double>(std::max<int64_t>(1, w - 1));
+      }
+      const double p = (cur - wd + 1.0) / std::max(1.0, static_cast<double>(t) - wd);
+      const double rate = min_lr_rate_of(s);
+      double factor = 0.5 * (1.0 + std::cos(kPi * s.num_cycles.value_or(0.5) * 2.0 * p));
+      factor = factor * (1 - rate) + rate;
+      return std::max(0.0, factor);
+    }
+    case ScheduleType::kWarmupStableDecay: {  // _get_wsd_scheduler_lambda
+      const int64_t decay = s.num_decay_steps.value_or(0);
+      const int64_t stable = s.num_stable_steps.value_or(t - w - decay);
+      auto shaped = [&](const std::string& type, double p, bool rising) {
+        if (type == "linear") return rising ? p : 1.0 - p;
+        if (type == "cosine")
+          return rising ? 0.5 * (1.0 - std::cos(kPi * p)) : 0.5 * (1.0 + std::cos(kPi * s.num_cycles.value_or(0.5) * 2.0 * p));
+        return rising ? 1.0 - std::sqrt(1.0 - p) : 1.0 - std::sqrt(p);  // 1-sqrt
+      };
+      if (step < w) {
+        const double p = static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, w));
+        return std::max(0.0, shaped(s.warmup_type, p, true) * (1.0 - s.min_lr_ratio) + s.min_lr_ratio);
+      }
+      if (step < w + stable) return 1.0;
+      if (step < w + stable + decay) {
+        const double p = static_cast<double>(step - w - stable) / static_cast<double>(std::max<int64_t>(1, decay));
+        return std::max(0.0, shaped(s.decay_type, p, false) * (1.0 - s.min_lr_ratio) + s.min_lr_ratio);
+      }
+      return s.min_lr_ratio;
     }
   }
   ALPACA_FAIL("lr schedule: unknown type");

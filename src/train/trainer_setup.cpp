@@ -173,6 +173,9 @@ void Trainer::Impl::setup_tokenizer_and_model() {
   tokenizer_fingerprint = {{sp ? "tokenizer.model sha256" : "tokenizer.json sha256", ckpt::sha256_file(tok_file.string())},
                            {"vocab_size", std::to_string(tokenizer->vocab_size())},
                            {"pad_token", tokenizer->pad_token().value_or("")}};
+  // --eos_token changes the data (the EOS rows end with): part of the tokenizer a resume must
+  // match. Only when given, so checkpoints written before the flag existed still resume.
+  if (!opt.eos_token.empty()) tokenizer_fingerprint["eos_token"] = tokenizer->eos_token();
 
   if (resume_dir) {
     const auto rs = ckpt::ResumeState::load((*resume_dir / ckpt::kResumeStateName).string());

@@ -25,7 +25,7 @@ TEST(LrSchedule, MatchesTransformersGetScheduler) {
   std::ifstream f(path);
   ASSERT_TRUE(f) << "fixture " << path << " missing; run ctest (it generates it) or tests/reference/optim_lr_schedules.py";
   const auto cases = nlohmann::json::parse(f);
-  ASSERT_GE(cases.size(), 14u);
+  ASSERT_GE(cases.size(), 20u);
   int checked = 0;
   for (const auto& c : cases) {
     LrSchedule s;
@@ -40,6 +40,12 @@ TEST(LrSchedule, MatchesTransformersGetScheduler) {
     if (kw.contains("timescale")) s.timescale = kw["timescale"].get<int64_t>();
     if (kw.contains("min_lr")) s.min_lr = kw["min_lr"].get<double>();
     if (kw.contains("min_lr_rate")) s.min_lr_rate = kw["min_lr_rate"].get<double>();
+    if (kw.contains("warmup_lr_rate")) s.warmup_lr_rate = kw["warmup_lr_rate"].get<double>();
+    if (kw.contains("num_decay_steps")) s.num_decay_steps = kw["num_decay_steps"].get<int64_t>();
+    if (kw.contains("num_stable_steps")) s.num_stable_steps = kw["num_stable_steps"].get<int64_t>();
+    if (kw.contains("warmup_type")) s.warmup_type = kw["warmup_type"].get<std::string>();
+    if (kw.contains("decay_type")) s.decay_type = kw["decay_type"].get<std::string>();
+    if (kw.contains("min_lr_ratio")) s.min_lr_ratio = kw["min_lr_ratio"].get<double>();
     validate(s);
     const auto& lrs = c["lrs"];
     for (size_t step = 0; step < lrs.size(); ++step) {
@@ -118,6 +124,13 @@ TEST(LrSchedule, RejectsUnknownAndInvalid) {
   p.type = ScheduleType::kPolynomial;
   p.base_lr = 1e-8;
   EXPECT_THROW(validate(p), Error);
+  LrSchedule wsd;  // get_wsd_schedule: num_decay_steps is required, the shapes are three words
+  wsd.type = ScheduleType::kWarmupStableDecay;
+  EXPECT_THROW(validate(wsd), Error);
+  wsd.num_decay_steps = 4;
+  validate(wsd);
+  wsd.decay_type = "exponential";
+  EXPECT_THROW(validate(wsd), Error);
 }
 
 TEST(ShardedAdamW, MatchesTorchAdamWWithDecayMask) {

@@ -23,6 +23,13 @@ CASES = [
     ("inverse_sqrt", 0, 30, {"timescale": 7}),
     ("cosine_with_min_lr", 3, 20, {"min_lr": 1e-5}),
     ("cosine_with_min_lr", 2, 16, {"min_lr_rate": 0.1, "num_cycles": 0.7}),
+    ("cosine_warmup_with_min_lr", 3, 20, {"min_lr": 1e-5}),
+    ("cosine_warmup_with_min_lr", 4, 16, {"min_lr_rate": 0.1, "warmup_lr_rate": 0.2, "num_cycles": 0.7}),
+    ("warmup_stable_decay", 3, 20, {"num_decay_steps": 6}),
+    ("warmup_stable_decay", 4, 24, {"num_decay_steps": 8, "num_stable_steps": 5, "warmup_type": "cosine",
+                                    "decay_type": "1-sqrt", "min_lr_ratio": 0.1}),
+    ("warmup_stable_decay", 2, 16, {"num_decay_steps": 6, "warmup_type": "1-sqrt", "decay_type": "linear"}),
+    ("warmup_stable_decay", 0, 16, {"num_decay_steps": 10, "num_cycles": 1.0, "min_lr_ratio": 0.05}),
 ]
 
 

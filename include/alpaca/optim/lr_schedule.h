@@ -20,6 +20,8 @@ enum class ScheduleType {
   kConstantWithWarmup,
   kInverseSqrt,
   kCosineWithMinLr,
+  kCosineWarmupWithMinLr,  // get_cosine_with_min_lr_schedule_with_warmup_lr_rate
+  kWarmupStableDecay,      // get_wsd_schedule
   // DeepSpeed's classes, stepped as DeepSpeedEngine steps them: constructed before the first
   // optimizer step (which therefore runs at the value for iteration -1) and stepped after each one,
   // so step k runs at the class's value for iteration k - 1.
@@ -51,15 +53,22 @@ struct LrSchedule {
   double lr_end = 1e-7;                  // polynomial
   double power = 1.0;                    // polynomial
   std::optional<int64_t> timescale;      // inverse_sqrt (default: warmup or 10000)
-  std::optional<double> min_lr;          // cosine_with_min_lr: exactly one of min_lr, min_lr_rate
+  std::optional<double> min_lr;          // cosine_(warmup_)with_min_lr: exactly one of min_lr, min_lr_rate
   std::optional<double> min_lr_rate;
+  std::optional<double> warmup_lr_rate;  // cosine_warmup_with_min_lr: the first warmup step's factor
+  // warmup_stable_decay: num_decay_steps (required), num_stable_steps (default: the rest of the
+  // run), the shapes of warmup and decay (linear, cosine, 1-sqrt) and the floor as a ratio.
+  std::optional<int64_t> num_decay_steps, num_stable_steps;
+  std::string warmup_type = "linear", decay_type = "cosine";
+  double min_lr_ratio = 0.0;
   DeepSpeedScheduleParams deepspeed;     // the kDeepSpeed* types only
 };
 
 bool is_deepspeed(ScheduleType type);
 
 // Parses HF's --lr_scheduler_type words (linear, cosine, ...). Throws alpaca::Error naming the
-// supported words for anything else (reduce_lr_on_plateau and warmup_stable_decay are not supported).
+// supported words for anything else (reduce_lr_on_plateau and greedy, which step on evaluation
+// metrics, are not supported).
 ScheduleType parse_schedule_type(const std::string& word);
 
 // Validates the schedule the way transformers does (polynomial lr_end < base_lr, min_lr xor
