@@ -47,6 +47,11 @@ std::string ResumeState::to_json() const {
   if (learning_rate) j["learning_rate"] = *learning_rate;
   if (loss_scaler) j["loss_scaler"] = {{"scale", loss_scaler->scale}, {"growth_tracker", loss_scaler->growth_tracker}};
   else j["loss_scaler"] = nullptr;
+  if (plateau) {
+    auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
+    j["plateau"] = {{"lr", opt(plateau->lr)}, {"best", opt(plateau->best)}, {"num_bad_epochs", plateau->num_bad_epochs},
+                    {"cooldown_counter", plateau->cooldown_counter}, {"last_epoch", plateau->last_epoch}};
+  }
   return j.dump(2) + "\n";
 }
 
@@ -76,6 +81,16 @@ ResumeState ResumeState::from_json(const std::string& text, const std::string& w
     if (!j.at("loss_scaler").is_null())
       s.loss_scaler = LossScalerState{j["loss_scaler"].at("scale").get<double>(),
                                       int_field(j["loss_scaler"], "growth_tracker", what)};
+    if (j.contains("plateau") && !j["plateau"].is_null()) {
+      const auto& p = j["plateau"];
+      PlateauSchedulerState ps;
+      if (!p.at("lr").is_null()) ps.lr = p["lr"].get<double>();
+      if (!p.at("best").is_null()) ps.best = p["best"].get<double>();
+      ps.num_bad_epochs = int_field(p, "num_bad_epochs", what);
+      ps.cooldown_counter = int_field(p, "cooldown_counter", what);
+      ps.last_epoch = int_field(p, "last_epoch", what);
+      s.plateau = ps;
+    }
   } catch (const nlohmann::json::exception& e) {
     ALPACA_FAIL(what << " is not a valid resume state (" << e.what() << "); the checkpoint is corrupt, resume from an older one");
   }

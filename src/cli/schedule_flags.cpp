@@ -40,6 +40,8 @@ optim::LrSchedule schedule_from_flags(const TrainArgs& a) {
       : s.type == T::kWarmupStableDecay
           ? std::set<std::string>{"num_decay_steps", "num_stable_steps", "warmup_type", "decay_type", "min_lr_ratio",
                                   "num_cycles"}
+      : s.type == T::kReduceOnPlateau  // torch's ReduceLROnPlateau arguments
+          ? std::set<std::string>{"mode", "factor", "patience", "threshold", "threshold_mode", "cooldown", "min_lr", "eps"}
           : std::set<std::string>{};
   for (const auto& [k, v] : kw.items()) {
     if (!accepted.count(k)) {
@@ -49,13 +51,27 @@ optim::LrSchedule schedule_from_flags(const TrainArgs& a) {
                         << " schedule (transformers would raise TypeError); "
                         << (list.empty() ? std::string("it takes none") : "it takes " + list));
     }
-    if (k == "warmup_type" || k == "decay_type") {  // get_wsd_schedule's shapes: words
+    if (k == "warmup_type" || k == "decay_type" || k == "mode" || k == "threshold_mode") {  // words
       ALPACA_USAGE_CHECK(v.is_string(), "--lr_scheduler_kwargs " << k << " must be a string, got " << v.dump());
-      (k == "warmup_type" ? s.warmup_type : s.decay_type) = v.get<std::string>();
+      (k == "warmup_type" ? s.warmup_type
+       : k == "decay_type" ? s.decay_type
+       : k == "mode"       ? s.plateau.mode
+                           : s.plateau.threshold_mode) = v.get<std::string>();
       continue;
     }
     const bool number = v.is_number();
     ALPACA_USAGE_CHECK(number, "--lr_scheduler_kwargs " << k << " must be a number, got " << v.dump());
+    if (s.type == T::kReduceOnPlateau) {
+      const double x = v.get<double>();
+      if (k == "patience" || k == "cooldown") {
+        ALPACA_USAGE_CHECK(x == std::floor(x), "--lr_scheduler_kwargs " << k << " is a count of evaluations, got " << v.dump());
+        (k == "patience" ? s.plateau.patience : s.plateau.cooldown) = static_cast<int64_t>(x);
+      } else {
+        (k == "factor" ? s.plateau.factor : k == "threshold" ? s.plateau.threshold : k == "min_lr" ? s.plateau.min_lr
+                                                                                                     : s.plateau.eps) = x;
+      }
+      continue;
+    }
     if (k == "num_decay_steps" || k == "num_stable_steps") {
       ALPACA_USAGE_CHECK(v.get<double>() == std::floor(v.get<double>()),
                          "--lr_scheduler_kwargs " << k << " is a step count, got " << v.dump());

@@ -164,7 +164,8 @@ void validate_optimizer(TrainArgs& a) {
 
   check_choice("lr_scheduler_type", a.lr_scheduler_type,
                {"linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
-                "inverse_sqrt", "cosine_with_min_lr", "cosine_warmup_with_min_lr", "warmup_stable_decay"});
+                "inverse_sqrt", "cosine_with_min_lr", "cosine_warmup_with_min_lr", "warmup_stable_decay",
+                "reduce_lr_on_plateau"});
   a.lr_scheduler_kwargs_json = a.lr_scheduler_kwargs.empty() ? "{}" : read_json_flag("lr_scheduler_kwargs", a.lr_scheduler_kwargs).dump();
   // Unknown kwargs and invalid schedules are refused here, not at step 0 (with --deepspeed once its
   // config is mapped: a scheduler block replaces the flags' schedule).
@@ -176,6 +177,10 @@ void validate_optimizer(TrainArgs& a) {
   ALPACA_USAGE_CHECK(!(a.warmup_ratio > 0 && a.warmup_steps > 0),
                      "--warmup_ratio " << a.warmup_ratio << " and --warmup_steps " << a.warmup_steps
                                        << " both set the warmup; give only one");
+  // transformers builds ReduceLROnPlateau without the warmup (get_scheduler returns before it).
+  ALPACA_USAGE_CHECK(a.lr_scheduler_type != "reduce_lr_on_plateau" || (a.warmup_ratio == 0 && a.warmup_steps == 0),
+                     "--lr_scheduler_type reduce_lr_on_plateau has no warmup (transformers ignores --warmup_ratio / "
+                     "--warmup_steps with it); drop them");
   ALPACA_USAGE_CHECK(!(a.bf16 && a.fp16), "--bf16 and --fp16 are both set; choose one mixed-precision mode "
                                           "(bf16 on Ampere or newer GPUs and on CPU, fp16 on older GPUs)");
 }
@@ -221,8 +226,13 @@ void validate_strategies(TrainArgs& a) {
                      "--eval_data_path is given but --eval_strategy is 'no', so it would never be read; "
                      "set --eval_strategy steps or epoch (or --eval_on_start True), or drop --eval_data_path");
 
-  // HF's best-model tracking (TrainingArguments.__post_init__, Trainer.__init__).
-  if (a.load_best_model_at_end && a.metric_for_best_model.empty()) a.metric_for_best_model = "loss";
+  // HF's best-model tracking (TrainingArguments.__post_init__, Trainer.__init__); reduce_lr_on_plateau
+  // steps on the same metric.
+  const bool plateau = a.lr_scheduler_type == "reduce_lr_on_plateau" && a.deepspeed.empty();
+  ALPACA_USAGE_CHECK(!plateau || a.eval_strategy != "no",
+                     "--lr_scheduler_type reduce_lr_on_plateau requires an eval strategy (it steps on each evaluation's "
+                     "--metric_for_best_model); set --eval_strategy steps or epoch and --eval_data_path");
+  if ((a.load_best_model_at_end || plateau) && a.metric_for_best_model.empty()) a.metric_for_best_model = "loss";
   ALPACA_USAGE_CHECK(a.save_strategy != "best" || !a.metric_for_best_model.empty(),
                      "--save_strategy best needs --metric_for_best_model (or --load_best_model_at_end True, which "
                      "tracks loss)");

@@ -88,10 +88,11 @@ ScheduleType parse_schedule_type(const std::string& word) {
   if (word == "cosine_with_min_lr") return ScheduleType::kCosineWithMinLr;
   if (word == "cosine_warmup_with_min_lr") return ScheduleType::kCosineWarmupWithMinLr;
   if (word == "warmup_stable_decay") return ScheduleType::kWarmupStableDecay;
+  if (word == "reduce_lr_on_plateau") return ScheduleType::kReduceOnPlateau;
   ALPACA_FAIL("--lr_scheduler_type '" << word
               << "' is not supported; use one of linear, cosine, cosine_with_restarts, polynomial, "
                  "constant, constant_with_warmup, inverse_sqrt, cosine_with_min_lr, cosine_warmup_with_min_lr, "
-                 "warmup_stable_decay");
+                 "warmup_stable_decay, reduce_lr_on_plateau");
 }
 
 void validate(const LrSchedule& s) {
@@ -108,6 +109,14 @@ void validate(const LrSchedule& s) {
                  "lr schedule " << name << ": only one of min_lr or min_lr_rate should be set");
     ALPACA_CHECK(s.min_lr || s.min_lr_rate,
                  "lr schedule " << name << ": one of min_lr or min_lr_rate must be set through --lr_scheduler_kwargs");
+  }
+  if (s.type == ScheduleType::kReduceOnPlateau) {  // torch's constructor checks
+    const PlateauParams& p = s.plateau;
+    ALPACA_CHECK(p.factor < 1.0, "lr schedule reduce_lr_on_plateau: factor should be < 1.0, got " << p.factor);
+    ALPACA_CHECK(p.mode == "min" || p.mode == "max", "lr schedule reduce_lr_on_plateau: mode " << p.mode << " is unknown (min or max)");
+    ALPACA_CHECK(p.threshold_mode == "rel" || p.threshold_mode == "abs",
+                 "lr schedule reduce_lr_on_plateau: threshold mode " << p.threshold_mode << " is unknown (rel or abs)");
+    ALPACA_CHECK(p.patience >= 0 && p.cooldown >= 0, "lr schedule reduce_lr_on_plateau: patience and cooldown must be >= 0");
   }
   if (s.type == ScheduleType::kWarmupStableDecay) {
     ALPACA_CHECK(s.num_decay_steps, "lr schedule warmup_stable_decay needs num_decay_steps in --lr_scheduler_kwargs "
@@ -190,6 +199,8 @@ double lr_multiplier(const LrSchedule& s, int64_t step) {
       factor = factor * (1 - rate) + rate;
       return std::max(0.0, factor);
     }
+    case ScheduleType::kReduceOnPlateau:
+      return s.base_lr != 0 ? s.plateau_state.lr.value_or(s.base_lr) / s.base_lr : 1.0;
     case ScheduleType::kWarmupStableDecay: {  // _get_wsd_scheduler_lambda
       const int64_t decay = s.num_decay_steps.value_or(0);
       const int64_t stable = s.num_stable_steps.value_or(t - w - decay);
@@ -214,8 +225,39 @@ double lr_multiplier(const LrSchedule& s, int64_t step) {
   ALPACA_FAIL("lr schedule: unknown type");
 }
 
+bool plateau_step(LrSchedule& s, double metric) {
+  ALPACA_CHECK(s.type == ScheduleType::kReduceOnPlateau, "plateau_step on a schedule that is not reduce_lr_on_plateau");
+  const PlateauParams& p = s.plateau;
+  PlateauState& st = s.plateau_state;
+  ++st.last_epoch;
+  // ReduceLROnPlateau.is_better against best (+inf for min, -inf for max before the first).
+  const bool min = p.mode == "min", rel = p.threshold_mode == "rel";
+  const double best = st.best.value_or(min ? INFINITY : -INFINITY);
+  const bool better = min ? (rel ? metric < best * (1.0 - p.threshold) : metric < best - p.threshold)
+                          : (rel ? metric > best * (p.threshold + 1.0) : metric > best + p.threshold);
+  if (better) {
+    st.best = metric;
+    st.num_bad_epochs = 0;
+  } else {
+    ++st.num_bad_epochs;
+  }
+  if (st.cooldown_counter > 0) {  // in_cooldown
+    --st.cooldown_counter;
+    st.num_bad_epochs = 0;
+  }
+  if (st.num_bad_epochs <= p.patience) return false;
+  st.cooldown_counter = p.cooldown;
+  st.num_bad_epochs = 0;
+  const double old_lr = st.lr.value_or(s.base_lr);
+  const double new_lr = std::max(old_lr * p.factor, p.min_lr);
+  if (old_lr - new_lr <= p.eps) return false;
+  st.lr = new_lr;
+  return true;
+}
+
 double learning_rate(const LrSchedule& s, int64_t step) {
   if (is_deepspeed(s.type)) return deepspeed_lr(s, step - 1);
+  if (s.type == ScheduleType::kReduceOnPlateau) return s.plateau_state.lr.value_or(s.base_lr);
   return s.base_lr * lr_multiplier(s, step);
 }
 

@@ -155,6 +155,8 @@ struct Trainer::Impl {
   // HF's _determine_best_metric: state.best_metric / best_global_step from an evaluation's entry
   // (opt.metric_for_best_model); whether it is a new best.
   bool determine_best_metric(const LogEntry& eval);
+  // opt.metric_for_best_model's value in an evaluation's entry, rank 0's on every rank (collective).
+  double tracked_metric(const LogEntry& eval);
   // HF's _save_checkpoint: state.best_model_checkpoint := checkpoint-<best_global_step> when that
   // is the checkpoint being saved or exists (called before a save writes trainer_state.json).
   void note_best_checkpoint();

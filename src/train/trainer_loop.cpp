@@ -281,6 +281,13 @@ void Trainer::Impl::log_eval_save(RunWindow& w, bool stop) {
   if (!delayed && (due(opt.eval_strategy, eval_steps) || (opt.eval_strategy == Interval::kSteps && last))) {
     const LogEntry e = evaluate_and_log();
     w.last_eval_loss = ckpt::find_log_value(e, "eval_loss");
+    // HF's _evaluate: ReduceLROnPlateau steps on the tracked metric, then the best metric is noted.
+    if (schedule.type == optim::ScheduleType::kReduceOnPlateau) {
+      const double metric = tracked_metric(e);  // collective: outside the log statement
+      if (optim::plateau_step(schedule, metric))
+        ALPACA_INFO("reduce_lr_on_plateau: learning rate reduced to "
+                    << optim::learning_rate(schedule, scheduler_step) << " (" << *opt.metric_for_best_model << " " << metric << ")");
+    }
     new_best = determine_best_metric(e);
   }
   if (due(opt.save_strategy, save_steps) || (opt.save_strategy == Interval::kSteps && last) ||
@@ -325,16 +332,20 @@ LogEntry Trainer::Impl::evaluate_and_log() {
   return e;
 }
 
-bool Trainer::Impl::determine_best_metric(const LogEntry& eval) {
-  if (!opt.metric_for_best_model) return false;
+double Trainer::Impl::tracked_metric(const LogEntry& eval) {
   const std::string& key = *opt.metric_for_best_model;
   std::optional<double> value = ckpt::find_log_value(eval, key);
   // eval_*_per_second are left out of an evaluation that took no measurable time.
   ALPACA_CHECK(value, "--metric_for_best_model: this evaluation logged no " << key);
-  // rank 0's value on every rank (the speed metrics are each rank's own clock): one best step for all.
+  // rank 0's value on every rank (the speed metrics are each rank's own clock): one decision for all.
   at::Tensor v = at::full({1}, rank == 0 ? *value : 0.0, at::TensorOptions().dtype(at::kDouble).device(device));
   comm->all_reduce(v, dist::ReduceOp::kSum)->wait();
-  const double metric = v.item<double>();
+  return v.item<double>();
+}
+
+bool Trainer::Impl::determine_best_metric(const LogEntry& eval) {
+  if (!opt.metric_for_best_model) return false;
+  const double metric = tracked_metric(eval);
   const double best = state.best_metric.value_or(opt.greater_is_better ? -INFINITY : INFINITY);
   if (!(opt.greater_is_better ? metric > best : metric < best)) return false;  // NaN is never better
   state.best_metric = metric;

@@ -233,6 +233,38 @@ TEST(TrainerResume, LoadBestModelAtEndExportsTheBestCheckpoint) {
     EXPECT_TRUE(at::equal(t, gathered_out.at(name))) << name << " is not the best checkpoint's";
 }
 
+// --lr_scheduler_type reduce_lr_on_plateau: the rate changes only after evaluations, on the
+// tracked metric. mode max with patience 0 on a falling eval loss halves it after every evaluation
+// but the first, so the steps log base, base, base/2, base/4 (HF logs before evaluating); the
+// scheduler's state travels in the checkpoint: 2 + resume 2 equals 4 straight, bitwise, at world 2.
+TEST(TrainerResume, ReduceLrOnPlateauStepsOnEvaluationsAndResumes) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir a("plateau_a"), b("plateau_b");
+  const std::string flags = " --lr_scheduler_type reduce_lr_on_plateau --warmup_ratio 0 --lr_scheduler_kwargs "
+                            "'{\"mode\": \"max\", \"patience\": 0, \"factor\": 0.5}' --eval_strategy steps "
+                            "--eval_steps 1 --save_steps 2 --per_device_eval_batch_size 4 --eval_data_path " +
+                            (kFixture / "data.json").string();
+  std::string log;
+  ASSERT_EQ(run_trainer(TrainFlags(kFixture, a.path()).model(kFixture / "model").steps(4).batch(2, 1)
+                            .set("--learning_rate 1e-3").set(kFullShard).str() + flags, 2, &log), 0) << log;
+  const auto la = read_step_logs(a.path());
+  ASSERT_EQ(la.size(), 4u);
+  const std::vector<double> want = {1e-3, 1e-3, 5e-4, 2.5e-4};
+  for (int i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(la[i].learning_rate, want[i]) << "step " << la[i].step;
+  fs::copy(a.path() / "checkpoint-2", b.path() / "checkpoint-2", fs::copy_options::recursive);
+  ASSERT_EQ(run_trainer(TrainFlags(kFixture, b.path()).model(kFixture / "model").steps(4).batch(2, 1)
+                            .set("--learning_rate 1e-3").set(kFullShard).str() + flags + " --resume_from_checkpoint True",
+                        2, &log), 0) << log;
+  const auto lb = read_step_logs(b.path());
+  ASSERT_EQ(lb.size(), 2u) << log;
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(lb[i].learning_rate, la[2 + i].learning_rate) << "step " << lb[i].step;
+    EXPECT_EQ(lb[i].loss, la[2 + i].loss) << "step " << lb[i].step << " is not bitwise equal";
+  }
+  const auto wa = weights(a.path()), wb = weights(b.path());
+  for (const auto& [name, t] : wa) EXPECT_TRUE(at::equal(t, wb.at(name))) << name << " differs after resume";
+}
+
 // HF's eval_delay: no scheduled evaluation before step 3 (steps strategy), so of every-step
 // evaluations over 4 steps only steps 3 and 4 evaluate.
 TEST(TrainerResume, EvalDelaySkipsTheEarlyEvaluations) {

@@ -58,6 +58,40 @@ TEST(LrSchedule, MatchesTransformersGetScheduler) {
   EXPECT_GT(checked, 200);
 }
 
+// reduce_lr_on_plateau: plateau_step against torch's ReduceLROnPlateau stepped with the same
+// metrics (min and max modes, patience, cooldown, abs threshold, min_lr, eps).
+TEST(LrSchedule, ReduceOnPlateauMatchesTorch) {
+  const auto path = testing::binary_dir() / "fixtures" / "optim_lr_schedules" / "plateau.json";
+  std::ifstream f(path);
+  ASSERT_TRUE(f) << "fixture " << path << " missing; run ctest (it generates it)";
+  const auto cases = nlohmann::json::parse(f);
+  ASSERT_EQ(cases.size(), 6u);
+  int total_reductions = 0;
+  for (const auto& c : cases) {
+    LrSchedule s;
+    s.type = parse_schedule_type("reduce_lr_on_plateau");
+    s.base_lr = c["base_lr"].get<double>();
+    const auto& kw = c["kwargs"];
+    if (kw.contains("mode")) s.plateau.mode = kw["mode"].get<std::string>();
+    if (kw.contains("factor")) s.plateau.factor = kw["factor"].get<double>();
+    if (kw.contains("patience")) s.plateau.patience = kw["patience"].get<int64_t>();
+    if (kw.contains("threshold")) s.plateau.threshold = kw["threshold"].get<double>();
+    if (kw.contains("threshold_mode")) s.plateau.threshold_mode = kw["threshold_mode"].get<std::string>();
+    if (kw.contains("cooldown")) s.plateau.cooldown = kw["cooldown"].get<int64_t>();
+    if (kw.contains("min_lr")) s.plateau.min_lr = kw["min_lr"].get<double>();
+    if (kw.contains("eps")) s.plateau.eps = kw["eps"].get<double>();
+    validate(s);
+    EXPECT_EQ(learning_rate(s, 0), s.base_lr);
+    int reductions = 0;
+    for (size_t i = 0; i < c["metrics"].size(); ++i) {
+      reductions += plateau_step(s, c["metrics"][i].get<double>());
+      EXPECT_DOUBLE_EQ(learning_rate(s, static_cast<int64_t>(i) + 7), c["lrs"][i].get<double>()) << kw.dump() << " eval " << i;
+    }
+    total_reductions += reductions;
+  }
+  EXPECT_GE(total_reductions, 8) << "the cases must reduce the rate";
+}
+
 // DeepSpeed's WarmupLR / WarmupDecayLR / WarmupCosineLR against the classes themselves (DeepSpeed
 // 0.19.8, stepped as DeepSpeedEngine under HF Trainer; tests/reference/deepspeed_lr_schedules.py
 // wrote the committed fixture): log and linear warmup, warmup 1 (DeepSpeed's floor of 2), 2, 3 and
@@ -112,7 +146,7 @@ TEST(LrSchedule, MatchesDeepSpeedSchedulerClasses) {
 }
 
 TEST(LrSchedule, RejectsUnknownAndInvalid) {
-  EXPECT_THROW(parse_schedule_type("reduce_lr_on_plateau"), Error);
+  EXPECT_THROW(parse_schedule_type("greedy"), Error);
   EXPECT_THROW(parse_schedule_type("cosineish"), Error);
   LrSchedule s;
   s.type = ScheduleType::kCosineWithMinLr;

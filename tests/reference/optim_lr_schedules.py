@@ -54,6 +54,24 @@ def main():
                         "base_lr": base_lr, "lrs": lrs})
     with open(os.path.join(args.out, "lr_schedules.json"), "w") as f:
         json.dump(records, f, indent=1)
+    # reduce_lr_on_plateau: torch's ReduceLROnPlateau (what get_scheduler returns for it) stepped
+    # with a metric per evaluation, as HF's _evaluate steps it; the lr after each step.
+    metrics = [3.0, 2.5, 2.5, 2.4999, 2.6, 2.7, 2.2, 2.2, 2.21, 2.3, 2.25, 1.9, 1.9, 1.95, 2.0, 2.0]
+    plateau = []
+    for kwargs in [{}, {"patience": 0}, {"patience": 1, "factor": 0.5, "cooldown": 2},
+                   {"mode": "max", "patience": 0, "factor": 0.3, "min_lr": 1e-4},
+                   {"patience": 1, "threshold": 0.05, "threshold_mode": "abs", "factor": 0.5},
+                   {"patience": 0, "factor": 0.999999, "eps": 1e-3}]:
+        p = torch.nn.Parameter(torch.zeros(1))
+        opt = torch.optim.AdamW([p], lr=base_lr)
+        sched = get_scheduler("reduce_lr_on_plateau", opt, scheduler_specific_kwargs=kwargs)
+        lrs = []
+        for m in metrics:
+            sched.step(m)
+            lrs.append(opt.param_groups[0]["lr"])
+        plateau.append({"kwargs": kwargs, "base_lr": base_lr, "metrics": metrics, "lrs": lrs})
+    with open(os.path.join(args.out, "plateau.json"), "w") as f:
+        json.dump(plateau, f, indent=1)
 
 
 if __name__ == "__main__":

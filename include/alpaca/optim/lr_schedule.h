@@ -22,6 +22,9 @@ enum class ScheduleType {
   kCosineWithMinLr,
   kCosineWarmupWithMinLr,  // get_cosine_with_min_lr_schedule_with_warmup_lr_rate
   kWarmupStableDecay,      // get_wsd_schedule
+  // torch's ReduceLROnPlateau (get_reduce_on_plateau_schedule): the rate changes only when an
+  // evaluation's metric stops improving (plateau_step), not with the steps; no warmup.
+  kReduceOnPlateau,
   // DeepSpeed's classes, stepped as DeepSpeedEngine steps them: constructed before the first
   // optimizer step (which therefore runs at the value for iteration -1) and stepped after each one,
   // so step k runs at the class's value for iteration k - 1.
@@ -44,6 +47,28 @@ struct DeepSpeedScheduleParams {
   std::optional<int64_t> total_num_steps;
 };
 
+// torch.optim.lr_scheduler.ReduceLROnPlateau's arguments (--lr_scheduler_kwargs), torch's defaults.
+struct PlateauParams {
+  std::string mode = "min";            // min: lower is better; max
+  double factor = 0.1;                 // new lr = lr * factor (< 1)
+  int64_t patience = 10;               // evaluations without improvement tolerated
+  double threshold = 1e-4;
+  std::string threshold_mode = "rel";  // rel or abs
+  int64_t cooldown = 0;                // evaluations to wait after a reduction
+  double min_lr = 0.0;
+  double eps = 1e-8;                   // a reduction smaller than this is not made
+};
+
+// ReduceLROnPlateau's state (its state_dict: best, num_bad_epochs, cooldown_counter, last_epoch,
+// the current lr), which checkpoints carry.
+struct PlateauState {
+  std::optional<double> lr;    // unset: base_lr
+  std::optional<double> best;  // unset: no evaluation yet (torch's +-inf)
+  int64_t num_bad_epochs = 0;
+  int64_t cooldown_counter = 0;
+  int64_t last_epoch = 0;
+};
+
 struct LrSchedule {
   ScheduleType type = ScheduleType::kLinear;
   int64_t num_warmup_steps = 0;
@@ -62,13 +87,18 @@ struct LrSchedule {
   std::string warmup_type = "linear", decay_type = "cosine";
   double min_lr_ratio = 0.0;
   DeepSpeedScheduleParams deepspeed;     // the kDeepSpeed* types only
+  PlateauParams plateau;                 // kReduceOnPlateau only
+  PlateauState plateau_state;            // kReduceOnPlateau: where it stands (plateau_step moves it)
 };
+
+// ReduceLROnPlateau.step(metric) on schedule.plateau_state (kReduceOnPlateau; HF steps it after
+// each scheduled evaluation with the metric_for_best_model value). Returns whether it reduced the lr.
+bool plateau_step(LrSchedule& schedule, double metric);
 
 bool is_deepspeed(ScheduleType type);
 
 // Parses HF's --lr_scheduler_type words (linear, cosine, ...). Throws alpaca::Error naming the
-// supported words for anything else (reduce_lr_on_plateau and greedy, which step on evaluation
-// metrics, are not supported).
+// supported words for anything else (greedy is not supported).
 ScheduleType parse_schedule_type(const std::string& word);
 
 // Validates the schedule the way transformers does (polynomial lr_end < base_lr, min_lr xor
