@@ -16,7 +16,7 @@
 #include "alpaca/cli/flag_table.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/cli/usage_error.h"
-#include "alpaca/cli/yaml_config.h"
+#include "yaml_config.h"
 
 namespace alpaca::cli {
 namespace {

@@ -1,7 +1,7 @@
-// YAML config files; see include/alpaca/cli/yaml_config.h. libyaml does the parsing (Debian's
+// YAML config files; see yaml_config.h. libyaml does the parsing (Debian's
 // libyaml-dev, the C library PyYAML itself binds); the resolver of plain scalars is PyYAML's
 // SafeLoader's (yaml/resolver.py), which libyaml leaves to its caller.
-#include "alpaca/cli/yaml_config.h"
+#include "yaml_config.h"
 
 #include <yaml.h>
 

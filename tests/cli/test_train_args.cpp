@@ -11,7 +11,7 @@
 #include "alpaca/cli/flag_table.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/cli/usage_error.h"
-#include "alpaca/cli/yaml_config.h"
+#include "yaml_config.h"
 #include "alpaca/fsdp/policy.h"
 #include "cli_test_util.h"
 #include "test_util.h"
@@ -269,6 +269,13 @@ TEST(TrainArgs, ContradictionsSayWhatToChange) {
       {"--lr_scheduler_type constant --lr_scheduler_kwargs '{\"power\": 2}'", "it takes none"},
       {"--lr_scheduler_type cosine_with_min_lr", "one of min_lr or min_lr_rate must be set"},
       {"--lr_scheduler_type warmup_stable_decay", "needs num_decay_steps in --lr_scheduler_kwargs"},
+      {"--lr_scheduler_type reduce_lr_on_plateau", "reduce_lr_on_plateau requires an eval strategy"},
+      {"--lr_scheduler_type reduce_lr_on_plateau --warmup_ratio 0.1 --eval_strategy steps --eval_steps 5",
+       "reduce_lr_on_plateau has no warmup"},
+      {"--lr_scheduler_type reduce_lr_on_plateau --eval_strategy steps --eval_steps 5 --lr_scheduler_kwargs "
+       "'{\"factor\": 1.5}'", "factor should be < 1.0"},
+      {"--lr_scheduler_type reduce_lr_on_plateau --eval_strategy steps --eval_steps 5 --lr_scheduler_kwargs "
+       "'{\"num_cycles\": 1}'", "'num_cycles' is not an argument of the reduce_lr_on_plateau schedule"},
       {"--lr_scheduler_type warmup_stable_decay --lr_scheduler_kwargs '{\"num_decay_steps\": 10, \"decay_type\": \"step\"}'",
        "unknown decay type 'step'"},
       {"--lr_scheduler_type warmup_stable_decay --lr_scheduler_kwargs '{\"num_decay_steps\": 2.5}'", "is a step count"},
@@ -294,6 +301,9 @@ TEST(TrainArgs, BestModelTrackingDefaultsAsTransformers) {
   EXPECT_EQ(a.greater_is_better, std::optional<bool>(true));
   a = parse_train_args(shell_split(kRequired + eval + "--metric_for_best_model eval_loss --greater_is_better True"));
   EXPECT_EQ(a.greater_is_better, std::optional<bool>(true));
+  // reduce_lr_on_plateau steps on the tracked metric: loss unless told otherwise, as in HF.
+  a = parse_train_args(shell_split(kRequired + eval + "--lr_scheduler_type reduce_lr_on_plateau"));
+  EXPECT_EQ(a.metric_for_best_model, "loss");
   a = parse_train_args(shell_split(kRequired + "--save_steps 20"));
   EXPECT_EQ(a.metric_for_best_model, "");
   EXPECT_FALSE(a.greater_is_better);
