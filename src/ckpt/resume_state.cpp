@@ -83,7 +83,7 @@ ResumeState ResumeState::from_json(const std::string& text, const std::string& w
                                       int_field(j["loss_scaler"], "growth_tracker", what)};
     if (j.contains("plateau") && !j["plateau"].is_null()) {
       const auto& p = j["plateau"];
-      PlateauSchedulerState ps;
+      optim::PlateauState ps;
       if (!p.at("lr").is_null()) ps.lr = p["lr"].get<double>();
       if (!p.at("best").is_null()) ps.best = p["best"].get<double>();
       ps.num_bad_epochs = int_field(p, "num_bad_epochs", what);

@@ -43,45 +43,41 @@ const std::regex& float_re() {
   return re;
 }
 
-// SafeConstructor.construct_yaml_int / construct_yaml_float on a resolved scalar.
-json yaml_int(std::string s) {
+// SafeConstructor.construct_yaml_int / construct_yaml_float on a resolved scalar: underscores
+// dropped, the sign taken off (returned), and base 60 ("1:30" = 90) summed digit group by group
+// with `parse` reading each group.
+template <class T, class Parse>
+T yaml_number(std::string s, Parse parse) {
   s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
-  int sign = 1;
+  T sign = 1;
   if (!s.empty() && (s[0] == '-' || s[0] == '+')) {
     if (s[0] == '-') sign = -1;
     s = s.substr(1);
   }
-  if (s == "0") return 0;
-  if (s.rfind("0b", 0) == 0) return sign * std::stoll(s.substr(2), nullptr, 2);
-  if (s.rfind("0x", 0) == 0) return sign * std::stoll(s.substr(2), nullptr, 16);
-  if (s[0] == '0') return sign * std::stoll(s, nullptr, 8);
-  if (s.find(':') != std::string::npos) {  // sexagesimal: 1:30 = 90
-    long long v = 0;
-    size_t at = 0;
-    for (size_t colon; (colon = s.find(':', at)) != std::string::npos; at = colon + 1) v = v * 60 + std::stoll(s.substr(at, colon - at));
-    return sign * (v * 60 + std::stoll(s.substr(at)));
-  }
-  return sign * std::stoll(s);
+  T v = 0;
+  size_t at = 0;
+  for (size_t colon; (colon = s.find(':', at)) != std::string::npos; at = colon + 1) v = v * 60 + parse(s.substr(at, colon - at));
+  return sign * (v * 60 + parse(s.substr(at)));
 }
 
-json yaml_float(std::string s) {
-  s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
-  double sign = 1;
-  if (!s.empty() && (s[0] == '-' || s[0] == '+')) {
-    if (s[0] == '-') sign = -1;
-    s = s.substr(1);
-  }
-  std::string lower = s;
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (lower == ".inf") return sign * INFINITY;
-  if (lower == ".nan") return NAN;
-  if (s.find(':') != std::string::npos) {
-    double v = 0;
-    size_t at = 0;
-    for (size_t colon; (colon = s.find(':', at)) != std::string::npos; at = colon + 1) v = v * 60 + std::stod(s.substr(at, colon - at));
-    return sign * (v * 60 + std::stod(s.substr(at)));
-  }
-  return sign * std::stod(s);
+json yaml_int(const std::string& text) {
+  const bool base60 = text.find(':') != std::string::npos;  // its groups are decimal ("1:09" = 69)
+  return yaml_number<long long>(text, [base60](const std::string& s) -> long long {
+    if (base60) return std::stoll(s);
+    if (s.rfind("0b", 0) == 0) return std::stoll(s.substr(2), nullptr, 2);
+    if (s.rfind("0x", 0) == 0) return std::stoll(s.substr(2), nullptr, 16);
+    return std::stoll(s, nullptr, s.size() > 1 && s[0] == '0' ? 8 : 10);  // a leading 0: octal
+  });
+}
+
+json yaml_float(const std::string& text) {
+  return yaml_number<double>(text, [](const std::string& s) {
+    std::string lower = s;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == ".inf") return static_cast<double>(INFINITY);
+    if (lower == ".nan") return static_cast<double>(NAN);
+    return std::stod(s);
+  });
 }
 
 json plain_scalar(const std::string& s) {

@@ -71,10 +71,7 @@ ckpt::ResumeState Trainer::Impl::capture_resume_state() const {
   rs.global_batch_size = length.global_batch_size;
   rs.scheduler_step = scheduler_step;
   rs.learning_rate = schedule.base_lr;
-  if (schedule.type == optim::ScheduleType::kReduceOnPlateau) {
-    const optim::PlateauState& p = schedule.plateau_state;
-    rs.plateau = ckpt::PlateauSchedulerState{p.lr, p.best, p.num_bad_epochs, p.cooldown_counter, p.last_epoch};
-  }
+  if (schedule.type == optim::ScheduleType::kReduceOnPlateau) rs.plateau = schedule.plateau_state;
   rs.num_input_tokens_seen = state.num_input_tokens_seen;
   rs.total_loss_sum = losses.total_logged();
   if (scaler) rs.loss_scaler = ckpt::LossScalerState{scaler->scale(), scaler->growth_tracker()};
@@ -209,9 +206,7 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
   epoch = rs.epoch;
   step_in_epoch = rs.steps_in_epoch;
   scheduler_step = rs.scheduler_step;
-  if (schedule.type == optim::ScheduleType::kReduceOnPlateau && rs.plateau)
-    schedule.plateau_state = {rs.plateau->lr, rs.plateau->best, rs.plateau->num_bad_epochs, rs.plateau->cooldown_counter,
-                              rs.plateau->last_epoch};
+  if (schedule.type == optim::ScheduleType::kReduceOnPlateau && rs.plateau) schedule.plateau_state = *rs.plateau;
   if (rs.learning_rate && *rs.learning_rate != schedule.base_lr) {
     // transformers' resume loads the scheduler's state, base_lrs included: the run continues the
     // checkpoint's schedule. Same numbers as HF, and said out loud.

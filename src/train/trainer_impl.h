@@ -152,9 +152,9 @@ struct Trainer::Impl {
   void log_eval_save(RunWindow& w, bool stop);
   void log_window(RunWindow& w);
   LogEntry evaluate_and_log();  // the evaluation's log entry (eval_loss, ...), logged
-  // HF's _determine_best_metric: state.best_metric / best_global_step from an evaluation's entry
-  // (opt.metric_for_best_model); whether it is a new best.
-  bool determine_best_metric(const LogEntry& eval);
+  // HF's _determine_best_metric: state.best_metric / best_global_step from an evaluation's value of
+  // opt.metric_for_best_model (tracked_metric); whether it is a new best.
+  bool determine_best_metric(double metric);
   // opt.metric_for_best_model's value in an evaluation's entry, rank 0's on every rank (collective).
   double tracked_metric(const LogEntry& eval);
   // HF's _save_checkpoint: state.best_model_checkpoint := checkpoint-<best_global_step> when that

@@ -282,13 +282,14 @@ void Trainer::Impl::log_eval_save(RunWindow& w, bool stop) {
     const LogEntry e = evaluate_and_log();
     w.last_eval_loss = ckpt::find_log_value(e, "eval_loss");
     // HF's _evaluate: ReduceLROnPlateau steps on the tracked metric, then the best metric is noted.
-    if (schedule.type == optim::ScheduleType::kReduceOnPlateau) {
-      const double metric = tracked_metric(e);  // collective: outside the log statement
-      if (optim::plateau_step(schedule, metric))
+    // (reduce_lr_on_plateau always has a metric: validation makes it loss by default.)
+    if (opt.metric_for_best_model) {
+      const double metric = tracked_metric(e);  // collective: once per evaluation, outside any log statement
+      if (schedule.type == optim::ScheduleType::kReduceOnPlateau && optim::plateau_step(schedule, metric))
         ALPACA_INFO("reduce_lr_on_plateau: learning rate reduced to "
                     << optim::learning_rate(schedule, scheduler_step) << " (" << *opt.metric_for_best_model << " " << metric << ")");
+      new_best = determine_best_metric(metric);
     }
-    new_best = determine_best_metric(e);
   }
   if (due(opt.save_strategy, save_steps) || (opt.save_strategy == Interval::kSteps && last) ||
       (opt.save_strategy == Interval::kBest && new_best) || stop)
@@ -343,9 +344,7 @@ double Trainer::Impl::tracked_metric(const LogEntry& eval) {
   return v.item<double>();
 }
 
-bool Trainer::Impl::determine_best_metric(const LogEntry& eval) {
-  if (!opt.metric_for_best_model) return false;
-  const double metric = tracked_metric(eval);
+bool Trainer::Impl::determine_best_metric(double metric) {
   const double best = state.best_metric.value_or(opt.greater_is_better ? -INFINITY : INFINITY);
   if (!(opt.greater_is_better ? metric > best : metric < best)) return false;  // NaN is never better
   state.best_metric = metric;

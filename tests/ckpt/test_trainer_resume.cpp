@@ -108,11 +108,8 @@ TEST(TrainerResume, NeftuneNoiseTrainsResumesBitwiseAndSparesEvaluation) {
   ASSERT_EQ(run_trainer(run_args(kFixture / "model", plain.path(), 4, 2, 1) + eval, 2, &log), 0) << log;
   auto eval_losses = [](const fs::path& dir) {
     std::vector<double> out;
-    std::ifstream f(dir / "metrics.jsonl");
-    for (std::string line; std::getline(f, line);) {
-      const auto j = nlohmann::json::parse(line);
-      if (j.contains("eval_loss")) out.push_back(j["eval_loss"].get<double>());
-    }
+    for (const auto& m : read_metrics(dir))
+      if (m.count("eval_loss")) out.push_back(m.at("eval_loss"));
     return out;
   };
   const auto ea = eval_losses(a.path()), ep = eval_losses(plain.path());
@@ -275,11 +272,8 @@ TEST(TrainerResume, EvalDelaySkipsTheEarlyEvaluations) {
                         "--eval_steps 1 --eval_delay 3 --per_device_eval_batch_size 8 --eval_data_path " +
                             (kFixture / "data.json").string(), 1, &log), 0) << log;
   std::vector<int64_t> eval_steps;
-  std::ifstream f(out.path() / "metrics.jsonl");
-  for (std::string line; std::getline(f, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("eval_loss")) eval_steps.push_back(j["step"].get<int64_t>());
-  }
+  for (const auto& m : read_metrics(out.path()))
+    if (m.count("eval_loss")) eval_steps.push_back(static_cast<int64_t>(m.at("step")));
   EXPECT_EQ(eval_steps, (std::vector<int64_t>{3, 4}));
 }
 

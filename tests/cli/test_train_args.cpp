@@ -526,7 +526,7 @@ TEST_F(ConfigFile, YamlReaderMatchesPyYamlSafeLoad) {
 bools: [yes, No, TRUE, off, On, y, n]
 nulls: [~, null, Null, "null"]
 empty:
-ints: [0, -7, +12, 1_000, 0x1F, 0b101, 017, 1:30, 09]
+ints: [0, -7, +12, 1_000, 0x1F, 0b101, 017, 1:30, 1:09, -1:30, 09]
 floats: [1.5, -.5, 1.0e+3, 6.8523015e+5, 1:30.5, 1_0.5, 3.]
 strings: ['yes', "no", 2001-12-14, 1.2.3, x1, "0x10", +, ':']
 nested: {a: [1, {b: c}], d: {}}

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "alpaca/optim/lr_schedule.h"
+
 namespace alpaca::ckpt {
 
 inline constexpr const char* kResumeStateName = "alpaca_resume_state.json";
@@ -19,15 +21,6 @@ inline constexpr int kResumeStateVersion = 1;
 struct LossScalerState {
   double scale = 65536.0;
   int64_t growth_tracker = 0;
-};
-
-// ReduceLROnPlateau's state_dict (--lr_scheduler_type reduce_lr_on_plateau): the current lr and
-// best metric (unset: base lr / no evaluation yet), the bad-evaluation and cooldown counters.
-struct PlateauSchedulerState {
-  std::optional<double> lr, best;
-  int64_t num_bad_epochs = 0;
-  int64_t cooldown_counter = 0;
-  int64_t last_epoch = 0;
 };
 
 // Ordered key -> value facts (e.g. "hidden_size" -> "64", "tokenizer.model sha256" -> "...").
@@ -51,7 +44,7 @@ struct ResumeState {
   // --learning_rate says; absent in checkpoints written before it was kept.
   std::optional<double> learning_rate;
   std::optional<LossScalerState> loss_scaler;
-  std::optional<PlateauSchedulerState> plateau;  // reduce_lr_on_plateau runs only
+  std::optional<optim::PlateauState> plateau;  // reduce_lr_on_plateau runs only: ReduceLROnPlateau's state
   std::string cpu_rng_state;                 // hex of at::Generator::get_state()
   std::vector<std::string> cuda_rng_states;  // one per visible device, hex
   Fingerprint model;
