@@ -55,18 +55,50 @@ class Fields {
   std::string source_;
 };
 
-RopeScaling parse_rope(const json& r, const std::string& source, const char* field) {
+// A list of numbers (longrope's short_factor / long_factor), `n` of them.
+std::vector<double> number_list(const json& r, const std::string& where, const char* key, int64_t n) {
+  ALPACA_CHECK(r.contains(key) && !r.at(key).is_null(), where << ": \"" << key << "\" is required for rope type longrope");
+  const json& v = r.at(key);
+  ALPACA_CHECK(v.is_array(), where << ": \"" << key << "\" must be a list of numbers, got " << v.dump());
+  std::vector<double> out;
+  for (const json& e : v) {
+    ALPACA_CHECK(e.is_number(), where << ": \"" << key << "\" must hold numbers, got " << e.dump());
+    out.push_back(e.get<double>());
+  }
+  ALPACA_CHECK(static_cast<int64_t>(out.size()) == n,
+               where << ": \"" << key << "\" must have head_dim / 2 = " << n << " entries, got " << out.size());
+  return out;
+}
+
+// `top` is the whole config (a top-level original_max_position_embeddings wins over the rope
+// dict's, as transformers' standardize_rope_params has it); `c` carries the shapes already read.
+RopeScaling parse_rope(const json& r, const Fields& top, const LlamaConfig& c, const std::string& source,
+                       const char* field) {
   RopeScaling rs;
   ALPACA_CHECK(r.is_object(), source << ": field \"" << field << "\" must be an object, got " << r.dump());
   std::string where = source + " field \"" + field + "\"";
   Fields f(r, where);
   std::string type = f.get_string("rope_type", f.get_string("type", "default"));
   if (type == "default") type = "";
-  ALPACA_CHECK(type.empty() || type == "linear" || type == "dynamic" || type == "llama3",
+  ALPACA_CHECK(type.empty() || type == "linear" || type == "dynamic" || type == "llama3" || type == "yarn" ||
+                   type == "longrope",
                where << ": rope type \"" << type
-                     << "\" is not supported (supported: default, linear, dynamic, llama3)");
+                     << "\" is not supported (supported: default, linear, dynamic, llama3, yarn, longrope)");
   rs.type = type;
-  if (!type.empty()) {
+  if (type.empty()) return rs;
+  const bool scaled_context = type == "llama3" || type == "yarn" || type == "longrope";
+  if (scaled_context) {
+    rs.original_max_position_embeddings =
+        top.get_int("original_max_position_embeddings",
+                    f.get_int("original_max_position_embeddings", c.max_position_embeddings));
+    ALPACA_CHECK(rs.original_max_position_embeddings > 0,
+                 where << ": \"original_max_position_embeddings\" must be positive, got "
+                       << rs.original_max_position_embeddings);
+  }
+  if (type == "longrope" && !f.has("factor")) {
+    // transformers (Phi-3's convention): the ratio of the two context lengths.
+    rs.factor = static_cast<double>(c.max_position_embeddings) / static_cast<double>(rs.original_max_position_embeddings);
+  } else {
     ALPACA_CHECK(f.has("factor"), where << ": \"factor\" is required for rope type " << type);
     rs.factor = f.get_double("factor", 1.0);
     ALPACA_CHECK(rs.factor >= 1.0, where << ": \"factor\" must be >= 1, got " << rs.factor);
@@ -76,9 +108,32 @@ RopeScaling parse_rope(const json& r, const std::string& source, const char* fie
       ALPACA_CHECK(f.has(k), where << ": \"" << k << "\" is required for rope type llama3");
     rs.low_freq_factor = f.get_double("low_freq_factor", 1.0);
     rs.high_freq_factor = f.get_double("high_freq_factor", 4.0);
-    rs.original_max_position_embeddings = f.get_int("original_max_position_embeddings", 0);
     ALPACA_CHECK(rs.high_freq_factor > rs.low_freq_factor,
                  where << ": high_freq_factor must exceed low_freq_factor");
+  }
+  if (type == "yarn" || type == "longrope") {
+    const double partial = f.get_double("partial_rotary_factor", top.get_double("partial_rotary_factor", 1.0));
+    ALPACA_CHECK(partial == 1.0, where << ": partial_rotary_factor " << partial
+                                       << " is not supported (LLaMA rotates the whole head; remove it or set 1.0)");
+    if (f.has("attention_factor")) {
+      rs.attention_factor = f.get_double("attention_factor", 1.0);
+      ALPACA_CHECK(*rs.attention_factor > 0,
+                   where << ": \"attention_factor\" must be positive, got " << *rs.attention_factor);
+    }
+  }
+  if (type == "yarn") {
+    // transformers reads `get("beta_fast") or 32` and tests `if mscale and mscale_all_dim`: 0 is unset.
+    rs.beta_fast = f.get_double("beta_fast", 0.0);
+    if (rs.beta_fast == 0.0) rs.beta_fast = 32.0;
+    rs.beta_slow = f.get_double("beta_slow", 0.0);
+    if (rs.beta_slow == 0.0) rs.beta_slow = 1.0;
+    rs.mscale = f.get_double("mscale", 0.0);
+    rs.mscale_all_dim = f.get_double("mscale_all_dim", 0.0);
+    rs.truncate = f.get_bool("truncate", true);
+  }
+  if (type == "longrope") {
+    rs.short_factor = number_list(r, where, "short_factor", c.head_dim / 2);
+    rs.long_factor = number_list(r, where, "long_factor", c.head_dim / 2);
   }
   return rs;
 }
@@ -177,13 +232,11 @@ void read_rope(const json& j, Fields& f, const std::string& source, LlamaConfig&
   c.rope_theta = f.get_double("rope_theta", 10000.0);
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     if (!f.has(key)) continue;
-    c.rope_scaling = parse_rope(j.at(key), source, key);
+    c.rope_scaling = parse_rope(j.at(key), f, c, source, key);
     Fields rf(j.at(key), source + " field \"" + key + "\"");
     c.rope_theta = rf.get_double("rope_theta", c.rope_theta);
     break;
   }
-  if (c.rope_scaling.type == "llama3" && c.rope_scaling.original_max_position_embeddings == 0)
-    c.rope_scaling.original_max_position_embeddings = c.max_position_embeddings;
 }
 
 // An absent key takes transformers' default (LlamaConfig, MistralConfig: bos 1, eos 2;
@@ -289,10 +342,24 @@ std::string LlamaConfig::to_json() const {
   rope["rope_type"] = rope_scaling.type.empty() ? "default" : rope_scaling.type;
   rope["rope_theta"] = rope_theta;
   if (!rope_scaling.type.empty()) rope["factor"] = rope_scaling.factor;
-  if (rope_scaling.type == "llama3") {
-    rope["low_freq_factor"] = rope_scaling.low_freq_factor;
-    rope["high_freq_factor"] = rope_scaling.high_freq_factor;
-    rope["original_max_position_embeddings"] = rope_scaling.original_max_position_embeddings;
+  const RopeScaling& rs = rope_scaling;
+  if (rs.type == "llama3") {
+    rope["low_freq_factor"] = rs.low_freq_factor;
+    rope["high_freq_factor"] = rs.high_freq_factor;
+  }
+  if (rs.type == "llama3" || rs.type == "yarn" || rs.type == "longrope")
+    rope["original_max_position_embeddings"] = rs.original_max_position_embeddings;
+  if (rs.attention_factor) rope["attention_factor"] = *rs.attention_factor;
+  if (rs.type == "yarn") {
+    rope["beta_fast"] = rs.beta_fast;
+    rope["beta_slow"] = rs.beta_slow;
+    if (rs.mscale != 0.0) rope["mscale"] = rs.mscale;
+    if (rs.mscale_all_dim != 0.0) rope["mscale_all_dim"] = rs.mscale_all_dim;
+    rope["truncate"] = rs.truncate;
+  }
+  if (rs.type == "longrope") {
+    rope["short_factor"] = rs.short_factor;
+    rope["long_factor"] = rs.long_factor;
   }
   j["rope_parameters"] = rope;
   if (rope_scaling.type.empty()) {

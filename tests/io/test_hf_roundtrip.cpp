@@ -54,7 +54,7 @@ fs::path fixture(const std::string& config) {
 TEST(HfRoundTrip, TransformersLoadsWhatWeSave) {
   alpaca::testing::TempDir tmp("hf_roundtrip");
   TransformersCheck check;
-  for (const std::string config : {"tiny_mha_untied", "tiny_gqa_tied", "tiny_llama3_rope", "tiny_qwen2"}) {
+  for (const std::string config : {"tiny_mha_untied", "tiny_gqa_tied", "tiny_llama3_rope", "tiny_qwen2", "tiny_qwen2_yarn", "tiny_longrope"}) {
     SCOPED_TRACE(config);
     ASSERT_TRUE(fs::exists(fixture(config))) << "run the model_parity fixture first";
     model::LlamaForCausalLM m = io::load_hf_model(fixture(config).string());

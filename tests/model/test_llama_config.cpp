@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "alpaca/model/config.h"
+#include "alpaca/model/rope.h"
 #include "alpaca/util/error.h"
 #include "test_util.h"
 
@@ -75,13 +76,22 @@ TEST(LlamaConfig, Llama31LoadsWithLlama3RopeAndEosList) {
 }
 
 TEST(LlamaConfig, ToJsonRoundTrips) {
-  for (const char* name : {"llama31_8b.json", "tiny_gqa_tied.json", "tiny_dynamic_rope.json", "tiny_linear_rope.json"}) {
+  for (const char* name : {"llama31_8b.json", "tiny_gqa_tied.json", "tiny_dynamic_rope.json", "tiny_linear_rope.json",
+                           "tiny_yarn_rope.json", "tiny_qwen2_yarn.json", "tiny_longrope.json", "tiny_longrope_short.json"}) {
     LlamaConfig a = LlamaConfig::from_json_file(configs_dir() + "/" + name);
     LlamaConfig b = LlamaConfig::from_json_string(a.to_json(), "to_json");
     EXPECT_EQ(b.to_json(), a.to_json()) << name;
     EXPECT_EQ(b.rope_scaling.type, a.rope_scaling.type);
     EXPECT_EQ(b.tie_word_embeddings, a.tie_word_embeddings);
-    EXPECT_NE(a.to_json().find("\"LlamaForCausalLM\""), std::string::npos);
+    const std::string arch = a.model_type == "qwen2" ? "Qwen2ForCausalLM" : a.model_type == "mistral" ? "MistralForCausalLM"
+                                                                                                  : "LlamaForCausalLM";
+    EXPECT_NE(a.to_json().find("\"" + arch + "\""), std::string::npos);
+    EXPECT_DOUBLE_EQ(b.rope_scaling.factor, a.rope_scaling.factor);
+    EXPECT_EQ(b.rope_scaling.original_max_position_embeddings, a.rope_scaling.original_max_position_embeddings);
+    EXPECT_EQ(b.rope_scaling.attention_factor, a.rope_scaling.attention_factor);
+    EXPECT_EQ(b.rope_scaling.long_factor, a.rope_scaling.long_factor);
+    EXPECT_DOUBLE_EQ(alpaca::model::rope_attention_scaling(b), alpaca::model::rope_attention_scaling(a));
+    EXPECT_TRUE(at::equal(alpaca::model::rope_inv_freq(b, 1000, at::kCPU), alpaca::model::rope_inv_freq(a, 1000, at::kCPU)));
   }
 }
 
@@ -179,8 +189,22 @@ TEST(LlamaConfig, BadConfigsNameFileAndField) {
                {"bad/config.json", "num_attention_heads", "integer"});
   expect_error(R"({"model_type":"llama",)" + ok_tail + R"(,"num_attention_heads":2,"num_key_value_heads":3})",
                {"bad/config.json", "num_key_value_heads"});
-  expect_error(R"({"model_type":"llama",)" + ok_tail + R"(,"num_attention_heads":2,"rope_scaling":{"type":"yarn","factor":2}})",
-               {"bad/config.json", "rope_scaling", "yarn"});
+  expect_error(R"({"model_type":"llama",)" + ok_tail + R"(,"num_attention_heads":2,"rope_scaling":{"type":"proportional","factor":2}})",
+               {"bad/config.json", "rope_scaling", "proportional", "yarn, longrope"});
+  expect_error(R"({"model_type":"llama",)" + ok_tail + R"(,"num_attention_heads":2,"rope_scaling":{"type":"yarn"}})",
+               {"bad/config.json", "rope_scaling", "\"factor\" is required for rope type yarn"});
+  expect_error(R"({"model_type":"llama",)" + ok_tail +
+                   R"(,"num_attention_heads":2,"rope_scaling":{"type":"yarn","factor":2,"partial_rotary_factor":0.5}})",
+               {"bad/config.json", "partial_rotary_factor 0.5 is not supported"});
+  expect_error(R"({"model_type":"llama",)" + ok_tail +
+                   R"(,"num_attention_heads":2,"rope_scaling":{"type":"longrope","short_factor":[1,1]}})",
+               {"bad/config.json", "\"long_factor\" is required for rope type longrope"});
+  expect_error(R"({"model_type":"llama",)" + ok_tail +
+                   R"(,"num_attention_heads":2,"rope_scaling":{"type":"longrope","short_factor":[1,1],"long_factor":[1,2,3]}})",
+               {"bad/config.json", "\"long_factor\" must have head_dim / 2 = 2 entries, got 3"});
+  expect_error(R"({"model_type":"llama",)" + ok_tail +
+                   R"(,"num_attention_heads":2,"rope_scaling":{"type":"longrope","short_factor":[1,"a"],"long_factor":[1,2]}})",
+               {"bad/config.json", "\"short_factor\" must hold numbers"});
   expect_error(R"({"model_type":"llama",)" + ok_tail + R"(,"num_attention_heads":2,"rope_scaling":{"rope_type":"llama3","factor":8}})",
                {"bad/config.json", "low_freq_factor"});
   expect_error(R"({"model_type":"llama",)" + ok_tail + R"(,"num_attention_heads":2,"hidden_act":"gelu"})",

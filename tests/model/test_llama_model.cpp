@@ -232,7 +232,11 @@ TEST(Rope, Llama3LeavesHighFrequenciesAndScalesLowOnes) {
   c.head_dim = 16;
   c.rope_theta = 500000;
   LlamaConfig s = c;
-  s.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 64};
+  s.rope_scaling.type = "llama3";
+  s.rope_scaling.factor = 8.0;
+  s.rope_scaling.low_freq_factor = 1.0;
+  s.rope_scaling.high_freq_factor = 4.0;
+  s.rope_scaling.original_max_position_embeddings = 64;
   at::Tensor plain = rope_inv_freq(c, 0, at::kCPU), scaled = rope_inv_freq(s, 0, at::kCPU);
   EXPECT_FLOAT_EQ(scaled[0].item<float>(), plain[0].item<float>());
   EXPECT_FLOAT_EQ(scaled[7].item<float>(), plain[7].item<float>() / 8);

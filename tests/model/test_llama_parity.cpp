@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "alpaca/generate/generator.h"
 #include "alpaca/io/checkpoint.h"
 #include "alpaca/io/hf_model.h"
 #include "alpaca/model/llama.h"
@@ -136,23 +137,28 @@ TEST_P(LlamaParity, BothConfigFormsReadAsTransformersReadsThem) {
     EXPECT_EQ(c.pad_token_id.value_or(-1), hf_pad < 0 ? -1 : hf_pad);
     EXPECT_DOUBLE_EQ(c.rope_theta, rp["rope_theta"].get<double>());
     EXPECT_EQ(c.rope_scaling.type.empty() ? std::string("default") : c.rope_scaling.type, hf_rope);
-    if (hf_rope != "default") {
+    if (hf_rope != "default" && rp.contains("factor")) {  // longrope may leave it to the context lengths
       EXPECT_DOUBLE_EQ(c.rope_scaling.factor, rp["factor"].get<double>());
     }
     if (hf_rope == "llama3") {
       EXPECT_DOUBLE_EQ(c.rope_scaling.low_freq_factor, rp["low_freq_factor"].get<double>());
       EXPECT_DOUBLE_EQ(c.rope_scaling.high_freq_factor, rp["high_freq_factor"].get<double>());
-      EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, rp["original_max_position_embeddings"].get<int64_t>());
     }
+    if (hf_rope == "longrope") {
+      EXPECT_EQ(c.rope_scaling.short_factor, rp["short_factor"].get<std::vector<double>>());
+      EXPECT_EQ(c.rope_scaling.long_factor, rp["long_factor"].get<std::vector<double>>());
+    }
+    // (transformers' rope_parameters may still hold the rope dict's original_max_position_embeddings
+    // where a top-level field overrides it at use: the frequencies below are the check.)
     // The frequencies transformers' rotary embedding holds (its rope init function), and its
-    // attention scaling (1 for every type we support).
+    // attention scaling (yarn's and longrope's attention factor; 1 for the other types).
     const at::Tensor inv = model::rope_inv_freq(c, 1, at::Device(at::kCPU));
     const at::Tensor want = ref("rope.inv_freq");
     ASSERT_EQ(inv.sizes(), want.sizes());
     const double rel = ((inv - want).abs() / want.abs()).max().item<double>();
     std::cout << GetParam() << "/" << form << ": rope " << hf_rope << ", inv_freq max rel diff " << rel << "\n";
     EXPECT_LE(rel, 1e-6);
-    EXPECT_DOUBLE_EQ(ref("rope.attention_scaling").item<double>(), 1.0);
+    EXPECT_DOUBLE_EQ(model::rope_attention_scaling(c), ref("rope.attention_scaling").item<double>());
   }
 }
 
@@ -166,6 +172,32 @@ TEST_P(LlamaParity, Bf16Loss) {
   std::cout << GetParam() << " bf16 loss " << loss << " vs transformers " << want << " (rel "
             << std::abs(loss - want) / want << ")\n";
   EXPECT_LE(std::abs(loss - want) / want, 1e-2);
+}
+
+// transformers' greedy generate through its KV cache, 10 new tokens after 5: past a dynamic or
+// longrope config's context mid-generation, so each step's RoPE must come from that step's
+// positions while the cache keeps what earlier steps wrote. Both of our decode paths.
+TEST_P(LlamaParity, GreedyDecodeThroughTheCache) {
+  model::LlamaForCausalLM m = io::load_hf_model((dir_ / "hf_safetensors").string());
+  m->eval();
+  const at::Tensor p = ref("generate.prompt");
+  const std::vector<int64_t> prompt(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + p.numel());
+  const at::Tensor w = ref("generate.ids").flatten();
+  const std::vector<int64_t> want(w.data_ptr<int64_t>(), w.data_ptr<int64_t>() + w.numel());
+  const double margin = ref("generate.margin").item<double>();
+  for (const bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused CPU decode" : "module path");
+    generate::GenerateOptions opts;
+    opts.max_new_tokens = static_cast<int64_t>(want.size());
+    opts.fused_cpu_decode = fused;
+    at::Generator gen = at::detail::createCPUGenerator(0);
+    const auto got = generate::generate_batch(m, {prompt}, opts, gen);
+    if (margin < 1e-4 && got[0].ids != want) {
+      std::cout << GetParam() << ": greedy ids differ at a near tie (margin " << margin << "); not compared\n";
+      continue;
+    }
+    EXPECT_EQ(got[0].ids, want) << "smallest top-2 margin " << margin;
+  }
 }
 
 TEST_P(LlamaParity, EveryHfLayoutLoadsTheSameWeights) {
@@ -185,7 +217,8 @@ TEST_P(LlamaParity, EveryHfLayoutLoadsTheSameWeights) {
 INSTANTIATE_TEST_SUITE_P(Configs, LlamaParity,
                          ::testing::Values("tiny_mha_untied", "tiny_gqa_tied", "tiny_llama3_rope", "tiny_linear_rope",
                                            "tiny_dynamic_rope", "tiny_mistral", "tiny_qwen2", "tiny_llama1",
-                                           "tiny_llama2_gqa", "tiny_llama3", "tiny_llama32"));
+                                           "tiny_llama2_gqa", "tiny_llama3", "tiny_llama32", "tiny_yarn_rope",
+                                           "tiny_qwen2_yarn", "tiny_longrope", "tiny_longrope_short"));
 
 }  // namespace
 

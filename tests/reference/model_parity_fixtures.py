@@ -9,7 +9,8 @@ logits, loss and every parameter gradient, and the bf16 loss, to <out>/<config>/
 
 The LLaMA variants each as their checkpoints ship (LLaMA-1: no num_key_value_heads, max_sequence_length,
 pad_token_id -1; LLaMA-2 GQA; LLaMA-3: rope_theta 500000, one KV head; LLaMA-3.1: llama3 rope_scaling;
-LLaMA-3.2: tied embeddings, explicit head_dim) in both config forms: hf_safetensors/config.json is
+LLaMA-3.2: tied embeddings, explicit head_dim; YaRN and LongRoPE scaling, the longrope ones at 12 positions past
+and within the pretraining context: the long and the short factors) in both config forms: hf_safetensors/config.json is
 transformers 5's (rope_parameters, as save_pretrained writes it), hf_legacy/config.json the file
 verbatim (rope_theta, rope_scaling). transformers must read both to the same model (checked here);
 what it read (transformers_config.json, and the RoPE inv_freq / attention scaling in
@@ -26,7 +27,8 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
 CONFIGS = ["tiny_mha_untied", "tiny_gqa_tied", "tiny_llama3_rope", "tiny_linear_rope", "tiny_dynamic_rope",
-           "tiny_mistral", "tiny_qwen2", "tiny_llama1", "tiny_llama2_gqa", "tiny_llama3", "tiny_llama32"]
+           "tiny_mistral", "tiny_qwen2", "tiny_llama1", "tiny_llama2_gqa", "tiny_llama3", "tiny_llama32",
+           "tiny_yarn_rope", "tiny_qwen2_yarn", "tiny_longrope", "tiny_longrope_short"]
 # What transformers read from config.json, for the C++ parser to match (None: not a field of that type).
 READ_FIELDS = ["model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps",
@@ -132,7 +134,8 @@ def main():
 
         gen = torch.Generator().manual_seed(99)
         tensors = {"rope.inv_freq": inv_freq,
-                   "rope.attention_scaling": torch.tensor([float(model.model.rotary_emb.attention_scaling)])}
+                   "rope.attention_scaling": torch.tensor([float(model.model.rotary_emb.attention_scaling)],
+                                                       dtype=torch.float64)}
         for tag, (ids, mask, labels) in batches(cfg.vocab_size, gen).items():
             logits, loss, grads = run(model, ids, mask, labels)
             tensors[f"{tag}.input_ids"] = ids
@@ -147,6 +150,20 @@ def main():
         ids, mask, labels = batches(cfg.vocab_size, torch.Generator().manual_seed(99))["pad"]
         with torch.no_grad():
             tensors["pad.bf16_loss"] = bf(input_ids=ids, attention_mask=mask, labels=labels).loss.float().reshape(1)
+        # Greedy decoding through the KV cache: 5 prompt tokens, 10 new ones, so the positions pass a
+        # dynamic or longrope config's context mid-generation (each step's RoPE is chosen from that
+        # step's positions; the cache keeps what earlier steps wrote). The smallest top-1/top-2 margin
+        # says how close a tie came.
+        gm = AutoModelForCausalLM.from_pretrained(d / "hf_safetensors", dtype=torch.float32).eval()
+        gm.generation_config.eos_token_id = None
+        prompt = torch.arange(5, 10).reshape(1, 5) % cfg.vocab_size
+        with torch.no_grad():
+            out = gm.generate(prompt, max_new_tokens=10, do_sample=False, pad_token_id=0, output_scores=True,
+                              return_dict_in_generate=True)
+        margin = min(float((lambda t: t[0, 0] - t[0, 1])(s.float().topk(2).values)) for s in out.scores)
+        tensors["generate.prompt"] = prompt
+        tensors["generate.ids"] = out.sequences[:, 5:]
+        tensors["generate.margin"] = torch.tensor([margin], dtype=torch.float64)
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(d / "expected.safetensors"))
         print(f"{name}: pad loss {tensors['pad.loss'].item():.6f} bf16 {tensors['pad.bf16_loss'].item():.6f}")
 

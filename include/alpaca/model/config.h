@@ -9,13 +9,22 @@
 
 namespace alpaca::model {
 
-// RoPE scaling as in HF `rope_scaling` / `rope_parameters`. type "" = plain RoPE.
+// RoPE scaling as in HF `rope_scaling` / `rope_parameters`. type "" = plain RoPE. The fields are
+// transformers' (modeling_rope_utils.py) after its defaults are applied.
 struct RopeScaling {
-  std::string type;  // "", "linear", "dynamic", "llama3"
-  double factor = 1.0;
+  std::string type;  // "", "linear", "dynamic", "llama3", "yarn", "longrope"
+  double factor = 1.0;  // longrope without one: max_position_embeddings / original_max_position_embeddings
   double low_freq_factor = 1.0;                 // llama3 only
   double high_freq_factor = 4.0;                // llama3 only
-  int64_t original_max_position_embeddings = 0; // llama3 only (0 = max_position_embeddings)
+  // llama3, yarn, longrope: the pretraining context (absent: max_position_embeddings; a top-level
+  // config field of that name wins, as in transformers).
+  int64_t original_max_position_embeddings = 0;
+  // yarn, longrope: the factor cos and sin are multiplied by; absent = derived from factor.
+  std::optional<double> attention_factor;
+  double beta_fast = 32.0, beta_slow = 1.0;     // yarn: the ramp's bounds in rotations
+  double mscale = 0.0, mscale_all_dim = 0.0;    // yarn: DeepSeek's attention-factor terms (0 = unset)
+  bool truncate = true;                         // yarn: floor/ceil the ramp's bounds
+  std::vector<double> short_factor, long_factor;  // longrope: head_dim / 2 rescale factors each
 };
 
 struct LlamaConfig {

@@ -8,10 +8,15 @@
 
 namespace alpaca::model {
 
-// Inverse frequencies (head_dim / 2) in fp32 on `device`. `seq_len` matters only for "dynamic"
-// scaling: beyond max_position_embeddings the base grows (transformers' dynamic NTK); at or below
-// it the plain frequencies are used, which is what a freshly loaded transformers model does.
+// Inverse frequencies (head_dim / 2) in fp32 on `device`. `seq_len` (the highest position + 1)
+// matters only for "dynamic" scaling (beyond max_position_embeddings the base grows: transformers'
+// dynamic NTK; at or below it the plain frequencies, as a freshly loaded transformers model has)
+// and "longrope" (the long factors beyond original_max_position_embeddings, else the short ones).
 at::Tensor rope_inv_freq(const LlamaConfig& cfg, int64_t seq_len, const at::Device& device);
+
+// The factor transformers multiplies cos and sin by (its rotary embedding's attention_scaling):
+// yarn's and longrope's attention factor, 1 for every other type.
+double rope_attention_scaling(const LlamaConfig& cfg);
 
 // cos and sin, each (B, T, head_dim) in `dtype`, for int64 position_ids_bt (B, T).
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const LlamaConfig& cfg, const at::Tensor& position_ids_bt,
