@@ -11,6 +11,7 @@
 #include "alpaca/io/peft_adapter.h"
 #include "alpaca/io/safetensors.h"
 #include "alpaca/model/config.h"
+#include "alpaca/model/layers.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/sys.h"
 
@@ -78,7 +79,20 @@ MergeStats merge_lora_adapter(const std::string& base_dir, const std::string& ad
       ALPACA_CHECK(a.dim() == 2 && b.dim() == 2 && b.size(0) == w.size(0) && a.size(1) == w.size(1) && a.size(0) == b.size(1),
                    "LoRA " << module << ": A " << a.sizes() << " and B " << b.sizes() << " do not fit the base weight "
                            << w.sizes() << " of " << base_dir);
-      w.add_(at::matmul(b, a) * scaling);  // peft get_delta_weight: (B @ A) * scaling
+      const at::Tensor delta = at::matmul(b, a) * scaling;  // peft get_delta_weight: (B @ A) * scaling
+      if (la.use_dora) {
+        // peft's DoraLinearVariant.merge: m / ||W + delta||_row * (W + delta), the norm of the unmerged base.
+        const std::string m_key = kPrefix + module + ".lora_magnitude_vector";
+        ALPACA_CHECK(adapter->contains(m_key), adapter->path() << " has no " << m_key << " though its adapter_config.json "
+                                                                  "says use_dora");
+        const at::Tensor mag = take(m_key);
+        ALPACA_CHECK(mag.dim() == 1 && mag.size(0) == w.size(0), adapter->path() << ": " << m_key << " has shape "
+                     << mag.sizes() << ", the base weight " << w.sizes());
+        const at::Tensor norm = model::dora_weight_norm(w, delta, 1.0);
+        w = (mag / norm).view({-1, 1}) * (w + delta);
+      } else {
+        w.add_(delta);
+      }
       ++stats.num_merged;
     }
     if (adapter->contains(kPrefix + name)) {  // modules_to_save: the trained tensor replaces the base's

@@ -63,6 +63,7 @@ plan::MemoryPlanInputs plan_inputs(const TrainArgs& args, const dist::LaunchInfo
   if (args.use_peft) {  // the LoRA run these flags train (trainer_options.cpp reads the same flags)
     in.lora_rank = args.lora_r;
     in.lora_dropout = args.lora_dropout;
+    in.lora_use_dora = args.use_dora;
     in.lora_target_modules = model::split_module_list(args.lora_target_modules);
     in.lora_modules_to_save = model::split_module_list(args.lora_modules_to_save);
     in.quant4_type = policy.quant4_type;  // --load_in_4bit (validate_train_args set it; "" otherwise)

@@ -96,6 +96,9 @@ const std::map<std::string, UnsupportedField>& unsupported_hf_fields() {
                                          "non-padding tokens of every run, and each log line has x_tokens_per_second",
                                          {"false", "no"}}},
       {"eval_accumulation_steps", {"evaluation computes losses only; no predictions accumulate", none}},
+      {"lora_task_type", {"the adapter is always a causal-LM one (peft task_type CAUSAL_LM)", {"causal_lm"}}},
+      {"lora_target_parameters", {"LoRA adapts linear modules (--lora_target_modules); peft's ParamWrapper for bare "
+                                  "parameters (MoE experts) has nothing to adapt in LLaMA-family models", none}},
   };
   return fields;
 }

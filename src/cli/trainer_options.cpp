@@ -43,6 +43,7 @@ model::LoraOptions lora_options(const TrainArgs& a) {
   l.alpha = a.lora_alpha;
   l.dropout = a.lora_dropout;
   l.use_rslora = a.use_rslora;
+  l.use_dora = a.use_dora;
   l.target_modules = model::split_module_list(a.lora_target_modules);
   l.modules_to_save = model::split_module_list(a.lora_modules_to_save);
   return l;

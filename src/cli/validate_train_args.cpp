@@ -362,6 +362,7 @@ void validate_lora(TrainArgs& a) {
         {"lora_r", a.lora_r != d.lora_r}, {"lora_alpha", a.lora_alpha != d.lora_alpha},
         {"lora_dropout", a.lora_dropout != d.lora_dropout}, {"lora_target_modules", a.lora_target_modules != d.lora_target_modules},
         {"lora_modules_to_save", a.lora_modules_to_save != d.lora_modules_to_save}, {"use_rslora", a.use_rslora != d.use_rslora},
+        {"use_dora", a.use_dora != d.use_dora},
         {"merge_adapter", a.merge_adapter != d.merge_adapter}};
     for (const auto& [f, differs] : changed)
       ALPACA_USAGE_CHECK(!differs, "--" << f << " only acts on a LoRA run; add --use_peft True or drop it");
@@ -380,6 +381,9 @@ void validate_lora(TrainArgs& a) {
                      "--lora_target_modules lm_head with --lora_dropout " << a.lora_dropout
                          << ": dropout on lm_head's LoRA branch is not supported (the fused loss takes one weight); "
                             "use --lora_dropout 0 or leave lm_head out");
+  ALPACA_USAGE_CHECK(!lm_head_targeted || !a.use_dora,
+                     "--use_dora with lm_head in --lora_target_modules: DoRA on lm_head is not supported (the fused "
+                     "loss takes one plain weight); leave lm_head out or train it with --lora_modules_to_save lm_head");
 }
 
 // QLoRA flags (transformers' BitsAndBytesConfig names): a 4-bit base is frozen, so only a LoRA run

@@ -28,7 +28,7 @@ std::string peft_adapter_config_json(const PeftLoraConfig& c) {
       {"modules_to_save", c.modules_to_save.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.modules_to_save)},
       {"trainable_token_indices", tokens}, {"ensure_weight_tying", c.ensure_weight_tying},
       {"bias", "none"}, {"fan_in_fan_out", false}, {"init_lora_weights", true}, {"inference_mode", true},
-      {"use_dora", false}, {"lora_bias", false}, {"layers_to_transform", nullptr}, {"layers_pattern", nullptr},
+      {"use_dora", c.use_dora}, {"lora_bias", false}, {"layers_to_transform", nullptr}, {"layers_pattern", nullptr},
       {"rank_pattern", nlohmann::json::object()}, {"alpha_pattern", nlohmann::json::object()},
       {"exclude_modules", nullptr}, {"revision", nullptr}, {"target_parameters", nullptr}};
   return cfg.dump(2) + "\n";
@@ -67,8 +67,8 @@ LoraAdapter read_lora_adapter(const std::string& adapter_dir) {
   }
   ALPACA_CHECK(cfg.value("peft_type", "") == "LORA", cfg_path.string() << ": peft_type is " << cfg.value("peft_type", "?")
                                                      << "; only LORA adapters are supported");
-  ALPACA_CHECK(!cfg.value("use_dora", false) && cfg.value("bias", "none") == "none" && !cfg.value("fan_in_fan_out", false),
-               cfg_path.string() << ": DoRA, LoRA biases and fan_in_fan_out are not supported");
+  ALPACA_CHECK(cfg.value("bias", "none") == "none" && !cfg.value("fan_in_fan_out", false),
+               cfg_path.string() << ": LoRA biases and fan_in_fan_out are not supported");
   ALPACA_CHECK(!cfg.value("lora_bias", false), cfg_path.string() << ": lora_bias (a bias on lora_B) is not supported");
   ALPACA_CHECK(cfg.value("rank_pattern", nlohmann::json::object()).empty() &&
                    cfg.value("alpha_pattern", nlohmann::json::object()).empty(),
@@ -94,6 +94,7 @@ LoraAdapter read_lora_adapter(const std::string& adapter_dir) {
     }
   }
   a.ensure_weight_tying = cfg.value("ensure_weight_tying", false);
+  a.use_dora = cfg.value("use_dora", false);
   a.file = SafetensorsFile::open((fs::path(adapter_dir) / kAdapterWeightsFile).string());
   for (const auto& n : a.file->names())
     ALPACA_CHECK(n.find(".lora_embedding_A") == std::string::npos && n.find(".lora_embedding_B") == std::string::npos,
@@ -170,6 +171,7 @@ void attach_branches(model::LlamaForCausalLMImpl& m, const LoraAdapter& adapter,
   opt.alpha = adapter.scaling * static_cast<double>(adapter.r);  // scaling() = alpha / r reproduces it exactly enough
   opt.dropout = 0;
   opt.target_modules = names;
+  opt.use_dora = adapter.use_dora;
   if (!names.empty()) model::apply_lora(m, opt, /*seed=*/0);
 }
 
@@ -196,6 +198,17 @@ void load_branch(model::LinearImpl& lin, const std::string& name, const LoraAdap
   lin.lora_A->weight.set_data(a.to(w.options()).contiguous());
   lin.lora_B->weight.set_data(b.to(w.options()).contiguous());
   lin.lora_scaling = adapter.scaling;  // exactly peft's, not recomputed through alpha
+  if (adapter.use_dora) {
+    const std::string m_key = name + ".lora_magnitude_vector";
+    ALPACA_CHECK(t.contains(m_key), t.file().path() << " has no " << kPeftKeyPrefix << m_key
+                                                    << " though adapter_config.json says use_dora");
+    const at::Tensor mag = t.take(m_key);
+    ALPACA_CHECK(mag.dim() == 1 && mag.size(0) == w.size(0),
+                 t.file().path() << ": " << kPeftKeyPrefix << m_key << " has shape " << mag.sizes() << ", the base "
+                                 << base_dir << " has " << w.size(0) << " output rows for " << name);
+    lin.lora_magnitude.set_data(mag.to(w.options()).contiguous());
+    lin.lora_magnitude.requires_grad_(false);
+  }
   lin.lora_A->weight.requires_grad_(false);
   lin.lora_B->weight.requires_grad_(false);
 }

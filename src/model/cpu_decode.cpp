@@ -115,6 +115,7 @@ std::string CpuDecoder::unsupported(LlamaForCausalLMImpl& m, int64_t batch) {
       const auto& L = *lin;
       if (!L->lora_A) continue;
       if (L->lora_A->bias.defined() || L->lora_B->bias.defined()) return "a LoRA branch with a bias";
+      if (L->lora_magnitude.defined()) return "a DoRA adapter (merge it for the fused step: alpaca-train merge)";
       if (L->lora_dropout > 0 && L->is_training()) return "LoRA dropout in training mode (call eval())";
     }
   if (m.lm_head && m.lm_head->lora_A) return "a LoRA branch on lm_head";

@@ -43,9 +43,37 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias
 at::Tensor LinearImpl::forward(const at::Tensor& x) const {
   at::Tensor y = model::linear(x, weight, bias);
   if (!lora_A) return y;
+  if (lora_magnitude.defined()) return dora_forward(x, y);
   // peft lora.Linear.forward: result + lora_B(lora_A(dropout(x))) * scaling, in this order.
   const at::Tensor h = lora_dropout > 0 ? at::dropout(x, lora_dropout, is_training()) : x;
   return y + lora_B->forward(lora_A->forward(h)) * lora_scaling;
+}
+
+at::Tensor dora_weight_norm(const at::Tensor& weight, const at::Tensor& lora_weight, double scaling) {
+  // peft's get_weight_norm: torch.linalg.norm(W + scaling * lora_weight, dim=1).to(W.dtype).
+  const at::Tensor w = lora_weight.defined() ? weight + lora_weight * scaling : weight;
+  return at::linalg_vector_norm(w, 2, at::IntArrayRef{1}).to(weight.scalar_type());
+}
+
+// peft's DoraLinearVariant.forward + DoraLinearLayer.forward, op for op.
+at::Tensor LinearImpl::dora_forward(const at::Tensor& x, const at::Tensor& result) const {
+  at::Tensor lora_weight, weight_norm;
+  {
+    at::NoGradGuard no_grad;  // the norm is a constant to autograd
+    // peft: lora_B(lora_A(eye(in))).T in the adapter's dtype, then cast to x's.
+    lora_weight = at::matmul(lora_B->weight, lora_A->weight).to(x.scalar_type());
+    weight_norm = dora_weight_norm(weight.to(x.scalar_type()), lora_weight, lora_scaling);
+  }
+  const at::Tensor mag_norm_scale = (lora_magnitude / weight_norm).view({1, -1});
+  at::Tensor h = x, base;
+  if (lora_dropout > 0 && is_training()) {
+    h = at::dropout(x, lora_dropout, /*train=*/true);
+    base = model::linear(h, weight.to(x.scalar_type()), at::Tensor());
+  } else {
+    base = bias.defined() ? result - bias : result;
+  }
+  const at::Tensor lora_result = lora_B->forward(lora_A->forward(h));
+  return result + ((mag_norm_scale - 1) * base + mag_norm_scale * lora_result * lora_scaling);
 }
 
 EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim, const at::TensorOptions& options,

@@ -55,7 +55,7 @@ std::vector<std::string> split_module_list(const std::string& text) {
 
 bool is_lora_param(const std::string& name) {
   return name.ends_with(".lora_A.weight") || name.ends_with(".lora_B.weight") ||
-         name.ends_with(".token_adapter.trainable_tokens_delta");
+         name.ends_with(".lora_magnitude_vector") || name.ends_with(".token_adapter.trainable_tokens_delta");
 }
 
 const std::vector<std::string>& default_lora_target_modules() {
@@ -165,6 +165,11 @@ void attach_branch(LinearImpl& lin, const std::string& name, const LoraOptions& 
   lin.lora_dropout = opt.dropout;
   a->weight.requires_grad_(true);
   b->weight.requires_grad_(true);
+  if (opt.use_dora) {
+    // peft's name: the parameter is saved as "<module>.lora_magnitude_vector".
+    lin.lora_magnitude = lin.register_parameter("lora_magnitude_vector", at::zeros({out}, at::kFloat));
+    if (!lin.weight.is_meta()) lin.lora_magnitude.copy_(dora_weight_norm(lin.weight, at::Tensor(), lin.lora_scaling));
+  }
 }
 
 // peft's TrainableTokensLayer on the embedding and the head (each unless saved in full).
@@ -205,6 +210,9 @@ LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t se
     ALPACA_CHECK(std::find(saved.begin(), saved.end(), static_cast<torch::nn::Module*>(lin)) == saved.end(),
                  "LoRA target " << name << " is also a module to save; peft trains a module one way or the other: "
                  "drop it from --lora_target_modules or from --lora_modules_to_save");
+    ALPACA_CHECK(!opt.use_dora || !m.lm_head || lin != m.lm_head.get(),
+                 "DoRA on lm_head is not supported (the fused loss takes one plain weight); leave lm_head out of "
+                 "--lora_target_modules or train it with --lora_modules_to_save lm_head");
     ALPACA_CHECK(!m.lm_head || lin != m.lm_head.get() || opt.trainable_token_indices.empty(),
                  "LoRA on lm_head cannot be combined with trainable token rows on it (the new tokens of this run's "
                  "tokenizer; peft raises TypeError on that adapter): leave lm_head out of --lora_target_modules");
@@ -221,6 +229,19 @@ LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t se
     for (auto& p : s->parameters(/*recurse=*/true)) p.requires_grad_(true);
   if (!opt.trainable_token_indices.empty()) attach_trainable_tokens(m, opt.trainable_token_indices, plan);
   return plan;
+}
+
+int64_t init_dora_magnitudes(LlamaForCausalLMImpl& m) {
+  at::NoGradGuard no_grad;
+  int64_t n = 0;
+  for (const auto& item : m.named_modules("", /*include_self=*/false)) {
+    auto* lin = dynamic_cast<LinearImpl*>(item.value().get());
+    if (lin == nullptr || !lin->lora_magnitude.defined()) continue;
+    ALPACA_CHECK(!lin->weight.is_meta(), "init_dora_magnitudes: " << item.key() << " has no weight values yet");
+    lin->lora_magnitude.copy_(dora_weight_norm(lin->weight, at::Tensor(), lin->lora_scaling));
+    ++n;
+  }
+  return n;
 }
 
 }  // namespace alpaca::model

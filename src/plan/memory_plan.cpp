@@ -73,6 +73,7 @@ model::LlamaForCausalLM planned_model(const MemoryPlanInputs& in, model::LoraPla
   model::LoraOptions lo;
   lo.r = in.lora_rank;
   lo.dropout = in.lora_dropout;
+  lo.use_dora = in.lora_use_dora;
   lo.target_modules = in.lora_target_modules;
   lo.modules_to_save = in.lora_modules_to_save;
   for (int64_t i = cfg.vocab_size - in.lora_token_rows; i < cfg.vocab_size; ++i) lo.trainable_token_indices.push_back(i);

@@ -169,7 +169,10 @@ struct Trainer::Impl {
 
   // LoRA (trainer_lora.cpp)
   void setup_lora(int64_t base_vocab_size);
-  void init_trainable_token_rows();  // after the base is loaded: the deltas start as its rows (collective)
+  void init_trainable_token_rows();
+  // DoRA: each magnitude vector set to its base weight's row norms once the base is loaded (peft's
+  // initialisation), from the weights as training sees them (param_dtype; a 4-bit base dequantized).
+  void init_dora_magnitudes();  // after the base is loaded: the deltas start as its rows (collective)
   ckpt::Fingerprint lora_fingerprint() const;                       // base identity + LoRA flags
   void check_lora_resume(const ckpt::Fingerprint& saved_model) const;  // clear errors, before the generic check
   bool is_adapter_param(const std::string& name) const;             // LoRA A/B or a modules_to_save parameter

@@ -6,11 +6,14 @@
 // one (rows, D) trainable delta per table, tied tables share one) unless the whole table is in
 // modules_to_save.
 #include <algorithm>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "alpaca/ckpt/checkpoint_dir.h"
 #include "alpaca/io/peft_adapter.h"
 #include "alpaca/io/safetensors.h"
+#include "alpaca/model/layers.h"
 #include "alpaca/model/lora.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
@@ -51,6 +54,7 @@ ckpt::Fingerprint Trainer::Impl::lora_fingerprint() const {
   f["lora_r"] = std::to_string(o.r);
   f["lora_alpha"] = alpha.str();
   f["use_rslora"] = o.use_rslora ? "true" : "false";
+  if (o.use_dora) f["use_dora"] = "true";  // absent = false: checkpoints from before DoRA still resume
   f["lora_target_modules"] = join_words(o.target_modules.empty() ? model::default_lora_target_modules() : o.target_modules);
   f["lora_modules_to_save"] = join_words(o.modules_to_save);
   return f;
@@ -66,6 +70,7 @@ void Trainer::Impl::check_lora_resume(const ckpt::Fingerprint& saved_model) cons
     auto it = saved_model.find(k);
     if (it != saved_model.end()) saved[k] = it->second;
   }
+  if (saved_model.count("use_dora")) saved["use_dora"] = saved_model.at("use_dora");  // a DoRA checkpoint, a LoRA run
   for (const char* k : {"base config.json sha256", "base weight bytes"}) {
     ALPACA_CHECK(saved[k] == now[k], "cannot resume from " << resume_dir->string() << ": its adapter was trained on another "
                  "base model (" << k << " is " << saved[k] << " there, " << now[k] << " for --model_name_or_path "
@@ -85,8 +90,8 @@ void Trainer::Impl::setup_lora(int64_t base_vocab_size) {
   int64_t adapter = 0;
   for (const auto& p : model->parameters())
     if (p.requires_grad()) adapter += p.numel();
-  ALPACA_INFO("LoRA r=" << opt.lora->r << " alpha=" << opt.lora->alpha << " dropout=" << opt.lora->dropout
-              << (opt.lora->use_rslora ? " (rsLoRA)" : "") << " on " << lora_plan.lora_modules.size() << " modules ("
+  ALPACA_INFO((opt.lora->use_dora ? "DoRA" : "LoRA") << " r=" << opt.lora->r << " alpha=" << opt.lora->alpha
+              << " dropout=" << opt.lora->dropout << (opt.lora->use_rslora ? " (rsLoRA)" : "") << " on " << lora_plan.lora_modules.size() << " modules ("
               << join_words(lora_plan.target_modules) << "): " << adapter << " trainable parameters of "
               << model::num_parameters(model));
 }
@@ -106,6 +111,31 @@ void Trainer::Impl::init_trainable_token_rows() {
         },
         /*rank0_only=*/false, [&](const std::string& n) { return n == delta; });
   }
+}
+
+void Trainer::Impl::init_dora_magnitudes() {
+  if (!opt.lora->use_dora) return;
+  const std::string kSuffix = ".lora_magnitude_vector";
+  std::set<std::string> bases;  // "<module>.weight" of every adapted linear
+  for (const auto& m : lora_plan.lora_modules) bases.insert(m + ".weight");
+  std::map<std::string, at::Tensor> norms;
+  const at::ScalarType dtype = opt.fsdp_policy.param_dtype;
+  const double scaling = opt.lora->scaling();
+  // Every unit gathered in turn on every rank (one unit in full at a time): a row's norm needs the
+  // whole row, which FSDP's flat shards split anywhere. Once, before the first step.
+  engine->export_full_state(
+      [&](const std::string& name, const at::Tensor& value) {
+        if (bases.count(name)) norms[name] = model::dora_weight_norm(value.to(dtype), at::Tensor(), scaling).to(at::kFloat);
+      },
+      /*all_ranks=*/true);
+  engine->load_parameters(
+      [&](const std::string& name, const std::vector<int64_t>&, int64_t begin, int64_t end, at::Tensor out) {
+        const std::string weight = name.substr(0, name.size() - kSuffix.size()) + ".weight";
+        ALPACA_CHECK(norms.count(weight), "DoRA: no base weight " << weight << " for " << name);
+        out.copy_(norms.at(weight).narrow(0, begin, end - begin));
+      },
+      /*rank0_only=*/false, [&](const std::string& n) { return n.ends_with(kSuffix); });
+  ALPACA_INFO("DoRA: " << norms.size() << " magnitude vectors set to their base weights' row norms");
 }
 
 bool Trainer::Impl::is_adapter_param(const std::string& name) const {
@@ -142,6 +172,7 @@ void Trainer::Impl::export_adapter(const fs::path& dir) {
   cfg.alpha = o.alpha;
   cfg.dropout = o.dropout;
   cfg.use_rslora = o.use_rslora;
+  cfg.use_dora = o.use_dora;
   cfg.target_modules = lora_plan.target_modules;
   cfg.modules_to_save = o.modules_to_save;
   cfg.ensure_weight_tying = tied_table;

@@ -336,7 +336,10 @@ void Trainer::Impl::setup_engine() {
                             base_only);
     }
     weights_loaded = true;
-    if (opt.lora && !resume_dir) init_trainable_token_rows();
+    if (opt.lora && !resume_dir) {
+      init_trainable_token_rows();
+      init_dora_magnitudes();
+    }
   }
   sys::release_free_host_memory();  // load staging buffers and unsharded parameters are not needed again
 

@@ -93,6 +93,63 @@ TEST(Lora, ForwardIsBasePlusScaledBranchAndDropoutOnlyTouchesTheBranch) {
   EXPECT_DOUBLE_EQ(rs.scaling(), 2.0);
 }
 
+// DoRA (peft use_dora): m starts at ||W||_row, so a fresh adapter is the base; then
+// y = x W^T + (g - 1) x W^T + g s B(A(x)) with g = m / ||W + s B A|| held constant to autograd, i.e.
+// x (g (W + s B A))^T; under dropout the middle term takes the dropped input (peft recomputes it).
+TEST(Lora, DoraIsTheRescaledWeightWithTheNormConstantAndItsDropoutForm) {
+  LlamaForCausalLM m(tiny());
+  init_weights(m, 1);
+  at::Tensor x = at::randn({2, 5, 32});
+  Linear& q = m->model->layers[0]->self_attn->q_proj;
+  const at::Tensor base = q->forward(x).detach();
+  LoraOptions o = rank_alpha(4, 8);
+  o.use_dora = true;
+  o.dropout = 0.25;
+  const LoraPlan plan = apply_lora(*m, o, 3);
+  auto params = m->named_parameters(true);
+  ASSERT_TRUE(params.contains("model.layers.0.self_attn.q_proj.lora_magnitude_vector"));
+  EXPECT_TRUE(is_lora_param("model.layers.0.self_attn.q_proj.lora_magnitude_vector"));
+  EXPECT_TRUE(at::allclose(q->lora_magnitude, q->weight.norm(2, {1}), 1e-6, 1e-7));
+  m->eval();
+  EXPECT_TRUE(at::allclose(q->forward(x), base, 1e-5, 1e-6)) << "a fresh DoRA adapter changes the output";
+  {
+    at::NoGradGuard ng;
+    q->lora_B->weight.normal_(0, 0.1);
+    q->lora_magnitude.mul_(1.3);
+  }
+  const at::Tensor w_eff = q->weight + at::matmul(q->lora_B->weight, q->lora_A->weight) * 2.0;
+  const at::Tensor g = (q->lora_magnitude / w_eff.norm(2, {1})).detach();
+  const at::Tensor want = at::matmul(x, (g.view({-1, 1}) * w_eff).t()).detach();
+  at::Tensor y = q->forward(x);
+  EXPECT_TRUE(at::allclose(y, want, 1e-4, 1e-5));
+  // Gradients: the magnitude gets one; the norm is a constant, so B's gradient is g s (dy)^T A x.
+  y.sum().backward();
+  ASSERT_TRUE(q->lora_magnitude.grad().defined());
+  EXPECT_GT(q->lora_magnitude.grad().abs().max().item<double>(), 0);
+  const at::Tensor a_x = at::matmul(x, q->lora_A->weight.t()).reshape({-1, 4});      // (N, r)
+  const at::Tensor dy = (g * 2.0).view({1, -1}).expand({a_x.size(0), -1});              // (N, out)
+  EXPECT_TRUE(at::allclose(q->lora_B->weight.grad(), at::matmul(dy.t(), a_x), 1e-4, 1e-5));
+  // Dropout (training): result + (g - 1) x' W^T + g s B(A(x')), x' the dropped input; the same
+  // draw reproduces x'.
+  m->train();
+  at::NoGradGuard ng;
+  at::manual_seed(11);
+  const at::Tensor yt = q->forward(x);
+  at::manual_seed(11);
+  const at::Tensor xd = at::dropout(x, 0.25, true);
+  const at::Tensor want_t = base + (g - 1) * at::matmul(xd, q->weight.t()) +
+                            g * at::matmul(at::matmul(xd, q->lora_A->weight.t()), q->lora_B->weight.t()) * 2.0;
+  EXPECT_TRUE(at::allclose(yt, want_t, 1e-4, 1e-5));
+  EXPECT_EQ(plan.lora_modules.size(), 4u);
+  EXPECT_NE(error_of([&] {
+              LlamaForCausalLM h(tiny());
+              LoraOptions lo = o;
+              lo.target_modules = {"lm_head"};
+              apply_lora(*h, lo, 0);
+            }).find("DoRA on lm_head is not supported"),
+            std::string::npos);
+}
+
 TEST(Lora, AllLinearIsEveryLinearButLmHeadAndModulesToSaveTrain) {
   LlamaForCausalLM m(tiny(), at::TensorOptions().device(at::kMeta));  // the trainer's meta model
   LoraOptions o;

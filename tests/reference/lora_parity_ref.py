@@ -16,6 +16,10 @@ Writes into --out:
   lora_final.safetensors every LoRA matrix after the last step, under peft's saved names
   reference.json         {"losses": [...], "learning_rates": [...], "grad_norms": [...], "config": {...}}
 
+With --use_dora (tests/train/test_lora_parity.cpp's DoRA tests) peft's LoraConfig(use_dora=True): each
+adapted linear also trains its lora_magnitude_vector, initialised by peft from the base weight's row norms,
+and lora_final.safetensors holds those too.
+
 With --load_in_4bit (QLoRA, tests/train/test_qlora_parity.cpp) the saved fp32 model is loaded back
 through transformers' BitsAndBytesConfig(load_in_4bit, bnb_4bit_quant_type, bnb_4bit_use_double_quant,
 compute dtype fp32): bitsandbytes' Linear4bit on the CPU, the real HF stack; --hidden 64
@@ -55,7 +59,7 @@ def attach_lora(model, args, out):
     # The added [PAD] rows train as peft trainable tokens (TrainableTokensLayer on both tables:
     # the model is untied), as alpaca-train trains them.
     lcfg = LoraConfig(r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=0.0, target_modules=None,
-                      task_type="CAUSAL_LM",
+                      task_type="CAUSAL_LM", use_dora=args.use_dora,
                       trainable_token_indices={"embed_tokens": [ref.PAD_ID], "lm_head": [ref.PAD_ID]})
     model = get_peft_model(model, lcfg)
     init = {}
@@ -83,6 +87,7 @@ def main():
     ap.add_argument("--load_in_4bit", action="store_true")
     ap.add_argument("--bnb_4bit_quant_type", default="nf4")
     ap.add_argument("--use_bnb_nested_quant", action="store_true")
+    ap.add_argument("--use_dora", action="store_true")
     parsed = ref.parse_inputs(ap)
     if parsed is None:
         return
@@ -109,7 +114,8 @@ def main():
     save_file(tokens, str(out / "tokens_final.safetensors"))
     ref.write_reference(out, losses, lrs, norms, args, lora_r=args.lora_r, lora_alpha=args.lora_alpha,
                         load_in_4bit=args.load_in_4bit, bnb_4bit_quant_type=args.bnb_4bit_quant_type,
-                        use_bnb_nested_quant=args.use_bnb_nested_quant, trainable=[n for n, _ in named])
+                        use_bnb_nested_quant=args.use_bnb_nested_quant, use_dora=args.use_dora,
+                        trainable=[n for n, _ in named])
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ struct PeftLoraConfig {
   int64_t r = 0;
   double alpha = 0, dropout = 0;
   bool use_rslora = false;
+  bool use_dora = false;
   std::vector<std::string> target_modules;   // leaf names, as resolved (all-linear expanded)
   std::vector<std::string> modules_to_save;  // empty: null
   // Table key ("embed_tokens", "lm_head") -> the vocabulary rows trained as trainable tokens; empty: null.
@@ -57,6 +58,7 @@ struct LoraAdapter {
   // adapter_config.json's ensure_weight_tying: a saved embed_tokens / lm_head table serves both
   // sides of a tied base. Without it peft applies the table to its own side only and unties.
   bool ensure_weight_tying = false;
+  bool use_dora = false;  // each adapted linear has "<module>.lora_magnitude_vector" (peft DoRA)
 
   // The vocabulary after the trainable tokens: max(base_vocab, largest row + 1).
   int64_t vocab_size(int64_t base_vocab) const;
@@ -65,7 +67,7 @@ struct LoraAdapter {
 };
 
 // Reads and checks adapter_config.json and opens the weights. Throws alpaca::Error naming the file
-// on anything that cannot be applied exactly (another peft type, DoRA, LoRA biases, fan_in_fan_out,
+// on anything that cannot be applied exactly (another peft type, LoRA biases, fan_in_fan_out,
 // rank/alpha patterns, malformed trainable_token_indices).
 LoraAdapter read_lora_adapter(const std::string& adapter_dir);
 

@@ -47,7 +47,8 @@ TORCH_MODULE(TrainableTokens);
 
 // y = x W^T (+ b). Parameters "weight" (out, in) and optionally "bias" (out).
 // With a LoRA adapter attached (model::apply_lora, peft's lora.Linear):
-//   y = x W^T (+ b) + s * B(A(dropout(x))), A = "lora_A.weight" (r, in), B = "lora_B.weight" (out, r).
+//   y = x W^T (+ b) + s * B(A(dropout(x))), A = "lora_A.weight" (r, in), B = "lora_B.weight" (out, r),
+// or its DoRA form (lora_magnitude below).
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in_features, int64_t out_features, bool bias, const at::TensorOptions& options,
@@ -61,11 +62,23 @@ class LinearImpl : public torch::nn::Module {
   std::shared_ptr<LinearImpl> lora_A, lora_B;
   double lora_scaling = 0.0;
   double lora_dropout = 0.0;
+  // DoRA (peft use_dora; undefined without): the trainable magnitude m, "lora_magnitude_vector" (out).
+  // peft's DoraLinearLayer: with n = ||W + s B A||_row (detached, as the DoRA paper's section 4.3
+  // asks) and g = m / n, y = x W^T (+ b) + (g - 1) (x W^T) + g s B(A(x)); under dropout the middle
+  // term takes the dropped input, as peft recomputes it.
+  at::Tensor lora_magnitude;
   // Trainable rows of `weight` (lm_head's added tokens; null without). Only the LM head's weight
   // is used this way (LlamaForCausalLMImpl::head / forward_loss_sum); forward() ignores it.
   std::shared_ptr<TrainableTokensImpl> token_adapter;
+
+ private:
+  at::Tensor dora_forward(const at::Tensor& x, const at::Tensor& result) const;
 };
 TORCH_MODULE(Linear);
+
+// DoRA's column norm (peft get_weight_norm): ||W + scaling * lora_weight|| over each output row,
+// in W's dtype; lora_weight = B A, or undefined for ||W|| (a fresh adapter, B = 0).
+at::Tensor dora_weight_norm(const at::Tensor& weight, const at::Tensor& lora_weight, double scaling);
 
 // Token embedding table "weight" (V, D). With `token_adapter`, the rows it holds come from its
 // delta (peft's TrainableTokensLayer: embedding(W.index_copy(0, indices, delta), ids)).

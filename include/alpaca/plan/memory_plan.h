@@ -58,6 +58,9 @@ struct MemoryPlanInputs {
   // linear but lm_head); modules_to_save may name embed_tokens and lm_head (trained in full).
   int64_t lora_rank = 0;
   double lora_dropout = 0.05;    // > 0: each adapted linear keeps a dropout mask and its own input copy
+  // DoRA (--use_dora): each adapted linear's magnitude vector (out values) trains with the adapters.
+  // Its transient (B A and W + s B A, out x in each, while the layer runs) is not modelled.
+  bool lora_use_dora = false;
   std::vector<std::string> lora_target_modules;
   std::vector<std::string> lora_modules_to_save;
   // Rows train.py's rule added to the vocabulary ([PAD]): under LoRA each table not in
