@@ -13,6 +13,7 @@
 #include "alpaca/model/config.h"
 #include "alpaca/model/layers.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/user_error.h"
 #include "alpaca/util/sys.h"
 
 namespace fs = std::filesystem;
@@ -67,26 +68,26 @@ MergeStats merge_lora_adapter(const std::string& base_dir, const std::string& ad
     const std::string module = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : "";
     const std::string a_key = kPrefix + module + ".lora_A.weight", b_key = kPrefix + module + ".lora_B.weight";
     if (!module.empty() && adapter->contains(a_key)) {
-      ALPACA_CHECK(adapter->contains(b_key), adapter->path() << " has " << a_key << " but no " << b_key);
+      ALPACA_USER_CHECK(adapter->contains(b_key), adapter->path() << " has " << a_key << " but no " << b_key);
       // peft's save_embedding_layers ("auto" when lm_head is a target) stores the base weight too.
       if (adapter->contains(kPrefix + module + ".base_layer.weight")) {
         const at::Tensor base_w = take(kPrefix + module + ".base_layer.weight");
-        ALPACA_CHECK(base_w.sizes() == w.sizes(), adapter->path() << ": " << kPrefix << module << ".base_layer.weight has shape "
+        ALPACA_USER_CHECK(base_w.sizes() == w.sizes(), adapter->path() << ": " << kPrefix << module << ".base_layer.weight has shape "
                      << base_w.sizes() << ", the base has " << w.sizes());
         w = base_w;
       }
       const at::Tensor a = take(a_key), b = take(b_key);  // (r, in), (out, r)
-      ALPACA_CHECK(a.dim() == 2 && b.dim() == 2 && b.size(0) == w.size(0) && a.size(1) == w.size(1) && a.size(0) == b.size(1),
+      ALPACA_USER_CHECK(a.dim() == 2 && b.dim() == 2 && b.size(0) == w.size(0) && a.size(1) == w.size(1) && a.size(0) == b.size(1),
                    "LoRA " << module << ": A " << a.sizes() << " and B " << b.sizes() << " do not fit the base weight "
                            << w.sizes() << " of " << base_dir);
       const at::Tensor delta = at::matmul(b, a) * scaling;  // peft get_delta_weight: (B @ A) * scaling
       if (la.use_dora) {
         // peft's DoraLinearVariant.merge: m / ||W + delta||_row * (W + delta), the norm of the unmerged base.
         const std::string m_key = kPrefix + module + ".lora_magnitude_vector";
-        ALPACA_CHECK(adapter->contains(m_key), adapter->path() << " has no " << m_key << " though its adapter_config.json "
+        ALPACA_USER_CHECK(adapter->contains(m_key), adapter->path() << " has no " << m_key << " though its adapter_config.json "
                                                                   "says use_dora");
         const at::Tensor mag = take(m_key);
-        ALPACA_CHECK(mag.dim() == 1 && mag.size(0) == w.size(0), adapter->path() << ": " << m_key << " has shape "
+        ALPACA_USER_CHECK(mag.dim() == 1 && mag.size(0) == w.size(0), adapter->path() << ": " << m_key << " has shape "
                      << mag.sizes() << ", the base weight " << w.sizes());
         const at::Tensor norm = model::dora_weight_norm(w, delta, 1.0);
         w = (mag / norm).view({-1, 1}) * (w + delta);
@@ -97,14 +98,14 @@ MergeStats merge_lora_adapter(const std::string& base_dir, const std::string& ad
     }
     if (adapter->contains(kPrefix + name)) {  // modules_to_save: the trained tensor replaces the base's
       at::Tensor saved = take(kPrefix + name);
-      ALPACA_CHECK(saved.dim() == w.dim(), adapter->path() << ": " << kPrefix << name << " has shape " << saved.sizes()
+      ALPACA_USER_CHECK(saved.dim() == w.dim(), adapter->path() << ": " << kPrefix << name << " has shape " << saved.sizes()
                                                           << ", the base has " << w.sizes());
       w = saved;
     }
     auto rows = token_rows.find(name);
     if (rows != token_rows.end()) {
       const std::string key = kPrefix + module + ".token_adapter.trainable_tokens_delta";
-      ALPACA_CHECK(adapter->contains(key), adapter->path() << " has no " << key << " for trainable_token_indices");
+      ALPACA_USER_CHECK(adapter->contains(key), adapter->path() << " has no " << key << " for trainable_token_indices");
       const at::Tensor delta = take(key);  // (ids, D)
       if (w.size(0) < vocab) {
         at::Tensor grown = at::zeros({vocab, w.size(1)}, w.options());
@@ -113,7 +114,7 @@ MergeStats merge_lora_adapter(const std::string& base_dir, const std::string& ad
       }
       for (size_t i = 0; i < rows->second.size(); ++i) w[rows->second[i]].copy_(delta[static_cast<int64_t>(i)]);
     } else if ((name == "model.embed_tokens.weight" || name == "lm_head.weight") && w.size(0) < vocab) {
-      ALPACA_FAIL("the adapter grows the vocabulary to " << vocab << " rows but stores no rows for " << name
+      ALPACA_USER_FAIL("the adapter grows the vocabulary to " << vocab << " rows but stores no rows for " << name
                   << "; it was not written by alpaca-train --use_peft");
     }
     writer.add(name, w.to(stored));
@@ -124,7 +125,7 @@ MergeStats merge_lora_adapter(const std::string& base_dir, const std::string& ad
   // A tied base: the shared table peft also stores under lm_head (ensure_weight_tying) was merged as embed_tokens.
   if (mcfg.tie_word_embeddings && !base.contains("lm_head.weight") && !unused.count(kPrefix + std::string("model.embed_tokens.weight")))
     unused.erase(kPrefix + std::string("lm_head.weight"));
-  ALPACA_CHECK(unused.empty(), adapter->path() << " has " << *unused.begin() << ", which matches no tensor of the base "
+  ALPACA_USER_CHECK(unused.empty(), adapter->path() << " has " << *unused.begin() << ", which matches no tensor of the base "
                                << base_dir << "; is it the base model the adapter was trained on?");
   // peft's merge_and_unload keeps the base model's generation config, which save_pretrained writes.
   const std::string generation_config = io::generation_config_text(base_dir, mcfg);

@@ -12,6 +12,7 @@
 #include "alpaca/model/llama.h"
 #include "alpaca/model/lora.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/user_error.h"
 
 namespace fs = std::filesystem;
 
@@ -57,20 +58,20 @@ std::vector<std::string> LoraAdapter::lora_modules() const {
 
 LoraAdapter read_lora_adapter(const std::string& adapter_dir) {
   const fs::path cfg_path = fs::path(adapter_dir) / kAdapterConfigFile;
-  ALPACA_CHECK(fs::is_regular_file(cfg_path), "--adapter " << adapter_dir << " has no adapter_config.json; give the "
+  ALPACA_USER_CHECK(fs::is_regular_file(cfg_path), "--adapter " << adapter_dir << " has no adapter_config.json; give the "
                                               "output_dir (or a checkpoint) of an alpaca-train --use_peft run");
   nlohmann::json cfg;
   try {
     cfg = nlohmann::json::parse(std::ifstream(cfg_path));
   } catch (const std::exception& e) {
-    ALPACA_FAIL(cfg_path.string() << " is not valid JSON: " << e.what());
+    ALPACA_USER_FAIL(cfg_path.string() << " is not valid JSON: " << e.what());
   }
-  ALPACA_CHECK(cfg.value("peft_type", "") == "LORA", cfg_path.string() << ": peft_type is " << cfg.value("peft_type", "?")
+  ALPACA_USER_CHECK(cfg.value("peft_type", "") == "LORA", cfg_path.string() << ": peft_type is " << cfg.value("peft_type", "?")
                                                      << "; only LORA adapters are supported");
-  ALPACA_CHECK(cfg.value("bias", "none") == "none" && !cfg.value("fan_in_fan_out", false),
+  ALPACA_USER_CHECK(cfg.value("bias", "none") == "none" && !cfg.value("fan_in_fan_out", false),
                cfg_path.string() << ": LoRA biases and fan_in_fan_out are not supported");
-  ALPACA_CHECK(!cfg.value("lora_bias", false), cfg_path.string() << ": lora_bias (a bias on lora_B) is not supported");
-  ALPACA_CHECK(cfg.value("rank_pattern", nlohmann::json::object()).empty() &&
+  ALPACA_USER_CHECK(!cfg.value("lora_bias", false), cfg_path.string() << ": lora_bias (a bias on lora_B) is not supported");
+  ALPACA_USER_CHECK(cfg.value("rank_pattern", nlohmann::json::object()).empty() &&
                    cfg.value("alpha_pattern", nlohmann::json::object()).empty(),
                cfg_path.string() << ": rank_pattern / alpha_pattern are not supported");
   LoraAdapter a;
@@ -80,14 +81,14 @@ LoraAdapter read_lora_adapter(const std::string& adapter_dir) {
     r = cfg.at("r").get<double>();
     alpha = cfg.at("lora_alpha").get<double>();
   } catch (const std::exception& e) {
-    ALPACA_FAIL(cfg_path.string() << ": r and lora_alpha must be numbers (" << e.what() << ")");
+    ALPACA_USER_FAIL(cfg_path.string() << ": r and lora_alpha must be numbers (" << e.what() << ")");
   }
-  ALPACA_CHECK(r > 0, cfg_path.string() << ": r must be positive, got " << r);
+  ALPACA_USER_CHECK(r > 0, cfg_path.string() << ": r must be positive, got " << r);
   a.r = static_cast<int64_t>(r);
   a.scaling = cfg.value("use_rslora", false) ? alpha / std::sqrt(r) : alpha / r;
   if (cfg.contains("trainable_token_indices") && !cfg["trainable_token_indices"].is_null()) {
     const auto& t = cfg["trainable_token_indices"];
-    ALPACA_CHECK(t.is_object(), cfg_path.string() << ": trainable_token_indices must be {module: [ids]}");
+    ALPACA_USER_CHECK(t.is_object(), cfg_path.string() << ": trainable_token_indices must be {module: [ids]}");
     for (const auto& [module, ids] : t.items()) {
       const std::string name = module == "embed_tokens" ? "model.embed_tokens.weight" : module + ".weight";
       a.token_rows[name] = ids.get<std::vector<int64_t>>();
@@ -97,7 +98,7 @@ LoraAdapter read_lora_adapter(const std::string& adapter_dir) {
   a.use_dora = cfg.value("use_dora", false);
   a.file = SafetensorsFile::open((fs::path(adapter_dir) / kAdapterWeightsFile).string());
   for (const auto& n : a.file->names())
-    ALPACA_CHECK(n.find(".lora_embedding_A") == std::string::npos && n.find(".lora_embedding_B") == std::string::npos,
+    ALPACA_USER_CHECK(n.find(".lora_embedding_A") == std::string::npos && n.find(".lora_embedding_B") == std::string::npos,
                  a.file->path() << " has " << n << ": LoRA on an embedding layer (target_modules embed_tokens) is not "
                                    "supported; merge it with peft's merge_and_unload");
   return a;
@@ -112,7 +113,7 @@ std::string adapter_tokenizer_dir(const std::string& adapter_dir, const std::str
 void check_tied_tables(const LoraAdapter& adapter, bool base_tied) {
   if (!base_tied || adapter.ensure_weight_tying) return;
   for (const char* table : {"model.embed_tokens.weight", "lm_head.weight"})
-    ALPACA_CHECK(!adapter.file->contains(kPeftKeyPrefix + std::string(table)),
+    ALPACA_USER_CHECK(!adapter.file->contains(kPeftKeyPrefix + std::string(table)),
                  adapter.file->path() << " saves " << table << " (modules_to_save) for a base with tied embeddings, "
                  "without ensure_weight_tying: peft applies that table to its side only and unties the embeddings, "
                  "which alpaca-train does not reproduce; merge it with peft's merge_and_unload, or save the adapter "
@@ -135,7 +136,7 @@ class AdapterTensors {
     return f_.tensor(key);
   }
   void check_all_used(const std::string& base_dir) const {
-    ALPACA_CHECK(unused_.empty(), f_.path() << " has " << *unused_.begin() << ", which matches no tensor of the base "
+    ALPACA_USER_CHECK(unused_.empty(), f_.path() << " has " << *unused_.begin() << ", which matches no tensor of the base "
                                   << base_dir << "; is it the base model the adapter was trained on?");
   }
 
@@ -149,7 +150,7 @@ void grow_vocabulary(model::LlamaForCausalLMImpl& m, const LoraAdapter& adapter,
   const int64_t vocab = adapter.vocab_size(m.config().vocab_size);
   if (vocab <= m.config().vocab_size) return;
   for (const char* table : {"model.embed_tokens.weight", "lm_head.weight"})
-    ALPACA_CHECK(adapter.token_rows.count(table) || t.contains(table) || (!m.lm_head && table[0] == 'l'),
+    ALPACA_USER_CHECK(adapter.token_rows.count(table) || t.contains(table) || (!m.lm_head && table[0] == 'l'),
                  "the adapter " << adapter.dir << " grows the vocabulary to " << vocab << " rows but stores no rows for "
                  << table << "; it was not written by alpaca-train --use_peft");
   m.resize_token_embeddings(vocab);
@@ -161,9 +162,9 @@ void attach_branches(model::LlamaForCausalLMImpl& m, const LoraAdapter& adapter,
                      const std::string& base_dir) {
   for (const auto& name : names) {
     auto it = modules.find(name);
-    ALPACA_CHECK(it != modules.end(), "the adapter " << adapter.dir << " adapts " << name << ", which the base model "
+    ALPACA_USER_CHECK(it != modules.end(), "the adapter " << adapter.dir << " adapts " << name << ", which the base model "
                  << base_dir << " does not have; is it the base the adapter was trained on?");
-    ALPACA_CHECK(dynamic_cast<model::LinearImpl*>(it->second.get()),
+    ALPACA_USER_CHECK(dynamic_cast<model::LinearImpl*>(it->second.get()),
                  "the adapter " << adapter.dir << " adapts " << name << ", which is not a linear layer of " << base_dir);
   }
   model::LoraOptions opt;
@@ -179,11 +180,11 @@ void attach_branches(model::LlamaForCausalLMImpl& m, const LoraAdapter& adapter,
 void load_branch(model::LinearImpl& lin, const std::string& name, const LoraAdapter& adapter, AdapterTensors& t,
                  const std::string& base_dir) {
   const std::string a_key = name + ".lora_A.weight", b_key = name + ".lora_B.weight";
-  ALPACA_CHECK(t.contains(b_key), t.file().path() << " has " << kPeftKeyPrefix << a_key << " but no " << kPeftKeyPrefix
+  ALPACA_USER_CHECK(t.contains(b_key), t.file().path() << " has " << kPeftKeyPrefix << a_key << " but no " << kPeftKeyPrefix
                                                    << b_key);
   const at::Tensor a = t.take(a_key), b = t.take(b_key);  // (r, in), (out, r)
   const at::Tensor& w = lin.weight;
-  ALPACA_CHECK(a.dim() == 2 && b.dim() == 2 && b.size(0) == w.size(0) && a.size(1) == w.size(1) && a.size(0) == b.size(1) &&
+  ALPACA_USER_CHECK(a.dim() == 2 && b.dim() == 2 && b.size(0) == w.size(0) && a.size(1) == w.size(1) && a.size(0) == b.size(1) &&
                    a.size(0) == adapter.r,
                "LoRA " << name << ": A " << a.sizes() << " and B " << b.sizes() << " (r " << adapter.r
                        << ") do not fit the base weight " << w.sizes() << " of " << base_dir
@@ -191,7 +192,7 @@ void load_branch(model::LinearImpl& lin, const std::string& name, const LoraAdap
   // peft's save_embedding_layers ("auto" when lm_head is a target) stores the base weight too.
   if (t.contains(name + ".base_layer.weight")) {
     const at::Tensor base_w = t.take(name + ".base_layer.weight");
-    ALPACA_CHECK(base_w.sizes() == w.sizes(), t.file().path() << ": " << kPeftKeyPrefix << name << ".base_layer.weight has shape "
+    ALPACA_USER_CHECK(base_w.sizes() == w.sizes(), t.file().path() << ": " << kPeftKeyPrefix << name << ".base_layer.weight has shape "
                  << base_w.sizes() << ", the base " << base_dir << " has " << w.sizes());
     lin.weight.copy_(base_w);
   }
@@ -200,10 +201,10 @@ void load_branch(model::LinearImpl& lin, const std::string& name, const LoraAdap
   lin.lora_scaling = adapter.scaling;  // exactly peft's, not recomputed through alpha
   if (adapter.use_dora) {
     const std::string m_key = name + ".lora_magnitude_vector";
-    ALPACA_CHECK(t.contains(m_key), t.file().path() << " has no " << kPeftKeyPrefix << m_key
+    ALPACA_USER_CHECK(t.contains(m_key), t.file().path() << " has no " << kPeftKeyPrefix << m_key
                                                     << " though adapter_config.json says use_dora");
     const at::Tensor mag = t.take(m_key);
-    ALPACA_CHECK(mag.dim() == 1 && mag.size(0) == w.size(0),
+    ALPACA_USER_CHECK(mag.dim() == 1 && mag.size(0) == w.size(0),
                  t.file().path() << ": " << kPeftKeyPrefix << m_key << " has shape " << mag.sizes() << ", the base "
                                  << base_dir << " has " << w.size(0) << " output rows for " << name);
     lin.lora_magnitude.set_data(mag.to(w.options()).contiguous());
@@ -219,7 +220,7 @@ void load_saved_rows(const std::string& pname, at::Tensor& p, const LoraAdapter&
   const std::string& path = t.file().path();
   if (t.contains(pname)) {
     const at::Tensor saved = t.take(pname);
-    ALPACA_CHECK(saved.sizes() == p.sizes(), path << ": " << kPeftKeyPrefix << pname << " has shape " << saved.sizes()
+    ALPACA_USER_CHECK(saved.sizes() == p.sizes(), path << ": " << kPeftKeyPrefix << pname << " has shape " << saved.sizes()
                  << ", the base " << base_dir << " has " << p.sizes() << "; the adapter was trained on another base");
     p.copy_(saved);
   }
@@ -227,9 +228,9 @@ void load_saved_rows(const std::string& pname, at::Tensor& p, const LoraAdapter&
   if (rows == adapter.token_rows.end()) return;
   const std::string module = pname.substr(0, pname.size() - 7);
   const std::string dname = module + ".token_adapter.trainable_tokens_delta";
-  ALPACA_CHECK(t.contains(dname), path << " has no " << kPeftKeyPrefix << dname << " for trainable_token_indices");
+  ALPACA_USER_CHECK(t.contains(dname), path << " has no " << kPeftKeyPrefix << dname << " for trainable_token_indices");
   const at::Tensor delta = t.take(dname);  // (ids, D)
-  ALPACA_CHECK(delta.dim() == 2 && delta.size(0) == static_cast<int64_t>(rows->second.size()) && delta.size(1) == p.size(1),
+  ALPACA_USER_CHECK(delta.dim() == 2 && delta.size(0) == static_cast<int64_t>(rows->second.size()) && delta.size(1) == p.size(1),
                path << ": " << kPeftKeyPrefix << dname << " has shape " << delta.sizes() << ", expected ("
                     << rows->second.size() << ", " << p.size(1) << ") for " << pname << " of " << base_dir);
   for (size_t i = 0; i < rows->second.size(); ++i) p[rows->second[i]].copy_(delta[static_cast<int64_t>(i)]);

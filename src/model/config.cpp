@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 
 #include "alpaca/util/error.h"
+#include "alpaca/util/user_error.h"
 
 namespace alpaca::model {
 namespace {
@@ -22,7 +23,7 @@ class Fields {
   bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
 
   int64_t require_int(const char* key) const {
-    ALPACA_CHECK(has(key), source_ << ": required field \"" << key
+    ALPACA_USER_CHECK(has(key), source_ << ": required field \"" << key
                                    << "\" is missing; add it to the model config");
     return get_int(key, 0);
   }
@@ -46,7 +47,7 @@ class Fields {
   T get(const char* key, const T& fallback, bool (json::*is)() const noexcept, const char* must_be) const {
     if (!has(key)) return fallback;
     const json& v = j_.at(key);
-    ALPACA_CHECK((v.*is)(), source_ << ": field \"" << key << "\" must be " << must_be << ", got " << v.dump());
+    ALPACA_USER_CHECK((v.*is)(), source_ << ": field \"" << key << "\" must be " << must_be << ", got " << v.dump());
     return v.get<T>();
   }
 
@@ -57,15 +58,15 @@ class Fields {
 
 // A list of numbers (longrope's short_factor / long_factor), `n` of them.
 std::vector<double> number_list(const json& r, const std::string& where, const char* key, int64_t n) {
-  ALPACA_CHECK(r.contains(key) && !r.at(key).is_null(), where << ": \"" << key << "\" is required for rope type longrope");
+  ALPACA_USER_CHECK(r.contains(key) && !r.at(key).is_null(), where << ": \"" << key << "\" is required for rope type longrope");
   const json& v = r.at(key);
-  ALPACA_CHECK(v.is_array(), where << ": \"" << key << "\" must be a list of numbers, got " << v.dump());
+  ALPACA_USER_CHECK(v.is_array(), where << ": \"" << key << "\" must be a list of numbers, got " << v.dump());
   std::vector<double> out;
   for (const json& e : v) {
-    ALPACA_CHECK(e.is_number(), where << ": \"" << key << "\" must hold numbers, got " << e.dump());
+    ALPACA_USER_CHECK(e.is_number(), where << ": \"" << key << "\" must hold numbers, got " << e.dump());
     out.push_back(e.get<double>());
   }
-  ALPACA_CHECK(static_cast<int64_t>(out.size()) == n,
+  ALPACA_USER_CHECK(static_cast<int64_t>(out.size()) == n,
                where << ": \"" << key << "\" must have head_dim / 2 = " << n << " entries, got " << out.size());
   return out;
 }
@@ -75,12 +76,12 @@ std::vector<double> number_list(const json& r, const std::string& where, const c
 RopeScaling parse_rope(const json& r, const Fields& top, const LlamaConfig& c, const std::string& source,
                        const char* field) {
   RopeScaling rs;
-  ALPACA_CHECK(r.is_object(), source << ": field \"" << field << "\" must be an object, got " << r.dump());
+  ALPACA_USER_CHECK(r.is_object(), source << ": field \"" << field << "\" must be an object, got " << r.dump());
   std::string where = source + " field \"" + field + "\"";
   Fields f(r, where);
   std::string type = f.get_string("rope_type", f.get_string("type", "default"));
   if (type == "default") type = "";
-  ALPACA_CHECK(type.empty() || type == "linear" || type == "dynamic" || type == "llama3" || type == "yarn" ||
+  ALPACA_USER_CHECK(type.empty() || type == "linear" || type == "dynamic" || type == "llama3" || type == "yarn" ||
                    type == "longrope",
                where << ": rope type \"" << type
                      << "\" is not supported (supported: default, linear, dynamic, llama3, yarn, longrope)");
@@ -91,7 +92,7 @@ RopeScaling parse_rope(const json& r, const Fields& top, const LlamaConfig& c, c
     rs.original_max_position_embeddings =
         top.get_int("original_max_position_embeddings",
                     f.get_int("original_max_position_embeddings", c.max_position_embeddings));
-    ALPACA_CHECK(rs.original_max_position_embeddings > 0,
+    ALPACA_USER_CHECK(rs.original_max_position_embeddings > 0,
                  where << ": \"original_max_position_embeddings\" must be positive, got "
                        << rs.original_max_position_embeddings);
   }
@@ -99,25 +100,25 @@ RopeScaling parse_rope(const json& r, const Fields& top, const LlamaConfig& c, c
     // transformers (Phi-3's convention): the ratio of the two context lengths.
     rs.factor = static_cast<double>(c.max_position_embeddings) / static_cast<double>(rs.original_max_position_embeddings);
   } else {
-    ALPACA_CHECK(f.has("factor"), where << ": \"factor\" is required for rope type " << type);
+    ALPACA_USER_CHECK(f.has("factor"), where << ": \"factor\" is required for rope type " << type);
     rs.factor = f.get_double("factor", 1.0);
-    ALPACA_CHECK(rs.factor >= 1.0, where << ": \"factor\" must be >= 1, got " << rs.factor);
+    ALPACA_USER_CHECK(rs.factor >= 1.0, where << ": \"factor\" must be >= 1, got " << rs.factor);
   }
   if (type == "llama3") {
     for (const char* k : {"low_freq_factor", "high_freq_factor"})
-      ALPACA_CHECK(f.has(k), where << ": \"" << k << "\" is required for rope type llama3");
+      ALPACA_USER_CHECK(f.has(k), where << ": \"" << k << "\" is required for rope type llama3");
     rs.low_freq_factor = f.get_double("low_freq_factor", 1.0);
     rs.high_freq_factor = f.get_double("high_freq_factor", 4.0);
-    ALPACA_CHECK(rs.high_freq_factor > rs.low_freq_factor,
+    ALPACA_USER_CHECK(rs.high_freq_factor > rs.low_freq_factor,
                  where << ": high_freq_factor must exceed low_freq_factor");
   }
   if (type == "yarn" || type == "longrope") {
     const double partial = f.get_double("partial_rotary_factor", top.get_double("partial_rotary_factor", 1.0));
-    ALPACA_CHECK(partial == 1.0, where << ": partial_rotary_factor " << partial
+    ALPACA_USER_CHECK(partial == 1.0, where << ": partial_rotary_factor " << partial
                                        << " is not supported (LLaMA rotates the whole head; remove it or set 1.0)");
     if (f.has("attention_factor")) {
       rs.attention_factor = f.get_double("attention_factor", 1.0);
-      ALPACA_CHECK(*rs.attention_factor > 0,
+      ALPACA_USER_CHECK(*rs.attention_factor > 0,
                    where << ": \"attention_factor\" must be positive, got " << *rs.attention_factor);
     }
   }
@@ -142,10 +143,10 @@ std::vector<int64_t> parse_token_list(const json& j, const std::string& source, 
   if (!j.contains(key) || j.at(key).is_null()) return {};
   const json& v = j.at(key);
   if (v.is_number_integer()) return {v.get<int64_t>()};
-  ALPACA_CHECK(v.is_array(), source << ": field \"" << key << "\" must be an integer or a list of integers");
+  ALPACA_USER_CHECK(v.is_array(), source << ": field \"" << key << "\" must be an integer or a list of integers");
   std::vector<int64_t> out;
   for (const json& e : v) {
-    ALPACA_CHECK(e.is_number_integer(), source << ": field \"" << key << "\" must hold integers, got " << e.dump());
+    ALPACA_USER_CHECK(e.is_number_integer(), source << ": field \"" << key << "\" must hold integers, got " << e.dump());
     out.push_back(e.get<int64_t>());
   }
   return out;
@@ -156,19 +157,19 @@ json parse_config_json(const std::string& text, const std::string& source) {
   try {
     j = json::parse(text);
   } catch (const json::exception& e) {
-    ALPACA_FAIL(source << ": not valid JSON (" << e.what() << "); fix or regenerate the config");
+    ALPACA_USER_FAIL(source << ": not valid JSON (" << e.what() << "); fix or regenerate the config");
   }
-  ALPACA_CHECK(j.is_object(), source << ": a model config must be a JSON object");
+  ALPACA_USER_CHECK(j.is_object(), source << ": a model config must be a JSON object");
   return j;
 }
 
 // The model type, after refusing what our modules do not implement (Qwen2's sliding windows, other
 // activations, attention dropout).
 std::string supported_model_type(const json& j, Fields& f, const std::string& source) {
-  ALPACA_CHECK(f.has("model_type"),
+  ALPACA_USER_CHECK(f.has("model_type"),
                source << ": required field \"model_type\" is missing (supported: llama, mistral, qwen2)");
   std::string model_type = f.get_string("model_type", "");
-  ALPACA_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2",
+  ALPACA_USER_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2",
                source << ": field \"model_type\" is \"" << model_type
                       << "\"; supported model types: llama (LLaMA 1, 2, 3, 3.1, 3.2), mistral, qwen2");
   // Mistral's modules are LLaMA's; a sliding_window is kept (LlamaConfig::sliding_window): the model
@@ -176,22 +177,22 @@ std::string supported_model_type(const json& j, Fields& f, const std::string& so
   // Qwen2Config: sliding_window and max_window_layers only matter when use_sliding_window is true
   // (transformers then nulls sliding_window), so with it false they are ignored, as there.
   if (model_type == "qwen2") {
-    ALPACA_CHECK(!f.get_bool("use_sliding_window", false),
+    ALPACA_USER_CHECK(!f.get_bool("use_sliding_window", false),
                  source << ": field \"use_sliding_window\" is true; sliding-window attention is not supported "
                            "(set it to false: with model_max_length <= sliding_window it changes nothing)");
     if (f.has("layer_types")) {
       const json& lt = j.at("layer_types");
-      ALPACA_CHECK(lt.is_array(), source << ": field \"layer_types\" must be a list, got " << lt.dump());
+      ALPACA_USER_CHECK(lt.is_array(), source << ": field \"layer_types\" must be a list, got " << lt.dump());
       for (const json& e : lt)
-        ALPACA_CHECK(e == "full_attention", source << ": field \"layer_types\" holds " << e.dump()
+        ALPACA_USER_CHECK(e == "full_attention", source << ": field \"layer_types\" holds " << e.dump()
                                                    << "; only \"full_attention\" layers are supported");
     }
   }
   // transformers' ACT2CLS maps "swish" to the same nn.SiLU.
   std::string act = f.get_string("hidden_act", "silu");
-  ALPACA_CHECK(act == "silu" || act == "swish",
+  ALPACA_USER_CHECK(act == "silu" || act == "swish",
                source << ": field \"hidden_act\" is \"" << act << "\"; only silu (swish) is supported");
-  ALPACA_CHECK(f.get_double("attention_dropout", 0.0) == 0.0,
+  ALPACA_USER_CHECK(f.get_double("attention_dropout", 0.0) == 0.0,
                source << ": field \"attention_dropout\" must be 0 (attention dropout is unsupported)");
   return model_type;
 }
@@ -204,7 +205,7 @@ void read_shapes(Fields& f, const std::string& source, LlamaConfig& c) {
   c.num_hidden_layers = f.require_int("num_hidden_layers");
   c.num_attention_heads = f.require_int("num_attention_heads");
   c.num_key_value_heads = f.get_int("num_key_value_heads", c.num_attention_heads);
-  ALPACA_CHECK(c.num_attention_heads > 0, source << ": field \"num_attention_heads\" must be positive");
+  ALPACA_USER_CHECK(c.num_attention_heads > 0, source << ": field \"num_attention_heads\" must be positive");
   c.head_dim = f.get_int("head_dim", c.hidden_size / c.num_attention_heads);
   c.max_position_embeddings = f.get_int("max_position_embeddings", 2048);
   c.rms_norm_eps = f.get_double("rms_norm_eps", 1e-6);
@@ -217,7 +218,7 @@ void read_shapes(Fields& f, const std::string& source, LlamaConfig& c) {
     c.attention_bias = c.o_proj_bias = c.mlp_bias = false;  // MistralConfig has none
     if (f.has("sliding_window")) {
       c.sliding_window = f.get_int("sliding_window", 0);
-      ALPACA_CHECK(*c.sliding_window > 0, source << ": field \"sliding_window\" must be positive or null, got "
+      ALPACA_USER_CHECK(*c.sliding_window > 0, source << ": field \"sliding_window\" must be positive or null, got "
                                                  << *c.sliding_window);
     }
   }
@@ -274,7 +275,7 @@ LlamaConfig LlamaConfig::from_json_string(const std::string& text, const std::st
 
 LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  ALPACA_CHECK(in.good(), path << ": cannot open the model config; check --model_name_or_path / --config");
+  ALPACA_USER_CHECK(in.good(), path << ": cannot open the model config; check --model_name_or_path / --config");
   std::ostringstream ss;
   ss << in.rdbuf();
   return from_json_string(ss.str(), path);
@@ -282,7 +283,7 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
 
 void LlamaConfig::validate(const std::string& source) const {
   auto positive = [&](int64_t v, const char* name) {
-    ALPACA_CHECK(v > 0, source << ": field \"" << name << "\" must be positive, got " << v);
+    ALPACA_USER_CHECK(v > 0, source << ": field \"" << name << "\" must be positive, got " << v);
   };
   positive(vocab_size, "vocab_size");
   positive(hidden_size, "hidden_size");
@@ -292,13 +293,13 @@ void LlamaConfig::validate(const std::string& source) const {
   positive(num_key_value_heads, "num_key_value_heads");
   positive(head_dim, "head_dim");
   positive(max_position_embeddings, "max_position_embeddings");
-  ALPACA_CHECK(num_attention_heads % num_key_value_heads == 0,
+  ALPACA_USER_CHECK(num_attention_heads % num_key_value_heads == 0,
                source << ": field \"num_key_value_heads\" (" << num_key_value_heads
                       << ") must divide num_attention_heads (" << num_attention_heads << ")");
-  ALPACA_CHECK(head_dim % 2 == 0, source << ": field \"head_dim\" must be even for RoPE, got " << head_dim);
-  ALPACA_CHECK(rms_norm_eps > 0, source << ": field \"rms_norm_eps\" must be positive");
-  ALPACA_CHECK(rope_theta > 0, source << ": field \"rope_theta\" must be positive");
-  ALPACA_CHECK(torch_dtype.empty() || torch_dtype == "float32" || torch_dtype == "bfloat16" ||
+  ALPACA_USER_CHECK(head_dim % 2 == 0, source << ": field \"head_dim\" must be even for RoPE, got " << head_dim);
+  ALPACA_USER_CHECK(rms_norm_eps > 0, source << ": field \"rms_norm_eps\" must be positive");
+  ALPACA_USER_CHECK(rope_theta > 0, source << ": field \"rope_theta\" must be positive");
+  ALPACA_USER_CHECK(torch_dtype.empty() || torch_dtype == "float32" || torch_dtype == "bfloat16" ||
                    torch_dtype == "float16",
                source << ": field \"torch_dtype\" is \"" << torch_dtype
                       << "\"; expected float32, bfloat16 or float16");

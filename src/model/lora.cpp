@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "alpaca/util/error.h"
+#include "alpaca/util/user_error.h"
 
 namespace alpaca::model {
 namespace {
@@ -91,7 +92,7 @@ std::vector<std::string> resolve_targets(const LoraOptions& opt, const ModuleInd
   std::vector<std::string> targets = opt.target_modules;
   if (targets.empty()) targets = default_lora_target_modules();
   const bool all_linear = targets.size() == 1 && targets[0] == "all-linear";
-  ALPACA_CHECK(all_linear || std::find(targets.begin(), targets.end(), "all-linear") == targets.end(),
+  ALPACA_USER_CHECK(all_linear || std::find(targets.begin(), targets.end(), "all-linear") == targets.end(),
                "LoRA target 'all-linear' cannot be combined with module names; give one or the other");
   if (all_linear) {
     // peft's _maybe_include_all_linear_layers: every linear but the output layer, as leaf names.
@@ -113,11 +114,11 @@ std::vector<std::pair<std::string, LinearImpl*>> chosen_linears(const std::vecto
       if (!name_matches(name, t)) continue;
       matched = true;
       auto* lin = dynamic_cast<LinearImpl*>(mod.get());
-      ALPACA_CHECK(lin, "LoRA target '" << t << "' matches " << name << ", which is not a linear layer; LoRA here "
+      ALPACA_USER_CHECK(lin, "LoRA target '" << t << "' matches " << name << ", which is not a linear layer; LoRA here "
                         "adapts linear layers: " << join(idx.linear_leaves));
       chosen.insert(lin);
     }
-    ALPACA_CHECK(matched, "LoRA target module '" << t << "' matches no module of the model; its linear layers are "
+    ALPACA_USER_CHECK(matched, "LoRA target module '" << t << "' matches no module of the model; its linear layers are "
                           << join(idx.linear_leaves) << " (or use all-linear)");
   }
   std::vector<std::pair<std::string, LinearImpl*>> out;
@@ -142,7 +143,7 @@ std::vector<torch::nn::Module*> saved_modules(const LoraOptions& opt, const Modu
       saved.push_back(mod.get());
       plan.saved_modules.push_back(name);
     }
-    ALPACA_CHECK(matched, "LoRA module to save '" << t << "' matches no module of the model; its modules are "
+    ALPACA_USER_CHECK(matched, "LoRA module to save '" << t << "' matches no module of the model; its modules are "
                           << join(idx.all_leaves));
   }
   return saved;
@@ -176,7 +177,7 @@ void attach_branch(LinearImpl& lin, const std::string& name, const LoraOptions& 
 void attach_trainable_tokens(LlamaForCausalLMImpl& m, const std::vector<int64_t>& ids, LoraPlan& plan) {
   const int64_t vocab = m.config().vocab_size;
   for (int64_t id : ids)
-    ALPACA_CHECK(id >= 0 && id < vocab, "trainable token id " << id << " is outside the vocabulary [0, " << vocab << ")");
+    ALPACA_USER_CHECK(id >= 0 && id < vocab, "trainable token id " << id << " is outside the vocabulary [0, " << vocab << ")");
   auto in_full = [&](const std::string& name) {
     return std::find(plan.saved_modules.begin(), plan.saved_modules.end(), name) != plan.saved_modules.end();
   };
@@ -197,8 +198,8 @@ void attach_trainable_tokens(LlamaForCausalLMImpl& m, const std::vector<int64_t>
 }  // namespace
 
 LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t seed) {
-  ALPACA_CHECK(opt.r > 0, "LoRA rank r must be > 0, got " << opt.r << " (--lora_r)");
-  ALPACA_CHECK(opt.dropout >= 0 && opt.dropout < 1, "LoRA dropout must be in [0, 1), got " << opt.dropout
+  ALPACA_USER_CHECK(opt.r > 0, "LoRA rank r must be > 0, got " << opt.r << " (--lora_r)");
+  ALPACA_USER_CHECK(opt.dropout >= 0 && opt.dropout < 1, "LoRA dropout must be in [0, 1), got " << opt.dropout
                                                                                           << " (--lora_dropout)");
   const ModuleIndex idx(m);
   LoraPlan plan;
@@ -207,13 +208,13 @@ LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t se
   const std::vector<torch::nn::Module*> saved = saved_modules(opt, idx, plan);
   for (const auto& [name, lin] : chosen) {
     // peft refuses both (NoMatchingPeftModuleError; TypeError for trainable tokens on a LoRA layer).
-    ALPACA_CHECK(std::find(saved.begin(), saved.end(), static_cast<torch::nn::Module*>(lin)) == saved.end(),
+    ALPACA_USER_CHECK(std::find(saved.begin(), saved.end(), static_cast<torch::nn::Module*>(lin)) == saved.end(),
                  "LoRA target " << name << " is also a module to save; peft trains a module one way or the other: "
                  "drop it from --lora_target_modules or from --lora_modules_to_save");
-    ALPACA_CHECK(!opt.use_dora || !m.lm_head || lin != m.lm_head.get(),
+    ALPACA_USER_CHECK(!opt.use_dora || !m.lm_head || lin != m.lm_head.get(),
                  "DoRA on lm_head is not supported (the fused loss takes one plain weight); leave lm_head out of "
                  "--lora_target_modules or train it with --lora_modules_to_save lm_head");
-    ALPACA_CHECK(!m.lm_head || lin != m.lm_head.get() || opt.trainable_token_indices.empty(),
+    ALPACA_USER_CHECK(!m.lm_head || lin != m.lm_head.get() || opt.trainable_token_indices.empty(),
                  "LoRA on lm_head cannot be combined with trainable token rows on it (the new tokens of this run's "
                  "tokenizer; peft raises TypeError on that adapter): leave lm_head out of --lora_target_modules");
   }

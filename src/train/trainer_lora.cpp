@@ -16,6 +16,7 @@
 #include "alpaca/model/layers.h"
 #include "alpaca/model/lora.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/user_error.h"
 #include "alpaca/util/log.h"
 #include "alpaca/util/sys.h"
 #include "alpaca/util/tensor_memory.h"
@@ -63,7 +64,7 @@ ckpt::Fingerprint Trainer::Impl::lora_fingerprint() const {
 void Trainer::Impl::check_lora_resume(const ckpt::Fingerprint& saved_model) const {
   // A checkpoint of a full fine-tune has none of these keys; a LoRA checkpoint has all of them.
   const bool saved_lora = saved_model.count("lora_r") > 0;
-  ALPACA_CHECK(saved_lora, "cannot resume from " << resume_dir->string() << ": it is a checkpoint of a full fine-tune, "
+  ALPACA_USER_CHECK(saved_lora, "cannot resume from " << resume_dir->string() << ": it is a checkpoint of a full fine-tune, "
                            "this run trains a LoRA adapter (--use_peft); resume without --use_peft or start a new run");
   ckpt::Fingerprint saved, now = lora_fingerprint();
   for (const auto& [k, v] : now) {
@@ -72,12 +73,12 @@ void Trainer::Impl::check_lora_resume(const ckpt::Fingerprint& saved_model) cons
   }
   if (saved_model.count("use_dora")) saved["use_dora"] = saved_model.at("use_dora");  // a DoRA checkpoint, a LoRA run
   for (const char* k : {"base config.json sha256", "base weight bytes"}) {
-    ALPACA_CHECK(saved[k] == now[k], "cannot resume from " << resume_dir->string() << ": its adapter was trained on another "
+    ALPACA_USER_CHECK(saved[k] == now[k], "cannot resume from " << resume_dir->string() << ": its adapter was trained on another "
                  "base model (" << k << " is " << saved[k] << " there, " << now[k] << " for --model_name_or_path "
                  << opt.model_name_or_path.string() << "); resume with the base model the adapter was trained on");
   }
   const std::string why = ckpt::fingerprint_mismatch("LoRA adapter", saved, now);
-  ALPACA_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why
+  ALPACA_USER_CHECK(why.empty(), "cannot resume from " << resume_dir->string() << ": " << why
                             << "; resume with the LoRA flags (--lora_r, --lora_alpha, --lora_target_modules, ...) it was "
                                "trained with");
 }
@@ -189,7 +190,7 @@ void Trainer::Impl::export_adapter(const fs::path& dir) {
 
 void Trainer::Impl::load_adapter(const fs::path& dir) {
   const fs::path file = dir / io::kAdapterWeightsFile;
-  ALPACA_CHECK(fs::is_regular_file(file), dir.string() << " has no " << io::kAdapterWeightsFile << "; it is not a checkpoint of a "
+  ALPACA_USER_CHECK(fs::is_regular_file(file), dir.string() << " has no " << io::kAdapterWeightsFile << "; it is not a checkpoint of a "
                                           "LoRA run (--use_peft)");
   auto st = io::SafetensorsFile::open(file.string());
   engine->load_parameters(
