@@ -153,7 +153,10 @@ const std::vector<std::pair<std::string, std::string>>& train_flag_aliases() {
       {"evaluation_strategy", "eval_strategy"},
       {"max_length", "model_max_length"},
       {"max_seq_length", "model_max_length"},
-      {"chat_template_path", "chat_template"}};  // TRL SFTConfig's name (a Jinja file)
+      {"chat_template_path", "chat_template"},  // TRL SFTConfig's name (a Jinja file)
+      // transformers 5's names (gradient_checkpointing is deprecated there); null = unset.
+      {"activation_checkpointing", "gradient_checkpointing"},
+      {"activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"}};
   return aliases;
 }
 

@@ -64,7 +64,7 @@ const std::map<std::string, UnsupportedField>& unsupported_hf_fields() {
   const std::vector<std::string> off = {"false"}, none = {"none"};
   static const std::map<std::string, UnsupportedField> fields = {
       {"push_to_hub", {kHub, off}}, {"hub_model_id", {kHub, none}}, {"hub_strategy", {kHub, {"every_save"}}},
-      {"hub_token", {kHub, none}}, {"hub_private_repo", {kHub, {"none", "false"}}}, {"hub_always_push", {kHub, off}},
+      {"hub_token", {kHub, {"none", "<hub_token>"}}}, {"hub_private_repo", {kHub, {"none", "false"}}}, {"hub_always_push", {kHub, off}},
       {"hub_revision", {kHub, none}},
       {"dataset_name", {kData, none}}, {"dataset_config", {kData, none}}, {"dataset_train_split", {kData, {"train"}}},
       {"dataset_test_split", {kData, {"test"}}}, {"dataset_streaming", {kData, off}},
@@ -96,7 +96,54 @@ const std::map<std::string, UnsupportedField>& unsupported_hf_fields() {
                                          "non-padding tokens of every run, and each log line has x_tokens_per_second",
                                          {"false", "no"}}},
       {"eval_accumulation_steps", {"evaluation computes losses only; no predictions accumulate", none}},
+      // TrainingArguments.to_dict() writes its default AcceleratorConfig and masks tokens.
+      {"accelerator_config", {"there is no Accelerate underneath; the launch is mpirun, srun or --nproc_per_node",
+                              {"none", "{\"dispatch_batches\":null,\"even_batches\":true,\"gradient_accumulation_kwargs\":"
+                                       "null,\"non_blocking\":false,\"split_batches\":false,\"use_seedable_sampler\":true}"}}},
+      {"logging_nan_inf_filter", {"a non-finite step loss (an fp16 overflow's skipped step) is always left out of "
+                                  "the logged mean, as HF's default True filters it", {"true"}}},
       {"lora_task_type", {"the adapter is always a causal-LM one (peft task_type CAUSAL_LM)", {"causal_lm"}}},
+      // transformers 5 / TRL 1.x fields a dumped SFTConfig carries: their defaults ask for nothing.
+      {"parallelism_config", {"FSDP is the one parallelism (--fsdp, --fsdp_config); no tensor or context parallelism", none}},
+      {"dataloader_in_order", {kLoader, {"true"}}}, {"dataloader_multiprocessing_context", {kLoader, none}},
+      {"ddp_static_graph", {kDdp, none}},
+      {"debug", {"the debug features (underflow_overflow, tpu_metrics_debug) are not implemented", none}},
+      {"do_predict", {"there is no prediction loop; alpaca-train generate answers instructions", off}},
+      {"prediction_loss_only", {"evaluation computes losses only, as this asks", {"false", "true"}}},
+      {"batch_eval_metrics", {"evaluation computes losses only (no compute_metrics)", off}},
+      {"eval_do_concat_batches", {"evaluation computes losses only; no predictions are concatenated", {"true"}}},
+      {"eval_use_gather_object", {"evaluation computes losses only; nothing is gathered as objects", off}},
+      {"include_for_metrics", {"evaluation computes losses only (no compute_metrics)", none}},
+      {"label_names", {"the labels are the collator's 'labels'", none}},
+      {"length_column_name", {"--group_by_length measures each tokenized example itself", {"length"}}},
+      {"liger_kernel_config", {"alpaca-train's fused loss and elementwise kernels are always on", none}},
+      {"router_aux_loss_coef", {"LLaMA-family models have no experts (no MoE load-balancing loss)", none}},
+      {"optim_target_modules", {"GaLore / APOLLO are not implemented; only AdamW (--optim)", none}},
+      {"log_on_each_node", {"rank 0 logs, once per run", {"true"}}},
+      {"save_on_each_node", {"rank 0 writes output_dir and checkpoints (a shared filesystem); each node saving to "
+                             "its own disk is not implemented", off}},
+      {"skip_memory_metrics", {"memory is reported alpaca-train's own way (the FSDP memory account at the start, peak "
+                               "memory in the step logs), not as HF's memory metrics", {"true"}}},
+      {"restore_callback_states_from_checkpoint", {"there are no callbacks", off}},
+      {"ignore_data_skip", {"a resumed run always continues the saved data order at its step", off}},
+      {"full_determinism", {"not implemented as an option: CPU runs are deterministic (bitwise resume); GPU kernels "
+                            "are not forced to deterministic algorithms", off}},
+      {"enable_jit_checkpoint", {"SIGTERM/SIGUSR1 always save a checkpoint and exit 75 (docs/reliability.md)",
+                                 {"false", "true"}}},
+      {"project", {"Trackio is not a --report_to here (tensorboard, none)", {"huggingface"}}},
+      {"trackio_space_id", {"Trackio is not a --report_to here (tensorboard, none)", none}},
+      {"trackio_bucket_id", {"Trackio is not a --report_to here (tensorboard, none)", none}},
+      {"trackio_static_space_id", {"Trackio is not a --report_to here (tensorboard, none)", none}},
+      {"use_cache", {"training keeps no KV cache", off}},
+      {"model_init_kwargs", {"the model loads from --model_name_or_path as config.json says; its dtype follows --bf16 / "
+                             "--fp16", none}},
+      {"dataset_kwargs", {"datasets are always prepared (tokenized) in-process", none}},
+      {"shuffle_dataset", {"not implemented (datasets' shuffle permutation); the sampler shuffles every epoch "
+                           "(--data_seed)", off}},
+      {"truncation_mode", {"examples keep their start (TRL's only supported mode; keep_end is deprecated there)",
+                           {"keep_start"}}},
+      {"loss_type", {"only the negative log-likelihood ('nll') is implemented; 'dft' is not", {"nll"}}},
+      {"ignore_bias_buffers", {kDdp, off}},
       {"lora_target_parameters", {"LoRA adapts linear modules (--lora_target_modules); peft's ParamWrapper for bare "
                                   "parameters (MoE experts) has nothing to adapt in LLaMA-family models", none}},
   };
@@ -201,8 +248,21 @@ std::map<std::string, std::string> read_config_file(const std::string& path) {
     std::string flag = canonical_name(name);
     if (!find_train_flag(flag) && is_no_op_hf_field(name, json_value_text(path, name, v))) continue;
     ALPACA_USAGE_CHECK(find_train_flag(flag), unknown_flag_message("config file " + path + ": unknown key", name, "'"));
-    ALPACA_USAGE_CHECK(!values.count(flag), "config file " << path << ": '" << flag << "' is given twice (once as an alias)");
-    values[flag] = json_value_text(path, name, v);
+    // null for a flag whose default is unset (HF/TRL dumps write fsdp: null, deepspeed: null): unset.
+    if (v.is_null() && (find_train_flag(flag)->default_text.empty() || find_train_flag(flag)->default_text == "None"))
+      continue;
+    const std::string text = json_value_text(path, name, v);
+    // An alias left unset (a dumped transformers 5 config has activation_checkpointing: null next to
+    // gradient_checkpointing, or both with one value, as its __post_init__ keeps them in step).
+    if (flag != name && no_op_word(text) == "none") continue;
+    if (values.count(flag)) {
+      ALPACA_USAGE_CHECK(no_op_word(values[flag]) == no_op_word(text),
+                         "config file " << path << ": '" << flag << "' is given twice (once as an alias) with "
+                                        << "different values: '" << values[flag] << "' and '" << text << "'");
+      if (flag == name) values[flag] = text;
+      continue;
+    }
+    values[flag] = text;
   }
   return values;
 }
@@ -305,6 +365,7 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
     if (opt->count() == 0) continue;
     std::string flag = canonical_name(spelling);
     const auto& results = opt->results();
+    if (flag != spelling && !results.empty() && no_op_word(results.back()) == "none") continue;  // an alias left unset
     // CLI11 hands a following "--flag" to an option that takes a value; never take a flag as a value.
     for (const auto& r : results) {
       ALPACA_USAGE_CHECK(r.rfind("--", 0) != 0, "--" << spelling << " needs a value, but the next argument is the flag "

@@ -153,9 +153,16 @@ void validate_optimizer(TrainArgs& a) {
     ALPACA_USAGE_CHECK(kw.is_object(), "--gradient_checkpointing_kwargs must be a JSON object, got "
                                            << a.gradient_checkpointing_kwargs);
     for (const auto& [key, value] : kw.items()) {
+      // transformers 5's activation_checkpointing_kwargs: every_n_layers 1 is every layer, as here.
+      if (key == "every_n_layers") {
+        ALPACA_USAGE_CHECK(value.is_number_integer() && value.get<int64_t>() == 1,
+                           "--gradient_checkpointing_kwargs every_n_layers " << value.dump() << " is not implemented: "
+                           "every decoder layer is checkpointed (every_n_layers 1)");
+        continue;
+      }
       ALPACA_USAGE_CHECK(key == "use_reentrant",
                          "--gradient_checkpointing_kwargs key '" << key << "' is not supported (only use_reentrant "
-                                                                 "is: the recompute is alpaca-train's own)");
+                                                                 "and every_n_layers 1 are: the recompute is alpaca-train's own)");
       ALPACA_USAGE_CHECK(value.is_boolean(), "--gradient_checkpointing_kwargs use_reentrant must be true or false, got "
                                                  << value.dump());
     }
@@ -284,7 +291,10 @@ void validate_logging(TrainArgs& a) {
   }
   if (!a.disable_tqdm) a.disable_tqdm = a.log_level == "error" || a.log_level == "critical";
   std::vector<std::string> targets = split_words(a.report_to);
-  ALPACA_USAGE_CHECK(!targets.empty(), "--report_to must name at least one target: none, jsonl, tensorboard or all");
+  if (targets.empty()) {  // HF/TRL: report_to [] (a dumped SFTConfig's) reports to no integration
+    a.report_to = "none";
+    targets = {"none"};
+  }
   for (const auto& t : targets) {
     ALPACA_USAGE_CHECK(one_of(t, {"none", "jsonl", "tensorboard", "all"}),
                        "--report_to '" << t << "' is not available: alpaca-train writes no wandb/mlflow/... logs; "
@@ -304,6 +314,12 @@ void validate_data(TrainArgs& a, const dist::LaunchInfo& launch) {
                      "--packing_strategy '" << a.packing_strategy << "' is not implemented; give bfd (TRL's default) or "
                      "wrapped" << (a.packing_strategy == "bfd_split" ? " (TRL's bfd_split, which splits long examples "
                                                                        "into several documents, is not implemented)" : ""));
+  const std::string& tss = a.train_sampling_strategy;
+  ALPACA_USAGE_CHECK(tss == "random" || tss == "sequential" || tss == "group_by_length",
+                     "--train_sampling_strategy '" << tss << "' is not "
+                         << (tss == "batch_rebalance" ? "implemented" : "a strategy")
+                         << "; give random (the default), sequential or group_by_length");
+  if (tss == "group_by_length") a.group_by_length = true;  // transformers 5's spelling of the 4.x flag
   ALPACA_USAGE_CHECK(!(a.packing && a.group_by_length),
                      "--packing and --group_by_length contradict: packed sequences all have model_max_length tokens; "
                      "choose one");

@@ -262,13 +262,21 @@ void Trainer::Impl::setup_data() {
   }
   if (opt.evaluates()) {
     ALPACA_CHECK(!opt.eval_data_path.empty(), "evaluation is scheduled but no --eval_data_path was given");
+    const bool pack_eval = opt.eval_packing.value_or(opt.packing);  // TRL: eval_packing None = packing
     const auto eval_masks = data::run_mask_options(opt.assistant_only_loss, opt.completion_only_loss,
-                                                   opt.model_max_length, false, opt.packing_strategy);
+                                                   opt.model_max_length, pack_eval, opt.packing_strategy);
     data::MaskStats eval_stats;
     eval_examples = data::load_examples(opt.eval_data_path, format, *tokenizer, opt.model_name_or_path,
                                         opt.chat_template, eval_masks, opt.tokenize_threads, &eval_stats);
     ALPACA_INFO("tokenized eval " << opt.eval_data_path << ": "
                                   << data::describe_mask_stats(eval_stats, opt.model_max_length));
+    if (pack_eval) {
+      data::PackingStats ps;
+      const auto strategy = data::parse_packing_strategy(opt.packing_strategy);
+      eval_examples = data::pack_examples(eval_examples, opt.model_max_length, &ps, strategy);
+      ALPACA_INFO("packed eval (" << data::packing_strategy_name(strategy) << ") into " << ps.num_blocks
+                                  << " sequences of up to " << opt.model_max_length << " tokens");
+    }
   }
   build_sampler();
 }
@@ -282,6 +290,7 @@ void Trainer::Impl::build_sampler() {
   so.seed = static_cast<uint64_t>(opt.data_seed);
   so.drop_last = opt.dataloader_drop_last;
   so.group_by_length = opt.group_by_length;
+  so.shuffle = opt.shuffle;
   if (opt.group_by_length)
     for (const auto& e : train_examples) so.lengths.push_back(static_cast<int64_t>(e.input_ids.size()));
   sampler = std::make_unique<data::DistributedBatchSampler>(static_cast<int64_t>(train_examples.size()), so);

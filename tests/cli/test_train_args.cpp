@@ -289,6 +289,26 @@ TEST(TrainArgs, ContradictionsSayWhatToChange) {
   });
 }
 
+// transformers 5's train_sampling_strategy: random (shuffled), sequential (the data's order),
+// group_by_length (the 4.x flag); batch_rebalance is refused. TRL's eval_packing: unset = packing.
+TEST(TrainArgs, SamplingStrategyAndEvalPacking) {
+  EXPECT_TRUE(trainer_options(parse_train_args(shell_split(kRequired))).shuffle);
+  auto seq = trainer_options(parse_train_args(shell_split(kRequired + "--train_sampling_strategy sequential")));
+  EXPECT_FALSE(seq.shuffle);
+  EXPECT_FALSE(seq.group_by_length);
+  auto grouped = trainer_options(parse_train_args(shell_split(kRequired + "--train_sampling_strategy group_by_length")));
+  EXPECT_TRUE(grouped.shuffle);
+  EXPECT_TRUE(grouped.group_by_length);
+  EXPECT_FALSE(trainer_options(parse_train_args(shell_split(kRequired))).eval_packing.has_value());
+  EXPECT_EQ(trainer_options(parse_train_args(shell_split(kRequired + "--eval_packing False"))).eval_packing,
+            std::optional<bool>(false));
+  expect_usage_errors({
+      {"--train_sampling_strategy batch_rebalance", "'batch_rebalance' is not implemented"},
+      {"--train_sampling_strategy shuffled", "'shuffled' is not a strategy"},
+      {"--train_sampling_strategy group_by_length --packing", "--packing and --group_by_length contradict"},
+  });
+}
+
 // HF's best-model tracking: load_best_model_at_end tracks loss unless told otherwise; the direction
 // follows the name (greater_is_better False for a *loss, True otherwise); save_strategy best is
 // accepted with a metric; the eval_ prefix is optional, as in HF.
@@ -515,6 +535,36 @@ output_dir: out
   EXPECT_USAGE_ERROR("--config " + write(head + "---\nmax_steps: 3\n", ".yaml"), "holds several YAML documents");
   EXPECT_USAGE_ERROR("--config " + write(head + "max_steps: 3\nmax_steps: 4\n", ".yaml"), "key 'max_steps' is given twice");
   EXPECT_USAGE_ERROR("--config " + write("- max_steps\n", ".yaml"), "must hold a YAML mapping of flag_name: value");
+}
+
+// A whole dumped SFTConfig (TRL 1.16 / transformers 5.23: SFTConfig(output_dir="o", bf16=False).to_dict(),
+// 135 fields, saved as tests/fixtures/configs/trl_sftconfig_defaults.json) is a valid --config: the
+// fields we take keep TRL's values, the ones we do not take hold values that ask for nothing (nulls,
+// the default AcceleratorConfig, the masked hub token), activation_checkpointing is
+// gradient_checkpointing's transformers 5 name, and report_to [] is none.
+TEST_F(ConfigFile, AWholeDumpedSftConfigIsAValidConfig) {
+  const std::string cfg = (testing::source_dir() / "tests/fixtures/configs/trl_sftconfig_defaults.json").string();
+  TrainArgs a = parse_train_args(shell_split("--config " + cfg + " --model_name_or_path m --data_path d"));
+  EXPECT_DOUBLE_EQ(a.learning_rate, 2e-5);
+  EXPECT_TRUE(a.gradient_checkpointing);
+  EXPECT_EQ(a.model_max_length, 1024);
+  EXPECT_EQ(a.optim, "adamw_torch_fused");
+  EXPECT_EQ(a.report_to, "none");
+  EXPECT_TRUE(a.fsdp.empty());
+  EXPECT_TRUE(a.deepspeed.empty());
+  EXPECT_EQ(a.output_dir, "o");
+  const std::string head = "model_name_or_path: m\ndata_path: d\n";
+  a = parse_train_args(shell_split("--config " + write(head + "activation_checkpointing: true\n", ".yaml")));
+  EXPECT_TRUE(a.gradient_checkpointing);
+  a = parse_train_args(shell_split("--config " + write(head + "activation_checkpointing: null\n", ".yaml")));
+  EXPECT_FALSE(a.gradient_checkpointing);
+  EXPECT_USAGE_ERROR("--config " + write(head + "activation_checkpointing: true\ngradient_checkpointing: false\n", ".yaml"),
+                     "'gradient_checkpointing' is given twice (once as an alias) with different values");
+  EXPECT_USAGE_ERROR("--config " + write(head + "activation_checkpointing: true\nactivation_checkpointing_kwargs: "
+                                                "{every_n_layers: 2}\n", ".yaml"),
+                     "every_n_layers 2 is not implemented");
+  EXPECT_USAGE_ERROR("--config " + write(head + "loss_type: dft\n", ".yaml"), "'dft' is not");
+  EXPECT_USAGE_ERROR("--config " + write(head + "shuffle_dataset: true\n", ".yaml"), "shuffle_dataset");
 }
 
 // The YAML reader against PyYAML's safe_load (the .venv's, what TRL's parser calls) on YAML 1.1's

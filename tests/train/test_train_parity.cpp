@@ -68,3 +68,48 @@ TEST(TrainParity, World2FsdpMatchesWorld1) {
 }
 
 }  // namespace test_train_parity
+
+namespace test_train_parity {
+namespace {
+
+// The eval_loss of a run that evaluates once, before its only step (--eval_on_start).
+double eval_on_start_loss(const fs::path& out, const std::string& extra, std::string* log) {
+  const std::string args = TrainFlags(kFixture, out).steps(1).batch(2, 1).str() +
+                           " --eval_data_path " + (kFixture / "data.json").string() +
+                           " --eval_strategy steps --eval_steps 1 --eval_on_start True --save_strategy no"
+                           " --per_device_eval_batch_size 64 " + extra;
+  if (run_trainer(args, 1, log) != 0) return std::nan("");
+  for (const auto& m : read_metrics(out))
+    if (m.count("eval_loss")) return m.at("eval_loss");
+  return std::nan("");
+}
+
+}  // namespace
+
+// TRL's eval_packing (None = as packing). HF's eval_loss weights each batch's token mean by its
+// rows, so batching matters: with every eval row in one batch (40 records, batch 64) it is the token
+// mean of the eval set. bfd keeps each document whole and attending to itself only, so its packed
+// eval loss is the unpacked one; wrapped packing keeps the tokens truncation drops and attends across
+// documents, so it differs (on this untrained model only slightly: context barely moves its logits).
+TEST(TrainParity, EvalPackingFollowsPackingAndBfdKeepsTheEvalLoss) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
+  TempDir a("evpack_a"), b("evpack_b"), c("evpack_c"), d("evpack_d");
+  std::string log;
+  const double unpacked = eval_on_start_loss(a.path(), "", &log);
+  ASSERT_FALSE(std::isnan(unpacked)) << log;
+  const double bfd = eval_on_start_loss(b.path(), "--packing True", &log);
+  ASSERT_FALSE(std::isnan(bfd)) << log;
+  EXPECT_NE(log.find("packed eval (bfd)"), std::string::npos) << log;
+  EXPECT_NEAR(bfd, unpacked, 1e-6 * unpacked);
+  const double wrapped = eval_on_start_loss(c.path(), "--packing True --packing_strategy wrapped", &log);
+  ASSERT_FALSE(std::isnan(wrapped)) << log;
+  EXPECT_GT(std::abs(wrapped - unpacked), 5e-6 * unpacked) << "wrapped packing keeps other tokens and context";
+  const double wrapped_unpacked_eval =
+      eval_on_start_loss(d.path(), "--packing True --packing_strategy wrapped --eval_packing False", &log);
+  EXPECT_EQ(log.find("packed eval"), std::string::npos) << log;
+  EXPECT_NEAR(wrapped_unpacked_eval, unpacked, 1e-6 * unpacked);
+  std::cout << "[eval packing] eval_loss unpacked " << unpacked << ", bfd-packed " << bfd << ", wrapped-packed "
+            << wrapped << ", wrapped run with --eval_packing False " << wrapped_unpacked_eval << "\n";
+}
+
+}  // namespace test_train_parity

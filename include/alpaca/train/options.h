@@ -45,8 +45,10 @@ struct TrainerOptions {
   std::optional<bool> completion_only_loss;
   int64_t model_max_length = 512;
   bool packing = false;
+  std::optional<bool> eval_packing;  // unset = packing (TRL SFTConfig)
   std::string packing_strategy = "bfd";  // data::parse_packing_strategy (TRL SFTConfig)
   bool group_by_length = false;
+  bool shuffle = true;  // false: --train_sampling_strategy sequential (every epoch in the data's order)
   bool dataloader_drop_last = false;
   std::optional<double> neftune_noise_alpha;  // unset = no NEFTune noise
   int tokenize_threads = 0;                   // --dataset_num_proc; 0 = every core
