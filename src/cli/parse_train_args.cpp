@@ -72,7 +72,6 @@ const std::map<std::string, UnsupportedField>& unsupported_hf_fields() {
       {"attn_implementation", {"attention is alpaca-train's own causal, packing-aware kernel on every device; drop the flag", none}},
       {"torch_compile", {kCompile, off}}, {"torch_compile_backend", {kCompile, none}}, {"torch_compile_mode", {kCompile, none}},
       {"use_liger_kernel", {"alpaca-train's fused loss and elementwise kernels are always on; drop the flag", off}},
-      {"label_smoothing_factor", {"label smoothing is not implemented (the fused loss is plain cross-entropy)", {"0"}}},
       {"bf16_full_eval", {"evaluation runs in the training's precision (--bf16 / --fp16)", off}},
       {"fp16_full_eval", {"evaluation runs in the training's precision (--bf16 / --fp16)", off}},
       {"optim_args", {"only AdamW is implemented (--optim adamw_torch / adamw_torch_fused); its settings are "
@@ -142,7 +141,6 @@ const std::map<std::string, UnsupportedField>& unsupported_hf_fields() {
                            "(--data_seed)", off}},
       {"truncation_mode", {"examples keep their start (TRL's only supported mode; keep_end is deprecated there)",
                            {"keep_start"}}},
-      {"loss_type", {"only the negative log-likelihood ('nll') is implemented; 'dft' is not", {"nll"}}},
       {"ignore_bias_buffers", {kDdp, off}},
       {"lora_target_parameters", {"LoRA adapts linear modules (--lora_target_modules); peft's ParamWrapper for bare "
                                   "parameters (MoE experts) has nothing to adapt in LLaMA-family models", none}},

@@ -79,6 +79,8 @@ void set_loop_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.num_train_epochs = a.num_train_epochs;
   o.auto_find_batch_size = a.auto_find_batch_size;
   o.neftune_noise_alpha = a.neftune_noise_alpha;
+  o.loss.label_smoothing = a.label_smoothing_factor;
+  o.loss.dft = a.loss_type == "dft";
   o.tokenize_threads = static_cast<int>(a.dataset_num_proc.value_or(0));
 
   o.adamw.beta1 = a.adam_beta1;

@@ -131,6 +131,14 @@ void validate_optimizer(TrainArgs& a) {
   ALPACA_USAGE_CHECK(a.adam_beta1 >= 0 && a.adam_beta1 < 1, "--adam_beta1 must be in [0, 1), got " << a.adam_beta1);
   ALPACA_USAGE_CHECK(a.adam_beta2 >= 0 && a.adam_beta2 < 1, "--adam_beta2 must be in [0, 1), got " << a.adam_beta2);
   ALPACA_USAGE_CHECK(a.adam_epsilon > 0, "--adam_epsilon must be > 0, got " << a.adam_epsilon);
+  ALPACA_USAGE_CHECK(a.label_smoothing_factor >= 0 && a.label_smoothing_factor < 1,
+                     "--label_smoothing_factor must be in [0, 1) (0 = off), got " << a.label_smoothing_factor);
+  ALPACA_USAGE_CHECK(a.loss_type == "nll" || a.loss_type == "dft",
+                     "--loss_type '" << a.loss_type << "' is not a loss; give nll (cross-entropy) or dft (TRL's Dynamic "
+                                                       "Fine-Tuning)");
+  ALPACA_USAGE_CHECK(a.loss_type != "dft" || a.label_smoothing_factor == 0,
+                     "--loss_type dft with --label_smoothing_factor " << a.label_smoothing_factor
+                         << ": TRL applies label smoothing only to the nll loss (it ignores it under dft); give one");
   ALPACA_USAGE_CHECK(!a.neftune_noise_alpha || *a.neftune_noise_alpha >= 0,
                      "--neftune_noise_alpha must be >= 0 (the noise is uniform in [-a, a], a = alpha / sqrt(L * d)), got "
                          << *a.neftune_noise_alpha);

@@ -212,9 +212,9 @@ LossSum LlamaForCausalLMImpl::forward_loss_sum(const at::Tensor& input_ids_bt, c
     w = w + at::matmul(lm_head->lora_B->weight, lm_head->lora_A->weight).to(w.scalar_type()) * lm_head->lora_scaling;
   }
   const TrainableTokensImpl* tok = lm_head_token_adapter();
-  if (!tok) return causal_lm_head_loss_sum(model->norm->forward(h_btd), w, labels_bt, chunk_tokens);
+  if (!tok) return causal_lm_head_loss_sum(model->norm->forward(h_btd), w, labels_bt, chunk_tokens, {}, {}, loss_options_);
   return causal_lm_head_loss_sum(model->norm->forward(h_btd), w, labels_bt, chunk_tokens, tok->trainable_tokens_delta,
-                                 tok->index(w.device()));
+                                 tok->index(w.device()), loss_options_);
 }
 
 void LlamaForCausalLMImpl::resize_token_embeddings(int64_t new_vocab_size) {

@@ -59,8 +59,12 @@ using torch::autograd::tensor_list;
 // returns d(loss)/d(z) = softmax - one_hot in z_c's dtype (the backward of the upcast). bf16 CPU
 // logits take the fused row kernels (loss_rows.h: the same math in one pass per row, the gradient
 // written over z_c); anything else the ATen passes.
-at::Tensor chunk_cross_entropy(at::Tensor& z_c, const at::Tensor& target_n, at::Tensor& loss, bool need_grad) {
-  if (fused_cpu_bf16_applies(z_c) && z_c.is_contiguous()) {
+// With `o` not plain, each row's term and gradient follow LossOptions (rows in fp32):
+//   label smoothing e: (1 - e) nll + e (lse - mean_v z), gradient softmax - (1 - e) onehot - e / V;
+//   DFT: p nll with p = exp(-nll) constant, gradient p (softmax - onehot).
+at::Tensor chunk_cross_entropy(at::Tensor& z_c, const at::Tensor& target_n, at::Tensor& loss, bool need_grad,
+                               const LossOptions& o) {
+  if (o.plain() && fused_cpu_bf16_applies(z_c) && z_c.is_contiguous()) {
     loss.add_(cross_entropy_rows_bf16(z_c, target_n.contiguous(), need_grad));
     return need_grad ? z_c : at::Tensor();
   }
@@ -70,12 +74,32 @@ at::Tensor chunk_cross_entropy(at::Tensor& z_c, const at::Tensor& target_n, at::
   z_c = at::Tensor();  // the compute-dtype logits die with the upcast (in bf16 they would be one more chunk)
   const at::Tensor target_logit = z.gather(1, target);
   const at::Tensor zmax = z.amax(1, /*keepdim=*/true);
+  const at::Tensor zmean = o.label_smoothing != 0.0 ? z.mean(1, /*keepdim=*/true) : at::Tensor();
   z.sub_(zmax).exp_();                                   // exp(z - max), in place
   const at::Tensor sumexp = z.sum(1, /*keepdim=*/true);  // lse = log(sumexp) + max
-  loss.add_((sumexp.log() + zmax - target_logit).sum());
+  at::Tensor p;  // DFT: each row's probability of its target
+  if (o.plain()) {
+    loss.add_((sumexp.log() + zmax - target_logit).sum());
+  } else {
+    const at::Tensor lse = sumexp.log() + zmax;
+    const at::Tensor nll = lse - target_logit;
+    if (o.dft) {
+      p = (-nll).exp();
+      loss.add_((p * nll).sum());
+    } else {
+      loss.add_((nll * (1 - o.label_smoothing) + (lse - zmean) * o.label_smoothing).sum());
+    }
+  }
   if (!need_grad) return {};
   z.div_(sumexp);
-  z.scatter_add_(1, target, at::full_like(target_logit, -1.0));
+  if (o.dft) {
+    z.scatter_add_(1, target, at::full_like(target_logit, -1.0)).mul_(p);
+  } else if (o.label_smoothing != 0.0) {
+    z.scatter_add_(1, target, at::full_like(target_logit, -(1 - o.label_smoothing)));
+    z.sub_(o.label_smoothing / static_cast<double>(z.size(1)));
+  } else {
+    z.scatter_add_(1, target, at::full_like(target_logit, -1.0));
+  }
   return z.to(compute_dtype);
 }
 
@@ -87,7 +111,9 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
   // rows_kd / row_index_k: peft trainable-token rows (empty = none); see loss.h.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h_nd, const at::Tensor& w_vd,
                             const at::Tensor& labels_n, const at::Tensor& rows, int64_t chunk,
-                            const at::Tensor& rows_kd, const at::Tensor& row_index_k) {
+                            const at::Tensor& rows_kd, const at::Tensor& row_index_k, double label_smoothing,
+                            bool dft) {
+    const LossOptions options{label_smoothing, dft};
     const bool need_h = h_nd.requires_grad(), need_w = w_vd.requires_grad();
     const bool with_rows = rows_kd.numel() > 0;  // empty = none (apply takes defined tensors only)
     const bool need_rows = with_rows && rows_kd.requires_grad();
@@ -131,7 +157,8 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
       // The padded rows' whole width is contiguous: column selections there (index_copy_, index_select) do not copy them.
       const at::Tensor z_rows = ld > 0 ? z_buf.narrow(0, 0, h_c.size(0)) : z_c;
       if (with_rows) z_rows.index_copy_(1, row_index_k, at::mm(h_c, r_c.t()));
-      const at::Tensor g = chunk_cross_entropy(z_c, labels_n.index_select(0, idx), loss, need_h || need_w || need_rows);
+      const at::Tensor g =
+          chunk_cross_entropy(z_c, labels_n.index_select(0, idx), loss, need_h || need_w || need_rows, options);
       if (!g.defined()) continue;
       // Padded (ld > 0: fp32 logits), g is the fp32 view of z_buf's rows, and g_cols those full-width rows
       // (the same values in their V columns).
@@ -180,14 +207,15 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
     if (grad_h.defined()) grad_h.mul_(g.to(grad_h.scalar_type()));
     if (grad_w.defined()) grad_w.mul_(g.to(grad_w.scalar_type()));
     if (grad_r.defined()) grad_r.mul_(g.to(grad_r.scalar_type()));
-    return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), grad_r, at::Tensor()};
+    return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), grad_r, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 LossSum causal_lm_head_loss_sum(const at::Tensor& hidden_btd, const at::Tensor& weight_vd, const at::Tensor& labels_bt,
-                                int64_t chunk_tokens, const at::Tensor& rows_kd, const at::Tensor& row_index_k) {
+                                int64_t chunk_tokens, const at::Tensor& rows_kd, const at::Tensor& row_index_k,
+                                const LossOptions& options) {
   ALPACA_TRACE("cat:loss");
   ALPACA_CHECK(hidden_btd.dim() == 3 && weight_vd.dim() == 2 && labels_bt.dim() == 2 &&
                    hidden_btd.size(0) == labels_bt.size(0) && hidden_btd.size(1) == labels_bt.size(1) &&
@@ -222,7 +250,8 @@ LossSum causal_lm_head_loss_sum(const at::Tensor& hidden_btd, const at::Tensor& 
   const at::Tensor none = at::empty({0}, weight_vd.options());
   at::Tensor sum = FusedHeadCrossEntropy::apply(hidden_btd.reshape({-1, d}), weight_vd, flat_labels, rows, chunk_tokens,
                                                with_rows ? rows_kd : none,
-                                               with_rows ? row_index_k : none.to(at::kLong));
+                                               with_rows ? row_index_k : none.to(at::kLong), options.label_smoothing,
+                                               options.dft);
   return {sum, count};
 }
 

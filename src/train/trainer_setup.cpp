@@ -331,6 +331,7 @@ void warn_unused_checkpoint_tensors(const fs::path& dir, const model::LlamaForCa
 void Trainer::Impl::setup_engine() {
   const fsdp::FsdpPolicy& policy = opt.fsdp_policy;  // validated once, at parse time
   model->set_neftune_noise_alpha(opt.neftune_noise_alpha);
+  model->set_loss_options(opt.loss);
   fsdp_model = fsdp::apply_fsdp(model, comm, policy);
   engine = &fsdp_model->engine();
   if (!weights_loaded) {

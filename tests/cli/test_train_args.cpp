@@ -338,7 +338,9 @@ TEST(TrainArgs, HfAndTrlFieldsWeDoNotTakeSayWhy) {
       {"--dataset_name trl-lib/Capybara", "reads local files only"},
       {"--torch_dtype bfloat16", "--bf16 True or --fp16 True picks the compute dtype"},
       {"--attn_implementation flash_attention_2", "attention is alpaca-train's own"},
-      {"--label_smoothing_factor 0.1", "label smoothing is not implemented"},
+      {"--label_smoothing_factor -0.1", "--label_smoothing_factor must be in [0, 1)"},
+      {"--loss_type focal", "--loss_type 'focal' is not a loss; give nll"},
+      {"--loss_type dft --label_smoothing_factor 0.1", "TRL applies label smoothing only to the nll loss"},
       {"--learnig_rate 1", "did you mean --learning_rate?"},
   });
   TrainArgs a = parse_train_args(shell_split(kRequired + "--chat_template_path t.jinja --dataset_num_proc 3 "
@@ -563,7 +565,8 @@ TEST_F(ConfigFile, AWholeDumpedSftConfigIsAValidConfig) {
   EXPECT_USAGE_ERROR("--config " + write(head + "activation_checkpointing: true\nactivation_checkpointing_kwargs: "
                                                 "{every_n_layers: 2}\n", ".yaml"),
                      "every_n_layers 2 is not implemented");
-  EXPECT_USAGE_ERROR("--config " + write(head + "loss_type: dft\n", ".yaml"), "'dft' is not");
+  a = parse_train_args(shell_split("--config " + write(head + "loss_type: dft\nlabel_smoothing_factor: 0\n", ".yaml")));
+  EXPECT_EQ(a.loss_type, "dft");
   EXPECT_USAGE_ERROR("--config " + write(head + "shuffle_dataset: true\n", ".yaml"), "shuffle_dataset");
 }
 

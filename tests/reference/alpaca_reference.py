@@ -121,9 +121,10 @@ def add_pad_row(model):
         model.get_output_embeddings().weight[-1] = old_out.mean(0)
 
 
-def train(model, named, examples, args):
+def train(model, named, examples, args, loss_fn=None):
     """HF Trainer's loop over `named` (the trainable (name, parameter) pairs): returns the losses,
-    learning rates and gradient norms of --steps optimizer steps."""
+    learning rates and gradient norms of --steps optimizer steps. `loss_fn(logits, labels, n_tokens)`
+    replaces the cross-entropy (summed over the step's label tokens, divided by their count)."""
     no_decay = [n for n, _ in named if n.endswith("bias") or "norm" in n]
     groups = [{"params": [p for n, p in named if n not in no_decay], "weight_decay": args.weight_decay},
               {"params": [p for n, p in named if n in no_decay], "weight_decay": 0.0}]
@@ -147,9 +148,12 @@ def train(model, named, examples, args):
         ids = torch.tensor([s[0] + [PAD_ID] * (T - len(s[0])) for s in seqs])
         labels = torch.tensor([s[1] + [-100] * (T - len(s[1])) for s in seqs])
         logits = model(input_ids=ids, attention_mask=ids.ne(PAD_ID)).logits.float()
-        loss_sum = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
-                                                     labels[:, 1:].reshape(-1), ignore_index=-100, reduction="sum")
-        loss = loss_sum / max(n_tokens, 1)
+        if loss_fn is not None:
+            loss = loss_fn(logits, labels, n_tokens)
+        else:
+            loss_sum = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
+                                                         labels[:, 1:].reshape(-1), ignore_index=-100, reduction="sum")
+            loss = loss_sum / max(n_tokens, 1)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(params, args.max_grad_norm)
         lrs.append(sched.get_last_lr()[0])

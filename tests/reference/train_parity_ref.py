@@ -6,18 +6,24 @@ Writes into --out:
   model/           the tiny random LLaMA (HF dir, fp32 safetensors, LLaMA-2 tokenizer.model)
   data.json        the Alpaca records both sides train on
   reference.json   {"losses": [...], "learning_rates": [...], "grad_norms": [...], "config": {...}}
+  reference_label_smoothing.json, reference_dft.json
+                   10 steps from the same model with transformers' LabelSmoother (epsilon 0.1, normalised
+                   by the step's label tokens: num_items_in_batch, as Trainer passes it) and with TRL's
+                   DFT loss (sft_trainer.py compute_loss: -log p * p.detach(), over the same count)
 
 The model, data, preprocessing and the step loop (and why their semantics are ours) are
 alpaca_reference.py's, shared with lora_parity_ref.py.
 """
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import alpaca_reference as ref  # noqa: E402
+import torch  # noqa: E402
 from alpaca_reference import tokenize  # noqa: E402,F401  (train_e2e_check.py imports it from here)
 
 
@@ -33,6 +39,28 @@ def main():
     ref.add_pad_row(model)
     losses, lrs, norms = ref.train(model, list(model.named_parameters()), examples, args)
     ref.write_reference(out, losses, lrs, norms, args)
+
+    from transformers import LlamaForCausalLM
+    from transformers.trainer_pt_utils import LabelSmoother
+
+    def label_smoothing(logits, labels, n_tokens):
+        return LabelSmoother(epsilon=0.1)({"logits": logits}, labels, shift_labels=True, num_items_in_batch=n_tokens)
+
+    def dft(logits, labels, n_tokens):
+        shift = labels[:, 1:]
+        mask = shift != -100
+        logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, shift.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        per_token = -logp * logp.exp().detach()
+        return (per_token * mask).sum() / max(n_tokens, 1)
+
+    variant_args = argparse.Namespace(**{**vars(args), "steps": 10})
+    for name, fn in (("label_smoothing", label_smoothing), ("dft", dft)):
+        m = LlamaForCausalLM.from_pretrained(out / "model", dtype=torch.float32, attn_implementation="eager")
+        ref.add_pad_row(m)
+        v_losses, v_lrs, v_norms = ref.train(m, list(m.named_parameters()), examples, variant_args, loss_fn=fn)
+        (out / f"reference_{name}.json").write_text(json.dumps(
+            {"losses": v_losses, "learning_rates": v_lrs, "grad_norms": v_norms, "config": {"steps": 10}}, indent=1))
+        print(name, [round(x, 4) for x in v_losses])
 
 
 if __name__ == "__main__":

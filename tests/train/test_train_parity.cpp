@@ -113,3 +113,40 @@ TEST(TrainParity, EvalPackingFollowsPackingAndBfdKeepsTheEvalLoss) {
 }
 
 }  // namespace test_train_parity
+
+namespace test_train_parity {
+
+// HF's label_smoothing_factor (transformers' LabelSmoother over the step's label tokens) and TRL's
+// loss_type dft, 10 steps each against the reference loop with those losses
+// (reference_label_smoothing.json, reference_dft.json from the same model and data); DFT at world 2
+// (FSDP) matches world 1.
+TEST(TrainParity, LabelSmoothingAndDftMatchTheirReferences) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
+  for (const std::string variant : {"label_smoothing", "dft"}) {
+    SCOPED_TRACE(variant);
+    const std::string flag = variant == "dft" ? "--loss_type dft" : "--label_smoothing_factor 0.1";
+    TempDir w1("loss_" + variant);
+    std::string log;
+    ASSERT_EQ(run_trainer(parity_flags(kFixture, w1.path(), 10, 4, 2, "1e-3").str() + " " + flag, 1, &log), 0) << log;
+    const auto steps = read_step_logs(w1.path());
+    ASSERT_EQ(steps.size(), 10u) << log;
+    const auto [worst, worst_norm] =
+        expect_steps_match(steps, read_reference_steps(kFixture / ("reference_" + variant + ".json")), variant);
+    // Not the plain loss: the first step's is 10x closer to its reference than to cross-entropy's
+    // (reference.json; on this untrained model the smoothing term is near log V, as the nll is).
+    const auto plain = read_reference_steps(kFixture / "reference.json");
+    const double to_ref = std::abs(steps.front().loss - read_reference_steps(kFixture / ("reference_" + variant + ".json")).losses.front());
+    EXPECT_GT(std::abs(steps.front().loss - plain.losses.front()), 10 * to_ref);
+    std::cout << "[" << variant << "] world 1 vs reference: worst relative loss difference " << worst << ", grad norm "
+              << worst_norm << "; first loss " << steps.front().loss << " (cross-entropy " << plain.losses.front() << ")\n";
+    if (variant != "dft") continue;
+    TempDir w2("loss_dft_w2");
+    ASSERT_EQ(run_trainer(parity_flags(kFixture, w2.path(), 10, 2, 2, "1e-3").str() + " " + flag +
+                              " --fsdp 'full_shard auto_wrap' --fsdp_transformer_layer_cls_to_wrap LlamaDecoderLayer",
+                          2, &log), 0) << log;
+    const double w = expect_losses_close(read_step_logs(w2.path()), steps, 1e-5, "dft world 2 vs world 1");
+    std::cout << "[dft] world 2 vs world 1: worst " << w << "\n";
+  }
+}
+
+}  // namespace test_train_parity

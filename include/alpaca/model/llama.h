@@ -84,6 +84,9 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // uniform noise in [-a, a], a = alpha / sqrt(T * D), drawn from the default generator (so a
   // checkpoint's RNG state resumes it); nullopt = none. Evaluation mode adds nothing.
   void set_neftune_noise_alpha(std::optional<double> alpha) { neftune_alpha_ = alpha; }
+  // What forward_loss_sum's tokens contribute (label smoothing, DFT; loss.h), in training and
+  // evaluation alike, as HF's label smoother and TRL's DFT loss act in both.
+  void set_loss_options(const LossOptions& options) { loss_options_ = options; }
   bool has_layer_runner() const { return static_cast<bool>(runner_); }
 
   // Grows (or shrinks) the vocabulary; new rows are the mean of the old rows in the input and
@@ -110,6 +113,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   LlamaConfig cfg_;
   LayerRunner runner_;
   std::optional<double> neftune_alpha_;
+  LossOptions loss_options_;
   at::Tensor decoder(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt,
                      const at::Tensor& position_ids_bt, const at::Tensor& segment_ids_bt);  // before the final norm
 };

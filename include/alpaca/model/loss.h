@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>  // defines: at::Tensor
 
+#include "alpaca/model/loss_options.h"
+
 namespace alpaca::model {
 
 constexpr int64_t kIgnoreIndex = -100;
@@ -35,8 +37,9 @@ at::Tensor causal_lm_loss(const at::Tensor& logits_btv, const at::Tensor& labels
 // With `rows_kd` (peft trainable tokens: the values of rows `row_index_k` of the weight), the
 // weight is W.index_copy(0, row_index_k, rows_kd) without forming it: those logits come from
 // rows_kd, which gets their gradient; `weight_vd` must then be frozen (no gradient).
+// `options` other than plain cross-entropy take the ATen row passes (fp32), never the bf16 row kernel.
 LossSum causal_lm_head_loss_sum(const at::Tensor& hidden_btd, const at::Tensor& weight_vd, const at::Tensor& labels_bt,
                                 int64_t chunk_tokens = 0, const at::Tensor& rows_kd = {},
-                                const at::Tensor& row_index_k = {});
+                                const at::Tensor& row_index_k = {}, const LossOptions& options = {});
 
 }  // namespace alpaca::model

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "alpaca/fsdp/policy.h"
+#include "alpaca/model/loss_options.h"
 #include "alpaca/model/lora.h"
 #include "alpaca/optim/adamw_options.h"
 #include "alpaca/optim/lr_schedule.h"
@@ -51,6 +52,7 @@ struct TrainerOptions {
   bool shuffle = true;  // false: --train_sampling_strategy sequential (every epoch in the data's order)
   bool dataloader_drop_last = false;
   std::optional<double> neftune_noise_alpha;  // unset = no NEFTune noise
+  model::LossOptions loss;  // --label_smoothing_factor, --loss_type dft
   int tokenize_threads = 0;                   // --dataset_num_proc; 0 = every core
 
   // ---- Batch and run length.
