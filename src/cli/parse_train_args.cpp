@@ -91,9 +91,6 @@ const std::map<std::string, UnsupportedField>& unsupported_hf_fields() {
       {"activation_offloading", {"not implemented; --gradient_checkpointing saves the activation memory instead", off}},
       {"use_cpu", {"each rank uses its GPU when it has one and the CPU otherwise (CUDA_VISIBLE_DEVICES= hides GPUs)", off}},
       {"torch_empty_cache_steps", {"not implemented", none}},
-      {"include_num_input_tokens_seen", {"not implemented: trainer_state.json's num_input_tokens_seen counts the "
-                                         "non-padding tokens of every run, and each log line has x_tokens_per_second",
-                                         {"false", "no"}}},
       {"eval_accumulation_steps", {"evaluation computes losses only; no predictions accumulate", none}},
       // TrainingArguments.to_dict() writes its default AcceleratorConfig and masks tokens.
       {"accelerator_config", {"there is no Accelerate underneath; the launch is mpirun, srun or --nproc_per_node",

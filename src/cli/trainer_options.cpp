@@ -81,6 +81,7 @@ void set_loop_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.neftune_noise_alpha = a.neftune_noise_alpha;
   o.loss.label_smoothing = a.label_smoothing_factor;
   o.loss.dft = a.loss_type == "dft";
+  o.include_num_input_tokens_seen = a.include_num_input_tokens_seen;
   o.tokenize_threads = static_cast<int>(a.dataset_num_proc.value_or(0));
 
   o.adamw.beta1 = a.adam_beta1;

@@ -131,6 +131,14 @@ void validate_optimizer(TrainArgs& a) {
   ALPACA_USAGE_CHECK(a.adam_beta1 >= 0 && a.adam_beta1 < 1, "--adam_beta1 must be in [0, 1), got " << a.adam_beta1);
   ALPACA_USAGE_CHECK(a.adam_beta2 >= 0 && a.adam_beta2 < 1, "--adam_beta2 must be in [0, 1), got " << a.adam_beta2);
   ALPACA_USAGE_CHECK(a.adam_epsilon > 0, "--adam_epsilon must be > 0, got " << a.adam_epsilon);
+  {
+    // TrainingArguments: a boolean maps to "all" / "no".
+    std::string& t = a.include_num_input_tokens_seen;
+    const auto b = parse_bool_text(t);
+    if (b) t = *b ? "all" : "no";
+    ALPACA_USAGE_CHECK(t == "no" || t == "all" || t == "non_padding",
+                       "--include_num_input_tokens_seen '" << t << "' is not one of no, all, non_padding (or True/False)");
+  }
   ALPACA_USAGE_CHECK(a.label_smoothing_factor >= 0 && a.label_smoothing_factor < 1,
                      "--label_smoothing_factor must be in [0, 1) (0 = off), got " << a.label_smoothing_factor);
   ALPACA_USAGE_CHECK(a.loss_type == "nll" || a.loss_type == "dft",

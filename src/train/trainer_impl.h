@@ -40,7 +40,8 @@ struct StepBatches {
   int64_t local_tokens = 0;   // attention-mask tokens on this rank
   int64_t global_labels = 0;  // label tokens over all ranks and micro-batches: the loss denominator
   int64_t global_tokens = 0;  // global_labels / global_tokens: read at the end of the step
-  at::Tensor counts;          // (labels, tokens) over all ranks, int64 on the device
+  int64_t global_padded = 0;  // input_ids elements (padding included) over all ranks
+  at::Tensor counts;          // (labels, tokens, padded) over all ranks, int64 on the device
   at::Tensor denominator_t;   // max(labels, 1) as an fp32 scalar on the device
   double denominator() const { return static_cast<double>(std::max<int64_t>(global_labels, 1)); }
 };
@@ -117,6 +118,9 @@ struct Trainer::Impl {
   int64_t step_in_epoch = 0;    // optimizer steps done in that epoch
   int64_t scheduler_step = 0;   // optimizer steps not skipped by the fp16 scaler
   int64_t initial_step = 0;     // global_step at the start of this session (after resume)
+  // Non-padding tokens trained on (total_flos, throughput; resume state). trainer_state.json's
+  // num_input_tokens_seen is HF's count instead: --include_num_input_tokens_seen (0 for "no").
+  int64_t tokens_trained = 0;
   LossAccumulator losses;
   std::optional<std::filesystem::path> resume_dir;
   ckpt::Fingerprint model_fingerprint, tokenizer_fingerprint;

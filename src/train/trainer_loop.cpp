@@ -135,13 +135,14 @@ StepBatches Trainer::Impl::gather_micro_batches() {
   ALPACA_TRACE("phase:batch");
   StepBatches sb;
   const int64_t pad = *tokenizer->pad_id();
-  int64_t local_labels = 0;
+  int64_t local_labels = 0, local_padded = 0;
   for (const auto& idx : sampler->micro_batches(epoch, step_in_epoch)) {
     sb.batches.push_back(collate_indices(train_examples, idx, pad, attention_rule));
     local_labels += sb.batches.back().num_label_tokens;
     sb.local_tokens += sb.batches.back().attention_mask_bt.sum().item<int64_t>();  // host data
+    local_padded += sb.batches.back().attention_mask_bt.numel();
   }
-  sb.counts = util::to_device_async(at::tensor({local_labels, sb.local_tokens}, at::kLong), device);
+  sb.counts = util::to_device_async(at::tensor({local_labels, sb.local_tokens, local_padded}, at::kLong), device);
   comm->all_reduce(sb.counts, dist::ReduceOp::kSum)->wait();
   // max(labels, 1) as the fp32 divisor of the loss: the value a double denominator rounds to.
   sb.denominator_t = sb.counts[0].clamp_min(1).to(at::kFloat);
@@ -193,6 +194,7 @@ void Trainer::Impl::read_step(const at::Tensor& red, const at::Tensor& norm_sq, 
   if (norm_sq.defined()) *norm = std::sqrt(p[i++]);
   sb.global_labels = static_cast<int64_t>(p[i]);
   sb.global_tokens = static_cast<int64_t>(p[i + 1]);
+  sb.global_padded = static_cast<int64_t>(p[i + 2]);
   out.loss = p[0] / sb.denominator();
   out.stop = p[1] > 0;
 }
@@ -249,7 +251,10 @@ void Trainer::Impl::advance(const StepBatches& sb, const StepOutcome& out, RunWi
   ++state.global_step;
   ++step_in_epoch;
   state.epoch = static_cast<double>(epoch) + static_cast<double>(step_in_epoch) / static_cast<double>(length.steps_per_epoch);
-  state.num_input_tokens_seen += sb.global_tokens;
+  tokens_trained += sb.global_tokens;
+  // HF's _track_num_input_tokens: input_ids' elements ("all") or the attention mask's ("non_padding").
+  if (opt.include_num_input_tokens_seen == "all") state.num_input_tokens_seen += sb.global_padded;
+  if (opt.include_num_input_tokens_seen == "non_padding") state.num_input_tokens_seen += sb.global_tokens;
   if (std::isfinite(out.loss)) losses.add_step(out.loss);
   w.last_grad_norm = out.grad_norm;
   w.last_lr = out.logged_lr;
@@ -304,6 +309,7 @@ void Trainer::Impl::log_window(RunWindow& w) {
   if (std::isfinite(w.last_grad_norm)) e.emplace_back("grad_norm", w.last_grad_norm);
   e.emplace_back("learning_rate", w.last_lr);
   e.emplace_back("epoch", state.epoch);
+  if (opt.include_num_input_tokens_seen != "no") e.emplace_back("num_input_tokens_seen", state.num_input_tokens_seen);
   const double step_time = w.steps > 0 ? secs / static_cast<double>(w.steps) : 0.0;
   const double tps = secs > 0 ? static_cast<double>(w.tokens) / secs : 0.0;
   e.emplace_back("x_step_time", step_time);
@@ -361,7 +367,7 @@ void Trainer::Impl::finish_run(const RunWindow& w) {
                                          static_cast<double>(length.max_steps * length.global_batch_size) *
                                              static_cast<double>(steps_run) / static_cast<double>(std::max<int64_t>(length.max_steps, 1)),
                                          steps_run);
-  state.total_flos = flops_per_token / 3.0 * static_cast<double>(state.num_input_tokens_seen);
+  state.total_flos = flops_per_token / 3.0 * static_cast<double>(tokens_trained);
   final_metrics.emplace_back("total_flos", state.total_flos);
   final_metrics.emplace_back("train_loss", losses.train_loss(state.global_step, initial_step));
   final_metrics.emplace_back("epoch", state.epoch);

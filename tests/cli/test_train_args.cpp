@@ -340,6 +340,7 @@ TEST(TrainArgs, HfAndTrlFieldsWeDoNotTakeSayWhy) {
       {"--attn_implementation flash_attention_2", "attention is alpaca-train's own"},
       {"--label_smoothing_factor -0.1", "--label_smoothing_factor must be in [0, 1)"},
       {"--loss_type focal", "--loss_type 'focal' is not a loss; give nll"},
+      {"--include_num_input_tokens_seen some", "'some' is not one of no, all, non_padding"},
       {"--loss_type dft --label_smoothing_factor 0.1", "TRL applies label smoothing only to the nll loss"},
       {"--learnig_rate 1", "did you mean --learning_rate?"},
   });

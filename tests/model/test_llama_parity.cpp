@@ -159,6 +159,11 @@ TEST_P(LlamaParity, BothConfigFormsReadAsTransformersReadsThem) {
     std::cout << GetParam() << "/" << form << ": rope " << hf_rope << ", inv_freq max rel diff " << rel << "\n";
     EXPECT_LE(rel, 1e-6);
     EXPECT_DOUBLE_EQ(model::rope_attention_scaling(c), ref("rope.attention_scaling").item<double>());
+    // What we write back (exports) reads as the same RoPE, past the context too (longrope's long factors).
+    const model::LlamaConfig back = model::LlamaConfig::from_json_string(c.to_json(), "to_json");
+    EXPECT_DOUBLE_EQ(model::rope_attention_scaling(back), model::rope_attention_scaling(c));
+    for (const int64_t len : {int64_t{1}, c.max_position_embeddings * 2})
+      EXPECT_TRUE(at::equal(model::rope_inv_freq(back, len, at::kCPU), model::rope_inv_freq(c, len, at::kCPU)));
   }
 }
 

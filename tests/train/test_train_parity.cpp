@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "test_util.h"
 #include "train_test_util.h"
@@ -147,6 +149,44 @@ TEST(TrainParity, LabelSmoothingAndDftMatchTheirReferences) {
     const double w = expect_losses_close(read_step_logs(w2.path()), steps, 1e-5, "dft world 2 vs world 1");
     std::cout << "[dft] world 2 vs world 1: worst " << w << "\n";
   }
+}
+
+}  // namespace test_train_parity
+
+namespace test_train_parity {
+
+// HF's include_num_input_tokens_seen: "no" leaves trainer_state.json's count at 0 and out of the
+// logs; "non_padding" counts the attention mask's tokens (the tokens_per_step of each logged
+// step, summed); "all" (= True) input_ids' elements, padding included.
+TEST(TrainParity, IncludeNumInputTokensSeenCountsAsTransformers) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
+  std::map<std::string, int64_t> seen;
+  for (const std::string mode : {"no", "non_padding", "True"}) {
+    SCOPED_TRACE(mode);
+    TempDir out("tokens_seen");
+    std::string log;
+    ASSERT_EQ(run_trainer(TrainFlags(kFixture, out.path()).steps(3).batch(4, 1).set("--model_max_length", "512").str() +
+                              " --save_strategy no --include_num_input_tokens_seen " + mode, 1, &log), 0) << log;
+    const auto state = nlohmann::json::parse(std::ifstream(out.path() / "trainer_state.json"));
+    seen[mode] = state["num_input_tokens_seen"].get<int64_t>();
+    int64_t summed = 0, logged = -1;
+    for (const auto& m : read_metrics(out.path())) {
+      if (!m.count("loss")) continue;
+      summed += static_cast<int64_t>(m.at("tokens_per_step"));
+      EXPECT_EQ(m.count("num_input_tokens_seen") > 0, mode != "no");
+      if (m.count("num_input_tokens_seen")) logged = static_cast<int64_t>(m.at("num_input_tokens_seen"));
+    }
+    if (mode == "no") {
+      EXPECT_EQ(seen[mode], 0);
+    } else {
+      EXPECT_EQ(logged, seen[mode]) << "the last log line's count is the state's";
+    }
+    if (mode == "non_padding") {
+      EXPECT_EQ(seen[mode], summed);
+    }
+  }
+  EXPECT_GT(seen["True"], seen["non_padding"]) << "'all' counts the padding too";
+  std::cout << "[tokens seen] non_padding " << seen["non_padding"] << ", all " << seen["True"] << "\n";
 }
 
 }  // namespace test_train_parity

@@ -53,6 +53,7 @@ struct TrainerOptions {
   bool dataloader_drop_last = false;
   std::optional<double> neftune_noise_alpha;  // unset = no NEFTune noise
   model::LossOptions loss;  // --label_smoothing_factor, --loss_type dft
+  std::string include_num_input_tokens_seen = "no";  // "no", "all", "non_padding" (HF)
   int tokenize_threads = 0;                   // --dataset_num_proc; 0 = every core
 
   // ---- Batch and run length.
