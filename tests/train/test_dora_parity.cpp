@@ -162,19 +162,13 @@ TEST(DoraParity, SavedAdapterLoadsInPeftAndMergesAsPeftDoes) {
     const double d = (m->forward(ids) - logits).abs().max().item<double>();
     EXPECT_LE(d, 1e-4) << "merged vs unmerged DoRA logits";
   }
-  std::string out_text;
-  const int rc = run_command(python() + " " + (source_dir() / "tests/reference/lora_peft_load_check.py").string() +
-                                 " --base " + (kFixture / "model").string() + " --adapter " + dir.string() +
-                                 " --ours " + ours.string() + " --merged " + merged.string() + " 2>&1",
-                             &out_text);
-  const auto brace = out_text.rfind("{\"max_abs_diff\"");
-  ASSERT_NE(brace, std::string::npos) << out_text;
-  const auto j = nlohmann::json::parse(out_text.substr(brace, out_text.find('\n', brace) - brace));
-  EXPECT_EQ(rc, 0) << "peft warned while loading the adapter: " << j["warnings"].dump();
-  EXPECT_LE(j["max_abs_diff"].get<double>(), 1e-5) << out_text;
-  EXPECT_LE(j["merged_max_abs_diff"].get<double>(), 1e-5) << "the merged model in transformers: " << out_text;
-  std::cout << "[dora peft load] PeftModel.from_pretrained: max |logits - ours| = " << j["max_abs_diff"]
-            << "; merged model in transformers vs ours: " << j["merged_max_abs_diff"] << "\n";
+  const PeftLoadCheck c = peft_load_check(kFixture / "model", dir, ours, merged);
+  ASSERT_TRUE(c.ok) << c.output;
+  EXPECT_EQ(c.rc, 0) << "peft warned while loading the adapter: " << c.warnings;
+  EXPECT_LE(c.max_abs_diff, 1e-5) << c.output;
+  EXPECT_LE(c.merged_max_abs_diff, 1e-5) << "the merged model in transformers: " << c.output;
+  std::cout << "[dora peft load] PeftModel.from_pretrained: max |logits - ours| = " << c.max_abs_diff
+            << "; merged model in transformers vs ours: " << c.merged_max_abs_diff << "\n";
 }
 
 }  // namespace test_dora_parity

@@ -231,20 +231,14 @@ TEST(LoraParity, SavedAdapterLoadsInPeftWithOurLogits) {
       EXPECT_EQ(fs::exists(kFixture / "model" / f), fs::exists(bare_merged / f)) << f << " (from the base)";
     EXPECT_TRUE(fs::exists(bare_merged / "tokenizer.model"));
   }
-  std::string out_text;
-  const int rc = run_command(python() + " " + (source_dir() / "tests/reference/lora_peft_load_check.py").string() +
-                                 " --base " + (kFixture / "model").string() + " --adapter " + dir.string() +
-                                 " --ours " + ours.string() + " --merged " + merged.string() + " 2>&1",
-                             &out_text);
-  const auto brace = out_text.rfind("{\"max_abs_diff\"");
-  ASSERT_NE(brace, std::string::npos) << out_text;
-  const auto j = nlohmann::json::parse(out_text.substr(brace, out_text.find('\n', brace) - brace));
-  EXPECT_EQ(rc, 0) << "peft warned while loading the adapter: " << j["warnings"].dump();
-  EXPECT_TRUE(j["warnings"].empty()) << j["warnings"].dump();
-  EXPECT_LE(j["max_abs_diff"].get<double>(), 1e-5) << out_text;
-  EXPECT_LE(j["merged_max_abs_diff"].get<double>(), 1e-5) << "the merged model in transformers: " << out_text;
-  std::cout << "[lora peft load] PeftModel.from_pretrained: no warnings; max |logits - ours| = " << j["max_abs_diff"]
-            << " (max |logit| " << j["max_abs"] << "); merged model in transformers: " << j["merged_max_abs_diff"] << "\n";
+  const PeftLoadCheck c = peft_load_check(kFixture / "model", dir, ours, merged);
+  ASSERT_TRUE(c.ok) << c.output;
+  EXPECT_EQ(c.rc, 0) << "peft warned while loading the adapter: " << c.warnings;
+  EXPECT_EQ(c.warnings, "[]");
+  EXPECT_LE(c.max_abs_diff, 1e-5) << c.output;
+  EXPECT_LE(c.merged_max_abs_diff, 1e-5) << "the merged model in transformers: " << c.output;
+  std::cout << "[lora peft load] PeftModel.from_pretrained: no warnings; max |logits - ours| = " << c.max_abs_diff
+            << " (max |logit| " << c.max_abs << "); merged model in transformers: " << c.merged_max_abs_diff << "\n";
 }
 
 TEST(LoraParity, AdapterSaveHoldsAboutTheAdapterNotTheBase) {
@@ -404,18 +398,12 @@ TEST(LoraParity, TiedEmbeddingsShareOneTrainableTokenDeltaThatPeftLoads) {
     w.add("logits", g->forward(ids).contiguous());
     w.finish();
   }
-  std::string out_text;
-  const int rc = run_command(python() + " " + (source_dir() / "tests/reference/lora_peft_load_check.py").string() +
-                                 " --base " + model_dir.string() + " --adapter " + out.string() + " --ours " +
-                                 ours.string() + " 2>&1",
-                             &out_text);
-  const auto brace = out_text.rfind("{\"max_abs_diff\"");
-  ASSERT_NE(brace, std::string::npos) << out_text;
-  const auto j = nlohmann::json::parse(out_text.substr(brace, out_text.find('\n', brace) - brace));
-  EXPECT_EQ(rc, 0) << "peft warned while loading the adapter: " << j["warnings"].dump();
-  EXPECT_LE(j["max_abs_diff"].get<double>(), 1e-5) << out_text;
+  const PeftLoadCheck c = peft_load_check(model_dir, out, ours);
+  ASSERT_TRUE(c.ok) << c.output;
+  EXPECT_EQ(c.rc, 0) << "peft warned while loading the adapter: " << c.warnings;
+  EXPECT_LE(c.max_abs_diff, 1e-5) << c.output;
   std::cout << "[lora tied] PeftModel.from_pretrained (tied embeddings): no warnings; max |logits - ours| = "
-            << j["max_abs_diff"] << "\n";
+            << c.max_abs_diff << "\n";
 }
 
 }  // namespace test_lora_parity

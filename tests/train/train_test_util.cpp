@@ -167,4 +167,23 @@ double expect_losses_close(const std::vector<StepLog>& got, const std::vector<St
   return worst;
 }
 
+PeftLoadCheck peft_load_check(const std::filesystem::path& base, const std::filesystem::path& adapter,
+                              const std::filesystem::path& ours, const std::filesystem::path& merged) {
+  PeftLoadCheck c;
+  c.rc = run_command(python() + " " + (source_dir() / "tests/reference/lora_peft_load_check.py").string() + " --base " +
+                         base.string() + " --adapter " + adapter.string() + " --ours " + ours.string() +
+                         (merged.empty() ? std::string() : " --merged " + merged.string()) + " 2>&1",
+                     &c.output);
+  const auto brace = c.output.rfind("{\"max_abs_diff\"");
+  if (brace == std::string::npos) return c;
+  const auto j = nlohmann::json::parse(c.output.substr(brace, c.output.find('\n', brace) - brace));
+  c.ok = true;
+  c.max_abs_diff = j["max_abs_diff"].get<double>();
+  c.max_abs = j.value("max_abs", 0.0);
+  if (j.contains("merged_max_abs_diff") && !j["merged_max_abs_diff"].is_null())
+    c.merged_max_abs_diff = j["merged_max_abs_diff"].get<double>();
+  c.warnings = j["warnings"].dump();
+  return c;
+}
+
 }  // namespace alpaca::testing

@@ -113,4 +113,17 @@ double expect_losses_close(const std::vector<StepLog>& got, const std::vector<St
 // Every metrics.jsonl entry as key -> number (non-numbers skipped).
 std::vector<std::map<std::string, double>> read_metrics(const std::filesystem::path& output_dir);
 
+// tests/reference/lora_peft_load_check.py: peft's PeftModel.from_pretrained(base, adapter) against our
+// logits (`ours`: input_ids, logits), and, when `merged` is given, that merged HF directory in
+// transformers. `ok`: its JSON line was found; rc non-zero when peft warned while loading.
+struct PeftLoadCheck {
+  bool ok = false;
+  int rc = -1;
+  double max_abs_diff = 0, max_abs = 0, merged_max_abs_diff = 0;
+  std::string warnings;  // the JSON list, as text
+  std::string output;    // everything the script printed
+};
+PeftLoadCheck peft_load_check(const std::filesystem::path& base, const std::filesystem::path& adapter,
+                              const std::filesystem::path& ours, const std::filesystem::path& merged = {});
+
 }  // namespace alpaca::testing
