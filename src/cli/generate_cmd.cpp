@@ -304,6 +304,13 @@ int run_generate(const std::vector<std::string>& args) {
 
   // Decoding options: flags, else generation_config.json, else transformers' defaults.
   const generate::GenerationConfig gc = generate::read_generation_config(f.model_dir);
+  if (!gc.unimplemented.empty()) {
+    std::string fields;
+    for (const auto& u : gc.unimplemented) fields += (fields.empty() ? "" : ", ") + u;
+    ALPACA_WARN(f.model_dir << "/generation_config.json asks for " << fields << ", which alpaca-train generate does not "
+                "implement (greedy or sampling with temperature, top_k, top_p, repetition_penalty only): decoding without "
+                "it, so the answers can differ from transformers' generate");
+  }
   const model::LlamaConfig cfg = model::LlamaConfig::from_json_file((fs::path(f.model_dir) / "config.json").string());
   generate::GenerateOptions opts;
   opts.sampling = sampling_options(f, parsed, gc);

@@ -43,6 +43,23 @@ GenerationConfig parse_generation_config(const std::string& text, const std::str
   }
   ALPACA_CHECK(j.is_object(), source << " must hold a JSON object");
   GenerationConfig c;
+  // transformers 5's GenerationConfig fields that change decoding, each with the value(s) that
+  // leave it off; anything else is named in `unimplemented`.
+  static const std::vector<std::pair<const char*, std::vector<json>>> kOff = {
+      {"num_beams", {1}}, {"num_beam_groups", {1}}, {"penalty_alpha", {0}}, {"min_p", {0}}, {"typical_p", {1}},
+      {"epsilon_cutoff", {0}}, {"eta_cutoff", {0}}, {"no_repeat_ngram_size", {0}}, {"min_new_tokens", {0}},
+      {"min_length", {0}}, {"encoder_repetition_penalty", {1}}, {"bad_words_ids", {}}, {"suppress_tokens", {}},
+      {"begin_suppress_tokens", {}}, {"forced_bos_token_id", {}}, {"forced_eos_token_id", {}},
+      {"renormalize_logits", {false}}, {"sequence_bias", {}}, {"guidance_scale", {1}}, {"diversity_penalty", {0}},
+      {"stop_strings", {}}, {"exponential_decay_length_penalty", {}}, {"dola_layers", {}},
+      {"prompt_lookup_num_tokens", {}}, {"watermarking_config", {}}, {"top_h", {}}};
+  for (const auto& [key, off] : kOff) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null() || (it->is_array() && it->empty()) || (it->is_object() && it->empty())) continue;
+    bool is_off = false;
+    for (const json& v : off) is_off = is_off || (it->is_number() && v.is_number() ? it->get<double>() == v.get<double>() : *it == v);
+    if (!is_off) c.unimplemented.push_back(std::string(key) + " " + it->dump());
+  }
   c.do_sample = field<bool>(j, "do_sample", source);
   c.temperature = field<double>(j, "temperature", source);
   c.top_k = field<int64_t>(j, "top_k", source);

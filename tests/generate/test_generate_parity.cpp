@@ -170,6 +170,13 @@ TEST(GenerationConfigFile, ReadsTransformersFields) {
   EXPECT_EQ(c.eos_token_id, (std::vector<int64_t>{2, 7}));
   EXPECT_EQ(parse_generation_config(R"({"eos_token_id": 5})", "g").eos_token_id, std::vector<int64_t>{5});
   EXPECT_FALSE(parse_generation_config("{}", "g").do_sample.has_value());
+  // What transformers' generate() would act on and we do not: named, so the caller warns; the values
+  // that leave a field off (num_beams 1, typical_p 1.0, null, []) are not.
+  EXPECT_TRUE(c.unimplemented.empty());
+  EXPECT_EQ(parse_generation_config(R"({"num_beams": 4, "min_p": 0.05, "typical_p": 1.0, "no_repeat_ngram_size": 0,
+                                        "bad_words_ids": null, "suppress_tokens": [], "min_new_tokens": 3})", "g")
+                .unimplemented,
+            (std::vector<std::string>{"num_beams 4", "min_p 0.05", "min_new_tokens 3"}));
   try {
     parse_generation_config(R"({"top_k": "many"})", "g.json");
     FAIL() << "expected an error";

@@ -24,6 +24,9 @@ struct GenerationConfig {
   // The model directory has the file. transformers then takes eos_token_id from it alone (absent:
   // no early stop); without the file it builds one from config.json.
   bool from_file = false;
+  // Fields transformers' generate() acts on that `generate` does not implement, set to values that
+  // change the output ("num_beams 4", "min_p 0.05", ...): the caller warns about them.
+  std::vector<std::string> unimplemented;
 };
 
 // Reads `model_dir`/generation_config.json; a missing file gives an empty config. A malformed file
