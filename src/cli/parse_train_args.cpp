@@ -159,6 +159,13 @@ std::string no_op_word(const std::string& text) {
   return t;
 }
 
+// transformers 5's activation_checkpointing(_kwargs) set to null: unset (a dumped config writes them
+// next to gradient_checkpointing). Other aliases keep their null: TRL's max_length None means "no
+// truncation", which is not our default, so it stays an error rather than 512 in silence.
+bool alias_unset_by_null(const std::string& name, const std::string& value) {
+  return (name == "activation_checkpointing" || name == "activation_checkpointing_kwargs") && no_op_word(value) == "none";
+}
+
 // Whether `name` is an HF/TRL field we do not take, set to a value that asks for nothing.
 bool is_no_op_hf_field(const std::string& name, const std::string& value) {
   const auto it = unsupported_hf_fields().find(name);
@@ -249,7 +256,7 @@ std::map<std::string, std::string> read_config_file(const std::string& path) {
     const std::string text = json_value_text(path, name, v);
     // An alias left unset (a dumped transformers 5 config has activation_checkpointing: null next to
     // gradient_checkpointing, or both with one value, as its __post_init__ keeps them in step).
-    if (flag != name && no_op_word(text) == "none") continue;
+    if (alias_unset_by_null(name, text)) continue;
     if (values.count(flag)) {
       ALPACA_USAGE_CHECK(no_op_word(values[flag]) == no_op_word(text),
                          "config file " << path << ": '" << flag << "' is given twice (once as an alias) with "
@@ -360,7 +367,7 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
     if (opt->count() == 0) continue;
     std::string flag = canonical_name(spelling);
     const auto& results = opt->results();
-    if (flag != spelling && !results.empty() && no_op_word(results.back()) == "none") continue;  // an alias left unset
+    if (!results.empty() && alias_unset_by_null(spelling, results.back())) continue;  // an alias left unset
     // CLI11 hands a following "--flag" to an option that takes a value; never take a flag as a value.
     for (const auto& r : results) {
       ALPACA_USAGE_CHECK(r.rfind("--", 0) != 0, "--" << spelling << " needs a value, but the next argument is the flag "

@@ -561,6 +561,8 @@ TEST_F(ConfigFile, AWholeDumpedSftConfigIsAValidConfig) {
   EXPECT_TRUE(a.gradient_checkpointing);
   a = parse_train_args(shell_split("--config " + write(head + "activation_checkpointing: null\n", ".yaml")));
   EXPECT_FALSE(a.gradient_checkpointing);
+  // TRL's max_length None (no truncation) is not our default: an error, not 512 in silence.
+  EXPECT_USAGE_ERROR("--config " + write(head + "max_length: null\n", ".yaml"), "model_max_length");
   EXPECT_USAGE_ERROR("--config " + write(head + "activation_checkpointing: true\ngradient_checkpointing: false\n", ".yaml"),
                      "'gradient_checkpointing' is given twice (once as an alias) with different values");
   EXPECT_USAGE_ERROR("--config " + write(head + "activation_checkpointing: true\nactivation_checkpointing_kwargs: "
