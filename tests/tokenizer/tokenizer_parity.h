@@ -3,6 +3,9 @@
 // without special tokens, both decodes) and train.py's examples (input ids and labels).
 #pragma once
 
+#include <algorithm>
+#include <iostream>
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -58,6 +61,20 @@ inline void expect_roles(const Tokenizer& tok, const nlohmann::json& roles) {
     }
 }
 
+// Ours and the reference hold the same pieces in another order and decode to the same text: two
+// segmentations with the same summed score in exact arithmetic (a Unigram lattice tie such as
+// "0"+"000" vs "000"+"0" on "0000"). The library breaks such ties by 1-ulp differences in the scores
+// as it parses them (serde_json's default float parsing is not correctly rounded; ours, strtod, is),
+// and tokenizers' UnigramTrainer is not reproducible, so a fixture's vocabulary may or may not hold
+// one: a tie is reported, not counted as a difference.
+inline bool is_reordered_tie(const Tokenizer& tok, std::vector<int64_t> a, std::vector<int64_t> b) {
+  if (a == b) return true;
+  if (tok.decode(a, false) != tok.decode(b, false)) return false;
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  return a == b;
+}
+
 // A case of tokenizer_classes_reference.py's case_reference (ref: "texts", "ids", "ids_plain",
 // "decoded", "decoded_skip"): counts the texts whose ids with / without the special tokens or whose
 // decodes differ, reporting the first few.
@@ -73,6 +90,14 @@ inline size_t compare_texts(const Tokenizer& tok, const nlohmann::json& ref) {
     const std::string dec = tok.decode(want, false), dec_skip = tok.decode(want, true);
     const bool same = got == want && got_plain == ref["ids_plain"][i].get<std::vector<int64_t>>() &&
                       dec == ref["decoded"][i].get<std::string>() && dec_skip == ref["decoded_skip"][i].get<std::string>();
+    if (!same && is_reordered_tie(tok, got, want) &&
+        is_reordered_tie(tok, got_plain, ref["ids_plain"][i].get<std::vector<int64_t>>()) &&
+        dec == ref["decoded"][i].get<std::string>() && dec_skip == ref["decoded_skip"][i].get<std::string>()) {
+      std::cout << "  text " << i << ": the same pieces in another order (an exact Viterbi tie, e.g. \"0\"+\"000\" vs "
+                   "\"000\"+\"0\", which the library breaks by 1-ulp differences in the scores it parses): "
+                << json(got).dump() << " vs " << json(want).dump() << "\n";
+      continue;
+    }
     if (!same && ++bad <= 3)
       ADD_FAILURE() << "text " << i << " "
                     << json(text.substr(0, 80)).dump(-1, ' ', false, json::error_handler_t::replace)  // may cut a character
