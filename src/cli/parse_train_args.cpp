@@ -251,8 +251,8 @@ std::map<std::string, std::string> read_config_file(const std::string& path) {
     if (!find_train_flag(flag) && is_no_op_hf_field(name, json_value_text(path, name, v))) continue;
     ALPACA_USAGE_CHECK(find_train_flag(flag), unknown_flag_message("config file " + path + ": unknown key", name, "'"));
     // null for a flag whose default is unset (HF/TRL dumps write fsdp: null, deepspeed: null): unset.
-    if (v.is_null() && (find_train_flag(flag)->default_text.empty() || find_train_flag(flag)->default_text == "None"))
-      continue;
+    const std::string& default_text = find_train_flag(flag)->default_text;
+    if (v.is_null() && (default_text.empty() || default_text == "None")) continue;
     const std::string text = json_value_text(path, name, v);
     // An alias left unset (a dumped transformers 5 config has activation_checkpointing: null next to
     // gradient_checkpointing, or both with one value, as its __post_init__ keeps them in step).

@@ -57,18 +57,19 @@ at::Tensor dora_weight_norm(const at::Tensor& weight, const at::Tensor& lora_wei
 
 // peft's DoraLinearVariant.forward + DoraLinearLayer.forward, op for op.
 at::Tensor LinearImpl::dora_forward(const at::Tensor& x, const at::Tensor& result) const {
-  at::Tensor lora_weight, weight_norm;
+  const at::Tensor w = weight.to(x.scalar_type());  // frozen: no gradient through it
+  at::Tensor weight_norm;
   {
     at::NoGradGuard no_grad;  // the norm is a constant to autograd
     // peft: lora_B(lora_A(eye(in))).T in the adapter's dtype, then cast to x's.
-    lora_weight = at::matmul(lora_B->weight, lora_A->weight).to(x.scalar_type());
-    weight_norm = dora_weight_norm(weight.to(x.scalar_type()), lora_weight, lora_scaling);
+    const at::Tensor lora_weight = at::matmul(lora_B->weight, lora_A->weight).to(x.scalar_type());
+    weight_norm = dora_weight_norm(w, lora_weight, lora_scaling);
   }
   const at::Tensor mag_norm_scale = (lora_magnitude / weight_norm).view({1, -1});
   at::Tensor h = x, base;
   if (lora_dropout > 0 && is_training()) {
     h = at::dropout(x, lora_dropout, /*train=*/true);
-    base = model::linear(h, weight.to(x.scalar_type()), at::Tensor());
+    base = model::linear(h, w, at::Tensor());
   } else {
     base = bias.defined() ? result - bias : result;
   }

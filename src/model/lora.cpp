@@ -232,17 +232,4 @@ LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t se
   return plan;
 }
 
-int64_t init_dora_magnitudes(LlamaForCausalLMImpl& m) {
-  at::NoGradGuard no_grad;
-  int64_t n = 0;
-  for (const auto& item : m.named_modules("", /*include_self=*/false)) {
-    auto* lin = dynamic_cast<LinearImpl*>(item.value().get());
-    if (lin == nullptr || !lin->lora_magnitude.defined()) continue;
-    ALPACA_CHECK(!lin->weight.is_meta(), "init_dora_magnitudes: " << item.key() << " has no weight values yet");
-    lin->lora_magnitude.copy_(dora_weight_norm(lin->weight, at::Tensor(), lin->lora_scaling));
-    ++n;
-  }
-  return n;
-}
-
 }  // namespace alpaca::model

@@ -21,8 +21,8 @@ struct LoraOptions {
   double dropout = 0.05;
   bool use_rslora = false;
   // DoRA (peft use_dora): each adapted linear also trains a magnitude vector (LinearImpl::lora_magnitude),
-  // initialised to the row norms of its base weight (init_dora_magnitudes; zeros while the weight is
-  // on the meta device).
+  // initialised to the row norms of its base weight (zeros while the weight is on the meta device:
+  // the trainer sets them once the base is loaded).
   bool use_dora = false;
   std::vector<std::string> target_modules;   // names, or {"all-linear"}; empty = peft's LLaMA default q_proj v_proj
   std::vector<std::string> modules_to_save;  // modules trained in full (peft modules_to_save), e.g. lm_head
@@ -60,10 +60,6 @@ std::vector<std::string> split_module_list(const std::string& text);
 // Throws alpaca::Error when r <= 0, when a target or a module to save matches no module (naming the
 // modules that exist), or when a target is not a linear layer.
 LoraPlan apply_lora(LlamaForCausalLMImpl& m, const LoraOptions& opt, uint64_t seed);
-
-// Sets every DoRA magnitude of `m` to its base weight's row norms (peft's DoraLinearLayer.update_layer
-// with B = 0): for a model whose weights are loaded in place. Returns how many it set.
-int64_t init_dora_magnitudes(LlamaForCausalLMImpl& m);
 
 // True for the name of a parameter LoRA adds, which the base checkpoint does not have
 // ("...lora_A.weight" / "...lora_B.weight" / "...lora_magnitude_vector" /
