@@ -2,7 +2,8 @@
 quicktour: BPE + Whitespace) beyond what pretrained files carry: the Whitespace, Punctuation,
 CharDelimiterSplit and UnicodeScripts pre-tokenizers, the WordLevel model, the ByteLevel normalizer,
 and the Fuse / WordPiece decoders (or none) such files have. Each case trains a small tokenizer with
-the pinned `tokenizers` on the first TRAIN_RECORDS Alpaca records and saves it as
+the pinned `tokenizers` on the first TRAIN_RECORDS Alpaca records (the Unigram cases: the committed
+ones in KEPT_UNIGRAM, trained so once with --retrain-unigram) and saves it as
 --out/cases/<case>/tokenizer.json with a PreTrainedTokenizerFast tokenizer_config.json (bos, eos,
 unk, pad set); --out/cases/<case>.json holds what transformers 5's AutoTokenizer gives on the edge
 texts and the first --records Alpaca records as train.py builds them (tokenizer_classes_reference's
@@ -23,6 +24,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 TRAIN_RECORDS = 400
+# The Unigram cases' trained tokenizer.json files, committed (see train_cases).
+KEPT_UNIGRAM = os.path.join(REPO, "tests/fixtures/tokenizers/unigram_components")
 SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
 CONFIG = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "[CLS]", "eos_token": "[SEP]",
           "unk_token": "[UNK]", "pad_token": "[PAD]"}
@@ -38,8 +41,9 @@ EXTRA_EDGE = [
 ]
 
 
-def train_cases(text, out):
-    """{case: tokenizer.json path}: one trained tokenizer per component combination."""
+def train_cases(text, out, retrain=False):
+    """{case: tokenizer.json path}: one trained tokenizer per component combination (the Unigram
+    ones read from KEPT_UNIGRAM unless `retrain`, which rewrites those files)."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     def post(tok):
@@ -105,10 +109,19 @@ def train_cases(text, out):
                                                                                       special_tokens=SPECIALS))
     paths = {}
     for name, (tok, trainer) in made.items():
+        paths[name] = os.path.join(out, name + ".json")
+        kept = os.path.join(KEPT_UNIGRAM, name + ".json")
+        if isinstance(trainer, trainers.UnigramTrainer) and not retrain:
+            # UnigramTrainer is not reproducible (not even single-threaded): its vocabulary, and the
+            # ties in it, differ run to run. The committed one keeps the fixture the same everywhere.
+            shutil.copy(kept, paths[name])
+            continue
         tok.train([text], trainer)
         post(tok)
-        paths[name] = os.path.join(out, name + ".json")
         tok.save(paths[name])
+        if isinstance(trainer, trainers.UnigramTrainer):
+            os.makedirs(KEPT_UNIGRAM, exist_ok=True)
+            tok.save(kept)
     return paths
 
 
@@ -135,6 +148,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--records", type=int, default=100, help="Alpaca records among the texts compared")
+    ap.add_argument("--retrain-unigram", action="store_true",
+                    help=f"train the Unigram cases anew and rewrite {os.path.relpath(KEPT_UNIGRAM, REPO)}")
     args = ap.parse_args()
     out = os.path.abspath(args.out)  # the cases' "dir" is read from elsewhere
     shared = os.environ.get("ALPACA_SHARED_DIR", os.path.join(REPO, "../shared"))
@@ -158,7 +173,7 @@ def main():
 
     text = alpaca_text(os.path.join(out, "bases", "alpaca.txt"), n=TRAIN_RECORDS)
     reference = {"edge": len(edge), "records": len(records), "cases": {}}
-    for name, path in train_cases(text, os.path.join(out, "bases")).items():
+    for name, path in train_cases(text, os.path.join(out, "bases"), args.retrain_unigram).items():
         d = os.path.join(out, "cases", name)
         os.makedirs(d)
         shutil.copy(path, os.path.join(d, "tokenizer.json"))
