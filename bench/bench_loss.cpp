@@ -4,6 +4,8 @@
 // docs/profile_bf16.md), and, on CPUs with our AVX512-BF16 GEMM, the lm_head gradient summed in fp32
 // inside that GEMM (loss_rows.h: head_weight_grad_bf16) against ATen's bf16 product per chunk added
 // into fp32 (bf16gemm::set_backend(kCpublas)). ALPACA_BF16_GEMM picks the GEMM summing it (bf16_gemm.h).
+// Then the trainer's form, with LossOptions::token_stats (TRL's entropy and top-1), against without,
+// in bf16 and fp32.
 //
 //   build/tests/model/bench_loss [reps=5] [tokens=1024]
 //
@@ -41,9 +43,11 @@ std::string cpu_model() {
   return "?";
 }
 
-double time_one(const at::Tensor& h, const at::Tensor& w, const at::Tensor& labels) {
+double time_one(const at::Tensor& h, const at::Tensor& w, const at::Tensor& labels, bool token_stats = false) {
+  alpaca::model::LossOptions o;
+  o.token_stats = token_stats;
   const double t0 = thread_cpu_s();
-  const alpaca::model::LossSum ls = alpaca::model::causal_lm_head_loss_sum(h, w, labels);
+  const alpaca::model::LossSum ls = alpaca::model::causal_lm_head_loss_sum(h, w, labels, 0, {}, {}, o);
   torch::autograd::grad({ls.sum}, {h, w});
   return thread_cpu_s() - t0;
 }
@@ -101,6 +105,16 @@ int main(int argc, char** argv) {
       if (r > 0) best[side] = std::min(best[side], t);
     }
   }
+  // The trainer's loss: with TRL's token statistics (loss.h), on the default rows and in fp32.
+  const at::Tensor h32 = h.detach().to(at::kFloat).requires_grad_(true), w32 = w.detach().to(at::kFloat).requires_grad_(true);
+  double stats[4] = {1e30, 1e30, 1e30, 1e30};  // bf16 without / with, fp32 without / with
+  if (fast) g::set_backend(fast_backend);
+  alpaca::model::set_fused_cpu_bf16(true);
+  for (int r = 0; r < reps + 1; ++r)
+    for (int side = 0; side < 4; ++side) {
+      const double t = side < 2 ? time_one(h, w, labels, side == 1) : time_one(h32, w32, labels, side == 3);
+      if (r > 0) stats[side] = std::min(stats[side], t);
+    }
   // The rows alone: one chunk of the loss (2^23 / V rows).
   const int64_t chunk = (int64_t{1} << 23) / v;
   const at::Tensor z_c = (at::randn({chunk, v}) * 3).to(at::kBFloat16);
@@ -119,6 +133,9 @@ int main(int argc, char** argv) {
   if (fast)
     std::printf("fused rows + lm_head gradient summed in the %s GEMM: %.4f s   %.2fx the fused rows alone\n",
                 g::name(fast_backend), best[2], best[1] / best[2]);
+  std::printf("with the trainer's token statistics (entropy, top-1): bf16 %.4f -> %.4f s (%+.1f%%), fp32 %.4f -> %.4f s "
+              "(%+.1f%%)\n", stats[0], stats[1], 100 * (stats[1] / stats[0] - 1), stats[2], stats[3],
+              100 * (stats[3] / stats[2] - 1));
   std::printf("one chunk (%lld x %lld logits) without the GEMMs: ATen passes %.4f s, fused rows %.4f s, %.2fx\n",
               static_cast<long long>(chunk), static_cast<long long>(v), rows[0], rows[1], rows[0] / rows[1]);
   return 0;

@@ -35,13 +35,15 @@ model::LossSum FsdpLlama::forward_loss_sum(const at::Tensor& input_ids_bt, const
                                            const at::Tensor& attention_mask_bt, const at::Tensor& position_ids_bt,
                                            const at::Tensor& segment_ids_bt) {
   int64_t count = 0;
+  at::Tensor token_stats;
   at::Tensor sum = engine_->forward([&] {
     model::LossSum ls =
         model_->forward_loss_sum(input_ids_bt, labels_bt, attention_mask_bt, position_ids_bt, segment_ids_bt);
     count = ls.num_tokens;
+    token_stats = ls.token_stats;
     return ls.sum;
   });
-  return {sum, count};
+  return {sum, count, token_stats};
 }
 
 FsdpModelParts fsdp_parts(model::LlamaForCausalLMImpl& model) {

@@ -62,10 +62,16 @@ using torch::autograd::tensor_list;
 // With `o` not plain, each row's term and gradient follow LossOptions (rows in fp32):
 //   label smoothing e: (1 - e) nll + e (lse - mean_v z), gradient softmax - (1 - e) onehot - e / V;
 //   DFT: p nll with p = exp(-nll) constant, gradient p (softmax - onehot).
+// With `stats` (fp64 (2), o.token_stats): adds the rows' entropy sum and top-1 count (loss.h).
 at::Tensor chunk_cross_entropy(at::Tensor& z_c, const at::Tensor& target_n, at::Tensor& loss, bool need_grad,
-                               const LossOptions& o) {
+                               const LossOptions& o, at::Tensor& stats) {
   if (o.plain() && fused_cpu_bf16_applies(z_c) && z_c.is_contiguous()) {
-    loss.add_(cross_entropy_rows_bf16(z_c, target_n.contiguous(), need_grad));
+    RowTokenStats row_stats;
+    loss.add_(cross_entropy_rows_bf16(z_c, target_n.contiguous(), need_grad, stats.defined() ? &row_stats : nullptr));
+    if (stats.defined()) {
+      stats[0].add_(row_stats.entropy_sum);
+      stats[1].add_(static_cast<double>(row_stats.top1));
+    }
     return need_grad ? z_c : at::Tensor();
   }
   const at::Tensor target = target_n.unsqueeze(1);
@@ -73,10 +79,24 @@ at::Tensor chunk_cross_entropy(at::Tensor& z_c, const at::Tensor& target_n, at::
   at::Tensor z = z_c.to(at::kFloat);
   z_c = at::Tensor();  // the compute-dtype logits die with the upcast (in bf16 they would be one more chunk)
   const at::Tensor target_logit = z.gather(1, target);
-  const at::Tensor zmax = z.amax(1, /*keepdim=*/true);
+  // The token statistics: on the CPU with the fused kernels, one read-only pass a row that also
+  // gives the max; elsewhere ATen's argmax (the first index among equal maxima, as TRL's is_top1).
+  const bool cpu_stats = stats.defined() && z.is_cpu() && fused_cpu_enabled() && z.stride(1) == 1;
+  RowTokenStats row_stats;
+  const at::Tensor cpu_target = cpu_stats ? target_n.contiguous() : at::Tensor();
+  const at::Tensor top1 = stats.defined() && !cpu_stats ? z.argmax(1).eq(target_n).sum() : at::Tensor();
+  const at::Tensor zmax = cpu_stats ? token_stats_rows_f32(z, cpu_target, row_stats) : z.amax(1, /*keepdim=*/true);
   const at::Tensor zmean = o.label_smoothing != 0.0 ? z.mean(1, /*keepdim=*/true) : at::Tensor();
   z.sub_(zmax).exp_();                                   // exp(z - max), in place
   const at::Tensor sumexp = z.sum(1, /*keepdim=*/true);  // lse = log(sumexp) + max
+  if (cpu_stats) {
+    stats[0].add_(row_stats.entropy_sum);
+    stats[1].add_(static_cast<double>(row_stats.top1));
+  } else if (stats.defined()) {
+    // With e = exp(z - max) and s = sum e: entropy = log s - sum e log(e) / s (xlogy: 0 where e underflowed).
+    const at::Tensor entropy = (sumexp.log() - at::xlogy(z, z).sum(1, /*keepdim=*/true).div_(sumexp)).sum();
+    stats.add_(at::stack({entropy.to(at::kDouble), top1.to(at::kDouble)}));
+  }
   at::Tensor p;  // DFT: each row's probability of its target
   if (o.plain()) {
     loss.add_((sumexp.log() + zmax - target_logit).sum());
@@ -112,8 +132,9 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h_nd, const at::Tensor& w_vd,
                             const at::Tensor& labels_n, const at::Tensor& rows, int64_t chunk,
                             const at::Tensor& rows_kd, const at::Tensor& row_index_k, double label_smoothing,
-                            bool dft) {
-    const LossOptions options{label_smoothing, dft};
+                            bool dft, at::Tensor stats) {
+    if (stats.numel() == 0) stats = at::Tensor();  // empty = none
+    const LossOptions options{label_smoothing, dft, stats.defined()};
     const bool need_h = h_nd.requires_grad(), need_w = w_vd.requires_grad();
     const bool with_rows = rows_kd.numel() > 0;  // empty = none (apply takes defined tensors only)
     const bool need_rows = with_rows && rows_kd.requires_grad();
@@ -158,7 +179,7 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
       const at::Tensor z_rows = ld > 0 ? z_buf.narrow(0, 0, h_c.size(0)) : z_c;
       if (with_rows) z_rows.index_copy_(1, row_index_k, at::mm(h_c, r_c.t()));
       const at::Tensor g =
-          chunk_cross_entropy(z_c, labels_n.index_select(0, idx), loss, need_h || need_w || need_rows, options);
+          chunk_cross_entropy(z_c, labels_n.index_select(0, idx), loss, need_h || need_w || need_rows, options, stats);
       if (!g.defined()) continue;
       // Padded (ld > 0: fp32 logits), g is the fp32 view of z_buf's rows, and g_cols those full-width rows
       // (the same values in their V columns).
@@ -207,7 +228,8 @@ struct FusedHeadCrossEntropy : public torch::autograd::Function<FusedHeadCrossEn
     if (grad_h.defined()) grad_h.mul_(g.to(grad_h.scalar_type()));
     if (grad_w.defined()) grad_w.mul_(g.to(grad_w.scalar_type()));
     if (grad_r.defined()) grad_r.mul_(g.to(grad_r.scalar_type()));
-    return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), grad_r, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), grad_r, at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -248,11 +270,13 @@ LossSum causal_lm_head_loss_sum(const at::Tensor& hidden_btd, const at::Tensor& 
                               row_index_k.numel() == rows_kd.size(0)),
                "loss: trainable token rows " << rows_kd.sizes() << " do not fit the head weight " << weight_vd.sizes());
   const at::Tensor none = at::empty({0}, weight_vd.options());
+  // Filled in place by the forward; empty = none.
+  const at::Tensor stats = at::zeros({options.token_stats ? 2 : 0}, hidden_btd.options().dtype(at::kDouble));
   at::Tensor sum = FusedHeadCrossEntropy::apply(hidden_btd.reshape({-1, d}), weight_vd, flat_labels, rows, chunk_tokens,
                                                with_rows ? rows_kd : none,
                                                with_rows ? row_index_k : none.to(at::kLong), options.label_smoothing,
-                                               options.dft);
-  return {sum, count};
+                                               options.dft, stats);
+  return {sum, count, options.token_stats ? stats : at::Tensor()};
 }
 
 }  // namespace alpaca::model

@@ -59,23 +59,97 @@ ALPACA_INLINE float row_sumexp_impl(In z, int64_t v, float m, Acc e) {
   return s;
 }
 
+// As row_sumexp_impl, and *xe = sum_i e[i] (z[i] - m): the entropy of the row's softmax is log(s) - xe / s
+// (TRL's log_z - sum_v exp(z_v - m) z_v / s, the max taken out of both terms).
+ALPACA_INLINE float row_sumexp_xe_impl(In z, int64_t v, float m, Acc e, float* xe) {
+  float acc[kLanes] = {}, acc_xe[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= v; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float x = f32(z[i + l]) - m;
+      e[i + l] = exp_f(x);
+      acc[l] += e[i + l];
+      acc_xe[l] += e[i + l] * x;
+    }
+  float s = 0, sxe = 0;
+  for (int l = 0; l < kLanes; ++l) {
+    s += acc[l];
+    sxe += acc_xe[l];
+  }
+  for (; i < v; ++i) {
+    const float x = f32(z[i]) - m;
+    e[i] = exp_f(x);
+    s += e[i];
+    sxe += e[i] * x;
+  }
+  *xe = sxe;
+  return s;
+}
+
 // z[i] = bf16(e[i] / s): the softmax, rounded once.
 ALPACA_INLINE void row_softmax_impl(const float* __restrict e, int64_t v, float s, Out z) {
   for (int64_t i = 0; i < v; ++i) z[i] = bf16(e[i] / s);
 }
 
+// fp32 logits (the ATen passes' rows): the row's maximum (as amax: exact), whether the target is the
+// first index holding it, and the entropy log(s) - sum e (z - m) / s with e = exp(z - m), in one pass
+// after the max (read only: the ATen passes then compute the loss and gradient bits as without it).
+ALPACA_INLINE float f32_row_max_impl(const float* __restrict z, int64_t v) {
+  float acc[kLanes];
+  for (int l = 0; l < kLanes; ++l) acc[l] = -INFINITY;
+  int64_t i = 0;
+  for (; i + kLanes <= v; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] = z[i + l] > acc[l] ? z[i + l] : acc[l];
+  float m = -INFINITY;
+  for (int l = 0; l < kLanes; ++l) m = acc[l] > m ? acc[l] : m;
+  for (; i < v; ++i) m = z[i] > m ? z[i] : m;
+  return m;
+}
+
+ALPACA_INLINE float f32_row_entropy_impl(const float* __restrict z, int64_t v, float m) {
+  float acc[kLanes] = {}, acc_xe[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= v; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float x = z[i + l] - m;
+      const float e = exp_f(x);
+      acc[l] += e;
+      acc_xe[l] += e * x;
+    }
+  float s = 0, sxe = 0;
+  for (int l = 0; l < kLanes; ++l) {
+    s += acc[l];
+    sxe += acc_xe[l];
+  }
+  for (; i < v; ++i) {
+    const float x = z[i] - m;
+    const float e = exp_f(x);
+    s += e;
+    sxe += e * x;
+  }
+  return std::log(s) - sxe / s;
+}
+
 struct LossRowKernels {
   float (*row_max)(const u16*, int64_t);
   float (*row_sumexp)(const u16*, int64_t, float, float*);
+  float (*row_sumexp_xe)(const u16*, int64_t, float, float*, float*);
   void (*row_softmax)(const float*, int64_t, float, u16*);
+  float (*f32_row_max)(const float*, int64_t);
+  float (*f32_row_entropy)(const float*, int64_t, float);
 };
 
 #define ALPACA_LOSS_ROW_KERNELS(NS, ATTR)                                                                   \
   namespace NS {                                                                                            \
   ATTR float row_max(const u16* z, int64_t v) { return row_max_impl(z, v); }                               \
   ATTR float row_sumexp(const u16* z, int64_t v, float m, float* e) { return row_sumexp_impl(z, v, m, e); } \
+  ATTR float row_sumexp_xe(const u16* z, int64_t v, float m, float* e, float* xe) {                          \
+    return row_sumexp_xe_impl(z, v, m, e, xe);                                                              \
+  }                                                                                                         \
   ATTR void row_softmax(const float* e, int64_t v, float s, u16* z) { row_softmax_impl(e, v, s, z); }     \
-  const LossRowKernels kernels{row_max, row_sumexp, row_softmax};                                           \
+  ATTR float f32_row_max(const float* z, int64_t v) { return f32_row_max_impl(z, v); }                     \
+  ATTR float f32_row_entropy(const float* z, int64_t v, float m) { return f32_row_entropy_impl(z, v, m); } \
+  const LossRowKernels kernels{row_max, row_sumexp, row_sumexp_xe, row_softmax, f32_row_max, f32_row_entropy}; \
   }
 
 ALPACA_FOR_EACH_CPU_ISA(ALPACA_LOSS_ROW_KERNELS)
@@ -84,7 +158,7 @@ const LossRowKernels& loss_row_kernels() { return ALPACA_ISA_KERNELS(static_cast
 
 }  // namespace
 
-double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool write_grad) {
+double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool write_grad, RowTokenStats* stats) {
   ALPACA_CHECK(z.dim() == 2 && z.scalar_type() == at::kBFloat16 && z.is_cpu() && z.is_contiguous() &&
                    targets.dim() == 1 && targets.size(0) == z.size(0) && targets.scalar_type() == at::kLong &&
                    targets.is_cpu() && targets.is_contiguous(),
@@ -97,6 +171,8 @@ double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool wr
     ALPACA_CHECK(tp[r] >= 0 && tp[r] < v, "cross_entropy_rows_bf16: target " << tp[r] << " of row " << r
                                                                              << " outside the vocabulary [0, " << v << ")");
   std::vector<float> row_loss(static_cast<size_t>(n));
+  std::vector<float> row_entropy(stats ? static_cast<size_t>(n) : 0);
+  std::vector<uint8_t> row_hit(stats ? static_cast<size_t>(n) : 0);
   const LossRowKernels& K = loss_row_kernels();
   ALPACA_TRACE_BYTES("alpaca::cross_entropy_rows", util::nbytes_of({z, targets}));
   at::parallel_for(0, n, 4, [&](int64_t r0, int64_t r1) {
@@ -106,8 +182,14 @@ double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool wr
       const int64_t t = tp[r];
       const float zt = f32(row[t]);
       const float m = K.row_max(row, v);
-      const float s = K.row_sumexp(row, v, m, e.data());
+      float xe = 0;
+      const float s = stats ? K.row_sumexp_xe(row, v, m, e.data(), &xe) : K.row_sumexp(row, v, m, e.data());
       row_loss[static_cast<size_t>(r)] = (std::log(s) + m) - zt;
+      if (stats) {
+        row_entropy[static_cast<size_t>(r)] = std::log(s) - xe / s;
+        // The target is the argmax: the row's maximum, and above everything before it (the first index wins a tie).
+        row_hit[static_cast<size_t>(r)] = zt >= m && (t == 0 || K.row_max(row, t) < m);
+      }
       if (!write_grad) continue;
       K.row_softmax(e.data(), v, s, row);
       row[t] = bf16(e[static_cast<size_t>(t)] / s + -1.0f);
@@ -115,7 +197,44 @@ double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool wr
   });
   double sum = 0;
   for (float l : row_loss) sum += l;
+  if (stats)
+    for (int64_t r = 0; r < n; ++r) {
+      stats->entropy_sum += row_entropy[static_cast<size_t>(r)];
+      stats->top1 += row_hit[static_cast<size_t>(r)];
+    }
   return sum;
+}
+
+at::Tensor token_stats_rows_f32(const at::Tensor& z, const at::Tensor& targets, RowTokenStats& stats) {
+  ALPACA_CHECK(z.dim() == 2 && z.scalar_type() == at::kFloat && z.is_cpu() && z.stride(1) == 1 &&
+                   targets.dim() == 1 && targets.size(0) == z.size(0) && targets.scalar_type() == at::kLong &&
+                   targets.is_cpu() && targets.is_contiguous(),
+               "token_stats_rows_f32: needs CPU fp32 logits (n, V) with unit column stride and int64 targets (n), got "
+                   << z.sizes() << " " << z.scalar_type() << " and " << targets.sizes() << " " << targets.scalar_type());
+  const int64_t n = z.size(0), v = z.size(1), ld = z.stride(0);
+  const float* zp = z.const_data_ptr<float>();
+  const int64_t* tp = targets.const_data_ptr<int64_t>();
+  at::Tensor row_max = at::empty({n, 1}, z.options());
+  float* mp = row_max.mutable_data_ptr<float>();
+  std::vector<float> row_entropy(static_cast<size_t>(n));
+  std::vector<uint8_t> row_hit(static_cast<size_t>(n));
+  const LossRowKernels& K = loss_row_kernels();
+  ALPACA_TRACE_BYTES("alpaca::token_stats_rows", util::nbytes_of({z, targets}));
+  at::parallel_for(0, n, 4, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* row = zp + r * ld;
+      const int64_t t = tp[r];
+      const float m = K.f32_row_max(row, v);
+      mp[r] = m;
+      row_entropy[static_cast<size_t>(r)] = K.f32_row_entropy(row, v, m);
+      row_hit[static_cast<size_t>(r)] = t >= 0 && t < v && row[t] >= m && (t == 0 || K.f32_row_max(row, t) < m);
+    }
+  });
+  for (int64_t r = 0; r < n; ++r) {
+    stats.entropy_sum += row_entropy[static_cast<size_t>(r)];
+    stats.top1 += row_hit[static_cast<size_t>(r)];
+  }
+  return row_max;
 }
 
 namespace {

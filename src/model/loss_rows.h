@@ -5,6 +5,8 @@
 
 #include <ATen/ATen.h>  // defines: at::Tensor
 
+#include <cstdint>
+
 namespace alpaca::model {
 
 // z (n, V) bf16, contiguous, CPU: logits rows; targets (n) int64, each in [0, V). Returns the sum
@@ -13,7 +15,19 @@ namespace alpaca::model {
 // rounded to bf16 once (the fp32 softmax, minus one at the target, then the rounding: what the
 // ATen passes compute). Row loops compiled for AVX-512 / AVX2 / baseline, picked as the fused
 // kernels' (fused_cpu_isa()).
-double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool write_grad);
+// With `stats`, also adds each row's softmax entropy and whether its target is the argmax (the
+// first index among equal maxima), from the same bf16 logits, before any gradient is written.
+struct RowTokenStats {
+  double entropy_sum = 0;
+  int64_t top1 = 0;
+};
+double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool write_grad,
+                               RowTokenStats* stats = nullptr);
+
+// The same statistics over fp32 logits z (n, V), CPU, unit column stride (the padded rows' views
+// too), in two read-only passes a row with the fused kernels' exp; returns the rows' maxima (n, 1),
+// exactly amax's, for the ATen passes that follow. Targets outside [0, V) count as misses.
+at::Tensor token_stats_rows_f32(const at::Tensor& z, const at::Tensor& targets, RowTokenStats& stats);
 
 // The row stride for a chunk's fp32 logits (n, V) computed on the CPU with the lm_head weight w (V, D):
 // V rounded up to 16 floats (64 bytes) where V is not already a multiple, 0 where the logits keep

@@ -41,8 +41,14 @@ struct StepBatches {
   int64_t global_labels = 0;  // label tokens over all ranks and micro-batches: the loss denominator
   int64_t global_tokens = 0;  // global_labels / global_tokens: read at the end of the step
   int64_t global_padded = 0;  // input_ids elements (padding included) over all ranks
-  at::Tensor counts;          // (labels, tokens, padded) over all ranks, int64 on the device
+  // (labels, tokens, padded, then each micro-batch's labels) over all ranks, int64 on the device
+  at::Tensor counts;
   at::Tensor denominator_t;   // max(labels, 1) as an fp32 scalar on the device
+  // TRL's per-micro-batch token metrics: this rank's (entropy sum, top-1 count) of each micro-batch,
+  // fp32 on the device (forward_backward); after the step's read, each micro-batch's over all ranks.
+  at::Tensor local_token_stats;
+  std::vector<double> micro_entropy_sum, micro_top1;
+  std::vector<int64_t> micro_labels;
   double denominator() const { return static_cast<double>(std::max<int64_t>(global_labels, 1)); }
 };
 
@@ -62,6 +68,17 @@ struct RunWindow {
   int64_t syncs_at_start = 0;  // util::host_sync_count() after the previous step's log/eval/save
   double last_grad_norm = std::numeric_limits<double>::quiet_NaN(), last_lr = 0;
   std::optional<double> last_eval_loss;
+  // TRL SFTTrainer's metrics since the last log: one value per micro-batch (over all ranks), the
+  // mean token entropy and top-1 accuracy of its label tokens (0 for a micro-batch without any).
+  std::vector<double> entropies, accuracies;
+  bool evaluated_at_last_step = false;
+};
+
+// An evaluation's results over all ranks: HF's eval_loss, and TRL's per-batch means of the label
+// tokens' entropy and top-1 accuracy, averaged over the batches.
+struct EvalOutcome {
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  double entropy = 0, mean_token_accuracy = 0;
 };
 
 struct Trainer::Impl {
@@ -148,8 +165,8 @@ struct Trainer::Impl {
   // loop (trainer_loop.cpp); train() runs the step functions top to bottom.
   int train();
   StepBatches gather_micro_batches();
-  at::Tensor forward_backward(const StepBatches& sb);
-  at::Tensor reduce_step_loss(const at::Tensor& local_loss_sum);
+  at::Tensor forward_backward(StepBatches& sb);
+  at::Tensor reduce_step_loss(const at::Tensor& local_loss_sum, const StepBatches& sb);
   void read_step(const at::Tensor& red, const at::Tensor& norm_sq, StepBatches& sb, StepOutcome& out, double* norm);
   StepOutcome optimizer_step(const at::Tensor& red, StepBatches& sb);
   void advance(const StepBatches& sb, const StepOutcome& out, RunWindow& w);
@@ -167,7 +184,11 @@ struct Trainer::Impl {
   // --load_best_model_at_end: the best checkpoint's weights (or adapter) into the shards (collective).
   void load_best_model();
   void finish_run(const RunWindow& w);
-  double evaluate_loss();
+  EvalOutcome evaluate();
+  // TRL's entropy, mean_token_accuracy and num_tokens of a window (its per-micro-batch values), appended
+  // to `e` with `prefix` (eval_ for an evaluation's); nothing when the window has no micro-batch.
+  void append_token_metrics(LogEntry& e, const std::string& prefix, const std::vector<double>& entropies,
+                            const std::vector<double>& accuracies) const;
   void log_entry(LogEntry entry, bool to_history = true);
   void open_tensorboard();  // rank 0, --report_to tensorboard/all (trainer_setup.cpp)
 

@@ -83,7 +83,7 @@ void Trainer::Impl::log_entry(LogEntry entry, bool to_history) {
   metrics.write(json);
 }
 
-double Trainer::Impl::evaluate_loss() {
+EvalOutcome Trainer::Impl::evaluate() {
   at::NoGradGuard no_grad;
   // Evaluation mode (no LoRA dropout) for this call only.
   struct EvalMode {
@@ -102,6 +102,10 @@ double Trainer::Impl::evaluate_loss() {
   // and dropped by logging_nan_inf_filter). So it is a per-example weighting of batch means, and
   // depends on per_device_eval_batch_size as HF's does.
   double weighted = 0, examples = 0;
+  // TRL's per-batch token metrics: each round's (entropy sum, top-1 count, label tokens) over the
+  // ranks with real examples (accelerate's gather_for_metrics drops the padding ranks' values).
+  std::vector<at::Tensor> round_stats;  // on the device, read once after the loop
+  std::vector<double> round_labels;
   for (int64_t r = 0; r < rounds; ++r) {
     std::vector<int64_t> idx;
     for (int64_t i = r * per_round + rank * b; i < std::min(n, r * per_round + (rank + 1) * b); ++i) idx.push_back(i);
@@ -117,12 +121,28 @@ double Trainer::Impl::evaluate_loss() {
       weighted += n_b * (ls.sum.item<double>() / static_cast<double>(ls.num_tokens));
       examples += n_b;
     }
+    round_stats.push_back(real ? ls.token_stats : at::zeros({2}, ls.sum.options().dtype(at::kDouble)));
+    round_labels.push_back(real ? static_cast<double>(ls.num_tokens) : 0.0);
   }
-  at::Tensor red = at::tensor({weighted, examples}, at::kDouble).to(device);
+  // Per round: entropy sum, top-1 count, label tokens.
+  const at::Tensor per_round_stats =
+      at::cat({at::stack(round_stats).cpu(), at::tensor(round_labels, at::kDouble).unsqueeze(1)}, 1);
+  at::Tensor red = at::cat({at::tensor({weighted, examples}, at::kDouble), per_round_stats.reshape({-1})}).to(device);
   comm->all_reduce(red, dist::ReduceOp::kSum)->wait();
   red = red.cpu();
-  const double e = red[1].item<double>();
-  return e > 0 ? red[0].item<double>() / e : std::numeric_limits<double>::quiet_NaN();
+  const double* p = red.const_data_ptr<double>();
+  EvalOutcome out;
+  if (p[1] > 0) out.loss = p[0] / p[1];
+  for (int64_t r = 0; r < rounds; ++r) {
+    const double* st = p + 2 + 3 * r;  // TRL: 0 for a batch without label tokens
+    out.entropy += st[2] > 0 ? st[0] / st[2] : 0.0;
+    out.mean_token_accuracy += st[2] > 0 ? st[1] / st[2] : 0.0;
+  }
+  if (rounds > 0) {
+    out.entropy /= static_cast<double>(rounds);
+    out.mean_token_accuracy /= static_cast<double>(rounds);
+  }
+  return out;
 }
 
 // ---- One optimizer step, in the order train() runs them.
@@ -136,13 +156,17 @@ StepBatches Trainer::Impl::gather_micro_batches() {
   StepBatches sb;
   const int64_t pad = *tokenizer->pad_id();
   int64_t local_labels = 0, local_padded = 0;
+  std::vector<int64_t> micro_labels;
   for (const auto& idx : sampler->micro_batches(epoch, step_in_epoch)) {
     sb.batches.push_back(collate_indices(train_examples, idx, pad, attention_rule));
     local_labels += sb.batches.back().num_label_tokens;
+    micro_labels.push_back(sb.batches.back().num_label_tokens);
     sb.local_tokens += sb.batches.back().attention_mask_bt.sum().item<int64_t>();  // host data
     local_padded += sb.batches.back().attention_mask_bt.numel();
   }
-  sb.counts = util::to_device_async(at::tensor({local_labels, sb.local_tokens, local_padded}, at::kLong), device);
+  std::vector<int64_t> counts = {local_labels, sb.local_tokens, local_padded};
+  counts.insert(counts.end(), micro_labels.begin(), micro_labels.end());
+  sb.counts = util::to_device_async(at::tensor(counts, at::kLong), device);
   comm->all_reduce(sb.counts, dist::ReduceOp::kSum)->wait();
   // max(labels, 1) as the fp32 divisor of the loss: the value a double denominator rounds to.
   sb.denominator_t = sb.counts[0].clamp_min(1).to(at::kFloat);
@@ -151,8 +175,9 @@ StepBatches Trainer::Impl::gather_micro_batches() {
 
 // 2. Forward + backward of every micro-batch; gradients accumulate in the fp32 shards. Returns
 //    this rank's summed token loss, accumulated in fp64 on the device (no read per micro-batch).
-at::Tensor Trainer::Impl::forward_backward(const StepBatches& sb) {
+at::Tensor Trainer::Impl::forward_backward(StepBatches& sb) {
   at::Tensor local_loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+  std::vector<at::Tensor> token_stats;
   for (const data::Batch& b : sb.batches) {
     const DeviceBatch db = to_device(b, device);
     const model::LossSum ls = [&] {
@@ -166,16 +191,19 @@ at::Tensor Trainer::Impl::forward_backward(const StepBatches& sb) {
       loss.backward();
     }
     local_loss_sum = local_loss_sum + ls.sum.detach().to(at::kDouble);
+    token_stats.push_back(ls.token_stats);
   }
+  sb.local_token_stats = at::cat(token_stats).to(at::kFloat);
   return local_loss_sum;
 }
 
 // 3. The step's loss over all ranks and whether any rank was asked to stop, in one all-reduce,
 //    left on the device (read with the gradient norm in optimizer_step).
-at::Tensor Trainer::Impl::reduce_step_loss(const at::Tensor& local_loss_sum) {
+at::Tensor Trainer::Impl::reduce_step_loss(const at::Tensor& local_loss_sum, const StepBatches& sb) {
   const double stop_local = ckpt::stop_requested() == ckpt::StopRequest::kSaveAndExit ? 1.0 : 0.0;
-  at::Tensor red = at::stack(
-      {local_loss_sum.to(at::kFloat), at::scalar_tensor(stop_local, local_loss_sum.options().dtype(at::kFloat))});
+  at::Tensor red = at::cat(
+      {at::stack({local_loss_sum.to(at::kFloat), at::scalar_tensor(stop_local, local_loss_sum.options().dtype(at::kFloat))}),
+       sb.local_token_stats});
   comm->all_reduce(red, dist::ReduceOp::kSum)->wait();
   return red;
 }
@@ -190,11 +218,17 @@ void Trainer::Impl::read_step(const at::Tensor& red, const at::Tensor& norm_sq, 
   util::count_host_sync();
   const at::Tensor v = at::cat(parts).cpu();
   const double* p = v.data_ptr<double>();
-  size_t i = 2;
+  const size_t micro = sb.batches.size();  // red: loss, stop, then (entropy sum, top-1) per micro-batch
+  size_t i = 2 + 2 * micro;
   if (norm_sq.defined()) *norm = std::sqrt(p[i++]);
   sb.global_labels = static_cast<int64_t>(p[i]);
   sb.global_tokens = static_cast<int64_t>(p[i + 1]);
   sb.global_padded = static_cast<int64_t>(p[i + 2]);
+  for (size_t m = 0; m < micro; ++m) {
+    sb.micro_entropy_sum.push_back(p[2 + 2 * m]);
+    sb.micro_top1.push_back(p[3 + 2 * m]);
+    sb.micro_labels.push_back(static_cast<int64_t>(p[i + 3 + m]));
+  }
   out.loss = p[0] / sb.denominator();
   out.stop = p[1] > 0;
 }
@@ -256,6 +290,11 @@ void Trainer::Impl::advance(const StepBatches& sb, const StepOutcome& out, RunWi
   if (opt.include_num_input_tokens_seen == "all") state.num_input_tokens_seen += sb.global_padded;
   if (opt.include_num_input_tokens_seen == "non_padding") state.num_input_tokens_seen += sb.global_tokens;
   if (std::isfinite(out.loss)) losses.add_step(out.loss);
+  for (size_t m = 0; m < sb.micro_labels.size(); ++m) {  // TRL: 0 for a micro-batch without label tokens
+    const double n = static_cast<double>(sb.micro_labels[m]);
+    w.entropies.push_back(n > 0 ? sb.micro_entropy_sum[m] / n : 0.0);
+    w.accuracies.push_back(n > 0 ? sb.micro_top1[m] / n : 0.0);
+  }
   w.last_grad_norm = out.grad_norm;
   w.last_lr = out.logged_lr;
   ++w.steps;
@@ -286,6 +325,7 @@ void Trainer::Impl::log_eval_save(RunWindow& w, bool stop) {
   if (!delayed && (due(opt.eval_strategy, eval_steps) || (opt.eval_strategy == Interval::kSteps && last))) {
     const LogEntry e = evaluate_and_log();
     w.last_eval_loss = ckpt::find_log_value(e, "eval_loss");
+    w.evaluated_at_last_step = last;
     // HF's _evaluate: ReduceLROnPlateau steps on the tracked metric, then the best metric is noted.
     // (reduce_lr_on_plateau always has a metric: validation makes it loss by default.)
     if (opt.metric_for_best_model) {
@@ -308,6 +348,9 @@ void Trainer::Impl::log_window(RunWindow& w) {
   LogEntry e = {{"loss", losses.take_log_average(state.global_step)}};
   if (std::isfinite(w.last_grad_norm)) e.emplace_back("grad_norm", w.last_grad_norm);
   e.emplace_back("learning_rate", w.last_lr);
+  append_token_metrics(e, "", w.entropies, w.accuracies);
+  w.entropies.clear();
+  w.accuracies.clear();
   e.emplace_back("epoch", state.epoch);
   if (opt.include_num_input_tokens_seen != "no") e.emplace_back("num_input_tokens_seen", state.num_input_tokens_seen);
   const double step_time = w.steps > 0 ? secs / static_cast<double>(w.steps) : 0.0;
@@ -326,14 +369,32 @@ void Trainer::Impl::log_window(RunWindow& w) {
   w.steps = w.tokens = w.local_tokens = 0;
 }
 
+// TRL SFTTrainer.log: the window's per-micro-batch metrics averaged, and the attention-mask tokens
+// trained on so far (TRL's _total_train_tokens; ours also counts the steps before a resume, which
+// TRL, keeping it out of its checkpoints, starts again from 0).
+void Trainer::Impl::append_token_metrics(LogEntry& e, const std::string& prefix, const std::vector<double>& entropies,
+                                         const std::vector<double>& accuracies) const {
+  if (entropies.empty()) return;
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return s / static_cast<double>(v.size());
+  };
+  e.emplace_back(prefix + "entropy", mean(entropies));
+  e.emplace_back(prefix + "mean_token_accuracy", mean(accuracies));
+  e.emplace_back(prefix + "num_tokens", static_cast<double>(tokens_trained));  // a float in TRL's log (a mean)
+}
+
 LogEntry Trainer::Impl::evaluate_and_log() {
   sys::Timer t;
-  const double loss = evaluate_loss();
+  const EvalOutcome r = evaluate();
+  const double loss = r.loss;
   const auto n = static_cast<int64_t>(eval_examples.size());
   const int64_t per_round = opt.per_device_eval_batch_size * world;
   LogEntry e = {{"eval_loss", loss}, {"eval_perplexity", std::exp(loss)}};
   for (const auto& kv : speed_metrics("eval", t.seconds(), static_cast<double>(n), (n + per_round - 1) / per_round))
     e.push_back(kv);
+  append_token_metrics(e, "eval_", {r.entropy}, {r.mean_token_accuracy});
   e.emplace_back("epoch", state.epoch);
   log_entry(e);
   return e;
@@ -370,6 +431,9 @@ void Trainer::Impl::finish_run(const RunWindow& w) {
   state.total_flos = flops_per_token / 3.0 * static_cast<double>(tokens_trained);
   final_metrics.emplace_back("total_flos", state.total_flos);
   final_metrics.emplace_back("train_loss", losses.train_loss(state.global_step, initial_step));
+  // TRL's log of these final metrics adds the steps' metrics not logged yet, unless an evaluation ran
+  // at the last step (the model then is in eval mode, whose metrics that evaluation's log took).
+  if (!w.evaluated_at_last_step) append_token_metrics(final_metrics, "", w.entropies, w.accuracies);
   final_metrics.emplace_back("epoch", state.epoch);
   at::Tensor mine = at::tensor({sys::peak_rss_bytes()}, at::kLong).to(device);
   at::Tensor all = at::zeros({world}, at::kLong).to(device);
@@ -419,7 +483,7 @@ int Trainer::Impl::train() {
     ALPACA_TRACE("phase:step");  // profilers' step boundary (bench/train_profile.cpp)
     StepBatches sb = gather_micro_batches();
     const at::Tensor local_loss_sum = forward_backward(sb);
-    const at::Tensor red = reduce_step_loss(local_loss_sum);
+    const at::Tensor red = reduce_step_loss(local_loss_sum, sb);
     const StepOutcome out = optimizer_step(red, sb);
     advance(sb, out, w);
     util::fault_pause_ms("train.pause_after_step");  // signal-mid-run tests (util/fault.h)

@@ -331,7 +331,9 @@ void warn_unused_checkpoint_tensors(const fs::path& dir, const model::LlamaForCa
 void Trainer::Impl::setup_engine() {
   const fsdp::FsdpPolicy& policy = opt.fsdp_policy;  // validated once, at parse time
   model->set_neftune_noise_alpha(opt.neftune_noise_alpha);
-  model->set_loss_options(opt.loss);
+  model::LossOptions loss = opt.loss;
+  loss.token_stats = true;  // TRL's entropy and mean_token_accuracy, logged (trainer_loop.cpp)
+  model->set_loss_options(loss);
   fsdp_model = fsdp::apply_fsdp(model, comm, policy);
   engine = &fsdp_model->engine();
   if (!weights_loaded) {
@@ -486,6 +488,6 @@ void Trainer::Impl::open_tensorboard() {
 Trainer::~Trainer() { ckpt::uninstall_preemption_handlers(); }
 
 int Trainer::train() { return impl_->train(); }
-double Trainer::evaluate_loss() { return impl_->evaluate_loss(); }
+double Trainer::evaluate_loss() { return impl_->evaluate().loss; }
 
 }  // namespace alpaca::train

@@ -250,7 +250,7 @@ TEST(TrainArgs, ContradictionsSayWhatToChange) {
       {"--save_strategy best --eval_strategy steps --eval_steps 5", "--save_strategy best needs --metric_for_best_model"},
       {"--metric_for_best_model accuracy --eval_strategy steps --eval_steps 5",
        "--metric_for_best_model accuracy: evaluation logs no eval_accuracy; use one of loss, perplexity, runtime, "
-       "samples_per_second, steps_per_second (eval_ prefix optional)"},
+       "samples_per_second, steps_per_second, entropy, mean_token_accuracy, num_tokens (eval_ prefix optional)"},
       {"--metric_for_best_model loss", "--metric_for_best_model is read from the evaluations of --eval_strategy steps or epoch"},
       {"--load_best_model_at_end", "(--load_best_model_at_end tracks loss); set --eval_strategy"},
       {"--eval_delay 3", "--eval_delay 3 has no effect with --eval_strategy no"},

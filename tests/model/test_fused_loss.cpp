@@ -317,3 +317,119 @@ TEST(FusedLoss, Bf16HeadGradientThroughAtenGemmIsThePlainFormBitForBit) {
 }
 
 }  // namespace test_fused_loss
+
+namespace test_fused_loss {
+namespace {
+
+// The label tokens' entropy sum and top-1 count from the full logits (TRL's fused head: entropy of
+// the softmax, and whether the label is the argmax, the first index among equal maxima).
+std::pair<double, int64_t> stats_from_logits(const Case& c) {
+  const int64_t v = c.w.size(0);
+  const at::Tensor logits =
+      alpaca::model::linear(c.h, c.w).to(at::kFloat).narrow(1, 0, c.h.size(1) - 1).reshape({-1, v});
+  const at::Tensor labels = c.labels.narrow(1, 1, c.labels.size(1) - 1).reshape({-1});
+  const at::Tensor mask = labels.ne(kIgnoreIndex);
+  const at::Tensor z = logits.index({mask}).to(at::kDouble);
+  const at::Tensor entropy = -(at::softmax(z, -1) * at::log_softmax(z, -1)).sum(-1);
+  const int64_t top1 = z.argmax(-1).eq(labels.index({mask})).sum().item<int64_t>();
+  return {entropy.sum().item<double>(), top1};
+}
+
+LossSum loss_with_stats(const Case& c, int64_t chunk, LossOptions o, bool grad) {
+  o.token_stats = true;
+  at::Tensor h = c.h.detach().clone().requires_grad_(grad), w = c.w.detach().clone().requires_grad_(grad);
+  LossSum ls = causal_lm_head_loss_sum(h, w, c.labels, chunk, {}, {}, o);
+  if (grad) ls.sum.backward();
+  return ls;
+}
+
+}  // namespace
+
+// LossOptions::token_stats (TRL SFTTrainer's entropy and mean_token_accuracy inputs): the label
+// tokens' entropy sum within 1e-6 (fp32) of the full logits' in fp64, the top-1 count exact, for
+// every chunking, with and without gradients, under each loss form, on the fused CPU pass and ATen's;
+// the loss and gradients are the same bits as without the statistics. V = 101: the fp32 logits' rows
+// are padded (loss_rows.h), so the row pass reads strided views.
+TEST(FusedLoss, TokenStatsAreTheEntropyAndTop1OfTheLabelTokens) {
+  Case c = make_case(at::kFloat);
+  c.h = c.h * 3;  // spread logits: an entropy well below log V, and some top-1 hits
+  const auto [want_entropy, want_top1] = stats_from_logits(c);
+  ASSERT_GT(want_top1, 0);
+  for (const bool dft : {false, true})
+  for (const bool fused : {true, false}) {  // the fused CPU row pass; ATen's argmax and xlogy
+    set_fused_cpu_bf16(fused);
+    LossOptions o;
+    o.dft = dft;
+    for (int64_t chunk : {1, 7, 1000}) {
+      SCOPED_TRACE(std::string(dft ? "dft" : "cross-entropy") + (fused ? ", fused" : ", ATen") + ", chunk " +
+                   std::to_string(chunk));
+      for (const bool grad : {false, true}) {
+        const LossSum ls = loss_with_stats(c, chunk, o, grad);
+        ASSERT_TRUE(ls.token_stats.defined());
+        EXPECT_NEAR(ls.token_stats[0].item<double>(), want_entropy, 1e-6 * want_entropy);
+        EXPECT_EQ(ls.token_stats[1].item<double>(), static_cast<double>(want_top1));
+      }
+      at::Tensor h = c.h.detach().clone().requires_grad_(true), w = c.w.detach().clone().requires_grad_(true);
+      const LossSum plain = causal_lm_head_loss_sum(h, w, c.labels, chunk, {}, {}, o);
+      plain.sum.backward();
+      EXPECT_FALSE(plain.token_stats.defined());
+      o.token_stats = true;
+      at::Tensor h2 = c.h.detach().clone().requires_grad_(true), w2 = c.w.detach().clone().requires_grad_(true);
+      const LossSum with = causal_lm_head_loss_sum(h2, w2, c.labels, chunk, {}, {}, o);
+      with.sum.backward();
+      o.token_stats = false;
+      EXPECT_EQ(plain.sum.item<double>(), with.sum.item<double>());
+      EXPECT_TRUE(at::equal(h.grad(), h2.grad()) && at::equal(w.grad(), w2.grad()));
+    }
+  }
+  set_fused_cpu_bf16(true);
+}
+
+// bf16 logits: the row kernel (every ISA) and the ATen passes give the same top-1 count as the
+// argmax of the bf16 logits and entropies within 1e-5; exact ties (logits made by an identity head)
+// count only the first maximum, as TRL's is_top1; the row kernel's loss and gradient bits do not
+// change with the statistics.
+TEST(FusedLoss, Bf16TokenStatsOnBothRowPathsAndTiesTakeTheFirstMaximum) {
+  const ModeGuard native(CpuBf16Gemm::kNative);  // bf16 logits (the fp32 route's are fp32 rows: the ATen passes)
+  Case c = make_case(at::kBFloat16, 3, 37, 16, 101);
+  c.h = c.h * 3;
+  const auto [want_entropy, want_top1] = stats_from_logits(c);
+  ASSERT_GT(want_top1, 0);
+  // Ties: D = V = 5, the head the identity, so the logits are the hidden rows exactly.
+  Case t;
+  t.w = at::eye(5).to(at::kBFloat16);
+  t.h = at::tensor({0.f, 2.f, 2.f, 1.f, 2.f, 2.f, 2.f, 0.f, 0.f, 0.f, 3.f, 3.f, 3.f, 3.f, 3.f, 0.f, 0.f, 0.f, 0.f, 0.f})
+            .reshape({1, 4, 5}).to(at::kBFloat16);
+  // Position p predicts label p + 1: row 0 (max 2 at 1, 2, 4) -> label 1 hits; row 1 (max 2 at 0, 1) ->
+  // label 1 misses; row 2 (all 3) -> label 0 hits.
+  t.labels = at::tensor(std::vector<int64_t>{-100, 1, 1, 0}, at::kLong).reshape({1, 4});
+  for (const bool fused : {false, true}) {
+    set_fused_cpu_bf16(fused);
+    for (int i = 0; i <= (fused ? static_cast<int>(best_fused_cpu_isa()) : 0); ++i) {
+      if (fused) set_fused_cpu_isa(static_cast<FusedCpuIsa>(i));
+      SCOPED_TRACE(std::string(fused ? "row kernel, isa " : "ATen passes ") + std::to_string(i));
+      const LossSum ls = loss_with_stats(c, 13, {}, true);
+      EXPECT_NEAR(ls.token_stats[0].item<double>(), want_entropy, 1e-5 * want_entropy);
+      EXPECT_EQ(ls.token_stats[1].item<double>(), static_cast<double>(want_top1));
+      const LossSum tie = loss_with_stats(t, 0, {}, false);
+      EXPECT_EQ(tie.token_stats[1].item<double>(), 2.0);
+      // Row 2: uniform over 5 (entropy log 5); rows 0 and 1 from their logits.
+      EXPECT_NEAR(tie.token_stats[0].item<double>(), stats_from_logits(t).first, 1e-5);
+      if (fused) {
+        at::Tensor h = c.h.detach().clone().requires_grad_(true), w = c.w.detach().clone().requires_grad_(true);
+        const LossSum plain = causal_lm_head_loss_sum(h, w, c.labels, 13);
+        plain.sum.backward();
+        at::Tensor h2 = c.h.detach().clone().requires_grad_(true), w2 = c.w.detach().clone().requires_grad_(true);
+        LossOptions o;
+        o.token_stats = true;
+        const LossSum with = causal_lm_head_loss_sum(h2, w2, c.labels, 13, {}, {}, o);
+        with.sum.backward();
+        EXPECT_EQ(plain.sum.item<double>(), with.sum.item<double>());
+        EXPECT_TRUE(at::equal(h.grad(), h2.grad()) && at::equal(w.grad(), w2.grad()));
+      }
+    }
+  }
+  set_fused_cpu_isa(best_fused_cpu_isa());
+}
+
+}  // namespace test_fused_loss

@@ -111,6 +111,14 @@ def load_examples(out, alpaca, tok_path, args):
     return tokenize(records, sp, args.max_len)
 
 
+def padded(seqs):
+    """(input_ids, labels, attention_mask) of `seqs` right-padded to their longest, as the collator pads."""
+    T = max(len(ids) for ids, _ in seqs)
+    ids = torch.tensor([s[0] + [PAD_ID] * (T - len(s[0])) for s in seqs])
+    labels = torch.tensor([s[1] + [-100] * (T - len(s[1])) for s in seqs])
+    return ids, labels, ids.ne(PAD_ID)
+
+
 def add_pad_row(model):
     """train.py: [PAD] -> id 32000; new rows = mean of the old rows, input and output embeddings."""
     with torch.no_grad():
@@ -121,10 +129,11 @@ def add_pad_row(model):
         model.get_output_embeddings().weight[-1] = old_out.mean(0)
 
 
-def train(model, named, examples, args, loss_fn=None):
+def train(model, named, examples, args, loss_fn=None, on_batch=None):
     """HF Trainer's loop over `named` (the trainable (name, parameter) pairs): returns the losses,
     learning rates and gradient norms of --steps optimizer steps. `loss_fn(logits, labels, n_tokens)`
-    replaces the cross-entropy (summed over the step's label tokens, divided by their count)."""
+    replaces the cross-entropy (summed over the step's label tokens, divided by their count);
+    `on_batch(model, seqs)` sees each step's (ids, labels) examples, in order, before its update."""
     no_decay = [n for n, _ in named if n.endswith("bias") or "norm" in n]
     groups = [{"params": [p for n, p in named if n not in no_decay], "weight_decay": args.weight_decay},
               {"params": [p for n, p in named if n in no_decay], "weight_decay": 0.0}]
@@ -143,6 +152,8 @@ def train(model, named, examples, args, loss_fn=None):
         order = torch.randperm(n, generator=gen).tolist()
         batch = [order[(k * G + j) % n] if k * G + j < n else order[(k * G + j) - n] for j in range(G)]
         seqs = [examples[i] for i in batch]
+        if on_batch is not None:
+            on_batch(model, seqs)
         n_tokens = sum(sum(1 for t in lab[1:] if t != -100) for _, lab in seqs)
         T = max(len(ids) for ids, _ in seqs)
         ids = torch.tensor([s[0] + [PAD_ID] * (T - len(s[0])) for s in seqs])

@@ -10,6 +10,13 @@ Writes into --out:
                    10 steps from the same model with transformers' LabelSmoother (epsilon 0.1, normalised
                    by the step's label tokens: num_items_in_batch, as Trainer passes it) and with TRL's
                    DFT loss (sft_trainer.py compute_loss: -log p * p.detach(), over the same count)
+  reference_token_metrics.json
+                   TRL SFTTrainer's entropy / mean_token_accuracy inputs for the first --metric_steps steps of
+                   the plain run (its losses repeated as a check): per step, TRL's own fused LM head
+                   (trl.trainer.utils.add_fused_lm_head, outputs entropy and is_top1) summed over the label
+                   tokens of the global batch and of its two halves (the micro-batches of accumulation 2),
+                   with their label and attention-mask token counts; and an evaluation of the initial
+                   model over data.json in batches of --eval_batch (each batch's means, TRL's eval metrics)
 
 The model, data, preprocessing and the step loop (and why their semantics are ours) are
 alpaca_reference.py's, shared with lora_parity_ref.py.
@@ -27,9 +34,49 @@ import torch  # noqa: E402
 from alpaca_reference import tokenize  # noqa: E402,F401  (train_e2e_check.py imports it from here)
 
 
+def fused_stats(model, seqs):
+    """TRL's fused LM head over `seqs`: [entropy sum, top-1 count, label tokens, attention-mask tokens]."""
+    ids, labels, mask = ref.padded(seqs)
+    with torch.no_grad():
+        o = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    return [o.entropy.double().sum().item(), int(o.is_top1.sum().item()), int(o.label_mask.sum().item()),
+            int(mask.sum().item())]
+
+
+def token_metrics(out, examples, args):
+    from transformers import LlamaForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    def fresh():
+        m = LlamaForCausalLM.from_pretrained(out / "model", dtype=torch.float32, attn_implementation="eager")
+        ref.add_pad_row(m)
+        add_fused_lm_head(m, outputs=("log_probs", "entropy", "is_top1"))  # TRL SFTTrainer's outputs
+        return m
+
+    m = fresh()
+    b = args.eval_batch
+    evals = [fused_stats(m, examples[i:i + b]) for i in range(0, len(examples), b)]
+    steps = []
+
+    def on_batch(model, seqs):
+        h = len(seqs) // 2
+        steps.append({"batch": fused_stats(model, seqs), "halves": [fused_stats(model, seqs[:h]),
+                                                                     fused_stats(model, seqs[h:])]})
+
+    metric_args = argparse.Namespace(**{**vars(args), "steps": args.metric_steps})
+    losses, _, _ = ref.train(m, list(m.named_parameters()), examples, metric_args, on_batch=on_batch)
+    (out / "reference_token_metrics.json").write_text(json.dumps(
+        {"steps": steps, "losses": losses, "eval_batch": b, "eval": evals}, indent=1))
+    acc = [s["batch"][1] / s["batch"][2] for s in steps]
+    print("token metrics: accuracy", [round(a, 4) for a in acc], "entropy",
+          [round(s["batch"][0] / s["batch"][2], 4) for s in steps])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ref.add_common_args(ap, steps=30, lr=1e-3)
+    ap.add_argument("--metric_steps", type=int, default=30)
+    ap.add_argument("--eval_batch", type=int, default=16)
     parsed = ref.parse_inputs(ap)
     if parsed is None:
         return
@@ -52,6 +99,8 @@ def main():
         logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, shift.clamp(min=0).unsqueeze(-1)).squeeze(-1)
         per_token = -logp * logp.exp().detach()
         return (per_token * mask).sum() / max(n_tokens, 1)
+
+    token_metrics(out, examples, args)
 
     variant_args = argparse.Namespace(**{**vars(args), "steps": 10})
     for name, fn in (("label_smoothing", label_smoothing), ("dft", dft)):

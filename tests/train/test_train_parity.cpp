@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
+#include <tuple>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -38,6 +40,70 @@ void expect_one_host_sync_per_step(const fs::path& out) {
   EXPECT_GT(logged, 0) << "no host_syncs_per_step in " << out / "metrics.jsonl";
 }
 
+// reference_token_metrics.json: per step, TRL's fused-head [entropy sum, top-1 count, label tokens,
+// attention-mask tokens] of the global batch and of its halves (train_parity_ref.py).
+struct TokenStats {
+  double entropy = 0, top1 = 0, labels = 0, tokens = 0;
+  explicit TokenStats(const nlohmann::json& j)
+      : entropy(j[0].get<double>()), top1(j[1].get<double>()), labels(j[2].get<double>()), tokens(j[3].get<double>()) {}
+  double mean_entropy() const { return labels > 0 ? entropy / labels : 0.0; }  // TRL: 0 without label tokens
+  double accuracy() const { return labels > 0 ? top1 / labels : 0.0; }
+};
+
+nlohmann::json token_metrics_reference() {
+  return nlohmann::json::parse(std::ifstream(kFixture / "reference_token_metrics.json"));
+}
+
+// Every logged step's TRL metrics against `want(step index)`: (entropy, accuracy, accuracy tolerance),
+// the entropy within 2e-6 relative (fp32 sums), the accuracy within the tolerance (one label token:
+// a near-tie among the tiny model's logits may round either way; measured: equal); num_tokens the
+// attention-mask tokens up to that step, exactly. Returns the worst relative entropy difference.
+double expect_token_metrics(const std::vector<std::map<std::string, double>>& logs,
+                            const std::function<std::tuple<double, double, double>(size_t)>& want,
+                            const std::function<double(size_t)>& tokens_through, const std::string& who) {
+  double worst = 0;
+  size_t n = 0;
+  for (const auto& m : logs) {
+    if (!m.count("loss")) continue;
+    const auto step = static_cast<size_t>(m.at("step"));
+    SCOPED_TRACE(who + ", step " + std::to_string(step));
+    const auto [entropy, accuracy, tol] = want(step - 1);
+    if (!m.count("entropy") || !m.count("mean_token_accuracy") || !m.count("num_tokens")) {
+      ADD_FAILURE() << "no entropy, mean_token_accuracy or num_tokens logged";
+      continue;
+    }
+    const double rel = std::abs(m.at("entropy") - entropy) / entropy;
+    EXPECT_LE(rel, 2e-6) << m.at("entropy") << " vs " << entropy;
+    EXPECT_NEAR(m.at("mean_token_accuracy"), accuracy, tol);
+    EXPECT_EQ(m.at("num_tokens"), tokens_through(step - 1));
+    worst = std::max(worst, rel);
+    ++n;
+  }
+  EXPECT_GT(n, 0u) << who;
+  return worst;
+}
+
+// The parity runs (per device 4 x accumulation 2 at world 1): each step's metrics are TRL's mean over
+// its two micro-batches, the halves of the global batch.
+double expect_half_batch_metrics(const fs::path& out, const std::string& who) {
+  const nlohmann::json ref = token_metrics_reference();
+  const auto& steps = ref["steps"];
+  return expect_token_metrics(
+      read_metrics(out),
+      [&](size_t i) {
+        const TokenStats a(steps[i]["halves"][0]), b(steps[i]["halves"][1]);
+        // One label token of the smaller micro-batch flipping moves the mean by 1 / (2 n).
+        const double tol = 0.5 / std::max(1.0, std::min(a.labels > 0 ? a.labels : 1e9, b.labels > 0 ? b.labels : 1e9)) + 1e-12;
+        return std::make_tuple((a.mean_entropy() + b.mean_entropy()) / 2, (a.accuracy() + b.accuracy()) / 2, tol);
+      },
+      [&](size_t i) {
+        double t = 0;
+        for (size_t k = 0; k <= i; ++k) t += TokenStats(steps[k]["batch"]).tokens;
+        return t;
+      },
+      who);
+}
+
 }  // namespace
 
 TEST(TrainParity, World1MatchesTransformersFor30Steps) {
@@ -50,8 +116,10 @@ TEST(TrainParity, World1MatchesTransformersFor30Steps) {
   ASSERT_EQ(steps.size(), 30u) << log;
   const double worst = expect_steps_match(steps, ref, "transformers").worst_loss;
   expect_one_host_sync_per_step(out.path());
+  const double worst_entropy = expect_half_batch_metrics(out.path(), "world 1 vs TRL's fused head");
   std::cout << "[parity] world 1: worst relative loss difference over 30 steps " << worst << "; first loss "
-            << steps.front().loss << ", last " << steps.back().loss << "\n";
+            << steps.front().loss << ", last " << steps.back().loss << "; TRL entropy worst relative difference "
+            << worst_entropy << "\n";
 }
 
 TEST(TrainParity, World2FsdpMatchesWorld1) {
@@ -66,7 +134,10 @@ TEST(TrainParity, World2FsdpMatchesWorld1) {
   ASSERT_EQ(b.size(), 30u) << log;
   const double worst = expect_losses_close(b, a, 1e-4, "world 2 vs world 1");
   expect_one_host_sync_per_step(w2.path());
-  std::cout << "[parity] world 2 FSDP vs world 1: worst relative loss difference " << worst << "\n";
+  // TRL's per-micro-batch metrics gather every rank's micro-batch m: the same tokens as world 1's.
+  const double worst_entropy = expect_half_batch_metrics(w2.path(), "world 2 vs TRL's fused head");
+  std::cout << "[parity] world 2 FSDP vs world 1: worst relative loss difference " << worst
+            << "; TRL entropy vs reference " << worst_entropy << "\n";
 }
 
 }  // namespace test_train_parity
@@ -187,6 +258,80 @@ TEST(TrainParity, IncludeNumInputTokensSeenCountsAsTransformers) {
   }
   EXPECT_GT(seen["True"], seen["non_padding"]) << "'all' counts the padding too";
   std::cout << "[tokens seen] non_padding " << seen["non_padding"] << ", all " << seen["True"] << "\n";
+}
+
+}  // namespace test_train_parity
+
+namespace test_train_parity {
+
+// TRL SFTTrainer's logged token metrics beyond the per-step parity runs: the whole global batch as
+// one micro-batch, a logging window of two steps (the mean of its micro-batches' values), the steps
+// after the last log in the final metrics (log and train_results.json), and an evaluation's
+// eval_entropy / eval_mean_token_accuracy (each eval batch's means, averaged) / eval_num_tokens.
+// Steps 1 and 2 see the initial weights whatever the run length (the first warmup rate is 0), so
+// they compare with the reference's first two steps.
+TEST(TrainParity, TrlTokenMetricsOverWindowsFinalLogAndEvaluation) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
+  const nlohmann::json ref = token_metrics_reference();
+  const TokenStats s1(ref["steps"][0]["batch"]), s2(ref["steps"][1]["batch"]), s3(ref["steps"][2]["batch"]);
+  TempDir out("trl_metrics");
+  std::string log;
+  ASSERT_EQ(run_trainer(parity_flags(kFixture, out.path(), 3, 8, 1, "1e-3").set("--logging_steps", "2").str(), 1, &log),
+            0) << log;
+  const auto logs = read_metrics(out.path());
+  const double tol = 0.5 / std::min(s1.labels, s2.labels) + 1e-12;
+  expect_token_metrics(
+      logs,
+      [&](size_t) {
+        return std::make_tuple((s1.mean_entropy() + s2.mean_entropy()) / 2, (s1.accuracy() + s2.accuracy()) / 2, tol);
+      },
+      [&](size_t) { return s1.tokens + s2.tokens; }, "window of steps 1-2");
+  // Step 3 was not logged: TRL's log of the final metrics carries it.
+  bool final_seen = false;
+  for (const auto& m : logs) {
+    if (!m.count("train_runtime")) continue;
+    final_seen = true;
+    ASSERT_TRUE(m.count("entropy") && m.count("mean_token_accuracy")) << "final metrics without step 3's";
+    EXPECT_EQ(m.at("num_tokens"), s1.tokens + s2.tokens + s3.tokens);
+    EXPECT_GT(m.at("entropy"), 0.0);
+    EXPECT_LE(m.at("entropy"), std::log(32001.0));
+  }
+  EXPECT_TRUE(final_seen);
+  const auto results = nlohmann::json::parse(std::ifstream(out.path() / "train_results.json"));
+  EXPECT_TRUE(results.contains("entropy") && results.contains("num_tokens")) << results.dump();
+
+  // An evaluation before training (batches of the reference's eval_batch, over data.json).
+  TempDir ev("trl_eval_metrics");
+  const int64_t b = ref["eval_batch"].get<int64_t>();
+  ASSERT_EQ(run_trainer(TrainFlags(kFixture, ev.path()).steps(1).batch(2, 1).str() + " --eval_data_path " +
+                            (kFixture / "data.json").string() +
+                            " --eval_strategy steps --eval_steps 1 --eval_on_start True --save_strategy no"
+                            " --per_device_eval_batch_size " + std::to_string(b) +
+                            " --metric_for_best_model mean_token_accuracy",
+                        1, &log), 0) << log;
+  double want_entropy = 0, want_accuracy = 0, tol_eval = 0;
+  for (const auto& e : ref["eval"]) {
+    const TokenStats t(e);
+    want_entropy += t.mean_entropy();
+    want_accuracy += t.accuracy();
+    tol_eval = std::max(tol_eval, t.labels > 0 ? 1.0 / t.labels : 0.0);
+  }
+  tol_eval /= static_cast<double>(ref["eval"].size());
+  want_entropy /= static_cast<double>(ref["eval"].size());
+  want_accuracy /= static_cast<double>(ref["eval"].size());
+  bool eval_seen = false;
+  for (const auto& m : read_metrics(ev.path())) {
+    if (!m.count("eval_loss") || m.at("step") != 0) continue;
+    eval_seen = true;
+    ASSERT_TRUE(m.count("eval_entropy") && m.count("eval_mean_token_accuracy") && m.count("eval_num_tokens"));
+    EXPECT_NEAR(m.at("eval_entropy"), want_entropy, 2e-6 * want_entropy);
+    EXPECT_NEAR(m.at("eval_mean_token_accuracy"), want_accuracy, tol_eval + 1e-12);
+    EXPECT_EQ(m.at("eval_num_tokens"), 0.0);
+  }
+  EXPECT_TRUE(eval_seen) << log;
+  std::cout << "[trl metrics] steps 1-2: entropy " << (s1.mean_entropy() + s2.mean_entropy()) / 2 << ", accuracy "
+            << (s1.accuracy() + s2.accuracy()) / 2 << "; eval entropy " << want_entropy << ", accuracy " << want_accuracy
+            << "\n";
 }
 
 }  // namespace test_train_parity

@@ -15,6 +15,11 @@ constexpr int64_t kIgnoreIndex = -100;
 struct LossSum {
   at::Tensor sum;      // scalar fp32: sum of the token losses
   int64_t num_tokens;  // label tokens counted (labels != -100 after the shift)
+  // With LossOptions::token_stats (causal_lm_head_loss_sum only): fp64 (2) on the hidden states'
+  // device, never differentiated: [sum over the label tokens of the entropy of their predicted
+  // distribution, count of label tokens that are its argmax (the first index among equal maxima)],
+  // TRL's fused LM head `entropy` and `is_top1` summed. Undefined otherwise.
+  at::Tensor token_stats = {};
 };
 
 // logits_btv: (B, T, V) any float dtype; labels_bt: int64 (B, T), position t predicts t+1.
@@ -37,7 +42,8 @@ at::Tensor causal_lm_loss(const at::Tensor& logits_btv, const at::Tensor& labels
 // With `rows_kd` (peft trainable tokens: the values of rows `row_index_k` of the weight), the
 // weight is W.index_copy(0, row_index_k, rows_kd) without forming it: those logits come from
 // rows_kd, which gets their gradient; `weight_vd` must then be frozen (no gradient).
-// `options` other than plain cross-entropy take the ATen row passes (fp32), never the bf16 row kernel.
+// `options` other than plain cross-entropy take the ATen row passes (fp32), never the bf16 row kernel;
+// options.token_stats fills LossSum::token_stats from the same logits (both row paths).
 LossSum causal_lm_head_loss_sum(const at::Tensor& hidden_btd, const at::Tensor& weight_vd, const at::Tensor& labels_bt,
                                 int64_t chunk_tokens = 0, const at::Tensor& rows_kd = {},
                                 const at::Tensor& row_index_k = {}, const LossOptions& options = {});

@@ -10,6 +10,9 @@ struct LossOptions {
   // TRL loss_type "dft" (Dynamic Fine-Tuning): nll * p, p = exp(-nll) the token's probability,
   // held constant to autograd.
   bool dft = false;
+  // Not a loss term: also measure each call's label tokens' entropy and top-1 hits (LossSum::token_stats),
+  // what TRL's SFTTrainer logs as entropy and mean_token_accuracy.
+  bool token_stats = false;
   bool plain() const { return label_smoothing == 0.0 && !dft; }
 };
 
