@@ -22,6 +22,7 @@
 #include "alpaca/util/error.h"
 #include "decoders.h"
 #include "json_context.h"
+#include "json_numbers.h"
 #include "normalizers.h"
 #include "pre_tokenizers.h"
 #include "processors.h"
@@ -119,7 +120,7 @@ std::unique_ptr<HfTokenizer> HfTokenizer::from_json_string(const std::string& te
                                                            const std::string& source) {
   json doc;
   try {
-    doc = json::parse(text);
+    doc = detail::parse_json_as_serde(text);  // the library's numbers (json_numbers.h)
   } catch (const json::exception& e) {
     ALPACA_FAIL(source << ": not valid JSON (" << e.what()
                        << "); a tokenizer.json as written by the `tokenizers` library is expected");

@@ -16,6 +16,7 @@
 #include "alpaca/util/user_error.h"
 #include "alpaca/util/file.h"
 #include "backend.h"
+#include "json_numbers.h"
 #include "tokenizer_class.h"
 
 namespace alpaca::tokenizer {
@@ -44,7 +45,7 @@ json read_json(const fs::path& path) {
 json read_json_doc(const fs::path& path) {
   std::string text = read_file(path);
   try {
-    return json::parse(text);
+    return detail::parse_json_as_serde(text);  // the library's numbers (json_numbers.h)
   } catch (const json::exception& e) {
     ALPACA_FAIL(path.string() << ": not valid JSON (" << e.what()
                               << "); a tokenizer.json as written by the `tokenizers` library is expected");

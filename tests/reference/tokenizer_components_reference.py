@@ -3,7 +3,7 @@ quicktour: BPE + Whitespace) beyond what pretrained files carry: the Whitespace,
 CharDelimiterSplit and UnicodeScripts pre-tokenizers, the WordLevel model, the ByteLevel normalizer,
 and the Fuse / WordPiece decoders (or none) such files have. Each case trains a small tokenizer with
 the pinned `tokenizers` on the first TRAIN_RECORDS Alpaca records (the Unigram cases: the committed
-ones in KEPT_UNIGRAM, trained so once with --retrain-unigram) and saves it as
+ones in KEPT_UNIGRAM, trained once when missing or with --retrain-unigram) and saves it as
 --out/cases/<case>/tokenizer.json with a PreTrainedTokenizerFast tokenizer_config.json (bos, eos,
 unk, pad set); --out/cases/<case>.json holds what transformers 5's AutoTokenizer gives on the edge
 texts and the first --records Alpaca records as train.py builds them (tokenizer_classes_reference's
@@ -38,12 +38,14 @@ EXTRA_EDGE = [
     "カタカナーひらがな漢字 ｶﾀｶﾅ ー", "  leading spaces then 日本", "Latin日本語Latin123日本", "1st 2nd ٣ ৩ ๓ ⅠⅡ ½ ²",
     "tab\tsep\tvalues\r\nnext\rline\u2028sep\u0085nel", "ﬁﬂ ǅ ß ẞ İı ŉ", "\U0001FAE8 \U0001F600\u200d\U0001F525 \u2764\ufe0f",
     "e\u0301\u0302\u0303 \u0301leading mark", "   ", "\t\n", "word", "word  word   word",
+    # Runs of one character: Unigram segmentations that tie in real arithmetic ("0" + "000" vs "000" + "0").
+    "0000 00000000 1111111 ====== ---------- ...... !!!!!!!! aaaaaaaaaa              x", "10000000000 2000000",
 ]
 
 
 def train_cases(text, out, retrain=False):
     """{case: tokenizer.json path}: one trained tokenizer per component combination (the Unigram
-    ones read from KEPT_UNIGRAM unless `retrain`, which rewrites those files)."""
+    ones read from KEPT_UNIGRAM unless `retrain` or missing there, then trained and written there)."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
     def post(tok):
@@ -83,13 +85,18 @@ def train_cases(text, out, retrain=False):
     t.pre_tokenizer = pre_tokenizers.CharDelimiterSplit("e")
     t.decoder = decoders.BPEDecoder(suffix="</w>")
     made["bpe_char_delimiter_e"] = (t, bpe_trainer(end_of_word_suffix="</w>"))
-    # Metaspace after UnicodeScripts cuts the space runs, whose equal-score Viterbi ties (" " + "     "
-    # vs "     " + " ") the library breaks by 1-ulp differences in the scores it parses (see
-    # docs/tokenizers.md); the Fuse decoder is in the ByteLevel-normalizer WordLevel case.
+    # Metaspace after UnicodeScripts cuts the space runs; UnicodeScripts alone keeps them, whose
+    # equal-score Viterbi ties (" " + "     " vs "     " + " ") the library breaks by the last bits of
+    # the scores serde_json parses (docs/tokenizers.md, src/tokenizer/json_numbers.h). The Fuse decoder
+    # is in the ByteLevel-normalizer WordLevel case.
     t = Tokenizer(models.Unigram())
     t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.UnicodeScripts(), pre_tokenizers.Metaspace()])
     t.decoder = decoders.Metaspace()
     made["unigram_scripts"] = (t, trainers.UnigramTrainer(vocab_size=1500, special_tokens=SPECIALS, unk_token="[UNK]"))
+    t = Tokenizer(models.Unigram())
+    t.pre_tokenizer = pre_tokenizers.UnicodeScripts()
+    made["unigram_scripts_only"] = (t, trainers.UnigramTrainer(vocab_size=1500, special_tokens=SPECIALS,
+                                                               unk_token="[UNK]"))
     t = Tokenizer(models.Unigram())
     t.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.UnicodeScripts(),
                                                pre_tokenizers.Digits(individual_digits=True)])
@@ -111,7 +118,7 @@ def train_cases(text, out, retrain=False):
     for name, (tok, trainer) in made.items():
         paths[name] = os.path.join(out, name + ".json")
         kept = os.path.join(KEPT_UNIGRAM, name + ".json")
-        if isinstance(trainer, trainers.UnigramTrainer) and not retrain:
+        if isinstance(trainer, trainers.UnigramTrainer) and not retrain and os.path.exists(kept):
             # UnigramTrainer is not reproducible (not even single-threaded): its vocabulary, and the
             # ties in it, differ run to run. The committed one keeps the fixture the same everywhere.
             shutil.copy(kept, paths[name])
