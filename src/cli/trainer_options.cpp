@@ -168,6 +168,7 @@ train::TrainerOptions trainer_options(const TrainArgs& a) {
   o.seed = a.seed;
   o.data_seed = a.data_seed.value_or(a.seed);
   o.resume = resume_from(a.resume_from_checkpoint);
+  o.ignore_data_skip = a.ignore_data_skip;
   return o;
 }
 

@@ -206,6 +206,13 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
   }
   epoch = rs.epoch;
   step_in_epoch = rs.steps_in_epoch;
+  // HF's ignore_data_skip: steps_trained_in_current_epoch = 0, so the interrupted epoch's dataloader
+  // starts over (the global step, the epoch float HF computes from the in-epoch step, the schedule go on).
+  if (opt.ignore_data_skip && step_in_epoch > 0 && step_in_epoch < length.steps_per_epoch) {
+    ALPACA_INFO("--ignore_data_skip: epoch " << epoch << " starts again from its first batch (the checkpoint was "
+                << step_in_epoch << " steps into it)");
+    step_in_epoch = 0;
+  }
   scheduler_step = rs.scheduler_step;
   if (schedule.type == optim::ScheduleType::kReduceOnPlateau && rs.plateau) schedule.plateau_state = *rs.plateau;
   if (rs.learning_rate && *rs.learning_rate != schedule.base_lr) {

@@ -93,6 +93,48 @@ TEST(TrainerResume, BitwiseTenStraightVersusFivePlusFive) {
   EXPECT_NEAR(train_loss(b.path()), mean_loss(lb, 0), 1e-3 * mean_loss(lb, 0)) << "the resumed session's steps only";
 }
 
+// HF's ignore_data_skip: a resume three steps into a five-step epoch (40 records, global batch 8)
+// trains steps 4-6 on the epoch's first three batches (their token counts are those of steps 1-3 of
+// the straight run, which differ from its steps 4-6 at model_max_length 512), with HF's epoch float
+// (0.2 at step 4); without it the same resume continues the data (and the losses) bitwise.
+TEST(TrainerResume, IgnoreDataSkipRestartsTheInterruptedEpochsData) {
+  SKIP_WITHOUT_FIXTURE();
+  TempDir a("skip_a"), b("skip_b"), c("skip_c");
+  std::string log;
+  auto args = [&](const fs::path& out) {
+    return TrainFlags(kFixture, out).steps(6).batch(4, 2).set("--learning_rate 1e-3 --model_max_length 512 --save_steps 3")
+        .set(kCosineWarmup).str();
+  };
+  ASSERT_EQ(run_trainer(args(a.path()), 1, &log), 0) << log;
+  const auto tokens = [](const fs::path& out) {
+    std::map<int64_t, std::pair<double, double>> t;  // step -> (tokens_per_step, epoch)
+    for (const auto& m : read_metrics(out))
+      if (m.count("loss")) t[static_cast<int64_t>(m.at("step"))] = {m.at("tokens_per_step"), m.at("epoch")};
+    return t;
+  };
+  const auto ta = tokens(a.path());
+  ASSERT_EQ(ta.size(), 6u);
+  ASSERT_NE(ta.at(1).first, ta.at(4).first) << "the check needs batches of different sizes";
+  std::string log_b;
+  for (const auto& [dir, extra] : {std::pair{b.path(), " --ignore_data_skip True"}, std::pair{c.path(), ""}}) {
+    fs::copy(a.path() / "checkpoint-3", dir / "checkpoint-3", fs::copy_options::recursive);
+    ASSERT_EQ(run_trainer(args(dir) + " --resume_from_checkpoint True" + extra, 1, &log), 0) << log;
+    if (dir == b.path()) log_b = log;
+  }
+  EXPECT_NE(log_b.find("--ignore_data_skip: epoch 0 starts again"), std::string::npos) << log_b;
+  EXPECT_EQ(log.find("--ignore_data_skip"), std::string::npos) << log;
+  const auto tb = tokens(b.path()), tc = tokens(c.path());
+  ASSERT_EQ(tb.size(), 3u);
+  ASSERT_EQ(tc.size(), 3u);
+  for (int64_t s = 4; s <= 6; ++s) {
+    EXPECT_EQ(tb.at(s).first, ta.at(s - 3).first) << "step " << s << " trains batch " << s - 3 << " of the epoch";
+    EXPECT_NEAR(tb.at(s).second, static_cast<double>(s - 3) / 5, 1e-12) << "HF's epoch float restarts with the data";
+    EXPECT_EQ(tc.at(s).first, ta.at(s).first);
+  }
+  const auto la = read_step_logs(a.path()), lc = read_step_logs(c.path());
+  for (size_t i = 0; i < lc.size(); ++i) EXPECT_EQ(lc[i].loss, la[3 + i].loss);
+}
+
 // NEFTune (--neftune_noise_alpha, HF's neftune_post_forward_hook): the noise changes the training
 // forwards (step 1's loss differs from the same run without it) but not evaluation (eval_on_start
 // equal to the bit), and it is drawn from the default generator, which every rank's checkpoint

@@ -128,6 +128,8 @@ struct TrainerOptions {
   int64_t seed = 42;
   int64_t data_seed = 42;  // --data_seed, else --seed
   ResumeFrom resume;
+  // HF's ignore_data_skip: a resume mid-epoch restarts that epoch's data from its first batch.
+  bool ignore_data_skip = false;
 };
 
 // HF semantics of "steps" values that may be ratios: a value >= 1 is a step count; a value in
