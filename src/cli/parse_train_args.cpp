@@ -133,8 +133,6 @@ const std::map<std::string, UnsupportedField>& unsupported_hf_fields() {
       {"model_init_kwargs", {"the model loads from --model_name_or_path as config.json says; its dtype follows --bf16 / "
                              "--fp16", none}},
       {"dataset_kwargs", {"datasets are always prepared (tokenized) in-process", none}},
-      {"shuffle_dataset", {"not implemented (datasets' shuffle permutation); the sampler shuffles every epoch "
-                           "(--data_seed)", off}},
       {"truncation_mode", {"examples keep their start (TRL's only supported mode; keep_end is deprecated there)",
                            {"keep_start"}}},
       {"ignore_bias_buffers", {kDdp, off}},

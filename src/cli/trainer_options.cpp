@@ -64,6 +64,7 @@ void set_data_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.model_max_length = a.model_max_length;
   o.packing = a.packing;
   o.packing_strategy = a.packing_strategy;
+  o.shuffle_dataset = a.shuffle_dataset;
   o.eval_packing = a.eval_packing;
   o.group_by_length = a.group_by_length;
   o.shuffle = a.train_sampling_strategy != "sequential";

@@ -330,6 +330,9 @@ void validate_data(TrainArgs& a, const dist::LaunchInfo& launch) {
                      "--packing_strategy '" << a.packing_strategy << "' is not implemented; give bfd (TRL's default) or "
                      "wrapped" << (a.packing_strategy == "bfd_split" ? " (TRL's bfd_split, which splits long examples "
                                                                        "into several documents, is not implemented)" : ""));
+  ALPACA_USAGE_CHECK(!a.shuffle_dataset || a.seed >= 0,
+                     "--shuffle_dataset with --seed " << a.seed << ": datasets' shuffle (NumPy's default_rng) takes a "
+                     "seed >= 0; give a non-negative --seed");
   const std::string& tss = a.train_sampling_strategy;
   ALPACA_USAGE_CHECK(tss == "random" || tss == "sequential" || tss == "group_by_length",
                      "--train_sampling_strategy '" << tss << "' is not "

@@ -16,11 +16,11 @@ namespace {
 // Objects keep the file's key order, as Python dicts do: a template that writes messages or tools
 // as JSON text (tool schemas, tool-call arguments) gives transformers' text, and output lines
 // repeat each record's fields in its order.
-using json = nlohmann::ordered_json;
+using ordered_json = nlohmann::ordered_json;  // not "json": a unity batch shares this namespace with files using nlohmann::json
 
 // An OpenAI-style conversation: a non-empty list of objects, each with a string "role" (the
 // template decides what it accepts beyond that, as transformers leaves it to the template).
-std::string checked_messages(const json& m, const std::string& name, int64_t index) {
+std::string checked_messages(const ordered_json& m, const std::string& name, int64_t index) {
   ALPACA_CHECK(m.is_array() && !m.empty(), name << ": \"messages\" of record " << index << " is a " << m.type_name()
                                                 << (m.is_array() ? " that is empty" : "")
                                                 << ", expected a list of {\"role\": ..., \"content\": ...} objects");
@@ -32,7 +32,7 @@ std::string checked_messages(const json& m, const std::string& name, int64_t ind
   return m.dump();
 }
 
-PromptRecord to_prompt(const json& v, const std::string& name, int64_t index, const PromptOptions& opts) {
+PromptRecord to_prompt(const ordered_json& v, const std::string& name, int64_t index, const PromptOptions& opts) {
   ALPACA_CHECK(v.is_object(), name << ": record " << index << " is a " << v.type_name()
                                    << ", expected an object with \"instruction\" (and optionally \"input\")"
                                    << " or with \"messages\"");
@@ -54,7 +54,7 @@ PromptRecord to_prompt(const json& v, const std::string& name, int64_t index, co
     const std::string instruction = *str("instruction", true);
     const std::string input = str("input", false).value_or("");
     if (opts.chat) {
-      r.messages = json::array({{{"role", "user"}, {"content", chat_user_content(instruction, input)}}}).dump();
+      r.messages = ordered_json::array({{{"role", "user"}, {"content", chat_user_content(instruction, input)}}}).dump();
     } else {
       r.prompt = opts.raw_prompt ? instruction : alpaca_prompt(instruction, input);
     }
@@ -92,10 +92,10 @@ std::vector<PromptRecord> parse_prompt_records(const std::string& raw, const std
                name << ": the prompts file is empty; give a JSON array of {\"instruction\": ...} records or JSON Lines");
   std::vector<PromptRecord> out;
   if (text[first] == '[') {
-    json doc;
+    ordered_json doc;
     try {
-      doc = json::parse(text);
-    } catch (const json::parse_error& e) {
+      doc = ordered_json::parse(text);
+    } catch (const ordered_json::parse_error& e) {
       ALPACA_FAIL(name << ": malformed JSON: " << e.what());
     }
     ALPACA_CHECK(doc.is_array(), name << ": expected a JSON array of records");
@@ -107,10 +107,10 @@ std::vector<PromptRecord> parse_prompt_records(const std::string& raw, const std
     while (std::getline(lines, line)) {
       ++lineno;
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      json v;
+      ordered_json v;
       try {
-        v = json::parse(line);
-      } catch (const json::parse_error& e) {
+        v = ordered_json::parse(line);
+      } catch (const ordered_json::parse_error& e) {
         ALPACA_FAIL(name << ": line " << lineno << " is not valid JSON: " << e.what());
       }
       out.push_back(to_prompt(v, name + " line " + std::to_string(lineno), static_cast<int64_t>(out.size()), opts));
@@ -136,12 +136,12 @@ std::vector<PromptRecord> load_prompt_records(const std::string& path, const Pro
 
 std::string output_line(const PromptRecord& rec, const std::string& generation, const std::vector<int64_t>& ids,
                         std::optional<bool> match) {
-  json v = json::parse(rec.json);
+  ordered_json v = ordered_json::parse(rec.json);
   v["generation"] = generation;
   v["generation_ids"] = ids;
   if (match) v["exact_match"] = *match;
   // Invalid UTF-8 from a byte-level tokenizer cut mid-character becomes U+FFFD rather than an error.
-  return v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return v.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
 bool exact_match(const std::string& generation, const std::string& expected) {

@@ -20,6 +20,7 @@
 #include "alpaca/data/conversation.h"
 #include "alpaca/data/conversation_example.h"
 #include "alpaca/data/packing.h"
+#include "alpaca/data/shuffle.h"
 #include "alpaca/dist/runtime.h"
 #include "alpaca/fsdp/policy.h"
 #include "alpaca/fsdp/load_checkpoint.h"
@@ -252,14 +253,20 @@ void Trainer::Impl::setup_data() {
                                    << data::describe_mask_stats(stats, opt.model_max_length)
                                    << "); the responses are cut off by --model_max_length " << opt.model_max_length
                                    << " or masked out: raise --model_max_length, or check the data and the loss flags");
+  // TRL's _prepare_dataset with shuffle_dataset: Dataset.shuffle(seed=args.seed) before packing and after.
+  auto shuffle = [&](std::vector<data::Example>& examples) {
+    if (opt.shuffle_dataset) examples = data::datasets_shuffle(examples, static_cast<uint64_t>(opt.seed));
+  };
   if (opt.packing) {
     data::PackingStats ps;
     const auto strategy = data::parse_packing_strategy(opt.packing_strategy);
+    shuffle(train_examples);
     train_examples = data::pack_examples(train_examples, opt.model_max_length, &ps, strategy);
     ALPACA_INFO("packed (" << data::packing_strategy_name(strategy) << ") into " << ps.num_blocks
                            << " sequences of up to " << opt.model_max_length << " tokens ("
                            << static_cast<int>(ps.fill_ratio * 100) << "% filled)");
   }
+  shuffle(train_examples);
   if (opt.evaluates()) {
     ALPACA_CHECK(!opt.eval_data_path.empty(), "evaluation is scheduled but no --eval_data_path was given");
     const bool pack_eval = opt.eval_packing.value_or(opt.packing);  // TRL: eval_packing None = packing
@@ -273,10 +280,12 @@ void Trainer::Impl::setup_data() {
     if (pack_eval) {
       data::PackingStats ps;
       const auto strategy = data::parse_packing_strategy(opt.packing_strategy);
+      shuffle(eval_examples);
       eval_examples = data::pack_examples(eval_examples, opt.model_max_length, &ps, strategy);
       ALPACA_INFO("packed eval (" << data::packing_strategy_name(strategy) << ") into " << ps.num_blocks
                                   << " sequences of up to " << opt.model_max_length << " tokens");
     }
+    shuffle(eval_examples);
   }
   build_sampler();
 }

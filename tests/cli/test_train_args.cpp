@@ -570,7 +570,10 @@ TEST_F(ConfigFile, AWholeDumpedSftConfigIsAValidConfig) {
                      "every_n_layers 2 is not implemented");
   a = parse_train_args(shell_split("--config " + write(head + "loss_type: dft\nlabel_smoothing_factor: 0\n", ".yaml")));
   EXPECT_EQ(a.loss_type, "dft");
-  EXPECT_USAGE_ERROR("--config " + write(head + "shuffle_dataset: true\n", ".yaml"), "shuffle_dataset");
+  a = parse_train_args(shell_split("--config " + write(head + "shuffle_dataset: true\n", ".yaml")));
+  EXPECT_TRUE(a.shuffle_dataset);
+  EXPECT_USAGE_ERROR("--config " + write(head + "shuffle_dataset: true\nseed: -1\n", ".yaml"), "non-negative --seed");
+  EXPECT_USAGE_ERROR("--config " + write(head + "full_determinism: true\n", ".yaml"), "full_determinism");
 }
 
 // The YAML reader against PyYAML's safe_load (the .venv's, what TRL's parser calls) on YAML 1.1's

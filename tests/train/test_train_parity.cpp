@@ -335,3 +335,40 @@ TEST(TrainParity, TrlTokenMetricsOverWindowsFinalLogAndEvaluation) {
 }
 
 }  // namespace test_train_parity
+
+namespace test_train_parity {
+
+// TRL's shuffle_dataset in a run (the order itself is tests/data/test_shuffle.cpp's): the rows reach
+// the sampler in datasets' shuffled order, so the same seeds train other batches (step 1's loss
+// differs) and the run repeats bitwise; evaluation examples are shuffled too: one batch holding all
+// of them gives the same eval_loss, batches of 16 another (HF weights each batch's mean by its rows).
+TEST(TrainParity, ShuffleDatasetShufflesTrainAndEvalRows) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
+  std::map<std::string, std::vector<StepLog>> steps;
+  std::map<std::string, double> eval;
+  for (const std::string name : {"plain", "shuffled", "shuffled_again", "plain_16", "shuffled_16"}) {
+    TempDir out("shuffle_" + name);
+    std::string log;
+    const bool shuffled = name.rfind("shuffled", 0) == 0;
+    const std::string eval_batch = name.ends_with("_16") ? "16" : "64";
+    ASSERT_EQ(run_trainer(TrainFlags(kFixture, out.path()).steps(2).batch(8, 1).str() + " --eval_data_path " +
+                              (kFixture / "data.json").string() +
+                              " --eval_strategy steps --eval_steps 100 --eval_on_start True --save_strategy no"
+                              " --per_device_eval_batch_size " + eval_batch +
+                              (shuffled ? " --shuffle_dataset True" : ""),
+                          1, &log), 0) << log;
+    steps[name] = read_step_logs(out.path());
+    for (const auto& m : read_metrics(out.path()))
+      if (m.count("eval_loss") && m.at("step") == 0) eval[name] = m.at("eval_loss");
+    ASSERT_EQ(steps[name].size(), 2u) << log;
+  }
+  EXPECT_GT(std::abs(steps["shuffled"][0].loss - steps["plain"][0].loss), 1e-6) << "other batches";
+  EXPECT_EQ(steps["shuffled"][0].loss, steps["shuffled_again"][0].loss);
+  EXPECT_EQ(steps["shuffled"][1].loss, steps["shuffled_again"][1].loss);
+  EXPECT_NEAR(eval["shuffled"], eval["plain"], 1e-6 * eval["plain"]) << "one batch: the same rows";
+  EXPECT_GT(std::abs(eval["shuffled_16"] - eval["plain_16"]), 1e-7) << "batches of 16: other rows together";
+  std::cout << "[shuffle_dataset] step 1 loss " << steps["plain"][0].loss << " -> " << steps["shuffled"][0].loss
+            << "; eval_loss in batches of 16 " << eval["plain_16"] << " -> " << eval["shuffled_16"] << "\n";
+}
+
+}  // namespace test_train_parity

@@ -48,6 +48,7 @@ struct TrainerOptions {
   bool packing = false;
   std::optional<bool> eval_packing;  // unset = packing (TRL SFTConfig)
   std::string packing_strategy = "bfd";  // data::parse_packing_strategy (TRL SFTConfig)
+  bool shuffle_dataset = false;  // TRL: datasets' Dataset.shuffle(seed) before packing and after
   bool group_by_length = false;
   bool shuffle = true;  // false: --train_sampling_strategy sequential (every epoch in the data's order)
   bool dataloader_drop_last = false;
