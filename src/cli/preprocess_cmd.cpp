@@ -19,6 +19,7 @@
 #include "alpaca/data/conversation.h"
 #include "alpaca/data/conversation_example.h"
 #include "alpaca/data/packing.h"
+#include "alpaca/data/shuffle.h"
 #include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/sys.h"
@@ -84,9 +85,9 @@ void print_report(const std::vector<data::Example>& examples, const data::MaskSt
 int run_preprocess(const std::vector<std::string>& args) {
   std::string data_path, model_dir, tokenizer_path, output, dataset_format = "auto", dataset_text_field = "text",
       chat_template, packing_strategy = "bfd", eos_token, pad_token;
-  int64_t model_max_length = 512;
+  int64_t model_max_length = 512, seed = 42;
   int num_threads = 0;
-  bool packing = false, use_fast_tokenizer = false, assistant_only_loss = false, completion_only_loss = true;
+  bool shuffle_dataset = false, packing = false, use_fast_tokenizer = false, assistant_only_loss = false, completion_only_loss = true;
   const Subcommand cmd{
       "preprocess", "Tokenize a dataset (any format) as training does and report its statistics.",
       {{"--data_path", &data_path,
@@ -111,6 +112,9 @@ int run_preprocess(const std::vector<std::string>& args) {
         false, {"--max_length", "--max_seq_length"}},
        {"--packing", &packing, "Pack examples into --model_max_length blocks as TRL does (position/segment ids)"},
        {"--packing_strategy", &packing_strategy, "With --packing: bfd (TRL's default) or wrapped"},
+       {"--shuffle_dataset", &shuffle_dataset,
+        "Shuffle the rows as TRL does (datasets' shuffle with --seed, before packing and after)"},
+       {"--seed", &seed, "The seed of --shuffle_dataset (TrainingArguments' seed; default 42)"},
        {"--use_fast_tokenizer", &use_fast_tokenizer,
         "Use tokenizer.json when the directory also has tokenizer.model (default: tokenizer.model)"},
        {"--num_threads", &num_threads, "Tokenizer threads (0 = every core)"}}};
@@ -123,6 +127,8 @@ int run_preprocess(const std::vector<std::string>& args) {
   ALPACA_USAGE_CHECK(model_dir.empty() != tokenizer_path.empty(),
                      "preprocess: give exactly one of --model_name_or_path and --tokenizer");
   ALPACA_USAGE_CHECK(model_max_length > 0, "--model_max_length must be positive, got " << model_max_length);
+  ALPACA_USAGE_CHECK(!shuffle_dataset || seed >= 0, "--shuffle_dataset with --seed " << seed << ": datasets' shuffle "
+                     "(NumPy's default_rng) takes a seed >= 0; give a non-negative --seed");
   data::RowFormat row_format;
   try {
     row_format = data::parse_row_format(dataset_format, dataset_text_field);  // its errors name the flags
@@ -153,7 +159,14 @@ int run_preprocess(const std::vector<std::string>& args) {
   print_report(examples, ms, tok, model_max_length);
 
   data::PackingStats pstats;
-  if (packing) examples = data::pack_examples(examples, model_max_length, &pstats, strategy);
+  auto shuffle = [&] {  // TRL's _prepare_dataset: before packing and after
+    if (shuffle_dataset) examples = data::datasets_shuffle(examples, static_cast<uint64_t>(seed));
+  };
+  if (packing) {
+    shuffle();
+    examples = data::pack_examples(examples, model_max_length, &pstats, strategy);
+  }
+  shuffle();
   write_examples(output, examples, packing);
   if (packing)
     std::cout << "packed blocks:      " << pstats.num_blocks << " (fill " << pstats.fill_ratio << ")\n";

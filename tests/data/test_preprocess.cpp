@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "alpaca/data/alpaca_example.h"
+#include "alpaca/data/shuffle.h"
 #include "test_util.h"
 
 namespace alpaca::data::test_preprocess {
@@ -69,6 +70,18 @@ TEST(Preprocess, WritesTheTrainingExamplesAndReports) {
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("--packing_strategy bfd_split"), std::string::npos) << out;
   EXPECT_FALSE(std::filesystem::exists(split_path));
+  // --shuffle_dataset: the same examples in datasets' shuffle order (data/shuffle.h) for --seed.
+  const auto shuffled_path = dir.path() / "shuffled.jsonl";
+  rc = run_command(train_bin() + " preprocess --data_path " + data.string() + " --model_name_or_path " +
+                       tok_dir.string() + " --output " + shuffled_path.string() +
+                       " --model_max_length 40 --shuffle_dataset True --seed 7 2>&1",
+                   &out);
+  ASSERT_EQ(rc, 0) << out;
+  const auto shuffled = read_lines(shuffled_path);
+  const auto perm = numpy_permutation(7, static_cast<int64_t>(lines.size()));
+  ASSERT_EQ(shuffled.size(), lines.size());
+  for (size_t i = 0; i < shuffled.size(); ++i) EXPECT_EQ(shuffled[i], lines[static_cast<size_t>(perm[i])]) << i;
+  EXPECT_NE(shuffled[0], lines[0]);
 }
 
 // --dataset_text_field (TRL's dataset_text_field): text rows read from the named field give the
