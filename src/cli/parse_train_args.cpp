@@ -121,8 +121,6 @@ const std::map<std::string, UnsupportedField>& unsupported_hf_fields() {
       {"skip_memory_metrics", {"memory is reported alpaca-train's own way (the FSDP memory account at the start, peak "
                                "memory in the step logs), not as HF's memory metrics", {"true"}}},
       {"restore_callback_states_from_checkpoint", {"there are no callbacks", off}},
-      {"full_determinism", {"not implemented as an option: CPU runs are deterministic (bitwise resume); GPU kernels "
-                            "are not forced to deterministic algorithms", off}},
       {"enable_jit_checkpoint", {"SIGTERM/SIGUSR1 always save a checkpoint and exit 75 (docs/reliability.md)",
                                  {"false", "true"}}},
       {"project", {"Trackio is not a --report_to here (tensorboard, none)", {"huggingface"}}},

@@ -98,6 +98,7 @@ void set_loop_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.tf32 = a.tf32;
   o.fsdp_policy = a.fsdp_policy;
   o.ddp_timeout_seconds = a.ddp_timeout;
+  o.full_determinism = a.full_determinism;
 }
 
 // Where and when the run logs, evaluates and reports (jsonl, TensorBoard).

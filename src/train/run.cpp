@@ -3,15 +3,38 @@
 
 #include <ATen/detail/CUDAHooksInterface.h>  // defines: at::detail::getCUDAHooks
 
+#include <ATen/Context.h>  // defines: at::globalContext
+
 #include <chrono>
+#include <cstdlib>
 
 #include "alpaca/ckpt/preemption.h"
 #include "alpaca/dist/runtime.h"
 #include "alpaca/train/trainer.h"
+#include "alpaca/util/log.h"
 
 namespace alpaca::train {
 
+namespace {
+
+// transformers' enable_full_determinism (the seed is always set here): the environment the CUDA
+// runtime and cuBLAS read when they start, then LibTorch's deterministic switches. Before anything
+// touches CUDA.
+void enable_full_determinism() {
+  ::setenv("CUDA_LAUNCH_BLOCKING", "1", 1);
+  ::setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8", 1);
+  ::setenv("FLASH_ATTENTION_DETERMINISTIC", "1", 1);
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  at::globalContext().setDeterministicCuDNN(true);
+  at::globalContext().setBenchmarkCuDNN(false);
+  ALPACA_INFO("full_determinism: deterministic algorithms on (an op without one fails, naming it), "
+              "CUDA_LAUNCH_BLOCKING=1, CUBLAS_WORKSPACE_CONFIG=:16:8");
+}
+
+}  // namespace
+
 int run_training(const TrainerOptions& options, const dist::LaunchInfo& launch) {
+  if (options.full_determinism) enable_full_determinism();
   // The runtime outlives the trainer (its communicator is gone before MPI is finalized); on an
   // exception it finalizes uncleanly so the launcher ends the other ranks.
   // A scheduler's SIGTERM while a torchrun-style rank still waits for its peers ends it at once.

@@ -573,7 +573,7 @@ TEST_F(ConfigFile, AWholeDumpedSftConfigIsAValidConfig) {
   a = parse_train_args(shell_split("--config " + write(head + "shuffle_dataset: true\n", ".yaml")));
   EXPECT_TRUE(a.shuffle_dataset);
   EXPECT_USAGE_ERROR("--config " + write(head + "shuffle_dataset: true\nseed: -1\n", ".yaml"), "non-negative --seed");
-  EXPECT_USAGE_ERROR("--config " + write(head + "full_determinism: true\n", ".yaml"), "full_determinism");
+  EXPECT_USAGE_ERROR("--config " + write(head + "save_on_each_node: true\n", ".yaml"), "save_on_each_node");
 }
 
 // The YAML reader against PyYAML's safe_load (the .venv's, what TRL's parser calls) on YAML 1.1's

@@ -372,3 +372,26 @@ TEST(TrainParity, ShuffleDatasetShufflesTrainAndEvalRows) {
 }
 
 }  // namespace test_train_parity
+
+namespace test_train_parity {
+
+// HF's full_determinism (enable_full_determinism): LibTorch's deterministic algorithms on; every op a
+// CPU step runs has a deterministic form (no error), and the CPU run is bitwise the one without it.
+TEST(TrainParity, FullDeterminismRunsAndChangesNothingOnCpu) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
+  TempDir a("fulldet_off"), b("fulldet_on");
+  std::string log;
+  ASSERT_EQ(run_trainer(parity_flags(kFixture, a.path(), 3, 4, 2, "1e-3").str(), 1, &log), 0) << log;
+  ASSERT_EQ(run_trainer(parity_flags(kFixture, b.path(), 3, 4, 2, "1e-3").str() + " --full_determinism True", 1, &log), 0)
+      << log;
+  EXPECT_NE(log.find("full_determinism: deterministic algorithms on"), std::string::npos) << log;
+  const auto la = read_step_logs(a.path()), lb = read_step_logs(b.path());
+  ASSERT_EQ(la.size(), 3u);
+  ASSERT_EQ(lb.size(), 3u);
+  for (size_t i = 0; i < la.size(); ++i) {
+    EXPECT_EQ(la[i].loss, lb[i].loss) << "step " << la[i].step;
+    EXPECT_EQ(la[i].grad_norm, lb[i].grad_norm) << "step " << la[i].step;
+  }
+}
+
+}  // namespace test_train_parity
