@@ -1,6 +1,8 @@
 #include "alpaca/train/metrics.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <nlohmann/json.hpp>  // defines: nlohmann::json
 #include <sstream>
@@ -21,18 +23,31 @@ nlohmann::json to_json(const LogEntry& entry) {
   return j;
 }
 
-// Python's repr of a float: the shortest string that round-trips.
+// Python's repr of a float: the shortest digits that round-trip, written in positional notation
+// when the decimal exponent is in [-4, 16) (12270.0, 0.0001), else as 1.5e+16 / 1e-05 (float_repr_style
+// 'short'). %g would switch to an exponent as soon as it passes the digit count (1.227e+04).
 std::string py_float(double x) {
   if (std::isnan(x)) return "nan";
   if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  char buf[32];
-  for (int prec = 1; prec <= 17; ++prec) {
-    std::snprintf(buf, sizeof(buf), "%.*g", prec, x);
+  char buf[40];
+  int prec = 1;
+  for (; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof(buf), "%.*e", prec - 1, x);
     if (std::strtod(buf, nullptr) == x) break;
   }
-  std::string s = buf;
-  if (s.find_first_of(".en") == std::string::npos) s += ".0";
-  return s;
+  const std::string e_form = buf;  // [-]d[.ddd]e[+-]XX
+  const size_t e_at = e_form.find('e');
+  const int exp10 = std::atoi(e_form.c_str() + e_at + 1);
+  if (exp10 >= -4 && exp10 < 16) {
+    std::snprintf(buf, sizeof(buf), "%.*f", std::max(0, prec - 1 - exp10), x);
+    std::string s = buf;
+    if (s.find('.') == std::string::npos) s += ".0";
+    return s;
+  }
+  const std::string mantissa = e_form.substr(0, e_at);
+  char exp_buf[16];
+  std::snprintf(exp_buf, sizeof(exp_buf), "e%c%02d", exp10 < 0 ? '-' : '+', std::abs(exp10));
+  return mantissa + exp_buf;
 }
 
 }  // namespace

@@ -102,6 +102,14 @@ TEST(Metrics, JsonlAndConsoleLines) {
   EXPECT_TRUE(nlohmann::json::parse(l2)["loss"].is_null());
   EXPECT_EQ(format_log_line({{"loss", 2.5}, {"grad_norm", 1.0}, {"learning_rate", 2e-05}, {"epoch", 0.1}}),
             "{'loss': 2.5, 'grad_norm': 1.0, 'learning_rate': 2e-05, 'epoch': 0.1}");
+  // Python's repr: positional for exponents in [-4, 16), shortest round-trip digits either way.
+  const std::vector<std::pair<double, std::string>> reprs = {
+      {12270.0, "12270.0"},     {0.0001, "0.0001"},       {0.00012, "0.00012"},   {1e-05, "1e-05"},
+      {1e16, "1e+16"},          {1.5e16, "1.5e+16"},      {9999999999999998.0, "9999999999999998.0"},
+      {63017283456.0, "63017283456.0"}, {0.1, "0.1"},     {-2.5, "-2.5"},         {0.0, "0.0"},
+      {123456789.125, "123456789.125"}, {1.2345678901234567e-7, "1.2345678901234566e-07"},
+      {2.5e-310, "2.5e-310"},   {1.7976931348623157e308, "1.7976931348623157e+308"}};
+  for (const auto& [x, want] : reprs) EXPECT_EQ(format_log_line({{"v", x}}), "{'v': " + want + "}") << want;
 }
 
 TEST(Throughput, FlopsAndMfu) {
