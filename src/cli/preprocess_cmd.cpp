@@ -19,7 +19,6 @@
 #include "alpaca/data/conversation.h"
 #include "alpaca/data/conversation_example.h"
 #include "alpaca/data/packing.h"
-#include "alpaca/data/shuffle.h"
 #include "alpaca/tokenizer/tokenizer.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/sys.h"
@@ -159,14 +158,9 @@ int run_preprocess(const std::vector<std::string>& args) {
   print_report(examples, ms, tok, model_max_length);
 
   data::PackingStats pstats;
-  auto shuffle = [&] {  // TRL's _prepare_dataset: before packing and after
-    if (shuffle_dataset) examples = data::datasets_shuffle(examples, static_cast<uint64_t>(seed));
-  };
-  if (packing) {
-    shuffle();
-    examples = data::pack_examples(examples, model_max_length, &pstats, strategy);
-  }
-  shuffle();
+  examples = data::pack_and_shuffle(std::move(examples), packing ? std::optional(strategy) : std::nullopt,
+                                    model_max_length, &pstats,
+                                    shuffle_dataset ? std::optional(static_cast<uint64_t>(seed)) : std::nullopt);
   write_examples(output, examples, packing);
   if (packing)
     std::cout << "packed blocks:      " << pstats.num_blocks << " (fill " << pstats.fill_ratio << ")\n";

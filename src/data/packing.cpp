@@ -6,6 +6,7 @@
 #include <map>
 #include <numeric>
 
+#include "alpaca/data/shuffle.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/user_error.h"
 
@@ -127,6 +128,19 @@ std::vector<Example> pack_examples(const std::vector<Example>& examples, int64_t
   st.fill_ratio = blocks.empty() ? 0.0 : static_cast<double>(st.num_tokens) / (static_cast<double>(st.num_blocks) * block_size);
   if (stats) *stats = st;
   return blocks;
+}
+
+std::vector<Example> pack_and_shuffle(std::vector<Example> examples, std::optional<PackingStrategy> packing,
+                                      int64_t block_size, PackingStats* stats, std::optional<uint64_t> shuffle_seed) {
+  auto shuffle = [&] {
+    if (shuffle_seed) examples = datasets_shuffle(examples, *shuffle_seed);
+  };
+  if (packing) {
+    shuffle();
+    examples = pack_examples(examples, block_size, stats, *packing);
+  }
+  shuffle();
+  return examples;
 }
 
 }  // namespace alpaca::data

@@ -62,16 +62,19 @@ using torch::autograd::tensor_list;
 // With `o` not plain, each row's term and gradient follow LossOptions (rows in fp32):
 //   label smoothing e: (1 - e) nll + e (lse - mean_v z), gradient softmax - (1 - e) onehot - e / V;
 //   DFT: p nll with p = exp(-nll) constant, gradient p (softmax - onehot).
+// stats (fp64 (2), on the CPU) += the row kernels' sums.
+void add_row_stats(at::Tensor& stats, const RowTokenStats& rs) {
+  stats[0].add_(rs.entropy_sum);
+  stats[1].add_(static_cast<double>(rs.top1));
+}
+
 // With `stats` (fp64 (2), o.token_stats): adds the rows' entropy sum and top-1 count (loss.h).
 at::Tensor chunk_cross_entropy(at::Tensor& z_c, const at::Tensor& target_n, at::Tensor& loss, bool need_grad,
                                const LossOptions& o, at::Tensor& stats) {
   if (o.plain() && fused_cpu_bf16_applies(z_c) && z_c.is_contiguous()) {
     RowTokenStats row_stats;
     loss.add_(cross_entropy_rows_bf16(z_c, target_n.contiguous(), need_grad, stats.defined() ? &row_stats : nullptr));
-    if (stats.defined()) {
-      stats[0].add_(row_stats.entropy_sum);
-      stats[1].add_(static_cast<double>(row_stats.top1));
-    }
+    if (stats.defined()) add_row_stats(stats, row_stats);
     return need_grad ? z_c : at::Tensor();
   }
   const at::Tensor target = target_n.unsqueeze(1);
@@ -90,8 +93,7 @@ at::Tensor chunk_cross_entropy(at::Tensor& z_c, const at::Tensor& target_n, at::
   z.sub_(zmax).exp_();                                   // exp(z - max), in place
   const at::Tensor sumexp = z.sum(1, /*keepdim=*/true);  // lse = log(sumexp) + max
   if (cpu_stats) {
-    stats[0].add_(row_stats.entropy_sum);
-    stats[1].add_(static_cast<double>(row_stats.top1));
+    add_row_stats(stats, row_stats);
   } else if (stats.defined()) {
     // With e = exp(z - max) and s = sum e: entropy = log s - sum e log(e) / s (xlogy: 0 where e underflowed).
     const at::Tensor entropy = (sumexp.log() - at::xlogy(z, z).sum(1, /*keepdim=*/true).div_(sumexp)).sum();

@@ -26,50 +26,40 @@ namespace {
 
 using namespace fused;  // u16, In, Out, Acc, f32, bf16, exp_f, kLanes (fused_math.h)
 
-ALPACA_INLINE float row_max_impl(In z, int64_t v) {
+// A logit as fp32: bf16 words widened, fp32 as is (the row loops below take either).
+ALPACA_INLINE float logit(u16 x) { return f32(x); }
+ALPACA_INLINE float logit(float x) { return x; }
+
+template <class T>
+ALPACA_INLINE float row_max_impl(const T* __restrict z, int64_t v) {
   float acc[kLanes];
   for (int l = 0; l < kLanes; ++l) acc[l] = -INFINITY;
   int64_t i = 0;
   for (; i + kLanes <= v; i += kLanes)
     for (int l = 0; l < kLanes; ++l) {
-      const float x = f32(z[i + l]);
+      const float x = logit(z[i + l]);
       acc[l] = x > acc[l] ? x : acc[l];
     }
   float m = -INFINITY;
   for (int l = 0; l < kLanes; ++l) m = acc[l] > m ? acc[l] : m;
-  for (; i < v; ++i) m = f32(z[i]) > m ? f32(z[i]) : m;
+  for (; i < v; ++i) m = logit(z[i]) > m ? logit(z[i]) : m;
   return m;
 }
 
-// e[i] = exp(z[i] - m) (kept for the gradient: the row's fp32 scratch stays in L2), returns their sum.
-ALPACA_INLINE float row_sumexp_impl(In z, int64_t v, float m, Acc e) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= v; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      e[i + l] = exp_f(f32(z[i + l]) - m);
-      acc[l] += e[i + l];
-    }
-  float s = 0;
-  for (int l = 0; l < kLanes; ++l) s += acc[l];
-  for (; i < v; ++i) {
-    e[i] = exp_f(f32(z[i]) - m);
-    s += e[i];
-  }
-  return s;
-}
-
-// As row_sumexp_impl, and *xe = sum_i e[i] (z[i] - m): the entropy of the row's softmax is log(s) - xe / s
-// (TRL's log_z - sum_v exp(z_v - m) z_v / s, the max taken out of both terms).
-ALPACA_INLINE float row_sumexp_xe_impl(In z, int64_t v, float m, Acc e, float* xe) {
+// Returns s = sum_i exp(z[i] - m). kStore: e[i] = exp(z[i] - m) kept for the gradient (the row's
+// fp32 scratch stays in L2). kXe: *xe = sum_i e[i] (z[i] - m), so the row's softmax entropy is
+// log(s) - xe / s (TRL's log_z - sum_v exp(z_v - m) z_v / s, the max taken out of both terms).
+template <class T, bool kStore, bool kXe>
+ALPACA_INLINE float row_sumexp_impl(const T* __restrict z, int64_t v, float m, float* __restrict e, float* xe) {
   float acc[kLanes] = {}, acc_xe[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= v; i += kLanes)
     for (int l = 0; l < kLanes; ++l) {
-      const float x = f32(z[i + l]) - m;
-      e[i + l] = exp_f(x);
-      acc[l] += e[i + l];
-      acc_xe[l] += e[i + l] * x;
+      const float x = logit(z[i + l]) - m;
+      const float ex = exp_f(x);
+      if constexpr (kStore) e[i + l] = ex;
+      acc[l] += ex;
+      if constexpr (kXe) acc_xe[l] += ex * x;
     }
   float s = 0, sxe = 0;
   for (int l = 0; l < kLanes; ++l) {
@@ -77,12 +67,13 @@ ALPACA_INLINE float row_sumexp_xe_impl(In z, int64_t v, float m, Acc e, float* x
     sxe += acc_xe[l];
   }
   for (; i < v; ++i) {
-    const float x = f32(z[i]) - m;
-    e[i] = exp_f(x);
-    s += e[i];
-    sxe += e[i] * x;
+    const float x = logit(z[i]) - m;
+    const float ex = exp_f(x);
+    if constexpr (kStore) e[i] = ex;
+    s += ex;
+    if constexpr (kXe) sxe += ex * x;
   }
-  *xe = sxe;
+  if constexpr (kXe) *xe = sxe;
   return s;
 }
 
@@ -91,70 +82,59 @@ ALPACA_INLINE void row_softmax_impl(const float* __restrict e, int64_t v, float 
   for (int64_t i = 0; i < v; ++i) z[i] = bf16(e[i] / s);
 }
 
-// fp32 logits (the ATen passes' rows): the row's maximum (as amax: exact), whether the target is the
-// first index holding it, and the entropy log(s) - sum e (z - m) / s with e = exp(z - m), in one pass
-// after the max (read only: the ATen passes then compute the loss and gradient bits as without it).
-ALPACA_INLINE float f32_row_max_impl(const float* __restrict z, int64_t v) {
-  float acc[kLanes];
-  for (int l = 0; l < kLanes; ++l) acc[l] = -INFINITY;
-  int64_t i = 0;
-  for (; i + kLanes <= v; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] = z[i + l] > acc[l] ? z[i + l] : acc[l];
-  float m = -INFINITY;
-  for (int l = 0; l < kLanes; ++l) m = acc[l] > m ? acc[l] : m;
-  for (; i < v; ++i) m = z[i] > m ? z[i] : m;
-  return m;
-}
-
-ALPACA_INLINE float f32_row_entropy_impl(const float* __restrict z, int64_t v, float m) {
-  float acc[kLanes] = {}, acc_xe[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= v; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      const float x = z[i + l] - m;
-      const float e = exp_f(x);
-      acc[l] += e;
-      acc_xe[l] += e * x;
-    }
-  float s = 0, sxe = 0;
-  for (int l = 0; l < kLanes; ++l) {
-    s += acc[l];
-    sxe += acc_xe[l];
-  }
-  for (; i < v; ++i) {
-    const float x = z[i] - m;
-    const float e = exp_f(x);
-    s += e;
-    sxe += e * x;
-  }
-  return std::log(s) - sxe / s;
-}
-
 struct LossRowKernels {
   float (*row_max)(const u16*, int64_t);
   float (*row_sumexp)(const u16*, int64_t, float, float*);
   float (*row_sumexp_xe)(const u16*, int64_t, float, float*, float*);
   void (*row_softmax)(const float*, int64_t, float, u16*);
   float (*f32_row_max)(const float*, int64_t);
-  float (*f32_row_entropy)(const float*, int64_t, float);
+  float (*f32_row_sumexp_xe)(const float*, int64_t, float, float*);  // read only: no e kept
 };
 
-#define ALPACA_LOSS_ROW_KERNELS(NS, ATTR)                                                                   \
-  namespace NS {                                                                                            \
-  ATTR float row_max(const u16* z, int64_t v) { return row_max_impl(z, v); }                               \
-  ATTR float row_sumexp(const u16* z, int64_t v, float m, float* e) { return row_sumexp_impl(z, v, m, e); } \
-  ATTR float row_sumexp_xe(const u16* z, int64_t v, float m, float* e, float* xe) {                          \
-    return row_sumexp_xe_impl(z, v, m, e, xe);                                                              \
-  }                                                                                                         \
-  ATTR void row_softmax(const float* e, int64_t v, float s, u16* z) { row_softmax_impl(e, v, s, z); }     \
-  ATTR float f32_row_max(const float* z, int64_t v) { return f32_row_max_impl(z, v); }                     \
-  ATTR float f32_row_entropy(const float* z, int64_t v, float m) { return f32_row_entropy_impl(z, v, m); } \
-  const LossRowKernels kernels{row_max, row_sumexp, row_sumexp_xe, row_softmax, f32_row_max, f32_row_entropy}; \
+#define ALPACA_LOSS_ROW_KERNELS(NS, ATTR)                                                                      \
+  namespace NS {                                                                                               \
+  ATTR float row_max(const u16* z, int64_t v) { return row_max_impl(z, v); }                                  \
+  ATTR float row_sumexp(const u16* z, int64_t v, float m, float* e) {                                          \
+    return row_sumexp_impl<u16, true, false>(z, v, m, e, nullptr);                                             \
+  }                                                                                                            \
+  ATTR float row_sumexp_xe(const u16* z, int64_t v, float m, float* e, float* xe) {                            \
+    return row_sumexp_impl<u16, true, true>(z, v, m, e, xe);                                                   \
+  }                                                                                                            \
+  ATTR void row_softmax(const float* e, int64_t v, float s, u16* z) { row_softmax_impl(e, v, s, z); }        \
+  ATTR float f32_row_max(const float* z, int64_t v) { return row_max_impl(z, v); }                            \
+  ATTR float f32_row_sumexp_xe(const float* z, int64_t v, float m, float* xe) {                                \
+    return row_sumexp_impl<float, false, true>(z, v, m, nullptr, xe);                                          \
+  }                                                                                                            \
+  const LossRowKernels kernels{row_max, row_sumexp, row_sumexp_xe, row_softmax, f32_row_max, f32_row_sumexp_xe}; \
   }
 
 ALPACA_FOR_EACH_CPU_ISA(ALPACA_LOSS_ROW_KERNELS)
 
 const LossRowKernels& loss_row_kernels() { return ALPACA_ISA_KERNELS(static_cast<int>(fused_cpu_isa())); }
+
+// Each row's token statistics, written by the parallel row loop and summed in row order (the same
+// for any thread count).
+class RowStatsBuffer {
+ public:
+  explicit RowStatsBuffer(int64_t n) : entropy_(static_cast<size_t>(n)), hit_(static_cast<size_t>(n)) {}
+  // Row r's softmax entropy from its sum s and xe (row_sumexp_impl), and whether its target t is the
+  // first index holding the row's maximum m (`max_of(row, k)`: the maximum of its first k logits).
+  template <class T, class MaxOf>
+  void set(int64_t r, const T* row, int64_t t, float m, float s, float xe, MaxOf max_of) {
+    entropy_[static_cast<size_t>(r)] = std::log(s) - xe / s;
+    hit_[static_cast<size_t>(r)] = logit(row[t]) >= m && (t == 0 || max_of(row, t) < m);
+  }
+  void add_to(RowTokenStats& stats) const {
+    for (size_t r = 0; r < entropy_.size(); ++r) {
+      stats.entropy_sum += entropy_[r];
+      stats.top1 += hit_[r];
+    }
+  }
+
+ private:
+  std::vector<float> entropy_;
+  std::vector<uint8_t> hit_;
+};
 
 }  // namespace
 
@@ -171,8 +151,7 @@ double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool wr
     ALPACA_CHECK(tp[r] >= 0 && tp[r] < v, "cross_entropy_rows_bf16: target " << tp[r] << " of row " << r
                                                                              << " outside the vocabulary [0, " << v << ")");
   std::vector<float> row_loss(static_cast<size_t>(n));
-  std::vector<float> row_entropy(stats ? static_cast<size_t>(n) : 0);
-  std::vector<uint8_t> row_hit(stats ? static_cast<size_t>(n) : 0);
+  RowStatsBuffer row_stats(stats ? n : 0);
   const LossRowKernels& K = loss_row_kernels();
   ALPACA_TRACE_BYTES("alpaca::cross_entropy_rows", util::nbytes_of({z, targets}));
   at::parallel_for(0, n, 4, [&](int64_t r0, int64_t r1) {
@@ -185,11 +164,7 @@ double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool wr
       float xe = 0;
       const float s = stats ? K.row_sumexp_xe(row, v, m, e.data(), &xe) : K.row_sumexp(row, v, m, e.data());
       row_loss[static_cast<size_t>(r)] = (std::log(s) + m) - zt;
-      if (stats) {
-        row_entropy[static_cast<size_t>(r)] = std::log(s) - xe / s;
-        // The target is the argmax: the row's maximum, and above everything before it (the first index wins a tie).
-        row_hit[static_cast<size_t>(r)] = zt >= m && (t == 0 || K.row_max(row, t) < m);
-      }
+      if (stats) row_stats.set(r, row, t, m, s, xe, K.row_max);
       if (!write_grad) continue;
       K.row_softmax(e.data(), v, s, row);
       row[t] = bf16(e[static_cast<size_t>(t)] / s + -1.0f);
@@ -197,11 +172,7 @@ double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool wr
   });
   double sum = 0;
   for (float l : row_loss) sum += l;
-  if (stats)
-    for (int64_t r = 0; r < n; ++r) {
-      stats->entropy_sum += row_entropy[static_cast<size_t>(r)];
-      stats->top1 += row_hit[static_cast<size_t>(r)];
-    }
+  if (stats) row_stats.add_to(*stats);
   return sum;
 }
 
@@ -216,24 +187,23 @@ at::Tensor token_stats_rows_f32(const at::Tensor& z, const at::Tensor& targets, 
   const int64_t* tp = targets.const_data_ptr<int64_t>();
   at::Tensor row_max = at::empty({n, 1}, z.options());
   float* mp = row_max.mutable_data_ptr<float>();
-  std::vector<float> row_entropy(static_cast<size_t>(n));
-  std::vector<uint8_t> row_hit(static_cast<size_t>(n));
+  for (int64_t r = 0; r < n; ++r)
+    ALPACA_CHECK(tp[r] >= 0 && tp[r] < v, "token_stats_rows_f32: target " << tp[r] << " of row " << r
+                                                                          << " outside the vocabulary [0, " << v << ")");
+  RowStatsBuffer row_stats(n);
   const LossRowKernels& K = loss_row_kernels();
   ALPACA_TRACE_BYTES("alpaca::token_stats_rows", util::nbytes_of({z, targets}));
   at::parallel_for(0, n, 4, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* row = zp + r * ld;
-      const int64_t t = tp[r];
       const float m = K.f32_row_max(row, v);
+      float xe = 0;
+      const float s = K.f32_row_sumexp_xe(row, v, m, &xe);
       mp[r] = m;
-      row_entropy[static_cast<size_t>(r)] = K.f32_row_entropy(row, v, m);
-      row_hit[static_cast<size_t>(r)] = t >= 0 && t < v && row[t] >= m && (t == 0 || K.f32_row_max(row, t) < m);
+      row_stats.set(r, row, tp[r], m, s, xe, K.f32_row_max);
     }
   });
-  for (int64_t r = 0; r < n; ++r) {
-    stats.entropy_sum += row_entropy[static_cast<size_t>(r)];
-    stats.top1 += row_hit[static_cast<size_t>(r)];
-  }
+  row_stats.add_to(stats);
   return row_max;
 }
 

@@ -26,7 +26,7 @@ double cross_entropy_rows_bf16(at::Tensor& z, const at::Tensor& targets, bool wr
 
 // The same statistics over fp32 logits z (n, V), CPU, unit column stride (the padded rows' views
 // too), in two read-only passes a row with the fused kernels' exp; returns the rows' maxima (n, 1),
-// exactly amax's, for the ATen passes that follow. Targets outside [0, V) count as misses.
+// exactly amax's, for the ATen passes that follow. Targets must be in [0, V), as the loss checks.
 at::Tensor token_stats_rows_f32(const at::Tensor& z, const at::Tensor& targets, RowTokenStats& stats);
 
 // The row stride for a chunk's fp32 logits (n, V) computed on the CPU with the lm_head weight w (V, D):

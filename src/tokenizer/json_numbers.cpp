@@ -55,8 +55,7 @@ bool f64_from_parts(bool positive, uint64_t significand, int64_t exponent, doubl
 
 }  // namespace
 
-double serde_json_f64(std::string_view s) {
-  const double fallback = std::strtod(std::string(s).c_str(), nullptr);
+double serde_json_f64(std::string_view s, double fallback) {
   size_t i = 0;
   const bool positive = !(i < s.size() && s[i] == '-');
   if (!positive) ++i;
@@ -117,8 +116,8 @@ namespace {
 class SerdeNumbersDomParser : public nlohmann::detail::json_sax_dom_parser<nlohmann::json> {
  public:
   using json_sax_dom_parser::json_sax_dom_parser;
-  bool number_float(double /*strtod*/, const std::string& text) {
-    return json_sax_dom_parser::number_float(serde_json_f64(text), text);
+  bool number_float(double strtod_value, const std::string& text) {
+    return json_sax_dom_parser::number_float(serde_json_f64(text, strtod_value), text);
   }
 };
 

@@ -18,9 +18,9 @@ namespace alpaca::tokenizer::detail {
 
 // A JSON number (the grammar nlohmann's lexer accepted) as serde_json 1.x reads it into an f64
 // (de.rs: parse_integer / parse_decimal / parse_exponent, f64_from_parts without float_roundtrip).
-// Where serde_json fails (out of range) this returns strtod's value: nlohmann's lexer already
-// accepted the text, and such a tokenizer.json does not load in the library at all.
-double serde_json_f64(std::string_view text);
+// Where serde_json fails (out of range) this returns `fallback` (the document keeps nlohmann's
+// strtod value: such a tokenizer.json does not load in the library at all).
+double serde_json_f64(std::string_view text, double fallback);
 
 // nlohmann::json::parse(text) with every floating-point number read by serde_json_f64; throws
 // json::parse_error as parse does.

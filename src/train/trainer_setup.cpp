@@ -20,7 +20,6 @@
 #include "alpaca/data/conversation.h"
 #include "alpaca/data/conversation_example.h"
 #include "alpaca/data/packing.h"
-#include "alpaca/data/shuffle.h"
 #include "alpaca/dist/runtime.h"
 #include "alpaca/fsdp/policy.h"
 #include "alpaca/fsdp/load_checkpoint.h"
@@ -253,20 +252,17 @@ void Trainer::Impl::setup_data() {
                                    << data::describe_mask_stats(stats, opt.model_max_length)
                                    << "); the responses are cut off by --model_max_length " << opt.model_max_length
                                    << " or masked out: raise --model_max_length, or check the data and the loss flags");
-  // TRL's _prepare_dataset with shuffle_dataset: Dataset.shuffle(seed=args.seed) before packing and after.
-  auto shuffle = [&](std::vector<data::Example>& examples) {
-    if (opt.shuffle_dataset) examples = data::datasets_shuffle(examples, static_cast<uint64_t>(opt.seed));
-  };
-  if (opt.packing) {
-    data::PackingStats ps;
-    const auto strategy = data::parse_packing_strategy(opt.packing_strategy);
-    shuffle(train_examples);
-    train_examples = data::pack_examples(train_examples, opt.model_max_length, &ps, strategy);
+  const auto strategy = data::parse_packing_strategy(opt.packing_strategy);
+  auto packed_with = [&](bool packing) { return packing ? std::optional(strategy) : std::nullopt; };
+  const std::optional<uint64_t> shuffle_seed =
+      opt.shuffle_dataset ? std::optional(static_cast<uint64_t>(opt.seed)) : std::nullopt;
+  data::PackingStats ps;
+  train_examples = data::pack_and_shuffle(std::move(train_examples), packed_with(opt.packing), opt.model_max_length,
+                                          &ps, shuffle_seed);
+  if (opt.packing)
     ALPACA_INFO("packed (" << data::packing_strategy_name(strategy) << ") into " << ps.num_blocks
                            << " sequences of up to " << opt.model_max_length << " tokens ("
                            << static_cast<int>(ps.fill_ratio * 100) << "% filled)");
-  }
-  shuffle(train_examples);
   if (opt.evaluates()) {
     ALPACA_CHECK(!opt.eval_data_path.empty(), "evaluation is scheduled but no --eval_data_path was given");
     const bool pack_eval = opt.eval_packing.value_or(opt.packing);  // TRL: eval_packing None = packing
@@ -277,15 +273,12 @@ void Trainer::Impl::setup_data() {
                                         opt.chat_template, eval_masks, opt.tokenize_threads, &eval_stats);
     ALPACA_INFO("tokenized eval " << opt.eval_data_path << ": "
                                   << data::describe_mask_stats(eval_stats, opt.model_max_length));
-    if (pack_eval) {
-      data::PackingStats ps;
-      const auto strategy = data::parse_packing_strategy(opt.packing_strategy);
-      shuffle(eval_examples);
-      eval_examples = data::pack_examples(eval_examples, opt.model_max_length, &ps, strategy);
-      ALPACA_INFO("packed eval (" << data::packing_strategy_name(strategy) << ") into " << ps.num_blocks
+    data::PackingStats eval_ps;
+    eval_examples = data::pack_and_shuffle(std::move(eval_examples), packed_with(pack_eval), opt.model_max_length,
+                                           &eval_ps, shuffle_seed);
+    if (pack_eval)
+      ALPACA_INFO("packed eval (" << data::packing_strategy_name(strategy) << ") into " << eval_ps.num_blocks
                                   << " sequences of up to " << opt.model_max_length << " tokens");
-    }
-    shuffle(eval_examples);
   }
   build_sampler();
 }

@@ -61,9 +61,7 @@ TEST(Shuffle, TrlShuffleDatasetPackingOrder) {
     SCOPED_TRACE(name);
     PackingStats st;
     const auto blocks =
-        datasets_shuffle(pack_examples(datasets_shuffle(rows, seed), trl["seq_length"].get<int64_t>(), &st,
-                                       parse_packing_strategy(name)),
-                         seed);
+        pack_and_shuffle(rows, parse_packing_strategy(name), trl["seq_length"].get<int64_t>(), &st, seed);
     const json& want = trl["packed"][name];
     ASSERT_EQ(blocks.size(), want.size());
     for (size_t i = 0; i < blocks.size(); ++i) {

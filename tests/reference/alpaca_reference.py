@@ -155,10 +155,8 @@ def train(model, named, examples, args, loss_fn=None, on_batch=None):
         if on_batch is not None:
             on_batch(model, seqs)
         n_tokens = sum(sum(1 for t in lab[1:] if t != -100) for _, lab in seqs)
-        T = max(len(ids) for ids, _ in seqs)
-        ids = torch.tensor([s[0] + [PAD_ID] * (T - len(s[0])) for s in seqs])
-        labels = torch.tensor([s[1] + [-100] * (T - len(s[1])) for s in seqs])
-        logits = model(input_ids=ids, attention_mask=ids.ne(PAD_ID)).logits.float()
+        ids, labels, mask = padded(seqs)
+        logits = model(input_ids=ids, attention_mask=mask).logits.float()
         if loss_fn is not None:
             loss = loss_fn(logits, labels, n_tokens)
         else:

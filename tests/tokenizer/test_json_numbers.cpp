@@ -18,7 +18,6 @@
 namespace test_json_numbers {
 
 using alpaca::tokenizer::detail::parse_json_as_serde;
-using alpaca::tokenizer::detail::serde_json_f64;
 
 namespace {
 
@@ -26,6 +25,11 @@ uint64_t bits(double x) {
   uint64_t b = 0;
   std::memcpy(&b, &x, sizeof b);
   return b;
+}
+
+// What the document gets: serde_json's value, strtod's (nlohmann's) where serde_json fails.
+double serde_json_f64(const std::string& text) {
+  return alpaca::tokenizer::detail::serde_json_f64(text, std::strtod(text.c_str(), nullptr));
 }
 
 std::filesystem::path fixture() { return std::filesystem::path(alpaca::testing::binary_dir()) / "fixtures/json_numbers"; }

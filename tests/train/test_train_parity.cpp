@@ -145,16 +145,23 @@ TEST(TrainParity, World2FsdpMatchesWorld1) {
 namespace test_train_parity {
 namespace {
 
-// The eval_loss of a run that evaluates once, before its only step (--eval_on_start).
-double eval_on_start_loss(const fs::path& out, const std::string& extra, std::string* log) {
+// The log entry of the evaluation a run makes before its only step (--eval_on_start, eval batches
+// of `eval_batch` over data.json); empty when the run fails (its output in *log).
+std::map<std::string, double> eval_on_start(const fs::path& out, const std::string& extra, std::string* log,
+                                             int64_t eval_batch = 64) {
   const std::string args = TrainFlags(kFixture, out).steps(1).batch(2, 1).str() +
                            " --eval_data_path " + (kFixture / "data.json").string() +
                            " --eval_strategy steps --eval_steps 1 --eval_on_start True --save_strategy no"
-                           " --per_device_eval_batch_size 64 " + extra;
-  if (run_trainer(args, 1, log) != 0) return std::nan("");
+                           " --per_device_eval_batch_size " + std::to_string(eval_batch) + " " + extra;
+  if (run_trainer(args, 1, log) != 0) return {};
   for (const auto& m : read_metrics(out))
-    if (m.count("eval_loss")) return m.at("eval_loss");
-  return std::nan("");
+    if (m.count("eval_loss")) return m;
+  return {};
+}
+
+double eval_on_start_loss(const fs::path& out, const std::string& extra, std::string* log) {
+  const auto e = eval_on_start(out, extra, log);
+  return e.count("eval_loss") ? e.at("eval_loss") : std::nan("");
 }
 
 }  // namespace
@@ -303,12 +310,8 @@ TEST(TrainParity, TrlTokenMetricsOverWindowsFinalLogAndEvaluation) {
   // An evaluation before training (batches of the reference's eval_batch, over data.json).
   TempDir ev("trl_eval_metrics");
   const int64_t b = ref["eval_batch"].get<int64_t>();
-  ASSERT_EQ(run_trainer(TrainFlags(kFixture, ev.path()).steps(1).batch(2, 1).str() + " --eval_data_path " +
-                            (kFixture / "data.json").string() +
-                            " --eval_strategy steps --eval_steps 1 --eval_on_start True --save_strategy no"
-                            " --per_device_eval_batch_size " + std::to_string(b) +
-                            " --metric_for_best_model mean_token_accuracy",
-                        1, &log), 0) << log;
+  const auto m = eval_on_start(ev.path(), "--metric_for_best_model mean_token_accuracy", &log, b);
+  ASSERT_FALSE(m.empty()) << log;
   double want_entropy = 0, want_accuracy = 0, tol_eval = 0;
   for (const auto& e : ref["eval"]) {
     const TokenStats t(e);
@@ -319,16 +322,11 @@ TEST(TrainParity, TrlTokenMetricsOverWindowsFinalLogAndEvaluation) {
   tol_eval /= static_cast<double>(ref["eval"].size());
   want_entropy /= static_cast<double>(ref["eval"].size());
   want_accuracy /= static_cast<double>(ref["eval"].size());
-  bool eval_seen = false;
-  for (const auto& m : read_metrics(ev.path())) {
-    if (!m.count("eval_loss") || m.at("step") != 0) continue;
-    eval_seen = true;
-    ASSERT_TRUE(m.count("eval_entropy") && m.count("eval_mean_token_accuracy") && m.count("eval_num_tokens"));
-    EXPECT_NEAR(m.at("eval_entropy"), want_entropy, 2e-6 * want_entropy);
-    EXPECT_NEAR(m.at("eval_mean_token_accuracy"), want_accuracy, tol_eval + 1e-12);
-    EXPECT_EQ(m.at("eval_num_tokens"), 0.0);
-  }
-  EXPECT_TRUE(eval_seen) << log;
+  EXPECT_EQ(m.at("step"), 0.0);
+  ASSERT_TRUE(m.count("eval_entropy") && m.count("eval_mean_token_accuracy") && m.count("eval_num_tokens"));
+  EXPECT_NEAR(m.at("eval_entropy"), want_entropy, 2e-6 * want_entropy);
+  EXPECT_NEAR(m.at("eval_mean_token_accuracy"), want_accuracy, tol_eval + 1e-12);
+  EXPECT_EQ(m.at("eval_num_tokens"), 0.0);
   std::cout << "[trl metrics] steps 1-2: entropy " << (s1.mean_entropy() + s2.mean_entropy()) / 2 << ", accuracy "
             << (s1.accuracy() + s2.accuracy()) / 2 << "; eval entropy " << want_entropy << ", accuracy " << want_accuracy
             << "\n";

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,5 +50,10 @@ struct PackingStats {
 std::vector<Example> pack_examples(const std::vector<Example>& examples, int64_t block_size,
                                    PackingStats* stats = nullptr,
                                    PackingStrategy strategy = PackingStrategy::kBfd);
+
+// The end of TRL SFTTrainer._prepare_dataset: with `shuffle_seed` (SFTConfig.shuffle_dataset with
+// args.seed), datasets' shuffle (shuffle.h) before packing and after; with `packing`, pack_examples.
+std::vector<Example> pack_and_shuffle(std::vector<Example> examples, std::optional<PackingStrategy> packing,
+                                      int64_t block_size, PackingStats* stats, std::optional<uint64_t> shuffle_seed);
 
 }  // namespace alpaca::data
