@@ -45,6 +45,7 @@ std::string ResumeState::to_json() const {
       {"tokenizer", tokenizer},
   };
   if (learning_rate) j["learning_rate"] = *learning_rate;
+  if (num_tokens) j["num_tokens"] = *num_tokens;
   if (loss_scaler) j["loss_scaler"] = {{"scale", loss_scaler->scale}, {"growth_tracker", loss_scaler->growth_tracker}};
   else j["loss_scaler"] = nullptr;
   if (plateau) {
@@ -78,6 +79,7 @@ ResumeState ResumeState::from_json(const std::string& text, const std::string& w
     s.model = j.at("model").get<Fingerprint>();
     s.tokenizer = j.at("tokenizer").get<Fingerprint>();
     if (j.contains("learning_rate") && !j["learning_rate"].is_null()) s.learning_rate = j["learning_rate"].get<double>();
+    if (j.contains("num_tokens") && !j["num_tokens"].is_null()) s.num_tokens = int_field(j, "num_tokens", what);
     if (!j.at("loss_scaler").is_null())
       s.loss_scaler = LossScalerState{j["loss_scaler"].at("scale").get<double>(),
                                       int_field(j["loss_scaler"], "growth_tracker", what)};

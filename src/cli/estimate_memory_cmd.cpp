@@ -11,6 +11,7 @@
 #include "alpaca/cli/subcommand_flags.h"
 #include "alpaca/cli/train_args.h"
 #include "alpaca/cli/usage_error.h"
+#include "alpaca/data/collate.h"
 #include "alpaca/dist/launch.h"
 #include "alpaca/fsdp/policy.h"
 #include "alpaca/model/lora.h"
@@ -43,6 +44,7 @@ plan::MemoryPlanInputs plan_inputs(const TrainArgs& args, const dist::LaunchInfo
   }
   in.micro_batch = args.per_device_train_batch_size;
   in.seq_len = args.model_max_length;
+  if (args.pad_to_multiple_of) in.seq_len = data::round_up_to_multiple(in.seq_len, *args.pad_to_multiple_of);  // the longest batch
   in.gpu = gpu;
   in.num_ranks = job.world_size;
   in.ranks_per_node = job.local_world_size;

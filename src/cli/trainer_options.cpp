@@ -65,6 +65,7 @@ void set_data_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.packing = a.packing;
   o.packing_strategy = a.packing_strategy;
   o.shuffle_dataset = a.shuffle_dataset;
+  o.pad_to_multiple_of = a.pad_to_multiple_of.value_or(1);
   o.eval_packing = a.eval_packing;
   o.group_by_length = a.group_by_length;
   o.shuffle = a.train_sampling_strategy != "sequential";
@@ -84,6 +85,7 @@ void set_loop_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.loss.dft = a.loss_type == "dft";
   o.include_num_input_tokens_seen = a.include_num_input_tokens_seen;
   o.tokenize_threads = static_cast<int>(a.dataset_num_proc.value_or(0));
+  o.torch_empty_cache_steps = a.torch_empty_cache_steps.value_or(0);
 
   o.adamw.beta1 = a.adam_beta1;
   o.adamw.beta2 = a.adam_beta2;

@@ -152,6 +152,12 @@ void validate_optimizer(TrainArgs& a) {
                          << *a.neftune_noise_alpha);
   ALPACA_USAGE_CHECK(!a.dataset_num_proc || *a.dataset_num_proc > 0,
                      "--dataset_num_proc must be positive, got " << *a.dataset_num_proc);
+  ALPACA_USAGE_CHECK(!a.pad_to_multiple_of || *a.pad_to_multiple_of > 0,
+                     "--pad_to_multiple_of must be a positive number of tokens (or None: pad to the longest example), got "
+                         << *a.pad_to_multiple_of);
+  ALPACA_USAGE_CHECK(!a.torch_empty_cache_steps || *a.torch_empty_cache_steps > 0,
+                     "--torch_empty_cache_steps must be a positive number of steps (or None: never), got "
+                         << *a.torch_empty_cache_steps);
   ALPACA_USAGE_CHECK(a.average_tokens_across_devices,
                      "--average_tokens_across_devices False (each rank's own token mean, then averaged) is not "
                      "supported: the loss is always the mean over the step's label tokens on every rank, HF's default "
@@ -507,6 +513,14 @@ void check_input_paths(const TrainArgs& a) {
                      "--model_max_length " << a.model_max_length << " is longer than the sliding_window ("
                      << *config.sliding_window << ") of " << cfg << "; sliding-window attention is not implemented, "
                      "so sequences must fit the window: use --model_max_length <= " << *config.sliding_window);
+  if (config.sliding_window && a.pad_to_multiple_of) {
+    const int64_t padded = (a.model_max_length + *a.pad_to_multiple_of - 1) / *a.pad_to_multiple_of * *a.pad_to_multiple_of;
+    ALPACA_USAGE_CHECK(padded <= *config.sliding_window,
+                       "--pad_to_multiple_of " << *a.pad_to_multiple_of << " pads a batch of --model_max_length "
+                       << a.model_max_length << " tokens to " << padded << ", longer than the sliding_window ("
+                       << *config.sliding_window << ") of " << cfg << "; sliding-window attention is not implemented: "
+                       "give a multiple that divides the window or a shorter --model_max_length");
+  }
   ALPACA_USAGE_CHECK(a.chat_template.empty() || fs::is_regular_file(a.chat_template),
                      "--chat_template " << a.chat_template << " is not a file (a Jinja chat template is needed)");
   for (const auto& [flag, paths] : {std::pair<const char*, std::string>{"data_path", a.data_path},

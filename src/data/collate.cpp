@@ -13,7 +13,13 @@ int64_t count_label_tokens(const Example& ex) {
   return n;
 }
 
-Batch collate(const std::vector<const Example*>& examples, int64_t pad_id, AttentionMask rule) {
+int64_t round_up_to_multiple(int64_t n, int64_t m) {
+  ALPACA_CHECK(m >= 1, "round_up_to_multiple: the multiple must be positive, got " << m);
+  return (n + m - 1) / m * m;
+}
+
+Batch collate(const std::vector<const Example*>& examples, int64_t pad_id, AttentionMask rule,
+              int64_t pad_to_multiple_of) {
   ALPACA_CHECK(!examples.empty(), "collate: empty micro-batch");
   const int64_t b = static_cast<int64_t>(examples.size());
   int64_t t_max = 0;
@@ -33,6 +39,7 @@ Batch collate(const std::vector<const Example*>& examples, int64_t pad_id, Atten
                    "collate: packed example " << i << " has mismatched position/segment ids");
     t_max = std::max<int64_t>(t_max, ex->input_ids.size());
   }
+  t_max = round_up_to_multiple(t_max, pad_to_multiple_of);
   auto opts = at::TensorOptions().dtype(at::kLong);
   Batch batch;
   batch.input_ids_bt = at::full({b, t_max}, pad_id, opts);
@@ -65,6 +72,20 @@ Batch collate(const std::vector<const Example*>& examples, int64_t pad_id, Atten
     }
   }
   return batch;
+}
+
+TokenCounts token_counts(const Batch& batch, int64_t pad_id, int64_t pad_to_multiple_of, bool padding_free) {
+  TokenCounts c;
+  if (!padding_free || !batch.segment_ids_bt.defined()) {
+    c.attended = c.non_padding = batch.attention_mask_bt.sum().item<int64_t>();
+    c.elements = batch.input_ids_bt.numel();
+    return c;
+  }
+  // The padding-free row: every example token (segment >= 0), then padding to the multiple.
+  const at::Tensor real = batch.segment_ids_bt.ge(0);
+  c.attended = c.elements = round_up_to_multiple(real.sum().item<int64_t>(), pad_to_multiple_of);
+  c.non_padding = real.logical_and(batch.input_ids_bt.ne(pad_id)).sum().item<int64_t>();
+  return c;
 }
 
 }  // namespace alpaca::data

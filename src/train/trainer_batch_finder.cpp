@@ -52,7 +52,7 @@ bool Trainer::Impl::probe_micro_batch_fits(int64_t micro) {
   bool ran_out = false;
   engine->set_memory_probe(true);
   try {
-    const data::Batch b = data::collate(ptrs, *tokenizer->pad_id(), attention_rule);
+    const data::Batch b = data::collate(ptrs, *tokenizer->pad_id(), attention_rule, opt.pad_to_multiple_of);
     auto mv = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
     const bool no_padding = b.attention_mask_bt.defined() && b.attention_mask_bt.all().item<bool>();
     const at::Tensor ids = mv(b.input_ids_bt), labels = mv(b.labels_bt);

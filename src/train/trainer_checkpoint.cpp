@@ -73,6 +73,7 @@ ckpt::ResumeState Trainer::Impl::capture_resume_state() const {
   rs.learning_rate = schedule.base_lr;
   if (schedule.type == optim::ScheduleType::kReduceOnPlateau) rs.plateau = schedule.plateau_state;
   rs.num_input_tokens_seen = tokens_trained;
+  rs.num_tokens = trl_num_tokens;
   rs.total_loss_sum = losses.total_logged();
   if (scaler) rs.loss_scaler = ckpt::LossScalerState{scaler->scale(), scaler->growth_tracker()};
   rs.cpu_rng_state = ckpt::capture_cpu_rng_state();
@@ -196,6 +197,7 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
   state.total_flos = saved.total_flos;
   state.num_input_tokens_seen = saved.num_input_tokens_seen;  // HF's count (--include_num_input_tokens_seen)
   tokens_trained = rs.num_input_tokens_seen;                   // the non-padding count, as always kept here
+  trl_num_tokens = rs.num_tokens.value_or(rs.num_input_tokens_seen);  // absent before it was kept: equal then
   state.best_metric = saved.best_metric;
   state.best_global_step = saved.best_global_step;
   state.best_model_checkpoint = saved.best_model_checkpoint;

@@ -40,8 +40,11 @@ struct StepBatches {
   int64_t local_tokens = 0;   // attention-mask tokens on this rank
   int64_t global_labels = 0;  // label tokens over all ranks and micro-batches: the loss denominator
   int64_t global_tokens = 0;  // global_labels / global_tokens: read at the end of the step
-  int64_t global_padded = 0;  // input_ids elements (padding included) over all ranks
-  // (labels, tokens, padded, then each micro-batch's labels) over all ranks, int64 on the device
+  int64_t global_padded = 0;  // input_ids elements (padding included) over all ranks (HF's "all")
+  int64_t global_non_padding = 0;  // HF's "non_padding" count over all ranks (data::TokenCounts)
+  int64_t global_attended = 0;     // TRL's num_tokens count over all ranks (data::TokenCounts)
+  // (labels, tokens, padded, non-padding, attended, then each micro-batch's labels) over all ranks,
+  // int64 on the device
   at::Tensor counts;
   at::Tensor denominator_t;   // max(labels, 1) as an fp32 scalar on the device
   // TRL's per-micro-batch token metrics: this rank's (entropy sum, top-1 count) of each micro-batch,
@@ -138,6 +141,10 @@ struct Trainer::Impl {
   // Non-padding tokens trained on (total_flos, throughput; resume state). trainer_state.json's
   // num_input_tokens_seen is HF's count instead: --include_num_input_tokens_seen (0 for "no").
   int64_t tokens_trained = 0;
+  // TRL's num_tokens (data::TokenCounts::attended summed): tokens_trained plus, under bfd packing
+  // with --pad_to_multiple_of, the padding of each padding-free row.
+  int64_t trl_num_tokens = 0;
+  int64_t cache_releases = 0;  // --torch_empty_cache_steps releases this session (logged at the end)
   LossAccumulator losses;
   std::optional<std::filesystem::path> resume_dir;
   ckpt::Fingerprint model_fingerprint, tokenizer_fingerprint;

@@ -44,11 +44,11 @@ DeviceBatch to_device(const data::Batch& b, const at::Device& d) {
 }
 
 data::Batch collate_indices(const std::vector<data::Example>& examples, const std::vector<int64_t>& idx, int64_t pad,
-                            data::AttentionMask rule) {
+                            data::AttentionMask rule, int64_t pad_to_multiple_of) {
   std::vector<const data::Example*> ptrs;
   ptrs.reserve(idx.size());
   for (int64_t i : idx) ptrs.push_back(&examples.at(static_cast<size_t>(i)));
-  return data::collate(ptrs, pad, rule);
+  return data::collate(ptrs, pad, rule, pad_to_multiple_of);
 }
 
 }  // namespace
@@ -114,7 +114,7 @@ EvalOutcome Trainer::Impl::evaluate() {
     const bool real = !idx.empty();
     if (!real) idx.push_back(0);
     util::fault_pause_ms("train.pause_in_eval");  // signal-during-evaluation tests (util/fault.h)
-    const DeviceBatch db = to_device(collate_indices(eval_examples, idx, pad, attention_rule), device);
+    const DeviceBatch db = to_device(collate_indices(eval_examples, idx, pad, attention_rule, opt.pad_to_multiple_of), device);
     const model::LossSum ls = fsdp_model->forward_loss_sum(db.input_ids, db.labels, db.attention_mask, db.position_ids, db.segment_ids);
     if (real && ls.num_tokens > 0) {
       const double n_b = static_cast<double>(idx.size());
@@ -155,16 +155,22 @@ StepBatches Trainer::Impl::gather_micro_batches() {
   ALPACA_TRACE("phase:batch");
   StepBatches sb;
   const int64_t pad = *tokenizer->pad_id();
-  int64_t local_labels = 0, local_padded = 0;
+  int64_t local_labels = 0, local_padded = 0, local_non_padding = 0, local_attended = 0;
   std::vector<int64_t> micro_labels;
+  // TRL's collator is padding-free under bfd packing: one row per micro-batch, no attention mask.
+  const bool padding_free = opt.packing && opt.packing_strategy == "bfd";
   for (const auto& idx : sampler->micro_batches(epoch, step_in_epoch)) {
-    sb.batches.push_back(collate_indices(train_examples, idx, pad, attention_rule));
-    local_labels += sb.batches.back().num_label_tokens;
-    micro_labels.push_back(sb.batches.back().num_label_tokens);
-    sb.local_tokens += sb.batches.back().attention_mask_bt.sum().item<int64_t>();  // host data
-    local_padded += sb.batches.back().attention_mask_bt.numel();
+    sb.batches.push_back(collate_indices(train_examples, idx, pad, attention_rule, opt.pad_to_multiple_of));
+    const data::Batch& b = sb.batches.back();
+    local_labels += b.num_label_tokens;
+    micro_labels.push_back(b.num_label_tokens);
+    sb.local_tokens += b.attention_mask_bt.sum().item<int64_t>();  // host data
+    const data::TokenCounts c = data::token_counts(b, pad, opt.pad_to_multiple_of, padding_free);
+    local_padded += c.elements;
+    local_non_padding += c.non_padding;
+    local_attended += c.attended;
   }
-  std::vector<int64_t> counts = {local_labels, sb.local_tokens, local_padded};
+  std::vector<int64_t> counts = {local_labels, sb.local_tokens, local_padded, local_non_padding, local_attended};
   counts.insert(counts.end(), micro_labels.begin(), micro_labels.end());
   sb.counts = util::to_device_async(at::tensor(counts, at::kLong), device);
   comm->all_reduce(sb.counts, dist::ReduceOp::kSum)->wait();
@@ -184,6 +190,12 @@ at::Tensor Trainer::Impl::forward_backward(StepBatches& sb) {
       ALPACA_TRACE("phase:forward");
       return fsdp_model->forward_loss_sum(db.input_ids, db.labels, db.attention_mask, db.position_ids, db.segment_ids);
     }();
+    // HF's torch_empty_cache_steps: in training_step, after the loss and before backward, when
+    // global_step (the steps done) is a multiple; clear_device_cache empties the CUDA cache.
+    if (opt.torch_empty_cache_steps > 0 && state.global_step % opt.torch_empty_cache_steps == 0) {
+      release_cached_memory(device);
+      ++cache_releases;
+    }
     at::Tensor loss = ls.sum / sb.denominator_t;
     if (scaler) loss = loss * scaler->scale();
     {
@@ -224,10 +236,12 @@ void Trainer::Impl::read_step(const at::Tensor& red, const at::Tensor& norm_sq, 
   sb.global_labels = static_cast<int64_t>(p[i]);
   sb.global_tokens = static_cast<int64_t>(p[i + 1]);
   sb.global_padded = static_cast<int64_t>(p[i + 2]);
+  sb.global_non_padding = static_cast<int64_t>(p[i + 3]);
+  sb.global_attended = static_cast<int64_t>(p[i + 4]);
   for (size_t m = 0; m < micro; ++m) {
     sb.micro_entropy_sum.push_back(p[2 + 2 * m]);
     sb.micro_top1.push_back(p[3 + 2 * m]);
-    sb.micro_labels.push_back(static_cast<int64_t>(p[i + 3 + m]));
+    sb.micro_labels.push_back(static_cast<int64_t>(p[i + 5 + m]));
   }
   out.loss = p[0] / sb.denominator();
   out.stop = p[1] > 0;
@@ -286,9 +300,11 @@ void Trainer::Impl::advance(const StepBatches& sb, const StepOutcome& out, RunWi
   ++step_in_epoch;
   state.epoch = static_cast<double>(epoch) + static_cast<double>(step_in_epoch) / static_cast<double>(length.steps_per_epoch);
   tokens_trained += sb.global_tokens;
-  // HF's _track_num_input_tokens: input_ids' elements ("all") or the attention mask's ("non_padding").
+  trl_num_tokens += sb.global_attended;
+  // HF's _track_num_input_tokens: input_ids' elements ("all") or the attention mask's ("non_padding";
+  // input_ids != pad id for TRL's padding-free rows, which have no mask).
   if (opt.include_num_input_tokens_seen == "all") state.num_input_tokens_seen += sb.global_padded;
-  if (opt.include_num_input_tokens_seen == "non_padding") state.num_input_tokens_seen += sb.global_tokens;
+  if (opt.include_num_input_tokens_seen == "non_padding") state.num_input_tokens_seen += sb.global_non_padding;
   if (std::isfinite(out.loss)) losses.add_step(out.loss);
   for (size_t m = 0; m < sb.micro_labels.size(); ++m) {  // TRL: 0 for a micro-batch without label tokens
     const double n = static_cast<double>(sb.micro_labels[m]);
@@ -382,7 +398,7 @@ void Trainer::Impl::append_token_metrics(LogEntry& e, const std::string& prefix,
   };
   e.emplace_back(prefix + "entropy", mean(entropies));
   e.emplace_back(prefix + "mean_token_accuracy", mean(accuracies));
-  e.emplace_back(prefix + "num_tokens", static_cast<double>(tokens_trained));  // a float in TRL's log (a mean)
+  e.emplace_back(prefix + "num_tokens", static_cast<double>(trl_num_tokens));  // a float in TRL's log (a mean)
 }
 
 LogEntry Trainer::Impl::evaluate_and_log() {
@@ -449,6 +465,11 @@ void Trainer::Impl::finish_run(const RunWindow& w) {
     for (int r = 0; r < world; ++r) list += (r ? "," : "") + std::to_string(all[r].item<int64_t>());
     ALPACA_INFO("peak host RSS per rank (bytes): " << list << "]");
   }
+  if (rank == 0 && opt.torch_empty_cache_steps > 0)
+    ALPACA_INFO("torch_empty_cache_steps " << opt.torch_empty_cache_steps << ": "
+                << (device.is_cuda() ? "emptied the CUDA caching allocator " + std::to_string(cache_releases) + " times"
+                                     : "CPU ranks have no device cache to empty (" + std::to_string(cache_releases) +
+                                           " micro-batches at the steps it names)"));
   save_final();
   // HF: with save_total_limit 1 only the best checkpoint stays once the run is over.
   if (rank == 0 && opt.save_total_limit == 1 && state.best_model_checkpoint)

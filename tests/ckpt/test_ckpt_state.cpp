@@ -85,6 +85,12 @@ TEST(ResumeStateJson, RoundTripAndFingerprints) {
   EXPECT_EQ(r.to_json(), s.to_json());
   ASSERT_TRUE(r.loss_scaler);
   EXPECT_EQ(r.loss_scaler->growth_tracker, 3);
+  EXPECT_FALSE(r.num_tokens) << "absent when not kept (older checkpoints)";
+  s.num_input_tokens_seen = 1001;
+  s.num_tokens = 1008;  // TRL's count with bfd + pad_to_multiple_of
+  s.save(path);
+  EXPECT_EQ(ResumeState::load(path).num_tokens, std::optional<int64_t>(1008));
+  EXPECT_EQ(ResumeState::load(path).num_input_tokens_seen, 1001);
 
   EXPECT_EQ(fingerprint_mismatch("model", s.model, s.model), "");
   const std::string msg = fingerprint_mismatch("model", s.model, {{"hidden_size", "32"}, {"num_hidden_layers", "2"}});

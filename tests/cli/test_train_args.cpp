@@ -343,7 +343,17 @@ TEST(TrainArgs, HfAndTrlFieldsWeDoNotTakeSayWhy) {
       {"--include_num_input_tokens_seen some", "'some' is not one of no, all, non_padding"},
       {"--loss_type dft --label_smoothing_factor 0.1", "TRL applies label smoothing only to the nll loss"},
       {"--learnig_rate 1", "did you mean --learning_rate?"},
+      {"--pad_to_multiple_of 0", "--pad_to_multiple_of must be a positive number of tokens"},
+      {"--torch_empty_cache_steps -1", "--torch_empty_cache_steps must be a positive number of steps"},
   });
+  {  // TRL's pad_to_multiple_of and HF's torch_empty_cache_steps reach the trainer; None = off.
+    const TrainArgs t = parse_train_args(shell_split(kRequired + "--pad_to_multiple_of 64 --torch_empty_cache_steps 5"));
+    EXPECT_EQ(trainer_options(t).pad_to_multiple_of, 64);
+    EXPECT_EQ(trainer_options(t).torch_empty_cache_steps, 5);
+    const TrainArgs n = parse_train_args(shell_split(kRequired + "--pad_to_multiple_of None --torch_empty_cache_steps None"));
+    EXPECT_EQ(trainer_options(n).pad_to_multiple_of, 1);
+    EXPECT_EQ(trainer_options(n).torch_empty_cache_steps, 0);
+  }
   TrainArgs a = parse_train_args(shell_split(kRequired + "--chat_template_path t.jinja --dataset_num_proc 3 "
                                              "--gradient_checkpointing --gradient_checkpointing_kwargs "
                                              "'{\"use_reentrant\": false}' --eval_strategy steps --eval_steps 5 "

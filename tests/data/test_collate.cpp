@@ -53,6 +53,58 @@ TEST(Collate, PackedCarriesPositionsAndSegments) {
   EXPECT_THROW(collate({&p, &plain}, 0, AttentionMask::kNotPadId), Error);
 }
 
+// TRL's pad_to_multiple_of: the batch length rounds up to the multiple; the extra positions are
+// padding (pad id, -100, masked; packed: position 0, segment -1); a length already a multiple stays.
+TEST(Collate, PadToMultipleOfRoundsTheBatchLengthUp) {
+  Example a{{1, 5, 6, 7, 8}, {-100, -100, 6, 7, 8}, {}, {}};
+  Example b{{1, 9}, {-100, 9}, {}, {}};
+  const Batch batch = collate({&a, &b}, 0, AttentionMask::kExampleTokens, 4);
+  ASSERT_EQ(batch.input_ids_bt.sizes(), (at::IntArrayRef{2, 8}));
+  EXPECT_TRUE(batch.input_ids_bt.equal(at::tensor({1, 5, 6, 7, 8, 0, 0, 0, 1, 9, 0, 0, 0, 0, 0, 0}, at::kLong).view({2, 8})));
+  EXPECT_TRUE(batch.labels_bt.slice(1, 5).eq(kIgnoreIndex).all().item<bool>());
+  EXPECT_EQ(batch.attention_mask_bt.sum().item<int64_t>(), 7);
+  EXPECT_EQ(batch.num_label_tokens, 4);
+  EXPECT_EQ(collate({&a, &b}, 0, AttentionMask::kExampleTokens, 5).input_ids_bt.size(1), 5);
+  EXPECT_EQ(collate({&a, &b}, 0, AttentionMask::kExampleTokens, 1).input_ids_bt.size(1), 5);
+  EXPECT_EQ(collate({&a, &b}, 0, AttentionMask::kExampleTokens, 64).input_ids_bt.size(1), 64);
+
+  Example p{{1, 5, 1, 6, 7}, {-100, 5, -100, 6, 7}, {0, 1, 0, 1, 2}, {0, 0, 1, 1, 1}};
+  const Batch packed = collate({&p}, 0, AttentionMask::kExampleTokens, 8);
+  EXPECT_TRUE(packed.position_ids_bt.equal(at::tensor({0, 1, 0, 1, 2, 0, 0, 0}, at::kLong).view({1, 8})));
+  EXPECT_TRUE(packed.segment_ids_bt.equal(at::tensor({0, 0, 1, 1, 1, -1, -1, -1}, at::kLong).view({1, 8})));
+  EXPECT_THROW(collate({&a}, 0, AttentionMask::kExampleTokens, 0), Error);
+}
+
+// The counts HF and TRL log. Rows as collated: the attention mask's tokens and input_ids' elements.
+// TRL's padding-free (bfd) collator: the micro-batch concatenated into one row padded to the
+// multiple, no mask: its length for num_tokens and "all", its ids != pad id for "non_padding".
+TEST(Collate, TokenCountsOfRowsAndOfThePaddingFreeRow) {
+  Example a{{1, 5, 6, 7, 8}, {-100, -100, 6, 7, 8}, {}, {}};
+  Example b{{1, 9}, {-100, 9}, {}, {}};
+  const Batch rows = collate({&a, &b}, 0, AttentionMask::kExampleTokens, 4);
+  const TokenCounts r = token_counts(rows, 0, 4, /*padding_free=*/false);
+  EXPECT_EQ(r.attended, 7);
+  EXPECT_EQ(r.non_padding, 7);
+  EXPECT_EQ(r.elements, 16);
+
+  // Two packed rows of 5 and 3 tokens, the pad id (2) also ending each document (TRL pads with eos).
+  Example p{{1, 5, 2, 6, 2}, {-100, 5, 2, 6, 2}, {0, 1, 2, 0, 1}, {0, 0, 0, 1, 1}};
+  Example q{{1, 8, 2}, {-100, 8, 2}, {0, 1, 2}, {0, 0, 0}};
+  const Batch packed = collate({&p, &q}, 2, AttentionMask::kExampleTokens, 4);
+  const TokenCounts f = token_counts(packed, 2, 4, /*padding_free=*/true);
+  EXPECT_EQ(f.attended, 8);      // 5 + 3 tokens, already a multiple of 4
+  EXPECT_EQ(f.elements, 8);
+  EXPECT_EQ(f.non_padding, 5);   // the three eos (= pad) tokens are not counted, as HF counts them
+  EXPECT_EQ(token_counts(packed, 2, 3, true).attended, 9);
+  EXPECT_EQ(token_counts(packed, 2, 1, true).attended, 8);
+  const TokenCounts w = token_counts(packed, 2, 4, /*padding_free=*/false);  // wrapped packing keeps the mask
+  EXPECT_EQ(w.attended, 8);
+  EXPECT_EQ(w.elements, 16);
+  EXPECT_EQ(round_up_to_multiple(0, 8), 0);
+  EXPECT_EQ(round_up_to_multiple(9, 8), 16);
+  EXPECT_THROW(round_up_to_multiple(3, 0), Error);
+}
+
 TEST(Collate, RejectsBadInput) {
   EXPECT_THROW(collate({}, 0, AttentionMask::kNotPadId), Error);
   Example empty;

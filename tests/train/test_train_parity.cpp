@@ -393,3 +393,62 @@ TEST(TrainParity, FullDeterminismRunsAndChangesNothingOnCpu) {
 }
 
 }  // namespace test_train_parity
+
+namespace test_train_parity {
+
+// TRL's pad_to_multiple_of: every batch padded to a multiple of 48 tokens changes no loss and no
+// gradient beyond summation order (the padding is masked and unlabelled), and the counts move as TRL's and HF's do: rows
+// (unpacked): num_tokens (the attention mask) unchanged, include_num_input_tokens_seen "all" the
+// padded elements (2 rows x a multiple of 48); bfd packing (TRL's padding-free row per micro-batch):
+// num_tokens and "all" both the row length, the real tokens rounded up to 48. Also HF's
+// torch_empty_cache_steps, which on CPU ranks changes nothing (the run says so).
+TEST(TrainParity, PadToMultipleOfKeepsLossesAndCountsAsTrl) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
+  auto run = [&](const std::string& tag, const std::string& extra, std::string* log) {
+    TempDir out("pad_multiple_" + tag);
+    const std::string args = TrainFlags(kFixture, out.path()).steps(3).batch(2, 1).set("--model_max_length", "512").str() +
+                             " --save_strategy no --include_num_input_tokens_seen all " + extra;
+    EXPECT_EQ(run_trainer(args, 1, log), 0) << *log;
+    std::vector<std::map<std::string, double>> steps;
+    for (const auto& m : read_metrics(out.path()))
+      if (m.count("loss")) steps.push_back(m);
+    EXPECT_EQ(steps.size(), 3u) << *log;
+    return steps;
+  };
+  std::string log;
+  for (const bool packed : {false, true}) {
+    SCOPED_TRACE(packed ? "bfd packing" : "rows");
+    const std::string pack = packed ? "--packing True" : "";
+    const auto plain = run("plain", pack, &log);
+    const auto padded = run("padded", pack + " --pad_to_multiple_of 48 --torch_empty_cache_steps 2", &log);
+    EXPECT_NE(log.find("torch_empty_cache_steps 2: CPU ranks have no device cache to empty (2 micro-batches"),
+              std::string::npos) << log;  // steps 0 and 2 of 3, one micro-batch each
+    ASSERT_EQ(plain.size(), padded.size());
+    double plain_before = 0, padded_before = 0, seen_before = 0;
+    for (size_t i = 0; i < plain.size(); ++i) {
+      const auto &p = plain[i], &q = padded[i];
+      SCOPED_TRACE("step " + std::to_string(i + 1));
+      // Equal up to summation order: the weight gradients' GEMMs sum over more (zero) rows.
+      EXPECT_NEAR(q.at("loss"), p.at("loss"), 1e-6 * p.at("loss"));
+      EXPECT_NEAR(q.at("grad_norm"), p.at("grad_norm"), 1e-5 * p.at("grad_norm"));
+      EXPECT_EQ(p.at("tokens_per_step"), q.at("tokens_per_step"));
+      const double real = p.at("tokens_per_step");
+      const double num_tokens = q.at("num_tokens") - padded_before, seen = q.at("num_input_tokens_seen") - seen_before;
+      padded_before = q.at("num_tokens");
+      seen_before = q.at("num_input_tokens_seen");
+      if (packed) {
+        const double row = std::ceil(real / 48) * 48;
+        EXPECT_EQ(num_tokens, row);
+        EXPECT_EQ(seen, row);
+        EXPECT_EQ(p.at("num_tokens") - plain_before, real) << "without the multiple, the row is the real tokens";
+      } else {
+        EXPECT_EQ(num_tokens, real);
+        EXPECT_EQ(std::fmod(seen, 96), 0.0) << seen;
+        EXPECT_GE(seen, real);
+      }
+      plain_before = p.at("num_tokens");
+    }
+  }
+}
+
+}  // namespace test_train_parity

@@ -36,7 +36,10 @@ struct ResumeState {
   int64_t world_size = 1;         // of the run that wrote it (informational: resume may reshard)
   int64_t global_batch_size = 0;  // samples per optimizer step; must match on resume
   int64_t scheduler_step = 0;
-  int64_t num_input_tokens_seen = 0;
+  int64_t num_input_tokens_seen = 0;  // the trainer's non-padding tokens trained on
+  // TRL's num_tokens count (the padding-free rows' --pad_to_multiple_of padding included); absent in
+  // checkpoints written before it was kept, where it equalled num_input_tokens_seen.
+  std::optional<int64_t> num_tokens;
   double total_loss_sum = 0;      // this session's logged step losses summed (informational: a
                                   // resumed session's train_loss counts its own steps only, as HF's)
   // The schedule's base learning rate. transformers restores it with the scheduler's state

@@ -30,7 +30,24 @@ struct Batch {
 enum class AttentionMask { kNotPadId, kExampleTokens };
 
 // Throws on an empty micro-batch, a null example, an empty example, or mixed packed/unpacked.
-Batch collate(const std::vector<const Example*>& examples, int64_t pad_id, AttentionMask rule);
+// pad_to_multiple_of (TRL's DataCollatorForLanguageModeling): the batch length is the longest
+// example's rounded up to a multiple of it; the extra positions are padding like any other (pad id,
+// label -100, masked; packed: position 0, segment -1).
+Batch collate(const std::vector<const Example*>& examples, int64_t pad_id, AttentionMask rule,
+              int64_t pad_to_multiple_of = 1);
+
+// n rounded up to a multiple of m (m >= 1).
+int64_t round_up_to_multiple(int64_t n, int64_t m);
+
+// The token counts Hugging Face's trainers log for a collated batch. `padding_free`: TRL's bfd
+// packing, whose collator concatenates the micro-batch's rows into one (padded to pad_to_multiple_of)
+// and passes no attention mask; otherwise the rows as collated.
+struct TokenCounts {
+  int64_t attended = 0;     // TRL's num_tokens: attention-mask tokens, or the padding-free row's length
+  int64_t elements = 0;     // HF include_num_input_tokens_seen "all": input_ids' elements
+  int64_t non_padding = 0;  // HF "non_padding": attention-mask tokens, or the padding-free row's ids != pad id
+};
+TokenCounts token_counts(const Batch& batch, int64_t pad_id, int64_t pad_to_multiple_of, bool padding_free);
 
 // Label tokens of one example after the causal shift (labels[1:] != -100).
 int64_t count_label_tokens(const Example& example);

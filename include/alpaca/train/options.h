@@ -49,6 +49,7 @@ struct TrainerOptions {
   std::optional<bool> eval_packing;  // unset = packing (TRL SFTConfig)
   std::string packing_strategy = "bfd";  // data::parse_packing_strategy (TRL SFTConfig)
   bool shuffle_dataset = false;  // TRL: datasets' Dataset.shuffle(seed) before packing and after
+  int64_t pad_to_multiple_of = 1;  // TRL: every batch's length rounded up to a multiple (1 = the longest example)
   bool group_by_length = false;
   bool shuffle = true;  // false: --train_sampling_strategy sequential (every epoch in the data's order)
   bool dataloader_drop_last = false;
@@ -56,6 +57,7 @@ struct TrainerOptions {
   model::LossOptions loss;  // --label_smoothing_factor, --loss_type dft
   std::string include_num_input_tokens_seen = "no";  // "no", "all", "non_padding" (HF)
   int tokenize_threads = 0;                   // --dataset_num_proc; 0 = every core
+  int64_t torch_empty_cache_steps = 0;       // HF: empty the CUDA cache in steps global_step % N == 0; 0 = never
 
   // ---- Batch and run length.
   int64_t per_device_train_batch_size = 8;
