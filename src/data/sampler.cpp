@@ -36,6 +36,66 @@ std::vector<int64_t> length_grouped_order(const std::vector<int64_t>& perm,
   return out;
 }
 
+std::vector<int64_t> eval_order(int64_t num_examples, int64_t batch, bool group_by_length,
+                                const std::vector<int64_t>& lengths, uint64_t seed) {
+  ALPACA_CHECK(num_examples > 0 && batch > 0, "eval_order: needs examples and a positive batch, got "
+                                                  << num_examples << " and " << batch);
+  std::vector<int64_t> order(static_cast<size_t>(num_examples));
+  if (!group_by_length) {
+    for (int64_t i = 0; i < num_examples; ++i) order[static_cast<size_t>(i)] = i;
+    return order;
+  }
+  ALPACA_CHECK(static_cast<int64_t>(lengths.size()) == num_examples,
+               "eval_order: group_by_length needs one length per example (" << lengths.size() << " for "
+                                                                            << num_examples << ")");
+  // get_length_grouped_indices: torch.randperm(n, generator=torch.Generator().manual_seed(seed)).
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const at::Tensor perm = at::randperm(num_examples, gen, at::TensorOptions().dtype(at::kLong));
+  const int64_t* p = perm.data_ptr<int64_t>();
+  order.assign(p, p + num_examples);
+  return length_grouped_order(order, lengths, batch);
+}
+
+std::vector<EvalBatch> eval_batches(const std::vector<int64_t>& order, int64_t batch, int64_t world, int64_t rank) {
+  const int64_t n = static_cast<int64_t>(order.size());
+  ALPACA_CHECK(n > 0 && batch > 0 && world > 0 && rank >= 0 && rank < world,
+               "eval_batches: bad sizes (n " << n << ", batch " << batch << ", rank " << rank << " of " << world << ")");
+  const int64_t per_round = batch * world;
+  const int64_t rounds = (n + per_round - 1) / per_round;
+  const int64_t remainder = n % per_round;  // gather_for_metrics' truncation of the last round (0: none)
+  // accelerate's initial_data: the first `world` batches' indices, doubled until world x batch long.
+  std::vector<int64_t> initial(order.begin(), order.begin() + std::min(n, per_round));
+  while (static_cast<int64_t>(initial.size()) < per_round) {
+    const std::vector<int64_t> copy = initial;
+    initial.insert(initial.end(), copy.begin(), copy.end());
+  }
+  std::vector<EvalBatch> out;
+  for (int64_t r = 0; r < rounds; ++r) {
+    const int64_t base = r * per_round;
+    EvalBatch eb;
+    const int64_t begin = std::min(n, base + rank * batch), end = std::min(n, base + (rank + 1) * batch);
+    eb.indices.assign(order.begin() + begin, order.begin() + end);
+    const bool last = r + 1 == rounds;
+    if (!last || remainder == 0) {
+      eb.loss_weight = batch;
+      eb.metrics_counted = true;
+    } else {
+      if (world > 1) {
+        // The fillers before this rank's: the short batch's and the empty ranks' before it, in order.
+        int64_t cycle = 0;
+        for (int64_t k = 0; k < rank; ++k)
+          cycle += batch - (std::min(n, base + (k + 1) * batch) - std::min(n, base + k * batch));
+        const int64_t need = batch - static_cast<int64_t>(eb.indices.size());
+        eb.indices.insert(eb.indices.end(), initial.begin() + cycle, initial.begin() + cycle + need);
+      }
+      eb.loss_weight = std::clamp<int64_t>(remainder - rank * batch, 0, batch);
+      eb.metrics_counted = rank < std::min(remainder, world);
+    }
+    out.push_back(std::move(eb));
+  }
+  return out;
+}
+
 DistributedBatchSampler::DistributedBatchSampler(int64_t num_examples, SamplerOptions options)
     : num_examples_(num_examples), opt_(std::move(options)) {
   ALPACA_CHECK(num_examples_ > 0, "the sampler needs at least one example");

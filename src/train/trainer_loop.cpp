@@ -94,35 +94,35 @@ EvalOutcome Trainer::Impl::evaluate() {
   const int64_t n = static_cast<int64_t>(eval_examples.size());
   ALPACA_USER_CHECK(n > 0, "evaluation needs examples: --eval_data_path gave none");
   const int64_t b = opt.per_device_eval_batch_size;
-  const int64_t per_round = b * world;
-  const int64_t rounds = (n + per_round - 1) / per_round;
   const int64_t pad = *tokenizer->pad_id();
   // transformers' evaluation_loop: each batch's loss is the mean over its label tokens, repeated
-  // once per example, and eval_loss the mean of those (a batch without label tokens is NaN there
-  // and dropped by logging_nan_inf_filter). So it is a per-example weighting of batch means, and
-  // depends on per_device_eval_batch_size as HF's does.
+  // once per row, and eval_loss the mean of those gathered over the ranks (the last round's filler
+  // rows truncated away by gather_for_metrics: data::eval_batches; a batch without label tokens is
+  // NaN there and dropped by logging_nan_inf_filter). So it is a per-example weighting of batch
+  // means, and depends on per_device_eval_batch_size and the world size as HF's does.
+  std::vector<int64_t> lengths;
+  if (opt.group_by_length)
+    for (const auto& e : eval_examples) lengths.push_back(static_cast<int64_t>(e.input_ids.size()));
+  const std::vector<data::EvalBatch> batches = data::eval_batches(
+      data::eval_order(n, b, opt.group_by_length, lengths, static_cast<uint64_t>(opt.data_seed)), b, world, rank);
   double weighted = 0, examples = 0;
   // TRL's per-batch token metrics: each round's (entropy sum, top-1 count, label tokens) over the
-  // ranks with real examples (accelerate's gather_for_metrics drops the padding ranks' values).
+  // ranks gather_for_metrics keeps.
   std::vector<at::Tensor> round_stats;  // on the device, read once after the loop
   std::vector<double> round_labels;
-  for (int64_t r = 0; r < rounds; ++r) {
-    std::vector<int64_t> idx;
-    for (int64_t i = r * per_round + rank * b; i < std::min(n, r * per_round + (rank + 1) * b); ++i) idx.push_back(i);
-    // Every rank runs the same number of forwards (FSDP gathers are collective); a rank past the
-    // end of the eval set runs example 0 and does not count it.
-    const bool real = !idx.empty();
-    if (!real) idx.push_back(0);
+  const auto rounds = static_cast<int64_t>(batches.size());
+  for (const data::EvalBatch& eb : batches) {
     util::fault_pause_ms("train.pause_in_eval");  // signal-during-evaluation tests (util/fault.h)
-    const DeviceBatch db = to_device(collate_indices(eval_examples, idx, pad, attention_rule, opt.pad_to_multiple_of), device);
+    // Every rank runs every round (FSDP gathers are collective), fillers included.
+    const DeviceBatch db = to_device(collate_indices(eval_examples, eb.indices, pad, attention_rule, opt.pad_to_multiple_of), device);
     const model::LossSum ls = fsdp_model->forward_loss_sum(db.input_ids, db.labels, db.attention_mask, db.position_ids, db.segment_ids);
-    if (real && ls.num_tokens > 0) {
-      const double n_b = static_cast<double>(idx.size());
+    if (eb.loss_weight > 0 && ls.num_tokens > 0) {
+      const double n_b = static_cast<double>(eb.loss_weight);
       weighted += n_b * (ls.sum.item<double>() / static_cast<double>(ls.num_tokens));
       examples += n_b;
     }
-    round_stats.push_back(real ? ls.token_stats : at::zeros({2}, ls.sum.options().dtype(at::kDouble)));
-    round_labels.push_back(real ? static_cast<double>(ls.num_tokens) : 0.0);
+    round_stats.push_back(eb.metrics_counted ? ls.token_stats : at::zeros({2}, ls.sum.options().dtype(at::kDouble)));
+    round_labels.push_back(eb.metrics_counted ? static_cast<double>(ls.num_tokens) : 0.0);
   }
   // Per round: entropy sum, top-1 count, label tokens.
   const at::Tensor per_round_stats =

@@ -136,6 +136,65 @@ TEST(Sampler, LengthGroupingMatchesHf) {
   EXPECT_EQ(got, expect);
 }
 
+// accelerate's BatchSamplerShard (even_batches) and gather_for_metrics, worked by hand from their
+// code; tests/train/test_train_parity checks the losses and metrics against the real classes.
+TEST(Sampler, EvalBatchesFillTheLastRoundAsAccelerate) {
+  const std::vector<int64_t> order = {0, 1, 2, 3, 4};
+  // world 1: batches [0,1] [2,3] [4], the last short and kept whole.
+  auto one = eval_batches(order, 2, 1, 0);
+  ASSERT_EQ(one.size(), 3u);
+  EXPECT_EQ(one[2].indices, (std::vector<int64_t>{4}));
+  EXPECT_EQ(one[2].loss_weight, 1);
+  EXPECT_TRUE(one[2].metrics_counted);
+  // world 2, batch 2: round 0 [0,1] | [2,3]; round 1 [4] + filler 0 on rank 0, [1,2] on rank 1;
+  // remainder 5 % 4 = 1: one repetition of rank 0's mean, rank 0's scalars only.
+  auto r0 = eval_batches(order, 2, 2, 0), r1 = eval_batches(order, 2, 2, 1);
+  ASSERT_EQ(r0.size(), 2u);
+  ASSERT_EQ(r1.size(), 2u);
+  EXPECT_EQ(r0[0].indices, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(r1[0].indices, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(r0[0].loss_weight, 2);
+  EXPECT_EQ(r0[1].indices, (std::vector<int64_t>{4, 0}));
+  EXPECT_EQ(r1[1].indices, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(r0[1].loss_weight, 1);
+  EXPECT_EQ(r1[1].loss_weight, 0);
+  EXPECT_TRUE(r0[1].metrics_counted);
+  EXPECT_FALSE(r1[1].metrics_counted);
+  // 6 examples, world 4, batch 2: one round, rank 3 gets the first batch again; remainder 6 keeps
+  // ranks 0-2's losses and all four ranks' scalars (the truncation counts samples, not ranks).
+  const std::vector<int64_t> six = {5, 4, 3, 2, 1, 0};
+  auto w3 = eval_batches(six, 2, 4, 3);
+  ASSERT_EQ(w3.size(), 1u);
+  EXPECT_EQ(w3[0].indices, (std::vector<int64_t>{5, 4}));
+  EXPECT_EQ(w3[0].loss_weight, 0);
+  EXPECT_TRUE(w3[0].metrics_counted);
+  EXPECT_EQ(eval_batches(six, 2, 4, 2)[0].loss_weight, 2);
+  // Fewer examples than one round: the first batches doubled (3 examples, world 2, batch 2).
+  auto s1 = eval_batches({7, 8, 9}, 2, 2, 1);
+  EXPECT_EQ(s1[0].indices, (std::vector<int64_t>{9, 7}));
+  EXPECT_EQ(s1[0].loss_weight, 1);
+  auto t3 = eval_batches({7}, 2, 3, 2);  // initial data [7] doubled to [7,7,7,7,7,7,7,7]
+  EXPECT_EQ(t3[0].indices, (std::vector<int64_t>{7, 7}));
+  EXPECT_EQ(eval_batches({7}, 2, 3, 0)[0].indices, (std::vector<int64_t>{7, 7}));
+  EXPECT_EQ(eval_batches({7}, 2, 3, 0)[0].loss_weight, 1);
+  // Without a remainder nothing is filled or dropped.
+  for (const auto& eb : eval_batches({0, 1, 2, 3, 4, 5, 6, 7}, 2, 2, 1)) {
+    EXPECT_EQ(eb.loss_weight, 2);
+    EXPECT_TRUE(eb.metrics_counted);
+  }
+}
+
+TEST(Sampler, EvalOrderIsSequentialOrLengthGroupedWithTheSeed) {
+  EXPECT_EQ(eval_order(4, 2, false, {}, 42), (std::vector<int64_t>{0, 1, 2, 3}));
+  const std::vector<int64_t> lengths = {5, 9, 2, 7, 7, 1, 3, 8, 4, 6, 10, 2, 11, 0, 3, 5};
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(42);
+  const at::Tensor perm = at::randperm(16, gen, at::TensorOptions().dtype(at::kLong));
+  const std::vector<int64_t> p(perm.data_ptr<int64_t>(), perm.data_ptr<int64_t>() + 16);
+  EXPECT_EQ(eval_order(16, 2, true, lengths, 42), length_grouped_order(p, lengths, 2));
+  EXPECT_NE(eval_order(16, 2, true, lengths, 42), eval_order(16, 2, true, lengths, 7));
+  EXPECT_THROW(eval_order(16, 2, true, {1, 2}, 42), Error);
+}
+
 TEST(Sampler, RejectsBadOptions) {
   SamplerOptions opt;
   opt.world_size = 2;

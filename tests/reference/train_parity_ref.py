@@ -16,7 +16,9 @@ Writes into --out:
                    (trl.trainer.utils.add_fused_lm_head, outputs entropy and is_top1) summed over the label
                    tokens of the global batch and of its two halves (the micro-batches of accumulation 2),
                    with their label and attention-mask token counts; and an evaluation of the initial
-                   model over data.json in batches of --eval_batch (each batch's means, TRL's eval metrics)
+                   model over data.json in batches of --eval_batch (each batch's means, TRL's eval metrics),
+                   and "eval_sharded": HF's eval_loss and TRL's eval metrics of the same model on 2 and 3
+                   ranks and with group_by_length (accelerate's even_batches filling, gather_for_metrics)
 
 The model, data, preprocessing and the step loop (and why their semantics are ours) are
 alpaca_reference.py's, shared with lora_parity_ref.py.
@@ -43,6 +45,68 @@ def fused_stats(model, seqs):
             int(mask.sum().item())]
 
 
+# Evaluations of the initial model as HF Trainer + TRL run them on several ranks or with length
+# grouping: (world, per_device_eval_batch_size, group_by_length).
+EVAL_SHARDED = [(2, 3, False), (3, 4, False), (1, 3, True), (2, 3, True)]
+
+
+def eval_sharded(model, examples, seed=42):
+    """HF's evaluation_loop + TRL's eval metrics over `examples` for each EVAL_SHARDED case, using
+    the real batch composition: transformers' eval sampler (SequentialSampler, or LengthGroupedSampler
+    with a generator seeded `seed` under group_by_length) in batches, dealt to the ranks by
+    accelerate's BatchSamplerShard (even_batches, as Accelerator.prepare builds it); each rank's
+    batch loss repeated per row and gathered rank-major, the last round truncated to
+    len % (batch x world) by gather_for_metrics, which also keeps only that many ranks' scalars of the
+    last round (TRL's entropy / top-1 / label sums)."""
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler, SequentialSampler
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    n = len(examples)
+    lengths = [len(ids) for ids, _ in examples]
+    results = []
+    for world, b, group in EVAL_SHARDED:
+        per_rank = []
+        for k in range(world):  # each process builds its own sampler and generator
+            sampler = (LengthGroupedSampler(b, lengths=lengths, generator=torch.Generator().manual_seed(seed))
+                       if group else SequentialSampler(range(n)))
+            batches = BatchSampler(sampler, b, drop_last=False)
+            if world > 1:
+                batches = BatchSamplerShard(batches, num_processes=world, process_index=k, split_batches=False,
+                                            even_batches=True)
+            per_rank.append(list(batches))
+        rounds = len(per_rank[0])
+        assert all(len(r) == rounds for r in per_rank)
+        remainder = n % (b * world)
+        losses, entropies, accuracies = [], [], []
+        for r in range(rounds):
+            gathered, scalars = [], []
+            for k in range(world):
+                seqs = [examples[i] for i in per_rank[k][r]]
+                ids, labels, mask = ref.padded(seqs)
+                with torch.no_grad():
+                    o = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+                    loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss.item()
+                gathered += [loss] * len(seqs)
+                scalars.append((o.entropy.double().sum().item(), int(o.is_top1.sum().item()),
+                                int(o.label_mask.sum().item())))
+            if r == rounds - 1 and remainder > 0 and world > 1:
+                gathered, scalars = gathered[:remainder], scalars[:remainder]
+            losses += gathered
+            ent, top1, valid = (sum(x[j] for x in scalars) for j in range(3))
+            entropies.append(ent / valid if valid > 0 else 0.0)
+            accuracies.append(top1 / valid if valid > 0 else 0.0)
+        # A batch without label tokens has a NaN mean loss, which makes HF's eval_loss NaN; alpaca-train
+        # leaves such batches out (documented), so the reference does too.
+        kept = [x for x in losses if x == x]
+        results.append({"world": world, "batch": b, "group_by_length": group,
+                        "batches_rank0": [list(map(int, x)) for x in per_rank[0]],
+                        "eval_loss": sum(kept) / len(kept), "eval_entropy": sum(entropies) / rounds,
+                        "eval_mean_token_accuracy": sum(accuracies) / rounds})
+        print("eval sharded", results[-1]["world"], b, group, round(results[-1]["eval_loss"], 6))
+    return results
+
+
 def token_metrics(out, examples, args):
     from transformers import LlamaForCausalLM
     from trl.trainer.utils import add_fused_lm_head
@@ -56,6 +120,7 @@ def token_metrics(out, examples, args):
     m = fresh()
     b = args.eval_batch
     evals = [fused_stats(m, examples[i:i + b]) for i in range(0, len(examples), b)]
+    sharded = eval_sharded(m, examples)
     steps = []
 
     def on_batch(model, seqs):
@@ -66,7 +131,7 @@ def token_metrics(out, examples, args):
     metric_args = argparse.Namespace(**{**vars(args), "steps": args.metric_steps})
     losses, _, _ = ref.train(m, list(m.named_parameters()), examples, metric_args, on_batch=on_batch)
     (out / "reference_token_metrics.json").write_text(json.dumps(
-        {"steps": steps, "losses": losses, "eval_batch": b, "eval": evals}, indent=1))
+        {"steps": steps, "losses": losses, "eval_batch": b, "eval": evals, "eval_sharded": sharded}, indent=1))
     acc = [s["batch"][1] / s["batch"][2] for s in steps]
     print("token metrics: accuracy", [round(a, 4) for a in acc], "entropy",
           [round(s["batch"][0] / s["batch"][2], 4) for s in steps])

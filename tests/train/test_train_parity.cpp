@@ -148,12 +148,12 @@ namespace {
 // The log entry of the evaluation a run makes before its only step (--eval_on_start, eval batches
 // of `eval_batch` over data.json); empty when the run fails (its output in *log).
 std::map<std::string, double> eval_on_start(const fs::path& out, const std::string& extra, std::string* log,
-                                             int64_t eval_batch = 64) {
+                                             int64_t eval_batch = 64, int ranks = 1) {
   const std::string args = TrainFlags(kFixture, out).steps(1).batch(2, 1).str() +
                            " --eval_data_path " + (kFixture / "data.json").string() +
                            " --eval_strategy steps --eval_steps 1 --eval_on_start True --save_strategy no"
                            " --per_device_eval_batch_size " + std::to_string(eval_batch) + " " + extra;
-  if (run_trainer(args, 1, log) != 0) return {};
+  if (run_trainer(args, ranks, log) != 0) return {};
   for (const auto& m : read_metrics(out))
     if (m.count("eval_loss")) return m;
   return {};
@@ -448,6 +448,39 @@ TEST(TrainParity, PadToMultipleOfKeepsLossesAndCountsAsTrl) {
       }
       plain_before = p.at("num_tokens");
     }
+  }
+}
+
+}  // namespace test_train_parity
+
+namespace test_train_parity {
+
+// HF's evaluation on several ranks and with group_by_length (train_parity_ref.py "eval_sharded": the
+// real LengthGroupedSampler and accelerate BatchSamplerShard, HF's gather and truncation): 40 eval
+// examples on 2 ranks in batches of 3 (the last round: rank 1 fills its batch with examples 0 and
+// 1, and only 4 of the round's 6 losses count), on 3 ranks in batches of 4 (ranks 1 and 2 run only
+// fillers; TRL still counts their token metrics), and length-grouped at 1 and 2 ranks.
+TEST(TrainParity, EvalOnSeveralRanksAndLengthGroupedAsHf) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
+  const nlohmann::json ref = token_metrics_reference();
+  ASSERT_TRUE(ref.contains("eval_sharded")) << "regenerate the train_parity fixture";
+  for (const auto& c : ref["eval_sharded"]) {
+    const int world = c["world"].get<int>();
+    const int64_t b = c["batch"].get<int64_t>();
+    const bool group = c["group_by_length"].get<bool>();
+    SCOPED_TRACE("world " + std::to_string(world) + ", batch " + std::to_string(b) + (group ? ", grouped" : ""));
+    TempDir out("eval_sharded");
+    std::string log;
+    const auto m = eval_on_start(out.path(), group ? "--group_by_length True" : "", &log, b, world);
+    ASSERT_TRUE(m.count("eval_loss") && m.count("eval_entropy") && m.count("eval_mean_token_accuracy")) << log;
+    const double loss = c["eval_loss"].get<double>(), entropy = c["eval_entropy"].get<double>();
+    EXPECT_NEAR(m.at("eval_loss"), loss, 2e-6 * loss);
+    EXPECT_NEAR(m.at("eval_entropy"), entropy, 2e-6 * entropy);
+    // One label token of the smallest batch flipping moves the mean of ~14 rounds by < 1e-3.
+    EXPECT_NEAR(m.at("eval_mean_token_accuracy"), c["eval_mean_token_accuracy"].get<double>(), 1e-3);
+    std::cout << "[eval sharded] world " << world << " batch " << b << (group ? " grouped" : "") << ": eval_loss "
+              << m.at("eval_loss") << " (HF " << loss << "), eval_entropy " << m.at("eval_entropy") << " (TRL "
+              << entropy << ")\n";
   }
 }
 

@@ -48,6 +48,27 @@ struct SamplerPosition {
   int64_t step = 0;  // optimizer step within the epoch
 };
 
+// Hugging Face's evaluation batches. The order: the examples in order (transformers' eval sampler),
+// or with group_by_length transformers 5's LengthGroupedSampler(per_device_eval_batch_size,
+// generator seeded with data_seed): length_grouped_order of torch's randperm. It is cut into
+// batches of `batch`, dealt round-robin to the ranks (accelerate's BatchSamplerShard); at world > 1
+// with even_batches (accelerate's default) every rank gets `batch` rows in every round: the last
+// round's short batch, and the ranks after it, are filled from the start of the order (the first
+// `world` batches, repeated while shorter than world x batch). The evaluation loop repeats each
+// batch's mean loss once per row and gather_for_metrics keeps the first n % (world x batch) values
+// of the last round's gather (rank-major), and the first that many ranks' per-batch scalars (TRL's
+// token metrics). At world 1 the last batch is short, not filled.
+struct EvalBatch {
+  std::vector<int64_t> indices;  // the rows this rank runs
+  int64_t loss_weight = 0;       // how many of its loss repetitions evaluation_loop keeps (0: none)
+  bool metrics_counted = false;  // whether TRL's per-batch entropy / accuracy sums include this rank
+};
+std::vector<int64_t> eval_order(int64_t num_examples, int64_t batch, bool group_by_length,
+                                const std::vector<int64_t>& lengths, uint64_t seed);
+// This rank's batches, one per round; every rank gets the same number of rounds.
+std::vector<EvalBatch> eval_batches(const std::vector<int64_t>& order, int64_t batch, int64_t world,
+                                    int64_t rank);
+
 class DistributedBatchSampler {
  public:
   // Throws when sizes are not positive, rank is outside [0, world), the dataset is smaller than
