@@ -25,7 +25,9 @@ std::string peft_adapter_config_json(const PeftLoraConfig& c) {
       {"peft_type", "LORA"}, {"task_type", "CAUSAL_LM"}, {"peft_version", "0.21.2"},
       {"base_model_name_or_path", c.base_model_name_or_path},
       {"r", c.r}, {"lora_alpha", c.alpha}, {"lora_dropout", c.dropout}, {"use_rslora", c.use_rslora},
-      {"target_modules", c.target_modules},
+      // peft's string form for a regular expression (a list entry would be matched as a name).
+      {"target_modules", c.target_modules.size() == 1 && model::is_target_regex(c.target_modules[0])
+                             ? nlohmann::json(c.target_modules[0]) : nlohmann::json(c.target_modules)},
       {"modules_to_save", c.modules_to_save.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.modules_to_save)},
       {"trainable_token_indices", tokens}, {"ensure_weight_tying", c.ensure_weight_tying},
       {"bias", "none"}, {"fan_in_fan_out", false}, {"init_lora_weights", true}, {"inference_mode", true},

@@ -9,6 +9,8 @@
 #include <ATen/core/Generator.h>
 
 #include <cmath>
+#include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -40,7 +42,12 @@ double LoraOptions::scaling() const {
   return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
 }
 
+bool is_target_regex(const std::string& target) { return target.find_first_of("*+?()[]|^$\\{}") != std::string::npos; }
+
 std::vector<std::string> split_module_list(const std::string& text) {
+  // peft's string form: the whole text is one regular expression (commas included: "{1,2}").
+  const size_t first = text.find_first_not_of(" \t"), last = text.find_last_not_of(" \t");
+  if (first != std::string::npos && is_target_regex(text)) return {text.substr(first, last - first + 1)};
   std::vector<std::string> out;
   std::string w;
   for (char c : text + " ") {
@@ -110,16 +117,31 @@ std::vector<std::pair<std::string, LinearImpl*>> chosen_linears(const std::vecto
   std::set<LinearImpl*> chosen;
   for (const auto& t : targets) {
     bool matched = false;
+    // peft's _check_target_module_exists: a list entry matches a name or a name's dotted tail; a
+    // string is re.fullmatch'ed against the whole name (std::regex's ECMAScript grammar shares
+    // Python's for classes, groups, alternation, repetition and escapes; (?P<...>) is refused).
+    std::optional<std::regex> re;
+    if (is_target_regex(t)) {
+      try {
+        re.emplace(t, std::regex::ECMAScript);
+      } catch (const std::regex_error& e) {
+        ALPACA_USER_FAIL("LoRA target modules '" << t << "' is not a regular expression alpaca-train can read (" << e.what()
+                         << "); a target with any of * + ? ( ) [ ] | ^ $ \\ { } is one pattern matched against whole "
+                            "module names such as model.layers.0.self_attn.q_proj, as peft matches a string");
+      }
+    }
     for (const auto& [name, mod] : idx.modules) {
-      if (!name_matches(name, t)) continue;
+      if (re ? !std::regex_match(name, *re) : !name_matches(name, t)) continue;
       matched = true;
       auto* lin = dynamic_cast<LinearImpl*>(mod.get());
       ALPACA_USER_CHECK(lin, "LoRA target '" << t << "' matches " << name << ", which is not a linear layer; LoRA here "
                         "adapts linear layers: " << join(idx.linear_leaves));
       chosen.insert(lin);
     }
-    ALPACA_USER_CHECK(matched, "LoRA target module '" << t << "' matches no module of the model; its linear layers are "
-                          << join(idx.linear_leaves) << " (or use all-linear)");
+    ALPACA_USER_CHECK(matched, "LoRA target module '" << t << "' matches no module of the model"
+                          << (re ? " (a regular expression: it must match a whole name such as "
+                                   "model.layers.0.self_attn.q_proj)" : "")
+                          << "; its linear layers are " << join(idx.linear_leaves) << " (or use all-linear)");
   }
   std::vector<std::pair<std::string, LinearImpl*>> out;
   for (const auto& [name, mod] : idx.modules) {

@@ -15,6 +15,8 @@ Writes into --out:
                          before the first), under our parameter names
   lora_final.safetensors every LoRA matrix after the last step, under peft's saved names
   reference.json         {"losses": [...], "learning_rates": [...], "grad_norms": [...], "config": {...}}
+  regex_targets.json     (plain runs) for each of REGEX_TARGETS, the linears peft adapts when
+                         target_modules is that string, or peft's error
 
 With --use_dora (tests/train/test_lora_parity.cpp's DoRA tests) peft's LoraConfig(use_dora=True): each
 adapted linear also trains its lora_magnitude_vector, initialised by peft from the base weight's row norms,
@@ -28,6 +30,7 @@ bitsandbytes' AVX-512 dequantizer indexes its scales correctly (see quant4_refer
 """
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
@@ -77,6 +80,28 @@ def attach_lora(model, args, out):
     return model
 
 
+# peft's target_modules as a string: one regular expression, re.fullmatch'ed against module names.
+REGEX_TARGETS = [r".*\.layers\.0\..*_proj", r".*(q|v)_proj", r"model\.layers\.[0-9]{1,2}\.mlp\.(up|down)_proj",
+                 r"model\.layers\.1\.self_attn\.[kvo]_proj", r"lm_head|.*\.1\.mlp\.gate_proj", r".*self_attn",
+                 r"nothing_here.*"]
+
+
+def regex_targets(model_dir, out):
+    """Which linears peft adapts for each of REGEX_TARGETS (or its error), as regex_targets.json."""
+    from transformers import LlamaForCausalLM
+    res = {}
+    for pattern in REGEX_TARGETS:
+        base = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        try:
+            m = get_peft_model(base, LoraConfig(r=2, target_modules=pattern, task_type="CAUSAL_LM"))
+            names = [n.removeprefix("base_model.model.") for n, mod in m.named_modules()
+                     if hasattr(mod, "lora_A") and "default" in getattr(mod, "lora_A", {})]
+            res[pattern] = {"modules": names}
+        except ValueError as e:
+            res[pattern] = {"error": str(e)[:200]}
+    (out / "regex_targets.json").write_text(json.dumps(res, indent=1))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ref.add_common_args(ap, steps=20, lr=2e-2)
@@ -94,6 +119,8 @@ def main():
     args, out, tok_path, alpaca = parsed
     model_dir = out / "model"
     model = ref.save_tiny_model(model_dir, tok_path, args.hidden, args.intermediate)
+    if not args.load_in_4bit and not args.use_dora:
+        regex_targets(model_dir, out)
     if args.load_in_4bit:
         model = load_4bit(model_dir, args)
     examples = ref.load_examples(out, alpaca, tok_path, args)

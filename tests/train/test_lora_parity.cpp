@@ -410,3 +410,79 @@ TEST(LoraParity, TiedEmbeddingsShareOneTrainableTokenDeltaThatPeftLoads) {
 
 // A module's test files compile as one unit (tests/CMakeLists.txt): this file's macros end here.
 #undef SKIP_WITHOUT_FIXTURE
+
+namespace test_lora_parity {
+
+// peft's target_modules as a string: one regular expression, re.fullmatch'ed against whole module
+// names. For each pattern of lora_parity_ref.py's REGEX_TARGETS our plan adapts the linears peft
+// adapts (regex_targets.json), or refuses where peft raises (a match that is not a linear, no
+// match); a run trained with a pattern writes it as peft's string, and peft loads that adapter
+// onto the same modules with our logits.
+TEST(LoraParity, RegexTargetModulesAdaptWhatPeftsStringFormAdapts) {
+  if (fs::exists(kFixture / "SKIPPED")) GTEST_SKIP() << "reference fixture skipped (no shared data)";
+  const nlohmann::json want = nlohmann::json::parse(std::ifstream(kFixture / "regex_targets.json"));
+  const model::LlamaConfig c = model::LlamaConfig::from_json_file((kFixture / "model" / "config.json").string());
+  ASSERT_GE(want.size(), 5u);
+  for (const auto& [pattern, r] : want.items()) {
+    SCOPED_TRACE(pattern);
+    ASSERT_EQ(model::split_module_list(" " + pattern + " "), std::vector<std::string>{pattern});
+    model::LlamaForCausalLM m(c, at::TensorOptions().device(at::kMeta));
+    model::LoraOptions o;
+    o.r = 2;
+    o.dropout = 0;
+    o.target_modules = model::split_module_list(pattern);
+    if (r.contains("error")) {
+      EXPECT_FALSE(error_of([&] { model::apply_lora(*m, o, 1); }).empty()) << "peft: " << r["error"];
+      continue;
+    }
+    const model::LoraPlan plan = model::apply_lora(*m, o, 1);
+    EXPECT_EQ(plan.lora_modules, r["modules"].get<std::vector<std::string>>());
+    EXPECT_EQ(plan.target_modules, std::vector<std::string>{pattern});
+  }
+  {
+    model::LlamaForCausalLM m(c, at::TensorOptions().device(at::kMeta));
+    model::LoraOptions o;
+    o.target_modules = model::split_module_list("model\\.layers\\.(?P<n>0)\\.mlp\\.up_proj");
+    const std::string e = error_of([&] { model::apply_lora(*m, o, 1); });
+    EXPECT_NE(e.find("is not a regular expression alpaca-train can read"), std::string::npos) << e;
+  }
+
+  TempDir out("lora_regex");
+  std::string log;
+  const std::string pattern = "model\\.layers\\.1\\.self_attn\\.[kvo]_proj";
+  ASSERT_EQ(run_trainer(lora_args(out.path(), 2, 1, 3) + " --lora_target_modules '" + pattern + "' --merge_adapter True", 1,
+                        &log), 0) << log;
+  const nlohmann::json cfg = nlohmann::json::parse(std::ifstream(out.path() / "adapter_config.json"));
+  EXPECT_EQ(cfg["target_modules"], pattern) << "peft's string form";
+  auto adapter = io::SafetensorsFile::open((out.path() / "adapter_model.safetensors").string());
+  int lora_tensors = 0;
+  for (const auto& n : adapter->names())
+    if (n.find(".lora_") != std::string::npos) {
+      ++lora_tensors;
+      EXPECT_NE(n.find("model.layers.1.self_attn."), std::string::npos) << n;
+      EXPECT_EQ(n.find("q_proj"), std::string::npos) << n;
+    }
+  EXPECT_EQ(lora_tensors, 6);
+  EXPECT_GT(adapter->tensor("base_model.model.model.layers.1.self_attn.o_proj.lora_B.weight").abs().max().item<double>(), 0)
+      << "the adapter was not trained";
+  model::LlamaForCausalLM g = io::load_hf_model((kFixture / "model").string());
+  EXPECT_EQ(io::attach_lora_adapter(*g, io::read_lora_adapter(out.path().string()), (kFixture / "model").string()), 3);
+  const at::Tensor ids = at::tensor({1, 13866, 338, 385, 32000, 29889, 32000, 2}, at::kLong).view({1, -1});
+  const fs::path ours = out.path() / "ours_logits.safetensors";
+  {
+    at::NoGradGuard ng;
+    io::SafetensorsWriter w(ours.string());
+    w.add("input_ids", ids);
+    w.add("logits", g->forward(ids).contiguous());
+    w.finish();
+  }
+  const PeftLoadCheck p = peft_load_check(kFixture / "model", out.path(), ours, out.path() / "merged");
+  ASSERT_TRUE(p.ok) << p.output;
+  EXPECT_EQ(p.warnings, "[]");
+  EXPECT_LE(p.max_abs_diff, 1e-5) << p.output;
+  EXPECT_LE(p.merged_max_abs_diff, 1e-5) << p.output;
+  std::cout << "[lora regex targets] " << want.size() << " patterns as peft; trained with '" << pattern
+            << "': peft loads it, max |logits - ours| = " << p.max_abs_diff << "\n";
+}
+
+}  // namespace test_lora_parity

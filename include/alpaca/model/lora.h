@@ -1,7 +1,8 @@
 // LoRA adapters on the project's LLaMA, with peft's math and names (peft.tuners.lora, v0.21):
 // A (r, in) kaiming-uniform with a = sqrt(5), B (out, r) zeros, scaling alpha / r (alpha / sqrt(r)
 // with rsLoRA), dropout only on the branch input: y = W x + s * B(A(dropout(x))). Target modules
-// are matched by name as peft matches a list (`name == t` or `name` ends with "." + t);
+// are matched by name as peft matches a list (`name == t` or `name` ends with "." + t), or, for a
+// regular expression (is_target_regex), as peft matches a string (the whole name);
 // "all-linear" is every linear layer except the output head. The base weights are frozen
 // (requires_grad false); the adapters and `modules_to_save` are trainable.
 #pragma once
@@ -45,8 +46,13 @@ struct LoraPlan {
 // used when LoraOptions::target_modules is empty: q_proj v_proj. The one place they are written.
 const std::vector<std::string>& default_lora_target_modules();
 
-// Splits a flag value "q_proj,v_proj" or "q_proj v_proj" into names.
+// Splits a flag value "q_proj,v_proj" or "q_proj v_proj" into names; a value with any regular
+// expression character (is_target_regex) stays whole: one pattern, peft's string form.
 std::vector<std::string> split_module_list(const std::string& text);
+// Whether a target is a regular expression (any of * + ? ( ) [ ] | ^ $ \ { }): peft's
+// target_modules given as a string, re.fullmatch'ed against whole module names
+// ("model.layers.0.self_attn.q_proj"); plain names match as a list's entries do.
+bool is_target_regex(const std::string& target);
 
 // Attaches LoRA to the matching linears of `m` (whose base parameters may be on the meta device)
 // and sets requires_grad: false for every base parameter, true for the adapters and for the
