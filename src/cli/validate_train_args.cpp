@@ -509,18 +509,6 @@ void check_input_paths(const TrainArgs& a) {
   const model::LlamaConfig config = model::LlamaConfig::from_json_file(cfg);
   // A wrap class of another model type (accelerate: "could not find the transformer layer class").
   if (!a.fsdp_policy.wrap_classes.empty()) fsdp::check_wrap_classes(a.fsdp_policy, config.model_type, cfg);
-  ALPACA_USAGE_CHECK(!config.sliding_window || a.model_max_length <= *config.sliding_window,
-                     "--model_max_length " << a.model_max_length << " is longer than the sliding_window ("
-                     << *config.sliding_window << ") of " << cfg << "; sliding-window attention is not implemented, "
-                     "so sequences must fit the window: use --model_max_length <= " << *config.sliding_window);
-  if (config.sliding_window && a.pad_to_multiple_of) {
-    const int64_t padded = (a.model_max_length + *a.pad_to_multiple_of - 1) / *a.pad_to_multiple_of * *a.pad_to_multiple_of;
-    ALPACA_USAGE_CHECK(padded <= *config.sliding_window,
-                       "--pad_to_multiple_of " << *a.pad_to_multiple_of << " pads a batch of --model_max_length "
-                       << a.model_max_length << " tokens to " << padded << ", longer than the sliding_window ("
-                       << *config.sliding_window << ") of " << cfg << "; sliding-window attention is not implemented: "
-                       "give a multiple that divides the window or a shorter --model_max_length");
-  }
   ALPACA_USAGE_CHECK(a.chat_template.empty() || fs::is_regular_file(a.chat_template),
                      "--chat_template " << a.chat_template << " is not a file (a Jinja chat template is needed)");
   for (const auto& [flag, paths] : {std::pair<const char*, std::string>{"data_path", a.data_path},

@@ -143,9 +143,9 @@ std::vector<Generation> generate_batch(model::LlamaForCausalLM& m, const std::ve
     if (seen_bv.defined()) seen_bv.scatter_(1, next_dev, true);
     const int64_t len = cache.length();
     const at::Tensor mask_bk = in.padded ? mask_full.narrow(1, 0, len + 1) : at::Tensor();
-    if (fused) m->check_within_window(len + 1, "generation");
-    logits_bv = fused ? fused->step(next_dev, cache, mask_bk, next_pos_dev)
-                      : m->forward_cached(next_dev, cache, mask_bk, next_pos_dev);
+    // The fused step has no sliding window: past it, the module path (same cache) masks it.
+    logits_bv = fused && !m->window_cuts(len + 1) ? fused->step(next_dev, cache, mask_bk, next_pos_dev)
+                                                  : m->forward_cached(next_dev, cache, mask_bk, next_pos_dev);
     next_pos_dev = next_pos_dev + 1;
   }
   return out;

@@ -2,6 +2,7 @@
 // rope_scaling) and the transformers 5 one (rope_parameters), and writes both so either loads it.
 #include "alpaca/model/config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -176,18 +177,6 @@ std::string supported_model_type(const json& j, Fields& f, const std::string& so
   // runs only sequences it does not cut, where the window changes nothing.
   // Qwen2Config: sliding_window and max_window_layers only matter when use_sliding_window is true
   // (transformers then nulls sliding_window), so with it false they are ignored, as there.
-  if (model_type == "qwen2") {
-    ALPACA_USER_CHECK(!f.get_bool("use_sliding_window", false),
-                 source << ": field \"use_sliding_window\" is true; sliding-window attention is not supported "
-                           "(set it to false: with model_max_length <= sliding_window it changes nothing)");
-    if (f.has("layer_types")) {
-      const json& lt = j.at("layer_types");
-      ALPACA_USER_CHECK(lt.is_array(), source << ": field \"layer_types\" must be a list, got " << lt.dump());
-      for (const json& e : lt)
-        ALPACA_USER_CHECK(e == "full_attention", source << ": field \"layer_types\" holds " << e.dump()
-                                                   << "; only \"full_attention\" layers are supported");
-    }
-  }
   // transformers' ACT2CLS maps "swish" to the same nn.SiLU.
   std::string act = f.get_string("hidden_act", "silu");
   ALPACA_USER_CHECK(act == "silu" || act == "swish",
@@ -216,15 +205,53 @@ void read_shapes(Fields& f, const std::string& source, LlamaConfig& c) {
   c.o_proj_bias = c.attention_bias;  // LlamaConfig.attention_bias covers q, k, v and o
   if (c.model_type == "mistral") {
     c.attention_bias = c.o_proj_bias = c.mlp_bias = false;  // MistralConfig has none
-    if (f.has("sliding_window")) {
-      c.sliding_window = f.get_int("sliding_window", 0);
-      ALPACA_USER_CHECK(*c.sliding_window > 0, source << ": field \"sliding_window\" must be positive or null, got "
-                                                 << *c.sliding_window);
-    }
   }
   if (c.model_type == "qwen2") {  // Qwen2Attention: q/k/v with bias, o_proj without; Qwen2MLP without
     c.attention_bias = true;
     c.o_proj_bias = c.mlp_bias = false;
+  }
+}
+
+// Sliding windows (LlamaConfig::sliding_window): MistralConfig's sliding_window (4096 when absent),
+// Qwen2Config's use_sliding_window / sliding_window / max_window_layers / layer_types as its
+// __post_init__ resolves them; LlamaConfig has none.
+void read_sliding_window(const json& j, Fields& f, const std::string& source, LlamaConfig& c) {
+  auto window = [&](int64_t fallback) -> std::optional<int64_t> {
+    if (!j.contains("sliding_window")) return fallback;
+    if (j.at("sliding_window").is_null()) return std::nullopt;
+    const int64_t w = f.get_int("sliding_window", 0);
+    ALPACA_USER_CHECK(w > 0, source << ": field \"sliding_window\" must be positive or null, got " << w);
+    return w;
+  };
+  const auto n = static_cast<size_t>(c.num_hidden_layers);
+  if (c.model_type == "mistral") {
+    c.sliding_window = window(4096);
+    c.sliding_layers.assign(n, c.sliding_window.has_value());
+    return;
+  }
+  if (c.model_type != "qwen2") return;
+  c.use_sliding_window = f.get_bool("use_sliding_window", false);
+  c.max_window_layers = f.get_int("max_window_layers", 28);
+  const std::optional<int64_t> w = window(4096);
+  if (c.use_sliding_window) c.sliding_window = w;  // transformers: None unless use_sliding_window
+  c.sliding_layers.assign(n, false);
+  if (f.has("layer_types")) {
+    const json& lt = j.at("layer_types");
+    ALPACA_USER_CHECK(lt.is_array() && lt.size() == n, source << ": field \"layer_types\" must be a list of "
+                                                             << n << " layer types (num_hidden_layers), got " << lt.dump());
+    for (size_t i = 0; i < n; ++i) {
+      ALPACA_USER_CHECK(lt[i] == "full_attention" || lt[i] == "sliding_attention",
+                        source << ": field \"layer_types\" holds " << lt[i].dump()
+                               << "; Qwen2 layers are \"full_attention\" or \"sliding_attention\"");
+      c.sliding_layers[i] = lt[i] == "sliding_attention";
+    }
+    const bool any = std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end();
+    ALPACA_USER_CHECK(!any || c.sliding_window,
+                      source << ": field \"layer_types\" names sliding_attention layers but there is no window ("
+                             << (c.use_sliding_window ? "sliding_window is null" : "use_sliding_window is false")
+                             << "); set use_sliding_window true with a sliding_window, or make every layer full_attention");
+  } else if (c.sliding_window) {
+    for (size_t i = 0; i < n; ++i) c.sliding_layers[i] = static_cast<int64_t>(i) >= c.max_window_layers;
   }
 }
 
@@ -266,6 +293,7 @@ LlamaConfig LlamaConfig::from_json_string(const std::string& text, const std::st
   LlamaConfig c;
   c.model_type = supported_model_type(j, f, source);
   read_shapes(f, source, c);
+  read_sliding_window(j, f, source, c);
   read_rope(j, f, source, c);
   read_special_tokens(j, source, c);
   c.torch_dtype = f.get_string("torch_dtype", f.get_string("dtype", ""));
@@ -279,6 +307,12 @@ LlamaConfig LlamaConfig::from_json_file(const std::string& path) {
   std::ostringstream ss;
   ss << in.rdbuf();
   return from_json_string(ss.str(), path);
+}
+
+bool LlamaConfig::any_layer_slides() const {
+  for (int64_t i = 0; i < num_hidden_layers; ++i)
+    if (layer_slides(i)) return true;
+  return false;
 }
 
 void LlamaConfig::validate(const std::string& source) const {
@@ -311,12 +345,13 @@ std::string LlamaConfig::to_json() const {
   const bool qwen2 = model_type == "qwen2";
   j["architectures"] = json::array({mistral ? "MistralForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"});
   j["model_type"] = mistral ? "mistral" : qwen2 ? "qwen2" : "llama";
-  if (mistral || qwen2) j["sliding_window"] = mistral && sliding_window ? json(*sliding_window) : json(nullptr);
+  if (mistral || qwen2) j["sliding_window"] = sliding_window ? json(*sliding_window) : json(nullptr);
   if (qwen2) {
-    j["use_sliding_window"] = false;
-    j["max_window_layers"] = num_hidden_layers;
+    j["use_sliding_window"] = use_sliding_window;
+    j["max_window_layers"] = max_window_layers;
     j["layer_types"] = json::array();
-    for (int64_t i = 0; i < num_hidden_layers; ++i) j["layer_types"].push_back("full_attention");
+    for (int64_t i = 0; i < num_hidden_layers; ++i)
+      j["layer_types"].push_back(layer_slides(i) ? "sliding_attention" : "full_attention");
   } else {
     j["attention_bias"] = attention_bias;  // Qwen2Config has no such field (its bias is fixed)
   }

@@ -52,19 +52,10 @@ at::Tensor LlamaForCausalLMImpl::embed(const at::Tensor& input_ids_bt) const {
   return h_btd + at::empty_like(h_btd).uniform_(-mag, mag);
 }
 
-void LlamaForCausalLMImpl::check_within_window(int64_t positions, const char* what) const {
-  ALPACA_CHECK(!cfg_.sliding_window || positions <= *cfg_.sliding_window,
-               what << " of " << positions << " positions is longer than the model's sliding_window ("
-                    << *cfg_.sliding_window << ", config.json); sliding-window attention is not implemented, so "
-                    "sequences must fit the window: use --model_max_length <= " << *cfg_.sliding_window
-                    << " (generate: a shorter prompt or --max_new_tokens)");
-}
-
 LayerContext LlamaForCausalLMImpl::make_context(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt,
                                                 const at::Tensor& position_ids_bt, const at::Tensor& segment_ids_bt,
                                                 at::ScalarType dtype) const {
   const int64_t b = input_ids_bt.size(0), t = input_ids_bt.size(1);
-  check_within_window(t, "a sequence");
   const at::Device device = input_ids_bt.device();
   at::Tensor pos = position_ids_bt;
   if (!pos.defined()) pos = at::arange(t, at::TensorOptions().dtype(at::kLong).device(device)).unsqueeze(0);
@@ -90,7 +81,11 @@ LayerContext LlamaForCausalLMImpl::make_context(const at::Tensor& input_ids_bt, 
     has_padding = !mask_bt.to(at::kBool).all().item<bool>();
     mask_bt = util::to_device_async(mask_bt, device);
   }
-  if (has_padding || segment_ids_bt.defined()) {
+  // Sliding layers: transformers' sliding_window_overlay on the absolute indices (within a packed
+  // document they differ as its positions do), kv > q - W, on top of the same causal, padding and
+  // document masks.
+  const bool windowed = window_cuts(t);
+  if (has_padding || segment_ids_bt.defined() || windowed) {
     auto bopts = at::TensorOptions().dtype(at::kBool).device(device);
     at::Tensor allow_b1tt = at::ones({t, t}, bopts).tril().view({1, 1, t, t});
     if (mask_bt.defined()) {
@@ -103,9 +98,14 @@ LayerContext LlamaForCausalLMImpl::make_context(const at::Tensor& input_ids_bt, 
     }
     // A query with no key to attend to (a left-padded position) would give NaN, which would
     // poison the gradients although its output never reaches the loss: let it see itself.
-    at::Tensor empty_row_b1t1 = at::logical_not(allow_b1tt.any(-1, /*keepdim=*/true));
-    allow_b1tt = allow_b1tt | (empty_row_b1t1 & at::eye(t, bopts).view({1, 1, t, t}));
-    ctx.attn_mask = allow_b1tt.expand({b, 1, t, t});
+    auto with_self = [&](const at::Tensor& allow) {
+      at::Tensor empty_row_b1t1 = at::logical_not(allow.any(-1, /*keepdim=*/true));
+      return (allow | (empty_row_b1t1 & at::eye(t, bopts).view({1, 1, t, t}))).expand({b, 1, t, t});
+    };
+    if (windowed)
+      ctx.window_mask = with_self(allow_b1tt & at::ones({t, t}, bopts).triu(1 - *cfg_.sliding_window).view({1, 1, t, t}));
+    // Without padding or documents the full layers need no mask (the fused causal kernel).
+    if (has_padding || segment_ids_bt.defined()) ctx.attn_mask = with_self(allow_b1tt);
   }
   return ctx;
 }
@@ -115,7 +115,6 @@ LayerContext LlamaForCausalLMImpl::make_cached_context(int64_t b, int64_t t, int
                                                        const at::Tensor& position_ids_bt, const at::Device& device,
                                                        at::ScalarType dtype) const {
   const int64_t k = cached + t;
-  check_within_window(k, "generation");
   auto lopts = at::TensorOptions().dtype(at::kLong).device(device);
   at::Tensor pos = position_ids_bt;
   if (!pos.defined()) pos = at::arange(cached, k, lopts).unsqueeze(0);
@@ -127,14 +126,21 @@ LayerContext LlamaForCausalLMImpl::make_cached_context(int64_t b, int64_t t, int
                                                 attention_mask_bk.size(1) == k),
                "attention_mask must be (" << b << ", " << k << ") = (batch, cached + new positions), got "
                                           << attention_mask_bk.sizes());
-  if (!attention_mask_bk.defined() && (t == 1 || cached == 0)) return ctx;
+  // Sliding layers (the cache keeps every key): query at cache position p sees keys p - W < j <= p.
+  const bool windowed = window_cuts(k);
+  if (!attention_mask_bk.defined() && (t == 1 || cached == 0) && !windowed) return ctx;
   // Query i sits at cache position cached + i: it sees keys 0 .. cached + i.
   at::Tensor q_pos_t1 = at::arange(cached, k, lopts).view({t, 1});
-  at::Tensor allow_b1tk = (at::arange(k, lopts).view({1, k}) <= q_pos_t1).view({1, 1, t, k});
+  const at::Tensor k_pos_1k = at::arange(k, lopts).view({1, k});
+  at::Tensor allow_b1tk = (k_pos_1k <= q_pos_t1).view({1, 1, t, k});
   if (attention_mask_bk.defined()) allow_b1tk = allow_b1tk & attention_mask_bk.to(device).to(at::kBool).view({b, 1, 1, k});
-  at::Tensor empty_row_b1t1 = at::logical_not(allow_b1tk.any(-1, /*keepdim=*/true));
-  at::Tensor self_1ttk = (at::arange(k, lopts).view({1, k}) == q_pos_t1).view({1, 1, t, k});
-  ctx.attn_mask = (allow_b1tk | (empty_row_b1t1 & self_1ttk)).expand({b, 1, t, k});
+  const at::Tensor self_1ttk = (k_pos_1k == q_pos_t1).view({1, 1, t, k});
+  auto with_self = [&](const at::Tensor& allow) {
+    at::Tensor empty_row_b1t1 = at::logical_not(allow.any(-1, /*keepdim=*/true));
+    return (allow | (empty_row_b1t1 & self_1ttk)).expand({b, 1, t, k});
+  };
+  if (windowed) ctx.window_mask = with_self(allow_b1tk & (k_pos_1k > q_pos_t1 - *cfg_.sliding_window).view({1, 1, t, k}));
+  if (attention_mask_bk.defined() || !(t == 1 || cached == 0)) ctx.attn_mask = with_self(allow_b1tk);
   return ctx;
 }
 
@@ -150,10 +156,13 @@ at::Tensor LlamaForCausalLMImpl::forward_cached(const at::Tensor& input_ids_bt, 
   LayerContext ctx = make_cached_context(b, t, cache.length(), attention_mask_bk, position_ids_bt,
                                          input_ids_bt.device(), h_btd.scalar_type());
   ctx.kv_cache = &cache;
+  LayerContext window_ctx = ctx;  // the sliding layers' context: the same but for the mask
+  if (ctx.window_mask.defined()) window_ctx.attn_mask = ctx.window_mask;
   auto& ls = model->layers;
   for (int64_t i = 0; i < static_cast<int64_t>(ls.size()); ++i) {
-    ctx.layer_idx = i;
-    h_btd = runner_ ? runner_(i, h_btd, ctx) : ls[i]->forward(h_btd, ctx);
+    LayerContext& c = cfg_.layer_slides(i) && ctx.window_mask.defined() ? window_ctx : ctx;
+    c.layer_idx = i;
+    h_btd = runner_ ? runner_(i, h_btd, c) : ls[i]->forward(h_btd, c);
   }
   cache.advance(t);
   at::Tensor last_b1d;
@@ -187,8 +196,15 @@ at::Tensor LlamaForCausalLMImpl::decoder(const at::Tensor& input_ids_bt, const a
   LayerContext ctx = make_context(input_ids_bt, attention_mask_bt, position_ids_bt, segment_ids_bt,
                                   h_btd.scalar_type());
   auto& ls = model->layers;
-  for (int64_t i = 0; i < static_cast<int64_t>(ls.size()); ++i)
-    h_btd = runner_ ? runner_(i, h_btd, ctx) : ls[i]->forward(h_btd, ctx);
+  LayerContext window_ctx;  // the sliding layers' context: the same but for the mask
+  if (ctx.window_mask.defined()) {
+    window_ctx = ctx;
+    window_ctx.attn_mask = ctx.window_mask;
+  }
+  for (int64_t i = 0; i < static_cast<int64_t>(ls.size()); ++i) {
+    const LayerContext& c = cfg_.layer_slides(i) && ctx.window_mask.defined() ? window_ctx : ctx;
+    h_btd = runner_ ? runner_(i, h_btd, c) : ls[i]->forward(h_btd, c);
+  }
   return h_btd;
 }
 

@@ -148,21 +148,44 @@ TEST(LlamaConfig, Qwen2LoadsWithQkvBiasAndNoOBias) {
   EXPECT_TRUE(l.o_proj_bias);
 }
 
-TEST(LlamaConfig, Qwen2SlidingWindowIsRefused) {
+// Qwen2Config's windows as its __post_init__ resolves them: only with use_sliding_window, on the
+// layers from max_window_layers on (or those layer_types names), written back as read.
+TEST(LlamaConfig, Qwen2SlidingWindowLayers) {
+  const LlamaConfig off = LlamaConfig::from_json_string(kQwen2Config, "qwen2.json");
+  EXPECT_FALSE(off.sliding_window.has_value()) << "transformers nulls the window without use_sliding_window";
+  EXPECT_FALSE(off.any_layer_slides());
+  EXPECT_EQ(off.max_window_layers, 21);
   std::string on = kQwen2Config;
   on.replace(on.find("\"use_sliding_window\":false"), 26, "\"use_sliding_window\":true");
-  expect_error(on, {"bad/config.json", "use_sliding_window", "not supported", "false"});
-  std::string layers = kQwen2Config;
-  layers.insert(1, R"("layer_types":["full_attention","sliding_attention"],)");
-  expect_error(layers, {"bad/config.json", "layer_types", "sliding_attention", "full_attention"});
-  // transformers 5 writes layer_types; all full_attention is accepted.
-  std::string full = kQwen2Config;
-  full.insert(1, R"("layer_types":["full_attention","full_attention"],)");
-  EXPECT_EQ(LlamaConfig::from_json_string(full, "qwen2.json").model_type, "qwen2");
+  const LlamaConfig c = LlamaConfig::from_json_string(on, "qwen2.json");
+  ASSERT_TRUE(c.sliding_window.has_value());
+  EXPECT_EQ(*c.sliding_window, 32768);
+  for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(c.layer_slides(i), i >= 21) << i;
+  const std::string out = c.to_json();
+  EXPECT_NE(out.find("\"max_window_layers\": 21"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"use_sliding_window\": true"), std::string::npos) << out;
+  const LlamaConfig back = LlamaConfig::from_json_string(out, "back.json");
+  EXPECT_EQ(back.sliding_layers, c.sliding_layers);
+  EXPECT_EQ(back.to_json(), out);
+  // layer_types wins over max_window_layers.
+  std::string types = on;
+  std::string list = "\"layer_types\":[";
+  for (int i = 0; i < 24; ++i) list += std::string(i ? "," : "") + (i % 2 ? "\"sliding_attention\"" : "\"full_attention\"");
+  types.insert(1, list + "],");
+  const LlamaConfig t = LlamaConfig::from_json_string(types, "qwen2.json");
+  for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(t.layer_slides(i), i % 2 == 1) << i;
+  std::string no_window = kQwen2Config;
+  no_window.insert(1, list + "],");
+  expect_error(no_window, {"bad/config.json", "layer_types", "sliding_attention", "use_sliding_window is false"});
+  std::string short_list = kQwen2Config;
+  short_list.insert(1, R"("layer_types":["full_attention","full_attention"],)");
+  expect_error(short_list, {"bad/config.json", "layer_types", "24 layer types"});
+  std::string bad = on;
+  bad.insert(1, R"("layer_types":["chunked_attention"],)");
+  expect_error(bad, {"bad/config.json", "layer_types"});
 }
 
-// Mistral-7B-v0.1's sliding_window is kept and written back (the model runs sequences that fit it,
-// where it cuts nothing; test_llama_forward checks the refusal of longer ones); "swish" is SiLU.
+// Mistral-7B-v0.1's sliding_window is kept (every layer slides) and written back; "swish" is SiLU.
 TEST(LlamaConfig, MistralSlidingWindowAndSwishAreKept) {
   const std::string tail = R"("vocab_size":10,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2)";
   const LlamaConfig c = LlamaConfig::from_json_string(R"({"model_type":"mistral","sliding_window":4096,)" + tail + "}", "m.json");
@@ -171,6 +194,10 @@ TEST(LlamaConfig, MistralSlidingWindowAndSwishAreKept) {
   EXPECT_EQ(LlamaConfig::from_json_string(c.to_json(), "back.json").sliding_window, c.sliding_window);
   EXPECT_FALSE(LlamaConfig::from_json_string(R"({"model_type":"mistral","sliding_window":null,)" + tail + "}", "m.json")
                    .sliding_window.has_value());
+  // Absent: MistralConfig's default window.
+  EXPECT_EQ(LlamaConfig::from_json_string(R"({"model_type":"mistral",)" + tail + "}", "m.json").sliding_window,
+            std::optional<int64_t>(4096));
+  EXPECT_TRUE(c.layer_slides(0));
   // A LLaMA config has no window whatever it says (LlamaConfig has no such field).
   EXPECT_FALSE(LlamaConfig::from_json_string(R"({"model_type":"llama","sliding_window":16,)" + tail + "}", "l.json")
                    .sliding_window.has_value());

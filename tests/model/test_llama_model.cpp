@@ -169,26 +169,48 @@ TEST(LlamaModel, FillRowsWithMeanOverwritesTheLastRows) {
   }
 }
 
-// Mistral's sliding_window: sequences that fit it run (the window cuts nothing), longer ones are an
-// error naming the window and the flag, in training and in generation (the KV cache's positions).
-TEST(LlamaModel, SequencesLongerThanTheSlidingWindowAreRefused) {
+// Sliding-window attention (test_llama_parity checks the numbers against transformers' Mistral and
+// Qwen2): a window of 4 changes the outputs from position 4 on and not before; generation through
+// the KV cache (a prefill, then one token a step past the window) gives the full forward's logits at
+// every position; Qwen2's per-layer windows (layer 0 full, layer 1 sliding) sit between the two.
+TEST(LlamaModel, SlidingWindowMasksTrainingAndCachedGenerationAlike) {
   LlamaConfig c = tiny(false);
   c.model_type = "mistral";
-  c.sliding_window = 8;
+  LlamaForCausalLM plain(c);
+  init_weights(plain, 8);
+  c.sliding_window = 4;
+  c.sliding_layers = {true, true};
   LlamaForCausalLM m(c);
   init_weights(m, 8);
-  EXPECT_EQ(m->forward(at::zeros({1, 8}, at::kLong)).size(1), 8);
-  try {
-    m->forward(at::zeros({1, 9}, at::kLong));
-    FAIL() << "9 positions ran past a window of 8";
-  } catch (const alpaca::Error& e) {
-    for (const char* needle : {"sliding_window", "8", "--model_max_length"})
-      EXPECT_NE(e.message().find(needle), std::string::npos) << needle << " not in: " << e.message();
-  }
+  const at::Tensor ids = at::randint(3, 64, {1, 12}, at::kLong);
   at::NoGradGuard no_grad;
+  const at::Tensor full = plain->forward(ids), windowed = m->forward(ids);
+  EXPECT_TRUE(at::equal(full.narrow(1, 0, 4), windowed.narrow(1, 0, 4))) << "the window cuts nothing before position 4";
+  EXPECT_GT((full.narrow(1, 4, 8) - windowed.narrow(1, 4, 8)).abs().max().item<double>(), 1e-4);
+  EXPECT_FALSE(m->window_cuts(4));
+  EXPECT_TRUE(m->window_cuts(5));
   KvCache cache(c, 1, 16, at::kFloat);
-  m->forward_cached(at::zeros({1, 8}, at::kLong), cache);
-  EXPECT_THROW(m->forward_cached(at::zeros({1, 1}, at::kLong), cache), alpaca::Error);
+  std::vector<at::Tensor> steps = {m->forward_cached(ids.narrow(1, 0, 3), cache)};
+  for (int64_t p = 3; p < 12; ++p) steps.push_back(m->forward_cached(ids.narrow(1, p, 1), cache));
+  for (int64_t p = 2; p < 12; ++p)
+    EXPECT_TRUE(at::allclose(steps[p - 2], windowed.select(1, p), 1e-5, 1e-5)) << "position " << p;
+  // Padding on the left of a batch row with the window (the cache's mask and the window together).
+  {
+    KvCache c2(c, 2, 16, at::kFloat);
+    const at::Tensor two = at::cat({ids, ids}).clone();
+    at::Tensor mask = at::ones({2, 12}, at::kLong);
+    mask[1].narrow(0, 0, 2).zero_();
+    const at::Tensor whole = m->forward(two, mask);
+    at::Tensor last = m->forward_cached(two.narrow(1, 0, 6), c2, mask.narrow(1, 0, 6));
+    for (int64_t p = 6; p < 12; ++p) last = m->forward_cached(two.narrow(1, p, 1), c2, mask.narrow(1, 0, p + 1));
+    EXPECT_TRUE(at::allclose(last, whole.select(1, 11), 1e-5, 1e-5));
+  }
+  c.sliding_layers = {false, true};
+  LlamaForCausalLM mixed(c);
+  init_weights(mixed, 8);
+  const at::Tensor half = mixed->forward(ids);
+  EXPECT_GT((half.narrow(1, 4, 8) - windowed.narrow(1, 4, 8)).abs().max().item<double>(), 1e-4);
+  EXPECT_GT((half.narrow(1, 4, 8) - full.narrow(1, 4, 8)).abs().max().item<double>(), 1e-4);
 }
 
 TEST(LlamaModel, InitWeightsFollowsTransformers) {

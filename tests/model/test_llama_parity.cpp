@@ -135,6 +135,14 @@ TEST_P(LlamaParity, BothConfigFormsReadAsTransformersReadsThem) {
     const auto& pad = hf["pad_token_id"];
     const int64_t hf_pad = pad.is_null() ? -1 : pad.get<int64_t>();
     EXPECT_EQ(c.pad_token_id.value_or(-1), hf_pad < 0 ? -1 : hf_pad);
+    // Sliding windows: Mistral's on every layer, Qwen2's on the layers its layer_types names.
+    if (hf.contains("sliding_window") && c.model_type != "llama") {
+      const auto& sw = hf["sliding_window"];
+      EXPECT_EQ(c.sliding_window, sw.is_null() ? std::nullopt : std::optional<int64_t>(sw.get<int64_t>()));
+      const auto& lt = hf["layer_types"];
+      for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+        EXPECT_EQ(c.layer_slides(i), lt.is_array() ? lt[i] == "sliding_attention" : !sw.is_null()) << "layer " << i;
+    }
     EXPECT_DOUBLE_EQ(c.rope_theta, rp["rope_theta"].get<double>());
     EXPECT_EQ(c.rope_scaling.type.empty() ? std::string("default") : c.rope_scaling.type, hf_rope);
     if (hf_rope != "default" && rp.contains("factor")) {  // longrope may leave it to the context lengths
@@ -223,7 +231,8 @@ INSTANTIATE_TEST_SUITE_P(Configs, LlamaParity,
                          ::testing::Values("tiny_mha_untied", "tiny_gqa_tied", "tiny_llama3_rope", "tiny_linear_rope",
                                            "tiny_dynamic_rope", "tiny_mistral", "tiny_qwen2", "tiny_llama1",
                                            "tiny_llama2_gqa", "tiny_llama3", "tiny_llama32", "tiny_yarn_rope",
-                                           "tiny_qwen2_yarn", "tiny_longrope", "tiny_longrope_short"));
+                                           "tiny_qwen2_yarn", "tiny_longrope", "tiny_longrope_short",
+                                           "tiny_mistral_sliding", "tiny_qwen2_sliding"));
 
 }  // namespace
 

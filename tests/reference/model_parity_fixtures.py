@@ -10,7 +10,8 @@ logits, loss and every parameter gradient, and the bf16 loss, to <out>/<config>/
 The LLaMA variants each as their checkpoints ship (LLaMA-1: no num_key_value_heads, max_sequence_length,
 pad_token_id -1; LLaMA-2 GQA; LLaMA-3: rope_theta 500000, one KV head; LLaMA-3.1: llama3 rope_scaling;
 LLaMA-3.2: tied embeddings, explicit head_dim; YaRN and LongRoPE scaling, the longrope ones at 12 positions past
-and within the pretraining context: the long and the short factors) in both config forms: hf_safetensors/config.json is
+and within the pretraining context: the long and the short factors; sliding windows of 5 (Mistral, every
+layer) and 4 (Qwen2, layer 1 only) that the 12-position batches cross) in both config forms: hf_safetensors/config.json is
 transformers 5's (rope_parameters, as save_pretrained writes it), hf_legacy/config.json the file
 verbatim (rope_theta, rope_scaling). transformers must read both to the same model (checked here);
 what it read (transformers_config.json, and the RoPE inv_freq / attention scaling in
@@ -28,11 +29,13 @@ from transformers import AutoConfig, AutoModelForCausalLM
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "configs"
 CONFIGS = ["tiny_mha_untied", "tiny_gqa_tied", "tiny_llama3_rope", "tiny_linear_rope", "tiny_dynamic_rope",
            "tiny_mistral", "tiny_qwen2", "tiny_llama1", "tiny_llama2_gqa", "tiny_llama3", "tiny_llama32",
-           "tiny_yarn_rope", "tiny_qwen2_yarn", "tiny_longrope", "tiny_longrope_short"]
+           "tiny_yarn_rope", "tiny_qwen2_yarn", "tiny_longrope", "tiny_longrope_short", "tiny_mistral_sliding",
+           "tiny_qwen2_sliding"]
 # What transformers read from config.json, for the C++ parser to match (None: not a field of that type).
 READ_FIELDS = ["model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps",
-               "tie_word_embeddings", "attention_bias", "mlp_bias", "bos_token_id", "eos_token_id", "pad_token_id"]
+               "tie_word_embeddings", "attention_bias", "mlp_bias", "bos_token_id", "eos_token_id", "pad_token_id",
+               "sliding_window", "layer_types"]
 
 
 def read_config(model):

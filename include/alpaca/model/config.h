@@ -29,8 +29,7 @@ struct RopeScaling {
 
 struct LlamaConfig {
   // "llama", "mistral" (the same modules; see sliding_window) or "qwen2" (the same
-  // modules with q/k/v bias and no o_proj bias; use_sliding_window must be false). Written back
-  // as read.
+  // modules with q/k/v bias and no o_proj bias; sliding windows per layer). Written back as read.
   std::string model_type = "llama";
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -55,11 +54,20 @@ struct LlamaConfig {
   // end, vocab_size - 1); that row gets no gradient. -1: none. Kept by resize_token_embeddings.
   int64_t embedding_padding_idx = -1;
   std::string torch_dtype;            // "float32", "bfloat16", "float16" or "" when absent
-  // Mistral's sliding_window W (Mistral-7B-v0.1: 4096; null = none): a query sees only the last W
-  // positions. Sliding-window attention is not implemented: the model runs sequences of at most W
-  // positions, where the window cuts nothing and the attention is plain causal (longer ones are an
-  // error; the trainer refuses --model_max_length > W before it starts).
+  // Sliding-window attention (transformers' sliding_window_overlay): in a sliding layer query i
+  // sees keys j with i - W < j <= i (itself and the W - 1 before). Mistral: every layer, W =
+  // sliding_window (absent: MistralConfig's 4096; null: none). Qwen2: only with use_sliding_window
+  // (else transformers nulls the window), the layers layer_types names "sliding_attention" (absent:
+  // those from max_window_layers on). Training and evaluation run any length; generation runs up to W
+  // positions (the KV cache keeps every key).
   std::optional<int64_t> sliding_window;
+  std::vector<bool> sliding_layers;  // per layer (num_hidden_layers): attends through the window
+  bool use_sliding_window = false;   // Qwen2's flag, written back
+  int64_t max_window_layers = 0;     // Qwen2's field as read (28 when absent), written back
+  bool layer_slides(int64_t i) const {
+    return sliding_window && i >= 0 && i < static_cast<int64_t>(sliding_layers.size()) && sliding_layers[i];
+  }
+  bool any_layer_slides() const;
 
   // Parses HF config.json text. `source` names the file in error messages.
   static LlamaConfig from_json_string(const std::string& text, const std::string& source);

@@ -24,6 +24,9 @@ struct LayerContext {
   at::Tensor cos;        // (B, T, head_dim) in the compute dtype
   at::Tensor sin;        // (B, T, head_dim) in the compute dtype
   at::Tensor attn_mask;  // undefined => pure causal; else bool (B, 1, T, K), true = attend
+  // The sliding layers' mask (LlamaConfig::layer_slides): attn_mask within the window; undefined
+  // when the window cuts nothing (T <= W), where those layers take attn_mask.
+  at::Tensor window_mask;
   // Generation: the layer appends its keys/values to `kv_cache` (layer `layer_idx`) and attends
   // over every cached position (K = cached + T). Null in training.
   KvCache* kv_cache = nullptr;

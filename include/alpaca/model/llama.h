@@ -97,10 +97,13 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   void fill_rows_with_mean(int64_t from);
 
   const LlamaConfig& config() const { return cfg_; }
-  // Throws when `positions` (a sequence's, or a generation's cached + new) exceed the config's
-  // sliding_window: the plain causal attention is the window's only up to there. make_context and
-  // make_cached_context check; a caller running the layers another way (CpuDecoder) checks here.
-  void check_within_window(int64_t positions, const char* what) const;
+  // Whether a sliding layer's window cuts a sequence of `positions` positions (a generation's cached
+  // + new): past that, plain causal attention is not the model's. make_context and
+  // make_cached_context then mask the window; a caller running the layers another way (CpuDecoder,
+  // which has no window) switches to forward_cached there.
+  bool window_cuts(int64_t positions) const {
+    return cfg_.sliding_window && positions > *cfg_.sliding_window && cfg_.any_layer_slides();
+  }
   // The output projection (V, D): lm_head.weight, or embed_tokens.weight when tied.
   at::Tensor lm_head_weight() const;
   // The head's trainable token rows (peft trainable_token_indices; tied: the embedding's), or null.
