@@ -76,8 +76,9 @@ Batch collate(const std::vector<const Example*>& examples, int64_t pad_id, Atten
 
 TokenCounts token_counts(const Batch& batch, int64_t pad_id, int64_t pad_to_multiple_of, bool padding_free) {
   TokenCounts c;
+  c.masked = batch.attention_mask_bt.sum().item<int64_t>();
   if (!padding_free || !batch.segment_ids_bt.defined()) {
-    c.attended = c.non_padding = batch.attention_mask_bt.sum().item<int64_t>();
+    c.attended = c.non_padding = c.masked;
     c.elements = batch.input_ids_bt.numel();
     return c;
   }

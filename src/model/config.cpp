@@ -164,19 +164,15 @@ json parse_config_json(const std::string& text, const std::string& source) {
   return j;
 }
 
-// The model type, after refusing what our modules do not implement (Qwen2's sliding windows, other
-// activations, attention dropout).
-std::string supported_model_type(const json& j, Fields& f, const std::string& source) {
+// The model type, after refusing what our modules do not implement (other activations, attention
+// dropout). Mistral's modules are LLaMA's; the sliding windows are read_sliding_window's.
+std::string supported_model_type(Fields& f, const std::string& source) {
   ALPACA_USER_CHECK(f.has("model_type"),
                source << ": required field \"model_type\" is missing (supported: llama, mistral, qwen2)");
   std::string model_type = f.get_string("model_type", "");
   ALPACA_USER_CHECK(model_type == "llama" || model_type == "mistral" || model_type == "qwen2",
                source << ": field \"model_type\" is \"" << model_type
                       << "\"; supported model types: llama (LLaMA 1, 2, 3, 3.1, 3.2), mistral, qwen2");
-  // Mistral's modules are LLaMA's; a sliding_window is kept (LlamaConfig::sliding_window): the model
-  // runs only sequences it does not cut, where the window changes nothing.
-  // Qwen2Config: sliding_window and max_window_layers only matter when use_sliding_window is true
-  // (transformers then nulls sliding_window), so with it false they are ignored, as there.
   // transformers' ACT2CLS maps "swish" to the same nn.SiLU.
   std::string act = f.get_string("hidden_act", "silu");
   ALPACA_USER_CHECK(act == "silu" || act == "swish",
@@ -291,7 +287,7 @@ LlamaConfig LlamaConfig::from_json_string(const std::string& text, const std::st
   const json j = parse_config_json(text, source);
   Fields f(j, source);
   LlamaConfig c;
-  c.model_type = supported_model_type(j, f, source);
+  c.model_type = supported_model_type(f, source);
   read_shapes(f, source, c);
   read_sliding_window(j, f, source, c);
   read_rope(j, f, source, c);

@@ -52,6 +52,25 @@ at::Tensor LlamaForCausalLMImpl::embed(const at::Tensor& input_ids_bt) const {
   return h_btd + at::empty_like(h_btd).uniform_(-mag, mag);
 }
 
+namespace {
+
+// `allow` (B or 1, 1, T, K) with each query that may see no key allowed to see itself (`self_11tk`):
+// a row with nothing to attend to gives NaN, which would poison the gradients although its output
+// (a padded position) never reaches the loss. Expanded to the batch.
+at::Tensor with_self_when_empty(const at::Tensor& allow, const at::Tensor& self_11tk, int64_t b) {
+  const at::Tensor empty_row = at::logical_not(allow.any(-1, /*keepdim=*/true));
+  return (allow | (empty_row & self_11tk)).expand({b, 1, allow.size(2), allow.size(3)});
+}
+
+// The sliding layers' context: `ctx` with the window's mask when it has one (else the same).
+LayerContext window_context(const LayerContext& ctx) {
+  LayerContext w = ctx;
+  if (ctx.window_mask.defined()) w.attn_mask = ctx.window_mask;
+  return w;
+}
+
+}  // namespace
+
 LayerContext LlamaForCausalLMImpl::make_context(const at::Tensor& input_ids_bt, const at::Tensor& attention_mask_bt,
                                                 const at::Tensor& position_ids_bt, const at::Tensor& segment_ids_bt,
                                                 at::ScalarType dtype) const {
@@ -96,16 +115,13 @@ LayerContext LlamaForCausalLMImpl::make_context(const at::Tensor& input_ids_bt, 
                    "segment_ids must match input_ids " << input_ids_bt.sizes() << ", got " << segment_ids_bt.sizes());
       allow_b1tt = allow_b1tt & (segment_ids_bt.view({b, 1, t, 1}) == segment_ids_bt.view({b, 1, 1, t}));
     }
-    // A query with no key to attend to (a left-padded position) would give NaN, which would
-    // poison the gradients although its output never reaches the loss: let it see itself.
-    auto with_self = [&](const at::Tensor& allow) {
-      at::Tensor empty_row_b1t1 = at::logical_not(allow.any(-1, /*keepdim=*/true));
-      return (allow | (empty_row_b1t1 & at::eye(t, bopts).view({1, 1, t, t}))).expand({b, 1, t, t});
-    };
-    if (windowed)
-      ctx.window_mask = with_self(allow_b1tt & at::ones({t, t}, bopts).triu(1 - *cfg_.sliding_window).view({1, 1, t, t}));
+    const at::Tensor self_11tt = at::eye(t, bopts).view({1, 1, t, t});
+    if (windowed) {
+      const at::Tensor window_11tt = at::ones({t, t}, bopts).triu(1 - *cfg_.sliding_window).view({1, 1, t, t});
+      ctx.window_mask = with_self_when_empty(allow_b1tt & window_11tt, self_11tt, b);
+    }
     // Without padding or documents the full layers need no mask (the fused causal kernel).
-    if (has_padding || segment_ids_bt.defined()) ctx.attn_mask = with_self(allow_b1tt);
+    if (has_padding || segment_ids_bt.defined()) ctx.attn_mask = with_self_when_empty(allow_b1tt, self_11tt, b);
   }
   return ctx;
 }
@@ -134,13 +150,12 @@ LayerContext LlamaForCausalLMImpl::make_cached_context(int64_t b, int64_t t, int
   const at::Tensor k_pos_1k = at::arange(k, lopts).view({1, k});
   at::Tensor allow_b1tk = (k_pos_1k <= q_pos_t1).view({1, 1, t, k});
   if (attention_mask_bk.defined()) allow_b1tk = allow_b1tk & attention_mask_bk.to(device).to(at::kBool).view({b, 1, 1, k});
-  const at::Tensor self_1ttk = (k_pos_1k == q_pos_t1).view({1, 1, t, k});
-  auto with_self = [&](const at::Tensor& allow) {
-    at::Tensor empty_row_b1t1 = at::logical_not(allow.any(-1, /*keepdim=*/true));
-    return (allow | (empty_row_b1t1 & self_1ttk)).expand({b, 1, t, k});
-  };
-  if (windowed) ctx.window_mask = with_self(allow_b1tk & (k_pos_1k > q_pos_t1 - *cfg_.sliding_window).view({1, 1, t, k}));
-  if (attention_mask_bk.defined() || !(t == 1 || cached == 0)) ctx.attn_mask = with_self(allow_b1tk);
+  const at::Tensor self_11tk = (k_pos_1k == q_pos_t1).view({1, 1, t, k});
+  if (windowed) {
+    const at::Tensor window_11tk = (k_pos_1k > q_pos_t1 - *cfg_.sliding_window).view({1, 1, t, k});
+    ctx.window_mask = with_self_when_empty(allow_b1tk & window_11tk, self_11tk, b);
+  }
+  if (attention_mask_bk.defined() || !(t == 1 || cached == 0)) ctx.attn_mask = with_self_when_empty(allow_b1tk, self_11tk, b);
   return ctx;
 }
 
@@ -156,11 +171,10 @@ at::Tensor LlamaForCausalLMImpl::forward_cached(const at::Tensor& input_ids_bt, 
   LayerContext ctx = make_cached_context(b, t, cache.length(), attention_mask_bk, position_ids_bt,
                                          input_ids_bt.device(), h_btd.scalar_type());
   ctx.kv_cache = &cache;
-  LayerContext window_ctx = ctx;  // the sliding layers' context: the same but for the mask
-  if (ctx.window_mask.defined()) window_ctx.attn_mask = ctx.window_mask;
+  LayerContext window_ctx = window_context(ctx);
   auto& ls = model->layers;
   for (int64_t i = 0; i < static_cast<int64_t>(ls.size()); ++i) {
-    LayerContext& c = cfg_.layer_slides(i) && ctx.window_mask.defined() ? window_ctx : ctx;
+    LayerContext& c = cfg_.layer_slides(i) ? window_ctx : ctx;
     c.layer_idx = i;
     h_btd = runner_ ? runner_(i, h_btd, c) : ls[i]->forward(h_btd, c);
   }
@@ -196,13 +210,9 @@ at::Tensor LlamaForCausalLMImpl::decoder(const at::Tensor& input_ids_bt, const a
   LayerContext ctx = make_context(input_ids_bt, attention_mask_bt, position_ids_bt, segment_ids_bt,
                                   h_btd.scalar_type());
   auto& ls = model->layers;
-  LayerContext window_ctx;  // the sliding layers' context: the same but for the mask
-  if (ctx.window_mask.defined()) {
-    window_ctx = ctx;
-    window_ctx.attn_mask = ctx.window_mask;
-  }
+  const LayerContext window_ctx = window_context(ctx);
   for (int64_t i = 0; i < static_cast<int64_t>(ls.size()); ++i) {
-    const LayerContext& c = cfg_.layer_slides(i) && ctx.window_mask.defined() ? window_ctx : ctx;
+    const LayerContext& c = cfg_.layer_slides(i) ? window_ctx : ctx;
     h_btd = runner_ ? runner_(i, h_btd, c) : ls[i]->forward(h_btd, c);
   }
   return h_btd;

@@ -97,9 +97,10 @@ EvalOutcome Trainer::Impl::evaluate() {
   const int64_t pad = *tokenizer->pad_id();
   // transformers' evaluation_loop: each batch's loss is the mean over its label tokens, repeated
   // once per row, and eval_loss the mean of those gathered over the ranks (the last round's filler
-  // rows truncated away by gather_for_metrics: data::eval_batches; a batch without label tokens is
-  // NaN there and dropped by logging_nan_inf_filter). So it is a per-example weighting of batch
-  // means, and depends on per_device_eval_batch_size and the world size as HF's does.
+  // rows truncated away by gather_for_metrics: data::eval_batches). So it is a per-example weighting
+  // of batch means, and depends on per_device_eval_batch_size and the world size as HF's does. A
+  // batch without label tokens has a NaN mean there, which makes HF's eval_loss NaN; here it is
+  // left out (docs/datasets.md).
   std::vector<int64_t> lengths;
   if (opt.group_by_length)
     for (const auto& e : eval_examples) lengths.push_back(static_cast<int64_t>(e.input_ids.size()));
@@ -164,8 +165,8 @@ StepBatches Trainer::Impl::gather_micro_batches() {
     const data::Batch& b = sb.batches.back();
     local_labels += b.num_label_tokens;
     micro_labels.push_back(b.num_label_tokens);
-    sb.local_tokens += b.attention_mask_bt.sum().item<int64_t>();  // host data
-    const data::TokenCounts c = data::token_counts(b, pad, opt.pad_to_multiple_of, padding_free);
+    const data::TokenCounts c = data::token_counts(b, pad, opt.pad_to_multiple_of, padding_free);  // host data
+    sb.local_tokens += c.masked;
     local_padded += c.elements;
     local_non_padding += c.non_padding;
     local_attended += c.attended;

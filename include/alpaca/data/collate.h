@@ -43,6 +43,7 @@ int64_t round_up_to_multiple(int64_t n, int64_t m);
 // packing, whose collator concatenates the micro-batch's rows into one (padded to pad_to_multiple_of)
 // and passes no attention mask; otherwise the rows as collated.
 struct TokenCounts {
+  int64_t masked = 0;       // attention-mask tokens of the rows as collated (the tokens trained on)
   int64_t attended = 0;     // TRL's num_tokens: attention-mask tokens, or the padding-free row's length
   int64_t elements = 0;     // HF include_num_input_tokens_seen "all": input_ids' elements
   int64_t non_padding = 0;  // HF "non_padding": attention-mask tokens, or the padding-free row's ids != pad id

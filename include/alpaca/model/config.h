@@ -58,8 +58,8 @@ struct LlamaConfig {
   // sees keys j with i - W < j <= i (itself and the W - 1 before). Mistral: every layer, W =
   // sliding_window (absent: MistralConfig's 4096; null: none). Qwen2: only with use_sliding_window
   // (else transformers nulls the window), the layers layer_types names "sliding_attention" (absent:
-  // those from max_window_layers on). Training and evaluation run any length; generation runs up to W
-  // positions (the KV cache keeps every key).
+  // those from max_window_layers on). Training, evaluation and generation run any length (the KV
+  // cache keeps every key; LlamaForCausalLMImpl::window_cuts).
   std::optional<int64_t> sliding_window;
   std::vector<bool> sliding_layers;  // per layer (num_hidden_layers): attends through the window
   bool use_sliding_window = false;   // Qwen2's flag, written back
