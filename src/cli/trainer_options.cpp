@@ -69,6 +69,7 @@ void set_data_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.eval_packing = a.eval_packing;
   o.group_by_length = a.group_by_length;
   o.shuffle = a.train_sampling_strategy != "sequential";
+  o.batch_rebalance = a.train_sampling_strategy == "batch_rebalance";
   o.dataloader_drop_last = a.dataloader_drop_last;
 }
 

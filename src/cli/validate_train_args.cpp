@@ -340,10 +340,11 @@ void validate_data(TrainArgs& a, const dist::LaunchInfo& launch) {
                      "--shuffle_dataset with --seed " << a.seed << ": datasets' shuffle (NumPy's default_rng) takes a "
                      "seed >= 0; give a non-negative --seed");
   const std::string& tss = a.train_sampling_strategy;
-  ALPACA_USAGE_CHECK(tss == "random" || tss == "sequential" || tss == "group_by_length",
-                     "--train_sampling_strategy '" << tss << "' is not "
-                         << (tss == "batch_rebalance" ? "implemented" : "a strategy")
-                         << "; give random (the default), sequential or group_by_length");
+  ALPACA_USAGE_CHECK(tss == "random" || tss == "sequential" || tss == "group_by_length" || tss == "batch_rebalance",
+                     "--train_sampling_strategy '" << tss << "' is not a strategy; give random (the default), "
+                     "sequential, group_by_length or batch_rebalance");
+  ALPACA_USAGE_CHECK(!(tss == "batch_rebalance" && a.group_by_length),
+                     "--group_by_length True and --train_sampling_strategy batch_rebalance are two samplers; choose one");
   if (tss == "group_by_length") a.group_by_length = true;  // transformers 5's spelling of the 4.x flag
   ALPACA_USAGE_CHECK(!(a.packing && a.group_by_length),
                      "--packing and --group_by_length contradict: packed sequences all have model_max_length tokens; "

@@ -111,11 +111,13 @@ DistributedBatchSampler::DistributedBatchSampler(int64_t num_examples, SamplerOp
                                               << " examples and a global batch of "
                                               << global_batch_size()
                                               << " leaves no step; use a smaller batch");
-  if (opt_.group_by_length)
+  ALPACA_CHECK(!(opt_.group_by_length && opt_.batch_rebalance),
+               "group_by_length and batch_rebalance are two sampling strategies; choose one");
+  if (opt_.group_by_length || opt_.batch_rebalance)
     ALPACA_CHECK(static_cast<int64_t>(opt_.lengths.size()) == num_examples_,
-                 "--group_by_length needs one length per example (" << opt_.lengths.size()
-                                                                    << " for " << num_examples_
-                                                                    << ")");
+                 (opt_.group_by_length ? "--group_by_length" : "batch_rebalance")
+                     << " needs one length per example (" << opt_.lengths.size() << " for " << num_examples_
+                     << ")");
 }
 
 int64_t DistributedBatchSampler::global_batch_size() const {
@@ -152,6 +154,15 @@ std::vector<int64_t> DistributedBatchSampler::global_batch(int64_t epoch, int64_
                                << " steps");
   const auto& ord = order(epoch);
   const int64_t g = global_batch_size();
+  if (opt_.batch_rebalance) {
+    // BatchRebalanceSampler: the tail keeps its own examples, filled (from the start of the order,
+    // wrapping) only up to one per micro-batch.
+    const int64_t begin = step * g, end = std::min(num_examples_, begin + g);
+    std::vector<int64_t> batch(ord.begin() + begin, ord.begin() + end);
+    const int64_t groups = opt_.world_size * opt_.grad_accum;
+    for (int64_t j = 0; static_cast<int64_t>(batch.size()) < groups; ++j) batch.push_back(ord[j % num_examples_]);
+    return batch;
+  }
   std::vector<int64_t> batch(g);
   // Wrapping past the end refills the last partial batch from the start of the same order.
   for (int64_t j = 0; j < g; ++j) batch[j] = ord[(step * g + j) % num_examples_];
@@ -161,6 +172,9 @@ std::vector<int64_t> DistributedBatchSampler::global_batch(int64_t epoch, int64_
 std::vector<std::vector<int64_t>> DistributedBatchSampler::micro_batches(int64_t epoch,
                                                                          int64_t step) const {
   std::vector<int64_t> batch = global_batch(epoch, step);
+  if (opt_.batch_rebalance)
+    return rebalance_global_batch(batch, opt_.lengths, opt_.world_size, opt_.grad_accum,
+                                  global_batch_size())[static_cast<size_t>(opt_.rank)];
   const int64_t b = opt_.per_device_batch;
   const int64_t per_micro = opt_.world_size * b;
   std::vector<std::vector<int64_t>> out(opt_.grad_accum);

@@ -1,8 +1,9 @@
 // --auto_find_batch_size: the largest per_device_train_batch_size (from the flag's value down)
 // whose worst micro-batch fits on every rank, found before the first step without changing what
 // is trained. Each attempt runs one forward/backward of the worst micro-batch this data can form
-// (the `micro` longest examples, padded as the collator pads) with the FSDP engine in memory-probe
-// mode: every gather, gradient and reduce-scatter buffer is allocated as in training, but nothing
+// (the `micro` longest examples, padded as the collator pads; under batch_rebalance, whose
+// micro-batches hold a variable number of rows, the one of this rank's micro-batches over the whole
+// run at that split that pads to the most tokens) with the FSDP engine in memory-probe mode: every gather, gradient and reduce-scatter buffer is allocated as in training, but nothing
 // is communicated, so a rank that runs out of memory leaves no peer waiting in a collective. Then
 // one all-reduce (max of "ran out") tells every rank the verdict; on "ran out" all ranks divide
 // the micro-batch (halving when it is even) and multiply gradient_accumulation_steps by the same
@@ -35,24 +36,53 @@ int64_t next_smaller_micro(int64_t n) {
 
 }  // namespace
 
-bool Trainer::Impl::probe_micro_batch_fits(int64_t micro) {
+std::vector<int64_t> Trainer::Impl::heaviest_micro_batch(int64_t micro) const {
+  const auto len = [&](int64_t i) { return static_cast<int64_t>(train_examples[static_cast<size_t>(i)].input_ids.size()); };
+  if (opt.batch_rebalance) {
+    // The split the search would train with (micro x accumulation fixed), every step of the run.
+    data::SamplerOptions so = sampler_options();
+    so.grad_accum = so.per_device_batch * so.grad_accum / micro;
+    so.per_device_batch = micro;
+    const data::DistributedBatchSampler s(static_cast<int64_t>(train_examples.size()), so);
+    std::vector<int64_t> worst;
+    int64_t worst_tokens = -1, worst_len = -1;
+    for (int64_t g = 0; g < length.max_steps; ++g)
+      for (auto& mb : s.micro_batches(g / s.steps_per_epoch(), g % s.steps_per_epoch())) {
+        int64_t longest = 0;
+        for (int64_t i : mb) longest = std::max(longest, len(i));
+        longest = data::round_up_to_multiple(longest, opt.pad_to_multiple_of);
+        const int64_t tokens = longest * static_cast<int64_t>(mb.size());
+        if (tokens > worst_tokens || (tokens == worst_tokens && longest > worst_len)) {
+          worst_tokens = tokens;
+          worst_len = longest;
+          worst = std::move(mb);
+        }
+      }
+    return worst;
+  }
   // The `micro` longest examples: the micro-batch that pads to the most tokens.
   std::vector<int64_t> order(train_examples.size());
   std::iota(order.begin(), order.end(), int64_t{0});
   const size_t take = std::min(order.size(), static_cast<size_t>(micro));
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(take), order.end(),
-                    [&](int64_t a, int64_t b) {
-                      return train_examples[static_cast<size_t>(a)].input_ids.size() >
-                             train_examples[static_cast<size_t>(b)].input_ids.size();
-                    });
+                    [&](int64_t a, int64_t b) { return len(a) > len(b); });
+  std::vector<int64_t> worst;
+  for (size_t i = 0; i < static_cast<size_t>(micro); ++i) worst.push_back(order[i % take]);  // few examples: repeat
+  return worst;
+}
+
+bool Trainer::Impl::probe_micro_batch_fits(int64_t micro) {
   std::vector<const data::Example*> ptrs;
-  for (size_t i = 0; i < static_cast<size_t>(micro); ++i)  // fewer examples than micro: repeat them
-    ptrs.push_back(&train_examples[static_cast<size_t>(order[i % take])]);
+  for (int64_t i : heaviest_micro_batch(micro)) ptrs.push_back(&train_examples[static_cast<size_t>(i)]);
 
   bool ran_out = false;
   engine->set_memory_probe(true);
   try {
     const data::Batch b = data::collate(ptrs, *tokenizer->pad_id(), attention_rule, opt.pad_to_multiple_of);
+    if (opt.batch_rebalance)
+      ALPACA_INFO("auto_find_batch_size: per_device_train_batch_size " << micro << " under batch_rebalance: rank " << rank
+                  << "'s heaviest micro-batch of the run is " << b.input_ids_bt.size(0) << " rows x "
+                  << b.input_ids_bt.size(1) << " tokens");
     auto mv = [&](const at::Tensor& t) { return t.defined() ? t.to(device) : t; };
     const bool no_padding = b.attention_mask_bt.defined() && b.attention_mask_bt.all().item<bool>();
     const at::Tensor ids = mv(b.input_ids_bt), labels = mv(b.labels_bt);

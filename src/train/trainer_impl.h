@@ -168,6 +168,9 @@ struct Trainer::Impl {
   // --auto_find_batch_size (trainer_batch_finder.cpp)
   void find_micro_batch();
   bool probe_micro_batch_fits(int64_t micro);
+  data::SamplerOptions sampler_options() const;  // from opt's micro-batch and accumulation
+  // The examples of the micro-batch that pads to the most tokens at per-device batch `micro`.
+  std::vector<int64_t> heaviest_micro_batch(int64_t micro) const;
 
   // loop (trainer_loop.cpp); train() runs the step functions top to bottom.
   int train();

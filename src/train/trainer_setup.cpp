@@ -283,7 +283,7 @@ void Trainer::Impl::setup_data() {
   build_sampler();
 }
 
-void Trainer::Impl::build_sampler() {
+data::SamplerOptions Trainer::Impl::sampler_options() const {
   data::SamplerOptions so;
   so.per_device_batch = opt.per_device_train_batch_size;
   so.grad_accum = opt.gradient_accumulation_steps;
@@ -292,9 +292,24 @@ void Trainer::Impl::build_sampler() {
   so.seed = static_cast<uint64_t>(opt.data_seed);
   so.drop_last = opt.dataloader_drop_last;
   so.group_by_length = opt.group_by_length;
+  so.batch_rebalance = opt.batch_rebalance;
   so.shuffle = opt.shuffle;
-  if (opt.group_by_length)
+  if (opt.batch_rebalance) {
+    // Trainer._get_train_sampler builds BatchRebalanceSampler without its seed (the class default,
+    // 42) and with shuffling on, whatever --seed, --data_seed and the strategy's siblings say.
+    so.seed = 42;
+    so.shuffle = true;
+  }
+  if (opt.group_by_length || opt.batch_rebalance)
     for (const auto& e : train_examples) so.lengths.push_back(static_cast<int64_t>(e.input_ids.size()));
+  return so;
+}
+
+void Trainer::Impl::build_sampler() {
+  const data::SamplerOptions so = sampler_options();
+  if (opt.batch_rebalance && opt.data_seed != 42 && rank == 0 && !sampler)
+    ALPACA_INFO("batch_rebalance: the epoch order is torch's randperm seeded 42 + epoch as in transformers, "
+                "whose Trainer does not pass --seed / --data_seed (" << opt.data_seed << ") to this sampler");
   sampler = std::make_unique<data::DistributedBatchSampler>(static_cast<int64_t>(train_examples.size()), so);
   length = compute_run_length(sampler->steps_per_epoch(), sampler->global_batch_size(), opt.max_steps,
                               opt.num_train_epochs);

@@ -290,7 +290,7 @@ TEST(TrainArgs, ContradictionsSayWhatToChange) {
 }
 
 // transformers 5's train_sampling_strategy: random (shuffled), sequential (the data's order),
-// group_by_length (the 4.x flag); batch_rebalance is refused. TRL's eval_packing: unset = packing.
+// group_by_length (the 4.x flag), batch_rebalance (not with the 4.x flag). TRL's eval_packing: unset = packing.
 TEST(TrainArgs, SamplingStrategyAndEvalPacking) {
   EXPECT_TRUE(trainer_options(parse_train_args(shell_split(kRequired))).shuffle);
   auto seq = trainer_options(parse_train_args(shell_split(kRequired + "--train_sampling_strategy sequential")));
@@ -299,11 +299,15 @@ TEST(TrainArgs, SamplingStrategyAndEvalPacking) {
   auto grouped = trainer_options(parse_train_args(shell_split(kRequired + "--train_sampling_strategy group_by_length")));
   EXPECT_TRUE(grouped.shuffle);
   EXPECT_TRUE(grouped.group_by_length);
+  EXPECT_FALSE(grouped.batch_rebalance);
+  auto rebalanced = trainer_options(parse_train_args(shell_split(kRequired + "--train_sampling_strategy batch_rebalance")));
+  EXPECT_TRUE(rebalanced.batch_rebalance);
+  EXPECT_FALSE(rebalanced.group_by_length);
   EXPECT_FALSE(trainer_options(parse_train_args(shell_split(kRequired))).eval_packing.has_value());
   EXPECT_EQ(trainer_options(parse_train_args(shell_split(kRequired + "--eval_packing False"))).eval_packing,
             std::optional<bool>(false));
   expect_usage_errors({
-      {"--train_sampling_strategy batch_rebalance", "'batch_rebalance' is not implemented"},
+      {"--train_sampling_strategy batch_rebalance --group_by_length True", "are two samplers; choose one"},
       {"--train_sampling_strategy shuffled", "'shuffled' is not a strategy"},
       {"--train_sampling_strategy group_by_length --packing", "--packing and --group_by_length contradict"},
   });

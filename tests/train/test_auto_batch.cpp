@@ -133,4 +133,47 @@ TEST(AutoFindBatchSize, EveryShardingStrategySettles) {
   }
 }
 
+// batch_rebalance cuts each global batch into micro-batches of variable row counts, so the probe
+// runs the micro-batch of this rank's whole run that pads to the most tokens at the candidate split
+// (not the `micro` longest rows). On data of mixed lengths (a quarter of the rows 128 tokens, the
+// rest 48 to 75) under the cap that refuses 8 x 128 tokens, the rebalanced micro-batches of 8 x 1
+// are lighter than that (measured: at most 6 rows x 128): the search keeps 8 x 1, and the training
+// run stays under the cap (so the probe did not under-estimate what the run draws).
+TEST(AutoFindBatchSize, BatchRebalanceProbesTheHeaviestMicroBatchTheRunDraws) {
+  ALPACA_REQUIRE_SHARED("data/llama2-tokenizer/tokenizer.model");
+  TempDir fx("afbs_fx3"), out("afbs_rebalance");
+  ASSERT_EQ(make_memory_fixture(fx.path(), 128, 2, 64), "");
+  nlohmann::json data = nlohmann::json::array();
+  for (int i = 0; i < 64; ++i) {
+    std::string text;
+    const int words = i % 4 == 0 ? 200 : 2 + (i * 7) % 10;  // 200 words: truncated at 128 tokens
+    for (int w = 0; w < words; ++w) text += "fox" + std::to_string((i + w) % 10) + " ";
+    data.push_back({{"instruction", "Repeat " + std::to_string(i) + "."}, {"input", ""}, {"output", text}});
+  }
+  std::ofstream(fx.path() / "data.json") << data.dump();
+  const std::string fsdp = "full_shard auto_wrap";
+  const int64_t cap = cap_between_8_and_4(fx.path(), fsdp);
+  std::string log;
+  ASSERT_EQ(run_capped(cap, flags(fx.path(), out.path(), 8, 1, 4, fsdp) +
+                                " --train_sampling_strategy batch_rebalance --auto_find_batch_size True"
+                                " --save_strategy no --overwrite_output_dir True",
+                       &log),
+            0)
+      << log;
+  const auto at = log.find("under batch_rebalance: rank 0's heaviest micro-batch of the run is ");
+  ASSERT_NE(at, std::string::npos) << log;
+  std::cout << "[auto_find_batch_size] batch_rebalance, cap " << cap << ": " << log.substr(at, log.find('\n', at) - at)
+            << "\n";
+  EXPECT_NE(log.find("auto_find_batch_size: per_device_train_batch_size 8, gradient_accumulation_steps 1"),
+            std::string::npos)
+      << log;
+  int peaks = 0;
+  for (const auto& m : read_metrics(out.path()))
+    if (m.count("cpu_tensor_peak_bytes")) {
+      EXPECT_LE(m.at("cpu_tensor_peak_bytes"), static_cast<double>(cap));
+      ++peaks;
+    }
+  EXPECT_GT(peaks, 0);
+}
+
 }  // namespace test_auto_batch

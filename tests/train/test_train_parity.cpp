@@ -140,6 +140,28 @@ TEST(TrainParity, World2FsdpMatchesWorld1) {
             << "; TRL entropy vs reference " << worst_entropy << "\n";
 }
 
+// transformers 5's train_sampling_strategy batch_rebalance (data/sampler.h; its micro-batches are
+// checked against the real sampler in test_batch_rebalance): the same examples in each global batch
+// as the random sampler at seed 42, whatever --seed (HF's Trainer does not pass it), split into
+// micro-batches of variable row counts. At world 2 x 2 x accumulation 2 with --seed 7 it must give
+// the reference's 30 losses, learning rates and norms (made at seed 42's order; --seed 7's order
+// would put other examples in every step).
+TEST(TrainParity, BatchRebalanceTrainsTransformersGlobalBatches) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
+  const ReferenceSteps ref = read_reference_steps(kFixture / "reference.json");
+  TempDir out("parity_rebalance");
+  std::string log;
+  ASSERT_EQ(run_trainer(parity_flags(kFixture, out.path(), 30, 2, 2, "1e-3").set("--seed", "7").str() + " " + kFullShard +
+                            " --train_sampling_strategy batch_rebalance",
+                        2, &log), 0) << log;
+  EXPECT_NE(log.find("seeded 42 + epoch"), std::string::npos) << log;
+  const auto steps = read_step_logs(out.path());
+  ASSERT_EQ(steps.size(), 30u) << log;
+  const StepParity p = expect_steps_match(steps, ref, "transformers");
+  std::cout << "[parity] batch_rebalance, world 2, --seed 7: worst relative loss difference " << p.worst_loss
+            << ", grad norm " << p.worst_norm << "\n";
+}
+
 }  // namespace test_train_parity
 
 namespace test_train_parity {

@@ -21,6 +21,15 @@
 // cut into mega-batches of min(N / (4G), 50) * G indices, each sorted by length (longest first,
 // stable), and the longest example overall is moved to the very first position.
 //
+// batch_rebalance follows transformers 5's BatchRebalanceSampler (train_sampling_strategy
+// "batch_rebalance"): global batch k is still positions [k*G, (k+1)*G) of the epoch order, so the
+// set of examples in a step is the same as above; the last partial batch keeps its N % G examples
+// (filled from the start of the order only up to world x grad_accum when shorter). Each global
+// batch is cut into world x grad_accum micro-batches of balanced padded cost (see
+// rebalance_global_batch), so a micro-batch has a variable number of rows: many short ones or a
+// few long ones. HF's Trainer builds this sampler without its seed: the order is torch's randperm
+// seeded 42 + epoch whatever --seed says, and the caller sets `seed` to 42 to match.
+//
 // Resumption: micro_batches(epoch, step) is a pure function of its arguments, so the sampler
 // position is just (epoch, step) and restoring it is calling it with the saved values.
 #pragma once
@@ -39,7 +48,8 @@ struct SamplerOptions {
   bool shuffle = true;
   bool drop_last = false;
   bool group_by_length = false;
-  std::vector<int64_t> lengths;  // one per example; required when group_by_length
+  bool batch_rebalance = false;
+  std::vector<int64_t> lengths;  // one per example; required when group_by_length or batch_rebalance
 };
 
 // Position within training: the next optimizer step to run.
@@ -82,10 +92,11 @@ class DistributedBatchSampler {
   // The epoch's order of all example indices (length num_examples). The sampler caches the
   // last epoch's order, so one instance must not be used from several threads at once.
   std::vector<int64_t> epoch_order(int64_t epoch) const { return order(epoch); }
-  // All G example indices of global batch `step` of `epoch` (every rank, every micro-step).
+  // All example indices of global batch `step` of `epoch` (every rank, every micro-step): G of
+  // them, except the last partial batch under batch_rebalance (its own, at least world x accum).
   std::vector<int64_t> global_batch(int64_t epoch, int64_t step) const;
-  // This rank's grad_accum micro-batches (per_device_batch indices each) for optimizer step
-  // `step` of `epoch`.
+  // This rank's grad_accum micro-batches (per_device_batch indices each; under batch_rebalance
+  // each at least one, their number set by the balancing) for optimizer step `step` of `epoch`.
   std::vector<std::vector<int64_t>> micro_batches(int64_t epoch, int64_t step) const;
 
   // The position after `pos`, rolling over to the next epoch.
@@ -99,6 +110,17 @@ class DistributedBatchSampler {
   mutable int64_t cached_epoch_ = -1;
   mutable std::vector<int64_t> cached_order_;
 };
+
+// BatchRebalanceSampler._assign for one global batch `indices` (examples' lengths in `lengths`, by
+// index): [rank][micro-step] the example indices, longest first. The batch is sorted by length
+// (descending, stable) and cut into world x grad_accum contiguous groups whose sizes a hill climb
+// adjusts until the costs bs * max_len + 0.001 * bs * max_len^2 are as even as it finds; the groups
+// by cost (descending) are dealt `world` at a time, the costliest to every rank's first micro-step.
+// `effective` is the configured global batch (it bounds the climb's iterations, as there).
+std::vector<std::vector<std::vector<int64_t>>> rebalance_global_batch(const std::vector<int64_t>& indices,
+                                                                      const std::vector<int64_t>& lengths,
+                                                                      int64_t world, int64_t grad_accum,
+                                                                      int64_t effective);
 
 // HF get_length_grouped_indices for an already drawn random order `perm` (exposed for tests).
 std::vector<int64_t> length_grouped_order(const std::vector<int64_t>& perm,

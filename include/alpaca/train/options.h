@@ -52,6 +52,7 @@ struct TrainerOptions {
   int64_t pad_to_multiple_of = 1;  // TRL: every batch's length rounded up to a multiple (1 = the longest example)
   bool group_by_length = false;
   bool shuffle = true;  // false: --train_sampling_strategy sequential (every epoch in the data's order)
+  bool batch_rebalance = false;  // --train_sampling_strategy batch_rebalance (data/sampler.h)
   bool dataloader_drop_last = false;
   std::optional<double> neftune_noise_alpha;  // unset = no NEFTune noise
   model::LossOptions loss;  // --label_smoothing_factor, --loss_type dft
