@@ -19,9 +19,37 @@ ShardedAdamW::ShardedAdamW(std::vector<OptimShard> shards, AdamWOptions options)
     for (const auto& seg : s.segments)
       ALPACA_CHECK(seg.offset >= 0 && seg.numel >= 0 && seg.offset + seg.numel <= s.param.numel(),
                    "ShardedAdamW: segment outside shard " << i);
+    if (options_.bnb_bits == 8) continue;  // codes and scales per segment (init_bnb_states)
     exp_avg_.push_back(at::zeros_like(s.param));
     exp_avg_sq_.push_back(at::zeros_like(s.param));
   }
+  ALPACA_CHECK(options_.bnb_bits == 0 || options_.bnb_bits == 8 || options_.bnb_bits == 32,
+               "ShardedAdamW: bitsandbytes AdamW has 8- or 32-bit states, not " << options_.bnb_bits);
+  if (options_.bnb_bits) init_bnb_states();
+}
+
+at::Tensor ShardedAdamW::exp_avg(size_t i) const {
+  ALPACA_CHECK(!quantized() || io_open_, "ShardedAdamW: 8-bit moments are read and written between "
+                                         "begin_state_io() and end_state_io()");
+  return exp_avg_.at(i);
+}
+
+at::Tensor ShardedAdamW::exp_avg_sq(size_t i) const {
+  ALPACA_CHECK(!quantized() || io_open_, "ShardedAdamW: 8-bit moments are read and written between "
+                                         "begin_state_io() and end_state_io()");
+  return exp_avg_sq_.at(i);
+}
+
+at::Tensor ShardedAdamW::exp_avg_absmax(size_t i) const {
+  ALPACA_CHECK(quantized() && io_open_, "ShardedAdamW: block scales exist for 8-bit moments between "
+                                        "begin_state_io() and end_state_io()");
+  return absmax_io_[0].at(i);
+}
+
+at::Tensor ShardedAdamW::exp_avg_sq_absmax(size_t i) const {
+  ALPACA_CHECK(quantized() && io_open_, "ShardedAdamW: block scales exist for 8-bit moments between "
+                                        "begin_state_io() and end_state_io()");
+  return absmax_io_[1].at(i);
 }
 
 void ShardedAdamW::set_step_count(int64_t step) {
@@ -31,6 +59,10 @@ void ShardedAdamW::set_step_count(int64_t step) {
 
 void ShardedAdamW::step(double lr) {
   ++step_count_;
+  if (options_.bnb_bits) {
+    step_bnb(lr);
+    return;
+  }
   // Lists per (device, decay) group; the kernel needs every list on one device.
   struct Group {
     std::vector<at::Tensor> p, g, m, v, steps;
@@ -64,6 +96,13 @@ void ShardedAdamW::step(double lr) {
 
 int64_t ShardedAdamW::state_bytes() const {
   int64_t bytes = 0;
+  if (quantized()) {
+    for (const auto& shard : seg_states_)
+      for (const SegmentState& st : shard)
+        for (const at::Tensor* t : {&st.m, &st.v, &st.q1, &st.q2, &st.absmax1, &st.absmax2})
+          if (t->defined()) bytes += static_cast<int64_t>(t->nbytes());
+    return bytes;
+  }
   for (size_t i = 0; i < exp_avg_.size(); ++i)
     bytes += exp_avg_[i].nbytes() + exp_avg_sq_[i].nbytes();
   return bytes;

@@ -1,11 +1,23 @@
 // AdamW over flat fp32 shards (DESIGN.md "FSDP"): each rank steps only the shard it owns, in place,
 // with ATen's fused AdamW kernel (CPU and CUDA), the math of torch.optim.AdamW. Weight decay is
 // chosen per element range so one flat buffer can mix decayed weights with biases/norm weights.
+//
+// With options.bnb_bits the update is bitsandbytes' AdamW instead (transformers' --optim
+// adamw_bnb_8bit / adamw_8bit / paged_adamw_8bit / paged_adamw_32bit), operation for operation as its
+// CPU kernels run it (bnb_adamw.cpp). At 8 bits each parameter of at least 4096 elements keeps its
+// moments as uint8 codes of bitsandbytes' dynamic maps (signed for the first, unsigned for the
+// second) scaled per block of 256 of the parameter's elements by the block's largest magnitude: 2
+// bytes an element and 8 a block instead of 8 an element. Smaller parameters and nn.Embedding
+// weights (transformers registers a 32-bit override for them) keep fp32 moments. A block the shard
+// boundary cuts lives on two or more ranks; its scale is the maximum over all of them, which the
+// `block_max_reducer` (an all-reduce MAX over the shard group) provides once per step, so the codes
+// and scales are those of one process holding the whole parameter, at every world size.
 #pragma once
 
 #include <ATen/ATen.h>  // defines: at::Tensor
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "alpaca/optim/adamw_options.h"
@@ -18,6 +30,11 @@ struct ParamSegment {
   int64_t offset = 0;
   int64_t numel = 0;
   bool decay = true;
+  // bitsandbytes' AdamW needs one segment per parameter part: where it starts in its parameter,
+  // the parameter's size, and whether it is an nn.Embedding weight (32-bit moments at 8 bits).
+  int64_t param_begin = 0;
+  int64_t param_numel = 0;  // 0: unknown (torch AdamW; bnb treats the segment as a whole parameter)
+  bool embedding = false;
 };
 
 // One flat shard the optimizer steps: the fp32 master values and their fp32 gradient (same
@@ -26,7 +43,16 @@ struct OptimShard {
   at::Tensor param;  // (S,) fp32, updated in place
   at::Tensor grad;   // (S,) fp32
   std::vector<ParamSegment> segments;
+  int shard_rank = 0;   // this shard is [rank * S, (rank + 1) * S) of a flat buffer cut in
+  int shard_world = 1;  // shard_world equal shards (8-bit blocks cut by those boundaries)
 };
+
+// An all-reduce MAX of a small fp32 CPU tensor over the ranks of the shard group, in place.
+using BlockMaxReducer = std::function<void(at::Tensor&)>;
+
+// bitsandbytes' dynamic quantization map (functional.create_dynamic_map): signed for the first
+// moment, unsigned for the second; 256 sorted fp32 values in [-1, 1] / [0, 1].
+at::Tensor bnb_quantization_map(bool is_signed);
 
 class ShardedAdamW {
  public:
@@ -42,16 +68,58 @@ class ShardedAdamW {
   const AdamWOptions& options() const { return options_; }
   size_t num_shards() const { return shards_.size(); }
   const OptimShard& shard(size_t i) const { return shards_.at(i); }
-  // First and second moments of shard i, (S,) fp32 like the shard (padding stays zero).
-  at::Tensor exp_avg(size_t i) const { return exp_avg_.at(i); }
-  at::Tensor exp_avg_sq(size_t i) const { return exp_avg_sq_.at(i); }
-  // Bytes of optimizer state held by this rank (moments and step counters).
+  // 8-bit blocks cut by shard boundaries need it (collective from then on: step and
+  // end_state_io call it on every rank of the shard group). Without one the shards must be whole.
+  void set_block_max_reducer(BlockMaxReducer reducer) { reducer_ = std::move(reducer); }
+
+  // First and second moments of shard i, (S,) fp32 like the shard (padding stays zero). With
+  // 8-bit moments they exist only between begin_state_io() and end_state_io(): dequantized there,
+  // and quantized back when end_state_io(true) is told they were written (a resume).
+  at::Tensor exp_avg(size_t i) const;
+  at::Tensor exp_avg_sq(size_t i) const;
+  // 8-bit moments: every element's block scale of each moment, (S,) fp32 (0 where the moment is
+  // 32-bit), for checkpoints: with it the codes restore exactly (the code whose code x scale is the
+  // dequantized moment; quantizing the moment again would not give it back, bitsandbytes' table
+  // being coarser than its codes near zero); without (a checkpoint of fp32 moments),
+  // end_state_io(true) quantizes as a step does. Between begin_state_io() and end_state_io() only.
+  at::Tensor exp_avg_absmax(size_t i) const;
+  at::Tensor exp_avg_sq_absmax(size_t i) const;
+  bool quantized() const { return options_.bnb_bits == 8; }
+  // No-ops for fp32 moments. end_state_io(written, have_absmax) is collective at 8 bits.
+  void begin_state_io();
+  void end_state_io(bool written = false, bool have_absmax = true);
+
+  // Bytes of optimizer state held by this rank (moments, codes, block scales).
   int64_t state_bytes() const;
 
+  // bitsandbytes' state of one 8-bit segment (for tests): codes and per-block scales, blocks
+  // counted from the first block the segment touches. Undefined tensors for a 32-bit segment.
+  struct QuantState {
+    at::Tensor code1, code2;      // uint8 (numel)
+    at::Tensor absmax1, absmax2;  // fp32 (blocks)
+  };
+  QuantState quant_state(size_t shard, size_t segment) const;
+
+  // One segment's moments under bitsandbytes at 8 bits: codes and block scales, or fp32 moments
+  // (a parameter under 4096 elements, an embedding). bnb_adamw.cpp.
+  struct SegmentState {
+    bool eight = false;
+    int64_t first_block = 0;      // the parameter's block holding the segment's first element
+    at::Tensor m, v;              // fp32 (numel), 32-bit segments
+    at::Tensor q1, q2;            // uint8 (numel), 8-bit segments
+    at::Tensor absmax1, absmax2;  // fp32 (blocks touched), 8-bit segments
+  };
+
  private:
+  void init_bnb_states();  // bnb_adamw.cpp
+  void step_bnb(double lr);
+  bool cuts_blocks() const;  // some 8-bit block spans shards: the reducer is called (collective)
   std::vector<OptimShard> shards_;
   AdamWOptions options_;
-  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_, absmax_io_[2];
+  std::vector<std::vector<SegmentState>> seg_states_;  // bnb: [shard][segment]
+  BlockMaxReducer reducer_;
+  bool io_open_ = false;
   int64_t step_count_ = 0;
 };
 

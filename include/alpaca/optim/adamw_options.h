@@ -9,6 +9,10 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
+  // bitsandbytes' AdamW, as transformers builds it for --optim adamw_bnb_8bit / adamw_8bit /
+  // paged_adamw_8bit (8) and paged_adamw_32bit (32): its update formula, and at 8 bits its blockwise
+  // quantized moments (adamw.h). 0: torch.optim.AdamW (adamw_torch, adamw_torch_fused).
+  int bnb_bits = 0;
 };
 
 }  // namespace alpaca::optim
