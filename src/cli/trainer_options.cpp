@@ -92,6 +92,10 @@ void set_loop_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.adamw.beta2 = a.adam_beta2;
   o.adamw.eps = a.adam_epsilon;
   o.adamw.weight_decay = a.weight_decay;
+  // transformers' _get_bitsandbytes_optimizer: "8bit" in the name is optim_bits 8, else 32.
+  if (a.optim.find("bnb") != std::string::npos || a.optim.find("paged") != std::string::npos ||
+      a.optim == "adamw_8bit")
+    o.adamw.bnb_bits = a.optim.find("8bit") != std::string::npos ? 8 : 32;
   o.max_grad_norm = a.max_grad_norm;
   o.schedule = schedule_from_flags(a);
   o.warmup_steps = a.warmup_steps;

@@ -125,7 +125,13 @@ void validate_sizes(TrainArgs& a) {
 }
 
 void validate_optimizer(TrainArgs& a) {
-  check_choice("optim", a.optim, {"adamw_torch", "adamw_torch_fused"});
+  check_choice("optim", a.optim,
+               {"adamw_torch", "adamw_torch_fused", "adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit"});
+  if (a.optim.rfind("paged_", 0) == 0)
+    a.notes.push_back("--optim " + a.optim + ": bitsandbytes' AdamW" +
+                      (a.optim.find("8bit") != std::string::npos ? " with 8-bit moments" : "") +
+                      "; its paging (CUDA unified memory for the moments) is not done: they stay where FSDP keeps the "
+                      "shards (host memory with --fsdp offload), as bitsandbytes itself does on CPU");
   ALPACA_USAGE_CHECK(a.learning_rate >= 0, "--learning_rate must be >= 0, got " << a.learning_rate);
   ALPACA_USAGE_CHECK(a.weight_decay >= 0, "--weight_decay must be >= 0, got " << a.weight_decay);
   ALPACA_USAGE_CHECK(a.adam_beta1 >= 0 && a.adam_beta1 < 1, "--adam_beta1 must be in [0, 1), got " << a.adam_beta1);

@@ -610,20 +610,25 @@ void FsdpEngine::zero_grad() {
     if (unit.train) unit.train->grad().zero_();
 }
 
-std::vector<optim::OptimShard> FsdpEngine::optim_shards() const {
+std::vector<optim::OptimShard> FsdpEngine::optim_shards(bool per_parameter) const {
   std::vector<optim::OptimShard> out;
   for (const auto& unit : impl_->units) {
     if (!unit.train) continue;
     optim::OptimShard s;
     s.param = unit.train->shard();
     s.grad = unit.train->grad();
+    s.shard_rank = unit.train->shard_info().rank;
+    s.shard_world = unit.train->shard_info().world;
     for (const auto& e : unit.train->entries()) {
       auto slice = param_shard_slice(e.offset, e.numel, unit.train->shard_info());
       if (!slice) continue;
       const bool decay = !hf_no_weight_decay(e.name);
-      if (!s.segments.empty() && s.segments.back().decay == decay &&
+      if (!per_parameter && !s.segments.empty() && s.segments.back().decay == decay &&
           s.segments.back().offset + s.segments.back().numel == slice->shard_offset) {
         s.segments.back().numel += slice->numel();
+      } else if (per_parameter) {
+        s.segments.push_back({slice->shard_offset, slice->numel(), decay, slice->param_begin, e.numel,
+                              optim::bnb_embedding_weight(e.name, e.aliases)});
       } else {
         s.segments.push_back({slice->shard_offset, slice->numel(), decay});
       }
@@ -631,6 +636,16 @@ std::vector<optim::OptimShard> FsdpEngine::optim_shards() const {
     out.push_back(std::move(s));
   }
   return out;
+}
+
+optim::BlockMaxReducer FsdpEngine::block_max_reducer() const {
+  dist::Communicator* comm = impl_->shard_comm.get();
+  return [comm](at::Tensor& t) {
+    if (!comm || comm->world_size() == 1) return;
+    at::Tensor d = t.to(comm->device());
+    comm->all_reduce(d, dist::ReduceOp::kMax)->wait();
+    t.copy_(d.to(t.device()));
+  };
 }
 
 std::vector<at::Tensor> FsdpEngine::grad_shards() const {

@@ -58,16 +58,21 @@ at::Tensor gather_fp32(Impl& impl, const at::Tensor& shard, int64_t padded_numel
 }
 
 // `fn(flat, key, state)` for the two AdamW moments ("exp_avg", "exp_avg_sq") of every trainable
-// unit, in the order the optimizer holds its shards; `op` names the caller in the error for an
-// optimizer that was built from another engine.
+// unit, in the order the optimizer holds its shards, and for 8-bit moments their block scales
+// ("exp_avg_absmax", "exp_avg_sq_absmax", per element); `op` names the caller in the error for an
+// optimizer that was built from another engine. Between the optimizer's begin/end_state_io.
 void for_each_moment(Impl& impl, const optim::ShardedAdamW& opt, const char* op,
                      const std::function<void(const FlatParameter&, const char*, at::Tensor)>& fn) {
   size_t k = 0;
   for (auto& unit : impl.units) {
     if (!unit.train) continue;
     ALPACA_CHECK(k < opt.num_shards(), op << ": optimizer was not built from this engine");
-    for (const char* key : {"exp_avg", "exp_avg_sq"})
-      fn(*unit.train, key, std::string(key) == "exp_avg" ? opt.exp_avg(k) : opt.exp_avg_sq(k));
+    fn(*unit.train, "exp_avg", opt.exp_avg(k));
+    fn(*unit.train, "exp_avg_sq", opt.exp_avg_sq(k));
+    if (opt.quantized()) {
+      fn(*unit.train, "exp_avg_absmax", opt.exp_avg_absmax(k));
+      fn(*unit.train, "exp_avg_sq_absmax", opt.exp_avg_sq_absmax(k));
+    }
     ++k;
   }
 }
@@ -207,10 +212,11 @@ at::Tensor FsdpEngine::gather_rows(const std::string& name, int64_t row_begin, i
   ALPACA_FAIL("gather_rows: the model has no parameter " << name);
 }
 
-void FsdpEngine::gather_optimizer_state_by_name(const optim::ShardedAdamW& opt, const OptimStateSink& sink,
+void FsdpEngine::gather_optimizer_state_by_name(optim::ShardedAdamW& opt, const OptimStateSink& sink,
                                                 bool all_ranks) {
   Impl& impl = *impl_;
   const bool receive = all_ranks || impl.comm->rank() == 0;
+  opt.begin_state_io();
   for_each_moment(impl, opt, "gather_optimizer_state_by_name",
                   [&](const FlatParameter& flat, const char* key, const at::Tensor& state) {
                     at::Tensor full = gather_fp32(impl, state, flat.shard_info().padded_numel);
@@ -219,14 +225,27 @@ void FsdpEngine::gather_optimizer_state_by_name(const optim::ShardedAdamW& opt, 
                       sink(e.name, key,
                            full.narrow(0, e.offset, e.numel).view(e.shape).to(at::kCPU, at::kFloat, false, true));
                   });
+  opt.end_state_io();
 }
 
 void FsdpEngine::load_optimizer_state_by_name(optim::ShardedAdamW& opt, const OptimStateSource& source) {
+  // 8-bit moments: the checkpoint's block scales, when it has them (asked of the first trainable
+  // parameter, the same answer on every rank); else its fp32 moments are quantized afresh.
+  bool have_absmax = false;
+  if (opt.quantized())
+    for (auto& unit : impl_->units)
+      if (unit.train && !unit.train->entries().empty()) {
+        have_absmax = source(unit.train->entries().front().name, "exp_avg_absmax").defined();
+        break;
+      }
+  opt.begin_state_io();
   for_each_moment(*impl_, opt, "load_optimizer_state_by_name",
                   [&](const FlatParameter& flat, const char* key, at::Tensor state) {
+                    const bool scales = std::string(key).ends_with("_absmax");
                     for (const auto& e : flat.entries()) {
                       auto slice = param_shard_slice(e.offset, e.numel, flat.shard_info());
                       if (!slice) continue;
+                      if (scales && !have_absmax) continue;
                       at::Tensor src = source(e.name, key);
                       ALPACA_CHECK(src.defined() && src.numel() == e.numel,
                                    "optimizer state " << key << " of " << e.name << " has "
@@ -237,6 +256,7 @@ void FsdpEngine::load_optimizer_state_by_name(optim::ShardedAdamW& opt, const Op
                           .copy_(src.reshape({-1}).narrow(0, slice->param_begin, slice->numel()));
                     }
                   });
+  opt.end_state_io(/*written=*/true, have_absmax);  // collective for 8-bit moments without scales
 }
 
 }  // namespace alpaca::fsdp

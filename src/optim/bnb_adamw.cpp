@@ -88,13 +88,14 @@ const BnbMaps& bnb_maps() {
   return maps;
 }
 
-// A segment cut at its parameter's blocks: a piece is one partial block or a run of whole blocks.
+// A segment cut at its parameter's blocks: a piece is one partial block or a run of whole blocks
+// (at most kBnbChunk elements, so a step's fp32 temporaries stay small).
 struct BlockPiece {
   int64_t offset = 0;  // in the segment
   int64_t numel = 0;
   int64_t block = 0;   // the first block, counted from the segment's first
   int64_t blocks = 1;
-  bool cut = false;  // a single block continuing on another rank
+  bool cut = false;    // a partial block continuing on another rank
 };
 
 std::vector<BlockPiece> block_pieces(const ParamSegment& seg) {
@@ -103,21 +104,16 @@ std::vector<BlockPiece> block_pieces(const ParamSegment& seg) {
   const int64_t first = pb / kBnbBlock;
   int64_t o = 0;
   auto single = [&](int64_t len) {
-    BlockPiece p;
-    p.offset = o;
-    p.numel = len;
-    p.block = (pb + o) / kBnbBlock - first;
     const int64_t start = (pb + o) / kBnbBlock * kBnbBlock;
     const int64_t end = std::min(start + kBnbBlock, pn);
-    p.cut = start < pb + o || end > pb + o + len;
-    out.push_back(p);
+    out.push_back({o, len, (pb + o) / kBnbBlock - first, 1, start < pb + o || end > pb + o + len});
     o += len;
   };
   if (pb % kBnbBlock != 0) single(std::min(n, kBnbBlock - pb % kBnbBlock));
-  const int64_t whole = (n - o) / kBnbBlock;
-  if (whole > 0) {
-    out.push_back({o, whole * kBnbBlock, (pb + o) / kBnbBlock - first, whole, false});
-    o += whole * kBnbBlock;
+  while (n - o >= kBnbBlock) {
+    const int64_t blocks = std::min((n - o) / kBnbBlock, kBnbChunk / kBnbBlock);
+    out.push_back({o, blocks * kBnbBlock, (pb + o) / kBnbBlock - first, blocks, false});
+    o += blocks * kBnbBlock;
   }
   if (o < n) single(n - o);
   return out;
@@ -127,92 +123,43 @@ int64_t blocks_touched(const ParamSegment& seg) {
   return seg.numel == 0 ? 0 : (seg.param_begin + seg.numel - 1) / kBnbBlock - seg.param_begin / kBnbBlock + 1;
 }
 
-bool single_block(const BlockPiece& p) { return p.blocks == 1 && p.numel != kBnbBlock; }
-
-// dequantizeBlockwise8bitCpu: code[q] times the block's scale, in chunks of whole blocks.
-void bnb_dequantize(const at::Tensor& q, const at::Tensor& absmax, const at::Tensor& code,
-                    const std::vector<BlockPiece>& pieces, at::Tensor& out) {
-  const at::Tensor table = code.to(q.device());
-  for (const BlockPiece& p : pieces) {
-    if (single_block(p)) {
-      out.narrow(0, p.offset, p.numel)
-          .copy_(table.index({q.narrow(0, p.offset, p.numel).to(at::kLong)}) * absmax[p.block]);
-      continue;
-    }
-    for (int64_t b = 0; b < p.blocks; b += kBnbChunk / kBnbBlock) {
-      const int64_t nb = std::min(kBnbChunk / kBnbBlock, p.blocks - b);
-      const int64_t off = p.offset + b * kBnbBlock;
-      const at::Tensor v = table.index({q.narrow(0, off, nb * kBnbBlock).to(at::kLong)}).view({nb, kBnbBlock});
-      out.narrow(0, off, nb * kBnbBlock).view({nb, kBnbBlock}).copy_(v * absmax.narrow(0, p.block + b, nb).view({nb, 1}));
-    }
-  }
+// The piece's elements as (blocks, 256), or one partial block as (1, n).
+at::Tensor as_blocks(const at::Tensor& x, const BlockPiece& p) {
+  return p.numel == p.blocks * kBnbBlock ? x.view({p.blocks, kBnbBlock}) : x.view({1, p.numel});
 }
 
-// quantize_cpu_impl's codes for `x` (nb blocks of 256, or one partial block) with scales `scale`
-// (nb, 1) or 0-dim: table[trunc((clamp(x / scale, -1, 1) + 1) * 0.5 * 65535 + 0.5)], where x / scale
-// is x times the float reciprocal; a block of scale 0 gets code 0.
-at::Tensor bnb_codes(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& lut) {
-  const at::Tensor inv = scale.reciprocal();
-  at::Tensor t = at::clamp(x * inv, -1, 1);
+// dequantizeBlockwise8bitCpu for one piece: code[q] times its block's scale. `q` is the piece's
+// codes, `scales` its blocks' scales; returns fp32 (numel).
+at::Tensor dequantize_piece(const at::Tensor& q, const at::Tensor& scales, const at::Tensor& code, const BlockPiece& p) {
+  const at::Tensor values = code.to(q.device()).index({q.to(at::kLong)});
+  return (as_blocks(values, p) * scales.view({p.blocks, 1})).reshape({-1});
+}
+
+// Each block's largest magnitude (a cut block's: this rank's part).
+void piece_absmax(const at::Tensor& x, const BlockPiece& p, at::Tensor scales) {
+  scales.copy_(std::get<0>(as_blocks(x, p).abs().max(1)));
+}
+
+// quantize_cpu_impl for one piece with its blocks' scales: table[trunc((clamp(x * (1 / scale), -1,
+// 1) + 1) * 0.5 * 65535 + 0.5)] in float; a block of scale 0 gets code 0. Writes `q`.
+void quantize_piece(const at::Tensor& x, const at::Tensor& scales, const at::Tensor& lut, const BlockPiece& p,
+                    at::Tensor q) {
+  const at::Tensor scale = scales.view({p.blocks, 1});
+  at::Tensor t = at::clamp(as_blocks(x, p) * scale.reciprocal(), -1, 1);
   t = ((t + 1.0) * 0.5) * static_cast<double>(kBnbLutSize - 1) + 0.5;
   at::Tensor codes = lut.to(x.device()).index({t.to(at::kInt).to(at::kLong)});
-  return codes.masked_fill_((scale == 0).expand_as(codes), 0);
+  codes.masked_fill_((scale == 0).expand_as(codes), 0);
+  q.copy_(codes.reshape({-1}));
 }
 
-// The codes whose dequantized values are `x` (a checkpoint's moments, code[q] x scale): per block the
-// first q with code[q] x scale >= x (the products rise with q), which is that q; where two codes
+// The codes whose dequantized values are `x` (a checkpoint's moments, code[q] x scale): per block
+// the first q with code[q] x scale >= x (the products rise with q), which is that q; where two codes
 // give the same product (a scale so small the products round together) either restores the same
-// moment, all the next step reads.
-at::Tensor bnb_codes_of_dequantized(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& code) {
-  const at::Tensor table = code.to(x.device());
-  if (x.dim() == 1) return at::searchsorted(table * scale, x).to(at::kByte);
-  const at::Tensor products = table.view({1, -1}) * scale;  // (nb, 256)
-  return at::searchsorted(products, x).to(at::kByte);
-}
-
-// The codes of one piece from the state's scales: quantized (a step), or recovered from the
-// dequantized values (a restore).
-void bnb_restore_piece(const at::Tensor& x, const at::Tensor& absmax, const at::Tensor& code, const BlockPiece& p,
-                       at::Tensor& q) {
-  if (single_block(p)) {
-    q.narrow(0, p.offset, p.numel).copy_(bnb_codes_of_dequantized(x.narrow(0, p.offset, p.numel), absmax[p.block], code));
-    return;
-  }
-  for (int64_t b = 0; b < p.blocks; b += kBnbChunk / kBnbBlock) {
-    const int64_t nb = std::min(kBnbChunk / kBnbBlock, p.blocks - b);
-    const int64_t off = p.offset + b * kBnbBlock;
-    q.narrow(0, off, nb * kBnbBlock)
-        .view({nb, kBnbBlock})
-        .copy_(bnb_codes_of_dequantized(x.narrow(0, off, nb * kBnbBlock).view({nb, kBnbBlock}),
-                                        absmax.narrow(0, p.block + b, nb).view({nb, 1}), code));
-  }
-}
-
-// The codes of one piece from the state's scales.
-void bnb_quantize_piece(const at::Tensor& x, const at::Tensor& absmax, const at::Tensor& lut, const BlockPiece& p,
-                        at::Tensor& q) {
-  if (single_block(p)) {
-    q.narrow(0, p.offset, p.numel).copy_(bnb_codes(x.narrow(0, p.offset, p.numel), absmax[p.block], lut));
-    return;
-  }
-  for (int64_t b = 0; b < p.blocks; b += kBnbChunk / kBnbBlock) {
-    const int64_t nb = std::min(kBnbChunk / kBnbBlock, p.blocks - b);
-    const int64_t off = p.offset + b * kBnbBlock;
-    q.narrow(0, off, nb * kBnbBlock)
-        .view({nb, kBnbBlock})
-        .copy_(bnb_codes(x.narrow(0, off, nb * kBnbBlock).view({nb, kBnbBlock}),
-                         absmax.narrow(0, p.block + b, nb).view({nb, 1}), lut));
-  }
-}
-
-// The largest magnitude of each block of a piece (a cut block's: this rank's part).
-void piece_absmax(const at::Tensor& x, const BlockPiece& p, at::Tensor& absmax) {
-  const at::Tensor a = x.narrow(0, p.offset, p.numel).abs();
-  if (single_block(p)) {
-    absmax.narrow(0, p.block, 1).copy_(a.max().reshape({1}));
-  } else {
-    absmax.narrow(0, p.block, p.blocks).copy_(std::get<0>(a.view({p.blocks, kBnbBlock}).max(1)));
-  }
+// moment, all the next step reads. Writes `q`.
+void restore_piece(const at::Tensor& x, const at::Tensor& scales, const at::Tensor& code, const BlockPiece& p,
+                   at::Tensor q) {
+  const at::Tensor products = code.to(x.device()).view({1, -1}) * scales.view({p.blocks, 1});  // (blocks, 256)
+  q.copy_(at::searchsorted(products, as_blocks(x, p).contiguous()).reshape({-1}).to(at::kByte));
 }
 
 // The shard boundaries (flat positions k * S, k in 1..world-1) inside a cut block: the reduction
@@ -238,67 +185,57 @@ struct PendingCut {
   at::Tensor values[2];        // this rank's part of each moment
 };
 
-// Quantizes an 8-bit segment's fp32 moments `m`, `v` into its codes. given_scales: a restore, the
-// state's absmax arrays already hold the blocks' scales and m, v are dequantized values, whose
-// codes are recovered exactly; else each block's largest magnitude is taken, and the blocks cut by
-// a shard boundary wait in `pending` for finish_cut_blocks.
-void quantize_segment(const OptimShard& s, const ParamSegment& seg, SegmentState& st, const at::Tensor& m,
-                      const at::Tensor& v, bool given_scales, int64_t slot_base, std::vector<PendingCut>* pending) {
+// Codes for one piece of an 8-bit segment from its fp32 moments `m`, `v` (the piece's elements).
+// given_scales: a restore, the state's scales are set and m, v are dequantized values, whose codes
+// are recovered exactly; else each block's largest magnitude is its scale, and a cut block waits in
+// `pending` for finish_cut_blocks.
+void encode_piece(const OptimShard& s, const ParamSegment& seg, SegmentState& st, const BlockPiece& piece,
+                  const at::Tensor& m, const at::Tensor& v, bool given_scales, int64_t slot_base,
+                  std::vector<PendingCut>* pending) {
   const BnbMaps& maps = bnb_maps();
-  for (const BlockPiece& piece : block_pieces(seg)) {
-    if (!given_scales) {
-      piece_absmax(m, piece, st.absmax1);
-      piece_absmax(v, piece, st.absmax2);
-      if (piece.cut) {
-        PendingCut c;
-        c.st = &st;
-        c.piece = piece;
-        for (int64_t slot : cut_slots(s, seg, piece)) c.slots.push_back(slot_base + slot);
-        c.values[0] = m.narrow(0, piece.offset, piece.numel).clone();
-        c.values[1] = v.narrow(0, piece.offset, piece.numel).clone();
-        pending->push_back(std::move(c));
-        continue;
-      }
-    }
-    if (given_scales) {
-      bnb_restore_piece(m, st.absmax1, maps.code[0], piece, st.q1);
-      bnb_restore_piece(v, st.absmax2, maps.code[1], piece, st.q2);
-    } else {
-      bnb_quantize_piece(m, st.absmax1, maps.lut[0], piece, st.q1);
-      bnb_quantize_piece(v, st.absmax2, maps.lut[1], piece, st.q2);
-    }
+  at::Tensor a1 = st.absmax1.narrow(0, piece.block, piece.blocks), a2 = st.absmax2.narrow(0, piece.block, piece.blocks);
+  at::Tensor q1 = st.q1.narrow(0, piece.offset, piece.numel), q2 = st.q2.narrow(0, piece.offset, piece.numel);
+  if (given_scales) {
+    restore_piece(m, a1, maps.code[0], piece, q1);
+    restore_piece(v, a2, maps.code[1], piece, q2);
+    return;
   }
+  piece_absmax(m, piece, a1);
+  piece_absmax(v, piece, a2);
+  if (piece.cut) {
+    PendingCut c;
+    c.st = &st;
+    c.piece = piece;
+    for (int64_t slot : cut_slots(s, seg, piece)) c.slots.push_back(slot_base + slot);
+    c.values[0] = m.clone();
+    c.values[1] = v.clone();
+    pending->push_back(std::move(c));
+    return;
+  }
+  quantize_piece(m, a1, maps.lut[0], piece, q1);
+  quantize_piece(v, a2, maps.lut[1], piece, q2);
 }
 
 // The cut blocks' scales: every rank's part maximum, all-reduced (MAX) over the shard group in one
 // (2, slots) tensor, then each part quantized with the block's scale.
 void finish_cut_blocks(std::vector<PendingCut>& pending, int64_t num_slots, const BlockMaxReducer& reducer) {
   at::Tensor maxima = at::zeros({2, num_slots}, at::TensorOptions().dtype(at::kFloat));
+  float* mx = maxima.data_ptr<float>();
   for (const PendingCut& c : pending)
     for (int j = 0; j < 2; ++j) {
       const float partial = (j == 0 ? c.st->absmax1 : c.st->absmax2)[c.piece.block].item<float>();
-      for (int64_t slot : c.slots) {
-        at::Tensor cell = maxima[j][slot];
-        cell.fill_(std::max(cell.item<float>(), partial));
-      }
+      for (int64_t slot : c.slots) mx[j * num_slots + slot] = std::max(mx[j * num_slots + slot], partial);
     }
   ALPACA_CHECK(reducer, "bitsandbytes AdamW: a block spans shards but no BlockMaxReducer was set");
   reducer(maxima);
   const BnbMaps& maps = bnb_maps();
-  for (PendingCut& c : pending) {
-    BlockPiece one = c.piece;  // the piece alone: offset 0 in its own values, its block first
-    one.offset = 0;
-    one.block = 0;
+  for (PendingCut& c : pending)
     for (int j = 0; j < 2; ++j) {
-      at::Tensor& absmax = j == 0 ? c.st->absmax1 : c.st->absmax2;
-      at::Tensor& q = j == 0 ? c.st->q1 : c.st->q2;
-      const at::Tensor scale = maxima[j].index({at::tensor(c.slots, at::kLong)}).max().to(absmax.device());
-      absmax.narrow(0, c.piece.block, 1).copy_(scale.reshape({1}));
-      at::Tensor codes = at::empty({c.piece.numel}, q.options());
-      bnb_quantize_piece(c.values[j], absmax.narrow(0, c.piece.block, 1), maps.lut[j], one, codes);
-      q.narrow(0, c.piece.offset, c.piece.numel).copy_(codes);
+      at::Tensor scale = (j == 0 ? c.st->absmax1 : c.st->absmax2).narrow(0, c.piece.block, 1);
+      scale.copy_(maxima[j].index({at::tensor(c.slots, at::kLong)}).max().reshape({1}));
+      at::Tensor q = (j == 0 ? c.st->q1 : c.st->q2).narrow(0, c.piece.offset, c.piece.numel);
+      quantize_piece(c.values[j], scale, maps.lut[j], c.piece, q);
     }
-  }
 }
 
 }  // namespace
@@ -356,7 +293,7 @@ void ShardedAdamW::step_bnb(double lr) {
       at::Tensor p = s.param.narrow(0, seg.offset, seg.numel);
       const at::Tensor g = s.grad.narrow(0, seg.offset, seg.numel);
       const double wd = seg.decay ? options_.weight_decay : 0.0;
-      const at::Tensor gf = g * 1.0;  // g.float() * gnorm_scale (1.0)
+      const at::Tensor& gf = g;  // g.float() * gnorm_scale: fp32 already, the scale 1 (an exact product)
       if (!st.eight) {
         // _optimizer_update_32bit_cpu, "adam" (max_unorm 0: update_scale 1).
         at::Tensor m = st.m.defined() ? st.m : exp_avg_[i].narrow(0, seg.offset, seg.numel);
@@ -369,17 +306,22 @@ void ShardedAdamW::step_bnb(double lr) {
         p.add_(update, step_size * 1.0);
         continue;
       }
-      // _optimizer_update_8bit_blockwise_cpu, "adam".
-      const std::vector<BlockPiece> pieces = block_pieces(seg);
-      at::Tensor m = at::empty({seg.numel}, s.param.options()), v = at::empty({seg.numel}, s.param.options());
-      bnb_dequantize(st.q1, st.absmax1, maps.code[0], pieces, m);
-      bnb_dequantize(st.q2, st.absmax2, maps.code[1], pieces, v);
-      m.mul_(b1).add_(gf, 1.0 - b1);
-      v.mul_(b2).addcmul_(gf, gf, 1.0 - b2);
-      const at::Tensor denom = (v.sqrt() / correction2).add_(eps);
-      if (wd > 0.0) p.mul_(1.0 - lr * wd);
-      p.addcdiv_(m, denom, -lr / correction1);
-      quantize_segment(s, seg, st, m, v, /*given_scales=*/false, slot_base, &pending);
+      // _optimizer_update_8bit_blockwise_cpu, "adam", a piece at a time (elementwise but for the
+      // scales, which are per block).
+      for (const BlockPiece& piece : block_pieces(seg)) {
+        at::Tensor pp = p.narrow(0, piece.offset, piece.numel);
+        const at::Tensor gp = gf.narrow(0, piece.offset, piece.numel);
+        at::Tensor m = dequantize_piece(st.q1.narrow(0, piece.offset, piece.numel),
+                                        st.absmax1.narrow(0, piece.block, piece.blocks), maps.code[0], piece);
+        at::Tensor v = dequantize_piece(st.q2.narrow(0, piece.offset, piece.numel),
+                                        st.absmax2.narrow(0, piece.block, piece.blocks), maps.code[1], piece);
+        m.mul_(b1).add_(gp, 1.0 - b1);
+        v.mul_(b2).addcmul_(gp, gp, 1.0 - b2);
+        const at::Tensor denom = (v.sqrt() / correction2).add_(eps);
+        if (wd > 0.0) pp.mul_(1.0 - lr * wd);
+        pp.addcdiv_(m, denom, -lr / correction1);
+        encode_piece(s, seg, st, piece, m, v, /*given_scales=*/false, slot_base, &pending);
+      }
     }
     s.param.unsafeGetTensorImpl()->bump_version();
   }
@@ -407,15 +349,17 @@ void ShardedAdamW::begin_state_io() {
         vs.copy_(st.v);
         continue;
       }
-      const auto pieces = block_pieces(seg);
-      bnb_dequantize(st.q1, st.absmax1, maps.code[0], pieces, ms);
-      bnb_dequantize(st.q2, st.absmax2, maps.code[1], pieces, vs);
-      // Each element's block scale: "dequantize" code 1.0 everywhere.
-      const at::Tensor one = at::ones({1}, s.param.options());
-      const at::Tensor zeros = at::zeros({seg.numel}, s.param.options().dtype(at::kByte));
-      at::Tensor as1 = a1.narrow(0, seg.offset, seg.numel), as2 = a2.narrow(0, seg.offset, seg.numel);
-      bnb_dequantize(zeros, st.absmax1, one, pieces, as1);
-      bnb_dequantize(zeros, st.absmax2, one, pieces, as2);
+      for (const BlockPiece& piece : block_pieces(seg)) {
+        const at::Tensor s1 = st.absmax1.narrow(0, piece.block, piece.blocks);
+        const at::Tensor s2 = st.absmax2.narrow(0, piece.block, piece.blocks);
+        ms.narrow(0, piece.offset, piece.numel)
+            .copy_(dequantize_piece(st.q1.narrow(0, piece.offset, piece.numel), s1, maps.code[0], piece));
+        vs.narrow(0, piece.offset, piece.numel)
+            .copy_(dequantize_piece(st.q2.narrow(0, piece.offset, piece.numel), s2, maps.code[1], piece));
+        // Each element's block scale.
+        as_blocks(a1.narrow(0, seg.offset + piece.offset, piece.numel), piece).copy_(s1.view({piece.blocks, 1}));
+        as_blocks(a2.narrow(0, seg.offset + piece.offset, piece.numel), piece).copy_(s2.view({piece.blocks, 1}));
+      }
     }
     exp_avg_.push_back(m);
     exp_avg_sq_.push_back(v);
@@ -446,17 +390,15 @@ void ShardedAdamW::end_state_io(bool written, bool have_absmax) {
           st.v.copy_(v);
           continue;
         }
-        if (have_absmax) {
-          // Each block's scale from any of its elements (all equal): the first of each block.
-          for (const BlockPiece& piece : block_pieces(seg))
-            for (int j = 0; j < 2; ++j) {
-              const at::Tensor a = absmax_io_[j][i].narrow(0, seg.offset + piece.offset, piece.numel);
+        for (const BlockPiece& piece : block_pieces(seg)) {
+          if (have_absmax)  // each block's scale from any of its elements (all equal): the first
+            for (int j = 0; j < 2; ++j)
               (j == 0 ? st.absmax1 : st.absmax2)
                   .narrow(0, piece.block, piece.blocks)
-                  .copy_(single_block(piece) ? a.narrow(0, 0, 1) : a.view({piece.blocks, kBnbBlock}).select(1, 0));
-            }
+                  .copy_(as_blocks(absmax_io_[j][i].narrow(0, seg.offset + piece.offset, piece.numel), piece).select(1, 0));
+          encode_piece(s, seg, st, piece, m.narrow(0, piece.offset, piece.numel), v.narrow(0, piece.offset, piece.numel),
+                       have_absmax, slot_base, &pending);
         }
-        quantize_segment(s, seg, st, m, v, have_absmax, slot_base, &pending);
       }
     }
     if (!have_absmax && cuts_blocks()) finish_cut_blocks(pending, num_slots, reducer_);
@@ -468,6 +410,16 @@ void ShardedAdamW::end_state_io(bool written, bool have_absmax) {
 }
 
 at::Tensor bnb_quantization_map(bool is_signed) { return bnb_maps().code[is_signed ? 0 : 1]; }
+
+bool bnb_embedding_weight(const std::string& name, const std::vector<std::string>& aliases) {
+  auto embedding = [](const std::string& n) { return n.ends_with("embed_tokens.weight"); };
+  return embedding(name) || std::any_of(aliases.begin(), aliases.end(), embedding);
+}
+
+int64_t bnb8_segment_state_bytes(const ParamSegment& seg) {
+  if (seg.embedding || seg.param_numel < kBnbMin8BitSize) return 8 * seg.numel;
+  return 2 * seg.numel + 2 * 4 * blocks_touched(seg);
+}
 
 ShardedAdamW::QuantState ShardedAdamW::quant_state(size_t shard, size_t segment) const {
   const SegmentState& st = seg_states_.at(shard).at(segment);

@@ -216,6 +216,16 @@ void unit_figures(const MemoryPlanInputs& in, const Shape& s, Figures& g) {
   g.master = 4 * g.train_shard + g.frozen_store;
   g.grads = 4 * g.train_shard;
   g.moments = 8 * g.train_shard;
+  if (in.adamw_8bit) {  // what ShardedAdamW allocates per parameter part (padding holds none)
+    g.moments = 0;
+    for (const auto& u : up.units)
+      for (const auto& e : u.train.entries) {
+        const auto slice = fsdp::param_shard_slice(e.offset, e.numel, u.train.shard);
+        if (!slice) continue;
+        g.moments += optim::bnb8_segment_state_bytes({slice->shard_offset, slice->numel(), true, slice->param_begin,
+                                                      e.numel, optim::bnb_embedding_weight(e.name, e.aliases)});
+      }
+  }
   // CPU ranks with a 16-bit param_dtype keep the trainable shards cast once a step (the gathers' input).
   g.shard_cast = !in.gpu && bytes_of(in.param_dtype) != 4 ? bytes_of(in.param_dtype) * g.train_shard : 0;
   // Gathered units in param_dtype, full gradients in reduce_dtype.
@@ -456,8 +466,9 @@ void add_host_and_margins(const MemoryPlanInputs& in, const Figures& g, MemoryPl
   add(plan.breakdown, "checkpoint export staging (one unit in fp32)", 0, 4 * g.largest_unit);
   if (in.async_checkpoint) {  // the trainer's snapshot_shards: replicated shards are written in parts
     const int64_t replicas = std::max(1, in.num_ranks / std::max(1, g.shard_world));
+    // 8-bit moments are written dequantized, with each element's block scale beside them.
     add(plan.breakdown, "--save_async staging copy (fp32 trainable shards + AdamW moments)", 0,
-        12 * g.train_shard / replicas);
+        (in.adamw_8bit ? 20 : 12) * g.train_shard / replicas);
   }
   add(plan.breakdown, "process baseline (LibTorch, communicator, tokenized data)", 0,
       in.gpu ? kHostBaselineGpu : kHostBaselineCpu);

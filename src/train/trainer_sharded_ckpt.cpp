@@ -43,9 +43,15 @@ struct Kind {
   const char* sub;
   const char* stem;
 };
-// Slot order of the status gather: kind-major, then the part.
-constexpr Kind kKinds[] = {{kModelSub, "model"}, {"optimizer/exp_avg", "exp_avg"}, {"optimizer/exp_avg_sq", "exp_avg_sq"}};
-constexpr int kNumKinds = 3;
+// Slot order of the status gather: kind-major, then the part. The block scales are written by runs
+// with 8-bit moments (--optim adamw_8bit and kin: optim/adamw.h), whose exp_avg / exp_avg_sq are
+// the dequantized moments; with them the codes restore exactly.
+constexpr Kind kKinds[] = {{kModelSub, "model"},
+                           {"optimizer/exp_avg", "exp_avg"},
+                           {"optimizer/exp_avg_sq", "exp_avg_sq"},
+                           {"optimizer/exp_avg_absmax", "exp_avg_absmax"},
+                           {"optimizer/exp_avg_sq_absmax", "exp_avg_sq_absmax"}};
+constexpr int kNumKinds = 5;
 constexpr int kSlots = kNumKinds * ckpt::kShardParts;
 // status, bytes written, RSS growth; (size, hi, lo) per slot; then the RSS figures of RssPoints
 // and the writer thread's CPU time (ms).
@@ -123,10 +129,11 @@ std::string per_rank_save_figures(const at::Tensor& gathered) {
 int64_t staging_copy_bytes(const TrainerOptions& opt, const std::vector<fsdp::LocalParamShard>& shards, int replica,
                            int replicas) {
   int64_t need = 0;
+  const int moments = opt.adamw.bnb_bits == 8 ? 4 : 2;  // + the 8-bit moments' block scales
   for (const auto& p : shards) {
     if (!checkpoints_values(opt, p)) continue;
     const auto [b, e] = replica_part(p.param_begin, p.param_end, replica, replicas);
-    need += (e - b) * 4 * (checkpoints_moments(opt, p) ? 3 : 1);
+    need += (e - b) * 4 * (checkpoints_moments(opt, p) ? 1 + moments : 1);
   }
   return need;
 }
@@ -219,6 +226,8 @@ Trainer::Impl::ShardSet Trainer::Impl::snapshot_shards(bool copy) {
     }
     return ckpt::RangePiece{p.name, p.shape, b, e, v};
   };
+  // 8-bit moments are dequantized for the snapshot (views of them outlive end_state_io).
+  if (!opt.save_only_model) optimizer->begin_state_io();
   for (const auto& p : engine->local_param_shards()) {
     if (!checkpoints_values(opt, p)) continue;
     set.kinds[0].push_back(piece(p, p.values));
@@ -226,7 +235,11 @@ Trainer::Impl::ShardSet Trainer::Impl::snapshot_shards(bool copy) {
     const int64_t n = p.param_end - p.param_begin;
     set.kinds[1].push_back(piece(p, optimizer->exp_avg(p.optim_index).narrow(0, p.shard_offset, n)));
     set.kinds[2].push_back(piece(p, optimizer->exp_avg_sq(p.optim_index).narrow(0, p.shard_offset, n)));
+    if (!optimizer->quantized()) continue;
+    set.kinds[3].push_back(piece(p, optimizer->exp_avg_absmax(p.optim_index).narrow(0, p.shard_offset, n)));
+    set.kinds[4].push_back(piece(p, optimizer->exp_avg_sq_absmax(p.optim_index).narrow(0, p.shard_offset, n)));
   }
+  if (!opt.save_only_model) optimizer->end_state_io();
   set.optimizer_step = optimizer->step_count();
   return set;
 }
@@ -452,16 +465,37 @@ void Trainer::Impl::load_sharded_weights(const fs::path& dir, const std::functio
 }
 
 void Trainer::Impl::load_sharded_optimizer(const fs::path& dir) {
-  const auto m = ckpt::ShardedTensorReader::open(dir / kKinds[1].sub);
-  const auto v = ckpt::ShardedTensorReader::open(dir / kKinds[2].sub);
+  std::vector<ckpt::ShardedTensorReader> readers;
+  readers.push_back(ckpt::ShardedTensorReader::open(dir / kKinds[1].sub));
+  readers.push_back(ckpt::ShardedTensorReader::open(dir / kKinds[2].sub));
+  // 8-bit moments: the block scales when the checkpoint has them (one of an 8-bit run); fp32 moments
+  // of another --optim are quantized afresh. A run with fp32 moments reads the dequantized ones.
+  const bool have_absmax = fs::is_directory(dir / kKinds[3].sub) && fs::is_directory(dir / kKinds[4].sub);
+  if (optimizer->quantized()) {
+    if (have_absmax) {
+      readers.push_back(ckpt::ShardedTensorReader::open(dir / kKinds[3].sub));
+      readers.push_back(ckpt::ShardedTensorReader::open(dir / kKinds[4].sub));
+    } else if (rank == 0) {
+      ALPACA_INFO(dir.string() << " holds fp32 AdamW moments (another --optim): quantizing them to 8 bits");
+    }
+  } else if (have_absmax && rank == 0) {
+    ALPACA_INFO(dir.string() << " holds 8-bit AdamW moments (bitsandbytes): resuming from their dequantized values");
+  }
+  optimizer->begin_state_io();
   for (const auto& p : engine->local_param_shards()) {
     if (!p.trainable) continue;
     const int64_t n = p.param_end - p.param_begin;
-    for (const auto* r : {&m, &v}) {
+    for (size_t k = 0; k < readers.size(); ++k) {
+      const ckpt::ShardedTensorReader* r = &readers[k];
       ALPACA_CHECK(r->contains(p.name) && r->shape(p.name) == p.shape,
                    r->dir().string() << " has no optimizer state for " << p.name << " of shape " << at::IntArrayRef(p.shape)
                                      << "; the checkpoint is incomplete or of another model, resume from an older one");
-      at::Tensor state = (r == &m ? optimizer->exp_avg(p.optim_index) : optimizer->exp_avg_sq(p.optim_index)).narrow(0, p.shard_offset, n);
+      const size_t i = p.optim_index;
+      at::Tensor state = (k == 0   ? optimizer->exp_avg(i)
+                          : k == 1 ? optimizer->exp_avg_sq(i)
+                          : k == 2 ? optimizer->exp_avg_absmax(i)
+                                   : optimizer->exp_avg_sq_absmax(i))
+                             .narrow(0, p.shard_offset, n);
       if (state.device().is_cpu() && state.scalar_type() == at::kFloat) {
         r->read_range(p.name, p.param_begin, p.param_end, state);
       } else {
@@ -471,8 +505,9 @@ void Trainer::Impl::load_sharded_optimizer(const fs::path& dir) {
       }
     }
   }
-  const std::string step = m.metadata("step");
-  ALPACA_CHECK(!step.empty(), m.dir().string() << " has no optimizer step in its metadata; the checkpoint is corrupt");
+  optimizer->end_state_io(/*written=*/true, have_absmax);  // collective for 8-bit moments without scales
+  const std::string step = readers[0].metadata("step");
+  ALPACA_CHECK(!step.empty(), readers[0].dir().string() << " has no optimizer step in its metadata; the checkpoint is corrupt");
   optimizer->set_step_count(std::stoll(step));
 }
 

@@ -156,6 +156,49 @@ TEST_F(ShardedResume, BitwiseSixEqualsThreePlusThreeSyncAndAsync) {
   }
 }
 
+// --optim adamw_8bit: the checkpoint holds the dequantized moments and each element's block scale
+// (optimizer/exp_avg_absmax, exp_avg_sq_absmax), from which the codes restore exactly: a resume at
+// the same world size is bitwise in both layouts (sharded, sync and async; gathered), and one at
+// another (2 -> 4 ranks, other blocks cut) within 1e-6. A checkpoint of fp32 moments resumes an 8-bit
+// run (quantized afresh) and an 8-bit checkpoint an fp32 one (its dequantized moments).
+TEST_F(ShardedResume, EightBitAdamWResumesBitwiseInEveryLayout) {
+  const std::string eight = "--optim adamw_8bit";
+  for (const std::string layout : {"sharded", "gathered"}) {
+    SCOPED_TRACE(layout);
+    const fs::path straight = tmp.path() / ("straight_" + layout);
+    const std::string extra = eight + " --save_checkpoint_layout " + layout + " --save_async False";
+    ASSERT_EQ(run_trainer(args(straight, 6, 2, 2, extra), 2, &log), 0) << log;
+    const fs::path ckpt = straight / "checkpoint-3";
+    if (layout == "sharded") {
+      EXPECT_TRUE(fs::is_directory(ckpt / "optimizer" / "exp_avg_absmax")) << "the 8-bit moments' block scales";
+    } else {
+      EXPECT_TRUE(alpaca::io::SafetensorsFile::open((ckpt / "optimizer.safetensors").string())
+                      ->contains("exp_avg_absmax.model.layers.0.mlp.up_proj.weight"));
+    }
+    const auto steps = read_step_logs(straight);
+    const fs::path out = tmp.path() / ("resumed_" + layout);
+    expect_same_steps(resume(ckpt, out, 2, args(out, 6, 2, 2, extra), &log), steps, 0);
+    expect_weights(straight, out, 0);
+    if (layout != "sharded") continue;
+    // Asynchronous saves write the same bytes.
+    const fs::path async = tmp.path() / "async";
+    ASSERT_EQ(run_trainer(args(async, 6, 2, 2, eight), 2, &log), 0) << log;
+    for (const auto& [rel, digest] : marker(ckpt)["xxh3_128"].items())
+      if (rel.find("shard-") != std::string::npos) {
+        EXPECT_EQ(marker(async / "checkpoint-3")["xxh3_128"].value(rel, ""), digest.get<std::string>()) << rel;
+      }
+    // Resharded: 4 ranks x 2 x 1, the same global batch of 8.
+    const fs::path four = tmp.path() / "four";
+    expect_same_steps(resume(ckpt, four, 4, args(four, 6, 2, 1, eight), &log), steps, 1e-6);
+    // fp32 moments of another run resume an 8-bit one, and 8-bit ones an fp32 run.
+    const fs::path to8 = tmp.path() / "to8", to32 = tmp.path() / "to32";
+    EXPECT_EQ(resume(three_step_run().dir() / "checkpoint-3", to8, 2, args(to8, 6, 2, 2, eight), &log).size(), 3u);
+    EXPECT_NE(log.find("quantizing them to 8 bits"), std::string::npos) << log;
+    EXPECT_EQ(resume(ckpt, to32, 2, args(to32, 6, 2, 2), &log).size(), 3u);
+    EXPECT_NE(log.find("resuming from their dequantized values"), std::string::npos) << log;
+  }
+}
+
 TEST_F(ShardedResume, ReshardedResumesMatchWithin1e6) {
   // Global batch 12 throughout: 4 x 3 x 1, 2 x 3 x 2, 3 x 2 x 2.
   const fs::path w4 = tmp.path() / "w4", w2 = tmp.path() / "w2";

@@ -61,6 +61,25 @@ TEST(MemoryPlan, ModelStatesAreSixteenBytesPerShardedParameterWithPadding) {
   EXPECT_EQ(p.device_total_bytes, p.device_allocated_bytes);  // CPU ranks: no margin, no CUDA context
 }
 
+// --optim adamw_8bit: bitsandbytes keeps 1 byte per element and moment plus a 4-byte scale per 256
+// elements of each parameter of at least 4096 elements; embeddings (transformers' override) and
+// smaller parameters keep fp32 moments. At one rank every parameter is whole.
+TEST(MemoryPlan, EightBitAdamWMomentsAreCodesAndBlockScales) {
+  plan::MemoryPlanInputs in;
+  in.config = tiny();
+  in.gpu = false;
+  in.adamw_8bit = true;
+  const auto p = plan::plan_memory(in);
+  auto eight = [](int64_t n) { return 2 * n + 8 * ((n + 255) / 256); };
+  auto fp32 = [](int64_t n) { return 8 * n; };
+  // q and o 64x64 (4096: 8-bit), k and v 64x32 (fp32), gate/up/down 64x172, two norms.
+  const int64_t layer = 2 * eight(64 * 64) + 2 * fp32(64 * 32) + 3 * eight(64 * 172) + 2 * fp32(64);
+  const int64_t want = 3 * layer + fp32(1000 * 64) /* embed_tokens */ + eight(1000 * 64) /* lm_head */ + fp32(64);
+  EXPECT_EQ(item(p, "AdamW moment shards (exp_avg, exp_avg_sq)"), want);
+  in.adamw_8bit = false;
+  EXPECT_GT(item(plan::plan_memory(in), "AdamW moment shards (exp_avg, exp_avg_sq)"), 2 * want);
+}
+
 TEST(MemoryPlan, OffloadMovesStatesToTheHostAndCheckpointingShrinksActivations) {
   plan::MemoryPlanInputs in;
   in.config = llama_7b();

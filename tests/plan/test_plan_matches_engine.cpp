@@ -101,7 +101,7 @@ model::LlamaForCausalLM model_for(const ModelCase& mc, const plan::MemoryPlanInp
 // The plan's per-unit bytes against the engine's buffers, and its model-state items against the
 // engine's memory account (AdamW: two fp32 moments).
 void expect_plan_is_engine(const plan::MemoryPlan& p, const fsdp::FsdpEngine& e, const fsdp::FsdpPolicy& policy,
-                           const std::string& master, const std::string& what) {
+                           const std::string& master, const std::string& what, bool eight_bit = false) {
   ASSERT_EQ(static_cast<int>(p.units.size()), e.num_units()) << what;
   for (int u = 0; u < e.num_units(); ++u) {
     const fsdp::FlatParameter* t = e.trainable_flat(u);
@@ -116,7 +116,9 @@ void expect_plan_is_engine(const plan::MemoryPlan& p, const fsdp::FsdpEngine& e,
               t ? t->shard_info().padded_numel * static_cast<int64_t>(c10::elementSize(policy.reduce_dtype)) : 0)
         << what << " unit " << ub.label;
   }
-  optim::ShardedAdamW opt(e.optim_shards(), optim::AdamWOptions{});
+  optim::AdamWOptions adamw;
+  adamw.bnb_bits = eight_bit ? 8 : 0;
+  optim::ShardedAdamW opt(e.optim_shards(eight_bit), adamw);
   const fsdp::MemoryAccount acc = e.memory_account(&opt);
   EXPECT_EQ(item_bytes(p, master), acc.param_bytes + acc.frozen_bytes) << what;
   EXPECT_EQ(item_bytes(p, "fp32 gradient shards"), acc.grad_bytes) << what;
@@ -148,6 +150,11 @@ TEST(PlanMatchesEngine, PerUnitBytesEqualTheEngineForEveryModelStrategyAndLora) 
       const std::string master = lora ? "master shards (fp32 adapters, param_dtype frozen base)" : "fp32 master shards";
       expect_plan_is_engine(p, f->engine(), policy, master, what);
       ++checked;
+      // bitsandbytes' 8-bit moments (--optim adamw_8bit): codes and block scales per parameter part.
+      plan::MemoryPlanInputs in8 = in;
+      in8.adamw_8bit = true;
+      const plan::MemoryPlan p8 = plan::plan_memory(in8);
+      expect_plan_is_engine(p8, f->engine(), policy, master, what + " 8-bit AdamW", true);
     }
   });
   EXPECT_EQ(checked, 32);

@@ -129,16 +129,18 @@ def add_pad_row(model):
         model.get_output_embeddings().weight[-1] = old_out.mean(0)
 
 
-def train(model, named, examples, args, loss_fn=None, on_batch=None):
+def train(model, named, examples, args, loss_fn=None, on_batch=None, make_optimizer=None):
     """HF Trainer's loop over `named` (the trainable (name, parameter) pairs): returns the losses,
     learning rates and gradient norms of --steps optimizer steps. `loss_fn(logits, labels, n_tokens)`
     replaces the cross-entropy (summed over the step's label tokens, divided by their count);
-    `on_batch(model, seqs)` sees each step's (ids, labels) examples, in order, before its update."""
+    `on_batch(model, seqs)` sees each step's (ids, labels) examples, in order, before its update;
+    `make_optimizer(groups, model)` replaces torch's AdamW (same lr, betas, eps)."""
     no_decay = [n for n, _ in named if n.endswith("bias") or "norm" in n]
     groups = [{"params": [p for n, p in named if n not in no_decay], "weight_decay": args.weight_decay},
               {"params": [p for n, p in named if n in no_decay], "weight_decay": 0.0}]
     params = [p for _, p in named]
-    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, foreach=False)
+    opt = (torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, foreach=False)
+           if make_optimizer is None else make_optimizer(groups, model))
     warmup = math.ceil(args.steps * args.warmup_ratio)
     sched = get_scheduler(args.scheduler, opt, num_warmup_steps=warmup, num_training_steps=args.steps)
 

@@ -105,7 +105,11 @@ class FsdpEngine {
   // Zeroes the fp32 gradient shards (call after each optimizer step).
   void zero_grad();
   // The optimizer's view of this rank's trainable shards (segments carry HF's weight-decay mask).
-  std::vector<optim::OptimShard> optim_shards() const;
+  // per_parameter: one segment per parameter part with its extent and whether it is an
+  // nn.Embedding weight (bitsandbytes' 8-bit AdamW); else adjacent parts with the same decay merge.
+  std::vector<optim::OptimShard> optim_shards(bool per_parameter = false) const;
+  // An all-reduce MAX over the shard group (8-bit AdamW's blocks cut by shard boundaries).
+  optim::BlockMaxReducer block_max_reducer() const;
   std::vector<at::Tensor> grad_shards() const;
   // The communicator whose ranks hold disjoint gradient shards (nullptr: this rank holds all),
   // for global-norm clipping and overflow checks.
@@ -132,7 +136,7 @@ class FsdpEngine {
   // whole tensor). Collective. Throws naming the parameter when it is unknown or not 2-D.
   at::Tensor gather_rows(const std::string& name, int64_t row_begin, int64_t row_end);
   // Optimizer moments per parameter name (resume on another world size). Collective.
-  void gather_optimizer_state_by_name(const optim::ShardedAdamW& opt, const OptimStateSink& sink,
+  void gather_optimizer_state_by_name(optim::ShardedAdamW& opt, const OptimStateSink& sink,
                                       bool all_ranks = false);
   void load_optimizer_state_by_name(optim::ShardedAdamW& opt, const OptimStateSource& source);
 

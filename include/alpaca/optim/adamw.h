@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "alpaca/optim/adamw_options.h"
@@ -53,6 +54,13 @@ using BlockMaxReducer = std::function<void(at::Tensor&)>;
 // bitsandbytes' dynamic quantization map (functional.create_dynamic_map): signed for the first
 // moment, unsigned for the second; 256 sorted fp32 values in [-1, 1] / [0, 1].
 at::Tensor bnb_quantization_map(bool is_signed);
+
+// transformers' Trainer registers bitsandbytes' 32-bit override for nn.Embedding modules' weights:
+// `name` or an alias (tied lm_head) is an embed_tokens weight (a modules_to_save copy too).
+bool bnb_embedding_weight(const std::string& name, const std::vector<std::string>& aliases);
+// Bytes ShardedAdamW keeps for one segment under 8-bit bitsandbytes AdamW (the memory planner's
+// count): codes and block scales, or fp32 moments (under 4096 elements, an embedding).
+int64_t bnb8_segment_state_bytes(const ParamSegment& seg);
 
 class ShardedAdamW {
  public:

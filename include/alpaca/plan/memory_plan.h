@@ -48,6 +48,9 @@ struct MemoryPlanInputs {
   // for what it writes (fp32 trainable shards and both AdamW moments, this rank's part when
   // shards are replicated), resident from the start of the run to its end, beside every step.
   bool async_checkpoint = false;
+  // --optim adamw_bnb_8bit / adamw_8bit / paged_adamw_8bit: bitsandbytes' 8-bit moments (codes and a
+  // scale per 256 elements of each parameter; fp32 for embeddings and parameters under 4096).
+  bool adamw_8bit = false;
   fsdp::BackwardPrefetch backward_prefetch = fsdp::BackwardPrefetch::kBackwardPre;  // FsdpPolicy's defaults
   bool forward_prefetch = true;
   bool limit_all_gathers = true;
