@@ -110,6 +110,10 @@ class DeepSpeedMapper {
     std::string lowered = type;
     for (auto& ch : lowered) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     if (lowered != "adamw" && lowered != "adam") fail("optimizer.type", "'" + type + "' is not supported; use AdamW (or remove the optimizer block)");
+    // With an optimizer block DeepSpeed builds its own AdamW (fp32 moments) and --optim is not used.
+    if (args_.optim != "adamw_torch" && args_.optim != "adamw_torch_fused")
+      fail("optimizer", "makes DeepSpeed's own AdamW (fp32 moments), which --optim " + args_.optim +
+                            " contradicts; remove the optimizer block to use " + args_.optim);
     if (!opt.contains("params")) return;
     const json& p = opt["params"];
     check_keys(p, "optimizer.params", {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "torch_adam", "bias_correction"});

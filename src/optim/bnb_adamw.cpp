@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <mutex>
+#include <string>
 
 #include "alpaca/optim/adamw.h"
 #include "alpaca/util/error.h"
@@ -88,6 +90,17 @@ const BnbMaps& bnb_maps() {
   return maps;
 }
 
+// `t` (a CPU table: a map or the quantizer's table) on device `d`, copied there once.
+const at::Tensor& table_on(const at::Tensor& t, const at::Device& d) {
+  if (d.is_cpu()) return t;
+  static std::mutex mu;
+  static std::map<std::pair<const void*, std::string>, at::Tensor> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  at::Tensor& slot = cache[{t.data_ptr(), d.str()}];
+  if (!slot.defined()) slot = t.to(d);
+  return slot;
+}
+
 // A segment cut at its parameter's blocks: a piece is one partial block or a run of whole blocks
 // (at most kBnbChunk elements, so a step's fp32 temporaries stay small).
 struct BlockPiece {
@@ -131,7 +144,7 @@ at::Tensor as_blocks(const at::Tensor& x, const BlockPiece& p) {
 // dequantizeBlockwise8bitCpu for one piece: code[q] times its block's scale. `q` is the piece's
 // codes, `scales` its blocks' scales; returns fp32 (numel).
 at::Tensor dequantize_piece(const at::Tensor& q, const at::Tensor& scales, const at::Tensor& code, const BlockPiece& p) {
-  const at::Tensor values = code.to(q.device()).index({q.to(at::kLong)});
+  const at::Tensor values = table_on(code, q.device()).index({q.to(at::kLong)});
   return (as_blocks(values, p) * scales.view({p.blocks, 1})).reshape({-1});
 }
 
@@ -147,7 +160,7 @@ void quantize_piece(const at::Tensor& x, const at::Tensor& scales, const at::Ten
   const at::Tensor scale = scales.view({p.blocks, 1});
   at::Tensor t = at::clamp(as_blocks(x, p) * scale.reciprocal(), -1, 1);
   t = ((t + 1.0) * 0.5) * static_cast<double>(kBnbLutSize - 1) + 0.5;
-  at::Tensor codes = lut.to(x.device()).index({t.to(at::kInt).to(at::kLong)});
+  at::Tensor codes = table_on(lut, x.device()).index({t.to(at::kInt).to(at::kLong)});
   codes.masked_fill_((scale == 0).expand_as(codes), 0);
   q.copy_(codes.reshape({-1}));
 }
@@ -158,7 +171,7 @@ void quantize_piece(const at::Tensor& x, const at::Tensor& scales, const at::Ten
 // moment, all the next step reads. Writes `q`.
 void restore_piece(const at::Tensor& x, const at::Tensor& scales, const at::Tensor& code, const BlockPiece& p,
                    at::Tensor q) {
-  const at::Tensor products = code.to(x.device()).view({1, -1}) * scales.view({p.blocks, 1});  // (blocks, 256)
+  const at::Tensor products = table_on(code, x.device()).view({1, -1}) * scales.view({p.blocks, 1});  // (blocks, 256)
   q.copy_(at::searchsorted(products, as_blocks(x, p).contiguous()).reshape({-1}).to(at::kByte));
 }
 
@@ -221,10 +234,14 @@ void encode_piece(const OptimShard& s, const ParamSegment& seg, SegmentState& st
 void finish_cut_blocks(std::vector<PendingCut>& pending, int64_t num_slots, const BlockMaxReducer& reducer) {
   at::Tensor maxima = at::zeros({2, num_slots}, at::TensorOptions().dtype(at::kFloat));
   float* mx = maxima.data_ptr<float>();
+  std::vector<at::Tensor> parts;  // this rank's part maxima, read from the device at once
   for (const PendingCut& c : pending)
+    for (int j = 0; j < 2; ++j) parts.push_back((j == 0 ? c.st->absmax1 : c.st->absmax2)[c.piece.block]);
+  const at::Tensor host = parts.empty() ? at::Tensor() : at::stack(parts).to(at::kCPU, at::kFloat).contiguous();
+  for (size_t n = 0; n < pending.size(); ++n)
     for (int j = 0; j < 2; ++j) {
-      const float partial = (j == 0 ? c.st->absmax1 : c.st->absmax2)[c.piece.block].item<float>();
-      for (int64_t slot : c.slots) mx[j * num_slots + slot] = std::max(mx[j * num_slots + slot], partial);
+      const float partial = host.data_ptr<float>()[2 * n + static_cast<size_t>(j)];
+      for (int64_t slot : pending[n].slots) mx[j * num_slots + slot] = std::max(mx[j * num_slots + slot], partial);
     }
   ALPACA_CHECK(reducer, "bitsandbytes AdamW: a block spans shards but no BlockMaxReducer was set");
   reducer(maxima);

@@ -177,6 +177,10 @@ TEST(DeepSpeedConfig, UnsupportedKeysAndValuesAreErrors) {
   EXPECT_EQ(ds_error(R"({"zero_optimization": {"stage": 3}, "optimizer": {"type": "Adam", "params": {"lr": "auto", "torch_adam": true}}})"), "");
   EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}})", "",
                   "adam_w_mode must be true");
+  // An optimizer block is DeepSpeed's own AdamW: bitsandbytes' (--optim adamw_8bit) contradicts it.
+  EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "optimizer": {"type": "AdamW"}})", "--optim adamw_8bit",
+                  "--optim adamw_8bit contradicts; remove the optimizer block");
+  EXPECT_EQ(ds_error(R"({"zero_optimization": {"stage": 3}})", "--optim adamw_8bit"), "");
   EXPECT_DS_ERROR(R"({"zero_optimization": {"stage": 3}, "fp16": {"enabled": "auto", "initial_scale_power": 12}})", "--fp16 True",
                   "fp16.initial_scale_power is not supported");
   // The HF docs' ZeRO configs carry DeepSpeed's fp16 scaler keys under "enabled": "auto": off without
