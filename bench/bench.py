@@ -178,6 +178,7 @@ def run_ours(case: dict, model_dir: Path, data_json: Path, work: Path, timeout: 
              "--dataloader_num_workers", "0"]
     if case["dtype"] == "bf16":
         train += ["--bf16", "True"]
+    train += ["--optim", case.get("optim", "adamw_torch")]
     if case.get("lora_r"):
         train += ["--use_peft", "True", "--lora_r", str(case["lora_r"]), "--lora_alpha", str(2 * case["lora_r"]),
                   "--lora_dropout", "0", "--lora_target_modules", "q_proj v_proj"]
@@ -332,6 +333,9 @@ def main() -> int:
     ap.add_argument("--qlora", action="store_true",
                     help="QLoRA: --load_in_4bit (nf4, nested) on our side; transformers + bitsandbytes 4-bit + peft "
                     "(DDP at world > 1) on the other; implies --lora_r 16 unless given")
+    ap.add_argument("--optims", default="adamw_torch",
+                    help="comma list of our --optim values (e.g. adamw_torch,adamw_8bit); PyTorch's side runs "
+                         "torch's AdamW, so only for adamw_torch cases")
     ap.add_argument("--replot", metavar="RESULTS_JSON", help="only redraw chart.png (into --out) from a results.json")
     ap.add_argument("--cpu_isa", choices=["native", "avx2"], default="native",
                     help="avx2: both sides run as on an AVX2-only CPU (ours: ALPACA_CPU_ISA; ATen, MKL and oneDNN: "
@@ -372,10 +376,12 @@ def main() -> int:
                     batch = min(args.batch, per_rank)
                     accum = max(per_rank // batch, 1)
                 for fsdp in args.fsdp.split(","):
-                    tag = "" if fsdp == "full_shard" else f"_{fsdp}"
-                    cases.append(dict(name=f"{size}_{ranks}r_{dtype}{tag}", size=size, ranks=ranks, dtype=dtype,
-                                      batch=batch, accum=accum, steps=args.steps, seq_len=args.seq_len,
-                                      threads=args.threads, lora_r=args.lora_r, load_in_4bit=args.qlora, fsdp=fsdp))
+                    for optim in args.optims.split(","):
+                        tag = ("" if fsdp == "full_shard" else f"_{fsdp}") + ("" if optim == "adamw_torch" else f"_{optim}")
+                        cases.append(dict(name=f"{size}_{ranks}r_{dtype}{tag}", size=size, ranks=ranks, dtype=dtype,
+                                          batch=batch, accum=accum, steps=args.steps, seq_len=args.seq_len,
+                                          threads=args.threads, lora_r=args.lora_r, load_in_4bit=args.qlora, fsdp=fsdp,
+                                          optim=optim))
     have_ours = train_bin().exists()
     if not have_ours and args.only != "torch":
         log(f"{train_bin()} not built; only the PyTorch side runs (build with ninja -C build alpaca-train)")
@@ -393,6 +399,8 @@ def main() -> int:
             for side in ("ours", "torch"):
                 if args.only and side != args.only:
                     continue
+                if side == "torch" and case.get("optim", "adamw_torch") != "adamw_torch":
+                    continue  # PyTorch's side trains with torch's AdamW only
                 if side == "ours" and not have_ours:
                     continue
                 t0 = time.time()
@@ -479,7 +487,8 @@ def _pct(v):
 
 
 def case_tag(case: dict) -> str:
-    return f" {case['fsdp']}" if case.get("fsdp", "full_shard") != "full_shard" else ""
+    tag = f" {case['fsdp']}" if case.get("fsdp", "full_shard") != "full_shard" else ""
+    return tag + (f" {case['optim']}" if case.get("optim", "adamw_torch") != "adamw_torch" else "")
 
 
 def write_markdown(path: Path, meta: dict, results: list) -> str:
