@@ -290,6 +290,17 @@ bool ShardedAdamW::cuts_blocks() const {
   return false;
 }
 
+int64_t ShardedAdamW::visit_segments(const std::function<void(size_t, size_t, int64_t)>& fn) const {
+  int64_t num_slots = 0;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    const int64_t slot_base = num_slots;
+    num_slots += shards_[i].shard_world - 1;
+    for (size_t k = 0; k < shards_[i].segments.size(); ++k)
+      if (shards_[i].segments[k].numel > 0) fn(i, k, slot_base);
+  }
+  return num_slots;
+}
+
 void ShardedAdamW::step_bnb(double lr) {
   const double b1 = options_.beta1, b2 = options_.beta2, eps = options_.eps;
   const double step = static_cast<double>(step_count_);
@@ -298,50 +309,45 @@ void ShardedAdamW::step_bnb(double lr) {
   const double correction2 = std::sqrt(1.0 - std::pow(b2, step));
   const BnbMaps& maps = bnb_maps();
   std::vector<PendingCut> pending;
-  int64_t num_slots = 0;
-  for (size_t i = 0; i < shards_.size(); ++i) {
+  const int64_t num_slots = visit_segments([&](size_t i, size_t k, int64_t slot_base) {
     const OptimShard& s = shards_[i];
-    const int64_t slot_base = num_slots;
-    num_slots += s.shard_world - 1;
-    for (size_t k = 0; k < s.segments.size(); ++k) {
-      const ParamSegment& seg = s.segments[k];
-      if (seg.numel == 0) continue;
-      SegmentState& st = seg_states_[i][k];
-      at::Tensor p = s.param.narrow(0, seg.offset, seg.numel);
-      const at::Tensor g = s.grad.narrow(0, seg.offset, seg.numel);
-      const double wd = seg.decay ? options_.weight_decay : 0.0;
-      const at::Tensor& gf = g;  // g.float() * gnorm_scale: fp32 already, the scale 1 (an exact product)
-      if (!st.eight) {
-        // _optimizer_update_32bit_cpu, "adam" (max_unorm 0: update_scale 1).
-        at::Tensor m = st.m.defined() ? st.m : exp_avg_[i].narrow(0, seg.offset, seg.numel);
-        at::Tensor v = st.v.defined() ? st.v : exp_avg_sq_[i].narrow(0, seg.offset, seg.numel);
-        m.mul_(b1).add_(gf, 1.0 - b1);
-        v.mul_(b2).addcmul_(gf, gf, 1.0 - b2);
-        const double step_size = -lr * correction2 / correction1;
-        if (wd > 0.0) p.mul_(1.0 - lr * wd);
-        const at::Tensor update = m / (v.sqrt() + eps * correction2);
-        p.add_(update, step_size * 1.0);
-        continue;
-      }
-      // _optimizer_update_8bit_blockwise_cpu, "adam", a piece at a time (elementwise but for the
-      // scales, which are per block).
-      for (const BlockPiece& piece : block_pieces(seg)) {
-        at::Tensor pp = p.narrow(0, piece.offset, piece.numel);
-        const at::Tensor gp = gf.narrow(0, piece.offset, piece.numel);
-        at::Tensor m = dequantize_piece(st.q1.narrow(0, piece.offset, piece.numel),
-                                        st.absmax1.narrow(0, piece.block, piece.blocks), maps.code[0], piece);
-        at::Tensor v = dequantize_piece(st.q2.narrow(0, piece.offset, piece.numel),
-                                        st.absmax2.narrow(0, piece.block, piece.blocks), maps.code[1], piece);
-        m.mul_(b1).add_(gp, 1.0 - b1);
-        v.mul_(b2).addcmul_(gp, gp, 1.0 - b2);
-        const at::Tensor denom = (v.sqrt() / correction2).add_(eps);
-        if (wd > 0.0) pp.mul_(1.0 - lr * wd);
-        pp.addcdiv_(m, denom, -lr / correction1);
-        encode_piece(s, seg, st, piece, m, v, /*given_scales=*/false, slot_base, &pending);
-      }
+    const ParamSegment& seg = s.segments[k];
+    SegmentState& st = seg_states_[i][k];
+    at::Tensor p = s.param.narrow(0, seg.offset, seg.numel);
+    const at::Tensor g = s.grad.narrow(0, seg.offset, seg.numel);
+    const double wd = seg.decay ? options_.weight_decay : 0.0;
+    const at::Tensor& gf = g;  // g.float() * gnorm_scale: fp32 already, the scale 1 (an exact product)
+    if (!st.eight) {
+      // _optimizer_update_32bit_cpu, "adam" (max_unorm 0: update_scale 1).
+      at::Tensor m = st.m.defined() ? st.m : exp_avg_[i].narrow(0, seg.offset, seg.numel);
+      at::Tensor v = st.v.defined() ? st.v : exp_avg_sq_[i].narrow(0, seg.offset, seg.numel);
+      m.mul_(b1).add_(gf, 1.0 - b1);
+      v.mul_(b2).addcmul_(gf, gf, 1.0 - b2);
+      const double step_size = -lr * correction2 / correction1;
+      if (wd > 0.0) p.mul_(1.0 - lr * wd);
+      const at::Tensor update = m / (v.sqrt() + eps * correction2);
+      p.add_(update, step_size * 1.0);
+      return;
     }
-    s.param.unsafeGetTensorImpl()->bump_version();
-  }
+    // _optimizer_update_8bit_blockwise_cpu, "adam", a piece at a time (elementwise but for the
+    // scales, which are per block).
+    for (const BlockPiece& piece : block_pieces(seg)) {
+      at::Tensor pp = p.narrow(0, piece.offset, piece.numel);
+      const at::Tensor gp = gf.narrow(0, piece.offset, piece.numel);
+      at::Tensor m = dequantize_piece(st.q1.narrow(0, piece.offset, piece.numel),
+                                      st.absmax1.narrow(0, piece.block, piece.blocks), maps.code[0], piece);
+      at::Tensor v = dequantize_piece(st.q2.narrow(0, piece.offset, piece.numel),
+                                      st.absmax2.narrow(0, piece.block, piece.blocks), maps.code[1], piece);
+      m.mul_(b1).add_(gp, 1.0 - b1);
+      v.mul_(b2).addcmul_(gp, gp, 1.0 - b2);
+      const at::Tensor denom = (v.sqrt() / correction2).add_(eps);
+      if (wd > 0.0) pp.mul_(1.0 - lr * wd);
+      pp.addcdiv_(m, denom, -lr / correction1);
+      encode_piece(s, seg, st, piece, m, v, /*given_scales=*/false, slot_base, &pending);
+    }
+  });
+  // The updates write the parameters without moving their version counter (as the fused kernel).
+  for (const OptimShard& s : shards_) s.param.unsafeGetTensorImpl()->bump_version();
   if (cuts_blocks()) finish_cut_blocks(pending, num_slots, reducer_);
 }
 
@@ -391,33 +397,27 @@ void ShardedAdamW::end_state_io(bool written, bool have_absmax) {
   ALPACA_CHECK(io_open_, "ShardedAdamW::end_state_io without begin_state_io");
   if (written) {
     std::vector<PendingCut> pending;
-    int64_t num_slots = 0;
-    for (size_t i = 0; i < shards_.size(); ++i) {
+    const int64_t num_slots = visit_segments([&](size_t i, size_t k, int64_t slot_base) {
       const OptimShard& s = shards_[i];
-      const int64_t slot_base = num_slots;
-      num_slots += s.shard_world - 1;
-      for (size_t k = 0; k < s.segments.size(); ++k) {
-        const ParamSegment& seg = s.segments[k];
-        if (seg.numel == 0) continue;
-        SegmentState& st = seg_states_[i][k];
-        const at::Tensor m = exp_avg_[i].narrow(0, seg.offset, seg.numel);
-        const at::Tensor v = exp_avg_sq_[i].narrow(0, seg.offset, seg.numel);
-        if (!st.eight) {
-          st.m.copy_(m);
-          st.v.copy_(v);
-          continue;
-        }
-        for (const BlockPiece& piece : block_pieces(seg)) {
-          if (have_absmax)  // each block's scale from any of its elements (all equal): the first
-            for (int j = 0; j < 2; ++j)
-              (j == 0 ? st.absmax1 : st.absmax2)
-                  .narrow(0, piece.block, piece.blocks)
-                  .copy_(as_blocks(absmax_io_[j][i].narrow(0, seg.offset + piece.offset, piece.numel), piece).select(1, 0));
-          encode_piece(s, seg, st, piece, m.narrow(0, piece.offset, piece.numel), v.narrow(0, piece.offset, piece.numel),
-                       have_absmax, slot_base, &pending);
-        }
+      const ParamSegment& seg = s.segments[k];
+      SegmentState& st = seg_states_[i][k];
+      const at::Tensor m = exp_avg_[i].narrow(0, seg.offset, seg.numel);
+      const at::Tensor v = exp_avg_sq_[i].narrow(0, seg.offset, seg.numel);
+      if (!st.eight) {
+        st.m.copy_(m);
+        st.v.copy_(v);
+        return;
       }
-    }
+      for (const BlockPiece& piece : block_pieces(seg)) {
+        if (have_absmax)  // each block's scale from any of its elements (all equal): the first
+          for (int j = 0; j < 2; ++j)
+            (j == 0 ? st.absmax1 : st.absmax2)
+                .narrow(0, piece.block, piece.blocks)
+                .copy_(as_blocks(absmax_io_[j][i].narrow(0, seg.offset + piece.offset, piece.numel), piece).select(1, 0));
+        encode_piece(s, seg, st, piece, m.narrow(0, piece.offset, piece.numel), v.narrow(0, piece.offset, piece.numel),
+                     have_absmax, slot_base, &pending);
+      }
+    });
     if (!have_absmax && cuts_blocks()) finish_cut_blocks(pending, num_slots, reducer_);
   }
   exp_avg_.clear();

@@ -122,6 +122,9 @@ class ShardedAdamW {
   void init_bnb_states();  // bnb_adamw.cpp
   void step_bnb(double lr);
   bool cuts_blocks() const;  // some 8-bit block spans shards: the reducer is called (collective)
+  // fn(shard, segment, the shard's first reduction slot) for every non-empty segment; returns the
+  // number of reduction slots (world - 1 per shard).
+  int64_t visit_segments(const std::function<void(size_t, size_t, int64_t)>& fn) const;
   std::vector<OptimShard> shards_;
   AdamWOptions options_;
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_, absmax_io_[2];
