@@ -158,7 +158,9 @@ void piece_absmax(const at::Tensor& x, const BlockPiece& p, at::Tensor scales) {
 void quantize_piece(const at::Tensor& x, const at::Tensor& scales, const at::Tensor& lut, const BlockPiece& p,
                     at::Tensor q) {
   const at::Tensor scale = scales.view({p.blocks, 1});
-  at::Tensor t = at::clamp(as_blocks(x, p) * scale.reciprocal(), -1, 1);
+  // A block of zeros (scale 0) takes code 0 below; its 1 / 0 would make 0 x inf = NaN table indices.
+  const at::Tensor inv = at::where(scale == 0, at::zeros_like(scale), scale.reciprocal());
+  at::Tensor t = at::clamp(as_blocks(x, p) * inv, -1, 1);
   t = ((t + 1.0) * 0.5) * static_cast<double>(kBnbLutSize - 1) + 0.5;
   at::Tensor codes = table_on(lut, x.device()).index({t.to(at::kInt).to(at::kLong)});
   codes.masked_fill_((scale == 0).expand_as(codes), 0);

@@ -3,7 +3,7 @@
 // (tests/reference/bnb_adamw_reference.py, its CPU kernels, transformers' wiring): the dynamic maps,
 // six steps of eight parameters (an embedding with transformers' 32-bit override, one under 4096
 // elements, whole and short last blocks, blocks whose largest magnitude is negative, with and without
-// weight decay) in one flat shard, parameters and every code and block scale bit for bit. Then the
+// weight decay, blocks of zero moments) in one flat shard, parameters and every code and block scale bit for bit. Then the
 // same flat buffer cut into 3 and 150 shards (blocks cut by shard boundaries, shards shorter than a
 // block) stepped by one thread per rank with an all-reduce MAX of the cut blocks' partial scales:
 // the same parameters and states as one rank; and the state a checkpoint writes (dequantized
@@ -207,6 +207,7 @@ TEST_P(BnbAdamWBits, OneShardMatchesBitsandbytesBitForBit) {
   opts.push_back(std::make_unique<ShardedAdamW>(std::vector<OptimShard>{f.shards[0]}, options_of(ref.meta, bits)));
   const auto lrs = ref.meta["lrs"].get<std::vector<double>>();
   int eight = 0;
+  int64_t zero_blocks = 0;  // blocks of zero moments (scale 0, code 0): a LoRA B's first steps
   for (int step = 0; step < steps; ++step) {
     set_grads(f, ref, params, step);
     opts[0]->step(lrs[step]);
@@ -223,6 +224,7 @@ TEST_P(BnbAdamWBits, OneShardMatchesBitsandbytesBitForBit) {
       }
       ASSERT_TRUE(st.q1.defined()) << "8-bit in bitsandbytes, 32-bit here";
       ++eight;
+      zero_blocks += (ref.get("absmax1." + s + p.name) == 0).sum().item<int64_t>();
       EXPECT_TRUE(at::equal(st.q1, ref.get("state1." + s + p.name).reshape({-1})));
       EXPECT_TRUE(at::equal(st.q2, ref.get("state2." + s + p.name).reshape({-1})));
       EXPECT_TRUE(at::equal(st.a1, ref.get("absmax1." + s + p.name)));
@@ -230,6 +232,7 @@ TEST_P(BnbAdamWBits, OneShardMatchesBitsandbytesBitForBit) {
     }
   }
   EXPECT_EQ(eight > 0, bits == 8);
+  EXPECT_EQ(zero_blocks > 0, bits == 8);
   std::cout << "[bnb adamw] " << bits << "-bit: " << steps << " steps of " << params.size()
             << " parameters identical to bitsandbytes (" << eight << " 8-bit states compared)\n";
 }

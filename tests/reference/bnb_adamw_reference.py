@@ -18,8 +18,8 @@ Writes into --out:
 The parameters are shaped to cover each rule: an nn.Embedding's weight (transformers registers a
 32-bit override for nn.Embedding modules under 8-bit), weights of whole 256-element blocks and with a
 short last block, one just under min_8bit_size (4096: 32-bit moments), norm weights and a bias (no
-weight decay), and values of mixed sign and scale so blocks whose largest magnitude is negative (the
-signed map's -0.993, not -1) occur.
+weight decay), values of mixed sign and scale so blocks whose largest magnitude is negative (the
+signed map's -0.993, not -1) occur, and blocks of zero moments (zero gradients: scale 0, code 0).
 """
 import argparse
 import json
@@ -108,6 +108,8 @@ def main():
                 grad = torch.randn(p.shape, generator=g) * (0.1 if step % 2 else 1e-3)
                 if n == "o_proj.weight":
                     grad[:, :3] = -2.0  # blocks whose largest magnitude is negative
+                if n == "down_proj.weight" and step < 2:
+                    grad[:20] = 0.0  # blocks of zeros (a LoRA B's first steps): scale 0, code 0
                 p.grad = grad
                 out[f"grad.{step}.{n}"] = grad.clone()
             for group in opt.param_groups:
