@@ -28,29 +28,19 @@ ShardedAdamW::ShardedAdamW(std::vector<OptimShard> shards, AdamWOptions options)
   if (options_.bnb_bits) init_bnb_states();
 }
 
-at::Tensor ShardedAdamW::exp_avg(size_t i) const {
-  ALPACA_CHECK(!quantized() || io_open_, "ShardedAdamW: 8-bit moments are read and written between "
-                                         "begin_state_io() and end_state_io()");
-  return exp_avg_.at(i);
+// The moments (fp32 ones always; 8-bit ones dequantized, between begin/end_state_io) and the block
+// scales (8-bit moments, between begin/end_state_io).
+const at::Tensor& ShardedAdamW::io_tensor(const std::vector<at::Tensor>& v, size_t i, bool scales) const {
+  ALPACA_CHECK(scales ? quantized() && io_open_ : !quantized() || io_open_,
+               "ShardedAdamW: " << (scales ? "block scales exist for 8-bit moments" : "8-bit moments are read and written")
+                                << " between begin_state_io() and end_state_io()");
+  return v.at(i);
 }
 
-at::Tensor ShardedAdamW::exp_avg_sq(size_t i) const {
-  ALPACA_CHECK(!quantized() || io_open_, "ShardedAdamW: 8-bit moments are read and written between "
-                                         "begin_state_io() and end_state_io()");
-  return exp_avg_sq_.at(i);
-}
-
-at::Tensor ShardedAdamW::exp_avg_absmax(size_t i) const {
-  ALPACA_CHECK(quantized() && io_open_, "ShardedAdamW: block scales exist for 8-bit moments between "
-                                        "begin_state_io() and end_state_io()");
-  return absmax_io_[0].at(i);
-}
-
-at::Tensor ShardedAdamW::exp_avg_sq_absmax(size_t i) const {
-  ALPACA_CHECK(quantized() && io_open_, "ShardedAdamW: block scales exist for 8-bit moments between "
-                                        "begin_state_io() and end_state_io()");
-  return absmax_io_[1].at(i);
-}
+at::Tensor ShardedAdamW::exp_avg(size_t i) const { return io_tensor(exp_avg_, i, false); }
+at::Tensor ShardedAdamW::exp_avg_sq(size_t i) const { return io_tensor(exp_avg_sq_, i, false); }
+at::Tensor ShardedAdamW::exp_avg_absmax(size_t i) const { return io_tensor(absmax_io_[0], i, true); }
+at::Tensor ShardedAdamW::exp_avg_sq_absmax(size_t i) const { return io_tensor(absmax_io_[1], i, true); }
 
 void ShardedAdamW::set_step_count(int64_t step) {
   ALPACA_CHECK(step >= 0, "ShardedAdamW: negative step count " << step);

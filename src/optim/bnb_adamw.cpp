@@ -132,6 +132,10 @@ std::vector<BlockPiece> block_pieces(const ParamSegment& seg) {
   return out;
 }
 
+// Optimizer8bit.init_state: 8-bit moments from min_8bit_size elements on, except where transformers
+// registered the 32-bit override (nn.Embedding weights).
+bool keeps_8bit_moments(const ParamSegment& seg) { return !seg.embedding && seg.param_numel >= kBnbMin8BitSize; }
+
 int64_t blocks_touched(const ParamSegment& seg) {
   return seg.numel == 0 ? 0 : (seg.param_begin + seg.numel - 1) / kBnbBlock - seg.param_begin / kBnbBlock + 1;
 }
@@ -268,10 +272,9 @@ void ShardedAdamW::init_bnb_states() {
       SegmentState st;
       ALPACA_CHECK(!eight_bits || seg.param_numel >= seg.param_begin + seg.numel,
                    "bitsandbytes AdamW: shard " << i << " has a segment without its parameter's extent");
-      st.eight = eight_bits && !seg.embedding && seg.param_numel >= kBnbMin8BitSize;
+      st.eight = eight_bits && keeps_8bit_moments(seg);
       const auto opts = s.param.options();
       if (st.eight) {
-        st.first_block = seg.param_begin / kBnbBlock;
         st.q1 = at::zeros({seg.numel}, opts.dtype(at::kByte));
         st.q2 = at::zeros({seg.numel}, opts.dtype(at::kByte));
         st.absmax1 = at::zeros({blocks_touched(seg)}, opts);
@@ -436,7 +439,7 @@ bool bnb_embedding_weight(const std::string& name, const std::vector<std::string
 }
 
 int64_t bnb8_segment_state_bytes(const ParamSegment& seg) {
-  if (seg.embedding || seg.param_numel < kBnbMin8BitSize) return 8 * seg.numel;
+  if (!keeps_8bit_moments(seg)) return 8 * seg.numel;
   return 2 * seg.numel + 2 * 4 * blocks_touched(seg);
 }
 

@@ -3,9 +3,10 @@
 // is trained. Each attempt runs one forward/backward of the worst micro-batch this data can form
 // (the `micro` longest examples, padded as the collator pads; under batch_rebalance, whose
 // micro-batches hold a variable number of rows, the one of this rank's micro-batches over the whole
-// run at that split that pads to the most tokens) with the FSDP engine in memory-probe mode: every gather, gradient and reduce-scatter buffer is allocated as in training, but nothing
-// is communicated, so a rank that runs out of memory leaves no peer waiting in a collective. Then
-// one all-reduce (max of "ran out") tells every rank the verdict; on "ran out" all ranks divide
+// run at that split that pads to the most tokens) with the FSDP engine in memory-probe mode: every
+// gather, gradient and reduce-scatter buffer is allocated as in training, but nothing is
+// communicated, so a rank that runs out of memory leaves no peer waiting in a collective. Then one
+// all-reduce (max of "ran out") tells every rank the verdict; on "ran out" all ranks divide
 // the micro-batch (halving when it is even) and multiply gradient_accumulation_steps by the same
 // factor, so the global batch, the sampler's order and the loss normalisation (global label
 // tokens) are unchanged: the run trains exactly what it would have trained at the smaller

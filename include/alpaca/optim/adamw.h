@@ -112,7 +112,6 @@ class ShardedAdamW {
   // (a parameter under 4096 elements, an embedding). bnb_adamw.cpp.
   struct SegmentState {
     bool eight = false;
-    int64_t first_block = 0;      // the parameter's block holding the segment's first element
     at::Tensor m, v;              // fp32 (numel), 32-bit segments
     at::Tensor q1, q2;            // uint8 (numel), 8-bit segments
     at::Tensor absmax1, absmax2;  // fp32 (blocks touched), 8-bit segments
@@ -120,6 +119,7 @@ class ShardedAdamW {
 
  private:
   void init_bnb_states();  // bnb_adamw.cpp
+  const at::Tensor& io_tensor(const std::vector<at::Tensor>& v, size_t i, bool scales) const;
   void step_bnb(double lr);
   bool cuts_blocks() const;  // some 8-bit block spans shards: the reducer is called (collective)
   // fn(shard, segment, the shard's first reduction slot) for every non-empty segment; returns the
