@@ -620,6 +620,7 @@ std::vector<optim::OptimShard> FsdpEngine::optim_shards(bool per_parameter) cons
     s.shard_rank = unit.train->shard_info().rank;
     s.shard_world = unit.train->shard_info().world;
     for (const auto& e : unit.train->entries()) {
+      if (per_parameter) s.params.push_back({e.name, e.shape});
       auto slice = param_shard_slice(e.offset, e.numel, unit.train->shard_info());
       if (!slice) continue;
       const bool decay = !hf_no_weight_decay(e.name);
@@ -628,7 +629,8 @@ std::vector<optim::OptimShard> FsdpEngine::optim_shards(bool per_parameter) cons
         s.segments.back().numel += slice->numel();
       } else if (per_parameter) {
         s.segments.push_back({slice->shard_offset, slice->numel(), decay, slice->param_begin, e.numel,
-                              optim::bnb_embedding_weight(e.name, e.aliases)});
+                              optim::bnb_embedding_weight(e.name, e.aliases),
+                              static_cast<int64_t>(s.params.size()) - 1});
       } else {
         s.segments.push_back({slice->shard_offset, slice->numel(), decay});
       }
@@ -638,15 +640,23 @@ std::vector<optim::OptimShard> FsdpEngine::optim_shards(bool per_parameter) cons
   return out;
 }
 
-optim::BlockMaxReducer FsdpEngine::block_max_reducer() const {
-  dist::Communicator* comm = impl_->shard_comm.get();
-  return [comm](at::Tensor& t) {
+namespace {
+// An all-reduce of a small tensor over `comm` (the shard group) in place, through its device.
+optim::ShardReducer reducer_over(dist::Communicator* comm, dist::ReduceOp op) {
+  return [comm, op](at::Tensor& t) {
     if (!comm || comm->world_size() == 1) return;
     at::Tensor d = t.to(comm->device());
-    comm->all_reduce(d, dist::ReduceOp::kMax)->wait();
+    comm->all_reduce(d, op)->wait();
     t.copy_(d.to(t.device()));
   };
 }
+}  // namespace
+
+optim::BlockMaxReducer FsdpEngine::block_max_reducer() const {
+  return reducer_over(impl_->shard_comm.get(), dist::ReduceOp::kMax);
+}
+
+optim::ShardReducer FsdpEngine::sum_reducer() const { return reducer_over(impl_->shard_comm.get(), dist::ReduceOp::kSum); }
 
 std::vector<at::Tensor> FsdpEngine::grad_shards() const {
   std::vector<at::Tensor> out;

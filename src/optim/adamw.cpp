@@ -19,18 +19,21 @@ ShardedAdamW::ShardedAdamW(std::vector<OptimShard> shards, AdamWOptions options)
     for (const auto& seg : s.segments)
       ALPACA_CHECK(seg.offset >= 0 && seg.numel >= 0 && seg.offset + seg.numel <= s.param.numel(),
                    "ShardedAdamW: segment outside shard " << i);
-    if (options_.bnb_bits == 8) continue;  // codes and scales per segment (init_bnb_states)
+    if (options_.bnb_bits == 8 || options_.adafactor) continue;  // per segment / per parameter (init_*)
     exp_avg_.push_back(at::zeros_like(s.param));
     exp_avg_sq_.push_back(at::zeros_like(s.param));
   }
   ALPACA_CHECK(options_.bnb_bits == 0 || options_.bnb_bits == 8 || options_.bnb_bits == 32,
                "ShardedAdamW: bitsandbytes AdamW has 8- or 32-bit states, not " << options_.bnb_bits);
+  ALPACA_CHECK(!(options_.adafactor && options_.bnb_bits), "ShardedAdamW: Adafactor has no bitsandbytes variant");
   if (options_.bnb_bits) init_bnb_states();
+  if (options_.adafactor) init_adafactor();
 }
 
 // The moments (fp32 ones always; 8-bit ones dequantized, between begin/end_state_io) and the block
 // scales (8-bit moments, between begin/end_state_io).
 const at::Tensor& ShardedAdamW::io_tensor(const std::vector<at::Tensor>& v, size_t i, bool scales) const {
+  ALPACA_CHECK(!options_.adafactor, "ShardedAdamW: Adafactor keeps no per-element moments (adafactor_state())");
   ALPACA_CHECK(scales ? quantized() && io_open_ : !quantized() || io_open_,
                "ShardedAdamW: " << (scales ? "block scales exist for 8-bit moments" : "8-bit moments are read and written")
                                 << " between begin_state_io() and end_state_io()");
@@ -51,6 +54,10 @@ void ShardedAdamW::step(double lr) {
   ++step_count_;
   if (options_.bnb_bits) {
     step_bnb(lr);
+    return;
+  }
+  if (options_.adafactor) {
+    step_adafactor(lr);
     return;
   }
   // Lists per (device, decay) group; the kernel needs every list on one device.
@@ -86,6 +93,7 @@ void ShardedAdamW::step(double lr) {
 
 int64_t ShardedAdamW::state_bytes() const {
   int64_t bytes = 0;
+  if (options_.adafactor) return factor_state_.defined() ? static_cast<int64_t>(factor_state_.nbytes()) : 0;
   if (quantized()) {
     for (const auto& shard : seg_states_)
       for (const SegmentState& st : shard)

@@ -105,11 +105,14 @@ class FsdpEngine {
   // Zeroes the fp32 gradient shards (call after each optimizer step).
   void zero_grad();
   // The optimizer's view of this rank's trainable shards (segments carry HF's weight-decay mask).
-  // per_parameter: one segment per parameter part with its extent and whether it is an
-  // nn.Embedding weight (bitsandbytes' 8-bit AdamW); else adjacent parts with the same decay merge.
+  // per_parameter: one segment per parameter part with its extent, its parameter (every parameter
+  // of the flat buffer listed, name and shape) and whether it is an nn.Embedding weight
+  // (bitsandbytes' 8-bit AdamW, Adafactor); else adjacent parts with the same decay merge.
   std::vector<optim::OptimShard> optim_shards(bool per_parameter = false) const;
   // An all-reduce MAX over the shard group (8-bit AdamW's blocks cut by shard boundaries).
   optim::BlockMaxReducer block_max_reducer() const;
+  // An all-reduce SUM over the shard group (Adafactor's statistics).
+  optim::ShardReducer sum_reducer() const;
   std::vector<at::Tensor> grad_shards() const;
   // The communicator whose ranks hold disjoint gradient shards (nullptr: this rank holds all),
   // for global-norm clipping and overflow checks.

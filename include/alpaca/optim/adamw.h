@@ -12,6 +12,14 @@
 // boundary cuts lives on two or more ranks; its scale is the maximum over all of them, which the
 // `block_max_reducer` (an all-reduce MAX over the shard group) provides once per step, so the codes
 // and scales are those of one process holding the whole parameter, at every world size.
+//
+// With options.adafactor the update is transformers' Adafactor (adafactor.cpp): a matrix keeps the
+// running means of its squared gradient per row and per column, a vector per element. Those
+// statistics are small (rows + columns a matrix) and every rank of the shard group keeps all of
+// them, for every parameter of its flat buffers: each step all-reduces (SUM) the rows', columns' and
+// vector elements' partial sums of this rank's parts, so the replicas move together, and then each
+// parameter's update norm (the clipping's RMS). Not per element, so not sharded: a checkpoint holds
+// them by parameter name, as torch's Adafactor state names them.
 #pragma once
 
 #include <ATen/ATen.h>  // defines: at::Tensor
@@ -36,6 +44,14 @@ struct ParamSegment {
   int64_t param_begin = 0;
   int64_t param_numel = 0;  // 0: unknown (torch AdamW; bnb treats the segment as a whole parameter)
   bool embedding = false;
+  int64_t param_index = -1;  // Adafactor: the parameter in OptimShard::params
+};
+
+// A parameter of a flat buffer (Adafactor factors a matrix's statistics by its shape; a checkpoint
+// names them by the parameter).
+struct ShardParam {
+  std::string name;
+  std::vector<int64_t> shape;
 };
 
 // One flat shard the optimizer steps: the fp32 master values and their fp32 gradient (same
@@ -46,10 +62,15 @@ struct OptimShard {
   std::vector<ParamSegment> segments;
   int shard_rank = 0;   // this shard is [rank * S, (rank + 1) * S) of a flat buffer cut in
   int shard_world = 1;  // shard_world equal shards (8-bit blocks cut by those boundaries)
+  // Every parameter of the flat buffer, in order, whether or not this shard holds part of it
+  // (per-parameter shards: Adafactor lays its statistics out by them on every rank alike).
+  std::vector<ShardParam> params{};
 };
 
-// An all-reduce MAX of a small fp32 CPU tensor over the ranks of the shard group, in place.
-using BlockMaxReducer = std::function<void(at::Tensor&)>;
+// An all-reduce over the ranks of the shard group, in place, of a small fp32 tensor on the shards'
+// device: MAX (8-bit blocks cut by shards) or SUM (Adafactor's statistics).
+using ShardReducer = std::function<void(at::Tensor&)>;
+using BlockMaxReducer = ShardReducer;
 
 // bitsandbytes' dynamic quantization map (functional.create_dynamic_map): signed for the first
 // moment, unsigned for the second; 256 sorted fp32 values in [-1, 1] / [0, 1].
@@ -79,8 +100,21 @@ class ShardedAdamW {
   // 8-bit blocks cut by shard boundaries need it (collective from then on: step and
   // end_state_io call it on every rank of the shard group). Without one the shards must be whole.
   void set_block_max_reducer(BlockMaxReducer reducer) { reducer_ = std::move(reducer); }
+  // Adafactor over shards of more than one rank needs it (step is collective then).
+  void set_sum_reducer(ShardReducer reducer) { sum_reducer_ = std::move(reducer); }
+  bool adafactor() const { return options_.adafactor; }
 
-  // First and second moments of shard i, (S,) fp32 like the shard (padding stays zero). With
+  // Adafactor's statistics by parameter: "exp_avg_sq_row" (shape[:-1]) and "exp_avg_sq_col"
+  // (shape[-1:]) of a matrix, "exp_avg_sq" (shape) of a vector, as torch's Adafactor.state names
+  // them. Views into the state every rank holds whole: a checkpoint reads them and a resume writes
+  // them (every rank, the same values).
+  struct NamedState {
+    std::string param, key;
+    at::Tensor value;
+  };
+  std::vector<NamedState> adafactor_state() const;
+
+  // AdamW's first and second moments of shard i (not Adafactor's), (S,) fp32 like the shard (padding stays zero). With
   // 8-bit moments they exist only between begin_state_io() and end_state_io(): dequantized there,
   // and quantized back when end_state_io(true) is told they were written (a resume).
   at::Tensor exp_avg(size_t i) const;
@@ -97,7 +131,7 @@ class ShardedAdamW {
   void begin_state_io();
   void end_state_io(bool written = false, bool have_absmax = true);
 
-  // Bytes of optimizer state held by this rank (moments, codes, block scales).
+  // Bytes of optimizer state held by this rank (moments, codes, block scales; Adafactor's statistics).
   int64_t state_bytes() const;
 
   // bitsandbytes' state of one 8-bit segment (for tests): codes and per-block scales, blocks
@@ -119,6 +153,8 @@ class ShardedAdamW {
 
  private:
   void init_bnb_states();  // bnb_adamw.cpp
+  void init_adafactor();   // adafactor.cpp
+  void step_adafactor(double lr);
   const at::Tensor& io_tensor(const std::vector<at::Tensor>& v, size_t i, bool scales) const;
   void step_bnb(double lr);
   bool cuts_blocks() const;  // some 8-bit block spans shards: the reducer is called (collective)
@@ -130,6 +166,15 @@ class ShardedAdamW {
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_, absmax_io_[2];
   std::vector<std::vector<SegmentState>> seg_states_;  // bnb: [shard][segment]
   BlockMaxReducer reducer_;
+  // Adafactor: each parameter's statistics in factor_state_ ([shard][param]), one fp32 vector.
+  struct FactorParam {
+    int64_t offset = 0;  // in factor_state_
+    int64_t rows = 1, cols = 1;  // a matrix's shape; a vector: rows 1, cols its numel
+    bool factored = false;
+  };
+  std::vector<std::vector<FactorParam>> factor_params_;
+  at::Tensor factor_state_, factor_divisor_;  // the statistics; per entry, the count its mean divides by
+  ShardReducer sum_reducer_;
   bool io_open_ = false;
   int64_t step_count_ = 0;
 };

@@ -13,6 +13,11 @@ struct AdamWOptions {
   // paged_adamw_8bit (8) and paged_adamw_32bit (32): its update formula, and at 8 bits its blockwise
   // quantized moments (adamw.h). 0: torch.optim.AdamW (adamw_torch, adamw_torch_fused).
   int bnb_bits = 0;
+  // transformers' Adafactor instead of AdamW (--optim adafactor), with the settings Trainer gives it:
+  // scale_parameter and relative_step off (the learning rate is --learning_rate's schedule), no first
+  // moment, eps (1e-30, 1e-3), clip_threshold 1, decay_rate -0.8; weight_decay applies (per group);
+  // beta1 / beta2 / eps above are not used (transformers does not pass them). adafactor.cpp.
+  bool adafactor = false;
 };
 
 }  // namespace alpaca::optim
