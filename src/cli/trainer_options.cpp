@@ -96,6 +96,7 @@ void set_loop_options(const TrainArgs& a, train::TrainerOptions& o) {
   if (a.optim.find("bnb") != std::string::npos || a.optim.find("paged") != std::string::npos ||
       a.optim == "adamw_8bit")
     o.adamw.bnb_bits = a.optim.find("8bit") != std::string::npos ? 8 : 32;
+  o.adamw.adafactor = a.optim == "adafactor";
   o.max_grad_norm = a.max_grad_norm;
   o.schedule = schedule_from_flags(a);
   o.warmup_steps = a.warmup_steps;

@@ -130,10 +130,16 @@ void Trainer::Impl::save_checkpoint_into(ckpt::CheckpointWriter& writer) {
   if (!opt.save_only_model) {
     std::unique_ptr<io::SafetensorsWriter> opt_writer;
     if (rank == 0) opt_writer = std::make_unique<io::SafetensorsWriter>((dir / kOptimizerFile).string());
-    engine->gather_optimizer_state_by_name(*optimizer, [&](const std::string& name, const std::string& key,
-                                                           const at::Tensor& value) {
-      opt_writer->add(key + "." + name, value);
-    });
+    if (optimizer->adafactor()) {  // every rank holds the statistics whole: rank 0 writes them
+      if (rank == 0)
+        for (const auto& st : optimizer->adafactor_state())
+          opt_writer->add(st.key + "." + st.param, st.value.to(at::kCPU, at::kFloat).contiguous());
+    } else {
+      engine->gather_optimizer_state_by_name(*optimizer, [&](const std::string& name, const std::string& key,
+                                                             const at::Tensor& value) {
+        opt_writer->add(key + "." + name, value);
+      });
+    }
     if (rank == 0) {
       opt_writer->finish({{"format", "pt"}, {"step", std::to_string(optimizer->step_count())}});
       capture_resume_state().save((dir / ckpt::kResumeStateName).string());
@@ -247,8 +253,39 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
 }
 
 // The layout before sharded checkpoints: optimizer.safetensors with "exp_avg.<name>" full tensors.
+std::string Trainer::Impl::optimizer_mismatch(const fs::path& dir, bool checkpoint_adafactor) const {
+  std::ostringstream os;
+  os << "cannot resume from " << dir.string() << ": it holds "
+     << (checkpoint_adafactor ? "Adafactor's statistics (--optim adafactor)" : "AdamW moments (--optim adamw_*)")
+     << " and this run's optimizer, " << (optimizer->adafactor() ? "Adafactor," : "AdamW,") << " has no use for them "
+     << "(transformers would fail to load that optimizer state too); resume with the --optim the checkpoint was "
+        "trained with (its training_args.json), or start a new run from its weights (--model_name_or_path "
+     << dir.string() << ")";
+  return os.str();
+}
+
 void Trainer::Impl::load_gathered_optimizer(const fs::path& dir, const ckpt::ResumeState& rs) {
   auto file = io::SafetensorsFile::open((dir / kOptimizerFile).string());
+  // AdamW writes "exp_avg.<name>" for every trainable parameter, Adafactor never.
+  const auto names = file->names();
+  auto any_prefix = [&](const char* prefix) {
+    return std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n.starts_with(prefix); });
+  };
+  const bool adafactor_state = !any_prefix("exp_avg.") && any_prefix("exp_avg_sq");
+  ALPACA_USER_CHECK(adafactor_state == optimizer->adafactor(), optimizer_mismatch(dir, adafactor_state));
+  const auto& meta = file->metadata();
+  auto it = meta.find("step");
+  if (adafactor_state) {
+    for (const auto& st : optimizer->adafactor_state()) {
+      const std::string k = st.key + "." + st.param;
+      ALPACA_CHECK(file->contains(k) && file->tensor(k).sizes() == st.value.sizes(),
+                   dir.string() << "/" << kOptimizerFile << " has no Adafactor statistic " << k << " of shape "
+                                << st.value.sizes() << "; the checkpoint is incomplete or of another model");
+      st.value.copy_(file->tensor(k).to(at::kFloat));
+    }
+    optimizer->set_step_count(it != meta.end() ? std::stoll(it->second) : rs.scheduler_step);
+    return;
+  }
   engine->load_optimizer_state_by_name(*optimizer, [&](const std::string& name, const std::string& key) {
     const std::string k = key + "." + name;
     // 8-bit moments' block scales: absent from a checkpoint of fp32 moments (quantized afresh).
@@ -257,8 +294,6 @@ void Trainer::Impl::load_gathered_optimizer(const fs::path& dir, const ckpt::Res
                                                  << "; the checkpoint is incomplete, resume from an older one");
     return file->tensor(k).to(at::kFloat).clone();
   });
-  const auto& meta = file->metadata();
-  auto it = meta.find("step");
   optimizer->set_step_count(it != meta.end() ? std::stoll(it->second) : rs.scheduler_step);
 }
 

@@ -372,8 +372,10 @@ void Trainer::Impl::setup_engine() {
   }
   sys::release_free_host_memory();  // load staging buffers and unsharded parameters are not needed again
 
-  optimizer = std::make_unique<optim::ShardedAdamW>(engine->optim_shards(opt.adamw.bnb_bits == 8), opt.adamw);
+  const bool per_parameter = opt.adamw.bnb_bits == 8 || opt.adamw.adafactor;
+  optimizer = std::make_unique<optim::ShardedAdamW>(engine->optim_shards(per_parameter), opt.adamw);
   if (optimizer->quantized()) optimizer->set_block_max_reducer(engine->block_max_reducer());
+  if (optimizer->adafactor()) optimizer->set_sum_reducer(engine->sum_reducer());
   if (opt.fp16) scaler.emplace();
   engine->log_memory_account(optimizer.get());
 }

@@ -45,13 +45,17 @@ struct Kind {
 };
 // Slot order of the status gather: kind-major, then the part. The block scales are written by runs
 // with 8-bit moments (--optim adamw_8bit and kin: optim/adamw.h), whose exp_avg / exp_avg_sq are
-// the dequantized moments; with them the codes restore exactly.
+// the dequantized moments; with them the codes restore exactly. Adafactor's statistics (--optim
+// adafactor) are not sharded: every rank holds them whole, rank 0 writes them, whole, by name
+// ("exp_avg_sq_row.<param>", ...), and they are its only optimizer state.
 constexpr Kind kKinds[] = {{kModelSub, "model"},
                            {"optimizer/exp_avg", "exp_avg"},
                            {"optimizer/exp_avg_sq", "exp_avg_sq"},
                            {"optimizer/exp_avg_absmax", "exp_avg_absmax"},
-                           {"optimizer/exp_avg_sq_absmax", "exp_avg_sq_absmax"}};
-constexpr int kNumKinds = 5;
+                           {"optimizer/exp_avg_sq_absmax", "exp_avg_sq_absmax"},
+                           {"optimizer/adafactor", "adafactor"}};
+constexpr int kNumKinds = 6;
+constexpr int kAdafactorKind = 5;
 constexpr int kSlots = kNumKinds * ckpt::kShardParts;
 // status, bytes written, RSS growth; (size, hi, lo) per slot; then the RSS figures of RssPoints
 // and the writer thread's CPU time (ms).
@@ -91,7 +95,7 @@ std::pair<int64_t, int64_t> replica_part(int64_t begin, int64_t end, int index, 
 // these; the --save_async headroom check sizes the copy by the same rule.
 bool checkpoints_values(const TrainerOptions& opt, const fsdp::LocalParamShard& p) { return !opt.lora || p.trainable; }
 bool checkpoints_moments(const TrainerOptions& opt, const fsdp::LocalParamShard& p) {
-  return p.trainable && !opt.save_only_model;
+  return p.trainable && !opt.save_only_model && !opt.adamw.adafactor;
 }
 
 // CPU time this thread has used, in seconds (the background writer's cost, whoever pays it).
@@ -240,6 +244,10 @@ Trainer::Impl::ShardSet Trainer::Impl::snapshot_shards(bool copy) {
     set.kinds[4].push_back(piece(p, optimizer->exp_avg_sq_absmax(p.optim_index).narrow(0, p.shard_offset, n)));
   }
   if (!opt.save_only_model) optimizer->end_state_io();
+  if (optimizer->adafactor() && !opt.save_only_model && rank == 0)
+    for (const auto& st : optimizer->adafactor_state())  // copies: the steps go on changing them
+      set.kinds[kAdafactorKind].push_back({st.key + "." + st.param, st.value.sizes().vec(), 0, st.value.numel(),
+                                           st.value.reshape({-1}).to(at::kCPU, at::kFloat, false, /*copy=*/true)});
   set.optimizer_step = optimizer->step_count();
   return set;
 }
@@ -465,6 +473,24 @@ void Trainer::Impl::load_sharded_weights(const fs::path& dir, const std::functio
 }
 
 void Trainer::Impl::load_sharded_optimizer(const fs::path& dir) {
+  const bool adafactor_state = fs::is_directory(dir / kKinds[kAdafactorKind].sub);
+  ALPACA_USER_CHECK(adafactor_state == optimizer->adafactor(), optimizer_mismatch(dir, adafactor_state));
+  if (adafactor_state) {
+    const auto reader = ckpt::ShardedTensorReader::open(dir / kKinds[kAdafactorKind].sub);
+    for (const auto& st : optimizer->adafactor_state()) {
+      const std::string name = st.key + "." + st.param;
+      ALPACA_CHECK(reader.contains(name) && reader.shape(name) == st.value.sizes().vec(),
+                   reader.dir().string() << " has no Adafactor statistic " << name << " of shape " << st.value.sizes()
+                                         << "; the checkpoint is incomplete or of another model, resume from an older one");
+      at::Tensor buf = at::empty({st.value.numel()}, at::kFloat);
+      reader.read_range(name, 0, st.value.numel(), buf);
+      st.value.copy_(buf.view(st.value.sizes()));
+    }
+    const std::string step = reader.metadata("step");
+    ALPACA_CHECK(!step.empty(), reader.dir().string() << " has no optimizer step in its metadata; the checkpoint is corrupt");
+    optimizer->set_step_count(std::stoll(step));
+    return;
+  }
   std::vector<ckpt::ShardedTensorReader> readers;
   readers.push_back(ckpt::ShardedTensorReader::open(dir / kKinds[1].sub));
   readers.push_back(ckpt::ShardedTensorReader::open(dir / kKinds[2].sub));

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "alpaca/ckpt/checkpoint_dir.h"
+#include "alpaca/ckpt/sharded_tensors.h"
 #include "alpaca/io/safetensors.h"
 #include "ckpt_test_util.h"
 #include "test_util.h"
@@ -196,6 +197,55 @@ TEST_F(ShardedResume, EightBitAdamWResumesBitwiseInEveryLayout) {
     EXPECT_NE(log.find("quantizing them to 8 bits"), std::string::npos) << log;
     EXPECT_EQ(resume(ckpt, to32, 2, args(to32, 6, 2, 2), &log).size(), 3u);
     EXPECT_NE(log.find("resuming from their dequantized values"), std::string::npos) << log;
+  }
+}
+
+// --optim adafactor: every rank holds the statistics whole and rank 0 writes them by name
+// (optimizer/adafactor, or "exp_avg_sq_row.<name>" in optimizer.safetensors), as torch's Adafactor
+// names them. A resume at the same world size is bitwise in both layouts, sync and async alike, one
+// at another (2 -> 4 ranks) within 1e-6; a checkpoint of AdamW moments refuses an Adafactor run and
+// the other way round, naming the checkpoint and the fix.
+TEST_F(ShardedResume, AdafactorResumesBitwiseInEveryLayout) {
+  const std::string adafactor = "--optim adafactor";
+  for (const std::string layout : {"sharded", "gathered"}) {
+    SCOPED_TRACE(layout);
+    const fs::path straight = tmp.path() / ("adafactor_" + layout);
+    const std::string extra = adafactor + " --save_checkpoint_layout " + layout + " --save_async False";
+    ASSERT_EQ(run_trainer(args(straight, 6, 2, 2, extra), 2, &log), 0) << log;
+    const fs::path ckpt = straight / "checkpoint-3";
+    const std::string row = "exp_avg_sq_row.model.layers.0.mlp.up_proj.weight";
+    if (layout == "sharded") {
+      const auto reader = alpaca::ckpt::ShardedTensorReader::open(ckpt / "optimizer" / "adafactor");
+      EXPECT_TRUE(reader.contains(row));
+      EXPECT_TRUE(reader.contains("exp_avg_sq.model.norm.weight"));
+      EXPECT_FALSE(fs::exists(ckpt / "optimizer" / "exp_avg")) << "Adafactor keeps no AdamW moments";
+    } else {
+      const auto file = alpaca::io::SafetensorsFile::open((ckpt / "optimizer.safetensors").string());
+      EXPECT_TRUE(file->contains(row));
+      EXPECT_FALSE(file->contains("exp_avg.model.layers.0.mlp.up_proj.weight"));
+    }
+    const auto steps = read_step_logs(straight);
+    const fs::path out = tmp.path() / ("adafactor_resumed_" + layout);
+    expect_same_steps(resume(ckpt, out, 2, args(out, 6, 2, 2, extra), &log), steps, 0);
+    expect_weights(straight, out, 0);
+    if (layout != "sharded") continue;
+    const fs::path async = tmp.path() / "adafactor_async";
+    ASSERT_EQ(run_trainer(args(async, 6, 2, 2, adafactor), 2, &log), 0) << log;
+    for (const auto& [rel, digest] : marker(ckpt)["xxh3_128"].items())
+      if (rel.find("shard-") != std::string::npos) {
+        EXPECT_EQ(marker(async / "checkpoint-3")["xxh3_128"].value(rel, ""), digest.get<std::string>()) << rel;
+      }
+    const fs::path four = tmp.path() / "adafactor_four";
+    expect_same_steps(resume(ckpt, four, 4, args(four, 6, 2, 1, adafactor), &log), steps, 1e-6);
+    // The other optimizer's state is refused, with the way out.
+    const fs::path mixed = tmp.path() / "adafactor_from_adamw";
+    EXPECT_NE(run_trainer(args(mixed, 6, 2, 2, adafactor) + " --resume_from_checkpoint " +
+                              (three_step_run().dir() / "checkpoint-3").string(), 2, &log), 0);
+    EXPECT_NE(log.find("holds AdamW moments (--optim adamw_*) and this run's optimizer, Adafactor,"), std::string::npos) << log;
+    const fs::path back = tmp.path() / "adamw_from_adafactor";
+    EXPECT_NE(run_trainer(args(back, 6, 2, 2) + " --resume_from_checkpoint " + ckpt.string(), 2, &log), 0);
+    EXPECT_NE(log.find("holds Adafactor's statistics (--optim adafactor)"), std::string::npos) << log;
+    EXPECT_NE(log.find("--model_name_or_path " + ckpt.string()), std::string::npos) << log;
   }
 }
 

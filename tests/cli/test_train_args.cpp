@@ -367,6 +367,20 @@ TEST(TrainArgs, HfAndTrlFieldsWeDoNotTakeSayWhy) {
   EXPECT_DOUBLE_EQ(a.eval_delay, 10);
 }
 
+// --optim adafactor: transformers' Adafactor; the AdamW flags it does not use are said to be unused.
+TEST(TrainArgs, AdafactorTakesNoAdamFlags) {
+  const TrainArgs a = parse_train_args(shell_split(kRequired + "--optim adafactor --weight_decay 0.1"));
+  EXPECT_TRUE(trainer_options(a).adamw.adafactor);
+  EXPECT_EQ(trainer_options(a).adamw.bnb_bits, 0);
+  EXPECT_DOUBLE_EQ(trainer_options(a).adamw.weight_decay, 0.1);
+  EXPECT_TRUE(a.notes.empty());
+  const TrainArgs b = parse_train_args(shell_split(kRequired + "--optim adafactor --adam_beta2 0.95"));
+  bool noted = false;
+  for (const auto& n : b.notes) noted = noted || n.find("--adam_beta2 and --adam_epsilon are not used") != std::string::npos;
+  EXPECT_TRUE(noted);
+  EXPECT_FALSE(trainer_options(parse_train_args(shell_split(kRequired + "--optim adamw_8bit"))).adamw.adafactor);
+}
+
 TEST(TrainArgs, UnsupportedValuesAreRefusedNotIgnored) {
   expect_usage_errors({
       {"--optim sgd", "--optim 'sgd' is not one of: adamw_torch, adamw_torch_fused"},

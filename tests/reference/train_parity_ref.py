@@ -6,11 +6,13 @@ Writes into --out:
   model/           the tiny random LLaMA (HF dir, fp32 safetensors, LLaMA-2 tokenizer.model)
   data.json        the Alpaca records both sides train on
   reference.json   {"losses": [...], "learning_rates": [...], "grad_norms": [...], "config": {...}}
-  reference_label_smoothing.json, reference_dft.json, reference_adamw_8bit.json, reference_paged_adamw_32bit.json
+  reference_label_smoothing.json, reference_dft.json, reference_adamw_8bit.json, reference_paged_adamw_32bit.json,
+  reference_adafactor.json
                    10 steps from the same model with transformers' LabelSmoother (epsilon 0.1, normalised
                    by the step's label tokens: num_items_in_batch, as Trainer passes it), with TRL's
                    DFT loss (sft_trainer.py compute_loss: -log p * p.detach(), over the same count), and
-                   with bitsandbytes' AdamW (8-bit moments; 32-bit) as Trainer builds it
+                   with bitsandbytes' AdamW (8-bit moments; 32-bit) and transformers' Adafactor as Trainer
+                   builds them
   reference_token_metrics.json
                    TRL SFTTrainer's entropy / mean_token_accuracy inputs for the first --metric_steps steps of
                    the plain run (its losses repeated as a check): per step, TRL's own fused LM head
@@ -202,6 +204,18 @@ def main():
         (out / f"reference_{name}.json").write_text(json.dumps(
             {"losses": v_losses, "learning_rates": v_lrs, "grad_norms": v_norms, "config": {"steps": 10}}, indent=1))
         print(name, [round(x, 4) for x in v_losses])
+
+    # --optim adafactor: transformers' Adafactor with the kwargs its Trainer passes (_get_adafactor).
+    from transformers.optimization import Adafactor
+
+    m = LlamaForCausalLM.from_pretrained(out / "model", dtype=torch.float32, attn_implementation="eager")
+    ref.add_pad_row(m)
+    v_losses, v_lrs, v_norms = ref.train(
+        m, list(m.named_parameters()), examples, variant_args,
+        make_optimizer=lambda groups, model: Adafactor(groups, lr=args.lr, scale_parameter=False, relative_step=False))
+    (out / "reference_adafactor.json").write_text(json.dumps(
+        {"losses": v_losses, "learning_rates": v_lrs, "grad_norms": v_norms, "config": {"steps": 10}}, indent=1))
+    print("adafactor", [round(x, 4) for x in v_losses])
 
 
 if __name__ == "__main__":

@@ -256,6 +256,40 @@ TEST(TrainParity, BitsandbytesAdamWMatchesTransformersWithBitsandbytes) {
   }
 }
 
+// --optim adafactor: transformers' Adafactor as Trainer builds it, 10 steps against the reference
+// loop with it (reference_adafactor.json), at world 1 and sharded over 2 ranks (rows of a matrix cut
+// between ranks: their partial sums meet in an all-reduce). The AdamW reference is far off: the
+// comparison tells the optimizers apart.
+TEST(TrainParity, AdafactorMatchesTransformers) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
+  const auto ref = read_reference_steps(kFixture / "reference_adafactor.json");
+  const auto adamw = read_reference_steps(kFixture / "reference_paged_adamw_32bit.json");
+  ASSERT_EQ(ref.losses.size(), 10u);
+  double apart = 0;
+  for (size_t i = 0; i < 10; ++i) apart = std::max(apart, std::abs(ref.losses[i] - adamw.losses[i]) / ref.losses[i]);
+  EXPECT_GT(apart, 1e-3) << "the reference must tell Adafactor from AdamW";
+  for (int ranks : {1, 2}) {
+    SCOPED_TRACE("world " + std::to_string(ranks));
+    TempDir out("adafactor" + std::to_string(ranks));
+    std::string log;
+    ASSERT_EQ(run_trainer(parity_flags(kFixture, out.path(), 10, 4 / ranks, 2, "1e-3").str() + " --optim adafactor" +
+                              (ranks > 1 ? std::string(" ") + kFullShard : ""),
+                          ranks, &log), 0) << log;
+    const auto steps = read_step_logs(out.path());
+    ASSERT_EQ(steps.size(), 10u) << log;
+    double worst = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const double rel = std::abs(steps[i].loss - ref.losses[i]) / ref.losses[i];
+      worst = std::max(worst, rel);
+      EXPECT_LE(rel, 5e-7) << "step " << i + 1 << ": " << steps[i].loss << " vs " << ref.losses[i];
+      EXPECT_NEAR(steps[i].grad_norm, ref.grad_norms[i], 1e-3 * ref.grad_norms[i]) << "step " << i + 1;
+      EXPECT_NEAR(steps[i].learning_rate, ref.learning_rates[i], 1e-12) << "step " << i + 1;
+    }
+    std::cout << "[adafactor] world " << ranks << " vs transformers: worst relative loss difference " << worst
+              << " (AdamW's reference: " << apart << " away)\n";
+  }
+}
+
 // HF's label_smoothing_factor (transformers' LabelSmoother over the step's label tokens) and TRL's
 // loss_type dft, 10 steps each against the reference loop with those losses
 // (reference_label_smoothing.json, reference_dft.json from the same model and data); DFT at world 2
