@@ -226,6 +226,11 @@ void unit_figures(const MemoryPlanInputs& in, const Shape& s, Figures& g) {
                                                       e.numel, optim::bnb_embedding_weight(e.name, e.aliases)});
       }
   }
+  if (in.adafactor) {  // every rank holds every trainable parameter's statistics whole
+    g.moments = 0;
+    for (const auto& u : up.units)
+      for (const auto& e : u.train.entries) g.moments += 4 * (e.shape.size() == 2 ? e.shape[0] + e.shape[1] : e.numel);
+  }
   // CPU ranks with a 16-bit param_dtype keep the trainable shards cast once a step (the gathers' input).
   g.shard_cast = !in.gpu && bytes_of(in.param_dtype) != 4 ? bytes_of(in.param_dtype) * g.train_shard : 0;
   // Gathered units in param_dtype, full gradients in reduce_dtype.
@@ -384,6 +389,13 @@ const char* master_item_name(const Figures& g) {
   return g.lora ? "master shards (fp32 adapters, param_dtype frozen base)" : "fp32 master shards";
 }
 
+// The peak items' name for the optimizer state: AdamW's moments (fp32 or bitsandbytes' 8-bit codes)
+// or Adafactor's statistics.
+std::string optimizer_state_item(const MemoryPlanInputs& in) {
+  return in.adafactor ? "Adafactor statistics (row and column means, whole on every rank)"
+                      : "AdamW moment shards (exp_avg, exp_avg_sq)";
+}
+
 std::vector<Moment> moments_of(const MemoryPlanInputs& in, const Shape& s, const Figures& g) {
   // Offload: states on the host (pinned) on GPU ranks; CPU ranks have one memory.
   const bool states_on_device = !in.offload || !in.gpu;
@@ -391,7 +403,7 @@ std::vector<Moment> moments_of(const MemoryPlanInputs& in, const Shape& s, const
     if (!states_on_device) return;
     add(it, master_item_name(g), g.master);
     add(it, "fp32 gradient shards", g.grads);
-    add(it, "AdamW moment shards (exp_avg, exp_avg_sq)", g.moments);
+    add(it, optimizer_state_item(in), g.moments);
     add(it, "param_dtype copy of the trainable shards (gather input)", g.shard_cast);
   };
   // Alive from the end of forward until backward leaves the head: model states, the gathered head
@@ -451,7 +463,9 @@ void add_host_and_margins(const MemoryPlanInputs& in, const Figures& g, MemoryPl
     add(plan.breakdown, g.lora ? "master shards and frozen base (offloaded, pinned)" : "fp32 master shards (offloaded, pinned)", 0,
         g.master);
     add(plan.breakdown, "fp32 gradient shards (offloaded, pinned)", 0, g.grads);
-    add(plan.breakdown, "AdamW moment shards (offloaded, pageable: only the optimizer reads them)", 0, g.moments);
+    add(plan.breakdown, in.adafactor ? "Adafactor statistics (offloaded, pageable: only the optimizer reads them)"
+                                     : "AdamW moment shards (offloaded, pageable: only the optimizer reads them)",
+        0, g.moments);
     // The engine stages the trainable shards in param_dtype (pinned) for their copies to the GPU.
     if (g.bp != 4) add(plan.breakdown, "param_dtype staging of the trainable shards (pinned)", 0, g.bp * g.train_shard);
   }
@@ -466,9 +480,14 @@ void add_host_and_margins(const MemoryPlanInputs& in, const Figures& g, MemoryPl
   add(plan.breakdown, "checkpoint export staging (one unit in fp32)", 0, 4 * g.largest_unit);
   if (in.async_checkpoint) {  // the trainer's snapshot_shards: replicated shards are written in parts
     const int64_t replicas = std::max(1, in.num_ranks / std::max(1, g.shard_world));
-    // 8-bit moments are written dequantized, with each element's block scale beside them.
-    add(plan.breakdown, "--save_async staging copy (fp32 trainable shards + AdamW moments)", 0,
-        (in.adamw_8bit ? 20 : 12) * g.train_shard / replicas);
+    // 8-bit moments are written dequantized, with each element's block scale beside them; Adafactor's
+    // statistics are copied whole (by rank 0, which writes them).
+    if (in.adafactor)
+      add(plan.breakdown, "--save_async staging copy (fp32 trainable shards + Adafactor statistics)", 0,
+          4 * g.train_shard / replicas + g.moments);
+    else
+      add(plan.breakdown, "--save_async staging copy (fp32 trainable shards + AdamW moments)", 0,
+          (in.adamw_8bit ? 20 : 12) * g.train_shard / replicas);
   }
   add(plan.breakdown, "process baseline (LibTorch, communicator, tokenized data)", 0,
       in.gpu ? kHostBaselineGpu : kHostBaselineCpu);

@@ -80,6 +80,27 @@ TEST(MemoryPlan, EightBitAdamWMomentsAreCodesAndBlockScales) {
   EXPECT_GT(item(plan::plan_memory(in), "AdamW moment shards (exp_avg, exp_avg_sq)"), 2 * want);
 }
 
+// --optim adafactor: a matrix keeps a mean per row and per column, a vector one per element; every
+// rank holds them all, so 7B at 4 ranks keeps ~19 MiB where AdamW's moment shards are 12.5 GiB.
+TEST(MemoryPlan, AdafactorKeepsRowAndColumnStatisticsOnEveryRank) {
+  plan::MemoryPlanInputs in;
+  in.config = tiny();
+  in.gpu = false;
+  in.adafactor = true;
+  const std::string name = "Adafactor statistics (row and column means, whole on every rank)";
+  // q and o 64x64, k and v 64x32, gate/up 172x64 and down 64x172, two norms of 64.
+  const int64_t layer = 2 * (64 + 64) + 2 * (32 + 64) + 3 * (64 + 172) + 2 * 64;
+  EXPECT_EQ(item(plan::plan_memory(in), name), 4 * (3 * layer + 2 * (1000 + 64) + 64));
+  in.config = llama_7b();
+  in.num_ranks = in.ranks_per_node = 4;
+  const auto p = plan::plan_memory(in);
+  const int64_t layer7 = 4 * (4096 + 4096) + 3 * (11008 + 4096) + 2 * 4096;
+  EXPECT_EQ(item(p, name), 4 * (32 * layer7 + 2 * (32000 + 4096) + 4096));
+  EXPECT_LT(item(p, name), 20 * (int64_t{1} << 20));
+  in.adafactor = false;
+  EXPECT_GT(item(plan::plan_memory(in), "AdamW moment shards (exp_avg, exp_avg_sq)"), 12 * kGiB);
+}
+
 TEST(MemoryPlan, OffloadMovesStatesToTheHostAndCheckpointingShrinksActivations) {
   plan::MemoryPlanInputs in;
   in.config = llama_7b();

@@ -101,7 +101,8 @@ model::LlamaForCausalLM model_for(const ModelCase& mc, const plan::MemoryPlanInp
 // The plan's per-unit bytes against the engine's buffers, and its model-state items against the
 // engine's memory account (AdamW: two fp32 moments).
 void expect_plan_is_engine(const plan::MemoryPlan& p, const fsdp::FsdpEngine& e, const fsdp::FsdpPolicy& policy,
-                           const std::string& master, const std::string& what, bool eight_bit = false) {
+                           const std::string& master, const std::string& what, bool eight_bit = false,
+                           bool adafactor = false) {
   ASSERT_EQ(static_cast<int>(p.units.size()), e.num_units()) << what;
   for (int u = 0; u < e.num_units(); ++u) {
     const fsdp::FlatParameter* t = e.trainable_flat(u);
@@ -118,11 +119,15 @@ void expect_plan_is_engine(const plan::MemoryPlan& p, const fsdp::FsdpEngine& e,
   }
   optim::AdamWOptions adamw;
   adamw.bnb_bits = eight_bit ? 8 : 0;
-  optim::ShardedAdamW opt(e.optim_shards(eight_bit), adamw);
+  adamw.adafactor = adafactor;
+  optim::ShardedAdamW opt(e.optim_shards(eight_bit || adafactor), adamw);
   const fsdp::MemoryAccount acc = e.memory_account(&opt);
   EXPECT_EQ(item_bytes(p, master), acc.param_bytes + acc.frozen_bytes) << what;
   EXPECT_EQ(item_bytes(p, "fp32 gradient shards"), acc.grad_bytes) << what;
-  EXPECT_EQ(item_bytes(p, "AdamW moment shards (exp_avg, exp_avg_sq)"), acc.optimizer_bytes) << what;
+  EXPECT_EQ(item_bytes(p, adafactor ? "Adafactor statistics (row and column means, whole on every rank)"
+                                    : "AdamW moment shards (exp_avg, exp_avg_sq)"),
+            acc.optimizer_bytes)
+      << what;
 }
 
 // `check(model case, strategy, "<model> <strategy>")` for every model case and sharding strategy.
@@ -155,6 +160,10 @@ TEST(PlanMatchesEngine, PerUnitBytesEqualTheEngineForEveryModelStrategyAndLora) 
       in8.adamw_8bit = true;
       const plan::MemoryPlan p8 = plan::plan_memory(in8);
       expect_plan_is_engine(p8, f->engine(), policy, master, what + " 8-bit AdamW", true);
+      // transformers' Adafactor (--optim adafactor): row and column statistics, whole on every rank.
+      plan::MemoryPlanInputs inf = in;
+      inf.adafactor = true;
+      expect_plan_is_engine(plan::plan_memory(inf), f->engine(), policy, master, what + " Adafactor", false, true);
     }
   });
   EXPECT_EQ(checked, 32);
