@@ -1,10 +1,11 @@
-// Parquet and Arrow IPC dataset files -> rows of JSON, through the Arrow C++ library of the
+// Parquet, Arrow IPC and CSV dataset files -> rows of JSON, through the Arrow C++ library of the
 // pyarrow wheel (the only file that includes Arrow: its headers are heavy, and this keeps them out
 // of every other translation unit). A cell becomes the JSON the same value has in a JSON dataset:
 // strings, bools, integers, floats, lists, structs (objects), maps with string keys (objects),
 // dictionary-encoded values; null object members are left out (see dataset_rows.h). Any other
 // Arrow type (binary, timestamps, ...) is an error naming the file, row and column.
 #include <arrow/api.h>                // defines: arrow::Array and its subclasses, Table, Status
+#include <arrow/csv/api.h>            // defines: arrow::csv::TableReader, StreamingReader and their options
 #include <arrow/io/file.h>            // defines: arrow::io::ReadableFile
 #include <arrow/ipc/reader.h>         // defines: RecordBatchStreamReader, RecordBatchFileReader
 #include <parquet/arrow/reader.h>     // defines: parquet::arrow::OpenFile, FileReader
@@ -155,6 +156,37 @@ std::vector<Row> read_parquet_rows(const std::string& path) {
   } catch (const parquet::ParquetException& e) {
     ALPACA_FAIL(path << ": not a readable Parquet file: " << e.what());
   }
+  arrow::TableBatchReader batches(*table);
+  std::vector<Row> rows;
+  for (;;) {
+    std::shared_ptr<arrow::RecordBatch> batch;
+    auto st = batches.ReadNext(&batch);
+    ALPACA_CHECK(st.ok(), path << ": " << st.ToString());
+    if (!batch) break;
+    append_batch(*batch, path, rows);
+  }
+  return rows;
+}
+
+// Arrow's CSV reader splitting as pandas.read_csv does by default: a header row, double quotes (a
+// quote inside a quoted field doubled), newlines inside quoted fields, blank lines skipped. Every
+// column is read as text, no cell as null (dataset_rows.h): the names come from a first look at the
+// file (the schema of its first block), then each is read as utf8.
+std::vector<Row> read_csv_rows(const std::string& path) {
+  auto read = arrow::csv::ReadOptions::Defaults();
+  auto parse = arrow::csv::ParseOptions::Defaults();
+  parse.newlines_in_values = true;
+  auto convert = arrow::csv::ConvertOptions::Defaults();
+  convert.strings_can_be_null = false;  // utf8 columns: every cell text, "" when empty
+  const auto io = arrow::io::default_io_context();
+  {
+    auto file = ok_or_fail(arrow::io::ReadableFile::Open(path), path, "cannot open");
+    auto first = ok_or_fail(arrow::csv::StreamingReader::Make(io, file, read, parse, convert), path, "not a readable CSV file");
+    for (const auto& name : first->schema()->field_names()) convert.column_types[name] = arrow::utf8();
+  }
+  auto file = ok_or_fail(arrow::io::ReadableFile::Open(path), path, "cannot open");
+  auto reader = ok_or_fail(arrow::csv::TableReader::Make(io, file, read, parse, convert), path, "not a readable CSV file");
+  const std::shared_ptr<arrow::Table> table = ok_or_fail(reader->Read(), path, "not a readable CSV file");
   arrow::TableBatchReader batches(*table);
   std::vector<Row> rows;
   for (;;) {

@@ -103,6 +103,10 @@ void file_rows(const std::string& path, const std::function<void(Row&&, int64_t)
   } else if (ext == ".arrow") {
     ALPACA_CHECK(is_arrow_bytes(head), path << " is named .arrow but is not an Arrow IPC file or stream; "
                                             "convert it or give it its real extension");
+  } else if (ext == ".csv") {
+    ALPACA_CHECK(!is_parquet_bytes(head) && !is_arrow_bytes(head),
+                 path << " is a " << (is_parquet_bytes(head) ? "Parquet" : "Arrow")
+                      << " file but its name says CSV; rename it to ." << (is_parquet_bytes(head) ? "parquet" : "arrow"));
   } else {
     // .json, .jsonl and any other name: JSON (as --data_path always read), unless the bytes say
     // it is a binary format the name hides.
@@ -113,7 +117,7 @@ void file_rows(const std::string& path, const std::function<void(Row&&, int64_t)
     for_each_json_row(read_file(path), path, on_row);
     return;
   }
-  std::vector<Row> rows = ext == ".parquet" ? read_parquet_rows(path) : read_arrow_rows(path);
+  std::vector<Row> rows = ext == ".parquet" ? read_parquet_rows(path) : ext == ".csv" ? read_csv_rows(path) : read_arrow_rows(path);
   ALPACA_CHECK(!rows.empty(), path << ": the dataset has no records");
   for (size_t i = 0; i < rows.size(); ++i) on_row(std::move(rows[i]), static_cast<int64_t>(i));
 }

@@ -36,5 +36,13 @@ AlpacaRecord alpaca_record_from_row(const Row& v, const std::string& name, int64
 // had no key (pyarrow and `datasets` fill the union of the keys they saw).
 std::vector<Row> read_parquet_rows(const std::string& path);
 std::vector<Row> read_arrow_rows(const std::string& path);
+// Every row of a CSV file with a header row, split as `datasets.load_dataset("csv")` (pandas'
+// read_csv) splits it: quoted fields with commas, doubled quotes and newlines, blank lines skipped,
+// a UTF-8 BOM dropped. Every cell is the text it is, as Python's csv module reads it: pandas makes
+// an empty cell and words like "NA", "None", "null" missing (None: "None" in the prompt of
+// train.py's f-string, an error in TRL) and a column whose every cell is a number numbers ("3.50"
+// -> 3.5), neither of which an instruction dataset wants; here an empty cell is "" (an empty
+// input: the no-input prompt).
+std::vector<Row> read_csv_rows(const std::string& path);
 
 }  // namespace alpaca::data

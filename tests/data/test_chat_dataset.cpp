@@ -81,6 +81,40 @@ TEST(ChatDataset, AlpacaRowsAreTheAlpacaLoadersRecords) {
   }
 }
 
+// CSV (a header row): pandas' DataFrame.to_csv of the Alpaca and prompt-completion rows, and a
+// hand-written file with quoted commas, doubled quotes, newlines and CRLF inside fields, a BOM, a
+// blank line, empty cells, "NA" / "null" / "n/a" cells, an extra column and non-ASCII text. Every
+// cell is its text (the reference checked that datasets reads the same but for the cells pandas
+// makes missing); the Alpaca rows are those of the JSON file the CSV was written from.
+TEST(ChatDataset, CsvRowsAreTheirCellsText) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture());
+  for (const char* name : {"tricky", "alpaca", "pc_text"}) {
+    SCOPED_TRACE(name);
+    nlohmann::json want;
+    std::ifstream(fixture() / (std::string(name) + "_csv.expected.json")) >> want;
+    ASSERT_GE(want.size(), 7u);
+    Dataset d = load_dataset((fixture() / (std::string(name) + ".csv")).string());
+    ASSERT_EQ(d.rows.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) expect_row(d.rows[i], want[i], d.rows[i].source);
+  }
+  Dataset tricky = load_dataset((fixture() / "tricky.csv").string());
+  ASSERT_TRUE(tricky.all_alpaca());
+  const auto t = tricky.alpaca_records();
+  EXPECT_EQ(t[2].instruction, "Quote \"this\"");
+  EXPECT_EQ(t[2].output, "multi\nline\r\nanswer");
+  EXPECT_EQ(t[3].input, "NA");      // pandas: missing
+  EXPECT_EQ(t[4].output, "3.50");   // pandas (a numbers-only column): 3.5
+  EXPECT_EQ(t[5].input, "  spaced  ");
+  const auto from_json = load_alpaca_records((fixture() / "alpaca.json").string());
+  const auto from_csv = load_dataset((fixture() / "alpaca.csv").string()).alpaca_records();
+  ASSERT_EQ(from_csv.size(), from_json.size());
+  for (size_t i = 0; i < from_csv.size(); ++i) {
+    EXPECT_EQ(from_csv[i].instruction, from_json[i].instruction) << i;
+    EXPECT_EQ(from_csv[i].input, from_json[i].input) << i;
+    EXPECT_EQ(from_csv[i].output, from_json[i].output) << i;
+  }
+}
+
 TEST(ChatDataset, PeekNamesEachFilesFormat) {
   ALPACA_SKIP_IF_FIXTURE_SKIPPED(fixture());
   const std::string paths = (fixture() / "alpaca.jsonl").string() + "," + (fixture() / "sharegpt_disk").string() +
@@ -273,6 +307,14 @@ TEST(ChatDataset, BadRowsAreErrorsNamingTheRow) {
 TEST(ChatDataset, FilesThatAreNotWhatTheirNameSaysAreErrors) {
   std::string m = load_error("PAR1 this is no json", "d.json");
   EXPECT_HAS(m, "is a Parquet file but its name says JSON");
+  m = load_error("PAR1 junk PAR1", "d.csv");
+  EXPECT_HAS(m, "is a Parquet file but its name says CSV");
+  m = load_error("instruction,output\n\"unclosed,b\n", "d.csv");
+  EXPECT_HAS(m, "d.csv: not a readable CSV file");
+  m = load_error("instruction,output\na,b,c\n", "d.csv");
+  EXPECT_HAS(m, "d.csv: not a readable CSV file");
+  m = load_error("instruction,output\n", "d.csv");
+  EXPECT_HAS(m, "the dataset has no records");
   m = load_error(R"({"instruction": "a", "output": "b"})", "d.parquet");
   EXPECT_HAS(m, "is named .parquet but is not a Parquet file");
   m = load_error("PAR1 truncated junk PAR1", "d.parquet");

@@ -216,6 +216,57 @@ def main():
         expected = [expected_row(fmt, r) for r in rows]
         (out / f"{name}.expected.json").write_text(json.dumps(expected, ensure_ascii=False))
         print(f"{name}: {len(rows)} rows ({fmt}) as json, jsonl, parquet, save_to_disk")
+    write_csv_cases(out, build(records))
+
+
+# Hand-written CSV: what a spreadsheet or a script writes (quoted commas, doubled quotes, newlines
+# and CRLF inside quoted fields, a UTF-8 BOM, blank lines, missing cells, pandas' missing-value words,
+# non-ASCII text, an extra column, cells that look like numbers in a column that also has text).
+TRICKY_CSV = (
+    "\ufeffinstruction,input,output,source\r\n"
+    "Say hi,,hi there,web\r\n"
+    "\"Add 2, and 2\",\"\",4,\r\n"
+    "\"Quote \"\"this\"\"\",\"a, b\",\"multi\nline\r\nanswer\",x\r\n"
+    "\r\n"
+    "What is NA?,NA,the missing value,\r\n"
+    "Price,n/a,3.50,\r\n"
+    "Übersetze,\"  spaced  \",日本語,src\r\n"
+    "Write null,null,None of it,\r\n"
+)
+
+
+# pandas.read_csv's missing-value words (pandas._libs.parsers.STR_NA_VALUES).
+PANDAS_NA = {"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
+             "NA", "NULL", "NaN", "None", "n/a", "nan", "null"}
+
+
+def write_csv_cases(out, built):
+    """<name>.csv written by pandas (DataFrame.to_csv, the usual way a CSV dataset is made) for the
+    flat formats, and tricky.csv; each with <name>_csv.expected.json: the rows as Python's csv module
+    reads them (every cell the text it is, an empty cell "") put through expected_row. They are
+    datasets.load_dataset("csv")'s rows but where pandas makes a cell missing (an empty cell, "NA",
+    "None", ...: None there), which the check below asserts cell by cell."""
+    import csv
+    import pandas as pd
+    (out / "tricky.csv").write_bytes(TRICKY_CSV.encode("utf-8"))
+    cases = {"tricky": "alpaca"}
+    for name in ("alpaca", "pc_text"):
+        fmt, rows = built[name]
+        pd.DataFrame(columns(rows)).to_csv(out / f"{name}.csv", index=False)
+        cases[name] = fmt
+    for name, fmt in cases.items():
+        with open(out / f"{name}.csv", newline="", encoding="utf-8-sig") as f:
+            rows = list(csv.DictReader(f))
+        read = list(datasets.load_dataset("csv", data_files=str(out / f"{name}.csv"), split="train"))
+        assert len(read) == len(rows), name
+        missing = 0
+        for ours, theirs in zip(rows, read):
+            for k, v in ours.items():
+                assert theirs[k] == v or (theirs[k] is None and v in PANDAS_NA), (name, k, v, theirs[k])
+                missing += theirs[k] is None
+        expected = [expected_row(fmt, r) for r in rows]
+        (out / f"{name}_csv.expected.json").write_text(json.dumps(expected, ensure_ascii=False))
+        print(f"{name}.csv: {len(rows)} rows ({fmt}); datasets has {missing} of their cells missing")
 
 
 if __name__ == "__main__":
