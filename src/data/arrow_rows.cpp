@@ -129,6 +129,20 @@ std::vector<Row> stream_rows(const std::shared_ptr<arrow::io::ReadableFile>& fil
   return rows;
 }
 
+// Every row of a table read whole (Parquet, CSV), a record batch at a time.
+std::vector<Row> table_rows(const arrow::Table& table, const std::string& path) {
+  arrow::TableBatchReader batches(table);
+  std::vector<Row> rows;
+  for (;;) {
+    std::shared_ptr<arrow::RecordBatch> batch;
+    auto st = batches.ReadNext(&batch);
+    ALPACA_CHECK(st.ok(), path << ": " << st.ToString());
+    if (!batch) break;
+    append_batch(*batch, path, rows);
+  }
+  return rows;
+}
+
 }  // namespace
 
 std::vector<Row> read_arrow_rows(const std::string& path) {
@@ -156,16 +170,7 @@ std::vector<Row> read_parquet_rows(const std::string& path) {
   } catch (const parquet::ParquetException& e) {
     ALPACA_FAIL(path << ": not a readable Parquet file: " << e.what());
   }
-  arrow::TableBatchReader batches(*table);
-  std::vector<Row> rows;
-  for (;;) {
-    std::shared_ptr<arrow::RecordBatch> batch;
-    auto st = batches.ReadNext(&batch);
-    ALPACA_CHECK(st.ok(), path << ": " << st.ToString());
-    if (!batch) break;
-    append_batch(*batch, path, rows);
-  }
-  return rows;
+  return table_rows(*table, path);
 }
 
 // Arrow's CSV reader splitting as pandas.read_csv does by default: a header row, double quotes (a
@@ -187,16 +192,7 @@ std::vector<Row> read_csv_rows(const std::string& path) {
   auto file = ok_or_fail(arrow::io::ReadableFile::Open(path), path, "cannot open");
   auto reader = ok_or_fail(arrow::csv::TableReader::Make(io, file, read, parse, convert), path, "not a readable CSV file");
   const std::shared_ptr<arrow::Table> table = ok_or_fail(reader->Read(), path, "not a readable CSV file");
-  arrow::TableBatchReader batches(*table);
-  std::vector<Row> rows;
-  for (;;) {
-    std::shared_ptr<arrow::RecordBatch> batch;
-    auto st = batches.ReadNext(&batch);
-    ALPACA_CHECK(st.ok(), path << ": " << st.ToString());
-    if (!batch) break;
-    append_batch(*batch, path, rows);
-  }
-  return rows;
+  return table_rows(*table, path);
 }
 
 }  // namespace alpaca::data

@@ -57,6 +57,14 @@ std::vector<StepLog> resume(const fs::path& ckpt, const fs::path& out, int ranks
   return read_step_logs(out);
 }
 
+// Every shard file of `b` has the digest of `a`'s (an asynchronous save writes the same bytes).
+void expect_same_shards(const fs::path& a, const fs::path& b) {
+  for (const auto& [rel, digest] : marker(a)["xxh3_128"].items())
+    if (rel.find("shard-") != std::string::npos) {
+      EXPECT_EQ(marker(b)["xxh3_128"].value(rel, ""), digest.get<std::string>()) << rel;
+    }
+}
+
 // Shard bytes per rank: each within 1% of the checkpoint's shard bytes / world.
 void expect_even_bytes(const fs::path& ckpt, int world) {
   const auto m = marker(ckpt);
@@ -184,10 +192,7 @@ TEST_F(ShardedResume, EightBitAdamWResumesBitwiseInEveryLayout) {
     // Asynchronous saves write the same bytes.
     const fs::path async = tmp.path() / "async";
     ASSERT_EQ(run_trainer(args(async, 6, 2, 2, eight), 2, &log), 0) << log;
-    for (const auto& [rel, digest] : marker(ckpt)["xxh3_128"].items())
-      if (rel.find("shard-") != std::string::npos) {
-        EXPECT_EQ(marker(async / "checkpoint-3")["xxh3_128"].value(rel, ""), digest.get<std::string>()) << rel;
-      }
+    expect_same_shards(ckpt, async / "checkpoint-3");
     // Resharded: 4 ranks x 2 x 1, the same global batch of 8.
     const fs::path four = tmp.path() / "four";
     expect_same_steps(resume(ckpt, four, 4, args(four, 6, 2, 1, eight), &log), steps, 1e-6);
@@ -231,10 +236,7 @@ TEST_F(ShardedResume, AdafactorResumesBitwiseInEveryLayout) {
     if (layout != "sharded") continue;
     const fs::path async = tmp.path() / "adafactor_async";
     ASSERT_EQ(run_trainer(args(async, 6, 2, 2, adafactor), 2, &log), 0) << log;
-    for (const auto& [rel, digest] : marker(ckpt)["xxh3_128"].items())
-      if (rel.find("shard-") != std::string::npos) {
-        EXPECT_EQ(marker(async / "checkpoint-3")["xxh3_128"].value(rel, ""), digest.get<std::string>()) << rel;
-      }
+    expect_same_shards(ckpt, async / "checkpoint-3");
     const fs::path four = tmp.path() / "adafactor_four";
     expect_same_steps(resume(ckpt, four, 4, args(four, 6, 2, 1, adafactor), &log), steps, 1e-6);
     // The other optimizer's state is refused, with the way out.

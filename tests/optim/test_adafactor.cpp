@@ -16,6 +16,7 @@
 #include "alpaca/fsdp/shard_info.h"
 #include "alpaca/io/safetensors.h"
 #include "alpaca/optim/adamw.h"
+#include "optim_reference.h"
 #include "test_util.h"
 
 namespace alpaca::optim::test_adafactor {
@@ -25,42 +26,13 @@ namespace fs = std::filesystem;
 
 fs::path fixture() { return testing::binary_dir() / "fixtures" / "adafactor"; }
 
-struct Reference {
-  nlohmann::json meta;
-  std::shared_ptr<io::SafetensorsFile> file;
-  at::Tensor get(const std::string& name) const { return file->tensor(name).clone(); }
-};
+using Reference = test_reference::OptimReference;
 
-Reference load() {
-  Reference r;
-  std::ifstream f(fixture() / "adafactor.json");
-  EXPECT_TRUE(f) << fixture() << ": run the fixture_adafactor test first";
-  if (!f) return r;
-  r.meta = nlohmann::json::parse(f);
-  r.file = io::SafetensorsFile::open((fixture() / "adafactor.safetensors").string());
-  return r;
-}
+Reference load() { return test_reference::load_optim_reference(fixture(), "adafactor.json", "adafactor.safetensors"); }
 
-struct Param {
-  std::string name;
-  std::vector<int64_t> shape;
-  int64_t offset = 0, numel = 0;
-  bool decay = true;
-};
+using Param = test_reference::RefParam;
 
-std::vector<Param> params_of(const nlohmann::json& meta, int64_t* total) {
-  std::vector<Param> out;
-  int64_t off = 0;
-  for (const auto& p : meta["params"]) {
-    const auto shape = p["shape"].get<std::vector<int64_t>>();
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    out.push_back({p["name"].get<std::string>(), shape, off, n, p["decay"].get<bool>()});
-    off += n;
-  }
-  *total = off;
-  return out;
-}
+std::vector<Param> params_of(const nlohmann::json& meta, int64_t* total) { return test_reference::ref_params(meta, total); }
 
 AdamWOptions options_of(const nlohmann::json& meta) {
   AdamWOptions o;
@@ -69,36 +41,10 @@ AdamWOptions options_of(const nlohmann::json& meta) {
   return o;
 }
 
-// The parameters as one flat buffer (padded to `world` shards) and every rank's shard as the FSDP
-// engine's optim_shards(per_parameter) builds it.
-struct Flat {
-  at::Tensor values, grads;
-  std::vector<OptimShard> shards;
-};
+using Flat = test_reference::RefFlat;
 
 Flat make_flat(const Reference& ref, const std::vector<Param>& params, int64_t total, int world) {
-  const fsdp::ShardInfo si0 = fsdp::shard_info(total, world, 0);
-  Flat f;
-  f.values = at::zeros({si0.padded_numel}, at::kFloat);
-  f.grads = at::zeros({si0.padded_numel}, at::kFloat);
-  for (const Param& p : params) f.values.narrow(0, p.offset, p.numel).copy_(ref.get("init." + p.name).reshape({-1}));
-  for (int r = 0; r < world; ++r) {
-    const fsdp::ShardInfo si = fsdp::shard_info(total, world, r);
-    OptimShard s;
-    s.param = f.values.narrow(0, si.shard_begin, si.shard_numel);
-    s.grad = f.grads.narrow(0, si.shard_begin, si.shard_numel);
-    s.shard_rank = r;
-    s.shard_world = world;
-    for (const Param& p : params) {
-      s.params.push_back({p.name, p.shape});
-      const auto slice = fsdp::param_shard_slice(p.offset, p.numel, si);
-      if (!slice) continue;
-      s.segments.push_back({slice->shard_offset, slice->numel(), p.decay, slice->param_begin, p.numel, false,
-                            static_cast<int64_t>(s.params.size()) - 1});
-    }
-    f.shards.push_back(std::move(s));
-  }
-  return f;
+  return test_reference::make_ref_flat(ref, params, total, world, "init.");
 }
 
 void set_grads(Flat& f, const Reference& ref, const std::vector<Param>& params, int step) {
@@ -108,34 +54,48 @@ void set_grads(Flat& f, const Reference& ref, const std::vector<Param>& params, 
 
 using Optimizers = std::vector<std::unique_ptr<ShardedAdamW>>;
 
-Optimizers make_optimizers(Flat& f, const Reference& ref, int world, std::vector<at::Tensor>& exchange,
-                           std::barrier<>& sync) {
-  Optimizers opts;
-  for (int r = 0; r < world; ++r) {
-    opts.push_back(std::make_unique<ShardedAdamW>(std::vector<OptimShard>{f.shards[r]}, options_of(ref.meta)));
-    if (world > 1)
-      opts.back()->set_sum_reducer([&, r, world](at::Tensor& t) {
-        exchange[r] = t.clone();
-        sync.arrive_and_wait();
-        at::Tensor sum = at::zeros_like(t);
-        for (int k = 0; k < world; ++k) sum.add_(exchange[k]);  // every rank adds in the same order
-        sync.arrive_and_wait();
-        t.copy_(sum);
-      });
+// `world` ranks over the reference's parameters: the flat buffer, one optimizer per rank with an
+// all-reduce SUM between their threads (every rank adds the parts in the same order).
+class Ranks {
+ public:
+  Ranks(const Reference& ref, const std::vector<Param>& params, int64_t total, int world)
+      : ref_(ref), params_(params), flat(make_flat(ref, params, total, world)), exchange_(world), sync_(world) {
+    for (int r = 0; r < world; ++r) {
+      opts.push_back(std::make_unique<ShardedAdamW>(std::vector<OptimShard>{flat.shards[r]}, options_of(ref.meta)));
+      if (world > 1)
+        opts.back()->set_sum_reducer([this, r, world](at::Tensor& t) {
+          exchange_[r] = t.clone();
+          sync_.arrive_and_wait();
+          at::Tensor sum = at::zeros_like(t);
+          for (int k = 0; k < world; ++k) sum.add_(exchange_[k]);
+          sync_.arrive_and_wait();
+          t.copy_(sum);
+        });
+    }
   }
-  return opts;
-}
+  // The reference's steps [first, last), one thread per rank.
+  void run(int first, int last) {
+    const auto lrs = ref_.meta["lrs"].get<std::vector<double>>();
+    for (int step = first; step < last; ++step) {
+      set_grads(flat, ref_, params_, step);
+      std::vector<std::thread> threads;
+      for (size_t r = 0; r < opts.size(); ++r) threads.emplace_back([&, r] { opts[r]->step(lrs[step]); });
+      for (auto& t : threads) t.join();
+    }
+  }
 
-// Steps `opts` (one thread per rank) through the reference's steps [first, last).
-void run_steps(Optimizers& opts, Flat& f, const Reference& ref, const std::vector<Param>& params, int first, int last) {
-  const auto lrs = ref.meta["lrs"].get<std::vector<double>>();
-  for (int step = first; step < last; ++step) {
-    set_grads(f, ref, params, step);
-    std::vector<std::thread> threads;
-    for (size_t r = 0; r < opts.size(); ++r) threads.emplace_back([&, r] { opts[r]->step(lrs[step]); });
-    for (auto& t : threads) t.join();
-  }
-}
+ private:
+  const Reference& ref_;
+  const std::vector<Param>& params_;
+
+ public:
+  Flat flat;
+  Optimizers opts;
+
+ private:
+  std::vector<at::Tensor> exchange_;
+  std::barrier<> sync_;
+};
 
 double max_rel_diff(const at::Tensor& a, const at::Tensor& b) {
   return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item<double>();
@@ -162,20 +122,17 @@ TEST(Adafactor, OneShardMatchesTransformers) {
   ASSERT_FALSE(ref.meta.is_null());
   int64_t total = 0;
   const auto params = params_of(ref.meta, &total);
-  Flat f = make_flat(ref, params, total, 1);
-  std::vector<at::Tensor> exchange(1);
-  std::barrier sync(1);
-  Optimizers opts = make_optimizers(f, ref, 1, exchange, sync);
+  Ranks one(ref, params, total, 1);
   const int steps = ref.meta["steps"].get<int>();
   double worst_param = 0, worst_state = 0;
   for (int step = 0; step < steps; ++step) {
-    run_steps(opts, f, ref, params, step, step + 1);
+    one.run(step, step + 1);
     for (const Param& p : params) {
       const std::string s = std::to_string(step);
-      worst_param = std::max(worst_param, max_rel_diff(f.values.narrow(0, p.offset, p.numel),
+      worst_param = std::max(worst_param, max_rel_diff(one.flat.values.narrow(0, p.offset, p.numel),
                                                        ref.get("param." + s + "." + p.name).reshape({-1})));
     }
-    for (const auto& st : opts[0]->adafactor_state())
+    for (const auto& st : one.opts[0]->adafactor_state())
       worst_state = std::max(worst_state, max_rel_diff(st.value, ref.get(st.key + "." + std::to_string(step) + "." + st.param)));
   }
   // The statistics are transformers' ops in its order (bit for bit); the update's RMS is a sum of
@@ -193,15 +150,12 @@ TEST(Adafactor, StateIsNamedAsTorchNamesIt) {
   ASSERT_FALSE(ref.meta.is_null());
   int64_t total = 0;
   const auto params = params_of(ref.meta, &total);
-  Flat f = make_flat(ref, params, total, 1);
-  std::vector<at::Tensor> exchange(1);
-  std::barrier sync(1);
-  Optimizers opts = make_optimizers(f, ref, 1, exchange, sync);
+  Ranks one(ref, params, total, 1);
   std::map<std::string, std::vector<std::string>> keys;
-  for (const auto& st : opts[0]->adafactor_state()) {
+  for (const auto& st : one.opts[0]->adafactor_state()) {
     keys[st.param].push_back(st.key);
-    const auto shape = ref.get(st.key + ".0." + st.param).sizes();
-    EXPECT_EQ(st.value.sizes(), shape) << st.param << " " << st.key;
+    const at::Tensor want = ref.get(st.key + ".0." + st.param);
+    EXPECT_EQ(st.value.sizes(), want.sizes()) << st.param << " " << st.key;
   }
   for (auto& [name, k] : keys) {
     std::sort(k.begin(), k.end());
@@ -211,7 +165,7 @@ TEST(Adafactor, StateIsNamedAsTorchNamesIt) {
   // rows + columns of a matrix, every element of a vector: what the planner counts.
   int64_t expect = 0;
   for (const Param& p : params) expect += p.shape.size() == 2 ? p.shape[0] + p.shape[1] : p.numel;
-  EXPECT_EQ(opts[0]->state_bytes(), 4 * expect);
+  EXPECT_EQ(one.opts[0]->state_bytes(), 4 * expect);
 }
 
 class AdafactorShards : public ::testing::TestWithParam<int> {};
@@ -226,26 +180,19 @@ TEST_P(AdafactorShards, MatchOneRank) {
   int64_t total = 0;
   const auto params = params_of(ref.meta, &total);
   const int steps = ref.meta["steps"].get<int>();
-  Flat one = make_flat(ref, params, total, 1);
-  std::vector<at::Tensor> ex1(1);
-  std::barrier sync1(1);
-  Optimizers o1 = make_optimizers(one, ref, 1, ex1, sync1);
-  run_steps(o1, one, ref, params, 0, steps);
-
-  Flat f = make_flat(ref, params, total, world);
-  std::vector<at::Tensor> exchange(world);
-  std::barrier sync(world);
-  Optimizers opts = make_optimizers(f, ref, world, exchange, sync);
-  run_steps(opts, f, ref, params, 0, steps);
+  Ranks one(ref, params, total, 1), many(ref, params, total, world);
+  one.run(0, steps);
+  many.run(0, steps);
   for (int r = 1; r < world; ++r) {
-    const auto a = opts[0]->adafactor_state(), b = opts[r]->adafactor_state();
+    const auto a = many.opts[0]->adafactor_state(), b = many.opts[r]->adafactor_state();
     ASSERT_EQ(a.size(), b.size());
     for (size_t k = 0; k < a.size(); ++k) ASSERT_TRUE(at::equal(a[k].value, b[k].value)) << "rank " << r << " " << a[k].param;
   }
   double worst_param = 0, worst_state = 0;
   for (const Param& p : params)
-    worst_param = std::max(worst_param, max_rel_diff(f.values.narrow(0, p.offset, p.numel), one.values.narrow(0, p.offset, p.numel)));
-  const auto a = opts[0]->adafactor_state(), b = o1[0]->adafactor_state();
+    worst_param = std::max(worst_param, max_rel_diff(many.flat.values.narrow(0, p.offset, p.numel),
+                                                     one.flat.values.narrow(0, p.offset, p.numel)));
+  const auto a = many.opts[0]->adafactor_state(), b = one.opts[0]->adafactor_state();
   for (size_t k = 0; k < a.size(); ++k) worst_state = std::max(worst_state, max_rel_diff(a[k].value, b[k].value));
   std::printf("%d shards vs one: parameters within %.3g, statistics within %.3g (relative)\n", world, worst_param,
               worst_state);
@@ -265,31 +212,18 @@ TEST(Adafactor, ResumesFromItsNamedStateBitwise) {
   const int steps = ref.meta["steps"].get<int>();
   for (int world : {1, 3}) {
     SCOPED_TRACE(world);
-    Flat a = make_flat(ref, params, total, world);
-    std::vector<at::Tensor> ea(world);
-    std::barrier sa(world);
-    Optimizers oa = make_optimizers(a, ref, world, ea, sa);
-    run_steps(oa, a, ref, params, 0, steps);
-
-    Flat b = make_flat(ref, params, total, world);
-    std::vector<at::Tensor> eb(world);
-    std::barrier sb(world);
-    Optimizers ob = make_optimizers(b, ref, world, eb, sb);
-    run_steps(ob, b, ref, params, 0, 3);
+    Ranks straight(ref, params, total, world), first(ref, params, total, world), resumed(ref, params, total, world);
+    straight.run(0, steps);
+    first.run(0, 3);
     std::map<std::string, at::Tensor> saved;  // what a checkpoint holds
-    for (const auto& st : ob[0]->adafactor_state()) saved[st.key + "." + st.param] = st.value.clone();
-    const at::Tensor values = b.values.clone();
-    Flat c = make_flat(ref, params, total, world);
-    c.values.copy_(values);
-    std::vector<at::Tensor> ec(world);
-    std::barrier sc(world);
-    Optimizers oc = make_optimizers(c, ref, world, ec, sc);
-    for (auto& o : oc) {
+    for (const auto& st : first.opts[0]->adafactor_state()) saved[st.key + "." + st.param] = st.value.clone();
+    resumed.flat.values.copy_(first.flat.values);
+    for (auto& o : resumed.opts) {
       o->set_step_count(3);
       for (const auto& st : o->adafactor_state()) st.value.copy_(saved.at(st.key + "." + st.param));
     }
-    run_steps(oc, c, ref, params, 3, steps);
-    EXPECT_TRUE(at::equal(c.values, a.values));
+    resumed.run(3, steps);
+    EXPECT_TRUE(at::equal(resumed.flat.values, straight.flat.values));
   }
 }
 

@@ -18,6 +18,7 @@
 #include "alpaca/fsdp/shard_info.h"
 #include "alpaca/io/safetensors.h"
 #include "alpaca/optim/adamw.h"
+#include "optim_reference.h"
 #include "test_util.h"
 
 namespace alpaca::optim::test_bnb_adamw {
@@ -27,40 +28,15 @@ namespace fs = std::filesystem;
 
 fs::path fixture() { return testing::binary_dir() / "fixtures" / "bnb_adamw"; }
 
-struct Reference {
-  nlohmann::json meta;
-  std::shared_ptr<io::SafetensorsFile> file;
-  at::Tensor get(const std::string& name) const { return file->tensor(name).clone(); }
-};
+using Reference = test_reference::OptimReference;
 
 Reference load(int bits) {
-  Reference r;
-  std::ifstream f(fixture() / "bnb_adamw.json");
-  EXPECT_TRUE(f) << fixture() << ": run the fixture_bnb_adamw test first";
-  if (!f) return r;
-  r.meta = nlohmann::json::parse(f);
-  r.file = io::SafetensorsFile::open((fixture() / ("bnb_adamw" + std::to_string(bits) + ".safetensors")).string());
-  return r;
+  return test_reference::load_optim_reference(fixture(), "bnb_adamw.json", "bnb_adamw" + std::to_string(bits) + ".safetensors");
 }
 
-struct Param {
-  std::string name;
-  int64_t offset = 0, numel = 0;
-  bool decay = true;
-};
+using Param = test_reference::RefParam;
 
-std::vector<Param> params_of(const nlohmann::json& meta, int64_t* total) {
-  std::vector<Param> out;
-  int64_t off = 0;
-  for (const auto& p : meta["params"]) {
-    int64_t n = 1;
-    for (const auto& d : p["shape"]) n *= d.get<int64_t>();
-    out.push_back({p["name"].get<std::string>(), off, n, p["decay"].get<bool>()});
-    off += n;
-  }
-  *total = off;
-  return out;
-}
+std::vector<Param> params_of(const nlohmann::json& meta, int64_t* total) { return test_reference::ref_params(meta, total); }
 
 AdamWOptions options_of(const nlohmann::json& meta, int bits) {
   AdamWOptions o;
@@ -72,35 +48,10 @@ AdamWOptions options_of(const nlohmann::json& meta, int bits) {
   return o;
 }
 
-// The whole model as one flat buffer (padded to `world` shards); every rank's shard and segments as
-// the FSDP engine builds them (fsdp::param_shard_slice).
-struct Flat {
-  at::Tensor values, grads;  // (padded) fp32
-  std::vector<OptimShard> shards;
-};
+using Flat = test_reference::RefFlat;
 
 Flat make_flat(const Reference& ref, const std::vector<Param>& params, int64_t total, int world, const std::string& key) {
-  const fsdp::ShardInfo si0 = fsdp::shard_info(total, world, 0);
-  Flat f;
-  f.values = at::zeros({si0.padded_numel}, at::kFloat);
-  f.grads = at::zeros({si0.padded_numel}, at::kFloat);
-  for (const Param& p : params) f.values.narrow(0, p.offset, p.numel).copy_(ref.get(key + p.name).reshape({-1}));
-  for (int r = 0; r < world; ++r) {
-    const fsdp::ShardInfo si = fsdp::shard_info(total, world, r);
-    OptimShard s;
-    s.param = f.values.narrow(0, si.shard_begin, si.shard_numel);
-    s.grad = f.grads.narrow(0, si.shard_begin, si.shard_numel);
-    s.shard_rank = r;
-    s.shard_world = world;
-    for (const Param& p : params) {
-      const auto slice = fsdp::param_shard_slice(p.offset, p.numel, si);
-      if (!slice) continue;
-      s.segments.push_back({slice->shard_offset, slice->numel(), p.decay, slice->param_begin, p.numel,
-                            p.name == "embed_tokens.weight"});
-    }
-    f.shards.push_back(std::move(s));
-  }
-  return f;
+  return test_reference::make_ref_flat(ref, params, total, world, key);
 }
 
 void set_grads(Flat& f, const Reference& ref, const std::vector<Param>& params, int step) {

@@ -218,6 +218,42 @@ TEST(TrainParity, EvalPackingFollowsPackingAndBfdKeepsTheEvalLoss) {
 
 namespace test_train_parity {
 
+// Each step's loss within `tol` (relative) of the reference's, its grad norm within 1e-3 and its
+// learning rate exact; returns the worst relative loss difference.
+double expect_losses_within(const std::vector<StepLog>& steps, const ReferenceSteps& ref, double tol) {
+  double worst = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const double rel = std::abs(steps[i].loss - ref.losses[i]) / ref.losses[i];
+    worst = std::max(worst, rel);
+    EXPECT_LE(rel, tol) << "step " << i + 1 << ": " << steps[i].loss << " vs " << ref.losses[i];
+    EXPECT_NEAR(steps[i].grad_norm, ref.grad_norms[i], 1e-3 * ref.grad_norms[i]) << "step " << i + 1;
+    EXPECT_NEAR(steps[i].learning_rate, ref.learning_rates[i], 1e-12) << "step " << i + 1;
+  }
+  return worst;
+}
+
+// How far two references' losses are apart: the largest |a - b| / b over their steps.
+double losses_apart(const ReferenceSteps& a, const ReferenceSteps& b) {
+  double apart = 0;
+  for (size_t i = 0; i < a.losses.size() && i < b.losses.size(); ++i)
+    apart = std::max(apart, std::abs(a.losses[i] - b.losses[i]) / b.losses[i]);
+  return apart;
+}
+
+// The step logs of 10 steps with `--optim optim` on `ranks` ranks (4 / ranks x 2 accumulation,
+// FULL_SHARD over several); empty, with a failure, if the run fails.
+std::vector<StepLog> ten_steps_with(const std::string& optim, int ranks) {
+  TempDir out(optim + std::to_string(ranks));
+  std::string log;
+  const int rc = run_trainer(parity_flags(kFixture, out.path(), 10, 4 / ranks, 2, "1e-3").str() + " --optim " + optim +
+                                 (ranks > 1 ? std::string(" ") + kFullShard : ""),
+                             ranks, &log);
+  EXPECT_EQ(rc, 0) << log;
+  const auto steps = rc == 0 ? read_step_logs(out.path()) : std::vector<StepLog>{};
+  EXPECT_EQ(steps.size(), 10u) << log;
+  return steps;
+}
+
 // --optim adamw_8bit and paged_adamw_32bit: bitsandbytes' AdamW as transformers' Trainer builds it
 // (reference_adamw_8bit.json, reference_paged_adamw_32bit.json: 10 steps of the reference loop with
 // bnb.optim.AdamW, 8-bit with the nn.Embedding override, on bitsandbytes' CPU kernels). Within 2e-6
@@ -229,28 +265,15 @@ TEST(TrainParity, BitsandbytesAdamWMatchesTransformersWithBitsandbytes) {
   const auto ref8 = read_reference_steps(kFixture / "reference_adamw_8bit.json");
   const auto ref32 = read_reference_steps(kFixture / "reference_paged_adamw_32bit.json");
   ASSERT_EQ(ref8.losses.size(), 10u);
-  double apart = 0;
-  for (size_t i = 0; i < 10; ++i) apart = std::max(apart, std::abs(ref8.losses[i] - ref32.losses[i]) / ref32.losses[i]);
+  const double apart = losses_apart(ref8, ref32);
   EXPECT_GT(apart, 5e-6) << "the references must tell 8-bit from 32-bit moments";
   for (const auto& [optim, ranks] : std::vector<std::pair<std::string, int>>{{"adamw_8bit", 1}, {"adamw_8bit", 2},
                                                                             {"paged_adamw_32bit", 1}}) {
     SCOPED_TRACE(optim + ", world " + std::to_string(ranks));
-    TempDir out("bnb_" + optim + std::to_string(ranks));
-    std::string log;
-    ASSERT_EQ(run_trainer(parity_flags(kFixture, out.path(), 10, 4 / ranks, 2, "1e-3").str() + " --optim " + optim +
-                              (ranks > 1 ? std::string(" ") + kFullShard : ""),
-                          ranks, &log), 0) << log;
-    const auto steps = read_step_logs(out.path());
-    ASSERT_EQ(steps.size(), 10u) << log;
+    const auto steps = ten_steps_with(optim, ranks);
+    ASSERT_EQ(steps.size(), 10u);
     const auto& ref = optim == "adamw_8bit" ? ref8 : ref32;
-    double worst = 0;
-    for (size_t i = 0; i < steps.size(); ++i) {
-      const double rel = std::abs(steps[i].loss - ref.losses[i]) / ref.losses[i];
-      worst = std::max(worst, rel);
-      EXPECT_LE(rel, 2e-6) << "step " << i + 1 << ": " << steps[i].loss << " vs " << ref.losses[i];
-      EXPECT_NEAR(steps[i].grad_norm, ref.grad_norms[i], 1e-3 * ref.grad_norms[i]) << "step " << i + 1;
-      EXPECT_NEAR(steps[i].learning_rate, ref.learning_rates[i], 1e-12) << "step " << i + 1;
-    }
+    const double worst = expect_losses_within(steps, ref, 2e-6);
     std::cout << "[" << optim << "] world " << ranks << " vs transformers + bitsandbytes: worst relative loss difference "
               << worst << " (8-bit vs 32-bit references: up to " << apart << ")\n";
   }
@@ -265,26 +288,13 @@ TEST(TrainParity, AdafactorMatchesTransformers) {
   const auto ref = read_reference_steps(kFixture / "reference_adafactor.json");
   const auto adamw = read_reference_steps(kFixture / "reference_paged_adamw_32bit.json");
   ASSERT_EQ(ref.losses.size(), 10u);
-  double apart = 0;
-  for (size_t i = 0; i < 10; ++i) apart = std::max(apart, std::abs(ref.losses[i] - adamw.losses[i]) / ref.losses[i]);
+  const double apart = losses_apart(adamw, ref);
   EXPECT_GT(apart, 1e-3) << "the reference must tell Adafactor from AdamW";
   for (int ranks : {1, 2}) {
     SCOPED_TRACE("world " + std::to_string(ranks));
-    TempDir out("adafactor" + std::to_string(ranks));
-    std::string log;
-    ASSERT_EQ(run_trainer(parity_flags(kFixture, out.path(), 10, 4 / ranks, 2, "1e-3").str() + " --optim adafactor" +
-                              (ranks > 1 ? std::string(" ") + kFullShard : ""),
-                          ranks, &log), 0) << log;
-    const auto steps = read_step_logs(out.path());
-    ASSERT_EQ(steps.size(), 10u) << log;
-    double worst = 0;
-    for (size_t i = 0; i < steps.size(); ++i) {
-      const double rel = std::abs(steps[i].loss - ref.losses[i]) / ref.losses[i];
-      worst = std::max(worst, rel);
-      EXPECT_LE(rel, 5e-7) << "step " << i + 1 << ": " << steps[i].loss << " vs " << ref.losses[i];
-      EXPECT_NEAR(steps[i].grad_norm, ref.grad_norms[i], 1e-3 * ref.grad_norms[i]) << "step " << i + 1;
-      EXPECT_NEAR(steps[i].learning_rate, ref.learning_rates[i], 1e-12) << "step " << i + 1;
-    }
+    const auto steps = ten_steps_with("adafactor", ranks);
+    ASSERT_EQ(steps.size(), 10u);
+    const double worst = expect_losses_within(steps, ref, 5e-7);
     std::cout << "[adafactor] world " << ranks << " vs transformers: worst relative loss difference " << worst
               << " (AdamW's reference: " << apart << " away)\n";
   }
