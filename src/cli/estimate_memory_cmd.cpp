@@ -45,6 +45,7 @@ plan::MemoryPlanInputs plan_inputs(const TrainArgs& args, const dist::LaunchInfo
   in.micro_batch = args.per_device_train_batch_size;
   in.adamw_8bit = args.optim.find("8bit") != std::string::npos;  // bitsandbytes' 8-bit moments
   in.adafactor = args.optim == "adafactor";
+  in.lion = args.optim.find("lion") != std::string::npos;
   in.seq_len = args.model_max_length;
   if (args.pad_to_multiple_of) in.seq_len = data::round_up_to_multiple(in.seq_len, *args.pad_to_multiple_of);  // the longest batch
   in.gpu = gpu;

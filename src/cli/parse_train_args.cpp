@@ -88,7 +88,6 @@ const std::map<std::string, UnsupportedField>& unsupported_hf_fields() {
       {"padding_free", {"--packing True gives TRL's padding-free packed batches (each document attends to itself); "
                         "without packing, batches are padded as TRL's default collator pads them", off}},
       {"activation_offloading", {"not implemented; --gradient_checkpointing saves the activation memory instead", off}},
-      {"use_cpu", {"each rank uses its GPU when it has one and the CPU otherwise (CUDA_VISIBLE_DEVICES= hides GPUs)", off}},
       {"eval_accumulation_steps", {"evaluation computes losses only; no predictions accumulate", none}},
       // TrainingArguments.to_dict() writes its default AcceleratorConfig and masks tokens.
       {"accelerator_config", {"there is no Accelerate underneath; the launch is mpirun, srun or --nproc_per_node",

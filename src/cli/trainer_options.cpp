@@ -93,9 +93,11 @@ void set_loop_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.adamw.eps = a.adam_epsilon;
   o.adamw.weight_decay = a.weight_decay;
   // transformers' _get_bitsandbytes_optimizer: "8bit" in the name is optim_bits 8, else 32.
+  const bool lion = a.optim.find("lion") != std::string::npos;
   if (a.optim.find("bnb") != std::string::npos || a.optim.find("paged") != std::string::npos ||
-      a.optim == "adamw_8bit")
+      a.optim == "adamw_8bit" || lion)
     o.adamw.bnb_bits = a.optim.find("8bit") != std::string::npos ? 8 : 32;
+  o.adamw.lion = lion;
   o.adamw.adafactor = a.optim == "adafactor";
   o.max_grad_norm = a.max_grad_norm;
   o.schedule = schedule_from_flags(a);
@@ -106,6 +108,7 @@ void set_loop_options(const TrainArgs& a, train::TrainerOptions& o) {
   o.tf32 = a.tf32;
   o.fsdp_policy = a.fsdp_policy;
   o.ddp_timeout_seconds = a.ddp_timeout;
+  o.use_cpu = a.use_cpu;
   o.full_determinism = a.full_determinism;
 }
 

@@ -127,14 +127,18 @@ void validate_sizes(TrainArgs& a) {
 void validate_optimizer(TrainArgs& a) {
   check_choice("optim", a.optim,
                {"adamw_torch", "adamw_torch_fused", "adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit",
-                "adafactor"});
+                "lion_8bit", "lion_32bit", "paged_lion_8bit", "paged_lion_32bit", "adafactor"});
   const TrainArgs d;
   if (a.optim == "adafactor" &&
       (a.adam_beta1 != d.adam_beta1 || a.adam_beta2 != d.adam_beta2 || a.adam_epsilon != d.adam_epsilon))
     a.notes.push_back("--optim adafactor: --adam_beta1, --adam_beta2 and --adam_epsilon are not used (transformers builds "
                       "Adafactor without them: no first moment, decay_rate -0.8, eps (1e-30, 1e-3))");
+  const bool lion = a.optim.find("lion") != std::string::npos;
+  if (lion && a.adam_epsilon != d.adam_epsilon)
+    a.notes.push_back("--optim " + a.optim + ": --adam_epsilon is not used (Lion takes the sign of its update; transformers "
+                      "passes it only --adam_beta1 and --adam_beta2)");
   if (a.optim.rfind("paged_", 0) == 0)
-    a.notes.push_back("--optim " + a.optim + ": bitsandbytes' AdamW" +
+    a.notes.push_back("--optim " + a.optim + ": bitsandbytes' " + (lion ? "Lion" : "AdamW") +
                       (a.optim.find("8bit") != std::string::npos ? " with 8-bit moments" : "") +
                       "; its paging (CUDA unified memory for the moments) is not done: they stay where FSDP keeps the "
                       "shards (host memory with --fsdp offload), as bitsandbytes itself does on CPU");

@@ -57,7 +57,7 @@ at::Tensor gather_fp32(Impl& impl, const at::Tensor& shard, int64_t padded_numel
   return full;
 }
 
-// `fn(flat, key, state)` for the two AdamW moments ("exp_avg", "exp_avg_sq") of every trainable
+// `fn(flat, key, state)` for the AdamW moments ("exp_avg", "exp_avg_sq"; Lion: "exp_avg") of every trainable
 // unit, in the order the optimizer holds its shards, and for 8-bit moments their block scales
 // ("exp_avg_absmax", "exp_avg_sq_absmax", per element); `op` names the caller in the error for an
 // optimizer that was built from another engine. Between the optimizer's begin/end_state_io.
@@ -68,10 +68,10 @@ void for_each_moment(Impl& impl, const optim::ShardedAdamW& opt, const char* op,
     if (!unit.train) continue;
     ALPACA_CHECK(k < opt.num_shards(), op << ": optimizer was not built from this engine");
     fn(*unit.train, "exp_avg", opt.exp_avg(k));
-    fn(*unit.train, "exp_avg_sq", opt.exp_avg_sq(k));
+    if (opt.has_exp_avg_sq()) fn(*unit.train, "exp_avg_sq", opt.exp_avg_sq(k));
     if (opt.quantized()) {
       fn(*unit.train, "exp_avg_absmax", opt.exp_avg_absmax(k));
-      fn(*unit.train, "exp_avg_sq_absmax", opt.exp_avg_sq_absmax(k));
+      if (opt.has_exp_avg_sq()) fn(*unit.train, "exp_avg_sq_absmax", opt.exp_avg_sq_absmax(k));
     }
     ++k;
   }

@@ -21,8 +21,9 @@ ShardedAdamW::ShardedAdamW(std::vector<OptimShard> shards, AdamWOptions options)
                    "ShardedAdamW: segment outside shard " << i);
     if (options_.bnb_bits == 8 || options_.adafactor) continue;  // per segment / per parameter (init_*)
     exp_avg_.push_back(at::zeros_like(s.param));
-    exp_avg_sq_.push_back(at::zeros_like(s.param));
+    if (has_exp_avg_sq()) exp_avg_sq_.push_back(at::zeros_like(s.param));
   }
+  ALPACA_CHECK(!options_.lion || options_.bnb_bits, "ShardedAdamW: Lion is bitsandbytes' (bnb_bits 8 or 32)");
   ALPACA_CHECK(options_.bnb_bits == 0 || options_.bnb_bits == 8 || options_.bnb_bits == 32,
                "ShardedAdamW: bitsandbytes AdamW has 8- or 32-bit states, not " << options_.bnb_bits);
   ALPACA_CHECK(!(options_.adafactor && options_.bnb_bits), "ShardedAdamW: Adafactor has no bitsandbytes variant");
@@ -41,9 +42,15 @@ const at::Tensor& ShardedAdamW::io_tensor(const std::vector<at::Tensor>& v, size
 }
 
 at::Tensor ShardedAdamW::exp_avg(size_t i) const { return io_tensor(exp_avg_, i, false); }
-at::Tensor ShardedAdamW::exp_avg_sq(size_t i) const { return io_tensor(exp_avg_sq_, i, false); }
+at::Tensor ShardedAdamW::exp_avg_sq(size_t i) const {
+  ALPACA_CHECK(has_exp_avg_sq(), "ShardedAdamW: Lion keeps no second moment");
+  return io_tensor(exp_avg_sq_, i, false);
+}
 at::Tensor ShardedAdamW::exp_avg_absmax(size_t i) const { return io_tensor(absmax_io_[0], i, true); }
-at::Tensor ShardedAdamW::exp_avg_sq_absmax(size_t i) const { return io_tensor(absmax_io_[1], i, true); }
+at::Tensor ShardedAdamW::exp_avg_sq_absmax(size_t i) const {
+  ALPACA_CHECK(has_exp_avg_sq(), "ShardedAdamW: Lion keeps no second moment");
+  return io_tensor(absmax_io_[1], i, true);
+}
 
 void ShardedAdamW::set_step_count(int64_t step) {
   ALPACA_CHECK(step >= 0, "ShardedAdamW: negative step count " << step);
@@ -101,8 +108,8 @@ int64_t ShardedAdamW::state_bytes() const {
           if (t->defined()) bytes += static_cast<int64_t>(t->nbytes());
     return bytes;
   }
-  for (size_t i = 0; i < exp_avg_.size(); ++i)
-    bytes += exp_avg_[i].nbytes() + exp_avg_sq_[i].nbytes();
+  for (const auto* v : {&exp_avg_, &exp_avg_sq_})
+    for (const at::Tensor& t : *v) bytes += static_cast<int64_t>(t.nbytes());
   return bytes;
 }
 

@@ -1,9 +1,11 @@
-// bitsandbytes' AdamW inside ShardedAdamW (include/alpaca/optim/adamw.h): the update of its CPU
-// kernels (bitsandbytes/backends/cpu/ops.py, 0.50: _optimizer_update_32bit_cpu and
+// bitsandbytes' AdamW and Lion inside ShardedAdamW (include/alpaca/optim/adamw.h): the update of its
+// CPU kernels (bitsandbytes/backends/cpu/ops.py, 0.50: _optimizer_update_32bit_cpu and
 // _optimizer_update_8bit_blockwise_cpu with the default backend's quantize_blockwise /
-// dequantize_blockwise), written with the same ATen operations in the same order so a parameter
-// held whole by one rank gets bitsandbytes' values bit for bit. Written here, not called: the
-// kernels live in Python, and the 8-bit state has to follow a parameter cut across ranks.
+// dequantize_blockwise; "adam" and "lion"), written with the same ATen operations in the same order
+// so a parameter held whole by one rank gets bitsandbytes' values bit for bit. Lion has one state,
+// the momentum (state1: the signed map); what follows for "the moments" holds for it alone. Written
+// here, not called: the kernels live in Python, and the 8-bit state has to follow a parameter cut
+// across ranks.
 //
 // At 8 bits a moment is stored per block of 256 of its parameter's elements: absmax (the block's
 // largest magnitude) and one uint8 code per element. bitsandbytes' native CPU quantizer
@@ -212,27 +214,29 @@ void encode_piece(const OptimShard& s, const ParamSegment& seg, SegmentState& st
                   const at::Tensor& m, const at::Tensor& v, bool given_scales, int64_t slot_base,
                   std::vector<PendingCut>* pending) {
   const BnbMaps& maps = bnb_maps();
-  at::Tensor a1 = st.absmax1.narrow(0, piece.block, piece.blocks), a2 = st.absmax2.narrow(0, piece.block, piece.blocks);
-  at::Tensor q1 = st.q1.narrow(0, piece.offset, piece.numel), q2 = st.q2.narrow(0, piece.offset, piece.numel);
+  const bool two = st.q2.defined();  // Lion: the first moment only
+  at::Tensor a1 = st.absmax1.narrow(0, piece.block, piece.blocks), q1 = st.q1.narrow(0, piece.offset, piece.numel);
+  at::Tensor a2 = two ? st.absmax2.narrow(0, piece.block, piece.blocks) : at::Tensor();
+  at::Tensor q2 = two ? st.q2.narrow(0, piece.offset, piece.numel) : at::Tensor();
   if (given_scales) {
     restore_piece(m, a1, maps.code[0], piece, q1);
-    restore_piece(v, a2, maps.code[1], piece, q2);
+    if (two) restore_piece(v, a2, maps.code[1], piece, q2);
     return;
   }
   piece_absmax(m, piece, a1);
-  piece_absmax(v, piece, a2);
+  if (two) piece_absmax(v, piece, a2);
   if (piece.cut) {
     PendingCut c;
     c.st = &st;
     c.piece = piece;
     for (int64_t slot : cut_slots(s, seg, piece)) c.slots.push_back(slot_base + slot);
     c.values[0] = m.clone();
-    c.values[1] = v.clone();
+    if (two) c.values[1] = v.clone();
     pending->push_back(std::move(c));
     return;
   }
   quantize_piece(m, a1, maps.lut[0], piece, q1);
-  quantize_piece(v, a2, maps.lut[1], piece, q2);
+  if (two) quantize_piece(v, a2, maps.lut[1], piece, q2);
 }
 
 // The cut blocks' scales: every rank's part maximum, all-reduced (MAX) over the shard group in one
@@ -242,7 +246,9 @@ void finish_cut_blocks(std::vector<PendingCut>& pending, int64_t num_slots, cons
   float* mx = maxima.data_ptr<float>();
   std::vector<at::Tensor> parts;  // this rank's part maxima, read from the device at once
   for (const PendingCut& c : pending)
-    for (int j = 0; j < 2; ++j) parts.push_back((j == 0 ? c.st->absmax1 : c.st->absmax2)[c.piece.block]);
+    for (int j = 0; j < 2; ++j)  // Lion's absent second moment: a part of 0
+      parts.push_back(c.values[j].defined() ? (j == 0 ? c.st->absmax1 : c.st->absmax2)[c.piece.block]
+                                            : at::zeros({}, c.st->absmax1.options()));
   const at::Tensor host = parts.empty() ? at::Tensor() : at::stack(parts).to(at::kCPU, at::kFloat).contiguous();
   for (size_t n = 0; n < pending.size(); ++n)
     for (int j = 0; j < 2; ++j) {
@@ -254,6 +260,7 @@ void finish_cut_blocks(std::vector<PendingCut>& pending, int64_t num_slots, cons
   const BnbMaps& maps = bnb_maps();
   for (PendingCut& c : pending)
     for (int j = 0; j < 2; ++j) {
+      if (!c.values[j].defined()) continue;
       at::Tensor scale = (j == 0 ? c.st->absmax1 : c.st->absmax2).narrow(0, c.piece.block, 1);
       scale.copy_(maxima[j].index({at::tensor(c.slots, at::kLong)}).max().reshape({1}));
       at::Tensor q = (j == 0 ? c.st->q1 : c.st->q2).narrow(0, c.piece.offset, c.piece.numel);
@@ -274,14 +281,15 @@ void ShardedAdamW::init_bnb_states() {
                    "bitsandbytes AdamW: shard " << i << " has a segment without its parameter's extent");
       st.eight = eight_bits && keeps_8bit_moments(seg);
       const auto opts = s.param.options();
+      const bool two = has_exp_avg_sq();
       if (st.eight) {
         st.q1 = at::zeros({seg.numel}, opts.dtype(at::kByte));
-        st.q2 = at::zeros({seg.numel}, opts.dtype(at::kByte));
         st.absmax1 = at::zeros({blocks_touched(seg)}, opts);
-        st.absmax2 = at::zeros({blocks_touched(seg)}, opts);
+        if (two) st.q2 = at::zeros({seg.numel}, opts.dtype(at::kByte));
+        if (two) st.absmax2 = at::zeros({blocks_touched(seg)}, opts);
       } else if (eight_bits) {
         st.m = at::zeros({seg.numel}, opts);
-        st.v = at::zeros({seg.numel}, opts);
+        if (two) st.v = at::zeros({seg.numel}, opts);
       }
       seg_states_[i].push_back(std::move(st));
     }
@@ -323,8 +331,15 @@ void ShardedAdamW::step_bnb(double lr) {
     const double wd = seg.decay ? options_.weight_decay : 0.0;
     const at::Tensor& gf = g;  // g.float() * gnorm_scale: fp32 already, the scale 1 (an exact product)
     if (!st.eight) {
-      // _optimizer_update_32bit_cpu, "adam" (max_unorm 0: update_scale 1).
       at::Tensor m = st.m.defined() ? st.m : exp_avg_[i].narrow(0, seg.offset, seg.numel);
+      if (options_.lion) {  // _optimizer_update_32bit_cpu, "lion"
+        if (wd > 0.0) p.mul_(1.0 - lr * wd);
+        const at::Tensor update = m.mul(b1).add(gf, 1.0 - b1);
+        p.add_(update.sign(), -lr);
+        m.mul_(b2).add_(gf, 1.0 - b2);
+        return;
+      }
+      // _optimizer_update_32bit_cpu, "adam" (max_unorm 0: update_scale 1).
       at::Tensor v = st.v.defined() ? st.v : exp_avg_sq_[i].narrow(0, seg.offset, seg.numel);
       m.mul_(b1).add_(gf, 1.0 - b1);
       v.mul_(b2).addcmul_(gf, gf, 1.0 - b2);
@@ -341,6 +356,14 @@ void ShardedAdamW::step_bnb(double lr) {
       const at::Tensor gp = gf.narrow(0, piece.offset, piece.numel);
       at::Tensor m = dequantize_piece(st.q1.narrow(0, piece.offset, piece.numel),
                                       st.absmax1.narrow(0, piece.block, piece.blocks), maps.code[0], piece);
+      if (options_.lion) {  // _optimizer_update_8bit_blockwise_cpu, "lion"
+        if (wd > 0.0) pp.mul_(1.0 - lr * wd);
+        const at::Tensor update_dir = at::sign(m.mul(b1) + gp.mul(1.0 - b1));
+        pp.add_(update_dir, -lr);
+        m.mul_(b2).add_(gp, 1.0 - b2);
+        encode_piece(s, seg, st, piece, m, at::Tensor(), /*given_scales=*/false, slot_base, &pending);
+        continue;
+      }
       at::Tensor v = dequantize_piece(st.q2.narrow(0, piece.offset, piece.numel),
                                       st.absmax2.narrow(0, piece.block, piece.blocks), maps.code[1], piece);
       m.mul_(b1).add_(gp, 1.0 - b1);
@@ -365,33 +388,36 @@ void ShardedAdamW::begin_state_io() {
   for (auto& a : absmax_io_) a.clear();
   for (size_t i = 0; i < shards_.size(); ++i) {
     const OptimShard& s = shards_[i];
-    at::Tensor m = at::zeros_like(s.param), v = at::zeros_like(s.param);
-    at::Tensor a1 = at::zeros_like(s.param), a2 = at::zeros_like(s.param);
+    const bool two = has_exp_avg_sq();
+    at::Tensor m = at::zeros_like(s.param), a1 = at::zeros_like(s.param);
+    at::Tensor v = two ? at::zeros_like(s.param) : at::Tensor(), a2 = two ? at::zeros_like(s.param) : at::Tensor();
     for (size_t k = 0; k < s.segments.size(); ++k) {
       const ParamSegment& seg = s.segments[k];
       if (seg.numel == 0) continue;
       const SegmentState& st = seg_states_[i][k];
-      at::Tensor ms = m.narrow(0, seg.offset, seg.numel), vs = v.narrow(0, seg.offset, seg.numel);
+      at::Tensor ms = m.narrow(0, seg.offset, seg.numel);
       if (!st.eight) {
         ms.copy_(st.m);
-        vs.copy_(st.v);
+        if (two) v.narrow(0, seg.offset, seg.numel).copy_(st.v);
         continue;
       }
       for (const BlockPiece& piece : block_pieces(seg)) {
         const at::Tensor s1 = st.absmax1.narrow(0, piece.block, piece.blocks);
-        const at::Tensor s2 = st.absmax2.narrow(0, piece.block, piece.blocks);
+        const at::Tensor s2 = two ? st.absmax2.narrow(0, piece.block, piece.blocks) : at::Tensor();
         ms.narrow(0, piece.offset, piece.numel)
             .copy_(dequantize_piece(st.q1.narrow(0, piece.offset, piece.numel), s1, maps.code[0], piece));
-        vs.narrow(0, piece.offset, piece.numel)
-            .copy_(dequantize_piece(st.q2.narrow(0, piece.offset, piece.numel), s2, maps.code[1], piece));
         // Each element's block scale.
         as_blocks(a1.narrow(0, seg.offset + piece.offset, piece.numel), piece).copy_(s1.view({piece.blocks, 1}));
+        if (!two) continue;
+        v.narrow(0, seg.offset + piece.offset, piece.numel)
+            .copy_(dequantize_piece(st.q2.narrow(0, piece.offset, piece.numel), s2, maps.code[1], piece));
         as_blocks(a2.narrow(0, seg.offset + piece.offset, piece.numel), piece).copy_(s2.view({piece.blocks, 1}));
       }
     }
     exp_avg_.push_back(m);
-    exp_avg_sq_.push_back(v);
     absmax_io_[0].push_back(a1);
+    if (!two) continue;
+    exp_avg_sq_.push_back(v);
     absmax_io_[1].push_back(a2);
   }
   io_open_ = true;
@@ -406,21 +432,22 @@ void ShardedAdamW::end_state_io(bool written, bool have_absmax) {
       const OptimShard& s = shards_[i];
       const ParamSegment& seg = s.segments[k];
       SegmentState& st = seg_states_[i][k];
+      const bool two = has_exp_avg_sq();
       const at::Tensor m = exp_avg_[i].narrow(0, seg.offset, seg.numel);
-      const at::Tensor v = exp_avg_sq_[i].narrow(0, seg.offset, seg.numel);
+      const at::Tensor v = two ? exp_avg_sq_[i].narrow(0, seg.offset, seg.numel) : at::Tensor();
       if (!st.eight) {
         st.m.copy_(m);
-        st.v.copy_(v);
+        if (two) st.v.copy_(v);
         return;
       }
       for (const BlockPiece& piece : block_pieces(seg)) {
         if (have_absmax)  // each block's scale from any of its elements (all equal): the first
-          for (int j = 0; j < 2; ++j)
+          for (int j = 0; j < (two ? 2 : 1); ++j)
             (j == 0 ? st.absmax1 : st.absmax2)
                 .narrow(0, piece.block, piece.blocks)
                 .copy_(as_blocks(absmax_io_[j][i].narrow(0, seg.offset + piece.offset, piece.numel), piece).select(1, 0));
-        encode_piece(s, seg, st, piece, m.narrow(0, piece.offset, piece.numel), v.narrow(0, piece.offset, piece.numel),
-                     have_absmax, slot_base, &pending);
+        encode_piece(s, seg, st, piece, m.narrow(0, piece.offset, piece.numel),
+                     two ? v.narrow(0, piece.offset, piece.numel) : at::Tensor(), have_absmax, slot_base, &pending);
       }
     });
     if (!have_absmax && cuts_blocks()) finish_cut_blocks(pending, num_slots, reducer_);
@@ -438,9 +465,9 @@ bool bnb_embedding_weight(const std::string& name, const std::vector<std::string
   return embedding(name) || std::any_of(aliases.begin(), aliases.end(), embedding);
 }
 
-int64_t bnb8_segment_state_bytes(const ParamSegment& seg) {
-  if (!keeps_8bit_moments(seg)) return 8 * seg.numel;
-  return 2 * seg.numel + 2 * 4 * blocks_touched(seg);
+int64_t bnb8_segment_state_bytes(const ParamSegment& seg, int moments) {
+  if (!keeps_8bit_moments(seg)) return 4 * moments * seg.numel;
+  return moments * (seg.numel + 4 * blocks_touched(seg));
 }
 
 ShardedAdamW::QuantState ShardedAdamW::quant_state(size_t shard, size_t segment) const {

@@ -215,7 +215,8 @@ void unit_figures(const MemoryPlanInputs& in, const Shape& s, Figures& g) {
   // shards): no master, gradient or moments.
   g.master = 4 * g.train_shard + g.frozen_store;
   g.grads = 4 * g.train_shard;
-  g.moments = 8 * g.train_shard;
+  const int moments = in.lion ? 1 : 2;
+  g.moments = 4 * moments * g.train_shard;
   if (in.adamw_8bit) {  // what ShardedAdamW allocates per parameter part (padding holds none)
     g.moments = 0;
     for (const auto& u : up.units)
@@ -223,7 +224,8 @@ void unit_figures(const MemoryPlanInputs& in, const Shape& s, Figures& g) {
         const auto slice = fsdp::param_shard_slice(e.offset, e.numel, u.train.shard);
         if (!slice) continue;
         g.moments += optim::bnb8_segment_state_bytes({slice->shard_offset, slice->numel(), true, slice->param_begin,
-                                                      e.numel, optim::bnb_embedding_weight(e.name, e.aliases)});
+                                                      e.numel, optim::bnb_embedding_weight(e.name, e.aliases)},
+                                                     moments);
       }
   }
   if (in.adafactor) {  // every rank holds every trainable parameter's statistics whole
@@ -393,6 +395,7 @@ const char* master_item_name(const Figures& g) {
 // or Adafactor's statistics.
 std::string optimizer_state_item(const MemoryPlanInputs& in) {
   return in.adafactor ? "Adafactor statistics (row and column means, whole on every rank)"
+         : in.lion    ? "Lion momentum shards (exp_avg)"
                       : "AdamW moment shards (exp_avg, exp_avg_sq)";
 }
 
@@ -463,9 +466,7 @@ void add_host_and_margins(const MemoryPlanInputs& in, const Figures& g, MemoryPl
     add(plan.breakdown, g.lora ? "master shards and frozen base (offloaded, pinned)" : "fp32 master shards (offloaded, pinned)", 0,
         g.master);
     add(plan.breakdown, "fp32 gradient shards (offloaded, pinned)", 0, g.grads);
-    add(plan.breakdown, in.adafactor ? "Adafactor statistics (offloaded, pageable: only the optimizer reads them)"
-                                     : "AdamW moment shards (offloaded, pageable: only the optimizer reads them)",
-        0, g.moments);
+    add(plan.breakdown, optimizer_state_item(in) + ", offloaded (pageable: only the optimizer reads them)", 0, g.moments);
     // The engine stages the trainable shards in param_dtype (pinned) for their copies to the GPU.
     if (g.bp != 4) add(plan.breakdown, "param_dtype staging of the trainable shards (pinned)", 0, g.bp * g.train_shard);
   }
@@ -487,7 +488,7 @@ void add_host_and_margins(const MemoryPlanInputs& in, const Figures& g, MemoryPl
           4 * g.train_shard / replicas + g.moments);
     else
       add(plan.breakdown, "--save_async staging copy (fp32 trainable shards + AdamW moments)", 0,
-          (in.adamw_8bit ? 20 : 12) * g.train_shard / replicas);
+          (4 + 4 * (in.lion ? 1 : 2) * (in.adamw_8bit ? 2 : 1)) * g.train_shard / replicas);
   }
   add(plan.breakdown, "process baseline (LibTorch, communicator, tokenized data)", 0,
       in.gpu ? kHostBaselineGpu : kHostBaselineCpu);

@@ -46,7 +46,10 @@ int run_training(const TrainerOptions& options, const dist::LaunchInfo& launch) 
   int rc = 0;
   {
     dist::CommOptions co;  // NCCL on cuda:local_rank when this process sees a GPU, else a CPU backend
-    co.cuda = at::detail::getCUDAHooks().hasCUDA() && at::detail::getCUDAHooks().deviceCount() > 0;
+    const bool gpu = at::detail::getCUDAHooks().hasCUDA() && at::detail::getCUDAHooks().deviceCount() > 0;
+    co.cuda = gpu && !options.use_cpu;
+    if (gpu && options.use_cpu && runtime.launch().rank == 0)
+      ALPACA_INFO("--use_cpu: training on the CPU; the visible GPUs are not used");
     co.timeout = std::chrono::seconds(options.ddp_timeout_seconds);
     Trainer trainer(options, dist::make_communicator(co), runtime.launch().local_rank);
     rc = trainer.train();

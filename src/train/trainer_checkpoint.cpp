@@ -253,11 +253,24 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
 }
 
 // The layout before sharded checkpoints: optimizer.safetensors with "exp_avg.<name>" full tensors.
-std::string Trainer::Impl::optimizer_mismatch(const fs::path& dir, bool checkpoint_adafactor) const {
+Trainer::Impl::OptimizerState Trainer::Impl::optimizer_state_kind() const {
+  return optimizer->adafactor() ? OptimizerState::kAdafactor
+         : optimizer->has_exp_avg_sq() ? OptimizerState::kAdamW
+                                       : OptimizerState::kLion;
+}
+
+std::string Trainer::Impl::optimizer_mismatch(const fs::path& dir, OptimizerState saved) const {
+  auto state_name = [](OptimizerState s) {
+    return s == OptimizerState::kAdamW ? "AdamW moments (--optim adamw_*)"
+           : s == OptimizerState::kLion ? "Lion's momentum alone (--optim lion_*)"
+                                        : "Adafactor's statistics (--optim adafactor)";
+  };
+  auto optimizer_name = [](OptimizerState s) {
+    return s == OptimizerState::kAdamW ? "AdamW" : s == OptimizerState::kLion ? "Lion" : "Adafactor";
+  };
   std::ostringstream os;
-  os << "cannot resume from " << dir.string() << ": it holds "
-     << (checkpoint_adafactor ? "Adafactor's statistics (--optim adafactor)" : "AdamW moments (--optim adamw_*)")
-     << " and this run's optimizer, " << (optimizer->adafactor() ? "Adafactor," : "AdamW,") << " has no use for them "
+  os << "cannot resume from " << dir.string() << ": it holds " << state_name(saved) << " and this run's optimizer, "
+     << optimizer_name(optimizer_state_kind()) << ", has no use for them "
      << "(transformers would fail to load that optimizer state too); resume with the --optim the checkpoint was "
         "trained with (its training_args.json), or start a new run from its weights (--model_name_or_path "
      << dir.string() << ")";
@@ -266,16 +279,19 @@ std::string Trainer::Impl::optimizer_mismatch(const fs::path& dir, bool checkpoi
 
 void Trainer::Impl::load_gathered_optimizer(const fs::path& dir, const ckpt::ResumeState& rs) {
   auto file = io::SafetensorsFile::open((dir / kOptimizerFile).string());
-  // AdamW writes "exp_avg.<name>" for every trainable parameter, Adafactor never.
+  // AdamW writes "exp_avg.<name>" and "exp_avg_sq.<name>" for every trainable parameter, Lion the
+  // first only, Adafactor neither ("exp_avg_sq_row.<name>", ...).
   const auto names = file->names();
   auto any_prefix = [&](const char* prefix) {
     return std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n.starts_with(prefix); });
   };
-  const bool adafactor_state = !any_prefix("exp_avg.") && any_prefix("exp_avg_sq");
-  ALPACA_USER_CHECK(adafactor_state == optimizer->adafactor(), optimizer_mismatch(dir, adafactor_state));
+  const OptimizerState saved = !any_prefix("exp_avg.") && any_prefix("exp_avg_sq") ? OptimizerState::kAdafactor
+                               : any_prefix("exp_avg_sq.")                          ? OptimizerState::kAdamW
+                                                                                    : OptimizerState::kLion;
+  ALPACA_USER_CHECK(saved == optimizer_state_kind(), optimizer_mismatch(dir, saved));
   const auto& meta = file->metadata();
   auto it = meta.find("step");
-  if (adafactor_state) {
+  if (saved == OptimizerState::kAdafactor) {
     for (const auto& st : optimizer->adafactor_state()) {
       const std::string k = st.key + "." + st.param;
       ALPACA_CHECK(file->contains(k) && file->tensor(k).sizes() == st.value.sizes(),

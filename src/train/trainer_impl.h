@@ -220,8 +220,11 @@ struct Trainer::Impl {
   void load_checkpoint(const std::filesystem::path& dir);
   void log_gathered_save(const std::filesystem::path& dir, double seconds, int64_t rss_at_start);  // collective
   void load_gathered_optimizer(const std::filesystem::path& dir, const ckpt::ResumeState& rs);
-  // The error for a checkpoint whose optimizer state is of the other kind (Adafactor / AdamW).
-  std::string optimizer_mismatch(const std::filesystem::path& dir, bool checkpoint_adafactor) const;
+  // What an optimizer keeps, and so what a checkpoint of it holds: AdamW's two moments, Lion's
+  // momentum, Adafactor's statistics. A resume needs the run's own kind; the error otherwise.
+  enum class OptimizerState { kAdamW, kLion, kAdafactor };
+  OptimizerState optimizer_state_kind() const;
+  std::string optimizer_mismatch(const std::filesystem::path& dir, OptimizerState saved) const;
   void export_model(const std::filesystem::path& dir, bool write_tokenizer);
   ckpt::ResumeState capture_resume_state() const;
 

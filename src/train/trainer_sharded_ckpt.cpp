@@ -133,7 +133,8 @@ std::string per_rank_save_figures(const at::Tensor& gathered) {
 int64_t staging_copy_bytes(const TrainerOptions& opt, const std::vector<fsdp::LocalParamShard>& shards, int replica,
                            int replicas) {
   int64_t need = 0;
-  const int moments = opt.adamw.bnb_bits == 8 ? 4 : 2;  // + the 8-bit moments' block scales
+  // The moments (Lion: one), with 8-bit ones their block scales.
+  const int moments = (opt.adamw.lion ? 1 : 2) * (opt.adamw.bnb_bits == 8 ? 2 : 1);
   for (const auto& p : shards) {
     if (!checkpoints_values(opt, p)) continue;
     const auto [b, e] = replica_part(p.param_begin, p.param_end, replica, replicas);
@@ -237,11 +238,12 @@ Trainer::Impl::ShardSet Trainer::Impl::snapshot_shards(bool copy) {
     set.kinds[0].push_back(piece(p, p.values));
     if (!checkpoints_moments(opt, p)) continue;
     const int64_t n = p.param_end - p.param_begin;
+    const bool two = optimizer->has_exp_avg_sq(), scales = optimizer->quantized();
     set.kinds[1].push_back(piece(p, optimizer->exp_avg(p.optim_index).narrow(0, p.shard_offset, n)));
-    set.kinds[2].push_back(piece(p, optimizer->exp_avg_sq(p.optim_index).narrow(0, p.shard_offset, n)));
-    if (!optimizer->quantized()) continue;
-    set.kinds[3].push_back(piece(p, optimizer->exp_avg_absmax(p.optim_index).narrow(0, p.shard_offset, n)));
-    set.kinds[4].push_back(piece(p, optimizer->exp_avg_sq_absmax(p.optim_index).narrow(0, p.shard_offset, n)));
+    if (two) set.kinds[2].push_back(piece(p, optimizer->exp_avg_sq(p.optim_index).narrow(0, p.shard_offset, n)));
+    if (scales) set.kinds[3].push_back(piece(p, optimizer->exp_avg_absmax(p.optim_index).narrow(0, p.shard_offset, n)));
+    if (scales && two)
+      set.kinds[4].push_back(piece(p, optimizer->exp_avg_sq_absmax(p.optim_index).narrow(0, p.shard_offset, n)));
   }
   if (!opt.save_only_model) optimizer->end_state_io();
   if (optimizer->adafactor() && !opt.save_only_model && rank == 0)
@@ -473,9 +475,11 @@ void Trainer::Impl::load_sharded_weights(const fs::path& dir, const std::functio
 }
 
 void Trainer::Impl::load_sharded_optimizer(const fs::path& dir) {
-  const bool adafactor_state = fs::is_directory(dir / kKinds[kAdafactorKind].sub);
-  ALPACA_USER_CHECK(adafactor_state == optimizer->adafactor(), optimizer_mismatch(dir, adafactor_state));
-  if (adafactor_state) {
+  const OptimizerState saved = fs::is_directory(dir / kKinds[kAdafactorKind].sub) ? OptimizerState::kAdafactor
+                               : fs::is_directory(dir / kKinds[2].sub)            ? OptimizerState::kAdamW
+                                                                                  : OptimizerState::kLion;
+  ALPACA_USER_CHECK(saved == optimizer_state_kind(), optimizer_mismatch(dir, saved));
+  if (saved == OptimizerState::kAdafactor) {
     const auto reader = ckpt::ShardedTensorReader::open(dir / kKinds[kAdafactorKind].sub);
     for (const auto& st : optimizer->adafactor_state()) {
       const std::string name = st.key + "." + st.param;
@@ -491,22 +495,25 @@ void Trainer::Impl::load_sharded_optimizer(const fs::path& dir) {
     optimizer->set_step_count(std::stoll(step));
     return;
   }
-  std::vector<ckpt::ShardedTensorReader> readers;
-  readers.push_back(ckpt::ShardedTensorReader::open(dir / kKinds[1].sub));
-  readers.push_back(ckpt::ShardedTensorReader::open(dir / kKinds[2].sub));
-  // 8-bit moments: the block scales when the checkpoint has them (one of an 8-bit run); fp32 moments
-  // of another --optim are quantized afresh. A run with fp32 moments reads the dequantized ones.
-  const bool have_absmax = fs::is_directory(dir / kKinds[3].sub) && fs::is_directory(dir / kKinds[4].sub);
+  // The kinds this optimizer reads (kKinds' index): the moments, and for 8-bit ones their block
+  // scales when the checkpoint has them (one of an 8-bit run); fp32 moments of another --optim are
+  // quantized afresh. A run with fp32 moments reads the dequantized ones.
+  const bool two = optimizer->has_exp_avg_sq();
+  const bool have_absmax = fs::is_directory(dir / kKinds[3].sub);
+  std::vector<int> kinds = {1};
+  if (two) kinds.push_back(2);
   if (optimizer->quantized()) {
     if (have_absmax) {
-      readers.push_back(ckpt::ShardedTensorReader::open(dir / kKinds[3].sub));
-      readers.push_back(ckpt::ShardedTensorReader::open(dir / kKinds[4].sub));
+      kinds.push_back(3);
+      if (two) kinds.push_back(4);
     } else if (rank == 0) {
-      ALPACA_INFO(dir.string() << " holds fp32 AdamW moments (another --optim): quantizing them to 8 bits");
+      ALPACA_INFO(dir.string() << " holds fp32 moments (another --optim): quantizing them to 8 bits");
     }
   } else if (have_absmax && rank == 0) {
-    ALPACA_INFO(dir.string() << " holds 8-bit AdamW moments (bitsandbytes): resuming from their dequantized values");
+    ALPACA_INFO(dir.string() << " holds 8-bit moments (bitsandbytes): resuming from their dequantized values");
   }
+  std::vector<ckpt::ShardedTensorReader> readers;
+  for (int k : kinds) readers.push_back(ckpt::ShardedTensorReader::open(dir / kKinds[k].sub));
   optimizer->begin_state_io();
   for (const auto& p : engine->local_param_shards()) {
     if (!p.trainable) continue;
@@ -517,10 +524,11 @@ void Trainer::Impl::load_sharded_optimizer(const fs::path& dir) {
                    r->dir().string() << " has no optimizer state for " << p.name << " of shape " << at::IntArrayRef(p.shape)
                                      << "; the checkpoint is incomplete or of another model, resume from an older one");
       const size_t i = p.optim_index;
-      at::Tensor state = (k == 0   ? optimizer->exp_avg(i)
-                          : k == 1 ? optimizer->exp_avg_sq(i)
-                          : k == 2 ? optimizer->exp_avg_absmax(i)
-                                   : optimizer->exp_avg_sq_absmax(i))
+      const int kind = kinds[k];
+      at::Tensor state = (kind == 1   ? optimizer->exp_avg(i)
+                          : kind == 2 ? optimizer->exp_avg_sq(i)
+                          : kind == 3 ? optimizer->exp_avg_absmax(i)
+                                      : optimizer->exp_avg_sq_absmax(i))
                              .narrow(0, p.shard_offset, n);
       if (state.device().is_cpu() && state.scalar_type() == at::kFloat) {
         r->read_range(p.name, p.param_begin, p.param_end, state);

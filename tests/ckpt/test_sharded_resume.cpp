@@ -251,6 +251,42 @@ TEST_F(ShardedResume, AdafactorResumesBitwiseInEveryLayout) {
   }
 }
 
+// --optim lion_8bit: one moment, so no exp_avg_sq kinds; a resume is bitwise at the same world size
+// in both layouts and within 1e-6 at another; AdamW's checkpoint is refused (its second moment has
+// no place in Lion) and Lion's by an AdamW run.
+TEST_F(ShardedResume, LionResumesBitwiseAndRefusesAdamWState) {
+  const std::string lion = "--optim lion_8bit";
+  for (const std::string layout : {"sharded", "gathered"}) {
+    SCOPED_TRACE(layout);
+    const fs::path straight = tmp.path() / ("lion_" + layout);
+    const std::string extra = lion + " --save_checkpoint_layout " + layout + " --save_async False";
+    ASSERT_EQ(run_trainer(args(straight, 6, 2, 2, extra), 2, &log), 0) << log;
+    const fs::path ckpt = straight / "checkpoint-3";
+    if (layout == "sharded") {
+      EXPECT_TRUE(fs::is_directory(ckpt / "optimizer" / "exp_avg_absmax"));
+      EXPECT_FALSE(fs::exists(ckpt / "optimizer" / "exp_avg_sq")) << "Lion keeps one moment";
+    } else {
+      const auto file = alpaca::io::SafetensorsFile::open((ckpt / "optimizer.safetensors").string());
+      EXPECT_TRUE(file->contains("exp_avg.model.layers.0.mlp.up_proj.weight"));
+      EXPECT_FALSE(file->contains("exp_avg_sq.model.layers.0.mlp.up_proj.weight"));
+    }
+    const auto steps = read_step_logs(straight);
+    const fs::path out = tmp.path() / ("lion_resumed_" + layout);
+    expect_same_steps(resume(ckpt, out, 2, args(out, 6, 2, 2, extra), &log), steps, 0);
+    expect_weights(straight, out, 0);
+    if (layout != "sharded") continue;
+    const fs::path four = tmp.path() / "lion_four";
+    expect_same_steps(resume(ckpt, four, 4, args(four, 6, 2, 1, lion), &log), steps, 1e-6);
+    const fs::path mixed = tmp.path() / "lion_from_adamw";
+    EXPECT_NE(run_trainer(args(mixed, 6, 2, 2, lion) + " --resume_from_checkpoint " +
+                              (three_step_run().dir() / "checkpoint-3").string(), 2, &log), 0);
+    EXPECT_NE(log.find("holds AdamW moments (--optim adamw_*) and this run's optimizer, Lion,"), std::string::npos) << log;
+    const fs::path back = tmp.path() / "adamw_from_lion";
+    EXPECT_NE(run_trainer(args(back, 6, 2, 2) + " --resume_from_checkpoint " + ckpt.string(), 2, &log), 0);
+    EXPECT_NE(log.find("holds Lion's momentum alone (--optim lion_*)"), std::string::npos) << log;
+  }
+}
+
 TEST_F(ShardedResume, ReshardedResumesMatchWithin1e6) {
   // Global batch 12 throughout: 4 x 3 x 1, 2 x 3 x 2, 3 x 2 x 2.
   const fs::path w4 = tmp.path() / "w4", w2 = tmp.path() / "w2";

@@ -381,6 +381,29 @@ TEST(TrainArgs, AdafactorTakesNoAdamFlags) {
   EXPECT_FALSE(trainer_options(parse_train_args(shell_split(kRequired + "--optim adamw_8bit"))).adamw.adafactor);
 }
 
+// --optim lion_*: bitsandbytes' Lion (8 bits where the name says so); the epsilon it does not use is
+// said to be unused.
+TEST(TrainArgs, LionIsBitsandbytesLion) {
+  for (const auto& [name, bits] : std::vector<std::pair<std::string, int>>{
+           {"lion_8bit", 8}, {"paged_lion_8bit", 8}, {"lion_32bit", 32}, {"paged_lion_32bit", 32}}) {
+    const TrainArgs a = parse_train_args(shell_split(kRequired + "--optim " + name));
+    EXPECT_TRUE(trainer_options(a).adamw.lion) << name;
+    EXPECT_EQ(trainer_options(a).adamw.bnb_bits, bits) << name;
+  }
+  EXPECT_FALSE(trainer_options(parse_train_args(shell_split(kRequired + "--optim adamw_8bit"))).adamw.lion);
+  const TrainArgs e = parse_train_args(shell_split(kRequired + "--optim lion_8bit --adam_epsilon 1e-6"));
+  bool noted = false;
+  for (const auto& n : e.notes) noted = noted || n.find("--adam_epsilon is not used") != std::string::npos;
+  EXPECT_TRUE(noted);
+}
+
+// HF's use_cpu: a real flag (the CPU where a GPU is visible), off by default as in HF.
+TEST(TrainArgs, UseCpuIsHfs) {
+  EXPECT_FALSE(trainer_options(parse_train_args(shell_split(kRequired))).use_cpu);
+  EXPECT_TRUE(trainer_options(parse_train_args(shell_split(kRequired + "--use_cpu True"))).use_cpu);
+  EXPECT_TRUE(trainer_options(parse_train_args(shell_split(kRequired + "--use_cpu"))).use_cpu);
+}
+
 TEST(TrainArgs, UnsupportedValuesAreRefusedNotIgnored) {
   expect_usage_errors({
       {"--optim sgd", "--optim 'sgd' is not one of: adamw_torch, adamw_torch_fused"},

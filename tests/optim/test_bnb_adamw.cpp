@@ -30,16 +30,19 @@ fs::path fixture() { return testing::binary_dir() / "fixtures" / "bnb_adamw"; }
 
 using Reference = test_reference::OptimReference;
 
-Reference load(int bits) {
-  return test_reference::load_optim_reference(fixture(), "bnb_adamw.json", "bnb_adamw" + std::to_string(bits) + ".safetensors");
+// The reference run of bitsandbytes' AdamW or (lion) its Lion at `bits`.
+Reference load(int bits, bool lion = false) {
+  return test_reference::load_optim_reference(fixture(), "bnb_adamw.json",
+                                              std::string(lion ? "bnb_lion" : "bnb_adamw") + std::to_string(bits) + ".safetensors");
 }
 
 using Param = test_reference::RefParam;
 
 std::vector<Param> params_of(const nlohmann::json& meta, int64_t* total) { return test_reference::ref_params(meta, total); }
 
-AdamWOptions options_of(const nlohmann::json& meta, int bits) {
+AdamWOptions options_of(const nlohmann::json& meta, int bits, bool lion = false) {
   AdamWOptions o;
+  o.lion = lion;
   o.beta1 = meta["beta1"].get<double>();
   o.beta2 = meta["beta2"].get<double>();
   o.eps = meta["eps"].get<double>();
@@ -80,9 +83,9 @@ ParamState state_of(const std::vector<std::unique_ptr<ShardedAdamW>>& opts, cons
       const auto qs = opts[r]->quant_state(0, k);
       if (!qs.code1.defined()) return {};
       q1.push_back(qs.code1);
-      q2.push_back(qs.code2);
+      if (qs.code2.defined()) q2.push_back(qs.code2);  // Lion: none
       const int64_t first = segs[k].param_begin / 256;
-      for (int j = 0; j < 2; ++j) {
+      for (int j = 0; j < (qs.code2.defined() ? 2 : 1); ++j) {
         const at::Tensor a = j == 0 ? qs.absmax1 : qs.absmax2;
         at::Tensor dst = (j == 0 ? out.a1 : out.a2).narrow(0, first, a.numel());
         // A block seen twice must have one scale.
@@ -93,18 +96,18 @@ ParamState state_of(const std::vector<std::unique_ptr<ShardedAdamW>>& opts, cons
     }
   }
   out.q1 = at::cat(q1);
-  out.q2 = at::cat(q2);
+  if (!q2.empty()) out.q2 = at::cat(q2);
   return out;
 }
 
 // Steps `world` optimizers, one thread each, over the reference's six steps; returns them.
 std::vector<std::unique_ptr<ShardedAdamW>> run(Flat& f, const Reference& ref, const std::vector<Param>& params,
-                                               int bits, int world, int steps) {
+                                               int bits, int world, int steps, bool lion = false) {
   std::vector<std::unique_ptr<ShardedAdamW>> opts;
   std::vector<at::Tensor> exchange(world);
   std::barrier sync(world);
   for (int r = 0; r < world; ++r) {
-    opts.push_back(std::make_unique<ShardedAdamW>(std::vector<OptimShard>{f.shards[r]}, options_of(ref.meta, bits)));
+    opts.push_back(std::make_unique<ShardedAdamW>(std::vector<OptimShard>{f.shards[r]}, options_of(ref.meta, bits, lion)));
     if (world > 1)
       opts.back()->set_block_max_reducer([&, r](at::Tensor& t) {
         exchange[r] = t.clone();
@@ -134,28 +137,35 @@ TEST(BnbAdamW, TransformersBuildsBitsandbytesAdamW) {
   ASSERT_FALSE(ref.meta.is_null());
   for (const auto& [name, w] : ref.meta["wiring"].items()) {
     SCOPED_TRACE(name);
-    EXPECT_EQ(w["class"], "bitsandbytes.optim.adamw.AdamW");
+    const bool lion = name.find("lion") != std::string::npos;
+    EXPECT_EQ(w["class"], lion ? "bitsandbytes.optim.lion.Lion" : "bitsandbytes.optim.adamw.AdamW");
     EXPECT_EQ(w["kwargs"]["optim_bits"].get<int>(), name.find("8bit") != std::string::npos ? 8 : 32);
     EXPECT_EQ(w["kwargs"]["is_paged"].get<bool>(), name.rfind("paged", 0) == 0);
+    // Lion gets the betas (--adam_beta1 / --adam_beta2) and no eps.
+    EXPECT_EQ(w["kwargs"].contains("eps"), !lion);
+    EXPECT_EQ(w["kwargs"]["betas"], nlohmann::json::array({0.8, 0.95}));
   }
+  EXPECT_EQ(ref.meta["lion_state_dtype8"]["embed_tokens.weight"], "torch.float32");
+  EXPECT_EQ(ref.meta["lion_state_dtype8"]["o_proj.weight"], "torch.uint8");
   // The 8-bit run kept the embedding (transformers' override) and the 3072-element weight in fp32.
   EXPECT_EQ(ref.meta["state_dtype8"]["embed_tokens.weight"], "torch.float32");
   EXPECT_EQ(ref.meta["state_dtype8"]["q_proj.weight"], "torch.float32");
   EXPECT_EQ(ref.meta["state_dtype8"]["o_proj.weight"], "torch.uint8");
 }
 
-class BnbAdamWBits : public ::testing::TestWithParam<int> {};
+// (Lion, bits): bitsandbytes' AdamW or Lion with 8- or 32-bit states.
+class BnbAdamWBits : public ::testing::TestWithParam<std::pair<bool, int>> {};
 
 TEST_P(BnbAdamWBits, OneShardMatchesBitsandbytesBitForBit) {
-  const int bits = GetParam();
-  const Reference ref = load(bits);
+  const auto [lion, bits] = GetParam();
+  const Reference ref = load(bits, lion);
   ASSERT_FALSE(ref.meta.is_null());
   int64_t total = 0;
   const auto params = params_of(ref.meta, &total);
   const int steps = ref.meta["steps"].get<int>();
   Flat f = make_flat(ref, params, total, 1, "init.");
   std::vector<std::unique_ptr<ShardedAdamW>> opts;
-  opts.push_back(std::make_unique<ShardedAdamW>(std::vector<OptimShard>{f.shards[0]}, options_of(ref.meta, bits)));
+  opts.push_back(std::make_unique<ShardedAdamW>(std::vector<OptimShard>{f.shards[0]}, options_of(ref.meta, bits, lion)));
   const auto lrs = ref.meta["lrs"].get<std::vector<double>>();
   int eight = 0;
   int64_t zero_blocks = 0;  // blocks of zero moments (scale 0, code 0): a LoRA B's first steps
@@ -177,73 +187,93 @@ TEST_P(BnbAdamWBits, OneShardMatchesBitsandbytesBitForBit) {
       ++eight;
       zero_blocks += (ref.get("absmax1." + s + p.name) == 0).sum().item<int64_t>();
       EXPECT_TRUE(at::equal(st.q1, ref.get("state1." + s + p.name).reshape({-1})));
-      EXPECT_TRUE(at::equal(st.q2, ref.get("state2." + s + p.name).reshape({-1})));
       EXPECT_TRUE(at::equal(st.a1, ref.get("absmax1." + s + p.name)));
+      EXPECT_EQ(st.q2.defined(), !lion) << "Lion keeps one state";
+      if (lion) continue;
+      EXPECT_TRUE(at::equal(st.q2, ref.get("state2." + s + p.name).reshape({-1})));
       EXPECT_TRUE(at::equal(st.a2, ref.get("absmax2." + s + p.name)));
     }
   }
   EXPECT_EQ(eight > 0, bits == 8);
   EXPECT_EQ(zero_blocks > 0, bits == 8);
-  std::cout << "[bnb adamw] " << bits << "-bit: " << steps << " steps of " << params.size()
+  std::cout << (lion ? "[bnb lion] " : "[bnb adamw] ") << bits << "-bit: " << steps << " steps of " << params.size()
             << " parameters identical to bitsandbytes (" << eight << " 8-bit states compared)\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(Bits, BnbAdamWBits, ::testing::Values(8, 32));
+INSTANTIATE_TEST_SUITE_P(Bits, BnbAdamWBits,
+                         ::testing::Values(std::make_pair(false, 8), std::make_pair(false, 32), std::make_pair(true, 8),
+                                           std::make_pair(true, 32)));
 
-TEST(BnbAdamW, ShardedLikeOneRankWithCutBlocks) {
-  const Reference ref = load(8);
+class BnbSharded : public ::testing::TestWithParam<bool> {};  // Lion or AdamW
+
+TEST_P(BnbSharded, ShardedLikeOneRankWithCutBlocks) {
+  const bool lion = GetParam();
+  const Reference ref = load(8, lion);
   ASSERT_FALSE(ref.meta.is_null());
   int64_t total = 0;
   const auto params = params_of(ref.meta, &total);
   const int steps = ref.meta["steps"].get<int>();
   Flat one = make_flat(ref, params, total, 1, "init.");
-  const auto one_opt = run(one, ref, params, 8, 1, steps);
+  const auto one_opt = run(one, ref, params, 8, 1, steps, lion);
   for (int world : {3, 150}) {
     SCOPED_TRACE("world " + std::to_string(world));
     Flat f = make_flat(ref, params, total, world, "init.");
-    const auto opts = run(f, ref, params, 8, world, steps);
+    const auto opts = run(f, ref, params, 8, world, steps, lion);
     EXPECT_TRUE(at::equal(f.values.narrow(0, 0, total), one.values.narrow(0, 0, total)))
         << "max |difference| " << (f.values.narrow(0, 0, total) - one.values.narrow(0, 0, total)).abs().max().item<double>();
     for (const Param& p : params) {
       const ParamState a = state_of(opts, f, p), b = state_of(one_opt, one, p);
       if (!b.q1.defined()) continue;
       SCOPED_TRACE(p.name);
-      EXPECT_TRUE(at::equal(a.q1, b.q1) && at::equal(a.q2, b.q2));
-      EXPECT_TRUE(at::equal(a.a1, b.a1) && at::equal(a.a2, b.a2));
+      EXPECT_TRUE(at::equal(a.q1, b.q1) && at::equal(a.a1, b.a1));
+      if (!lion) {
+        EXPECT_TRUE(at::equal(a.q2, b.q2) && at::equal(a.a2, b.a2));
+      }
     }
   }
 }
 
-TEST(BnbAdamW, CheckpointStateRestoresTheCodes) {
-  const Reference ref = load(8);
+
+TEST_P(BnbSharded, CheckpointStateRestoresTheCodes) {
+  const bool lion = GetParam();
+  const Reference ref = load(8, lion);
   ASSERT_FALSE(ref.meta.is_null());
   int64_t total = 0;
   const auto params = params_of(ref.meta, &total);
   Flat f = make_flat(ref, params, total, 1, "init.");
-  auto opts = run(f, ref, params, 8, 1, 3);
+  auto opts = run(f, ref, params, 8, 1, 3, lion);
   ShardedAdamW& a = *opts[0];
   EXPECT_THROW(a.exp_avg(0), Error);  // 8-bit moments exist only around state I/O
   a.begin_state_io();
-  const at::Tensor m = a.exp_avg(0).clone(), v = a.exp_avg_sq(0).clone();
-  const at::Tensor am = a.exp_avg_absmax(0).clone(), av = a.exp_avg_sq_absmax(0).clone();
+  EXPECT_EQ(a.has_exp_avg_sq(), !lion);
+  if (lion) {
+    EXPECT_THROW(a.exp_avg_sq(0), Error);  // Lion keeps one moment
+  }
+  const at::Tensor m = a.exp_avg(0).clone(), am = a.exp_avg_absmax(0).clone();
+  const at::Tensor v = lion ? at::Tensor() : a.exp_avg_sq(0).clone();
+  const at::Tensor av = lion ? at::Tensor() : a.exp_avg_sq_absmax(0).clone();
   a.end_state_io();
+  // What a checkpoint holds, written into an optimizer between begin/end_state_io.
+  auto restore = [&](ShardedAdamW& o, bool with_scales) {
+    o.begin_state_io();
+    o.exp_avg(0).copy_(m);
+    if (with_scales) o.exp_avg_absmax(0).copy_(am);
+    if (!lion) {
+      o.exp_avg_sq(0).copy_(v);
+      if (with_scales) o.exp_avg_sq_absmax(0).copy_(av);
+    }
+    o.end_state_io(/*written=*/true, with_scales);
+  };
   for (bool with_scales : {true, false}) {
     SCOPED_TRACE(with_scales ? "with block scales" : "fp32 moments only");
-    ShardedAdamW b(std::vector<OptimShard>{f.shards[0]}, options_of(ref.meta, 8));
-    b.begin_state_io();
-    b.exp_avg(0).copy_(m);
-    b.exp_avg_sq(0).copy_(v);
-    if (with_scales) {
-      b.exp_avg_absmax(0).copy_(am);
-      b.exp_avg_sq_absmax(0).copy_(av);
-    }
-    b.end_state_io(/*written=*/true, with_scales);
+    ShardedAdamW b(std::vector<OptimShard>{f.shards[0]}, options_of(ref.meta, 8, lion));
+    restore(b, with_scales);
     int differ = 0;
     for (size_t k = 0; k < f.shards[0].segments.size(); ++k) {
       const auto qa = a.quant_state(0, k), qb = b.quant_state(0, k);
       if (!qa.code1.defined()) continue;
-      const bool same = at::equal(qa.code1, qb.code1) && at::equal(qa.code2, qb.code2) &&
-                        at::equal(qa.absmax1, qb.absmax1) && at::equal(qa.absmax2, qb.absmax2);
+      const bool same = at::equal(qa.code1, qb.code1) && at::equal(qa.absmax1, qb.absmax1) &&
+                        (lion || (at::equal(qa.code2, qb.code2) && at::equal(qa.absmax2, qb.absmax2)));
       if (with_scales) {
         EXPECT_TRUE(same) << "segment " << k;
       }
@@ -259,14 +289,9 @@ TEST(BnbAdamW, CheckpointStateRestoresTheCodes) {
     if (with_scales) {
       Flat copy = make_flat(ref, params, total, 1, "init.");
       copy.values.copy_(f.values);
-      ShardedAdamW c(std::vector<OptimShard>{copy.shards[0]}, options_of(ref.meta, 8));
+      ShardedAdamW c(std::vector<OptimShard>{copy.shards[0]}, options_of(ref.meta, 8, lion));
       c.set_step_count(a.step_count());
-      c.begin_state_io();
-      c.exp_avg(0).copy_(m);
-      c.exp_avg_sq(0).copy_(v);
-      c.exp_avg_absmax(0).copy_(am);
-      c.exp_avg_sq_absmax(0).copy_(av);
-      c.end_state_io(true, true);
+      restore(c, true);
       const auto lrs = ref.meta["lrs"].get<std::vector<double>>();
       for (int step = 3; step < ref.meta["steps"].get<int>(); ++step) {
         set_grads(f, ref, params, step);
@@ -278,6 +303,8 @@ TEST(BnbAdamW, CheckpointStateRestoresTheCodes) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(AdamWAndLion, BnbSharded, ::testing::Values(false, true));
 
 }  // namespace
 }  // namespace alpaca::optim::test_bnb_adamw

@@ -80,6 +80,21 @@ TEST(MemoryPlan, EightBitAdamWMomentsAreCodesAndBlockScales) {
   EXPECT_GT(item(plan::plan_memory(in), "AdamW moment shards (exp_avg, exp_avg_sq)"), 2 * want);
 }
 
+// --optim lion_*: bitsandbytes' Lion keeps one moment: half of AdamW's, at 8 and at 32 bits.
+TEST(MemoryPlan, LionKeepsOneMoment) {
+  plan::MemoryPlanInputs in;
+  in.config = tiny();
+  in.gpu = false;
+  const std::string adamw = "AdamW moment shards (exp_avg, exp_avg_sq)", lion = "Lion momentum shards (exp_avg)";
+  const int64_t adamw32 = item(plan::plan_memory(in), adamw);
+  in.lion = true;
+  EXPECT_EQ(2 * item(plan::plan_memory(in), lion), adamw32);
+  in.adamw_8bit = true;
+  const int64_t lion8 = item(plan::plan_memory(in), lion);
+  in.lion = false;
+  EXPECT_EQ(2 * lion8, item(plan::plan_memory(in), adamw));
+}
+
 // --optim adafactor: a matrix keeps a mean per row and per column, a vector one per element; every
 // rank holds them all, so 7B at 4 ranks keeps ~19 MiB where AdamW's moment shards are 12.5 GiB.
 TEST(MemoryPlan, AdafactorKeepsRowAndColumnStatisticsOnEveryRank) {

@@ -102,7 +102,7 @@ model::LlamaForCausalLM model_for(const ModelCase& mc, const plan::MemoryPlanInp
 // engine's memory account (AdamW: two fp32 moments).
 void expect_plan_is_engine(const plan::MemoryPlan& p, const fsdp::FsdpEngine& e, const fsdp::FsdpPolicy& policy,
                            const std::string& master, const std::string& what, bool eight_bit = false,
-                           bool adafactor = false) {
+                           bool adafactor = false, bool lion = false) {
   ASSERT_EQ(static_cast<int>(p.units.size()), e.num_units()) << what;
   for (int u = 0; u < e.num_units(); ++u) {
     const fsdp::FlatParameter* t = e.trainable_flat(u);
@@ -118,13 +118,15 @@ void expect_plan_is_engine(const plan::MemoryPlan& p, const fsdp::FsdpEngine& e,
         << what << " unit " << ub.label;
   }
   optim::AdamWOptions adamw;
-  adamw.bnb_bits = eight_bit ? 8 : 0;
+  adamw.bnb_bits = eight_bit ? 8 : lion ? 32 : 0;
   adamw.adafactor = adafactor;
+  adamw.lion = lion;
   optim::ShardedAdamW opt(e.optim_shards(eight_bit || adafactor), adamw);
   const fsdp::MemoryAccount acc = e.memory_account(&opt);
   EXPECT_EQ(item_bytes(p, master), acc.param_bytes + acc.frozen_bytes) << what;
   EXPECT_EQ(item_bytes(p, "fp32 gradient shards"), acc.grad_bytes) << what;
   EXPECT_EQ(item_bytes(p, adafactor ? "Adafactor statistics (row and column means, whole on every rank)"
+                          : lion    ? "Lion momentum shards (exp_avg)"
                                     : "AdamW moment shards (exp_avg, exp_avg_sq)"),
             acc.optimizer_bytes)
       << what;
@@ -164,6 +166,12 @@ TEST(PlanMatchesEngine, PerUnitBytesEqualTheEngineForEveryModelStrategyAndLora) 
       plan::MemoryPlanInputs inf = in;
       inf.adafactor = true;
       expect_plan_is_engine(plan::plan_memory(inf), f->engine(), policy, master, what + " Adafactor", false, true);
+      // bitsandbytes' Lion (--optim lion_8bit / lion_32bit): one moment.
+      plan::MemoryPlanInputs inl = in;
+      inl.lion = true;
+      expect_plan_is_engine(plan::plan_memory(inl), f->engine(), policy, master, what + " Lion 32-bit", false, false, true);
+      inl.adamw_8bit = true;
+      expect_plan_is_engine(plan::plan_memory(inl), f->engine(), policy, master, what + " Lion 8-bit", true, false, true);
     }
   });
   EXPECT_EQ(checked, 32);

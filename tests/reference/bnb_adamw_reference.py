@@ -1,4 +1,4 @@
-"""Reference for tests/optim/test_bnb_adamw: bitsandbytes' AdamW as transformers 5's Trainer builds it
+"""Reference for tests/optim/test_bnb_adamw: bitsandbytes' AdamW and Lion as transformers 5's Trainer builds them
 for --optim adamw_bnb_8bit / adamw_8bit / paged_adamw_8bit (optim_bits 8) and paged_adamw_32bit
 (optim_bits 32; paging has no meaning on CPU, where bitsandbytes falls back to plain buffers), run
 by bitsandbytes' CPU kernels.
@@ -6,7 +6,7 @@ by bitsandbytes' CPU kernels.
 Writes into --out:
   qmaps.safetensors      bitsandbytes' dynamic quantization maps ("dynamic" signed: the first moment;
                          "udynamic" unsigned: the second), as the optimizer fills them
-  bnb_adamw{8,32}.safetensors
+  bnb_adamw{8,32}.safetensors, bnb_lion{8,32}.safetensors (Lion: "state1" / "absmax1" only)
                          the initial parameters ("init.<name>"), every step's gradients
                          ("grad.<step>.<name>"), and after every step the parameters ("param.<step>.<name>")
                          and the optimizer state (8-bit: "state1/state2.<step>.<name>" uint8 codes and
@@ -46,7 +46,8 @@ def main():
 
     # transformers' wiring: class and kwargs per optim name.
     wiring = {}
-    for name in ("adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit"):
+    for name in ("adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit", "lion_8bit", "lion_32bit",
+                 "paged_lion_8bit", "paged_lion_32bit"):
         targs = TrainingArguments(output_dir=os.path.join(args.out, "t"), optim=name, learning_rate=3e-4,
                                   adam_beta1=0.8, adam_beta2=0.95, adam_epsilon=1e-6, weight_decay=0.1, report_to=[],
                                   use_cpu=True)
@@ -88,7 +89,7 @@ def main():
     meta = {"params": [{"name": n, "shape": list(s), "decay": d} for n, (s, d) in shapes.items()], "lrs": lrs,
             "beta1": betas[0], "beta2": betas[1], "eps": eps, "weight_decay": wd, "steps": args.steps,
             "wiring": wiring}
-    for bits in (8, 32):
+    for kind, bits in (("adamw", 8), ("adamw", 32), ("lion", 8), ("lion", 32)):
         torch.manual_seed(0)
         model = Model()
         params = model.named()
@@ -99,7 +100,10 @@ def main():
         out = {f"init.{n}": p.detach().clone() for n, p in params.items()}
         groups = [{"params": [params[n] for n, (_, d) in shapes.items() if d], "weight_decay": wd},
                   {"params": [params[n] for n, (_, d) in shapes.items() if not d], "weight_decay": 0.0}]
-        opt = bnb.optim.AdamW(groups, lr=lrs[0], betas=betas, eps=eps, optim_bits=bits, is_paged=bits == 32)
+        if kind == "adamw":
+            opt = bnb.optim.AdamW(groups, lr=lrs[0], betas=betas, eps=eps, optim_bits=bits, is_paged=bits == 32)
+        else:  # transformers passes Lion only the betas
+            opt = bnb.optim.Lion(groups, lr=lrs[0], betas=betas, optim_bits=bits, is_paged=bits == 32)
         if bits == 8:  # Trainer.create_optimizer: nn.Embedding weights in 32 bits
             bnb.optim.GlobalOptimManager.get_instance().register_module_override(model.embed_tokens, "weight",
                                                                                  {"optim_bits": 32})
@@ -121,10 +125,11 @@ def main():
                 for k in ("state1", "state2", "absmax1", "absmax2"):
                     if k in st:
                         out[f"{k}.{step}.{n}"] = st[k].clone()
-        save_file(out, os.path.join(args.out, f"bnb_adamw{bits}.safetensors"))
+        save_file(out, os.path.join(args.out, f"bnb_{kind}{bits}.safetensors"))
         kinds = {n: str(opt.state[p]["state1"].dtype) for n, p in params.items()}
-        meta[f"state_dtype{bits}"] = kinds
-        print(f"{bits}-bit: " + ", ".join(f"{n} {k.replace('torch.', '')}" for n, k in kinds.items()))
+        meta[f"state_dtype{bits}" if kind == "adamw" else f"lion_state_dtype{bits}"] = kinds
+        assert kind == "adamw" or all("state2" not in opt.state[p] for p in params.values())
+        print(f"{kind} {bits}-bit: " + ", ".join(f"{n} {k.replace('torch.', '')}" for n, k in kinds.items()))
     with open(os.path.join(args.out, "bnb_adamw.json"), "w") as f:
         json.dump(meta, f, indent=1)
 

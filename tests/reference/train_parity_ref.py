@@ -7,12 +7,12 @@ Writes into --out:
   data.json        the Alpaca records both sides train on
   reference.json   {"losses": [...], "learning_rates": [...], "grad_norms": [...], "config": {...}}
   reference_label_smoothing.json, reference_dft.json, reference_adamw_8bit.json, reference_paged_adamw_32bit.json,
-  reference_adafactor.json
+  reference_lion_8bit.json, reference_lion_32bit.json, reference_adafactor.json
                    10 steps from the same model with transformers' LabelSmoother (epsilon 0.1, normalised
                    by the step's label tokens: num_items_in_batch, as Trainer passes it), with TRL's
                    DFT loss (sft_trainer.py compute_loss: -log p * p.detach(), over the same count), and
-                   with bitsandbytes' AdamW (8-bit moments; 32-bit) and transformers' Adafactor as Trainer
-                   builds them
+                   with bitsandbytes' AdamW (8-bit moments; 32-bit), its Lion (8-bit; 32-bit) and transformers'
+                   Adafactor as Trainer builds them
   reference_token_metrics.json
                    TRL SFTTrainer's entropy / mean_token_accuracy inputs for the first --metric_steps steps of
                    the plain run (its losses repeated as a check): per step, TRL's own fused LM head
@@ -196,11 +196,23 @@ def main():
             return opt
         return make
 
-    for name, bits in (("adamw_8bit", 8), ("paged_adamw_32bit", 32)):
+    def bnb_lion(bits):  # transformers passes Lion the betas (adam_beta1, adam_beta2) only
+        def make(groups, model):
+            opt = bnb.optim.Lion(groups, lr=args.lr, betas=(0.9, 0.999), optim_bits=bits, is_paged=bits == 32)
+            if bits == 8:
+                for module in model.modules():
+                    if isinstance(module, torch.nn.Embedding):
+                        bnb.optim.GlobalOptimManager.get_instance().register_module_override(module, "weight",
+                                                                                             {"optim_bits": 32})
+            return opt
+        return make
+
+    for name, make in (("adamw_8bit", bnb_adamw(8)), ("paged_adamw_32bit", bnb_adamw(32)), ("lion_8bit", bnb_lion(8)),
+                       ("lion_32bit", bnb_lion(32))):
         m = LlamaForCausalLM.from_pretrained(out / "model", dtype=torch.float32, attn_implementation="eager")
         ref.add_pad_row(m)
         v_losses, v_lrs, v_norms = ref.train(m, list(m.named_parameters()), examples, variant_args,
-                                             make_optimizer=bnb_adamw(bits))
+                                             make_optimizer=make)
         (out / f"reference_{name}.json").write_text(json.dumps(
             {"losses": v_losses, "learning_rates": v_lrs, "grad_norms": v_norms, "config": {"steps": 10}}, indent=1))
         print(name, [round(x, 4) for x in v_losses])

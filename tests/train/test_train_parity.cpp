@@ -279,6 +279,28 @@ TEST(TrainParity, BitsandbytesAdamWMatchesTransformersWithBitsandbytes) {
   }
 }
 
+// --optim lion_8bit and lion_32bit: bitsandbytes' Lion as transformers' Trainer builds it (betas
+// from --adam_beta1 / --adam_beta2, the nn.Embedding override at 8 bits), 10 steps against the
+// reference loop with it, 8-bit also sharded over 2 ranks (blocks cut by the shard boundaries).
+TEST(TrainParity, BitsandbytesLionMatchesTransformersWithBitsandbytes) {
+  ALPACA_SKIP_IF_FIXTURE_SKIPPED(kFixture);
+  const auto ref8 = read_reference_steps(kFixture / "reference_lion_8bit.json");
+  const auto ref32 = read_reference_steps(kFixture / "reference_lion_32bit.json");
+  const auto adamw = read_reference_steps(kFixture / "reference_paged_adamw_32bit.json");
+  ASSERT_EQ(ref8.losses.size(), 10u);
+  EXPECT_GT(losses_apart(ref8, ref32), 1e-6) << "the references must tell 8-bit from 32-bit momentum";
+  EXPECT_GT(losses_apart(ref32, adamw), 1e-3) << "and Lion from AdamW";
+  for (const auto& [optim, ranks] : std::vector<std::pair<std::string, int>>{{"lion_8bit", 1}, {"lion_8bit", 2},
+                                                                            {"lion_32bit", 1}}) {
+    SCOPED_TRACE(optim + ", world " + std::to_string(ranks));
+    const auto steps = ten_steps_with(optim, ranks);
+    ASSERT_EQ(steps.size(), 10u);
+    const double worst = expect_losses_within(steps, optim == "lion_8bit" ? ref8 : ref32, 2e-6);
+    std::cout << "[" << optim << "] world " << ranks << " vs transformers + bitsandbytes: worst relative loss difference "
+              << worst << " (8-bit vs 32-bit references: " << losses_apart(ref8, ref32) << ")\n";
+  }
+}
+
 // --optim adafactor: transformers' Adafactor as Trainer builds it, 10 steps against the reference
 // loop with it (reference_adafactor.json), at world 1 and sharded over 2 ranks (rows of a matrix cut
 // between ranks: their partial sums meet in an all-reduce). The AdamW reference is far off: the

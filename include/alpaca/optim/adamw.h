@@ -13,6 +13,9 @@
 // `block_max_reducer` (an all-reduce MAX over the shard group) provides once per step, so the codes
 // and scales are those of one process holding the whole parameter, at every world size.
 //
+// With options.lion (and bnb_bits) it is bitsandbytes' Lion, the same machinery with one state: the
+// momentum (exp_avg), 8-bit with the signed map or fp32, and no second moment.
+//
 // With options.adafactor the update is transformers' Adafactor (adafactor.cpp): a matrix keeps the
 // running means of its squared gradient per row and per column, a vector per element. Those
 // statistics are small (rows + columns a matrix) and every rank of the shard group keeps all of
@@ -79,9 +82,10 @@ at::Tensor bnb_quantization_map(bool is_signed);
 // transformers' Trainer registers bitsandbytes' 32-bit override for nn.Embedding modules' weights:
 // `name` or an alias (tied lm_head) is an embed_tokens weight (a modules_to_save copy too).
 bool bnb_embedding_weight(const std::string& name, const std::vector<std::string>& aliases);
-// Bytes ShardedAdamW keeps for one segment under 8-bit bitsandbytes AdamW (the memory planner's
-// count): codes and block scales, or fp32 moments (under 4096 elements, an embedding).
-int64_t bnb8_segment_state_bytes(const ParamSegment& seg);
+// Bytes ShardedAdamW keeps for one segment under 8-bit bitsandbytes AdamW (moments 2) or Lion
+// (moments 1), the memory planner's count: codes and block scales, or fp32 moments (under 4096
+// elements, an embedding).
+int64_t bnb8_segment_state_bytes(const ParamSegment& seg, int moments = 2);
 
 class ShardedAdamW {
  public:
@@ -119,6 +123,7 @@ class ShardedAdamW {
   // and quantized back when end_state_io(true) is told they were written (a resume).
   at::Tensor exp_avg(size_t i) const;
   at::Tensor exp_avg_sq(size_t i) const;
+  // exp_avg_sq and its scales exist only when has_exp_avg_sq().
   // 8-bit moments: every element's block scale of each moment, (S,) fp32 (0 where the moment is
   // 32-bit), for checkpoints: with it the codes restore exactly (the code whose code x scale is the
   // dequantized moment; quantizing the moment again would not give it back, bitsandbytes' table
@@ -127,6 +132,8 @@ class ShardedAdamW {
   at::Tensor exp_avg_absmax(size_t i) const;
   at::Tensor exp_avg_sq_absmax(size_t i) const;
   bool quantized() const { return options_.bnb_bits == 8; }
+  // AdamW keeps exp_avg and exp_avg_sq; Lion only exp_avg; Adafactor neither (adafactor_state()).
+  bool has_exp_avg_sq() const { return !options_.lion && !options_.adafactor; }
   // No-ops for fp32 moments. end_state_io(written, have_absmax) is collective at 8 bits.
   void begin_state_io();
   void end_state_io(bool written = false, bool have_absmax = true);

@@ -51,6 +51,8 @@ struct MemoryPlanInputs {
   // --optim adamw_bnb_8bit / adamw_8bit / paged_adamw_8bit: bitsandbytes' 8-bit moments (codes and a
   // scale per 256 elements of each parameter; fp32 for embeddings and parameters under 4096).
   bool adamw_8bit = false;
+  // --optim lion_*: bitsandbytes' Lion, one moment (8-bit with adamw_8bit's layout when that is set).
+  bool lion = false;
   // --optim adafactor: transformers' Adafactor, whose statistics (a matrix's row and column means, a
   // vector's elements) every rank holds whole for every trainable parameter, instead of moments.
   bool adafactor = false;

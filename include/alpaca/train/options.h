@@ -88,6 +88,7 @@ struct TrainerOptions {
   std::optional<bool> tf32;        // unset = LibTorch's default
   fsdp::FsdpPolicy fsdp_policy;    // validated by fsdp::build_fsdp_policy at parse time
   int64_t ddp_timeout_seconds = 1800;
+  bool use_cpu = false;  // HF's use_cpu: a CPU communicator and CPU kernels where a GPU is visible (run_training)
   bool full_determinism = false;  // HF's enable_full_determinism (train::run_training)
 
   // ---- Logging, evaluation, saving.
