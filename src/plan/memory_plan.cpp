@@ -487,7 +487,8 @@ void add_host_and_margins(const MemoryPlanInputs& in, const Figures& g, MemoryPl
       add(plan.breakdown, "--save_async staging copy (fp32 trainable shards + Adafactor statistics)", 0,
           4 * g.train_shard / replicas + g.moments);
     else
-      add(plan.breakdown, "--save_async staging copy (fp32 trainable shards + AdamW moments)", 0,
+      add(plan.breakdown, in.lion ? "--save_async staging copy (fp32 trainable shards + Lion momentum)"
+                                  : "--save_async staging copy (fp32 trainable shards + AdamW moments)", 0,
           (4 + 4 * (in.lion ? 1 : 2) * (in.adamw_8bit ? 2 : 1)) * g.train_shard / replicas);
   }
   add(plan.breakdown, "process baseline (LibTorch, communicator, tokenized data)", 0,

@@ -165,125 +165,108 @@ TEST_F(ShardedResume, BitwiseSixEqualsThreePlusThreeSyncAndAsync) {
   }
 }
 
+// An optimizer's checkpoints: `optim` (an --optim value) trains 6 steps at 2 ranks saving at step 3
+// in `layout`; checkpoint-3 resumed into a fresh output_dir gives the same steps and weights bit for
+// bit. For the sharded layout also: an asynchronous save writes the same bytes, and a resume on 4
+// ranks (2 x 1, the same global batch) is within 1e-6. Returns checkpoint-3 and the straight steps.
+struct OptimRun {
+  fs::path ckpt;
+  std::vector<StepLog> steps;
+};
+
+OptimRun expect_optimizer_resumes(const fs::path& tmp, const std::string& optim, const std::string& layout,
+                                  std::string* log) {
+  const std::string tag = optim + "_" + layout;
+  const fs::path straight = tmp / ("straight_" + tag);
+  const std::string extra = "--optim " + optim + " --save_checkpoint_layout " + layout + " --save_async False";
+  EXPECT_EQ(run_trainer(args(straight, 6, 2, 2, extra), 2, log), 0) << *log;
+  OptimRun r{straight / "checkpoint-3", read_step_logs(straight)};
+  const fs::path out = tmp / ("resumed_" + tag);
+  expect_same_steps(resume(r.ckpt, out, 2, args(out, 6, 2, 2, extra), log), r.steps, 0);
+  expect_weights(straight, out, 0);
+  if (layout != "sharded") return r;
+  const fs::path async = tmp / ("async_" + tag);
+  EXPECT_EQ(run_trainer(args(async, 6, 2, 2, "--optim " + optim), 2, log), 0) << *log;
+  expect_same_shards(r.ckpt, async / "checkpoint-3");
+  const fs::path four = tmp / ("four_" + tag);
+  expect_same_steps(resume(r.ckpt, four, 4, args(four, 6, 2, 1, "--optim " + optim), log), r.steps, 1e-6);
+  return r;
+}
+
+// Whether `optim` refuses to resume from `ckpt` with an error holding `message`.
+void expect_resume_refused(const fs::path& tmp, const std::string& optim, const fs::path& ckpt,
+                           const std::string& message, std::string* log) {
+  const fs::path out = tmp / ("refused_" + optim);
+  EXPECT_NE(run_trainer(args(out, 6, 2, 2, "--optim " + optim) + " --resume_from_checkpoint " + ckpt.string(), 2, log), 0);
+  EXPECT_NE(log->find(message), std::string::npos) << *log;
+  EXPECT_NE(log->find("--model_name_or_path " + ckpt.string()), std::string::npos) << *log;
+}
+
 // --optim adamw_8bit: the checkpoint holds the dequantized moments and each element's block scale
-// (optimizer/exp_avg_absmax, exp_avg_sq_absmax), from which the codes restore exactly: a resume at
-// the same world size is bitwise in both layouts (sharded, sync and async; gathered), and one at
-// another (2 -> 4 ranks, other blocks cut) within 1e-6. A checkpoint of fp32 moments resumes an 8-bit
-// run (quantized afresh) and an 8-bit checkpoint an fp32 one (its dequantized moments).
+// (optimizer/exp_avg_absmax, exp_avg_sq_absmax), from which the codes restore exactly (other blocks
+// cut at 4 ranks). A checkpoint of fp32 moments resumes an 8-bit run (quantized afresh) and an 8-bit
+// checkpoint an fp32 one (its dequantized moments).
 TEST_F(ShardedResume, EightBitAdamWResumesBitwiseInEveryLayout) {
-  const std::string eight = "--optim adamw_8bit";
   for (const std::string layout : {"sharded", "gathered"}) {
     SCOPED_TRACE(layout);
-    const fs::path straight = tmp.path() / ("straight_" + layout);
-    const std::string extra = eight + " --save_checkpoint_layout " + layout + " --save_async False";
-    ASSERT_EQ(run_trainer(args(straight, 6, 2, 2, extra), 2, &log), 0) << log;
-    const fs::path ckpt = straight / "checkpoint-3";
-    if (layout == "sharded") {
-      EXPECT_TRUE(fs::is_directory(ckpt / "optimizer" / "exp_avg_absmax")) << "the 8-bit moments' block scales";
-    } else {
-      EXPECT_TRUE(alpaca::io::SafetensorsFile::open((ckpt / "optimizer.safetensors").string())
+    const OptimRun r = expect_optimizer_resumes(tmp.path(), "adamw_8bit", layout, &log);
+    if (layout == "gathered") {
+      EXPECT_TRUE(alpaca::io::SafetensorsFile::open((r.ckpt / "optimizer.safetensors").string())
                       ->contains("exp_avg_absmax.model.layers.0.mlp.up_proj.weight"));
+      continue;
     }
-    const auto steps = read_step_logs(straight);
-    const fs::path out = tmp.path() / ("resumed_" + layout);
-    expect_same_steps(resume(ckpt, out, 2, args(out, 6, 2, 2, extra), &log), steps, 0);
-    expect_weights(straight, out, 0);
-    if (layout != "sharded") continue;
-    // Asynchronous saves write the same bytes.
-    const fs::path async = tmp.path() / "async";
-    ASSERT_EQ(run_trainer(args(async, 6, 2, 2, eight), 2, &log), 0) << log;
-    expect_same_shards(ckpt, async / "checkpoint-3");
-    // Resharded: 4 ranks x 2 x 1, the same global batch of 8.
-    const fs::path four = tmp.path() / "four";
-    expect_same_steps(resume(ckpt, four, 4, args(four, 6, 2, 1, eight), &log), steps, 1e-6);
-    // fp32 moments of another run resume an 8-bit one, and 8-bit ones an fp32 run.
+    EXPECT_TRUE(fs::is_directory(r.ckpt / "optimizer" / "exp_avg_absmax")) << "the 8-bit moments' block scales";
     const fs::path to8 = tmp.path() / "to8", to32 = tmp.path() / "to32";
-    EXPECT_EQ(resume(three_step_run().dir() / "checkpoint-3", to8, 2, args(to8, 6, 2, 2, eight), &log).size(), 3u);
+    EXPECT_EQ(resume(three_step_run().dir() / "checkpoint-3", to8, 2, args(to8, 6, 2, 2, "--optim adamw_8bit"), &log).size(),
+              3u);
     EXPECT_NE(log.find("quantizing them to 8 bits"), std::string::npos) << log;
-    EXPECT_EQ(resume(ckpt, to32, 2, args(to32, 6, 2, 2), &log).size(), 3u);
+    EXPECT_EQ(resume(r.ckpt, to32, 2, args(to32, 6, 2, 2), &log).size(), 3u);
     EXPECT_NE(log.find("resuming from their dequantized values"), std::string::npos) << log;
   }
 }
 
 // --optim adafactor: every rank holds the statistics whole and rank 0 writes them by name
 // (optimizer/adafactor, or "exp_avg_sq_row.<name>" in optimizer.safetensors), as torch's Adafactor
-// names them. A resume at the same world size is bitwise in both layouts, sync and async alike, one
-// at another (2 -> 4 ranks) within 1e-6; a checkpoint of AdamW moments refuses an Adafactor run and
-// the other way round, naming the checkpoint and the fix.
+// names them; no AdamW moments. A checkpoint of AdamW moments refuses an Adafactor run and the other
+// way round, naming the checkpoint and the fix.
 TEST_F(ShardedResume, AdafactorResumesBitwiseInEveryLayout) {
-  const std::string adafactor = "--optim adafactor";
+  const std::string row = "exp_avg_sq_row.model.layers.0.mlp.up_proj.weight";
   for (const std::string layout : {"sharded", "gathered"}) {
     SCOPED_TRACE(layout);
-    const fs::path straight = tmp.path() / ("adafactor_" + layout);
-    const std::string extra = adafactor + " --save_checkpoint_layout " + layout + " --save_async False";
-    ASSERT_EQ(run_trainer(args(straight, 6, 2, 2, extra), 2, &log), 0) << log;
-    const fs::path ckpt = straight / "checkpoint-3";
-    const std::string row = "exp_avg_sq_row.model.layers.0.mlp.up_proj.weight";
-    if (layout == "sharded") {
-      const auto reader = alpaca::ckpt::ShardedTensorReader::open(ckpt / "optimizer" / "adafactor");
-      EXPECT_TRUE(reader.contains(row));
-      EXPECT_TRUE(reader.contains("exp_avg_sq.model.norm.weight"));
-      EXPECT_FALSE(fs::exists(ckpt / "optimizer" / "exp_avg")) << "Adafactor keeps no AdamW moments";
-    } else {
-      const auto file = alpaca::io::SafetensorsFile::open((ckpt / "optimizer.safetensors").string());
+    const OptimRun r = expect_optimizer_resumes(tmp.path(), "adafactor", layout, &log);
+    if (layout == "gathered") {
+      const auto file = alpaca::io::SafetensorsFile::open((r.ckpt / "optimizer.safetensors").string());
       EXPECT_TRUE(file->contains(row));
       EXPECT_FALSE(file->contains("exp_avg.model.layers.0.mlp.up_proj.weight"));
+      continue;
     }
-    const auto steps = read_step_logs(straight);
-    const fs::path out = tmp.path() / ("adafactor_resumed_" + layout);
-    expect_same_steps(resume(ckpt, out, 2, args(out, 6, 2, 2, extra), &log), steps, 0);
-    expect_weights(straight, out, 0);
-    if (layout != "sharded") continue;
-    const fs::path async = tmp.path() / "adafactor_async";
-    ASSERT_EQ(run_trainer(args(async, 6, 2, 2, adafactor), 2, &log), 0) << log;
-    expect_same_shards(ckpt, async / "checkpoint-3");
-    const fs::path four = tmp.path() / "adafactor_four";
-    expect_same_steps(resume(ckpt, four, 4, args(four, 6, 2, 1, adafactor), &log), steps, 1e-6);
-    // The other optimizer's state is refused, with the way out.
-    const fs::path mixed = tmp.path() / "adafactor_from_adamw";
-    EXPECT_NE(run_trainer(args(mixed, 6, 2, 2, adafactor) + " --resume_from_checkpoint " +
-                              (three_step_run().dir() / "checkpoint-3").string(), 2, &log), 0);
-    EXPECT_NE(log.find("holds AdamW moments (--optim adamw_*) and this run's optimizer, Adafactor,"), std::string::npos) << log;
-    const fs::path back = tmp.path() / "adamw_from_adafactor";
-    EXPECT_NE(run_trainer(args(back, 6, 2, 2) + " --resume_from_checkpoint " + ckpt.string(), 2, &log), 0);
-    EXPECT_NE(log.find("holds Adafactor's statistics (--optim adafactor)"), std::string::npos) << log;
-    EXPECT_NE(log.find("--model_name_or_path " + ckpt.string()), std::string::npos) << log;
+    const auto reader = alpaca::ckpt::ShardedTensorReader::open(r.ckpt / "optimizer" / "adafactor");
+    EXPECT_TRUE(reader.contains(row));
+    EXPECT_TRUE(reader.contains("exp_avg_sq.model.norm.weight"));
+    EXPECT_FALSE(fs::exists(r.ckpt / "optimizer" / "exp_avg")) << "Adafactor keeps no AdamW moments";
+    expect_resume_refused(tmp.path(), "adafactor", three_step_run().dir() / "checkpoint-3",
+                          "holds AdamW moments (--optim adamw_*) and this run's optimizer, Adafactor,", &log);
+    expect_resume_refused(tmp.path(), "adamw_torch", r.ckpt, "holds Adafactor's statistics (--optim adafactor)", &log);
   }
 }
 
-// --optim lion_8bit: one moment, so no exp_avg_sq kinds; a resume is bitwise at the same world size
-// in both layouts and within 1e-6 at another; AdamW's checkpoint is refused (its second moment has
-// no place in Lion) and Lion's by an AdamW run.
+// --optim lion_8bit: one moment, so no exp_avg_sq kinds; AdamW's checkpoint is refused (its second
+// moment has no place in Lion) and Lion's by an AdamW run.
 TEST_F(ShardedResume, LionResumesBitwiseAndRefusesAdamWState) {
-  const std::string lion = "--optim lion_8bit";
   for (const std::string layout : {"sharded", "gathered"}) {
     SCOPED_TRACE(layout);
-    const fs::path straight = tmp.path() / ("lion_" + layout);
-    const std::string extra = lion + " --save_checkpoint_layout " + layout + " --save_async False";
-    ASSERT_EQ(run_trainer(args(straight, 6, 2, 2, extra), 2, &log), 0) << log;
-    const fs::path ckpt = straight / "checkpoint-3";
-    if (layout == "sharded") {
-      EXPECT_TRUE(fs::is_directory(ckpt / "optimizer" / "exp_avg_absmax"));
-      EXPECT_FALSE(fs::exists(ckpt / "optimizer" / "exp_avg_sq")) << "Lion keeps one moment";
-    } else {
-      const auto file = alpaca::io::SafetensorsFile::open((ckpt / "optimizer.safetensors").string());
+    const OptimRun r = expect_optimizer_resumes(tmp.path(), "lion_8bit", layout, &log);
+    if (layout == "gathered") {
+      const auto file = alpaca::io::SafetensorsFile::open((r.ckpt / "optimizer.safetensors").string());
       EXPECT_TRUE(file->contains("exp_avg.model.layers.0.mlp.up_proj.weight"));
       EXPECT_FALSE(file->contains("exp_avg_sq.model.layers.0.mlp.up_proj.weight"));
+      continue;
     }
-    const auto steps = read_step_logs(straight);
-    const fs::path out = tmp.path() / ("lion_resumed_" + layout);
-    expect_same_steps(resume(ckpt, out, 2, args(out, 6, 2, 2, extra), &log), steps, 0);
-    expect_weights(straight, out, 0);
-    if (layout != "sharded") continue;
-    const fs::path four = tmp.path() / "lion_four";
-    expect_same_steps(resume(ckpt, four, 4, args(four, 6, 2, 1, lion), &log), steps, 1e-6);
-    const fs::path mixed = tmp.path() / "lion_from_adamw";
-    EXPECT_NE(run_trainer(args(mixed, 6, 2, 2, lion) + " --resume_from_checkpoint " +
-                              (three_step_run().dir() / "checkpoint-3").string(), 2, &log), 0);
-    EXPECT_NE(log.find("holds AdamW moments (--optim adamw_*) and this run's optimizer, Lion,"), std::string::npos) << log;
-    const fs::path back = tmp.path() / "adamw_from_lion";
-    EXPECT_NE(run_trainer(args(back, 6, 2, 2) + " --resume_from_checkpoint " + ckpt.string(), 2, &log), 0);
-    EXPECT_NE(log.find("holds Lion's momentum alone (--optim lion_*)"), std::string::npos) << log;
+    EXPECT_TRUE(fs::is_directory(r.ckpt / "optimizer" / "exp_avg_absmax"));
+    EXPECT_FALSE(fs::exists(r.ckpt / "optimizer" / "exp_avg_sq")) << "Lion keeps one moment";
+    expect_resume_refused(tmp.path(), "lion_8bit", three_step_run().dir() / "checkpoint-3",
+                          "holds AdamW moments (--optim adamw_*) and this run's optimizer, Lion,", &log);
+    expect_resume_refused(tmp.path(), "adamw_torch", r.ckpt, "holds Lion's momentum alone (--optim lion_*)", &log);
   }
 }
 

@@ -179,15 +179,16 @@ def main():
             {"losses": v_losses, "learning_rates": v_lrs, "grad_norms": v_norms, "config": {"steps": 10}}, indent=1))
         print(name, [round(x, 4) for x in v_losses])
 
-    # --optim adamw_8bit / paged_adamw_32bit: bitsandbytes' AdamW as transformers' Trainer builds it
+    # --optim adamw_8bit / paged_adamw_32bit / lion_8bit / lion_32bit: bitsandbytes' AdamW and Lion as transformers' Trainer builds them
     # (_get_bitsandbytes_optimizer; at 8 bits create_optimizer's 32-bit override for nn.Embedding
     # modules), on its CPU kernels.
     import bitsandbytes as bnb
 
-    def bnb_adamw(bits):
+    def bnb_optimizer(cls, bits, **kwargs):
+        """cls (bnb.optim.AdamW or Lion) at `bits`, with create_optimizer's 32-bit override for nn.Embedding
+        modules at 8 bits."""
         def make(groups, model):
-            opt = bnb.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.999), eps=1e-8, optim_bits=bits,
-                                  is_paged=bits == 32)
+            opt = cls(groups, lr=args.lr, optim_bits=bits, is_paged=bits == 32, **kwargs)
             if bits == 8:
                 for module in model.modules():
                     if isinstance(module, torch.nn.Embedding):
@@ -196,19 +197,12 @@ def main():
             return opt
         return make
 
-    def bnb_lion(bits):  # transformers passes Lion the betas (adam_beta1, adam_beta2) only
-        def make(groups, model):
-            opt = bnb.optim.Lion(groups, lr=args.lr, betas=(0.9, 0.999), optim_bits=bits, is_paged=bits == 32)
-            if bits == 8:
-                for module in model.modules():
-                    if isinstance(module, torch.nn.Embedding):
-                        bnb.optim.GlobalOptimManager.get_instance().register_module_override(module, "weight",
-                                                                                             {"optim_bits": 32})
-            return opt
-        return make
-
-    for name, make in (("adamw_8bit", bnb_adamw(8)), ("paged_adamw_32bit", bnb_adamw(32)), ("lion_8bit", bnb_lion(8)),
-                       ("lion_32bit", bnb_lion(32))):
+    adamw_kwargs = {"betas": (0.9, 0.999), "eps": 1e-8}
+    lion_kwargs = {"betas": (0.9, 0.999)}  # transformers passes Lion the betas (adam_beta1, adam_beta2) only
+    for name, make in (("adamw_8bit", bnb_optimizer(bnb.optim.AdamW, 8, **adamw_kwargs)),
+                       ("paged_adamw_32bit", bnb_optimizer(bnb.optim.AdamW, 32, **adamw_kwargs)),
+                       ("lion_8bit", bnb_optimizer(bnb.optim.Lion, 8, **lion_kwargs)),
+                       ("lion_32bit", bnb_optimizer(bnb.optim.Lion, 32, **lion_kwargs))):
         m = LlamaForCausalLM.from_pretrained(out / "model", dtype=torch.float32, attn_implementation="eager")
         ref.add_pad_row(m)
         v_losses, v_lrs, v_norms = ref.train(m, list(m.named_parameters()), examples, variant_args,
