@@ -44,6 +44,7 @@ std::string ResumeState::to_json() const {
       {"model", model},
       {"tokenizer", tokenizer},
   };
+  if (!rank_rng_states.empty()) j["rank_rng_states"] = rank_rng_states;
   if (learning_rate) j["learning_rate"] = *learning_rate;
   if (num_tokens) j["num_tokens"] = *num_tokens;
   if (loss_scaler) j["loss_scaler"] = {{"scale", loss_scaler->scale}, {"growth_tracker", loss_scaler->growth_tracker}};
@@ -76,6 +77,7 @@ ResumeState ResumeState::from_json(const std::string& text, const std::string& w
     s.total_loss_sum = j.at("total_loss_sum").get<double>();
     s.cpu_rng_state = j.at("cpu_rng_state").get<std::string>();
     s.cuda_rng_states = j.at("cuda_rng_states").get<std::vector<std::string>>();
+    if (j.contains("rank_rng_states")) s.rank_rng_states = j["rank_rng_states"].get<std::vector<std::string>>();
     s.model = j.at("model").get<Fingerprint>();
     s.tokenizer = j.at("tokenizer").get<Fingerprint>();
     if (j.contains("learning_rate") && !j["learning_rate"].is_null()) s.learning_rate = j["learning_rate"].get<double>();

@@ -56,6 +56,26 @@ std::vector<std::string> capture_cuda_rng_states() {
   return out;
 }
 
+namespace {
+at::Generator cuda_generator(int device) {
+  return at::globalContext().defaultGenerator(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)));
+}
+}  // namespace
+
+std::string capture_rank_rng_state(int cuda_device) {
+  std::string s = capture_cpu_rng_state();
+  if (cuda_device >= 0) s += ":" + to_hex(cuda_generator(cuda_device).get_state());
+  return s;
+}
+
+void restore_rank_rng_state(const std::string& state, int cuda_device) {
+  const size_t colon = state.find(':');
+  restore_cpu_rng_state(state.substr(0, colon));
+  if (colon == std::string::npos || cuda_device < 0) return;
+  at::Generator gen = cuda_generator(cuda_device);
+  gen.set_state(from_hex(state.substr(colon + 1), "rank_rng_states"));
+}
+
 void restore_cuda_rng_states(const std::vector<std::string>& hex_states) {
   const int n = std::min<int>(cuda_device_count(), static_cast<int>(hex_states.size()));
   for (int d = 0; d < n; ++d) {

@@ -78,6 +78,7 @@ ckpt::ResumeState Trainer::Impl::capture_resume_state() const {
   if (scaler) rs.loss_scaler = ckpt::LossScalerState{scaler->scale(), scaler->growth_tracker()};
   rs.cpu_rng_state = ckpt::capture_cpu_rng_state();
   rs.cuda_rng_states = ckpt::capture_cuda_rng_states();
+  rs.rank_rng_states = rank_rng_states;  // gather_rank_rng_states, at this save
   rs.model = model_fingerprint;
   rs.tokenizer = tokenizer_fingerprint;
   return rs;
@@ -122,9 +123,54 @@ void Trainer::Impl::log_gathered_save(const fs::path& dir, double seconds, int64
               << " MiB; training stalled " << seconds << " s, the shard write took 0 s");
 }
 
+// Every rank's generators, as text, to every rank (HF saves rng_state_<rank>.pth on each process;
+// here rank 0 writes them all into alpaca_resume_state.json). Collective: an all-gather of the
+// texts (equal lengths: the same generators on every rank) as bytes.
+void Trainer::Impl::gather_rank_rng_states() {
+  const std::string mine = ckpt::capture_rank_rng_state(device.is_cuda() ? device.index() : -1);
+  at::Tensor len = at::full({1}, static_cast<int64_t>(mine.size()), at::TensorOptions().dtype(at::kLong).device(device));
+  comm->all_reduce(len, dist::ReduceOp::kMax)->wait();
+  const int64_t n = len.item<int64_t>();
+  at::Tensor bytes = at::zeros({n}, at::kLong);  // one character an element, 0-padded
+  for (size_t i = 0; i < mine.size(); ++i) bytes[static_cast<int64_t>(i)] = static_cast<unsigned char>(mine[i]);
+  at::Tensor all = at::empty({world * n}, at::TensorOptions().dtype(at::kLong).device(device));
+  comm->all_gather_into(all, bytes.to(device))->wait();
+  all = all.to(at::kCPU).contiguous();
+  const int64_t* a = all.data_ptr<int64_t>();
+  rank_rng_states.assign(static_cast<size_t>(world), "");
+  for (int r = 0; r < world; ++r)
+    for (int64_t i = 0; i < n && a[r * n + i] != 0; ++i) rank_rng_states[r] += static_cast<char>(a[r * n + i]);
+}
+
+// Each rank takes back its own generators; a rank the checkpoint has none for (more ranks now, or a
+// checkpoint from before they were kept: rank 0's for all) says so, as transformers warns.
+void Trainer::Impl::restore_rank_rng_states(const ckpt::ResumeState& rs, const fs::path& dir) {
+  const int cuda = device.is_cuda() ? device.index() : -1;
+  if (static_cast<size_t>(rank) < rs.rank_rng_states.size()) {
+    ckpt::restore_rank_rng_state(rs.rank_rng_states[static_cast<size_t>(rank)], cuda);
+    if (rs.world_size != world && rank == 0)
+      ALPACA_WARN("resuming " << dir.string() << " (written by " << rs.world_size << " ranks) on " << world
+                              << ": each rank continues the random stream of the rank of its number, so random "
+                                 "operations (dropout, NEFTune noise) do not repeat an uninterrupted run's");
+    return;
+  }
+  ckpt::restore_cpu_rng_state(rs.cpu_rng_state);
+  ckpt::restore_cuda_rng_states(rs.cuda_rng_states);
+  if (!rs.rank_rng_states.empty()) {
+    ALPACA_WARN("rank " << rank << " finds no random-number state of its own in " << dir.string() << " (written by "
+                        << rs.world_size << " ranks); it continues rank 0's, so random operations (dropout, NEFTune "
+                                            "noise) do not repeat an uninterrupted run's");
+  } else if (world > 1 && rank == 0) {
+    ALPACA_WARN(dir.string() << " keeps rank 0's random-number state only (written before every rank's was kept): "
+                                "every rank continues it, so random operations (dropout, NEFTune noise) on ranks 1.."
+                             << world - 1 << " do not repeat an uninterrupted run's");
+  }
+}
+
 void Trainer::Impl::save_checkpoint_into(ckpt::CheckpointWriter& writer) {
   if (rank == 0) writer.begin();
   barrier();
+  if (!opt.save_only_model) gather_rank_rng_states();
   const fs::path dir = writer.staging_dir();
   export_model(dir, /*write_tokenizer=*/true);
   if (!opt.save_only_model) {
@@ -244,8 +290,7 @@ void Trainer::Impl::load_checkpoint(const fs::path& dir) {
     load_gathered_optimizer(dir, rs);
   }
   if (scaler && rs.loss_scaler) scaler->set_state(rs.loss_scaler->scale, rs.loss_scaler->growth_tracker);
-  ckpt::restore_cpu_rng_state(rs.cpu_rng_state);
-  ckpt::restore_cuda_rng_states(rs.cuda_rng_states);
+  restore_rank_rng_states(rs, dir);
   if (rs.world_size != world)
     ALPACA_INFO("resharding: the checkpoint was written by " << rs.world_size << " ranks, this run has " << world);
   ALPACA_INFO("resumed at step " << state.global_step << " (epoch " << epoch << ", step " << step_in_epoch

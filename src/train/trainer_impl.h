@@ -227,6 +227,11 @@ struct Trainer::Impl {
   std::string optimizer_mismatch(const std::filesystem::path& dir, OptimizerState saved) const;
   void export_model(const std::filesystem::path& dir, bool write_tokenizer);
   ckpt::ResumeState capture_resume_state() const;
+  // Every rank's random-number generators at a save (collective; into rank_rng_states), and this
+  // rank's own restored at a resume.
+  void gather_rank_rng_states();
+  void restore_rank_rng_states(const ckpt::ResumeState& rs, const std::filesystem::path& dir);
+  std::vector<std::string> rank_rng_states;
 
   // sharded checkpoints, the default layout (trainer_sharded_ckpt.cpp)
   struct ShardSet;

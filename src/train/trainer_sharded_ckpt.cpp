@@ -340,6 +340,7 @@ void Trainer::Impl::save_sharded_checkpoint(bool allow_async) {
   pending->rss_watch = std::move(rss_watch);
   pending->saved_step = state.global_step;
   std::function<void(const fs::path&)> small;
+  if (!opt.save_only_model) gather_rank_rng_states();  // collective; rank 0's resume state holds them
   try {  // a failure is reported through the status gather, so no rank waits for rank 0 in vain
     // A LoRA run's checkpoint also holds the peft adapter users load (adapter_model.safetensors,
     // adapter_config.json): gathered to rank 0 like HF Trainer's, trainable tensors only (a few

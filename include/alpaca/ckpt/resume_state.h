@@ -48,8 +48,11 @@ struct ResumeState {
   std::optional<double> learning_rate;
   std::optional<LossScalerState> loss_scaler;
   std::optional<optim::PlateauState> plateau;  // reduce_lr_on_plateau runs only: ReduceLROnPlateau's state
-  std::string cpu_rng_state;                 // hex of at::Generator::get_state()
-  std::vector<std::string> cuda_rng_states;  // one per visible device, hex
+  std::string cpu_rng_state;                 // hex of at::Generator::get_state() (rank 0's)
+  std::vector<std::string> cuda_rng_states;  // rank 0's generator of each visible device, hex
+  // Every rank's own generators (HF's rng_state_<rank>.pth): "<cpu hex>" or "<cpu hex>:<its GPU's
+  // hex>", by rank; dropout and NEFTune draw on each rank apart. Absent in checkpoints written before.
+  std::vector<std::string> rank_rng_states;
   Fingerprint model;
   Fingerprint tokenizer;
 
@@ -68,6 +71,10 @@ std::string fingerprint_mismatch(const std::string& what, const Fingerprint& exp
 std::string capture_cpu_rng_state();
 void restore_cpu_rng_state(const std::string& hex);
 std::vector<std::string> capture_cuda_rng_states();
+// This rank's CPU generator and, on a GPU rank, its GPU's (cuda_device >= 0; -1 on a CPU rank):
+// ResumeState::rank_rng_states' entry, and its restoration.
+std::string capture_rank_rng_state(int cuda_device);
+void restore_rank_rng_state(const std::string& state, int cuda_device);
 void restore_cuda_rng_states(const std::vector<std::string>& hex_states);
 
 // sha256 of a file's bytes as lowercase hex (tokenizer fingerprints). Throws naming the file.
