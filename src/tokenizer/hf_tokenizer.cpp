@@ -175,7 +175,8 @@ std::string HfTokenizer::decode(const std::vector<int64_t>& ids, bool skip_speci
   tokens.reserve(ids.size());
   const int64_t n = size();
   for (int64_t id : ids) {
-    ALPACA_CHECK(id >= 0 && id < n, "token id " << id << " is outside the vocabulary [0, " << n << ")");
+    ALPACA_CHECK(id >= 0, "token id " << id << " is negative");
+    if (id >= n) continue;  // past the vocabulary (a model's padded rows): `tokenizers` decodes it as nothing
     auto it = impl_->added.by_id.find(id);
     if (it != impl_->added.by_id.end()) {
       const AddedToken& t = impl_->added.tokens[it->second];
@@ -223,7 +224,8 @@ std::string sentencepiece_piece_bytes(const std::string& piece) {
 }
 
 std::string HfTokenizer::token_bytes(int64_t id) const {
-  ALPACA_CHECK(id >= 0 && id < size(), "token id " << id << " is outside the vocabulary [0, " << size() << ")");
+  ALPACA_CHECK(id >= 0, "token id " << id << " is negative");
+  if (id >= size()) return "";  // past the vocabulary: decodes as nothing
   auto table = std::atomic_load(&impl_->bytes_by_id);
   if (!table) {  // two threads may both make it: the same table either way
     auto made = std::make_shared<std::vector<std::string>>(static_cast<size_t>(size()));

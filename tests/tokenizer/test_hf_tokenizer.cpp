@@ -47,6 +47,13 @@ TEST_P(HfTokenizerParity, MatchesAutoTokenizerAfterTrainPyRule) {
   const size_t bad = parity::count_edge_differences(tok, texts, r["edge"], name);
   EXPECT_EQ(bad, 0u) << bad << " of " << texts.size() << " edge cases differ";
 
+  // An id past the vocabulary decodes as nothing, as `tokenizers` decodes it.
+  const std::vector<int64_t> some = tok.encode("Hello world", false);
+  std::vector<int64_t> with_past = some;
+  with_past.insert(with_past.begin() + 1, tok.vocab_size() + 7);
+  EXPECT_EQ(tok.decode(with_past), tok.decode(some));
+  EXPECT_EQ(tok.token_bytes(tok.vocab_size()), "");
+
   // All records, train.py's preprocess.
   auto records = load_alpaca_records((shared_dir() / "data/alpaca/alpaca_5000.json").string());
   const int64_t max_len = ref["model_max_length"].get<int64_t>();

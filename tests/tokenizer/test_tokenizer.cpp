@@ -35,7 +35,12 @@ TEST(Tokenizer, EncodesLikeSlowLlamaTokenizer) {
   EXPECT_EQ(tok.encode("a <s>b"), (std::vector<int64_t>{1, 263, 29871, 1, 289}));
   EXPECT_EQ(tok.encode(""), (std::vector<int64_t>{1}));
   EXPECT_EQ(tok.decode({1, 15043, 3186, 2}), "Hello world");
-  EXPECT_THROW(tok.decode({32000}), Error);
+  // An id past the vocabulary (a model's padded embedding rows, which generation can pick) decodes as
+  // nothing, as transformers decodes it; a negative id is no token.
+  EXPECT_EQ(tok.decode({32000}), "");
+  EXPECT_EQ(tok.decode({15043, 32000, 3186}), tok.decode({15043, 3186}));
+  EXPECT_EQ(tok.token_bytes(32000), "");
+  EXPECT_THROW(tok.decode({-1}), Error);
 }
 
 TEST(Tokenizer, AddsPadAndSavesForTransformers) {
