@@ -322,6 +322,14 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
     ALPACA_USAGE_FAIL(what);
   }
 
+  // CLI11 hands a following "--flag" to an option that takes a value; never take a flag as a value.
+  // Checked before the leftovers: `--learning_rate --max_steps 2` leaves "2" over, and the missing
+  // value is what to name.
+  for (const auto& [spelling, opt] : options)
+    for (const auto& r : opt->results())
+      ALPACA_USAGE_CHECK(r.rfind("--", 0) != 0, "--" << spelling << " needs a value, but the next argument is the flag "
+                                                     << r << "; give --" << spelling << " VALUE");
+
   const std::vector<std::string> extras = app.remaining();
   for (size_t i = 0; i < extras.size(); ++i) {
     const std::string& extra = extras[i];
@@ -360,11 +368,6 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
     std::string flag = canonical_name(spelling);
     const auto& results = opt->results();
     if (!results.empty() && alias_unset_by_null(spelling, results.back())) continue;  // an alias left unset
-    // CLI11 hands a following "--flag" to an option that takes a value; never take a flag as a value.
-    for (const auto& r : results) {
-      ALPACA_USAGE_CHECK(r.rfind("--", 0) != 0, "--" << spelling << " needs a value, but the next argument is the flag "
-                                                     << r << "; give --" << spelling << " VALUE");
-    }
     // A bare flag (--bf16, --fsdp) means true; an empty value ("" from a script's unset variable)
     // stays empty, as in HfArgumentParser: --resume_from_checkpoint "" does not resume.
     cl.values[flag] = results.empty() || results.back().empty() ? "true"
@@ -398,6 +401,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& argv, const dist::Lau
   for (const auto& [flag, text] : cl.values) {  // the command line wins over the config file
     set_flag_from_text(args, flag, text);
     args.explicit_flags.insert(flag);
+    args.command_line_flags.insert(flag);
   }
   validate_train_args(args, launch);
   return args;

@@ -90,7 +90,7 @@ int run_preprocess(const std::vector<std::string>& args) {
   const Subcommand cmd{
       "preprocess", "Tokenize a dataset (any format) as training does and report its statistics.",
       {{"--data_path", &data_path,
-        "Dataset: JSON array, JSON Lines, Parquet or a datasets.save_to_disk directory; several "
+        "Dataset: JSON array, JSON Lines, Parquet, CSV or a datasets.save_to_disk directory; several "
         "comma-separated paths are concatenated", true},
        {"--dataset_format", &dataset_format, "auto (detect per file) / alpaca / messages / sharegpt / prompt_completion / text / tokenized"},
        {"--dataset_text_field", &dataset_text_field, "The field holding a text row's text (TRL's dataset_text_field)"},

@@ -179,8 +179,9 @@ void validate_optimizer(TrainArgs& a) {
                      "supported: the loss is always the mean over the step's label tokens on every rank, HF's default "
                      "True, which keeps the result the same on any number of ranks");
   if (!a.gradient_checkpointing_kwargs.empty()) {
-    ALPACA_USAGE_CHECK(a.gradient_checkpointing, "--gradient_checkpointing_kwargs has no effect without "
-                                                 "--gradient_checkpointing True");
+    ALPACA_USAGE_CHECK(a.gradient_checkpointing ||
+                           a.mooted_by_command_line("gradient_checkpointing_kwargs", "gradient_checkpointing"),
+                       "--gradient_checkpointing_kwargs has no effect without --gradient_checkpointing True");
     nlohmann::json kw;
     try {
       kw = nlohmann::json::parse(a.gradient_checkpointing_kwargs);
@@ -244,14 +245,15 @@ void validate_strategies(TrainArgs& a) {
                         Pair{"eval_steps", "eval_strategy", a.eval_strategy}}) {
     // Default values do not count: training_args.json lists every flag and must read back.
     const FlagInfo* info = find_train_flag(p.steps);
-    bool given = a.is_set(p.steps) && flag_value_text(a, p.steps) != info->default_text;
+    bool given = a.is_set(p.steps) && flag_value_text(a, p.steps) != info->default_text &&
+                 !a.mooted_by_command_line(p.steps, p.strategy);
     ALPACA_USAGE_CHECK(!given || p.value == "steps",
                        "--" << p.steps << " " << flag_value_text(a, p.steps) << " has no effect with --" << p.strategy << " "
                             << p.value << "; set --" << p.strategy << " steps, or drop --" << p.steps);
   }
   if (a.save_strategy == "steps") check_interval("save_steps", a.save_steps);
   ALPACA_USAGE_CHECK(a.eval_delay >= 0, "--eval_delay must be >= 0, got " << a.eval_delay);
-  ALPACA_USAGE_CHECK(a.eval_delay == 0 || a.eval_strategy != "no",
+  ALPACA_USAGE_CHECK(a.eval_delay == 0 || a.eval_strategy != "no" || a.mooted_by_command_line("eval_delay", "eval_strategy"),
                      "--eval_delay " << a.eval_delay << " has no effect with --eval_strategy no; set --eval_strategy "
                                         "steps or epoch, or drop --eval_delay");
   if (a.logging_strategy == "steps") check_interval("logging_steps", a.logging_steps);
@@ -265,9 +267,11 @@ void validate_strategies(TrainArgs& a) {
     check_interval("eval_steps", *a.eval_steps);
   }
   if (a.eval_strategy != "no") a.do_eval = true;  // HF sets do_eval when evaluation is scheduled
-  ALPACA_USAGE_CHECK(!(a.is_set("do_eval") && a.do_eval && a.eval_strategy == "no"),
+  ALPACA_USAGE_CHECK(!(a.is_set("do_eval") && a.do_eval && a.eval_strategy == "no" &&
+                       !a.mooted_by_command_line("do_eval", "eval_strategy")),
                      "--do_eval True with --eval_strategy no would never evaluate; set --eval_strategy steps or epoch");
-  ALPACA_USAGE_CHECK(a.eval_data_path.empty() || a.eval_strategy != "no" || a.eval_on_start,
+  ALPACA_USAGE_CHECK(a.eval_data_path.empty() || a.eval_strategy != "no" || a.eval_on_start ||
+                         a.mooted_by_command_line("eval_data_path", "eval_strategy"),
                      "--eval_data_path is given but --eval_strategy is 'no', so it would never be read; "
                      "set --eval_strategy steps or epoch (or --eval_on_start True), or drop --eval_data_path");
 
@@ -423,7 +427,8 @@ void validate_lora(TrainArgs& a) {
         {"use_dora", a.use_dora != d.use_dora},
         {"merge_adapter", a.merge_adapter != d.merge_adapter}};
     for (const auto& [f, differs] : changed)
-      ALPACA_USAGE_CHECK(!differs, "--" << f << " only acts on a LoRA run; add --use_peft True or drop it");
+      ALPACA_USAGE_CHECK(!differs || a.mooted_by_command_line(f, "use_peft"),
+                         "--" << f << " only acts on a LoRA run; add --use_peft True or drop it");
     return;
   }
   ALPACA_USAGE_CHECK(a.lora_r > 0, "--lora_r must be > 0 (the LoRA rank), got " << a.lora_r);
@@ -457,7 +462,8 @@ void validate_quant(TrainArgs& a) {
         {"bnb_4bit_compute_dtype", a.bnb_4bit_compute_dtype != d.bnb_4bit_compute_dtype},
         {"bnb_4bit_quant_storage", a.bnb_4bit_quant_storage != d.bnb_4bit_quant_storage}};
     for (const auto& [f, differs] : changed)
-      ALPACA_USAGE_CHECK(!differs, "--" << f << " only acts with a 4-bit base; add --load_in_4bit True or drop it");
+      ALPACA_USAGE_CHECK(!differs || a.mooted_by_command_line(f, "load_in_4bit"),
+                         "--" << f << " only acts with a 4-bit base; add --load_in_4bit True or drop it");
     return;
   }
   ALPACA_USAGE_CHECK(a.use_peft, "--load_in_4bit: a 4-bit base is frozen, so it trains only an adapter; "
@@ -536,7 +542,7 @@ void check_input_paths(const TrainArgs& a) {
       path.erase(0, path.find_first_not_of(" \t"));
       path.erase(path.find_last_not_of(" \t") + 1);
       ALPACA_USAGE_CHECK(fs::exists(path), "--" << flag << " " << path << ": no such file; give an Alpaca JSON "
-                         "file of {instruction, input, output} records (or JSON Lines, Parquet, a save_to_disk directory)");
+                         "file of {instruction, input, output} records (or JSON Lines, Parquet, CSV, a save_to_disk directory)");
     }
   }
 }

@@ -15,8 +15,13 @@ AlpacaRecord alpaca_record_from_row(const Row& v, const std::string& name, int64
   auto field = [&](const char* key, bool required) -> std::string {
     auto it = v.find(key);
     if (it == v.end() || it->is_null()) {  // null is absent, as in a Parquet or Arrow row (dataset_rows.h)
-      ALPACA_CHECK(!required, name << ": record " << index << " has no \"" << key
-                                   << "\" field; every record needs instruction and output");
+      if (required) {
+        std::string fields;  // what the record has (a CSV header's " output" shows its space)
+        for (const auto& [k, value] : v.items())
+          if (!value.is_null()) fields += (fields.empty() ? "\"" : ", \"") + k + "\"";
+        ALPACA_FAIL(name << ": record " << index << " has no \"" << key << "\" field (its fields: "
+                         << (fields.empty() ? "none" : fields) << "); every record needs instruction and output");
+      }
       return "";
     }
     ALPACA_CHECK(it->is_string(), name << ": field \"" << key << "\" of record " << index

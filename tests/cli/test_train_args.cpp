@@ -185,6 +185,8 @@ TEST(TrainArgs, NumbersAndOptionals) {
       {"--max_steps 0", "--max_steps must be a positive number"},
       {"--learning_rate", "--learning_rate needs a value, e.g. --learning_rate VALUE"},
       {"--output_dir --bf16", "--output_dir needs a value, but the next argument is the flag --bf16"},
+      // A flag whose value is missing before another flag with a value: named, not the value left over.
+      {"--learning_rate --max_steps 2", "--learning_rate needs a value, but the next argument is the flag --max_steps"},
   });
 }
 
@@ -517,6 +519,27 @@ TEST_F(ConfigFile, CommandLineWinsOverFileAndFileOverDefaults) {
   // The flag order does not matter: --config after the flags still loses to them.
   TrainArgs b = parse_train_args(shell_split("--learning_rate 3e-5 --config " + cfg));
   EXPECT_DOUBLE_EQ(b.learning_rate, 3e-5);
+}
+
+// A training_args.json reused as --config with one setting changed on the command line: what the
+// change makes moot (save_steps under --save_strategy no, the LoRA flags under --use_peft False, ...)
+// is ignored, as HF ignores it, not refused as if the user had typed it. The same contradiction
+// inside the file, or typed on the command line, is still an error.
+TEST_F(ConfigFile, OverridesMootTheFilesDependentValues) {
+  const std::string run = write(R"({"model_name_or_path": "m", "data_path": "d", "save_strategy": "steps",
+    "save_steps": 2, "eval_strategy": "steps", "eval_steps": 1, "eval_delay": 3, "eval_data_path": "e.json",
+    "use_peft": true, "lora_r": 4, "load_in_4bit": true, "bnb_4bit_quant_type": "fp4",
+    "gradient_checkpointing": true, "gradient_checkpointing_kwargs": "{\"use_reentrant\": false}"})");
+  const TrainArgs a = parse_train_args(shell_split("--config " + run + " --save_strategy no --eval_strategy no "
+                                                   "--use_peft False --load_in_4bit False --gradient_checkpointing False"));
+  EXPECT_EQ(a.save_strategy, "no");
+  EXPECT_FALSE(a.use_peft);
+  EXPECT_USAGE_ERROR("--config " + run + " --save_strategy no --save_steps 5",
+                     "--save_steps 5.0 has no effect with --save_strategy no");
+  EXPECT_USAGE_ERROR("--config " + run + " --use_peft False --lora_r 8", "--lora_r only acts on a LoRA run");
+  const std::string contradictory = write(R"({"model_name_or_path": "m", "data_path": "d", "save_strategy": "no",
+    "save_steps": 7})");
+  EXPECT_USAGE_ERROR("--config " + contradictory, "--save_steps 7.0 has no effect with --save_strategy no");
 }
 
 TEST_F(ConfigFile, BadFilesNameTheFileAndKey) {

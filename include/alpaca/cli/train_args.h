@@ -55,10 +55,17 @@ struct TrainArgs {
   std::vector<std::string> notes;
 
   // ---- Provenance.
-  std::set<std::string> explicit_flags;  // flag names given on the command line or in --config
-  std::string config_path;               // the --config file, "" when none
+  std::set<std::string> explicit_flags;      // flag names given on the command line or in --config
+  std::set<std::string> command_line_flags;  // those given on the command line
+  std::string config_path;                   // the --config file, "" when none
 
   bool is_set(const std::string& flag) const { return explicit_flags.count(flag) > 0; }
+  // `flag` came from --config only and the command line set `decider`, which makes it moot (a
+  // training_args.json reused with --save_strategy no holds save_steps): ignored, as HF ignores it,
+  // rather than an error telling the user to drop a flag they never typed.
+  bool mooted_by_command_line(const std::string& flag, const std::string& decider) const {
+    return !command_line_flags.count(flag) && command_line_flags.count(decider) > 0;
+  }
 };
 
 // Parses `alpaca-train [train]` arguments (argv without program and subcommand): defaults, then
