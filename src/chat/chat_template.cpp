@@ -1,6 +1,7 @@
 // ChatTemplate: finding the template the way transformers 5 does, and preparing the variables
 // the way apply_chat_template does before it renders.
 #include "alpaca/chat/chat_template.h"
+#include "alpaca/util/user_error.h"
 
 #include <fstream>
 #include <sstream>
@@ -41,9 +42,9 @@ std::string template_from_config(const fs::path& config) {
   try {
     j = nlohmann::json::parse(read_text(config));
   } catch (const nlohmann::json::exception& e) {
-    ALPACA_FAIL(config << " is not valid JSON (" << e.what() << "); fix or regenerate the tokenizer files");
+    ALPACA_USER_FAIL(config << " is not valid JSON (" << e.what() << "); fix or regenerate the tokenizer files");
   }
-  ALPACA_CHECK(j.is_object() && j.contains("chat_template"),
+  ALPACA_USER_CHECK(j.is_object() && j.contains("chat_template"),
                config << " has no chat_template and there is no chat_template.jinja beside it; pass "
                          "--chat_template FILE with the model's Jinja chat template");
   const auto& t = j["chat_template"];

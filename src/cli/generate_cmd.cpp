@@ -29,6 +29,7 @@
 #include "alpaca/io/peft_adapter.h"
 #include "alpaca/util/error.h"
 #include "alpaca/util/log.h"
+#include "alpaca/util/user_error.h"
 
 namespace fs = std::filesystem;
 
@@ -262,7 +263,7 @@ std::vector<std::vector<int64_t>> encode_prompts(const GenerateFlags& f,
       try {
         tmpl = chat::ChatTemplate::load(tok_dir, f.chat_template);
       } catch (const Error& e) {
-        ALPACA_FAIL(e.message() << " (--chat and \"messages\" prompts are rendered by it; without --chat, Alpaca "
+        ALPACA_USER_FAIL(e.message() << " (--chat and \"messages\" prompts are rendered by it; without --chat, Alpaca "
                                    "records get the Alpaca prompt)");
       }
       ALPACA_INFO("generate: chat template of " << (f.chat_template.empty() ? tok_dir : f.chat_template)

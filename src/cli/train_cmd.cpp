@@ -23,6 +23,7 @@
 #include "alpaca/util/log.h"
 #include "alpaca/util/sys.h"
 #include "alpaca/util/tensor_memory.h"
+#include "alpaca/util/user_error.h"
 
 namespace alpaca::cli {
 namespace {
@@ -44,7 +45,7 @@ void write_args_json(const TrainArgs& args) {
   fs::path dir = args.output_dir;
   std::error_code ec;
   fs::create_directories(dir, ec);
-  ALPACA_CHECK(!ec, "cannot create --output_dir " << dir << ": " << ec.message());
+  ALPACA_USER_CHECK(!ec, "cannot create --output_dir " << dir << ": " << ec.message());
   fs::path final_path = dir / "training_args.json";
   fs::path tmp_path = dir / "training_args.json.tmp";
   {

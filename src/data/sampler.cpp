@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "alpaca/util/error.h"
+#include "alpaca/util/user_error.h"
 
 namespace alpaca::data {
 
@@ -106,7 +107,7 @@ DistributedBatchSampler::DistributedBatchSampler(int64_t num_examples, SamplerOp
   ALPACA_CHECK(opt_.world_size > 0, "world size must be positive, got " << opt_.world_size);
   ALPACA_CHECK(opt_.rank >= 0 && opt_.rank < opt_.world_size,
                "rank " << opt_.rank << " is outside [0, " << opt_.world_size << ")");
-  ALPACA_CHECK(!opt_.drop_last || num_examples_ >= global_batch_size(),
+  ALPACA_USER_CHECK(!opt_.drop_last || num_examples_ >= global_batch_size(),
                "--dataloader_drop_last with " << num_examples_
                                               << " examples and a global batch of "
                                               << global_batch_size()

@@ -6,6 +6,7 @@
 #include "alpaca/dist/communicator.h"
 #include "alpaca/io/bnb4bit.h"
 #include "alpaca/util/error.h"
+#include "alpaca/util/user_error.h"
 
 namespace alpaca::fsdp {
 
@@ -53,7 +54,7 @@ ParamRangeReader checkpoint_range_reader(std::shared_ptr<io::CheckpointReader> c
   auto means = std::make_shared<std::map<std::string, at::Tensor>>();  // (1, D) fp32 per filled tensor
   return [ckpt, vocab_mean_from, means](const std::string& name, const std::vector<int64_t>& shape, int64_t begin,
                                         int64_t end, at::Tensor out) {
-    ALPACA_CHECK(ckpt->contains(name), "checkpoint " << ckpt->dir() << " has no tensor " << name
+    ALPACA_USER_CHECK(ckpt->contains(name), "checkpoint " << ckpt->dir() << " has no tensor " << name
                  << "; is it a checkpoint of this model architecture?");
     ALPACA_CHECK(io::bnb4bit_state_key(*ckpt, name).empty(), "checkpoint " << ckpt->dir() << " stores " << name
                  << " 4-bit (bitsandbytes) but this run holds it in full precision; train such a checkpoint with "

@@ -139,7 +139,7 @@ CheckpointReader CheckpointReader::open(const std::string& dir) {
                       dir << " is an alpaca-train training checkpoint (its weights are split by rank under sharded/); "
                              "write it as a model directory with `alpaca-train consolidate " << dir
                           << " OUT` and pass OUT");
-    ALPACA_FAIL(dir << ": no weights found (expected model.safetensors, model.safetensors.index.json, "
+    ALPACA_USER_FAIL(dir << ": no weights found (expected model.safetensors, model.safetensors.index.json, "
                        "pytorch_model.bin or pytorch_model.bin.index.json)");
   }
   return r;

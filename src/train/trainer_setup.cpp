@@ -185,7 +185,7 @@ void Trainer::Impl::setup_tokenizer_and_model() {
                                                     << base.string()
                                                     << "); resume with the tokenizer the checkpoint was trained with");
     if (opt.lora) check_lora_resume(rs.model);
-    ALPACA_CHECK(opt.lora || rs.model.count("lora_r") == 0,
+    ALPACA_USER_CHECK(opt.lora || rs.model.count("lora_r") == 0,
                  "cannot resume from " << resume_dir->string() << ": it is a checkpoint of a LoRA run; add --use_peft True "
                  "with the --lora_* flags it was trained with");
     why = ckpt::fingerprint_mismatch("model", rs.model, model_fingerprint);
