@@ -132,7 +132,8 @@ void Trainer::Impl::gather_rank_rng_states() {
   comm->all_reduce(len, dist::ReduceOp::kMax)->wait();
   const int64_t n = len.item<int64_t>();
   at::Tensor bytes = at::zeros({n}, at::kLong);  // one character an element, 0-padded
-  for (size_t i = 0; i < mine.size(); ++i) bytes[static_cast<int64_t>(i)] = static_cast<unsigned char>(mine[i]);
+  int64_t* b = bytes.data_ptr<int64_t>();
+  for (size_t i = 0; i < mine.size(); ++i) b[i] = static_cast<unsigned char>(mine[i]);
   at::Tensor all = at::empty({world * n}, at::TensorOptions().dtype(at::kLong).device(device));
   comm->all_gather_into(all, bytes.to(device))->wait();
   all = all.to(at::kCPU).contiguous();
