@@ -74,7 +74,7 @@ const std::map<std::string, UnsupportedField>& unsupported_hf_fields() {
       {"use_liger_kernel", {"alpaca-train's fused loss and elementwise kernels are always on; drop the flag", off}},
       {"bf16_full_eval", {"evaluation runs in the training's precision (--bf16 / --fp16)", off}},
       {"fp16_full_eval", {"evaluation runs in the training's precision (--bf16 / --fp16)", off}},
-      {"optim_args", {"the optimizers here (--optim adamw_torch, adamw_torch_fused, bitsandbytes' AdamW, adafactor) take "
+      {"optim_args", {"the optimizers here (--optim adamw_torch, adamw_torch_fused, bitsandbytes' AdamW and Lion, adafactor) take "
                       "no optim_args in transformers either; AdamW's settings are --adam_beta1, --adam_beta2, "
                       "--adam_epsilon and --weight_decay", none}},
       {"ddp_find_unused_parameters", {kDdp, {"none", "false"}}}, {"ddp_bucket_cap_mb", {kDdp, none}},
@@ -111,7 +111,7 @@ const std::map<std::string, UnsupportedField>& unsupported_hf_fields() {
       {"length_column_name", {"--group_by_length measures each tokenized example itself", {"length"}}},
       {"liger_kernel_config", {"alpaca-train's fused loss and elementwise kernels are always on", none}},
       {"router_aux_loss_coef", {"LLaMA-family models have no experts (no MoE load-balancing loss)", none}},
-      {"optim_target_modules", {"GaLore / APOLLO are not implemented (--optim: AdamW, bitsandbytes' AdamW, Adafactor)", none}},
+      {"optim_target_modules", {"GaLore / APOLLO are not implemented (--optim: AdamW, bitsandbytes' AdamW and Lion, Adafactor)", none}},
       {"log_on_each_node", {"rank 0 logs, once per run", {"true"}}},
       {"save_on_each_node", {"rank 0 writes output_dir and checkpoints (a shared filesystem); each node saving to "
                              "its own disk is not implemented", off}},

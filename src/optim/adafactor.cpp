@@ -102,16 +102,18 @@ void ShardedAdamW::step_adafactor(double lr) {
   const bool collective = std::any_of(shards_.begin(), shards_.end(), [](const OptimShard& s) { return s.shard_world > 1; });
   ALPACA_CHECK(!collective || sum_reducer_, "Adafactor: shards of several ranks need a sum reducer");
 
-  // fn(shard, segment, its parameter's statistics) for every non-empty segment.
-  auto each_segment = [&](const std::function<void(const OptimShard&, const ParamSegment&, const FactorParam&)>& fn) {
-    for (size_t i = 0; i < shards_.size(); ++i)
-      for (const ParamSegment& seg : shards_[i].segments)
-        if (seg.numel > 0) fn(shards_[i], seg, factor_params_[i][static_cast<size_t>(seg.param_index)]);
+  // fn(shard index, segment, its parameter's statistics) for every non-empty segment (the walk the
+  // bitsandbytes states use, visit_segments).
+  auto each_segment = [&](const std::function<void(size_t, const ParamSegment&, const FactorParam&)>& fn) {
+    visit_segments([&](size_t i, size_t k, int64_t) {
+      const ParamSegment& seg = shards_[i].segments[k];
+      fn(i, seg, factor_params_[i][static_cast<size_t>(seg.param_index)]);
+    });
   };
-  // fn(grad piece as (rows, width), its row factors (rows, 1) or vector statistics, column factors
-  // (1, width) or undefined, the piece's parameter values (rows, width)) for one segment.
-  auto each_piece = [](const OptimShard& s, const ParamSegment& seg, const FactorParam& f,
-                       const std::function<void(const RowPiece&, const at::Tensor&, const at::Tensor&)>& fn) {
+  // fn(piece, its gradient as (rows, width), its parameter values as (rows, width)) for one segment.
+  auto each_piece = [&](size_t i, const ParamSegment& seg, const FactorParam& f,
+                        const std::function<void(const RowPiece&, const at::Tensor&, const at::Tensor&)>& fn) {
+    const OptimShard& s = shards_[i];
     const at::Tensor g = s.grad.narrow(0, seg.offset, seg.numel), p = s.param.narrow(0, seg.offset, seg.numel);
     if (!f.factored) {
       fn({0, 0, seg.param_begin, 1, seg.numel}, g.view({1, seg.numel}), p.view({1, seg.numel}));
@@ -124,8 +126,8 @@ void ShardedAdamW::step_adafactor(double lr) {
 
   // 1. This rank's sums of grad^2 + eps per row and column (a vector: its elements), all-reduced.
   at::Tensor sums = at::zeros_like(factor_state_);
-  each_segment([&](const OptimShard& s, const ParamSegment& seg, const FactorParam& f) {
-    each_piece(s, seg, f, [&](const RowPiece& rp, const at::Tensor& g, const at::Tensor&) {
+  each_segment([&](size_t i, const ParamSegment& seg, const FactorParam& f) {
+    each_piece(i, seg, f, [&](const RowPiece& rp, const at::Tensor& g, const at::Tensor&) {
       const at::Tensor u = g.pow(2).add_(kEps1);
       if (!f.factored) {
         sums.narrow(0, f.offset + rp.col, rp.width).add_(u.view({-1}));
@@ -141,22 +143,18 @@ void ShardedAdamW::step_adafactor(double lr) {
   // 2. The factors of every parameter this rank updates: rsqrt(row / mean(row)) and rsqrt(col), or
   // rsqrt(v) of a vector. [shard][param]
   std::vector<std::vector<std::pair<at::Tensor, at::Tensor>>> factors(shards_.size());
-  for (size_t i = 0; i < shards_.size(); ++i) {
-    factors[i].resize(factor_params_[i].size());
-    for (const ParamSegment& seg : shards_[i].segments) {
-      if (seg.numel == 0) continue;
-      const FactorParam& f = factor_params_[i][static_cast<size_t>(seg.param_index)];
-      auto& out = factors[i][static_cast<size_t>(seg.param_index)];
-      if (!f.factored) {
-        out.first = factor_state_.narrow(0, f.offset, f.cols).rsqrt().view({1, f.cols});
-        continue;
-      }
-      const at::Tensor row = factor_state_.narrow(0, f.offset, f.rows);
-      const at::Tensor col = factor_state_.narrow(0, f.offset + f.rows, f.cols);
-      out.first = (row / row.mean(-1, /*keepdim=*/true)).rsqrt_().unsqueeze(-1);  // (R, 1)
-      out.second = col.unsqueeze(-2).rsqrt();                                      // (1, C)
+  for (size_t i = 0; i < shards_.size(); ++i) factors[i].resize(factor_params_[i].size());
+  each_segment([&](size_t i, const ParamSegment& seg, const FactorParam& f) {
+    auto& out = factors[i][static_cast<size_t>(seg.param_index)];
+    if (!f.factored) {
+      out.first = factor_state_.narrow(0, f.offset, f.cols).rsqrt().view({1, f.cols});
+      return;
     }
-  }
+    const at::Tensor row = factor_state_.narrow(0, f.offset, f.rows);
+    const at::Tensor col = factor_state_.narrow(0, f.offset + f.rows, f.cols);
+    out.first = (row / row.mean(-1, /*keepdim=*/true)).rsqrt_().unsqueeze(-1);  // (R, 1)
+    out.second = col.unsqueeze(-2).rsqrt();                                      // (1, C)
+  });
   // The update of one piece: r_factor x c_factor x grad (a vector: rsqrt(v) x grad).
   auto update_of = [&](size_t i, const ParamSegment& seg, const FactorParam& f, const RowPiece& rp, const at::Tensor& g) {
     const auto& [rf, cf] = factors[i][static_cast<size_t>(seg.param_index)];
@@ -172,37 +170,30 @@ void ShardedAdamW::step_adafactor(double lr) {
     num_params += static_cast<int64_t>(fp.size());
   }
   at::Tensor sumsq = at::zeros({num_params}, factor_state_.options());
-  for (size_t i = 0; i < shards_.size(); ++i)
-    for (const ParamSegment& seg : shards_[i].segments) {
-      if (seg.numel == 0) continue;
-      const FactorParam& f = factor_params_[i][static_cast<size_t>(seg.param_index)];
-      at::Tensor slot = sumsq.narrow(0, param_base[i] + seg.param_index, 1);
-      each_piece(shards_[i], seg, f, [&](const RowPiece& rp, const at::Tensor& g, const at::Tensor&) {
-        const at::Tensor u = update_of(i, seg, f, rp, g);
-        slot.add_(u.mul(u).sum().view({1}));
-      });
-    }
+  each_segment([&](size_t i, const ParamSegment& seg, const FactorParam& f) {
+    at::Tensor slot = sumsq.narrow(0, param_base[i] + seg.param_index, 1);
+    each_piece(i, seg, f, [&](const RowPiece& rp, const at::Tensor& g, const at::Tensor&) {
+      const at::Tensor u = update_of(i, seg, f, rp, g);
+      slot.add_(u.mul(u).sum().view({1}));
+    });
+  });
   if (collective) sum_reducer_(sumsq);
   const at::Tensor host_sumsq = sumsq.to(at::kCPU).contiguous();
 
   // 4. The update, clipped by the parameter's RMS (as fp32 tensors compute it: norm / sqrt(numel) /
-  // clip_threshold, at least 1), times lr; weight decay; the step.
-  for (size_t i = 0; i < shards_.size(); ++i)
-    for (const ParamSegment& seg : shards_[i].segments) {
-      if (seg.numel == 0) continue;
-      const FactorParam& f = factor_params_[i][static_cast<size_t>(seg.param_index)];
-      const float norm = std::sqrt(host_sumsq.data_ptr<float>()[param_base[i] + seg.param_index]);
-      const float rms = norm / static_cast<float>(std::sqrt(static_cast<double>(seg.param_numel)));
-      const float clip = std::max(rms / static_cast<float>(kClipThreshold), 1.0f);
-      const double wd = seg.decay ? options_.weight_decay : 0.0;
-      each_piece(shards_[i], seg, f, [&](const RowPiece& rp, const at::Tensor& g, const at::Tensor& p) {
-        at::Tensor u = update_of(i, seg, f, rp, g);
-        u.div_(static_cast<double>(clip)).mul_(lr);
-        at::Tensor pw = p;  // a view of the shard: the writes land there
-        if (wd != 0.0) pw.add_(pw, -wd * lr);
-        pw.add_(u.neg_());
-      });
-    }
+  // clip_threshold, at least 1), times lr; weight decay; the step (written through views of the shard).
+  each_segment([&](size_t i, const ParamSegment& seg, const FactorParam& f) {
+    const float norm = std::sqrt(host_sumsq.data_ptr<float>()[param_base[i] + seg.param_index]);
+    const float rms = norm / static_cast<float>(std::sqrt(static_cast<double>(seg.param_numel)));
+    const float clip = std::max(rms / static_cast<float>(kClipThreshold), 1.0f);
+    const double wd = seg.decay ? options_.weight_decay : 0.0;
+    each_piece(i, seg, f, [&](const RowPiece& rp, const at::Tensor& g, const at::Tensor& p) {
+      at::Tensor u = update_of(i, seg, f, rp, g);
+      u.div_(static_cast<double>(clip)).mul_(lr);
+      if (wd != 0.0) p.add_(p, -wd * lr);
+      p.add_(u.neg_());
+    });
+  });
   // Written through views: the shard's version counter has to move for the offload staging's cache.
   for (const OptimShard& s : shards_) s.param.unsafeGetTensorImpl()->bump_version();
 }

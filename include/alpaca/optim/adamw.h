@@ -166,7 +166,7 @@ class ShardedAdamW {
   void step_bnb(double lr);
   bool cuts_blocks() const;  // some 8-bit block spans shards: the reducer is called (collective)
   // fn(shard, segment, the shard's first reduction slot) for every non-empty segment; returns the
-  // number of reduction slots (world - 1 per shard).
+  // number of reduction slots (world - 1 per shard). The bitsandbytes and Adafactor steps both walk it.
   int64_t visit_segments(const std::function<void(size_t, size_t, int64_t)>& fn) const;
   std::vector<OptimShard> shards_;
   AdamWOptions options_;
