@@ -340,10 +340,11 @@ void Trainer::Impl::load_gathered_optimizer(const fs::path& dir, const ckpt::Res
   if (saved == OptimizerState::kAdafactor) {
     for (const auto& st : optimizer->adafactor_state()) {
       const std::string k = st.key + "." + st.param;
-      ALPACA_CHECK(file->contains(k) && file->tensor(k).sizes() == st.value.sizes(),
+      const at::Tensor saved_value = file->contains(k) ? file->tensor(k) : at::Tensor();
+      ALPACA_CHECK(saved_value.defined() && saved_value.sizes() == st.value.sizes(),
                    dir.string() << "/" << kOptimizerFile << " has no Adafactor statistic " << k << " of shape "
                                 << st.value.sizes() << "; the checkpoint is incomplete or of another model");
-      st.value.copy_(file->tensor(k).to(at::kFloat));
+      st.value.copy_(saved_value.to(at::kFloat));
     }
     optimizer->set_step_count(it != meta.end() ? std::stoll(it->second) : rs.scheduler_step);
     return;
